@@ -63,9 +63,11 @@ from accel_sim.trace_schema import (
     TensorInfo,
     Trace,
     TraceHeader,
+    VectorWork,
     dump_trace,
 )
-from workloads.lowering import OpCall, Piece, lower
+from workloads.lowering import OpCall, lower
+from workloads.models import MODELS, build_model
 
 _ACCUMULATE_GRAD = "AccumulateGrad"
 
@@ -546,6 +548,11 @@ def macs(trace: Trace, *, phase: str | None = None, role: str | None = None, lay
     return total
 
 
+def vector_elements(trace: Trace, *, phase: str | None = None) -> int:
+    """Element operations of vector work (special unit), optionally of one phase."""
+    return sum(o.work.elements for o in trace.ops if isinstance(o.work, VectorWork) and (phase is None or o.phase == phase))
+
+
 def summary(trace: Trace) -> str:
     """A few lines for people: op count, MACs per phase, unsupported ops, peak live bytes."""
     h = trace.header
@@ -554,6 +561,10 @@ def summary(trace: Trace) -> str:
         f"{len(h.tensors)} tensors, {len(h.storages)} storages",
         "MACs: " + ", ".join(f"{p} {macs(trace, phase=p):,}" for p in PHASES if any(o.phase == p for o in trace.ops)),
     ]
+    lines.append(
+        "vector elements: "
+        + ", ".join(f"{p} {vector_elements(trace, phase=p):,}" for p in PHASES if any(o.phase == p for o in trace.ops))
+    )
     unsupported = trace.unsupported_ops()
     lines.append(
         "unsupported ops: " + (", ".join(f"{k} x{v}" for k, v in sorted(unsupported.items())) if unsupported else "none")
@@ -595,8 +606,6 @@ def method_setup(method: str, model_name: str, *, num_classes: int, image_size: 
 
     fedavg: trainable classifier, cross-entropy. spherefed: FeatureNorm before a frozen
     orthonormal classifier, MSE against one-hot targets."""
-    from workloads.models import build_model
-
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
     spherefed = method == "spherefed"
@@ -608,8 +617,6 @@ def method_setup(method: str, model_name: str, *, num_classes: int, image_size: 
 
 
 def _parser() -> argparse.ArgumentParser:
-    from workloads.models import MODELS
-
     p = argparse.ArgumentParser(
         prog="python -m workloads.trace",
         description="Capture one steady-state local training step as a trace file (JSON Lines).",
@@ -618,7 +625,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--method", required=True, choices=METHODS)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--classes", type=int, default=100)
-    p.add_argument("--image-size", type=int, default=32, choices=(32, 64))
+    p.add_argument("--image-size", type=int, default=32, choices=(16, 32, 64))
     p.add_argument("--norm", default="bn", choices=("bn", "gn"))
     p.add_argument("--device", default="meta", choices=("meta", "cpu"))
     p.add_argument("--lr", type=float, default=0.1)
@@ -646,6 +653,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         model, inputs, targets, loss_fn=loss_fn, optimizer=optimizer, device=args.device,
         model_name=args.model, method=args.method, meta=meta,
     )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     dump_trace(trace, args.out)
     print(summary(trace))
     print(f"wrote {args.out}")
