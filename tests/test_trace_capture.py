@@ -46,6 +46,28 @@ def test_lifetimes_hand_computed():
     assert sorted(kinds.values()) == [("activation", False)] * 3 + [("input", True)]
 
 
+def _drop_grad_then_compute(layer, x):
+    layer.weight.grad = None
+    return layer(x)
+
+
+def test_storages_dead_before_the_first_op_are_left_out():
+    layer = nn.Linear(4, 2, bias=False)
+    layer.weight.grad = torch.ones(2, 4)
+    trace = capture(_drop_grad_then_compute, layer, torch.ones(3, 4), model=layer).trace
+    assert sorted((s.kind, s.bytes) for s in trace.header.storages) == [
+        ("activation", 24), ("input", 48), ("weight", 32)  # y [3, 2], x [3, 4], W [2, 4]
+    ]
+
+
+def test_a_failing_region_leaves_nothing_behind():
+    layer = nn.Linear(4, 2)
+    backward = torch.autograd.backward
+    with pytest.raises(RuntimeError):
+        capture(lambda x: layer(x).backward(), torch.ones(3, 4), model=layer)  # non-scalar output
+    assert torch.autograd.backward is backward and not layer._forward_hooks and not layer._forward_pre_hooks
+
+
 class _Toy(nn.Module):
     def __init__(self):
         super().__init__()

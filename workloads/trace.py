@@ -140,8 +140,7 @@ class _Recorder(TorchDispatchMode):
         self.pending_frees: list[int] = []
         self.seq_layer: dict[int, str] = {}
         self.seq_mark = torch._C._autograd._get_sequence_nr()
-        self.bwd_depth = 0
-        self.bwd_root_layer = ""
+        self.bwd_root_layers: list[str] = []  # one per active torch.autograd.backward/grad call
         self.step_depth = 0
         self.model = model
         named = list(model.named_parameters()) if model is not None else []
@@ -204,9 +203,9 @@ class _Recorder(TorchDispatchMode):
     def where(self) -> tuple[str, str]:
         """(phase, layer) of the op now running."""
         node = torch._C._current_autograd_node()
-        if node is not None or self.bwd_depth:
+        if node is not None or self.bwd_root_layers:
             if node is None:
-                return "bwd", self.bwd_root_layer
+                return "bwd", self.bwd_root_layers[-1]
             if type(node).__name__ == _ACCUMULATE_GRAD:
                 return "bwd", self.param_module.get(id(node.variable), "")
             return "bwd", self.seq_layer.get(node._sequence_nr(), "")
@@ -230,12 +229,18 @@ class _Recorder(TorchDispatchMode):
         self.module_stack.pop()
 
     def enter_backward(self, roots: Any) -> None:
-        self.bwd_depth += 1
+        """Ops run by ``torch.autograd.backward``/``grad`` outside any node (the seed gradient)
+        belong to the layer that made the first root."""
         fns = [t.grad_fn for t in tree_leaves(roots) if isinstance(t, torch.Tensor) and t.grad_fn is not None]
-        self.bwd_root_layer = self.seq_layer.get(fns[0]._sequence_nr(), "") if fns else ""
+        self.bwd_root_layers.append(self.seq_layer.get(fns[0]._sequence_nr(), "") if fns else "")
 
     def exit_backward(self) -> None:
-        self.bwd_depth -= 1
+        self.bwd_root_layers.pop()
+
+    def stop_watching(self) -> None:
+        """Detach the storage finalizers (also when ``fn`` raised)."""
+        for f in self.finalizers:
+            f.detach()
 
     def optimizer_pre_step(self, optimizer: torch.optim.Optimizer, *_) -> None:
         self.step_depth += 1
@@ -318,8 +323,6 @@ class _Recorder(TorchDispatchMode):
     # -- the result
 
     def finish(self, model_name: str, method: str, batch_size: int, meta: dict) -> Trace:
-        for f in self.finalizers:
-            f.detach()
         if self.pending_frees and self.records:
             self.records[-1].frees.extend(self.pending_frees)
         if self.model is not None:
@@ -412,6 +415,7 @@ def capture(
         if isinstance(t, torch.Tensor):
             recorder.mark(t, "input")
     with contextlib.ExitStack() as stack:
+        stack.callback(recorder.stop_watching)  # runs last: frees up to fn's return are seen
         if model is not None:
             for name, mod in model.named_modules():
                 stack.enter_context(mod.register_forward_pre_hook(functools.partial(recorder.enter_module, name)))
