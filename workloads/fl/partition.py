@@ -83,9 +83,12 @@ def dirichlet_partition(labels, num_clients: int, alpha: float, *, min_size: int
 
     One draw: for each class c (in increasing order), shuffle its samples, draw client proportions
     p ~ Dir(alpha, ..., alpha), set p_k = 0 for clients already holding >= N / K samples (NIID-Bench's
-    balancing cap; if that zeroes every remaining p_k, the uncapped p is used), renormalize, and cut
-    the class at ``floor(cumsum(p) * n_c)``. Draws are repeated until every client holds at least
-    ``min_size`` samples; after ``max_retries`` draws a ``PartitionError`` suggests what to change.
+    balancing cap; if that zeroes every remaining p_k, the uncapped p is used), and cut
+    the class at ``floor(cumsum(p) / sum(p) * n_c)``. (NIID-Bench computes ``cumsum(p / sum(p))``,
+    which can end a hair below 1.0 and so hand one sample to a client whose p_k is 0; dividing the
+    cumulative sum by its own last element makes a zero proportion give exactly zero samples.)
+    Draws are repeated until every client holds at least ``min_size`` samples; after
+    ``max_retries`` draws a ``PartitionError`` suggests what to change.
     Smaller ``alpha`` -> more skew (alpha -> 0: each class on one client; alpha -> inf: IID).
     """
     y = _check_labels(labels)
@@ -110,7 +113,8 @@ def dirichlet_partition(labels, num_clients: int, alpha: float, *, min_size: int
             p = rng.dirichlet(np.full(k, float(alpha)))
             capped = np.where(sizes < cap, p, 0.0)
             p = capped if capped.sum() > 0 else p
-            cuts = (np.cumsum(p / p.sum()) * len(idx_c)).astype(np.int64)[:-1]
+            cum = np.cumsum(p)  # cum / cum[-1] is exactly 1.0 after the last p_k > 0
+            cuts = (cum[:-1] / cum[-1] * len(idx_c)).astype(np.int64)
             for j, piece in enumerate(np.split(idx_c, cuts)):
                 parts[j].append(piece)
                 sizes[j] += len(piece)
