@@ -186,7 +186,8 @@ def _read_cifar_batch(path: Path, label_key: bytes, num_classes: int, how: str) 
         raise DataError(f"{bad} (found {keys})")
     data, labels = batch[b"data"], np.asarray(batch[label_key])
     if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072:
-        raise DataError(f"{bad} (b'data' is {getattr(data, 'dtype', type(data).__name__)} {getattr(data, 'shape', '')})")
+        got = f"{data.dtype} {data.shape}" if isinstance(data, np.ndarray) else type(data).__name__
+        raise DataError(f"{bad} (b'data' is {got})")
     if labels.shape != (len(data),) or not np.issubdtype(labels.dtype, np.integer):
         raise DataError(f"{bad} ({len(data)} images but labels of shape {labels.shape}, dtype {labels.dtype})")
     if len(labels) and (labels.min() < 0 or labels.max() >= num_classes):
@@ -223,7 +224,8 @@ def _load_cifar(name: str, data_dir, image_size: int | None) -> tuple[Dataset, D
                  for f in files]
         images = np.concatenate([p[0] for p in parts])
         labels = np.concatenate([p[1] for p in parts])
-        note = f"{lay.title} (python version) from {root}, {_size_note(32, size)}; {split} split, {len(labels):,} images"
+        note = (f"{lay.title} (python version) from {root}, {_size_note(32, size)}; "
+                f"{split} split, {len(labels):,} images")
         splits.append(Dataset(name, _to_tensor(images, NORMALIZATION[name], size),
                               torch.from_numpy(labels), lay.num_classes, note))
     return splits[0], splits[1]

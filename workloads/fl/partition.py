@@ -100,7 +100,8 @@ def dirichlet_partition(labels, num_clients: int, alpha: float, *, min_size: int
     n = len(y)
     advice = "use a larger alpha, fewer clients or a smaller min_size"
     if k * min_size > n:
-        raise PartitionError(f"dirichlet_partition: {k} clients x min_size {min_size} exceeds the {n} samples; {advice}")
+        raise PartitionError(f"dirichlet_partition: {k} clients x min_size {min_size} exceeds the {n} samples; "
+                             f"{advice}")
     rng = np.random.default_rng(seed)
     classes = np.unique(y)
     cap = n / k
