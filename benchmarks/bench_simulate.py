@@ -5,8 +5,8 @@ Target (issue 3): under 1 s on one core. Prints the best and median of several r
 
     PYTHONPATH=$PWD python benchmarks/bench_simulate.py [trace.jsonl] [--repeat N]
 
-With no trace file it builds the synthetic MobileNetV2 step of ``benchmarks/synthetic_trace.py``
-(the same layer shapes; its forward MACs equal the captured figure in NOTES.md).
+With no trace file it captures one (``workloads.trace``, meta device: the real autograd graph of
+a FedAvg step of the paper's MobileNetV2, SGD with momentum); capture time is not measured.
 """
 
 from __future__ import annotations
@@ -22,7 +22,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from accel_sim.hardware import HardwareConfig  # noqa: E402
 from accel_sim.simulate import simulate  # noqa: E402
 from accel_sim.trace_schema import load_trace  # noqa: E402
-from benchmarks.synthetic_trace import mobilenetv2_training_step  # noqa: E402
+
+
+def captured_mobilenetv2_step(batch: int = 64, classes: int = 100):
+    import torch
+
+    from workloads.trace import capture_training_step, method_setup
+
+    model, loss_fn = method_setup("fedavg", "mobilenetv2", num_classes=classes, image_size=32, norm="bn")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-5, foreach=False)
+    x, y = torch.zeros(batch, 3, 32, 32), torch.arange(batch) % classes
+    return capture_training_step(model, x, y, loss_fn=loss_fn, optimizer=optimizer, model_name="mobilenetv2", method="fedavg")
 
 
 def main() -> int:
@@ -30,8 +40,8 @@ def main() -> int:
     parser.add_argument("trace", nargs="?", help="a captured trace (default: the synthetic MobileNetV2 step)")
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
-    trace = load_trace(args.trace) if args.trace else mobilenetv2_training_step(batch=64)
-    source = args.trace or "synthetic MobileNetV2, batch 64 (benchmarks/synthetic_trace.py)"
+    trace = load_trace(args.trace) if args.trace else captured_mobilenetv2_step()
+    source = args.trace or "captured MobileNetV2 FedAvg step, CIFAR-100, batch 64 (workloads.trace, meta device)"
     hw = HardwareConfig()
     times = []
     for _ in range(args.repeat):
