@@ -100,6 +100,7 @@ def gemm_fold_schedule(
             stores, reads = psum, psum * (fr > 0)
         loads = r * c + streamed + reads
     compute = np.full(fr.shape, fold_cycles(t, rows=rows, cols=cols, dataflow=dataflow), dtype=np.int64)
+    compute[-1] -= 1  # SCALE-Sim's count: the sum is systolic.gemm_cycles (see its docstring)
     return FoldSchedule(compute, loads * word_bytes, stores * word_bytes)
 
 
