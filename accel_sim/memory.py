@@ -42,7 +42,7 @@ class FoldSchedule:
     """One GEMM (or a sequence of GEMMs run back to back) as per-fold compute and traffic."""
 
     compute_cycles: np.ndarray  # per fold
-    load_bytes: np.ndarray  # per fold, DRAM -> chip
+    load_bytes: np.ndarray  # per fold, DRAM -> chip (float: a block-diagonal B moves fractions)
     store_bytes: np.ndarray  # per fold, chip -> DRAM
 
     @staticmethod
@@ -71,9 +71,15 @@ def gemm_fold_schedule(
     a_buffer_bytes: int,
     b_buffer_bytes: int,
     out_buffer_bytes: int,
+    b_density: float = 1.0,
 ) -> FoldSchedule:
     """Per-fold compute cycles, loaded and stored bytes of ``out[m x n] = A[m x k] . B[k x n]``
-    under the reuse rules of the module docstring. An empty GEMM has no folds."""
+    under the reuse rules of the module docstring. An empty GEMM has no folds.
+
+    ``b_density`` < 1 is for a block-diagonal B (groups packed by the ``block_diagonal`` mapping,
+    ``accel_sim.pricing``): its zero blocks are not fetched nor stored on chip, so every B
+    transfer and B's buffer footprint are scaled by the fraction of B that is non-zero (``1/p``
+    for ``p`` packed groups; exact over the whole GEMM, an average per fold)."""
     if m == 0 or n == 0 or k == 0:
         empty = np.zeros(0, dtype=np.int64)
         return FoldSchedule(empty, empty, empty)
@@ -85,23 +91,28 @@ def gemm_fold_schedule(
     c = np.minimum(cols, s_c - fc * cols)
     first_col_fold = fc == 0
     a_half, b_half, out_half = a_buffer_bytes // 2, b_buffer_bytes // 2, out_buffer_bytes // 2
+    b_bytes = word_bytes * b_density  # bytes per (dense) word of B
     if dataflow == "os":
         a_words = r * t if m * k * word_bytes > a_half else r * t * first_col_fold
-        b_words = c * t * (fr == 0) if min(cols, s_c) * t * word_bytes <= b_half else c * t
-        loads = a_words + b_words
-        stores = r * c
+        b_words = c * t * (fr == 0) if min(cols, s_c) * t * b_bytes <= b_half else c * t
+        loads = a_words * word_bytes + b_words * b_bytes
+        stores = r * c * word_bytes
     else:
-        streamed_half = a_half if dataflow == "ws" else b_half
-        streamed = r * t if s_r * t * word_bytes > streamed_half else r * t * first_col_fold
+        # WS: B stationary, A^T streamed; IS: A^T stationary, B streamed
+        stationary_bytes, streamed_bytes, streamed_half = (
+            (b_bytes, word_bytes, a_half) if dataflow == "ws" else (word_bytes, b_bytes, b_half)
+        )
+        streamed = r * t if s_r * t * streamed_bytes > streamed_half else r * t * first_col_fold
         psum = c * t
         if min(cols, s_c) * t * word_bytes <= out_half:
             stores, reads = psum * (fr == row_folds - 1), 0
         else:
             stores, reads = psum, psum * (fr > 0)
-        loads = r * c + streamed + reads
+        loads = r * c * stationary_bytes + streamed * streamed_bytes + reads * word_bytes
+        stores = stores * word_bytes
     compute = np.full(fr.shape, fold_cycles(t, rows=rows, cols=cols, dataflow=dataflow), dtype=np.int64)
     compute[-1] -= 1  # SCALE-Sim's count: the sum is systolic.gemm_cycles (see its docstring)
-    return FoldSchedule(compute, loads * word_bytes, stores * word_bytes)
+    return FoldSchedule(compute, np.asarray(loads, dtype=np.float64), np.asarray(stores, dtype=np.float64))
 
 
 @dataclass(frozen=True)
@@ -120,8 +131,7 @@ def pipelined_cycles(schedule: FoldSchedule, *, bytes_per_cycle: float, latency_
     compute = schedule.compute_cycles
     if compute.size == 0:
         return Timing(0, 0, 0, 0, 0)
-    loads = schedule.load_bytes.astype(np.float64)
-    stores = schedule.store_bytes.astype(np.float64)
+    loads, stores = schedule.load_bytes, schedule.store_bytes
     overlapped = np.zeros_like(loads)
     overlapped[:-1] += loads[1:]
     overlapped[1:] += stores[:-1]
@@ -133,8 +143,8 @@ def pipelined_cycles(schedule: FoldSchedule, *, bytes_per_cycle: float, latency_
         compute_cycles=compute_total,
         stall_cycles=total_cycles - compute_total,
         total_cycles=total_cycles,
-        read_bytes=int(schedule.load_bytes.sum()),
-        write_bytes=int(schedule.store_bytes.sum()),
+        read_bytes=round(float(schedule.load_bytes.sum())),
+        write_bytes=round(float(schedule.store_bytes.sum())),
     )
 
 

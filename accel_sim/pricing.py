@@ -4,7 +4,8 @@ unit, linear algebra, and nothing for metadata ops.
 * GEMM (``GemmWork``): priced with its role's dataflow (``HardwareConfig.dataflow(role)``), fold
   by fold with ``accel_sim.memory``. ``groups > 1`` (grouped / depthwise convolution) follows
   ``HardwareConfig.grouped_mapping`` (``per_group`` or ``block_diagonal``, see
-  ``accel_sim.hardware.GROUPED_MAPPINGS``); the groups run back to back in one pipeline.
+  ``accel_sim.hardware.GROUPED_MAPPINGS``); the groups run back to back in one pipeline. Packed
+  groups' block-diagonal B moves only its non-zero blocks (``b_density`` in ``accel_sim.memory``).
 * Vector (``VectorWork``): ``ceil(elements / special-unit throughput of its kind)`` cycles,
   streaming every input tensor from DRAM and every output tensor back (no fusion with the
   neighbouring op: each traced op is one pass over memory, as the trace lists it). The optimizer
@@ -53,10 +54,11 @@ def packing_factor(n: int, k: int, groups: int, *, rows: int, cols: int, dataflo
 def gemm_schedule(work: GemmWork, hw: HardwareConfig, dataflow: str) -> FoldSchedule:
     """The fold sequence the array runs for a (possibly grouped) GEMM."""
 
-    def one(m: int, n: int, k: int) -> FoldSchedule:
+    def one(m: int, n: int, k: int, packed_groups: int = 1) -> FoldSchedule:
         return gemm_fold_schedule(
             m, n, k, rows=hw.rows, cols=hw.cols, dataflow=dataflow, word_bytes=hw.word_bytes,
             a_buffer_bytes=hw.a_buffer_bytes, b_buffer_bytes=hw.b_buffer_bytes, out_buffer_bytes=hw.out_buffer_bytes,
+            b_density=1 / packed_groups,
         )
 
     m, n, k, groups = work.m, work.n, work.k, work.groups
@@ -64,9 +66,9 @@ def gemm_schedule(work: GemmWork, hw: HardwareConfig, dataflow: str) -> FoldSche
         return one(m, n, k).repeat(groups)
     p = packing_factor(n, k, groups, rows=hw.rows, cols=hw.cols, dataflow=dataflow)
     full, rest = divmod(groups, p)
-    parts = [one(m, p * n, p * k).repeat(full)]
+    parts = [one(m, p * n, p * k, p).repeat(full)]
     if rest:
-        parts.append(one(m, rest * n, rest * k))
+        parts.append(one(m, rest * n, rest * k, rest))
     return FoldSchedule.concat(parts)
 
 

@@ -144,6 +144,11 @@ def test_grouped_mappings():
     packed = price_work(work, hw.with_(grouped_mapping="block_diagonal"))
     assert packed.timing.compute_cycles == 51
     assert packed.macs == 8 * 1 * 2 * 5  # useful MACs only
+    # the zero blocks of the packed B are not moved: with buffers that hold everything, both
+    # mappings read A (8 x 2 x 5 = 80 words) and B (2 x 1 x 5 = 10 words) once = 360 B and write
+    # the 8 x 1 x 5 = 40 output words once = 160 B
+    for cost in (price_work(work, hw), packed):
+        assert (cost.timing.read_bytes, cost.timing.write_bytes) == (360, 160)
     # OS packs along columns only: p = 4 // 1 = 4; IS along rows only: p = 4 // 2 = 2
     assert packing_factor(1, 2, 5, rows=4, cols=4, dataflow="os") == 4
     assert packing_factor(1, 2, 5, rows=4, cols=4, dataflow="is") == 2
