@@ -111,7 +111,6 @@ def gemm_fold_schedule(
         loads = r * c * stationary_bytes + streamed * streamed_bytes + reads * word_bytes
         stores = stores * word_bytes
     compute = np.full(fr.shape, fold_cycles(t, rows=rows, cols=cols, dataflow=dataflow), dtype=np.int64)
-    compute[-1] -= 1  # SCALE-Sim's count: the sum is systolic.gemm_cycles (see its docstring)
     return FoldSchedule(compute, np.asarray(loads, dtype=np.float64), np.asarray(stores, dtype=np.float64))
 
 

@@ -36,15 +36,8 @@ Per-fold timeline (cycles counted from 0; ``R = rows``, ``C = cols``):
 * IS (``fold_cycles = 2R + C + T - 2``): the same as WS with A^T's ``R x C`` block stationary and
   B streamed (``T = N``).
 
-``gemm_cycles = folds * fold_cycles - 1``: exactly SCALE-Sim 3.0's "Total Cycles" for the GEMM
-when no memory stall occurs. The ``- 1`` is SCALE-Sim's counting, not the array's: SCALE-Sim
-reports the (0-based) index of the cycle in which the GEMM's last output is written, which is one
-less than the number of cycles the array is busy (``folds * fold_cycles``, what the cycle-stepping
-reference counts). It is one cycle per GEMM, not per fold, so it never matters for cost; we keep
-it so that our numbers and SCALE-Sim's compare exactly (measured on 42 shapes x 3 dataflows
-while writing this module, and recorded under ``tests/data/scalesim``). One consequence: on a
-1 x 1 array SCALE-Sim's count would be one cycle under the roofline ``m n k``; every array with
-``rows + cols >= 3`` stays at or above it. A GEMM with a zero dimension takes 0 cycles.
+``gemm_cycles = folds * fold_cycles``: SCALE-Sim's compute cycles (its total cycles when no
+memory stall occurs). A GEMM with a zero dimension does no work and takes 0 cycles.
 ``tests/test_systolic.py`` proves these closed forms against a register-level cycle-stepping
 simulation of the array, and ``tests/test_scalesim_agreement.py`` against SCALE-Sim's own outputs.
 """
@@ -91,13 +84,12 @@ def fold_cycles(t: int, *, rows: int, cols: int, dataflow: str) -> int:
 
 
 def gemm_cycles(m: int, n: int, k: int, *, rows: int, cols: int, dataflow: str) -> int:
-    """Compute cycles of ``out[m x n] = A[m x k] . B[k x n]`` on a ``rows x cols`` array, as
-    SCALE-Sim 3.0 reports them: ``ceil(S_R / rows) * ceil(S_C / cols) * fold_cycles(T) - 1`` with
-    ``(S_R, S_C, T) = map_gemm(m, n, k, dataflow)`` (the ``- 1``: see the module docstring).
-    0 if any dimension is 0.
+    """Compute cycles of ``out[m x n] = A[m x k] . B[k x n]`` on a ``rows x cols`` array:
+    ``ceil(S_R / rows) * ceil(S_C / cols) * fold_cycles(T)`` with ``(S_R, S_C, T) =
+    map_gemm(m, n, k, dataflow)``. Equals SCALE-Sim 3.0's compute cycles. 0 if any dimension is 0.
 
     Example (4 x 4 array, OS, m=10, n=6, k=5): folds = ceil(10/4) * ceil(6/4) = 3 * 2 = 6,
-    fold = 4 + 4 + 5 - 2 = 11 cycles, 6 * 11 - 1 = 65 (SCALE-Sim 3.0 reports 65).
+    fold = 4 + 4 + 5 - 2 = 11 cycles, total 66.
     """
     _check(rows, cols, dataflow)
     if min(m, n, k) < 0:
@@ -106,7 +98,7 @@ def gemm_cycles(m: int, n: int, k: int, *, rows: int, cols: int, dataflow: str) 
         return 0
     s_r, s_c, t = map_gemm(m, n, k, dataflow)
     row_folds, col_folds = fold_counts(s_r, s_c, rows=rows, cols=cols)
-    return row_folds * col_folds * fold_cycles(t, rows=rows, cols=cols, dataflow=dataflow) - 1
+    return row_folds * col_folds * fold_cycles(t, rows=rows, cols=cols, dataflow=dataflow)
 
 
 def gemm_summary(m: int, n: int, k: int, *, rows: int, cols: int, dataflow: str) -> dict:
