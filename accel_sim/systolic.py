@@ -36,10 +36,15 @@ Per-fold timeline (cycles counted from 0; ``R = rows``, ``C = cols``):
 * IS (``fold_cycles = 2R + C + T - 2``): the same as WS with A^T's ``R x C`` block stationary and
   B streamed (``T = N``).
 
-``gemm_cycles = folds * fold_cycles``: SCALE-Sim's compute cycles (its total cycles when no
-memory stall occurs). A GEMM with a zero dimension does no work and takes 0 cycles.
-``tests/test_systolic.py`` proves these closed forms against a register-level cycle-stepping
-simulation of the array, and ``tests/test_scalesim_agreement.py`` against SCALE-Sim's own outputs.
+``gemm_cycles = folds * fold_cycles``: the cycles the array is busy with the GEMM. SCALE-Sim 3.0
+reports exactly one less as the GEMM's "Total Cycles" (with zero memory stalls): it prints
+``max(ofmap_serviced_cycles)``, the 0-based *index* of the cycle in which the last output is
+written (``scalesim/memory/double_buffered_scratchpad_mem.py``), not a count. So
+``gemm_cycles == SCALE-Sim "Total Cycles" + 1`` for every GEMM (one per GEMM, not per fold; a
+depthwise layer that SCALE-Sim splits into ``C`` single-channel layers differs by ``C``).
+``tests/test_scalesim_agreement.py`` checks this exactly on SCALE-Sim's recorded outputs, and
+``tests/test_systolic.py`` proves the closed form against a register-level cycle-stepping
+simulation of the array. A GEMM with a zero dimension does no work and takes 0 cycles.
 """
 
 from __future__ import annotations
@@ -86,10 +91,11 @@ def fold_cycles(t: int, *, rows: int, cols: int, dataflow: str) -> int:
 def gemm_cycles(m: int, n: int, k: int, *, rows: int, cols: int, dataflow: str) -> int:
     """Compute cycles of ``out[m x n] = A[m x k] . B[k x n]`` on a ``rows x cols`` array:
     ``ceil(S_R / rows) * ceil(S_C / cols) * fold_cycles(T)`` with ``(S_R, S_C, T) =
-    map_gemm(m, n, k, dataflow)``. Equals SCALE-Sim 3.0's compute cycles. 0 if any dimension is 0.
+    map_gemm(m, n, k, dataflow)``; SCALE-Sim 3.0 reports this minus one (its last cycle's index,
+    module docstring). 0 if any dimension is 0.
 
     Example (4 x 4 array, OS, m=10, n=6, k=5): folds = ceil(10/4) * ceil(6/4) = 3 * 2 = 6,
-    fold = 4 + 4 + 5 - 2 = 11 cycles, total 66.
+    fold = 4 + 4 + 5 - 2 = 11 cycles, total 66 (SCALE-Sim 3.0 prints "Total Cycles" 65).
     """
     _check(rows, cols, dataflow)
     if min(m, n, k) < 0:
