@@ -1,7 +1,7 @@
 """``CostReport``: what a trace costs on the modeled accelerator, op by op, with totals and queries.
 
-Units: cycles of the accelerator's clock, bytes of DRAM traffic, MACs (one multiply-add; FLOPs =
-2 x MACs, only through ``flops``). Utilization is against the roofline of ``rows x cols`` MACs per
+Units: cycles of the accelerator's clock, bytes of DRAM traffic, MACs (one multiply-add; we
+never print FLOPs). Utilization is against the roofline of ``rows x cols`` MACs per
 cycle: ``macs / (total_cycles x rows x cols)``.
 """
 
@@ -12,11 +12,6 @@ from typing import Any, Iterable
 
 from accel_sim.hardware import HardwareConfig
 from accel_sim.lifetimes import PeakMemory
-
-
-def flops(macs: int) -> int:
-    """FLOPs = 2 x MACs (one multiply and one add)."""
-    return 2 * macs
 
 
 @dataclass(frozen=True)
