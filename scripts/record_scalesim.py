@@ -8,7 +8,7 @@ the project)::
     python3 -m venv /work/wt/_scalesim_venv
     /work/wt/_scalesim_venv/bin/pip install scalesim==3.0.0 'numpy<2.3'    # numpy 2.2.6 was used
     /work/wt/_scalesim_venv/bin/python scripts/record_scalesim.py gemm         # ~40 s
-    /work/wt/_scalesim_venv/bin/python scripts/record_scalesim.py mobilenetv2  # ~130 s, timed
+    /work/wt/_scalesim_venv/bin/python scripts/record_scalesim.py mobilenetv2  # ~150 s, timed
 
 ``gemm`` writes ``tests/data/scalesim/gemm_cycles.csv``: every shape of ``GEMM_SHAPES`` under the
 three dataflows on the 32x64 array, and every shape of ``SMALL_ARRAY_SHAPES`` on 8x16 and 16x8
@@ -316,7 +316,9 @@ def mobilenetv2_cifar_layers() -> list[ConvLayer]:
 
     Stem Conv(3, 32, k=3, s=1) (padding 1, as every 3x3 conv of the table), then inverted-residual
     blocks (expand 1x1, depthwise 3x3, project 1x1; block B1's expansion is a 32->32 1x1 conv as in
-    the table), Conv(320, 1280, k=1), average pool, FC(1280, 100, bias=False).
+    the table), Conv(320, 1280, k=1), average pool, FC(1280, 100, bias=False). The table lists
+    the main path only; like workloads/models.py (kuangliu/pytorch-cifar) a stride-1 block whose
+    width changes adds a 1x1 shortcut conv (B1.0, B2.0, B5.0, B7.0 at 32x32).
     """
     # (expansion t, out channels c, repeats, first stride s) per stage B1..B7, Tab. 14.
     stages = [(1, 16, 1, 1), (6, 24, 2, 1), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
@@ -333,6 +335,8 @@ def mobilenetv2_cifar_layers() -> list[ConvLayer]:
             layers.append(dw)
             h = dw.h_out
             layers.append(ConvLayer(f"{prefix}.project", "conv", hidden, c_out, 1, 1, h))
+            if stride == 1 and c_in != c_out:
+                layers.append(ConvLayer(f"{prefix}.shortcut", "conv", c_in, c_out, 1, 1, h))
             c_in = c_out
     layers.append(ConvLayer("conv2", "conv", 320, 1280, 1, 1, h))
     layers.append(ConvLayer("classifier", "linear", 1280, 100, 1, 1, 1))
@@ -355,6 +359,7 @@ def cmd_mobilenetv2(out_dir: Path) -> int:
         gemms += [Gemm(m, n, k, layer.kind, layer.name)] * count
         owner += [index] * count
     recorded, wall_s = [], 0.0
+    load_before = os.getloadavg()[0]
     for start in range(0, len(gemms), MAX_LAYERS_PER_RUN):
         result, seconds = run_scalesim(gemms[start:start + MAX_LAYERS_PER_RUN], rows=rows,
                                        cols=cols, dataflow=dataflow)
@@ -383,7 +388,8 @@ def cmd_mobilenetv2(out_dir: Path) -> int:
                 "0.F.1 Tab. 14), 32x32 input, batch 1, measured once",
         "command": "/work/wt/_scalesim_venv/bin/python scripts/record_scalesim.py mobilenetv2",
         "versions": versions(),
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                    "load_avg_1min_before": load_before, "load_avg_1min_after": os.getloadavg()[0]},
         "array_rows": rows, "array_cols": cols, "dataflow": dataflow,
         "depthwise": "one single-channel GEMM per channel (m = P*Q, n = 1, k = 9), as SCALE-Sim "
                      "splits depthwise ('DP') layers",
