@@ -25,7 +25,7 @@ from torch import nn
 from workloads.fl.hparams import Hparams
 from workloads.fl.methods import MethodConfig
 from workloads.fl.methods.base import RoundContext
-from workloads.fl.methods.spherefed import apply_spherefed, mse_onehot_loss
+from workloads.fl.methods.spherefed import apply_spherefed, mse_onehot_loss, one_hot_like
 
 
 def loss_function(method: MethodConfig) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
@@ -36,7 +36,7 @@ def loss_function(method: MethodConfig) -> Callable[[torch.Tensor, torch.Tensor]
 def per_sample_loss(method: MethodConfig) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     """The same loss without the batch mean (CCVR weights virtual samples)."""
     if method.spherefed:
-        return lambda o, y: ((o - F.one_hot(y, o.shape[1]).to(o.dtype)) ** 2).mean(1)
+        return lambda o, y: ((o - one_hot_like(o, y)) ** 2).mean(1)
     return lambda o, y: F.cross_entropy(o, y, reduction="none")
 
 

@@ -53,6 +53,7 @@ class RunResult:
     history: tuple[dict, ...]  # per round: round, lr, clients, mean_loss, accuracy (or None)
     transfers: tuple[Transfer, ...]
     samples_trained: int  # local training samples processed over the run
+    weights: dict = field(repr=False, compare=False, default_factory=dict)  # final global state
 
 
 def cosine_lr(lr: float, lr_min: float, round: int, rounds: int) -> float:
@@ -189,7 +190,8 @@ def run_method(method: MethodConfig, *, model_fn: Callable[[], nn.Module], train
         before = accuracy
         accuracy = _calibrate(method, global_model, client_data, test, hp, seed=seed,
                               round=rounds + 1, transfers=transfers)
-    return RunResult(method.name, accuracy, before, tuple(history), tuple(transfers), samples)
+    final = {k: v.detach().clone() for k, v in global_model.state_dict().items()}
+    return RunResult(method.name, accuracy, before, tuple(history), tuple(transfers), samples, final)
 
 
 def _calibrate(method: MethodConfig, model: nn.Module, client_data, test, hp: Hparams, *,

@@ -20,7 +20,6 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from workloads.fl.hparams import Hparams
@@ -34,7 +33,7 @@ def ffc_client_statistics(model: nn.Module, batches: Iterable[tuple[torch.Tensor
     with torch.no_grad():
         for x, y in batches:
             z = model.features(x).to(dtype)
-            y_hot = F.one_hot(y, num_classes).to(dtype)
+            y_hot = torch.zeros(len(y), num_classes, dtype=dtype, device=z.device).scatter_(1, y[:, None], 1.0)
             v = z.T @ z if v is None else v + z.T @ z
             u = z.T @ y_hot if u is None else u + z.T @ y_hot
     if v is None:

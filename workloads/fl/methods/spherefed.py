@@ -32,10 +32,15 @@ def orthonormal_classifier(num_classes: int, feature_dim: int, *, seed: int) -> 
     return q.T.contiguous().to(torch.float32)
 
 
+def one_hot_like(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """one_hot(y) with the logits' shape and dtype, by ``scatter`` (``F.one_hot`` runs a range
+    check that reads the labels on CPU but not on ``meta``, so the two traces would differ)."""
+    return torch.zeros_like(logits).scatter_(1, targets.unsqueeze(1), 1.0)
+
+
 def mse_onehot_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Eq. 5 averaged over the batch: mean_b (1/C) sum_i (o_bi - 1(i = y_b))^2."""
-    one_hot = F.one_hot(targets, logits.shape[1]).to(logits.dtype)
-    return F.mse_loss(logits, one_hot)
+    return F.mse_loss(logits, one_hot_like(logits, targets))
 
 
 def apply_spherefed(model: nn.Module, *, seed: int) -> None:
