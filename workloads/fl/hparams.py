@@ -63,12 +63,11 @@ class FLConfig:
     num_clients: int = 10  # K, Sec. 5.1
     rounds: int = 100  # Tab. 16
     participation: float = 1.0  # fraction of clients sampled per round (Sec. 5.1: all 10)
-    partition: str = "dirichlet"  # "dirichlet" | "iid" | "fedcos" | "dispatch"
+    partition: str = "dirichlet"  # a key of workloads.fl.partition.PARTITIONS
     alpha: float = 0.5  # Dirichlet concentration (Tab. 2 columns: 0.5, 0.1)
     non_iid_fraction: float = 1.0  # FedCos splits: 1.0, 0.9, 0.7
     classes_per_client: int = 2  # dispatch split
     min_client_size: int = 10  # NIID-Bench convention (NOTES.md)
-    holdout_fraction: float = 0.0  # 0.15 = the paper's validation hold-out (Sec. 5.1), tuning only
     eval_every: int = 0  # evaluate the global model every N rounds (0: only after the last)
     seed: int = 0
 
@@ -77,8 +76,6 @@ class FLConfig:
             raise ValueError("num_clients and rounds must be >= 1")
         if not 0.0 < self.participation <= 1.0:
             raise ValueError(f"participation must be in (0, 1], got {self.participation!r}")
-        if not 0.0 <= self.holdout_fraction < 1.0:
-            raise ValueError(f"holdout_fraction must be in [0, 1), got {self.holdout_fraction!r}")
 
 
 def from_mapping(cls: type, values: Mapping[str, Any], *, where: str) -> Any:

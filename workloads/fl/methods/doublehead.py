@@ -12,9 +12,10 @@ client model. The server has no local head, so the global model's accuracy on th
 Algorithm 2 (gradual sharing): in phase p only layers 1..p (shallow to deep) are shared; one more
 layer is released every F = ``share_every_rounds`` rounds, p = min(1 + (t - 1) // F, L). Layers
 not yet shared stay on the clients (each keeps its own copy between rounds) and at their
-initial value on the server. A "layer" is a module owning parameters, in state_dict order (a
-convolution and its normalization are two layers), the global head being the last. F = 0 shares
-every layer from round 1 (plain double head).
+initial value on the server. A "layer" is a convolution or linear module together with the
+normalization after it (the paper's layers are "conv + pooling" and fully connected layers), in
+state_dict order, the global head being the last. F = 0 shares every layer from round 1 (plain
+double head).
 """
 
 from __future__ import annotations
@@ -29,14 +30,20 @@ LOCAL_HEAD = "local_classifier"
 
 
 def sharing_layers(model: nn.Module) -> list[list[str]]:
-    """State_dict keys grouped by owning module, shallow to deep, local head excluded."""
-    layers: dict[str, list[str]] = {}
+    """State_dict keys grouped into layers, shallow to deep, local head excluded: a new layer
+    starts at each convolution or linear module; normalization state joins the layer before it."""
+    layers: list[list[str]] = []
+    owner_seen = None
     for key in model.state_dict():
-        module = key.rsplit(".", 1)[0]
-        if module.split(".")[0] == LOCAL_HEAD:
+        owner = key.rsplit(".", 1)[0]
+        if owner.split(".")[0] == LOCAL_HEAD:
             continue
-        layers.setdefault(module, []).append(key)
-    return list(layers.values())
+        starts = isinstance(model.get_submodule(owner), (nn.modules.conv._ConvNd, nn.Linear))
+        if not layers or (starts and owner != owner_seen):
+            layers.append([])
+        layers[-1].append(key)
+        owner_seen = owner
+    return layers
 
 
 def sharing_phase(round: int, share_every_rounds: int, num_layers: int) -> int:
