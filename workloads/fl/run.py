@@ -1,7 +1,7 @@
 """CLI: accuracy and communication of FL methods under one preset.
 
     python -m workloads.fl.run --preset small [--methods fedavg,spherefed+ffc] [--seed 0]
-                               [--data-dir DIR] [--rounds N] [--out DIR] [--progress]
+                               [--data-dir DIR] [--rounds N] [--out DIR] [--threads N] [--progress]
 
 ``--preset`` is a name under ``configs/presets/`` or a path to a TOML file with tables
 ``[run]`` (``FLConfig`` fields plus ``methods``, the default method list), ``[hparams]`` (defaults
@@ -140,6 +140,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=int, help="overrides the preset's number of rounds")
     p.add_argument("--data-dir", help="folder holding the dataset (not needed for digits)")
     p.add_argument("--out", help="output folder (default results/fl/<preset>-seed<seed>)")
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice); 1 avoids "
+                   "OpenMP stalls when other processes share a small CPU")
     p.add_argument("--progress", action="store_true", help="show a progress bar per method (stderr)")
     return p
 
@@ -162,6 +164,10 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
     from workloads.fl.partition import save_partition_summary
     from workloads.models import build_model
 
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
     name, cfg, default_methods, hp0, overrides = load_preset(args.preset)
     changes = {k: v for k, v in (("seed", args.seed), ("rounds", args.rounds)) if v is not None}
     cfg = FLConfig(**{**asdict(cfg), **changes})
@@ -197,7 +203,8 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
               + (f" (before calibration {r.accuracy_before_calibration:.4f})" if method.calibration else "")
               + f"  total {results[method.name]['comm']['total_bytes']:,} B  {elapsed:.1f} s", file=sys.stderr)
     doc = {"preset": name, "command": "python -m workloads.fl.run " + " ".join(argv),
-           "git_commit": git_commit(), "torch": torch.__version__, "dataset_note": train.note,
+           "git_commit": git_commit(), "torch": torch.__version__,
+           "torch_threads": torch.get_num_threads(), "dataset_note": train.note,
            "test_note": test.note, "config": asdict(cfg), "hparams": {k: asdict(v) for k, v in method_hps.items()},
            "partition_sizes": [int(len(p)) for p in parts], "methods": results}
     save_partition_summary(out / "partition.csv", labels, parts, train.num_classes)
