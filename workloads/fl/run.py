@@ -89,7 +89,7 @@ def git_commit() -> str:
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
                              cwd=Path(__file__).parent, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True,
                                cwd=Path(__file__).parent, check=True).stdout.strip()
         return out + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
