@@ -165,3 +165,16 @@ def test_bad_hparams_rejected():
         Hparams(momentum=1.5)
     with pytest.raises(ValueError, match="lr"):
         Hparams(lr=0)
+
+
+def test_fedavg_equals_a_bare_pytorch_fedavg():
+    """Cross-check against the independent minimal loop of benchmarks/bench_fl_loop.py."""
+    from benchmarks.bench_fl_loop import bare_fedavg
+
+    cfg = FLConfig(**{**CFG.__dict__, "participation": 1.0})
+    ours = run("fedavg", cfg=cfg)
+    samples, accuracy, state = bare_fedavg(TinyNet, TRAIN, TEST, PARTS, cfg.rounds, HP, cfg.seed)
+    assert samples == ours.samples_trained and accuracy == ours.accuracy
+    for key, value in state.items():
+        if value.dtype.is_floating_point:
+            assert torch.equal(ours.weights[key], value), key
