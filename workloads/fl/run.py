@@ -143,7 +143,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="output folder (default results/fl/<preset>-seed<seed>)")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice); 1 avoids "
                    "OpenMP stalls when other processes share a small CPU")
-    p.add_argument("--progress", action="store_true", help="show a progress bar per method (stderr)")
+    p.add_argument("--progress", action="store_true",
+                   help="show a progress bar per method on stderr (default: when stderr is a terminal)")
     return p
 
 
@@ -190,7 +191,8 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
         hp = method_hparams(method, hp0, overrides)
         start = time.perf_counter()
         r = run_method(method, model_fn=model_fn(method.spherefed), train=train, test=test,
-                       parts=parts, cfg=cfg, hp=hp, progress=args.progress)
+                       parts=parts, cfg=cfg, hp=hp,
+                       progress=args.progress or sys.stderr.isatty())
         elapsed = time.perf_counter() - start
         probe = prepare_model(model_fn(method.spherefed)(), method, seed=cfg.seed)
         results[method.name] = {
