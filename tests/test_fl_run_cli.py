@@ -1,0 +1,78 @@
+"""The CLI writes complete outputs and fails cleanly on bad input."""
+
+import json
+
+import torch
+
+from workloads.fl.run import load_preset, main, method_hparams
+from workloads.fl.methods import parse_method
+
+TINY = """
+[run]
+dataset = "digits"
+image_size = 16
+model = "convnet"
+num_clients = 3
+rounds = 1
+partition = "iid"
+methods = ["fedavg", "spherefed+ffc"]
+
+[hparams]
+lr = 0.05
+local_epochs = 1
+batch_size = 64
+
+[methods.spherefed]
+lr = 0.25
+
+[methods."fedavg+spherefed+ffc"]
+ffc_ridge = 0.001
+"""
+
+
+def test_cli_writes_results(tmp_path):
+    preset = tmp_path / "tiny.toml"
+    preset.write_text(TINY)
+    threads = torch.get_num_threads()
+    try:
+        assert main(["--preset", str(preset), "--out", str(tmp_path / "out"), "--threads", "1"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    doc = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert set(doc["methods"]) == {"fedavg", "fedavg+spherefed+ffc"}
+    for m in doc["methods"].values():
+        assert {k: m["comm"][k] for k in m["comm_closed_form"]} == m["comm_closed_form"]
+    assert "digits" in doc["dataset_note"] and doc["git_commit"]
+    assert doc["hparams"]["fedavg+spherefed+ffc"]["lr"] == 0.25
+    assert doc["hparams"]["fedavg+spherefed+ffc"]["ffc_ridge"] == 0.001
+    for name in ("accuracy.csv", "ledger.csv", "partition.csv"):
+        assert (tmp_path / "out" / name).stat().st_size > 0
+    assert not list((tmp_path / "out").glob(".*tmp"))
+
+
+def test_cli_rejects_bad_input(tmp_path, capsys):
+    preset = tmp_path / "tiny.toml"
+    preset.write_text(TINY)
+    assert main(["--preset", str(preset), "--methods", "fedsgd", "--out", str(tmp_path / "o")]) == 2
+    assert "unknown method" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+    assert main(["--preset", "no-such-preset"]) == 2
+    assert "known presets" in capsys.readouterr().err
+    bad = tmp_path / "bad.toml"
+    bad.write_text(TINY.replace("lr = 0.05", "lr = 0.05\nlearning_rate = 1"))
+    assert main(["--preset", str(bad)]) == 2
+    assert "learning_rate" in capsys.readouterr().err
+
+
+def test_shipped_presets_load():
+    name, cfg, methods, hp, overrides = load_preset("paper")
+    assert (cfg.num_clients, cfg.rounds, hp.local_epochs, hp.batch_size) == (10, 100, 10, 64)  # Tab. 16
+    assert (hp.momentum, hp.weight_decay) == (0.9, 1e-5)
+    assert method_hparams(parse_method("fedopt"), hp, overrides).server_momentum == 0.3
+    assert method_hparams(parse_method("fedopt+spherefed+ffc"), hp, overrides).lr == 0.5
+    for m in methods:
+        parse_method(m)
+    name, cfg, methods, hp, overrides = load_preset("small")
+    assert cfg.dataset == "digits"
+    for m in methods:
+        parse_method(m)

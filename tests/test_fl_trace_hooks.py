@@ -1,0 +1,72 @@
+"""The FL loop's own training step and calibration run under the trace capture on ``meta``."""
+
+import pytest
+import torch
+
+from workloads.fl.hparams import Hparams
+from workloads.fl.local import client_trainer, per_sample_loss, prepare_model
+from workloads.fl.methods import CALIBRATIONS, parse_method
+from workloads.fl.methods.ccvr import class_batches
+from workloads.models import build_model
+from workloads.trace import capture
+
+HP = Hparams(lr=0.1, batch_size=8)
+
+
+def meta_step_trace(name, *, direction=False):
+    method = parse_method(name)
+    model = prepare_model(build_model("convnet", num_classes=10, image_size=16, spherefed=method.spherefed),
+                          method, seed=0).to("meta")
+    state = model.state_dict()
+    d = {n: torch.empty_like(p) for n, p in model.named_parameters() if p.requires_grad} if direction else None
+    trainer = client_trainer(model, state, HP, method, round=2, direction=d)
+    x = torch.empty(8, 3, 16, 16, device="meta")
+    y = torch.empty(8, dtype=torch.long, device="meta")
+    trainer.step(x, y)  # warm-up: SGD creates its momentum buffers on the first step
+    return capture(trainer.step, x, y, model=model, method=name, batch_size=8).trace
+
+
+def classifier_gemms(trace, role):
+    return [op for op in trace.ops if op.layer == "classifier" and op.work.kind == "gemm" and op.work.role == role]
+
+
+def test_spherefed_step_has_no_classifier_weight_gradient():
+    fedavg, sphere = meta_step_trace("fedavg"), meta_step_trace("spherefed")
+    # FedAvg: dW of the 10 x 256 classifier at batch 8: m = 10, n = 256, k = 8 (docs/architecture.md)
+    (dw,) = classifier_gemms(fedavg, "dw")
+    assert (dw.work.m * dw.work.n * dw.work.k) == 10 * 256 * 8
+    assert classifier_gemms(sphere, "dw") == []
+    assert len(classifier_gemms(sphere, "fwd")) == 1 and len(classifier_gemms(sphere, "dx")) == 1
+    assert not [op for op in sphere.ops if op.phase == "update" and op.layer == "classifier"]
+    assert [op for op in fedavg.ops if op.phase == "update" and op.layer == "classifier"]
+
+
+@pytest.mark.parametrize("name", ["fedprox", "fedcos", "doublehead", "fedbabu"])
+def test_penalized_and_headed_steps_capture_on_meta(name):
+    trace = meta_step_trace(name, direction=(name == "fedcos"))
+    base = meta_step_trace("fedavg")
+    assert {op.phase for op in trace.ops} >= {"fwd", "bwd", "update"}
+    if name in ("fedprox", "fedcos", "doublehead"):  # the penalty / second head adds work
+        assert len(trace.ops) > len(base.ops)
+    if name == "doublehead":
+        assert [op for op in trace.ops if op.layer == "local_classifier" and op.work.kind == "gemm"]
+
+
+@pytest.mark.parametrize("name", ["spherefed+ffc", "ccvr"])
+def test_calibration_hooks_capture_on_meta(name):
+    method = parse_method(name)
+    hp = Hparams(batch_size=8, ccvr_virtual_per_class=4, ccvr_epochs=1)
+    model = prepare_model(build_model("convnet", num_classes=10, image_size=16, spherefed=method.spherefed),
+                          method, seed=0).to("meta").eval()
+    calib = CALIBRATIONS[method.calibration]
+    x = torch.empty(8, 3, 16, 16, device="meta")
+    y = torch.zeros(8, dtype=torch.long, device="meta")
+    client = capture(calib.client_statistics, model, [(x, y)], num_classes=10, hp=hp, model=model,
+                     default_phase="calibration").trace
+    stats = calib.client_statistics(model, [(x, y)], num_classes=10, hp=hp)
+    server = capture(calib.server_calibrate, [stats, stats], classifier_weight=model.classifier.weight,
+                     loss_fn=per_sample_loss(method), hp=hp, default_phase="calibration").trace
+    assert {op.phase for op in client.ops} == {"calibration"}
+    assert [op for op in client.ops if op.work.kind == "gemm"]
+    kinds = {op.work.kind for op in server.ops}
+    assert ("linalg" in kinds) if name.endswith("ffc") else ("gemm" in kinds)

@@ -1,0 +1,224 @@
+"""CLI: accuracy and communication of FL methods under one preset.
+
+    python -m workloads.fl.run --preset small [--methods fedavg,spherefed+ffc] [--seed 0]
+                               [--data-dir DIR] [--rounds N] [--out DIR] [--threads N] [--progress]
+
+``--preset`` is a name under ``configs/presets/`` or a path to a TOML file with tables
+``[run]`` (``FLConfig`` fields plus ``methods``, the default method list), ``[hparams]`` (defaults
+for every method) and ``[methods.<name>]`` (overrides, applied in this order: the base algorithm,
+``spherefed`` for any SphereFed variant, the calibration, then the full method name).
+
+Writes into ``--out`` (default ``results/fl/<preset>-seed<seed>``), each file to a temporary name
+then renamed: ``results.json`` (accuracy per method, per-round history, ledger totals beside the
+closed forms, resolved config, command, git commit, dataset note), ``accuracy.csv``,
+``ledger.csv`` (every transfer) and ``partition.csv`` (samples per client per class).
+Errors (unknown method, bad preset value, missing data) print one message and exit with 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from workloads.fl.comm import closed_form_bytes, ledger_totals, tensor_bytes
+from workloads.fl.hparams import FLConfig, Hparams, from_mapping, override
+from workloads.fl.methods import MethodConfig, parse_method
+
+PRESET_DIR = Path(__file__).resolve().parents[2] / "configs" / "presets"
+
+
+def load_preset(preset: str) -> tuple[str, FLConfig, list[str], Hparams, dict[str, dict]]:
+    """(name, FLConfig, default methods, default Hparams, per-method overrides) of a preset."""
+    path = Path(preset) if preset.endswith(".toml") else PRESET_DIR / f"{preset}.toml"
+    if not path.is_file():
+        known = sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
+        raise ValueError(f"preset {preset!r} not found (looked for {path}); known presets: {known}")
+    try:
+        doc = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise ValueError(f"{path}: not valid TOML: {err}") from err
+    unknown = sorted(set(doc) - {"run", "hparams", "methods"})
+    if unknown:
+        raise ValueError(f"{path}: unknown table(s) {unknown}; expected [run], [hparams], [methods.<name>]")
+    run = dict(doc.get("run", {}))
+    methods = run.pop("methods", ["fedavg"])
+    cfg = from_mapping(FLConfig, run, where=f"{path} [run]")
+    hp = from_mapping(Hparams, doc.get("hparams", {}), where=f"{path} [hparams]")
+    overrides = doc.get("methods", {})
+    for name, table in overrides.items():
+        override(hp, table, where=f"{path} [methods.{name}]")  # validate now, not mid-run
+    return path.stem, cfg, list(methods), hp, overrides
+
+
+def method_hparams(method: MethodConfig, hp: Hparams, overrides: dict[str, dict]) -> Hparams:
+    keys = [method.algorithm] + (["spherefed"] if method.spherefed else [])
+    keys += [method.calibration] if method.calibration else []
+    keys.append(method.name)
+    for key in dict.fromkeys(keys):
+        if key in overrides:
+            hp = override(hp, overrides[key], where=f"[methods.{key}]")
+    return hp
+
+
+def make_partition(labels: np.ndarray, cfg: FLConfig) -> list[np.ndarray]:
+    from workloads.fl.partition import PARTITIONS
+
+    if cfg.partition not in PARTITIONS:
+        raise ValueError(f"unknown partition {cfg.partition!r}; choose one of {sorted(PARTITIONS)}")
+    fn = PARTITIONS[cfg.partition]
+    extra = {"dirichlet": {"alpha": cfg.alpha, "min_size": cfg.min_client_size},
+             "fedcos": {"non_iid_fraction": cfg.non_iid_fraction},
+             "dispatch": {"classes_per_client": cfg.classes_per_client}}.get(cfg.partition, {})
+    return fn(labels, cfg.num_clients, seed=cfg.seed, **extra)
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                             cwd=Path(__file__).parent, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True,
+                               cwd=Path(__file__).parent, check=True).stdout.strip()
+        return out + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path``, then rename it over ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", newline="") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def _csv(rows: list[list[Any]]) -> str:
+    buf = io.StringIO()
+    csv.writer(buf).writerows(rows)
+    return buf.getvalue()
+
+
+def closed_form_for(method: MethodConfig, model, hp: Hparams, cfg: FLConfig, clients_per_round: int) -> dict:
+    """The closed-form totals of ``comm.closed_form_bytes`` for this run's model."""
+    from workloads.fl.methods.base import frozen_keys
+    from workloads.fl.methods.doublehead import sharing_layers
+
+    frozen, state = frozen_keys(model), model.state_dict()
+    layers = [sum(tensor_bytes(state[k]) for k in layer if k not in frozen) for layer in sharing_layers(model)]
+    head = sum(tensor_bytes(state[k]) for k in state if k.split(".")[0] == "classifier" and k not in frozen)
+    trainable = sum(tensor_bytes(p) for n, p in model.named_parameters()
+                    if p.requires_grad and n.split(".")[0] != "local_classifier")
+    return closed_form_bytes(method, hp, rounds=cfg.rounds, clients_per_round=clients_per_round,
+                             num_clients=cfg.num_clients, layer_bytes=[b for b in layers if b],
+                             head_bytes=head, trainable_bytes=trainable,
+                             feature_dim=model.classifier.in_features,
+                             num_classes=model.classifier.out_features)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m workloads.fl.run", description=__doc__.split("\n\n")[0])
+    p.add_argument("--preset", required=True, help="name under configs/presets/ or a .toml path")
+    p.add_argument("--methods", help="comma-separated method names (default: the preset's list)")
+    p.add_argument("--seed", type=int, help="overrides the preset's seed")
+    p.add_argument("--rounds", type=int, help="overrides the preset's number of rounds")
+    p.add_argument("--data-dir", help="folder holding the dataset (not needed for digits)")
+    p.add_argument("--out", help="output folder (default results/fl/<preset>-seed<seed>)")
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice); 1 avoids "
+                   "OpenMP stalls when other processes share a small CPU")
+    p.add_argument("--progress", action="store_true",
+                   help="show a progress bar per method on stderr (default: when stderr is a terminal)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return _main(args, list(sys.argv[1:] if argv is None else argv))
+    except (ValueError, FloatingPointError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+def _main(args: argparse.Namespace, argv: list[str]) -> int:
+    import torch
+
+    from workloads.fl.data import load_dataset
+    from workloads.fl.local import prepare_model
+    from workloads.fl.loop import run_method, sample_clients
+    from workloads.fl.partition import save_partition_summary
+    from workloads.models import build_model
+
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
+    name, cfg, default_methods, hp0, overrides = load_preset(args.preset)
+    changes = {k: v for k, v in (("seed", args.seed), ("rounds", args.rounds)) if v is not None}
+    cfg = FLConfig(**{**asdict(cfg), **changes})
+    methods = [parse_method(m) for m in (args.methods.split(",") if args.methods else default_methods)]
+    method_hps = {m.name: method_hparams(m, hp0, overrides) for m in methods}
+    out = Path(args.out or f"results/fl/{name}-seed{cfg.seed}")
+    train, test = load_dataset(cfg.dataset, data_dir=args.data_dir, image_size=cfg.image_size)
+    image_size = int(train.x.shape[-1])
+    labels = train.y.numpy()
+    parts = make_partition(labels, cfg)
+    clients_per_round = len(sample_clients(cfg.num_clients, cfg.participation, seed=cfg.seed, round=1))
+
+    def model_fn(spherefed: bool):
+        return lambda: build_model(cfg.model, num_classes=train.num_classes, image_size=image_size,
+                                   norm=cfg.norm, spherefed=spherefed)
+
+    results, ledger_rows = {}, [["method", "round", "client", "direction", "group", "bytes"]]
+    for method in methods:
+        hp = method_hparams(method, hp0, overrides)
+        start = time.perf_counter()
+        r = run_method(method, model_fn=model_fn(method.spherefed), train=train, test=test,
+                       parts=parts, cfg=cfg, hp=hp,
+                       progress=args.progress or sys.stderr.isatty())
+        elapsed = time.perf_counter() - start
+        probe = prepare_model(model_fn(method.spherefed)(), method, seed=cfg.seed)
+        results[method.name] = {
+            "accuracy": r.accuracy, "accuracy_before_calibration": r.accuracy_before_calibration,
+            "wall_s": round(elapsed, 3), "samples_trained": r.samples_trained,
+            "comm": ledger_totals(r.transfers),
+            "comm_closed_form": closed_form_for(method, probe, hp, cfg, clients_per_round),
+            "history": list(r.history)}
+        ledger_rows += [[method.name, t.round, t.client, t.direction, t.group, t.nbytes] for t in r.transfers]
+        print(f"{method.name:28s} accuracy {r.accuracy:.4f}"
+              + (f" (before calibration {r.accuracy_before_calibration:.4f})" if method.calibration else "")
+              + f"  total {results[method.name]['comm']['total_bytes']:,} B  {elapsed:.1f} s", file=sys.stderr)
+    doc = {"preset": name, "command": "python -m workloads.fl.run " + " ".join(argv),
+           "git_commit": git_commit(), "torch": torch.__version__,
+           "torch_threads": torch.get_num_threads(), "dataset_note": train.note,
+           "test_note": test.note, "config": asdict(cfg), "hparams": {k: asdict(v) for k, v in method_hps.items()},
+           "partition_sizes": [int(len(p)) for p in parts], "methods": results}
+    save_partition_summary(out / "partition.csv", labels, parts, train.num_classes)
+    write_atomic(out / "ledger.csv", _csv(ledger_rows))
+    write_atomic(out / "accuracy.csv", _csv([["method", "accuracy", "accuracy_before_calibration", "total_bytes"]]
+                                            + [[m, v["accuracy"], v["accuracy_before_calibration"],
+                                                v["comm"]["total_bytes"]] for m, v in results.items()]))
+    write_atomic(out / "results.json", json.dumps(doc, indent=1) + "\n")
+    print(f"wrote {out}/results.json, accuracy.csv, ledger.csv, partition.csv", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
