@@ -1,0 +1,410 @@
+"""Experiment grids: many independent runs, locally by default, on Ray when one machine is not enough.
+
+    python -m bench.grid grid.toml [--out DIR] [--backend local|ray] [--address ADDR]
+                                   [--resources-per-run cpus=1,gpus=0] [--retry-failed]
+
+A grid file (TOML) names a runner, the settings shared by every run, and the axes to sweep::
+
+    name = "small"
+    runner = "bench.run:run_point"      # module:function(config: dict, out_dir: Path) -> dict
+    [fixed]
+    preset = "small"
+    [axes]
+    method = ["fedavg", "spherefed+ffc"]
+    seed = [0, 1, 2]
+
+Every point of the cartesian product of the axes (in file order), merged over ``fixed``, is one
+run. Its id is a hash of its resolved config, so the same point always lands in the same folder:
+
+    DIR/runs/<run_id>/      the runner's files plus point.json (config, metrics, seconds)
+    DIR/failed/<run_id>.json  the error and traceback of a run that raised
+    DIR/locks/<run_id>.lock   held while a run is in progress (pid and host inside)
+    DIR/runs.csv, DIR/table_*.csv   the aggregated tables (see ``aggregate``)
+
+Safety. A run writes into ``runs/.tmp-<run_id>-<random>`` and is renamed to ``runs/<run_id>`` only
+when the runner returned, so a folder under ``runs/`` is always a finished run. A lock file created
+with O_EXCL keeps two grids (or two workers) from running the same point; a lock whose process is
+gone (same host) is stale and is taken over, so an interrupted grid resumes where it stopped.
+Finished runs are skipped on rerun; failed runs are reported and retried only with
+``--retry-failed``.
+
+Determinism. Each run sets torch's thread count to its CPU share (``cpus``, default 1) on both
+backends, so the same point gives bitwise the same results locally and on Ray.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import itertools
+import json
+import os
+import shutil
+import socket
+import sys
+import time
+import tomllib
+import traceback
+import uuid
+from dataclasses import dataclass, field
+from hashlib import sha256
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+GRID_KEYS = {"name", "runner", "fixed", "axes"}
+DEFAULT_RUNNER = "bench.run:run_point"
+
+
+class GridError(ValueError):
+    """A grid file or grid option that cannot be used. The message says what to fix."""
+
+
+@dataclass(frozen=True)
+class GridSpec:
+    name: str
+    runner: str
+    fixed: dict[str, Any]
+    axes: dict[str, list[Any]]
+
+    def points(self) -> list[dict[str, Any]]:
+        """Resolved configs, one per point of the cartesian product of the axes, in file order."""
+        names = list(self.axes)
+        return [{**self.fixed, **dict(zip(names, values))} for values in itertools.product(*self.axes.values())]
+
+
+@dataclass(frozen=True)
+class Resources:
+    cpus: float = 1.0
+    gpus: float = 0.0
+
+
+@dataclass(frozen=True)
+class PointResult:
+    run_id: str
+    status: str  # "done" (ran now), "skipped" (finished earlier), "failed", "failed-earlier", "busy"
+    config: dict[str, Any]
+    seconds: float = 0.0
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class GridReport:
+    results: tuple[PointResult, ...] = field(default_factory=tuple)
+
+    def count(self, status: str) -> int:
+        return sum(r.status == status for r in self.results)
+
+
+# ----------------------------------------------------------------------------- grid files
+
+
+def parse_grid(data: dict[str, Any], source: str = "<grid>") -> GridSpec:
+    unknown = set(data) - GRID_KEYS
+    if unknown:
+        raise GridError(f"{source}: unknown key(s) {sorted(unknown)}; a grid file has {sorted(GRID_KEYS)}")
+    fixed = data.get("fixed", {})
+    axes = data.get("axes", {})
+    if not isinstance(fixed, dict) or not isinstance(axes, dict):
+        raise GridError(f"{source}: [fixed] and [axes] must be tables")
+    if not axes:
+        raise GridError(f"{source}: [axes] is empty: name at least one axis, e.g. seed = [0, 1, 2]")
+    for name, values in axes.items():
+        if not isinstance(values, list) or not values:
+            raise GridError(f"{source}: axis '{name}' must be a non-empty list, got {values!r}")
+        if len({json.dumps(v, sort_keys=True) for v in values}) != len(values):
+            raise GridError(f"{source}: axis '{name}' lists a value twice: {values!r}")
+    both = set(fixed) & set(axes)
+    if both:
+        raise GridError(f"{source}: {sorted(both)} appear both in [fixed] and in [axes]; keep each in one place")
+    runner = data.get("runner", DEFAULT_RUNNER)
+    if not isinstance(runner, str) or ":" not in runner:
+        raise GridError(f"{source}: runner must be 'module:function', got {runner!r}")
+    return GridSpec(name=str(data.get("name", Path(source).stem)), runner=runner, fixed=fixed, axes=axes)
+
+
+def load_grid(path: str | Path) -> GridSpec:
+    path = Path(path)
+    if not path.is_file():
+        raise GridError(f"{path}: no such grid file (see configs/grids/ for examples)")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as e:
+        raise GridError(f"{path}: not valid TOML: {e}") from None
+    return parse_grid(data, str(path))
+
+
+def run_id(config: dict[str, Any]) -> str:
+    """12 hex digits of the SHA-256 of the config as canonical JSON (sorted keys)."""
+    return sha256(json.dumps(config, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:12]
+
+
+def resolve_runner(spec: str) -> Callable[[dict[str, Any], Path], dict[str, Any]]:
+    module_name, _, func_name = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise GridError(f"runner {spec!r}: cannot import {module_name!r} ({e})") from None
+    func = getattr(module, func_name, None)
+    if not callable(func):
+        raise GridError(f"runner {spec!r}: {module_name} has no function {func_name!r}")
+    return func
+
+
+# ----------------------------------------------------------------------------- one point
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _try_lock(lock: Path) -> bool:
+    """Create ``lock`` exclusively; take over a stale lock of a dead process on this host."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    me = json.dumps({"pid": os.getpid(), "host": socket.gethostname()})
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                owner = json.loads(lock.read_text() or "{}")
+            except (OSError, json.JSONDecodeError):
+                return False  # being written right now: someone else holds it
+            if owner.get("host") == socket.gethostname() and not _pid_alive(int(owner.get("pid", 0))):
+                lock.unlink(missing_ok=True)  # stale: its process is gone
+                continue
+            return False
+        with os.fdopen(fd, "w") as f:
+            f.write(me)
+        return True
+    return False
+
+
+def _set_threads(cpus: float) -> None:
+    try:
+        import torch
+    except ImportError:
+        return
+    torch.set_num_threads(max(1, int(cpus)))
+
+
+def execute_point(runner_spec: str, config: dict[str, Any], out_root: str, cpus: float = 1.0,
+                  retry_failed: bool = False) -> PointResult:
+    """Run one grid point unless it is finished, failed earlier (and no retry) or running elsewhere.
+
+    Pure with respect to its arguments so it can be shipped to a Ray worker as it is."""
+    root = Path(out_root)
+    rid = run_id(config)
+    final = root / "runs" / rid
+    failed = root / "failed" / f"{rid}.json"
+    if (final / "point.json").is_file():
+        return PointResult(rid, "skipped", config)
+    if failed.is_file() and not retry_failed:
+        error = json.loads(failed.read_text()).get("error", "")
+        return PointResult(rid, "failed-earlier", config, error=error)
+    lock = root / "locks" / f"{rid}.lock"
+    if not _try_lock(lock):
+        return PointResult(rid, "busy", config)
+    tmp = root / "runs" / f".tmp-{rid}-{uuid.uuid4().hex[:8]}"
+    try:
+        if (final / "point.json").is_file():  # finished by another grid while we waited
+            return PointResult(rid, "skipped", config)
+        for leftover in (root / "runs").glob(f".tmp-{rid}-*"):
+            shutil.rmtree(leftover, ignore_errors=True)  # from an interrupted attempt
+        tmp.mkdir(parents=True)
+        _set_threads(cpus)
+        start = time.perf_counter()
+        try:
+            metrics = resolve_runner(runner_spec)(dict(config), tmp)
+        except Exception as e:  # noqa: BLE001 - one failing run must not stop the grid
+            failed.parent.mkdir(parents=True, exist_ok=True)
+            record = {"run_id": rid, "config": config, "error": f"{type(e).__name__}: {e}",
+                      "traceback": traceback.format_exc()}
+            _write_json(failed, record)
+            return PointResult(rid, "failed", config, error=record["error"])
+        seconds = time.perf_counter() - start
+        _write_json(tmp / "point.json", {"run_id": rid, "config": config, "metrics": metrics or {},
+                                         "seconds": seconds})
+        tmp.rename(final)
+        failed.unlink(missing_ok=True)
+        return PointResult(rid, "done", config, seconds=seconds)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        lock.unlink(missing_ok=True)
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    tmp = path.with_name(path.name + f".tmp-{uuid.uuid4().hex[:6]}")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str))
+    tmp.replace(path)
+
+
+# ----------------------------------------------------------------------------- backends
+
+
+def run_local(spec: GridSpec, out: Path, resources: Resources, retry_failed: bool) -> Iterator[PointResult]:
+    for config in spec.points():
+        yield execute_point(spec.runner, config, str(out), resources.cpus, retry_failed)
+
+
+def run_ray(spec: GridSpec, out: Path, resources: Resources, retry_failed: bool,
+            address: str | None = None) -> Iterator[PointResult]:
+    try:
+        import ray
+    except ImportError:
+        raise GridError("--backend ray needs Ray: pip install -c constraints.txt -e '.[ray]'") from None
+    started_here = not ray.is_initialized()
+    if started_here:
+        project_root = str(Path(__file__).resolve().parent.parent)
+        env = {"env_vars": {"PYTHONPATH": os.pathsep.join(filter(None, [project_root, os.environ.get("PYTHONPATH")]))}}
+        kwargs: dict[str, Any] = {"runtime_env": env, "log_to_driver": False, "include_dashboard": False}
+        if address:
+            kwargs["address"] = address
+        else:
+            kwargs["num_cpus"] = os.cpu_count()
+        ray.init(**kwargs)
+    try:
+        remote = ray.remote(num_cpus=resources.cpus, num_gpus=resources.gpus, max_retries=0)(execute_point)
+        pending = [remote.remote(spec.runner, c, str(out.resolve()), resources.cpus, retry_failed)
+                   for c in spec.points()]
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            yield ray.get(done[0])
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+BACKENDS = ("local", "ray")
+
+
+def run_grid(spec: GridSpec, out: str | Path, *, backend: str = "local", resources: Resources = Resources(),
+             retry_failed: bool = False, address: str | None = None,
+             progress: Callable[[PointResult, int, int], None] | None = None) -> GridReport:
+    if backend not in BACKENDS:
+        raise GridError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    resolve_runner(spec.runner)  # fail before any work if the runner cannot be found
+    out = Path(out)
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    _write_json(out / "grid.json", {"name": spec.name, "runner": spec.runner, "fixed": spec.fixed, "axes": spec.axes})
+    total = len(spec.points())
+    if backend == "local":
+        stream = run_local(spec, out, resources, retry_failed)
+    else:
+        stream = run_ray(spec, out, resources, retry_failed, address)
+    results = []
+    for result in stream:
+        results.append(result)
+        if progress:
+            progress(result, len(results), total)
+    aggregate(out)
+    return GridReport(tuple(results))
+
+
+# ----------------------------------------------------------------------------- aggregation
+
+
+def _flat(prefix: str, obj: Any) -> dict[str, Any]:
+    if isinstance(obj, dict):
+        out: dict[str, Any] = {}
+        for k, v in obj.items():
+            out.update(_flat(f"{prefix}.{k}" if prefix else str(k), v))
+        return out
+    if isinstance(obj, list):
+        return {prefix: json.dumps(obj)}
+    return {prefix: obj}
+
+
+def collect(out: str | Path) -> list[dict[str, Any]]:
+    """One flat row per finished run: run_id, the config keys, then ``metric.*`` columns."""
+    rows = []
+    for point in sorted(Path(out).glob("runs/*/point.json")):
+        data = json.loads(point.read_text())
+        rows.append({"run_id": data["run_id"], **_flat("", data["config"]), **_flat("metric", data["metrics"]),
+                     "seconds": data["seconds"]})
+    return rows
+
+
+def aggregate(out: str | Path, *, by: Iterable[str] = ("method",), across: str = "seed") -> Path | None:
+    """Write ``runs.csv`` (every finished run) and ``table_mean_std.csv``: each metric's mean and
+    standard deviation over ``across`` (seeds) for each combination of the other config columns
+    (Table 2's layout: methods as rows, data settings as columns, once pivoted)."""
+    import pandas as pd
+
+    rows = collect(out)
+    if not rows:
+        return None
+    df = pd.DataFrame(rows)
+    out = Path(out)
+    _write_csv(df, out / "runs.csv")
+    metrics = [c for c in df.columns if c.startswith("metric.") and pd.api.types.is_numeric_dtype(df[c])]
+    group = [c for c in df.columns if c not in metrics and c not in ("run_id", "seconds", across)]
+    if metrics and group:
+        table = df.groupby(group, dropna=False)[metrics].agg(["mean", "std", "count"])
+        table.columns = [f"{m}.{stat}" for m, stat in table.columns]
+        _write_csv(table.reset_index(), out / "table_mean_std.csv")
+    return out / "runs.csv"
+
+
+def _write_csv(df, path: Path) -> None:
+    tmp = path.with_name(path.name + f".tmp-{uuid.uuid4().hex[:6]}")
+    df.to_csv(tmp, index=False)
+    tmp.replace(path)
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def parse_resources(text: str) -> Resources:
+    values: dict[str, float] = {}
+    for part in filter(None, text.split(",")):
+        key, _, value = part.partition("=")
+        if key not in ("cpus", "gpus"):
+            raise GridError(f"--resources-per-run: unknown resource {key!r}; use cpus=N,gpus=M")
+        try:
+            values[key] = float(value)
+        except ValueError:
+            raise GridError(f"--resources-per-run: {key}={value!r} is not a number") from None
+        if values[key] < 0 or (key == "cpus" and values[key] == 0):
+            raise GridError(f"--resources-per-run: {key} must be positive, got {value}")
+    return Resources(**values)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.grid", description=__doc__.split("\n\n")[0])
+    parser.add_argument("grid", help="grid file (TOML), e.g. configs/grids/small.toml")
+    parser.add_argument("--out", default=None, help="results folder (default: results/grid-<name>)")
+    parser.add_argument("--backend", default="local", choices=BACKENDS)
+    parser.add_argument("--address", default=None, help="address of an existing Ray cluster (ray backend)")
+    parser.add_argument("--resources-per-run", default="cpus=1,gpus=0", type=str)
+    parser.add_argument("--retry-failed", action="store_true", help="run again the points that failed before")
+    args = parser.parse_args(argv)
+    try:
+        spec = load_grid(args.grid)
+        resources = parse_resources(args.resources_per_run)
+        if args.address and args.backend != "ray":
+            raise GridError("--address is only used with --backend ray")
+        out = Path(args.out or f"results/grid-{spec.name}")
+
+        def show(result: PointResult, i: int, total: int) -> None:
+            extra = f" ({result.seconds:.1f} s)" if result.status == "done" else ""
+            extra += f": {result.error}" if result.error else ""
+            print(f"[{i}/{total}] {result.run_id} {result.status}{extra}", file=sys.stderr, flush=True)
+
+        report = run_grid(spec, out, backend=args.backend, resources=resources, retry_failed=args.retry_failed,
+                          address=args.address, progress=show)
+    except GridError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    counts = {s: report.count(s) for s in ("done", "skipped", "failed", "failed-earlier", "busy")}
+    print("grid %s: %s; tables in %s" % (spec.name, ", ".join(f"{v} {k}" for k, v in counts.items() if v), out))
+    return 1 if counts["failed"] or counts["failed-earlier"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

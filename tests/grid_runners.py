@@ -1,0 +1,35 @@
+"""Small runners for the grid-machinery tests: real (seeded) torch training, cheap enough for CI.
+
+The grid's own behaviour (ids, skipping, locking, failure isolation, backends) does not depend on
+what a run computes; the end-to-end grid over bench.run is tested separately."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+
+def train_tiny(config: dict, out_dir: Path) -> dict:
+    import torch
+
+    if config.get("fail"):
+        raise RuntimeError(f"planned failure for seed {config['seed']}")
+    time.sleep(float(config.get("sleep_s", 0)))
+    log = config.get("log")
+    if log:  # every execution appends its seed, so tests can count executions
+        with open(log, "a") as f:
+            f.write(f"{config['seed']}\n")
+    g = torch.Generator().manual_seed(int(config["seed"]))
+    x = torch.randn(256, 8, generator=g)
+    y = (x @ torch.randn(8, 1, generator=g)).squeeze(1)
+    w = torch.zeros(8, requires_grad=True)
+    opt = torch.optim.SGD([w], lr=float(config.get("lr", 0.1)))
+    for _ in range(50):
+        opt.zero_grad()
+        loss = ((x @ w - y) ** 2).mean()
+        loss.backward()
+        opt.step()
+    (out_dir / "weights.json").write_text(json.dumps(w.detach().tolist()))
+    return {"loss": float(loss.detach()), "pid": os.getpid()}

@@ -1,0 +1,161 @@
+"""bench.grid: ids, resumability, failure isolation, concurrency safety, local vs Ray backends."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench.grid import (
+    GridError,
+    Resources,
+    load_grid,
+    parse_grid,
+    parse_resources,
+    run_grid,
+    run_id,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+RUNNER = "tests.grid_runners:train_tiny"
+
+
+def _spec(**fixed):
+    return parse_grid({"name": "t", "runner": RUNNER, "fixed": fixed, "axes": {"seed": [0, 1, 2], "lr": [0.1, 0.05]}})
+
+
+def _weights(out: Path) -> dict[str, str]:
+    return {p.parent.name: p.read_text() for p in out.glob("runs/*/weights.json")}
+
+
+def test_points_and_ids_are_stable():
+    spec = _spec()
+    points = spec.points()
+    assert len(points) == 6  # 3 seeds x 2 learning rates
+    assert points[0] == {"seed": 0, "lr": 0.1} and points[1] == {"seed": 0, "lr": 0.05}
+    # the id depends on the config only, not on key order
+    assert run_id({"seed": 0, "lr": 0.1}) == run_id({"lr": 0.1, "seed": 0})
+    assert len({run_id(p) for p in points}) == 6
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"axes": {}}, "empty"),
+        ({"axes": {"seed": []}}, "non-empty list"),
+        ({"axes": {"seed": [1, 1]}}, "twice"),
+        ({"axes": {"seed": [1]}, "fixed": {"seed": 2}}, "both"),
+        ({"axes": {"seed": [1]}, "colour": 1}, "unknown key"),
+        ({"axes": {"seed": [1]}, "runner": "nocolon"}, "module:function"),
+    ],
+)
+def test_bad_grid_files(data, message):
+    with pytest.raises(GridError, match=message):
+        parse_grid(data)
+
+
+def test_bad_resources_and_missing_file(tmp_path):
+    assert parse_resources("cpus=2,gpus=0.5") == Resources(cpus=2, gpus=0.5)
+    with pytest.raises(GridError, match="unknown resource"):
+        parse_resources("tpus=1")
+    with pytest.raises(GridError, match="no such grid file"):
+        load_grid(tmp_path / "nope.toml")
+
+
+def test_rerun_skips_finished_runs(tmp_path):
+    log = tmp_path / "executions.log"
+    spec = _spec(log=str(log))
+    first = run_grid(spec, tmp_path / "out")
+    assert first.count("done") == 6
+    mtimes = {p: p.stat().st_mtime_ns for p in (tmp_path / "out").glob("runs/*/point.json")}
+    second = run_grid(spec, tmp_path / "out")
+    assert second.count("skipped") == 6 and second.count("done") == 0
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "out").glob("runs/*/point.json")} == mtimes
+    assert len(log.read_text().split()) == 6  # six executions in all, none on the rerun
+    rows = (tmp_path / "out" / "runs.csv").read_text().splitlines()
+    assert len(rows) == 1 + 6
+    table = (tmp_path / "out" / "table_mean_std.csv").read_text().splitlines()
+    assert len(table) == 1 + 2  # one row per learning rate, aggregated over the three seeds
+
+
+def test_a_failing_run_is_reported_and_the_others_finish(tmp_path):
+    spec = parse_grid({"runner": RUNNER, "axes": {"seed": [0, 1, 2], "fail": [False, True]}})
+    report = run_grid(spec, tmp_path)
+    assert report.count("done") == 3 and report.count("failed") == 3
+    failures = list((tmp_path / "failed").glob("*.json"))
+    assert len(failures) == 3
+    assert "planned failure" in json.loads(failures[0].read_text())["error"]
+    assert not list((tmp_path / "runs").glob(".tmp-*"))  # nothing half-written left behind
+    again = run_grid(spec, tmp_path)
+    assert again.count("failed-earlier") == 3 and again.count("skipped") == 3
+    retried = run_grid(spec, tmp_path, retry_failed=True)
+    assert retried.count("failed") == 3  # retried, and the planned failure fails again
+
+
+def _grid_file(tmp_path: Path, **fixed) -> Path:
+    lines = [f'runner = "{RUNNER}"', "[fixed]"]
+    lines += [f"{k} = {json.dumps(v)}" for k, v in fixed.items()]
+    lines += ["[axes]", "seed = [0, 1, 2, 3]"]
+    path = tmp_path / "grid.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _start(grid: Path, out: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-m", "bench.grid", str(grid), "--out", str(out)], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_interrupt_and_resume_completes_the_grid(tmp_path):
+    log = tmp_path / "executions.log"
+    grid = _grid_file(tmp_path, sleep_s=1.0, log=str(log))
+    out = tmp_path / "out"
+    proc = _start(grid, out)
+    deadline = time.time() + 60
+    while not list(out.glob("runs/*/point.json")) and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)  # the hardest interruption: no cleanup code runs
+    proc.wait()
+    finished = {p.parent.name: p.stat().st_mtime_ns for p in out.glob("runs/*/point.json")}
+    assert 1 <= len(finished) < 4
+    resumed = _start(grid, out)
+    stdout, stderr = resumed.communicate(timeout=120)
+    assert resumed.returncode == 0, stderr
+    done = {p.parent.name: p.stat().st_mtime_ns for p in out.glob("runs/*/point.json")}
+    assert len(done) == 4
+    assert all(done[k] == v for k, v in finished.items())  # finished runs were not redone
+    assert not list(out.glob("runs/.tmp-*")) and not list(out.glob("locks/*.lock"))
+
+
+def test_two_grids_on_one_folder_run_each_point_once(tmp_path):
+    log = tmp_path / "executions.log"
+    grid = _grid_file(tmp_path, sleep_s=0.5, log=str(log))
+    out = tmp_path / "out"
+    a, b = _start(grid, out), _start(grid, out)
+    for proc in (a, b):
+        proc.communicate(timeout=120)
+    # "busy" points are left to the other grid; a third pass finds everything finished
+    third = _start(grid, out)
+    third.communicate(timeout=120)
+    assert third.returncode == 0
+    executions = log.read_text().split()
+    assert sorted(executions) == ["0", "1", "2", "3"]  # every point ran exactly once
+    assert len(list(out.glob("runs/*/point.json"))) == 4
+
+
+def test_local_and_ray_backends_give_identical_results(tmp_path):
+    pytest.importorskip("ray", reason="the Ray backend is an optional extra: pip install -e '.[ray]'")
+    spec = _spec()
+    local = run_grid(spec, tmp_path / "local")
+    ray_report = run_grid(spec, tmp_path / "ray", backend="ray", resources=Resources(cpus=1))
+    assert local.count("done") == ray_report.count("done") == 6
+    assert _weights(tmp_path / "local") == _weights(tmp_path / "ray")  # bitwise, same run ids
+    pids = {json.loads(p.read_text())["metrics"]["pid"] for p in (tmp_path / "ray").glob("runs/*/point.json")}
+    assert os.getpid() not in pids  # the Ray runs really ran in worker processes
