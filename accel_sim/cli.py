@@ -1,0 +1,105 @@
+"""Command line: ``python -m accel_sim gemm ...`` and ``python -m accel_sim simulate ...``.
+
+``gemm M N K [--dataflow os|ws|is] [--rows R] [--cols C]`` prints the GEMM's mapping, folds and
+compute cycles as JSON. ``simulate trace.jsonl [--hw hw.toml] [--json]`` prices a trace and prints
+a per-layer table and the totals (latency in cycles and ms, peak memory in MB = 10^6 bytes), or
+JSON with ``--json``. A malformed trace or hardware config prints its error (file, line / field)
+and exits with status 2; nothing else is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Sequence
+
+from accel_sim.hardware import HardwareConfig, HardwareConfigError, load_hardware_config
+from accel_sim.report import CostReport
+from accel_sim.simulate import simulate
+from accel_sim.systolic import DATAFLOWS, gemm_summary
+from accel_sim.trace_schema import TraceFormatError, load_trace
+
+EXIT_BAD_INPUT = 2
+
+
+def _nonneg_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {value}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = _nonneg_int(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("expected a positive integer, got 0")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m accel_sim", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    gemm = sub.add_parser("gemm", help="compute cycles of one GEMM out[M x N] = A[M x K] . B[K x N]")
+    gemm.add_argument("m", type=_nonneg_int, metavar="M")
+    gemm.add_argument("n", type=_nonneg_int, metavar="N")
+    gemm.add_argument("k", type=_nonneg_int, metavar="K")
+    gemm.add_argument("--dataflow", choices=DATAFLOWS, default="ws")
+    gemm.add_argument("--rows", type=_positive_int, default=HardwareConfig.rows)
+    gemm.add_argument("--cols", type=_positive_int, default=HardwareConfig.cols)
+    sim = sub.add_parser("simulate", help="price a trace file on the modeled accelerator")
+    sim.add_argument("trace", help="trace file (JSON Lines, accel_sim/trace_schema.py)")
+    sim.add_argument("--hw", help="hardware config TOML (default: the paper's array, configs/hw/paper_default.toml)")
+    sim.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    return parser
+
+
+def layer_table(report: CostReport) -> str:
+    """The per-layer table and the totals, as text."""
+    clock = report.hw.clock_hz
+    header = f"{'layer':<40} {'ops':>5} {'MACs':>14} {'compute cyc':>12} {'stall cyc':>12} {'total cyc':>12} {'ms':>9} {'util':>6}"
+    lines = [header, "-" * len(header)]
+    per_cell = report.hw.macs_per_cycle
+    for layer, t in report.by_layer().items():
+        util = t.macs / (t.total_cycles * per_cell) if t.total_cycles else 0.0
+        lines.append(
+            f"{(layer or '(no module)')[:40]:<40} {t.ops:>5} {t.macs:>14,} {t.compute_cycles:>12,} "
+            f"{t.stall_cycles:>12,} {t.total_cycles:>12,} {t.total_cycles / clock * 1e3:>9.3f} {util:>6.1%}"
+        )
+    s = report.summary()
+    lines += [
+        "-" * len(header),
+        f"trace: model={report.model or '?'} method={report.method or '?'} batch={report.batch_size} ops={s['ops']}",
+        f"latency: {s['total_cycles']:,} cycles = {s['seconds'] * 1e3:.3f} ms at {clock / 1e6:g} MHz "
+        f"(compute {s['compute_cycles']:,}, memory stall {s['stall_cycles']:,}); utilization {s['utilization']:.1%}",
+        "by phase: " + ", ".join(f"{k} {v['total_cycles']:,}" for k, v in s["by_phase"].items()),
+        f"DRAM traffic: read {s['dram_read_bytes'] / 1e6:.1f} MB, write {s['dram_write_bytes'] / 1e6:.1f} MB",
+        f"peak memory: {s['peak_bytes'] / 1e6:.3f} MB (op {s['peak_at_op']}): "
+        + ", ".join(f"{k} {v / 1e6:.3f}" for k, v in s["peak_by_kind_bytes"].items() if v),
+    ]
+    unsupported = report.unsupported_ops()
+    if unsupported:
+        lines.append("NOT PRICED (unsupported ops, 0 cycles): " + ", ".join(f"{k} x{v}" for k, v in sorted(unsupported.items())))
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "gemm":
+        print(json.dumps(gemm_summary(args.m, args.n, args.k, rows=args.rows, cols=args.cols, dataflow=args.dataflow), indent=2))
+        return 0
+    try:
+        hw = load_hardware_config(args.hw) if args.hw else HardwareConfig()
+        trace = load_trace(args.trace)
+    except (TraceFormatError, HardwareConfigError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    report = simulate(trace, hw)
+    if args.json:
+        print(json.dumps({**report.summary(), "by_layer": {k: vars(v) for k, v in report.by_layer().items()}}, indent=2))
+    else:
+        print(layer_table(report))
+    return 0

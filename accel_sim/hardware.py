@@ -1,0 +1,235 @@
+"""The modeled training accelerator's parameters: ``HardwareConfig`` and its TOML loader.
+
+Published (SphereFed, Dong et al. ECCV 2022, appendix 0.E): a 32 x 64 systolic array of
+floating-point MAC cells, one multiply-add per cell per cycle, a special unit for normalization /
+ReLU and the other non-GEMM layers, 100 MHz, on a Xilinx VC707 board. Everything else is *not*
+published; each such field below carries the default we chose and where it comes from, and
+``docs/accel_sim.md`` repeats the table. None of them was fitted to a paper number.
+
+A config is a frozen dataclass; ``load_hardware_config(path)`` reads a TOML file whose keys are the
+field names (the special unit's throughputs in a ``[special_unit]`` table). Unknown keys and
+impossible values raise ``HardwareConfigError`` naming the field.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from accel_sim.systolic import DATAFLOWS  # "os", "ws", "is": output / weight / input stationary
+
+GROUPED_MAPPINGS = ("per_group", "block_diagonal")
+"""How a GEMM with ``groups > 1`` (grouped / depthwise convolution, batched matmul) is mapped:
+
+* ``per_group``: one group at a time, each group its own GEMM of ``m x n x k`` with its own folds.
+  This is SCALE-Sim's convention for depthwise layers (one single-channel layer per channel).
+* ``block_diagonal``: ``p`` groups at once, as one GEMM ``out[m x pn] = A[m x pk] . B[pk x pn]``
+  whose B is block-diagonal (each group's ``k x n`` block on the diagonal, zeros elsewhere). ``p``
+  is the most groups whose packed spatial dimensions still fit one fold: WS (B stationary,
+  ``pk`` rows x ``pn`` columns) ``p = min(rows // k, cols // n)``; IS (A stationary, ``pk`` rows)
+  ``p = rows // k``; OS (``pn`` columns; the reduction ``pk`` streams in time)
+  ``p = cols // n``; at least 1, at most ``groups``. Groups cannot be packed "across columns"
+  alone: a row's streamed operand is shared by every column of that row, so groups with different
+  inputs also need their own rows (WS/IS) or their own zero-padded reduction slots (OS). The zero
+  MACs cost cycles but are not counted as useful MACs.
+"""
+
+
+class HardwareConfigError(ValueError):
+    """A hardware config with an unknown key or an impossible value. The message names the field."""
+
+
+@dataclass(frozen=True)
+class SpecialUnit:
+    """Throughput of the special unit, in elements per cycle, per kind of vector work
+    (``accel_sim.trace_schema.VECTOR_OPS``).
+
+    Not published. Default assumption: the unit sits at the array's output edge with one lane per
+    array column (64 lanes), as TPU v1's activation pipeline is as wide as its matrix unit (Jouppi
+    et al., ISCA 2017). One element per lane per cycle for streaming arithmetic; normalization is
+    given half that (a statistics pass, then a normalize pass over the same elements); losses a
+    quarter (exp / log / divide are multi-cycle floating-point units on an FPGA). With the default
+    DRAM bandwidth (89.6 B/cycle, i.e. ~11 FP32 elements in + out per cycle) every vector kind is
+    DRAM-bound at these rates, so the exact values rarely matter; the sensitivity sweep varies them.
+    """
+
+    elementwise: float = 64.0
+    activation: float = 64.0
+    norm: float = 32.0
+    pool: float = 64.0
+    reduce: float = 64.0
+    loss: float = 16.0
+    update: float = 64.0
+    copy: float = 64.0
+    random: float = 64.0
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            _check_positive_number(f"special_unit.{f.name}", getattr(self, f.name))
+
+    def elements_per_cycle(self, op: str) -> float:
+        return getattr(self, op)
+
+
+@dataclass(frozen=True)
+class HardwareConfig:
+    """Every parameter of the modeled accelerator. Defaults: the paper's array plus documented
+    assumptions (``docs/accel_sim.md``)."""
+
+    # --- published (SphereFed appendix 0.E) ---------------------------------------------------
+    rows: int = 32
+    """Systolic array rows (paper: "a 32 by 64 systolic array")."""
+    cols: int = 64
+    """Systolic array columns."""
+    clock_hz: float = 100e6
+    """Clock (paper: "The hardware system runs at 100 MHz")."""
+    word_bytes: int = 4
+    """Bytes per operand word. The paper's MACs are floating point; we assume FP32 (PyTorch's
+    default training dtype; the trace's tensors are float32)."""
+
+    # --- not published: dataflow per GEMM role ------------------------------------------------
+    dataflow_fwd: str = "ws"
+    """Forward GEMMs. Third-party notes on the cited training accelerator (FAST, ref. [91]) describe
+    weight-stationary forward and input-gradient passes (NOTES.md)."""
+    dataflow_dx: str = "ws"
+    """Input-gradient GEMMs (same source as ``dataflow_fwd``)."""
+    dataflow_dw: str = "os"
+    """Weight-gradient GEMMs: the same notes describe an output-stationary-like weight-gradient
+    pass (the gradient accumulates in place over the batch)."""
+
+    # --- not published: on-chip buffers (double buffered; half of each is active) --------------
+    a_buffer_bytes: int = 1536 * 1024
+    """Buffer for the GEMM's left operand A[m x k] (SCALE-Sim's "ifmap" SRAM). The VC707's
+    XC7VX485T has 1,030 36-Kb block RAMs = 4.6 MB; we give 1.5 MiB to each operand buffer and
+    1 MiB to outputs (4 MiB in all), leaving the rest to the special unit and control."""
+    b_buffer_bytes: int = 1536 * 1024
+    """Buffer for the right operand B[k x n] (SCALE-Sim's "filter" SRAM)."""
+    out_buffer_bytes: int = 1024 * 1024
+    """Buffer for outputs and partial sums (SCALE-Sim's "ofmap" SRAM)."""
+
+    # --- not published: DRAM ------------------------------------------------------------------
+    dram_peak_bytes_per_s: float = 12.8e9
+    """VC707: one DDR3-1600 SODIMM on a 64-bit bus: 1600 MT/s x 8 B = 12.8 GB/s peak
+    (= 128 B per 100 MHz cycle)."""
+    dram_efficiency: float = 0.7
+    """Fraction of peak a DDR3 controller sustains on streaming traffic (~70%, NOTES.md)."""
+    dram_latency_cycles: int = 20
+    """Latency of the first access of a transfer, at ``clock_hz``: 200 ns, i.e. DDR3-1600 11-11-11
+    tRCD + CL = 27.5 ns plus the memory controller / PHY pipeline. Paid once per op."""
+
+    # --- not published: special unit, grouped GEMMs, linear algebra --------------------------
+    special_unit: SpecialUnit = field(default_factory=SpecialUnit)
+    grouped_mapping: str = "per_group"
+    """How GEMMs with groups > 1 (depthwise convolution) are mapped: one of ``GROUPED_MAPPINGS``.
+    Default ``per_group``: SCALE-Sim's convention; the FPGA's mapping is not published."""
+    linalg_efficiency: float = 0.5
+    """Fraction of the array's rows x cols MACs/cycle that dense factorizations / solves reach:
+    blocked algorithms run their trailing updates (most MACs) as GEMMs, while the panel steps are
+    sequential. An assumption; only the calibration (FFC solve, CCVR) uses it."""
+
+    def __post_init__(self) -> None:
+        for name in ("rows", "cols", "word_bytes", "a_buffer_bytes", "b_buffer_bytes", "out_buffer_bytes"):
+            _check_positive_int(name, getattr(self, name))
+        _check_nonneg_int("dram_latency_cycles", self.dram_latency_cycles)
+        for name in ("clock_hz", "dram_peak_bytes_per_s"):
+            _check_positive_number(name, getattr(self, name))
+        for name in ("dram_efficiency", "linalg_efficiency"):
+            value = getattr(self, name)
+            _check_positive_number(name, value)
+            if value > 1:
+                raise HardwareConfigError(f"hardware field '{name}' must be in (0, 1], got {value!r}")
+        for name in ("dataflow_fwd", "dataflow_dx", "dataflow_dw"):
+            _check_choice(name, getattr(self, name), DATAFLOWS)
+        _check_choice("grouped_mapping", self.grouped_mapping, GROUPED_MAPPINGS)
+        if not isinstance(self.special_unit, SpecialUnit):
+            raise HardwareConfigError("hardware field 'special_unit' must be a SpecialUnit")
+
+    @property
+    def macs_per_cycle(self) -> int:
+        """The roofline: one MAC per cell per cycle."""
+        return self.rows * self.cols
+
+    @property
+    def dram_bytes_per_cycle(self) -> float:
+        """Sustained DRAM bandwidth per clock cycle: peak / clock x efficiency
+        (default 12.8e9 / 100e6 x 0.7 = 89.6 B/cycle)."""
+        return self.dram_peak_bytes_per_s / self.clock_hz * self.dram_efficiency
+
+    def dataflow(self, role: str) -> str:
+        """The dataflow of a GEMM role ("fwd", "dx", "dw")."""
+        try:
+            return {"fwd": self.dataflow_fwd, "dx": self.dataflow_dx, "dw": self.dataflow_dw}[role]
+        except KeyError:
+            raise ValueError(f"unknown GEMM role {role!r}; expected fwd, dx or dw") from None
+
+    def with_(self, **changes: Any) -> "HardwareConfig":
+        """A copy with some fields changed (validated again)."""
+        return replace(self, **changes)
+
+
+def _check_positive_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise HardwareConfigError(f"hardware field '{name}' must be a positive integer, got {value!r}")
+
+
+def _check_nonneg_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise HardwareConfigError(f"hardware field '{name}' must be an integer >= 0, got {value!r}")
+
+
+def _check_positive_number(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise HardwareConfigError(f"hardware field '{name}' must be a positive number, got {value!r}")
+
+
+def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise HardwareConfigError(f"hardware field '{name}' is {value!r}; expected one of {', '.join(choices)}")
+
+
+def hardware_config_from_dict(data: dict[str, Any], source: str = "<config>") -> HardwareConfig:
+    """Build a config from a dict shaped like the TOML file. Unknown keys raise
+    ``HardwareConfigError`` naming them."""
+    known = {f.name for f in fields(HardwareConfig)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise HardwareConfigError(
+            f"{source}: unknown hardware field(s) {', '.join(unknown)}; known fields: {', '.join(sorted(known))}"
+        )
+    values = dict(data)
+    if "special_unit" in values:
+        unit = values["special_unit"]
+        if not isinstance(unit, dict):
+            raise HardwareConfigError(f"{source}: hardware field 'special_unit' must be a table")
+        unit_known = {f.name for f in fields(SpecialUnit)}
+        unit_unknown = sorted(set(unit) - unit_known)
+        if unit_unknown:
+            raise HardwareConfigError(
+                f"{source}: unknown field(s) special_unit.{', special_unit.'.join(unit_unknown)}; "
+                f"known: {', '.join(sorted(unit_known))}"
+            )
+        try:
+            values["special_unit"] = SpecialUnit(**unit)
+        except HardwareConfigError as e:
+            raise HardwareConfigError(f"{source}: {e}") from None
+    try:
+        return HardwareConfig(**values)
+    except HardwareConfigError as e:
+        raise HardwareConfigError(f"{source}: {e}") from None
+
+
+def load_hardware_config(path: str | Path) -> HardwareConfig:
+    """Read a TOML hardware config (keys = ``HardwareConfig`` field names; fields left out keep
+    their defaults). Raises ``HardwareConfigError`` for a missing file, bad TOML, an unknown key or
+    an impossible value, naming the file and the field."""
+    path = Path(path)
+    if not path.is_file():
+        raise HardwareConfigError(f"{path}: no such hardware config file")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as e:
+        raise HardwareConfigError(f"{path}: not valid TOML ({e})") from None
+    return hardware_config_from_dict(data, source=str(path))

@@ -1,0 +1,149 @@
+"""DRAM <-> on-chip traffic of a GEMM, fold by fold, and its time with double buffering.
+
+The tile is SCALE-Sim's fold (``accel_sim.systolic``), visited in SCALE-Sim's order (for each
+column fold, every row fold). Operands live in DRAM; three on-chip buffers (A, B, outputs) are
+double buffered: half of each is *active* (read by the array) while the other half is filled /
+drained, as SCALE-Sim's ``active_buf_frac = 0.5``. What each fold moves (words; ``r``, ``c`` = the
+rows / columns the fold uses, ``T`` the streamed length):
+
+OS (S_R, S_C, T) = (M, N, K), outputs complete inside the fold:
+    * A block ``r x T``: every fold, or only in the first column fold if the whole of A fits the
+      active half of the A buffer (then it is reused by the later column folds);
+    * B block ``T x c``: once per column fold if it fits the active half of the B buffer (reused
+      by that column fold's row folds), else every fold;
+    * outputs ``r x c``: stored every fold.
+WS / IS (S_R, S_C, T) = (K, N, M) / (K, M, N), partial sums accumulate over the row folds:
+    * stationary block ``r x c`` (B for WS, A^T for IS): every fold;
+    * streamed block ``r x T`` (A^T for WS, B for IS): every fold, or only in the first column
+      fold if the whole streamed operand fits its buffer's active half;
+    * partial sums ``c x T``: kept on chip across the row folds and stored once, after the last
+      row fold, if ``cols x T`` words fit the output buffer's active half; otherwise every fold
+      stores them and every fold after the first reads them back (a spill).
+
+Time (``pipelined_cycles``): a fold's loads are prefetched during the previous fold and its stores
+drain during the next, on one shared DRAM channel. Fold ``i`` costs
+``max(compute_i, (load_{i+1} + store_{i-1}) / bandwidth)``; what cannot overlap is added: the DRAM
+latency and the first fold's loads before the first fold, the last fold's stores after the last.
+A fold whose transfer exceeds its compute stalls the array; stall = total - compute.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from accel_sim.systolic import fold_counts, fold_cycles, map_gemm
+
+
+@dataclass(frozen=True)
+class FoldSchedule:
+    """One GEMM (or a sequence of GEMMs run back to back) as per-fold compute and traffic."""
+
+    compute_cycles: np.ndarray  # per fold
+    load_bytes: np.ndarray  # per fold, DRAM -> chip
+    store_bytes: np.ndarray  # per fold, chip -> DRAM
+
+    @staticmethod
+    def concat(parts: list["FoldSchedule"]) -> "FoldSchedule":
+        return FoldSchedule(
+            np.concatenate([p.compute_cycles for p in parts]),
+            np.concatenate([p.load_bytes for p in parts]),
+            np.concatenate([p.store_bytes for p in parts]),
+        )
+
+    def repeat(self, times: int) -> "FoldSchedule":
+        return FoldSchedule(
+            np.tile(self.compute_cycles, times), np.tile(self.load_bytes, times), np.tile(self.store_bytes, times)
+        )
+
+
+def gemm_fold_schedule(
+    m: int,
+    n: int,
+    k: int,
+    *,
+    rows: int,
+    cols: int,
+    dataflow: str,
+    word_bytes: int,
+    a_buffer_bytes: int,
+    b_buffer_bytes: int,
+    out_buffer_bytes: int,
+) -> FoldSchedule:
+    """Per-fold compute cycles, loaded and stored bytes of ``out[m x n] = A[m x k] . B[k x n]``
+    under the reuse rules of the module docstring. An empty GEMM has no folds."""
+    if m == 0 or n == 0 or k == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return FoldSchedule(empty, empty, empty)
+    s_r, s_c, t = map_gemm(m, n, k, dataflow)
+    row_folds, col_folds = fold_counts(s_r, s_c, rows=rows, cols=cols)
+    fr = np.tile(np.arange(row_folds, dtype=np.int64), col_folds)
+    fc = np.repeat(np.arange(col_folds, dtype=np.int64), row_folds)
+    r = np.minimum(rows, s_r - fr * rows)
+    c = np.minimum(cols, s_c - fc * cols)
+    first_col_fold = fc == 0
+    a_half, b_half, out_half = a_buffer_bytes // 2, b_buffer_bytes // 2, out_buffer_bytes // 2
+    if dataflow == "os":
+        a_words = r * t if m * k * word_bytes > a_half else r * t * first_col_fold
+        b_words = c * t * (fr == 0) if min(cols, s_c) * t * word_bytes <= b_half else c * t
+        loads = a_words + b_words
+        stores = r * c
+    else:
+        streamed_half = a_half if dataflow == "ws" else b_half
+        streamed = r * t if s_r * t * word_bytes > streamed_half else r * t * first_col_fold
+        psum = c * t
+        if min(cols, s_c) * t * word_bytes <= out_half:
+            stores, reads = psum * (fr == row_folds - 1), 0
+        else:
+            stores, reads = psum, psum * (fr > 0)
+        loads = r * c + streamed + reads
+    compute = np.full(fr.shape, fold_cycles(t, rows=rows, cols=cols, dataflow=dataflow), dtype=np.int64)
+    return FoldSchedule(compute, loads * word_bytes, stores * word_bytes)
+
+
+@dataclass(frozen=True)
+class Timing:
+    compute_cycles: int
+    stall_cycles: int
+    total_cycles: int
+    read_bytes: int
+    write_bytes: int
+
+
+def pipelined_cycles(schedule: FoldSchedule, *, bytes_per_cycle: float, latency_cycles: int) -> Timing:
+    """Time of a fold sequence with double-buffered prefetch and write-back (module docstring):
+    ``latency + load_0/bw + sum_i max(compute_i, (load_{i+1} + store_{i-1})/bw) + store_last/bw``,
+    rounded up to whole cycles."""
+    compute = schedule.compute_cycles
+    if compute.size == 0:
+        return Timing(0, 0, 0, 0, 0)
+    loads = schedule.load_bytes.astype(np.float64)
+    stores = schedule.store_bytes.astype(np.float64)
+    overlapped = np.zeros_like(loads)
+    overlapped[:-1] += loads[1:]
+    overlapped[1:] += stores[:-1]
+    steps = np.maximum(compute, overlapped / bytes_per_cycle)
+    total = latency_cycles + loads[0] / bytes_per_cycle + float(steps.sum()) + stores[-1] / bytes_per_cycle
+    compute_total = int(compute.sum())
+    total_cycles = max(compute_total, math.ceil(total - 1e-9))
+    return Timing(
+        compute_cycles=compute_total,
+        stall_cycles=total_cycles - compute_total,
+        total_cycles=total_cycles,
+        read_bytes=int(schedule.load_bytes.sum()),
+        write_bytes=int(schedule.store_bytes.sum()),
+    )
+
+
+def streaming_cycles(compute_cycles: int, read_bytes: int, write_bytes: int, *, bytes_per_cycle: float,
+                     latency_cycles: int) -> Timing:
+    """An op that streams its operands from DRAM and its results back while it computes (vector
+    work on the special unit, linear algebra): ``latency + max(compute, (read + write)/bw)``;
+    no latency for an op that moves nothing."""
+    moved = read_bytes + write_bytes
+    transfer = moved / bytes_per_cycle
+    total = (latency_cycles if moved else 0) + max(compute_cycles, transfer)
+    total_cycles = max(compute_cycles, math.ceil(total - 1e-9))
+    return Timing(compute_cycles, total_cycles - compute_cycles, total_cycles, read_bytes, write_bytes)

@@ -1,0 +1,108 @@
+"""What one traced op costs on the accelerator: GEMMs on the array, vector work on the special
+unit, linear algebra, and nothing for metadata ops.
+
+* GEMM (``GemmWork``): priced with its role's dataflow (``HardwareConfig.dataflow(role)``), fold
+  by fold with ``accel_sim.memory``. ``groups > 1`` (grouped / depthwise convolution) follows
+  ``HardwareConfig.grouped_mapping`` (``per_group`` or ``block_diagonal``, see
+  ``accel_sim.hardware.GROUPED_MAPPINGS``); the groups run back to back in one pipeline.
+* Vector (``VectorWork``): ``ceil(elements / special-unit throughput of its kind)`` cycles,
+  streaming every input tensor from DRAM and every output tensor back (no fusion with the
+  neighbouring op: each traced op is one pass over memory, as the trace lists it). The optimizer
+  update, FeatureNorm and the losses arrive as vector work of kinds ``update``, ``norm``, ``loss``.
+* Linear algebra (``LinalgWork``: the FFC solve, CCVR's Cholesky for sampling):
+  ``ceil(macs / (rows x cols x linalg_efficiency))`` cycles, operands streamed like vector work.
+* ``none``: free. ``unsupported``: not priced (0 cycles, ``priced=False``), listed by the report.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from accel_sim.hardware import HardwareConfig
+from accel_sim.memory import FoldSchedule, Timing, gemm_fold_schedule, pipelined_cycles, streaming_cycles
+from accel_sim.trace_schema import GemmWork, LinalgWork, VectorWork, Work
+
+
+@dataclass(frozen=True)
+class WorkCost:
+    """The price of one op's work: cycles, DRAM bytes, useful MACs."""
+
+    timing: Timing
+    macs: int
+    dataflow: str = ""  # GEMMs only
+    priced: bool = True
+
+
+_FREE = Timing(0, 0, 0, 0, 0)
+
+
+def packing_factor(n: int, k: int, groups: int, *, rows: int, cols: int, dataflow: str) -> int:
+    """Groups per packed GEMM under the ``block_diagonal`` mapping: the most groups whose packed
+    spatial dimensions fit one fold (WS: ``pk <= rows`` and ``pn <= cols``; IS: ``pk <= rows``;
+    OS: ``pn <= cols``), at least 1 and at most ``groups``."""
+    if dataflow == "ws":
+        p = min(rows // k, cols // n)
+    elif dataflow == "is":
+        p = rows // k
+    else:
+        p = cols // n
+    return max(1, min(p, groups))
+
+
+def gemm_schedule(work: GemmWork, hw: HardwareConfig, dataflow: str) -> FoldSchedule:
+    """The fold sequence the array runs for a (possibly grouped) GEMM."""
+
+    def one(m: int, n: int, k: int) -> FoldSchedule:
+        return gemm_fold_schedule(
+            m, n, k, rows=hw.rows, cols=hw.cols, dataflow=dataflow, word_bytes=hw.word_bytes,
+            a_buffer_bytes=hw.a_buffer_bytes, b_buffer_bytes=hw.b_buffer_bytes, out_buffer_bytes=hw.out_buffer_bytes,
+        )
+
+    m, n, k, groups = work.m, work.n, work.k, work.groups
+    if groups == 1 or hw.grouped_mapping == "per_group":
+        return one(m, n, k).repeat(groups)
+    p = packing_factor(n, k, groups, rows=hw.rows, cols=hw.cols, dataflow=dataflow)
+    full, rest = divmod(groups, p)
+    parts = [one(m, p * n, p * k).repeat(full)]
+    if rest:
+        parts.append(one(m, rest * n, rest * k))
+    return FoldSchedule.concat(parts)
+
+
+def price_gemm(work: GemmWork, hw: HardwareConfig) -> WorkCost:
+    dataflow = hw.dataflow(work.role)
+    timing = pipelined_cycles(
+        gemm_schedule(work, hw, dataflow), bytes_per_cycle=hw.dram_bytes_per_cycle, latency_cycles=hw.dram_latency_cycles
+    )
+    return WorkCost(timing, work.macs, dataflow)
+
+
+def price_vector(work: VectorWork, hw: HardwareConfig, read_bytes: int, write_bytes: int) -> WorkCost:
+    compute = math.ceil(work.elements / hw.special_unit.elements_per_cycle(work.op))
+    timing = streaming_cycles(
+        compute, read_bytes, write_bytes, bytes_per_cycle=hw.dram_bytes_per_cycle, latency_cycles=hw.dram_latency_cycles
+    )
+    return WorkCost(timing, 0)
+
+
+def price_linalg(work: LinalgWork, hw: HardwareConfig, read_bytes: int, write_bytes: int) -> WorkCost:
+    compute = math.ceil(work.macs / (hw.macs_per_cycle * hw.linalg_efficiency))
+    timing = streaming_cycles(
+        compute, read_bytes, write_bytes, bytes_per_cycle=hw.dram_bytes_per_cycle, latency_cycles=hw.dram_latency_cycles
+    )
+    return WorkCost(timing, work.macs)
+
+
+def price_work(work: Work, hw: HardwareConfig, read_bytes: int = 0, write_bytes: int = 0) -> WorkCost:
+    """The cost of one op's work. ``read_bytes`` / ``write_bytes`` are the op's input / output
+    tensor bytes (used by vector and linear-algebra work; GEMM traffic comes from the fold model)."""
+    if work.kind == "gemm":
+        return price_gemm(work, hw)
+    if work.kind == "vector":
+        return price_vector(work, hw, read_bytes, write_bytes)
+    if work.kind == "linalg":
+        return price_linalg(work, hw, read_bytes, write_bytes)
+    if work.kind == "none":
+        return WorkCost(_FREE, 0)
+    return WorkCost(_FREE, 0, priced=False)

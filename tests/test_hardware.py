@@ -1,0 +1,71 @@
+"""HardwareConfig: the paper's defaults, the shipped TOML, and errors naming the field."""
+
+from pathlib import Path
+
+import pytest
+
+from accel_sim.hardware import HardwareConfig, HardwareConfigError, SpecialUnit, load_hardware_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_defaults_are_the_papers_array():
+    hw = HardwareConfig()
+    # SphereFed appendix 0.E: 32 x 64 array, 100 MHz
+    assert (hw.rows, hw.cols, hw.clock_hz, hw.word_bytes) == (32, 64, 100e6, 4)
+    assert hw.macs_per_cycle == 2048
+    # 12.8e9 B/s / 100e6 Hz = 128 B/cycle peak; x 0.7 = 89.6 B/cycle sustained
+    assert hw.dram_bytes_per_cycle == pytest.approx(89.6)
+    assert (hw.dataflow("fwd"), hw.dataflow("dx"), hw.dataflow("dw")) == ("ws", "ws", "os")
+
+
+def test_shipped_toml_is_the_default():
+    assert load_hardware_config(ROOT / "configs/hw/paper_default.toml") == HardwareConfig()
+
+
+def test_partial_toml_keeps_defaults(tmp_path):
+    path = tmp_path / "hw.toml"
+    path.write_text('rows = 16\ndataflow_dw = "ws"\n[special_unit]\nnorm = 8\n')
+    hw = load_hardware_config(path)
+    assert (hw.rows, hw.cols, hw.dataflow_dw, hw.special_unit.norm, hw.special_unit.loss) == (16, 64, "ws", 8, 16.0)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("rowz = 4\n", "unknown hardware field(s) rowz"),
+        ("rows = 0\n", "'rows' must be a positive integer, got 0"),
+        ("rows = 2.5\n", "'rows' must be a positive integer"),
+        ("rows = true\n", "'rows' must be a positive integer"),
+        ("dram_peak_bytes_per_s = -1.0\n", "'dram_peak_bytes_per_s' must be a positive number, got -1.0"),
+        ("dram_efficiency = 1.5\n", "'dram_efficiency' must be in (0, 1]"),
+        ("dram_latency_cycles = -3\n", "'dram_latency_cycles' must be an integer >= 0"),
+        ('dataflow_fwd = "rs"\n', "'dataflow_fwd' is 'rs'; expected one of os, ws, is"),
+        ('grouped_mapping = "packed"\n', "'grouped_mapping' is 'packed'; expected one of per_group, block_diagonal"),
+        ("[special_unit]\nnorm = 0\n", "'special_unit.norm' must be a positive number"),
+        ("[special_unit]\nsoftmax = 4\n", "unknown field(s) special_unit.softmax"),
+        ("special_unit = 3\n", "'special_unit' must be a table"),
+        ("rows = \n", "not valid TOML"),
+    ],
+)
+def test_bad_configs_name_the_field(tmp_path, text, message):
+    path = tmp_path / "hw.toml"
+    path.write_text(text)
+    with pytest.raises(HardwareConfigError) as err:
+        load_hardware_config(path)
+    assert message in str(err.value)
+    assert str(path) in str(err.value)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(HardwareConfigError, match="no such hardware config file"):
+        load_hardware_config(tmp_path / "nope.toml")
+
+
+def test_direct_construction_is_validated():
+    with pytest.raises(HardwareConfigError, match="'cols'"):
+        HardwareConfig(cols=-4)
+    with pytest.raises(HardwareConfigError, match="'special_unit.loss'"):
+        SpecialUnit(loss=float("nan"))
+    with pytest.raises(HardwareConfigError, match="'linalg_efficiency'"):
+        HardwareConfig().with_(linalg_efficiency=0.0)

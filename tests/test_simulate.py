@@ -1,0 +1,100 @@
+"""simulate(trace, hw) -> CostReport: per-op costs, totals, queries, unpriced ops."""
+
+import random
+
+import pandas as pd
+import pytest
+
+from accel_sim.hardware import HardwareConfig
+from accel_sim.pricing import price_work
+from accel_sim.simulate import simulate
+from accel_sim.systolic import gemm_cycles
+from accel_sim.trace_schema import OpRecord, StorageInfo, TensorInfo, Trace, TraceHeader
+from tests.accel_traces import small_trace
+
+HW = HardwareConfig(rows=4, cols=4)
+
+
+def test_per_op_costs():
+    report = simulate(small_trace(), HW)
+    ops = report.ops
+    # forward GEMM: WS (the default forward dataflow), 2 x 5 x 3 -> (S_R, S_C, T) = (3, 5, 2):
+    # folds 1 x 2, fold = 8 + 4 + 2 - 2 = 12 -> 24 compute cycles
+    assert (ops[0].dataflow, ops[0].compute_cycles, ops[0].macs) == ("ws", 24, 30)
+    assert ops[0].compute_cycles == gemm_cycles(2, 5, 3, rows=4, cols=4, dataflow="ws")
+    # dW GEMM under OS (the default weight-gradient dataflow)
+    assert ops[5].dataflow == "os"
+    assert ops[5].compute_cycles == gemm_cycles(5, 3, 2, rows=4, cols=4, dataflow="os")
+    # relu streams its input (40 B) and output (40 B): 80 B at 89.6 B/cycle + 20 latency ->
+    # ceil(20.89) = 21 cycles; compute ceil(10 / 64) = 1
+    assert (ops[1].read_bytes, ops[1].write_bytes, ops[1].compute_cycles, ops[1].total_cycles) == (40, 40, 1, 21)
+    # the update reads W and dW (60 + 60 B) and writes W (60 B)
+    assert (ops[6].read_bytes, ops[6].write_bytes) == (120, 60)
+    assert (ops[2].total_cycles, ops[2].priced) == (0, True)  # a view is free
+    assert (ops[8].total_cycles, ops[8].priced) == (0, False)
+    assert report.unsupported_ops() == {"aten.fancy_new_op.default": 1}
+    for cost, op in zip(ops, small_trace().ops):
+        reads = sum(t.bytes for t in small_trace().header.tensors if t.id in op.inputs)
+        writes = sum(t.bytes for t in small_trace().header.tensors if t.id in op.outputs)
+        expected = price_work(op.work, HW, reads, writes)
+        assert cost.total_cycles == expected.timing.total_cycles
+        assert cost.total_cycles == cost.compute_cycles + cost.stall_cycles
+
+
+def test_totals_and_queries_add_up():
+    report = simulate(small_trace(), HW)
+    total = report.total_cycles
+    assert total == sum(c.total_cycles for c in report.ops)
+    assert sum(t.total_cycles for t in report.by_layer().values()) == total
+    assert sum(t.total_cycles for t in report.by_phase().values()) == total
+    assert sum(t.total_cycles for t in report.by_work().values()) == total
+    assert list(report.by_phase()) == ["fwd", "bwd", "update", "calibration"]
+    assert report.by_layer()["fc"].ops == 3
+    assert report.macs == 30 + 30 + 18
+    assert report.seconds == pytest.approx(total / 100e6)
+    assert report.utilization() == pytest.approx(report.macs / (total * 16))
+    frame = pd.DataFrame(report.rows())
+    assert len(frame) == 9 and frame["total_cycles"].sum() == total
+    assert {"idx", "layer", "phase", "compute_cycles", "stall_cycles", "read_bytes", "utilization"} <= set(frame.columns)
+
+
+def test_peak_memory_in_report():
+    report = simulate(small_trace(), HW)
+    # live: W 60 + x 24 always; during op 4: y 40 + loss 4 + dy 40 -> 168; during op 5: + dW 60,
+    # loss freed after op 4 -> 60 + 24 + 40 + 40 + 60 = 224; later ops: W, x, dW, solve 36 = 180
+    assert (report.peak_bytes, report.peak.at_op) == (224, 5)
+    assert report.peak.by_kind_bytes["gradient"] == 60
+
+
+def test_hardware_changes_the_price_not_the_work():
+    slow = simulate(small_trace(), HW.with_(dram_peak_bytes_per_s=1e8))
+    fast = simulate(small_trace(), HW)
+    assert slow.macs == fast.macs and slow.peak_bytes == fast.peak_bytes
+    assert slow.total_cycles > fast.total_cycles
+    assert sum(c.compute_cycles for c in slow.ops) == sum(c.compute_cycles for c in fast.ops)
+
+
+def test_renumbering_tensor_and_storage_ids_changes_nothing():
+    trace = small_trace()
+    rnd = random.Random(3)
+    t_ids = rnd.sample(range(100, 200), len(trace.header.tensors))
+    s_ids = rnd.sample(range(500, 600), len(trace.header.storages))
+    tmap = {t.id: new for t, new in zip(trace.header.tensors, t_ids)}
+    smap = {s.id: new for s, new in zip(trace.header.storages, s_ids)}
+    header = TraceHeader(
+        "tiny", "fedavg", 2,
+        tuple(StorageInfo(smap[s.id], s.bytes, s.kind, s.live_at_start) for s in reversed(trace.header.storages)),
+        tuple(TensorInfo(tmap[t.id], smap[t.storage], t.shape, t.dtype, t.bytes, t.kind) for t in trace.header.tensors),
+    )
+    ops = tuple(
+        OpRecord(o.idx, o.aten, o.layer, o.phase, o.work, tuple(tmap[i] for i in o.inputs), tuple(tmap[i] for i in o.outputs),
+                 tuple(smap[i] for i in o.allocs), tuple(smap[i] for i in o.frees))
+        for o in trace.ops
+    )
+    a, b = simulate(trace, HW), simulate(Trace(header, ops), HW)
+    assert a.ops == b.ops
+    assert (a.peak_bytes, a.peak.at_op, a.peak.by_kind_bytes) == (b.peak_bytes, b.peak.at_op, b.peak.by_kind_bytes)
+
+
+def test_default_hardware_is_the_paper():
+    assert simulate(small_trace()).hw == HardwareConfig()
