@@ -9,8 +9,7 @@ Conventions (``docs/trace.md`` has the full table):
 
 * GEMM ``out[m x n] = A[m x k] . B[k x n]``, repeated ``groups`` times; MACs = m.n.k.groups.
   Linear ``Y = X W^T``, X ``[B, in]``: forward ``m=B, n=out, k=in``; the backward's two ``mm``
-  calls are lowered as they run (dX ``m=B, n=in, k=out``, dW ``m=in, n=out, k=B``, computed
-  as ``dW^T`` by autograd). A bias added by ``addmm`` is folded into the GEMM (accumulator
+  calls are lowered as they run: dX ``m=B, n=in, k=out``, dW ``m=out, n=in, k=B``. A bias added by ``addmm`` is folded into the GEMM (accumulator
   initialization), as ``FlopCounterMode`` and fvcore do.
 * Convolution via im2col (``P.Q`` output pixels, ``R.S`` kernel taps, ``g`` groups): forward
   ``m = B.P.Q, n = C_out/g, k = C_in.R.S/g``; backward dX ``m = B.P.Q, n = C_in.R.S/g,
@@ -294,12 +293,12 @@ _VECTOR = {
     _adaptive_avg_pool2d _adaptive_avg_pool2d_backward adaptive_max_pool2d adaptive_max_pool2d_backward
     max_pool3d_with_indices max_pool3d_with_indices_backward avg_pool3d avg_pool3d_backward""".split(),
     "reduce": """sum mean linalg_vector_norm norm amax amin max min var std var_mean std_mean argmax
-    argmin prod cumsum logsumexp any all""".split(),
+    argmin aminmax prod cumsum logsumexp any all""".split(),
     "loss": """_log_softmax _log_softmax_backward_data _softmax _softmax_backward_data nll_loss_forward
     nll_loss_backward nll_loss2d_forward nll_loss2d_backward mse_loss mse_loss_backward
     binary_cross_entropy binary_cross_entropy_backward smooth_l1_loss smooth_l1_loss_backward""".split(),
     "copy": """clone copy copy_ _to_copy cat stack index_select gather index index_put index_put_
-    constant_pad_nd repeat flip roll _unsafe_index masked_select""".split(),
+    constant_pad_nd repeat flip roll _unsafe_index masked_select _local_scalar_dense""".split(),
     "random": """normal normal_ uniform uniform_ bernoulli bernoulli_ randn randn_like rand rand_like
     randint randperm random_ native_dropout multinomial""".split(),
 }

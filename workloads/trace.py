@@ -199,17 +199,18 @@ class _Recorder(TorchDispatchMode):
 
     # -- phase and layer
 
-    def where(self) -> tuple[str, str, Any]:
+    def where(self) -> tuple[str, str]:
+        """(phase, layer) of the op now running."""
         node = torch._C._current_autograd_node()
         if node is not None or self.bwd_depth:
             if node is None:
-                return "bwd", self.bwd_root_layer, None
+                return "bwd", self.bwd_root_layer
             if type(node).__name__ == _ACCUMULATE_GRAD:
-                return "bwd", self.param_module.get(id(node.variable), ""), node
-            return "bwd", self.seq_layer.get(node._sequence_nr(), ""), node
+                return "bwd", self.param_module.get(id(node.variable), "")
+            return "bwd", self.seq_layer.get(node._sequence_nr(), "")
         if self.step_depth:
-            return "update", "", None
-        return self.default_phase, self.module_stack[-1] if self.module_stack else "", None
+            return "update", ""
+        return self.default_phase, self.module_stack[-1] if self.module_stack else ""
 
     def note_forward_nodes(self, layer: str) -> None:
         """Autograd nodes created since the last op belong to ``layer``."""
@@ -264,7 +265,7 @@ class _Recorder(TorchDispatchMode):
         return out
 
     def record(self, func, args, kwargs, out) -> None:
-        phase, layer, _ = self.where()
+        phase, layer = self.where()
         if phase == "update":
             layer = self.update_layer((args, kwargs))
         if phase != "bwd":
@@ -581,8 +582,12 @@ def orthonormal_classifier_(classifier: nn.Linear, *, seed: int = 0) -> None:
 
 
 def mse_one_hot(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """SphereFed's loss (Eq. 7): mean squared error between the logits and one-hot targets."""
-    return F.mse_loss(outputs, F.one_hot(targets, outputs.shape[1]).to(outputs.dtype))
+    """SphereFed's loss (Eq. 7): mean squared error between the logits and one-hot targets.
+
+    The one-hot matrix is built with ``scatter_`` rather than ``F.one_hot``, which runs different
+    ops on CPU (a range check that reads the labels) and on ``meta`` (arange/eq)."""
+    one_hot = torch.zeros_like(outputs).scatter_(1, targets.unsqueeze(1), 1.0)
+    return F.mse_loss(outputs, one_hot)
 
 
 def method_setup(method: str, model_name: str, *, num_classes: int, image_size: int, norm: str):

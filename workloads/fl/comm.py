@@ -1,0 +1,122 @@
+"""Communication: the ledger's records and totals, and closed forms for the same quantities.
+
+The federated loop records one ``Transfer`` per (round, client, direction, tensor group) from the
+tensors it really hands over, with bytes = numel x itemsize. Groups:
+
+* ``feature_extractor``: every state_dict entry outside the heads (weights and BatchNorm buffers);
+* ``classifier``: ``classifier.*`` (absent when frozen: SphereFed, FedBABU rebuild it from the seed);
+* ``metadata``: the client's sample count (int64) and, for FedNova, its normalizer a_i (float64);
+* ``fedcos_direction``: FedCos's d_t, sent to every sampled client from round 2 on;
+* ``calibration_statistics``: FFC's V, U or CCVR's counts, means, covariances (once, round R+1,
+  after the clients downloaded the final feature extractor).
+
+Tensors a client can rebuild from the shared seed (initial weights of never-shared parts, the
+fixed classifier) cost nothing; a double-head client's local head never leaves it.
+
+``closed_form_bytes`` computes the totals from sizes alone (parameter shapes, l, C, rounds,
+clients), independently of the loop; tests check the two agree.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence
+
+import torch
+
+from workloads.fl.hparams import Hparams
+from workloads.fl.methods import MethodConfig
+from workloads.fl.methods.doublehead import sharing_phase
+
+METADATA_BYTES = 8  # num_examples as int64
+FEDNOVA_A_BYTES = 8  # a_i as float64
+GROUPS = ("feature_extractor", "classifier", "metadata", "fedcos_direction", "calibration_statistics")
+
+
+@dataclass(frozen=True)
+class Transfer:
+    round: int  # 1..R for training rounds, R + 1 for the calibration
+    client: int
+    direction: str  # "down" (server -> client) or "up"
+    group: str
+    nbytes: int
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def group_of(key: str) -> str:
+    return "classifier" if key.split(".")[0] == "classifier" else "feature_extractor"
+
+
+def grouped_bytes(tensors: Mapping[str, torch.Tensor], group: str | None = None) -> dict[str, int]:
+    """Bytes per group of a dict of tensors (``group`` forces one group for all of them)."""
+    out: dict[str, int] = defaultdict(int)
+    for key, t in tensors.items():
+        out[group or group_of(key)] += tensor_bytes(t)
+    return dict(out)
+
+
+def ledger_totals(transfers: Iterable[Transfer]) -> dict:
+    """Totals overall, per direction, per group and per client (JSON-ready)."""
+    total = {"down": 0, "up": 0}
+    by_group: dict[str, dict[str, int]] = defaultdict(lambda: {"down": 0, "up": 0})
+    by_client: dict[int, dict[str, int]] = defaultdict(lambda: {"down": 0, "up": 0})
+    for t in transfers:
+        total[t.direction] += t.nbytes
+        by_group[t.group][t.direction] += t.nbytes
+        by_client[t.client][t.direction] += t.nbytes
+    return {"down_bytes": total["down"], "up_bytes": total["up"],
+            "total_bytes": total["down"] + total["up"],
+            "by_group": {g: {f"{d}_bytes": v for d, v in dv.items()} for g, dv in sorted(by_group.items())},
+            "by_client": {str(c): {f"{d}_bytes": v for d, v in dv.items()}
+                          for c, dv in sorted(by_client.items())}}
+
+
+def calibration_stats_bytes(calibration: str, *, feature_dim: int, num_classes: int, hp: Hparams) -> int:
+    """Bytes one client uploads for the calibration.
+
+    FFC: V (l x l) + U (l x C) in ``hp.ffc_stats_dtype`` = l (l + C) values (SphereFed Sec. 4.3).
+    CCVR: counts (C) + means (C x l) + covariances (C x l x l), float64, all classes (Tab. 1).
+    """
+    l, c = feature_dim, num_classes
+    if calibration == "ffc":
+        itemsize = 8 if hp.ffc_stats_dtype == "float64" else 4
+        return l * (l + c) * itemsize
+    if calibration == "ccvr":
+        return (c + c * l + c * l * l) * 8
+    raise ValueError(f"unknown calibration {calibration!r}")
+
+
+def closed_form_bytes(method: MethodConfig, hp: Hparams, *, rounds: int, clients_per_round: int,
+                      num_clients: int, layer_bytes: Sequence[int], head_bytes: int,
+                      trainable_bytes: int, feature_dim: int, num_classes: int) -> dict[str, int]:
+    """Total bytes down and up over a run, from sizes only.
+
+    ``layer_bytes``: bytes of the shared state of each sharing layer, shallow to deep, the global
+    head last if it is shared (for plain methods any split of the shared state works: only the
+    sum matters); ``head_bytes``: bytes of the shared classifier (0 when frozen);
+    ``trainable_bytes``: bytes of the trainable shared parameters (FedCos's d_t).
+
+    Per round and sampled client: down = shared model (+ d_t for FedCos from round 2),
+    up = shared model + 8 B sample count (+ 8 B a_i for FedNova). Double head with gradual
+    sharing sends layers 1..p(t) in round t (002, Alg. 2). Calibration: every client downloads the
+    feature extractor and uploads its statistics once.
+    """
+    down = up = 0
+    for t in range(1, rounds + 1):
+        if method.algorithm == "doublehead":
+            shared = sum(layer_bytes[:sharing_phase(t, hp.share_every_rounds, len(layer_bytes))])
+        else:
+            shared = sum(layer_bytes)
+        down_t = shared + (trainable_bytes if method.algo.needs_direction and t > 1 else 0)
+        up_t = shared + METADATA_BYTES + (FEDNOVA_A_BYTES if method.algorithm == "fednova" else 0)
+        down += clients_per_round * down_t
+        up += clients_per_round * up_t
+    if method.calibration:
+        down += num_clients * (sum(layer_bytes) - head_bytes)
+        up += num_clients * calibration_stats_bytes(method.calibration, feature_dim=feature_dim,
+                                                    num_classes=num_classes, hp=hp)
+    return {"down_bytes": down, "up_bytes": up, "total_bytes": down + up}

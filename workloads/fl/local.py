@@ -1,0 +1,93 @@
+"""The local training step and calibration as objects the trace capture can call.
+
+The federated loop (``loop.py``) trains every client through ``ClientTrainer.step``; bench captures
+the very same call on ``meta``-device copies of the model and a batch::
+
+    model = prepare_model(build_model(...), method, seed=0)        # SphereFed / FedBABU / double head
+    trainer = client_trainer(model, global_state, hp, method, round=2, direction=d)
+    loss = trainer.step(x, y)      # zero_grad, forward, loss (+ FedProx / FedCos term), backward, SGD step
+
+``step`` uses tensor ops only (no ``.item()``, no branching on data), so it runs on ``meta``; the
+loop checks the returned loss for NaN outside the step. Calibration hooks are
+``CALIBRATIONS[name].client_statistics(model, batches, num_classes=C, hp=hp)`` and
+``CALIBRATIONS[name].server_calibrate(stats, classifier_weight=W, loss_fn=per_sample_loss(method),
+hp=hp)``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from workloads.fl.hparams import Hparams
+from workloads.fl.methods import MethodConfig
+from workloads.fl.methods.base import RoundContext
+from workloads.fl.methods.spherefed import apply_spherefed, mse_onehot_loss
+
+
+def loss_function(method: MethodConfig) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """Batch-mean loss: MSE against one-hot with SphereFed (Eq. 5), cross entropy otherwise."""
+    return mse_onehot_loss if method.spherefed else F.cross_entropy
+
+
+def per_sample_loss(method: MethodConfig) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """The same loss without the batch mean (CCVR weights virtual samples)."""
+    if method.spherefed:
+        return lambda o, y: ((o - F.one_hot(y, o.shape[1]).to(o.dtype)) ** 2).mean(1)
+    return lambda o, y: F.cross_entropy(o, y, reduction="none")
+
+
+def prepare_model(model: nn.Module, method: MethodConfig, *, seed: int) -> nn.Module:
+    """Apply the method's changes to a freshly built model (fixed/frozen heads, local head)."""
+    if method.spherefed:
+        apply_spherefed(model, seed=seed)
+    return method.algo.prepare_model(model, seed=seed)
+
+
+class ClientTrainer:
+    """One client's local optimizer and loss; ``step(x, y)`` is one SGD step."""
+
+    def __init__(self, model: nn.Module, method: MethodConfig, hp: Hparams, ctx: RoundContext,
+                 lr: float) -> None:
+        self.model = model
+        self.algorithm = method.algo
+        self.loss_fn = loss_function(method)
+        self.hp = hp
+        self.ctx = ctx
+        params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.SGD(params, lr=lr, momentum=hp.momentum,
+                                         weight_decay=hp.weight_decay, foreach=False)
+
+    def step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """zero_grad, forward, loss (+ penalty), backward, optimizer step; returns the loss."""
+        self.optimizer.zero_grad(set_to_none=True)
+        outputs = self.algorithm.head_outputs(self.model, x)
+        loss = self.loss_fn(outputs[0], y)
+        for extra in outputs[1:]:
+            loss = loss + self.loss_fn(extra, y)
+        penalty = self.algorithm.penalty(self.model, self.ctx, self.hp)
+        if penalty is not None:
+            loss = loss + penalty
+        loss.backward()
+        self.optimizer.step()
+        return loss.detach()
+
+
+def client_trainer(model: nn.Module, global_state: Mapping[str, torch.Tensor], hp: Hparams,
+                   method: MethodConfig, *, round: int = 1, lr: float | None = None,
+                   direction: Mapping[str, torch.Tensor] | None = None) -> ClientTrainer:
+    """A trainer for ``model``, which must already hold the client's starting weights.
+
+    ``global_state`` is what the client downloaded (w_t): FedProx and FedCos anchor their penalty
+    there, so for them its trainable tensors are cloned (the optimizer updates ``model`` in place).
+    ``direction`` is FedCos's d_t (None in round 1). ``lr`` defaults to ``hp.lr``.
+    """
+    anchors = {}
+    if method.algo.anchored:
+        anchors = {name: global_state[name].detach().clone()
+                   for name, p in model.named_parameters() if p.requires_grad}
+    ctx = RoundContext(round=round, global_params=anchors, direction=direction)
+    return ClientTrainer(model, method, hp, ctx, hp.lr if lr is None else lr)

@@ -1,0 +1,136 @@
+"""CCVR, Classifier Calibration with Virtual Representations (Luo et al., NeurIPS 2021; notes in
+papers/001; defaults from SphereFed Tab. 16).
+
+Client k sends, for every class c, the count N_ck, mean mu_ck and unbiased covariance
+Sigma_ck = 1/(N_ck - 1) sum_j (z - mu_ck)(z - mu_ck)^T of its features (zero when N_ck <= 1),
+all C classes densely as SphereFed's Tab. 1 counts them (mu in R^{l x C}, Sigma in R^{l x l x C}),
+in float64. The server pools them exactly (papers/001; its mean formula has N_c / N_ck upside
+down, the correct weight is N_ck / N_c):
+
+    N_c = sum_k N_ck,    mu_c = sum_k (N_ck / N_c) mu_ck
+    Sigma_c = sum_k (N_ck - 1)/(N_c - 1) Sigma_ck + sum_k N_ck/(N_c - 1) mu_ck mu_ck^T
+              - N_c/(N_c - 1) mu_c mu_c^T
+
+samples M_c virtual features per class from N(mu_c, Sigma_c + eps I) (the pooled covariance may
+be singular, NOTES.md), and re-trains the classifier, initialized at the global one, on them with
+SGD (Tab. 16: M_c = 500, fine-tuning lr 1e-5; epochs, batch size, momentum and weight decay are
+our choices, see ``Hparams``), using the method's own loss. Classes no client has get no virtual
+features (their samples are drawn but weighted 0, so shapes stay data-independent for ``meta``).
+The Tukey transform of SphereFed's Tab. 1 is not applied (CCVR itself does not use it).
+
+``client_statistics`` needs batches that each hold a single class (``class_batches`` makes them):
+then each batch's second moment is one GEMM z^T z of B*l^2 MACs, the real work, instead of C
+masked GEMMs.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from workloads.fl.hparams import Hparams
+
+
+def class_batches(x: torch.Tensor, y: torch.Tensor, batch_size: int):
+    """Batches of (x, y) each holding one class, in class order (for CCVR's client statistics)."""
+    labels = y.cpu().numpy()
+    for c in np.unique(labels):
+        idx = torch.from_numpy(np.flatnonzero(labels == c))
+        for start in range(0, len(idx), batch_size):
+            part = idx[start:start + batch_size]
+            yield x[part], y[part]
+
+
+def ccvr_client_statistics(model: nn.Module, batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
+                           *, num_classes: int) -> dict[str, torch.Tensor]:
+    """Per-class count, mean and unbiased covariance (float64) from single-class batches."""
+    counts = sums = second = None
+    with torch.no_grad():
+        for x, y in batches:
+            z = model.features(x).to(torch.float64)
+            if counts is None:
+                l = z.shape[1]
+                counts = torch.zeros(num_classes, dtype=torch.float64, device=z.device)
+                sums = torch.zeros(num_classes, l, dtype=torch.float64, device=z.device)
+                second = torch.zeros(num_classes, l, l, dtype=torch.float64, device=z.device)
+            counts = counts.index_add(0, y, torch.ones_like(y, dtype=torch.float64))
+            sums = sums.index_add(0, y, z)
+            second = second.index_add(0, y[:1], (z.T @ z)[None])  # batch holds class y[0] only
+    if counts is None:
+        raise ValueError("CCVR client statistics need at least one batch of local data")
+    n = counts[:, None]
+    means = sums / torch.where(n > 0, n, torch.ones_like(n))
+    scatter = second - n[:, :, None] * means[:, :, None] * means[:, None, :]
+    dof = (counts - 1)[:, None, None]
+    covs = torch.where(dof > 0, scatter / torch.where(dof > 0, dof, torch.ones_like(dof)),
+                       torch.zeros_like(scatter))
+    return {"ccvr_counts": counts, "ccvr_means": means, "ccvr_covs": covs}
+
+
+def pool_class_statistics(stats: Sequence[dict[str, torch.Tensor]]):
+    """Exact pooling of per-client (N_ck, mu_ck, Sigma_ck) into (N_c, mu_c, Sigma_c), float64."""
+    n_k = torch.stack([s["ccvr_counts"] for s in stats]).to(torch.float64)  # [K, C]
+    mu_k = torch.stack([s["ccvr_means"] for s in stats]).to(torch.float64)  # [K, C, l]
+    cov_k = torch.stack([s["ccvr_covs"] for s in stats]).to(torch.float64)  # [K, C, l, l]
+    n = n_k.sum(0)
+    safe_n = torch.where(n > 0, n, torch.ones_like(n))
+    mu = (n_k[:, :, None] * mu_k).sum(0) / safe_n[:, None]
+    outer_k = mu_k[:, :, :, None] * mu_k[:, :, None, :]
+    scatter = (((n_k - 1).clamp(min=0))[:, :, None, None] * cov_k
+               + n_k[:, :, None, None] * outer_k).sum(0) - n[:, None, None] * mu[:, :, None] * mu[:, None, :]
+    dof = (n - 1)[:, None, None]
+    cov = torch.where(dof > 0, scatter / torch.where(dof > 0, dof, torch.ones_like(dof)),
+                      torch.zeros_like(scatter))
+    return n, mu, cov
+
+
+def sample_virtual_features(n, mu, cov, *, per_class: int, eps: float, generator=None):
+    """M_c = ``per_class`` draws from N(mu_c, Sigma_c + eps I) for every class; returns
+    (features [C*M, l] float32, labels [C*M], weights [C*M]: 1 for classes with N_c > 0, else 0)."""
+    num_classes, l = mu.shape
+    eye = torch.eye(l, dtype=cov.dtype, device=cov.device)
+    chol = torch.linalg.cholesky(cov + eps * eye)  # [C, l, l]
+    noise = torch.randn(num_classes, per_class, l, dtype=cov.dtype, device=cov.device,
+                        generator=generator)
+    feats = mu[:, None, :] + noise @ chol.transpose(1, 2)
+    labels = torch.arange(num_classes, device=mu.device).repeat_interleave(per_class)
+    weights = (n > 0).to(torch.float32).repeat_interleave(per_class)
+    return feats.reshape(-1, l).to(torch.float32), labels, weights
+
+
+def retrain_classifier(weight: torch.Tensor, feats, labels, sample_weights, *,
+                       per_sample_loss: Callable, hp: Hparams, generator=None) -> torch.Tensor:
+    """SGD on the classifier only, initialized at ``weight``, over the weighted virtual set."""
+    w = weight.detach().clone().requires_grad_(True)
+    opt = torch.optim.SGD([w], lr=hp.ccvr_lr, momentum=hp.momentum,
+                          weight_decay=hp.weight_decay, foreach=False)
+    total = feats.shape[0]
+    for _ in range(hp.ccvr_epochs):
+        order = torch.randperm(total, generator=generator, device=feats.device)
+        for start in range(0, total, hp.ccvr_batch_size):
+            idx = order[start:start + hp.ccvr_batch_size]
+            opt.zero_grad(set_to_none=True)
+            sw = sample_weights[idx]
+            losses = per_sample_loss(feats[idx] @ w.T, labels[idx])
+            loss = (losses * sw).sum() / sw.sum().clamp(min=1.0)
+            loss.backward()
+            opt.step()
+    return w.detach()
+
+
+class CCVR:
+    name = "ccvr"
+
+    def client_statistics(self, model, batches, *, num_classes, hp):
+        return ccvr_client_statistics(model, batches, num_classes=num_classes)
+
+    def server_calibrate(self, stats, *, classifier_weight, loss_fn, hp: Hparams, generator=None):
+        n, mu, cov = pool_class_statistics(stats)
+        feats, labels, weights = sample_virtual_features(
+            n, mu, cov, per_class=hp.ccvr_virtual_per_class, eps=hp.ccvr_cov_eps, generator=generator)
+        return retrain_classifier(classifier_weight, feats.to(classifier_weight.device), labels,
+                                  weights, per_sample_loss=loss_fn, hp=hp, generator=generator)

@@ -1,0 +1,79 @@
+"""Double head + gradual sharing (Li et al., "More Industry-friendly: Federated Learning with High
+Efficient Design", Algorithms 1 and 2 of papers/002).
+
+Algorithm 1 (double head): besides the shared global head (``classifier``) each client owns a
+local head (``local_classifier``, same shape) that is never sent. Both heads read the same
+features; the local loss is the sum of the two heads' losses (the paper writes one loss
+l(w'; D_k) over the whole model; summing the heads is our reading). The paper predicts with the
+argmax over both heads' softmax outputs (its Eq. 3); ``double_head_predict`` implements that for a
+client model. The server has no local head, so the global model's accuracy on the global test set
+(what every method here reports) uses the global head.
+
+Algorithm 2 (gradual sharing): in phase p only layers 1..p (shallow to deep) are shared; one more
+layer is released every F = ``share_every_rounds`` rounds, p = min(1 + (t - 1) // F, L). Layers
+not yet shared stay on the clients (each keeps its own copy between rounds) and at their
+initial value on the server. A "layer" is a module owning parameters, in state_dict order (a
+convolution and its normalization are two layers), the global head being the last. F = 0 shares
+every layer from round 1 (plain double head).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from workloads.fl.hparams import Hparams
+from workloads.fl.methods.base import FedAvg, frozen_keys
+
+LOCAL_HEAD = "local_classifier"
+
+
+def sharing_layers(model: nn.Module) -> list[list[str]]:
+    """State_dict keys grouped by owning module, shallow to deep, local head excluded."""
+    layers: dict[str, list[str]] = {}
+    for key in model.state_dict():
+        module = key.rsplit(".", 1)[0]
+        if module.split(".")[0] == LOCAL_HEAD:
+            continue
+        layers.setdefault(module, []).append(key)
+    return list(layers.values())
+
+
+def sharing_phase(round: int, share_every_rounds: int, num_layers: int) -> int:
+    """Alg. 2's phase p in round t (1-based): min(1 + (t - 1) // F, L); L when F = 0."""
+    if share_every_rounds == 0:
+        return num_layers
+    return min(1 + (round - 1) // share_every_rounds, num_layers)
+
+
+def double_head_predict(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """Eq. 3 of 002: argmax over the concatenated softmax outputs of both heads, mod C."""
+    z = model.features(x)
+    probs = torch.cat([model.classifier(z).softmax(1), model.local_classifier(z).softmax(1)], 1)
+    return probs.argmax(1) % model.classifier.out_features
+
+
+class DoubleHead(FedAvg):
+    name = "doublehead"
+
+    def prepare_model(self, model: nn.Module, *, seed: int) -> nn.Module:
+        head = model.classifier
+        local = nn.Linear(head.in_features, head.out_features, bias=head.bias is not None)
+        gen = torch.Generator().manual_seed(seed + 1)
+        with torch.no_grad():  # same init rule as nn.Linear (kaiming uniform, a = sqrt(5))
+            bound = 1.0 / head.in_features ** 0.5
+            local.weight.copy_(torch.empty_like(local.weight).uniform_(-bound, bound, generator=gen))
+            if local.bias is not None:
+                local.bias.copy_(torch.empty_like(local.bias).uniform_(-bound, bound, generator=gen))
+        model.add_module(LOCAL_HEAD, local.to(head.weight.device))
+        return model
+
+    def head_outputs(self, model: nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
+        z = model.features(x)
+        return [model.classifier(z), model.local_classifier(z)]
+
+    def shared_keys(self, model: nn.Module, round: int, hp: Hparams) -> list[str]:
+        layers = sharing_layers(model)
+        phase = sharing_phase(round, hp.share_every_rounds, len(layers))
+        frozen = frozen_keys(model)
+        return [k for layer in layers[:phase] for k in layer if k not in frozen]
