@@ -63,9 +63,11 @@ from accel_sim.trace_schema import (
     TensorInfo,
     Trace,
     TraceHeader,
+    VectorWork,
     dump_trace,
 )
-from workloads.lowering import OpCall, Piece, lower
+from workloads.lowering import OpCall, lower
+from workloads.models import MODELS, build_model
 
 _ACCUMULATE_GRAD = "AccumulateGrad"
 
@@ -138,8 +140,7 @@ class _Recorder(TorchDispatchMode):
         self.pending_frees: list[int] = []
         self.seq_layer: dict[int, str] = {}
         self.seq_mark = torch._C._autograd._get_sequence_nr()
-        self.bwd_depth = 0
-        self.bwd_root_layer = ""
+        self.bwd_root_layers: list[str] = []  # one per active torch.autograd.backward/grad call
         self.step_depth = 0
         self.model = model
         named = list(model.named_parameters()) if model is not None else []
@@ -202,9 +203,9 @@ class _Recorder(TorchDispatchMode):
     def where(self) -> tuple[str, str]:
         """(phase, layer) of the op now running."""
         node = torch._C._current_autograd_node()
-        if node is not None or self.bwd_depth:
+        if node is not None or self.bwd_root_layers:
             if node is None:
-                return "bwd", self.bwd_root_layer
+                return "bwd", self.bwd_root_layers[-1]
             if type(node).__name__ == _ACCUMULATE_GRAD:
                 return "bwd", self.param_module.get(id(node.variable), "")
             return "bwd", self.seq_layer.get(node._sequence_nr(), "")
@@ -228,12 +229,18 @@ class _Recorder(TorchDispatchMode):
         self.module_stack.pop()
 
     def enter_backward(self, roots: Any) -> None:
-        self.bwd_depth += 1
+        """Ops run by ``torch.autograd.backward``/``grad`` outside any node (the seed gradient)
+        belong to the layer that made the first root."""
         fns = [t.grad_fn for t in tree_leaves(roots) if isinstance(t, torch.Tensor) and t.grad_fn is not None]
-        self.bwd_root_layer = self.seq_layer.get(fns[0]._sequence_nr(), "") if fns else ""
+        self.bwd_root_layers.append(self.seq_layer.get(fns[0]._sequence_nr(), "") if fns else "")
 
     def exit_backward(self) -> None:
-        self.bwd_depth -= 1
+        self.bwd_root_layers.pop()
+
+    def stop_watching(self) -> None:
+        """Detach the storage finalizers (also when ``fn`` raised)."""
+        for f in self.finalizers:
+            f.detach()
 
     def optimizer_pre_step(self, optimizer: torch.optim.Optimizer, *_) -> None:
         self.step_depth += 1
@@ -316,8 +323,6 @@ class _Recorder(TorchDispatchMode):
     # -- the result
 
     def finish(self, model_name: str, method: str, batch_size: int, meta: dict) -> Trace:
-        for f in self.finalizers:
-            f.detach()
         if self.pending_frees and self.records:
             self.records[-1].frees.extend(self.pending_frees)
         if self.model is not None:
@@ -410,6 +415,7 @@ def capture(
         if isinstance(t, torch.Tensor):
             recorder.mark(t, "input")
     with contextlib.ExitStack() as stack:
+        stack.callback(recorder.stop_watching)  # runs last: frees up to fn's return are seen
         if model is not None:
             for name, mod in model.named_modules():
                 stack.enter_context(mod.register_forward_pre_hook(functools.partial(recorder.enter_module, name)))
@@ -546,6 +552,11 @@ def macs(trace: Trace, *, phase: str | None = None, role: str | None = None, lay
     return total
 
 
+def vector_elements(trace: Trace, *, phase: str | None = None) -> int:
+    """Element operations of vector work (special unit), optionally of one phase."""
+    return sum(o.work.elements for o in trace.ops if isinstance(o.work, VectorWork) and (phase is None or o.phase == phase))
+
+
 def summary(trace: Trace) -> str:
     """A few lines for people: op count, MACs per phase, unsupported ops, peak live bytes."""
     h = trace.header
@@ -554,6 +565,10 @@ def summary(trace: Trace) -> str:
         f"{len(h.tensors)} tensors, {len(h.storages)} storages",
         "MACs: " + ", ".join(f"{p} {macs(trace, phase=p):,}" for p in PHASES if any(o.phase == p for o in trace.ops)),
     ]
+    lines.append(
+        "vector elements: "
+        + ", ".join(f"{p} {vector_elements(trace, phase=p):,}" for p in PHASES if any(o.phase == p for o in trace.ops))
+    )
     unsupported = trace.unsupported_ops()
     lines.append(
         "unsupported ops: " + (", ".join(f"{k} x{v}" for k, v in sorted(unsupported.items())) if unsupported else "none")
@@ -595,8 +610,6 @@ def method_setup(method: str, model_name: str, *, num_classes: int, image_size: 
 
     fedavg: trainable classifier, cross-entropy. spherefed: FeatureNorm before a frozen
     orthonormal classifier, MSE against one-hot targets."""
-    from workloads.models import build_model
-
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
     spherefed = method == "spherefed"
@@ -608,8 +621,6 @@ def method_setup(method: str, model_name: str, *, num_classes: int, image_size: 
 
 
 def _parser() -> argparse.ArgumentParser:
-    from workloads.models import MODELS
-
     p = argparse.ArgumentParser(
         prog="python -m workloads.trace",
         description="Capture one steady-state local training step as a trace file (JSON Lines).",
@@ -618,7 +629,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--method", required=True, choices=METHODS)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--classes", type=int, default=100)
-    p.add_argument("--image-size", type=int, default=32, choices=(32, 64))
+    p.add_argument("--image-size", type=int, default=32, choices=(16, 32, 64))
     p.add_argument("--norm", default="bn", choices=("bn", "gn"))
     p.add_argument("--device", default="meta", choices=("meta", "cpu"))
     p.add_argument("--lr", type=float, default=0.1)
@@ -646,6 +657,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         model, inputs, targets, loss_fn=loss_fn, optimizer=optimizer, device=args.device,
         model_name=args.model, method=args.method, meta=meta,
     )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     dump_trace(trace, args.out)
     print(summary(trace))
     print(f"wrote {args.out}")
