@@ -104,14 +104,16 @@ def layer_latency(layers: pd.DataFrame, model: str, region: str = "training") ->
 
 
 def layer_breakdown(layers: pd.DataFrame, model: str):
-    """Per-layer latency of one round of local training: the TOP_LAYERS slowest layers plus the rest."""
+    """Per-layer latency of one local training step: the TOP_LAYERS slowest layers, the classifier
+    (the layer SphereFed changes) and the rest summed."""
     table = layer_latency(layers, model)
     if table.empty:
         raise ResultsError(f"{LAYERS_CSV} has no training rows for model {model!r}")
-    top = table.iloc[:TOP_LAYERS]
-    rest = table.iloc[TOP_LAYERS:].sum()
-    if len(table) > TOP_LAYERS:
-        top = pd.concat([top, rest.to_frame(f"{len(table) - TOP_LAYERS} other layers").T])
+    shown = list(table.index[:TOP_LAYERS]) + [l for l in table.index[TOP_LAYERS:] if l == "classifier"]
+    top = table.loc[shown]
+    if len(table) > len(shown):
+        rest = table.drop(index=shown).sum()
+        top = pd.concat([top, rest.to_frame(f"{len(table) - len(shown)} other layers").T])
     top_ms = top * 1e3
     fig, ax = plt.subplots(figsize=(8, 0.35 * len(top_ms) + 1.5))
     height = 0.8 / len(top_ms.columns)
