@@ -1,0 +1,140 @@
+"""The ``results/<run>/`` folder: its layout, an atomic writer and a validating reader.
+
+Layout (docs/results.md describes every field)::
+
+    results/<run>/
+      summary.json   every figure of the run, the resolved config, hardware config, git commit, command
+      ops.csv        one row per priced op:    model, method, region, idx, aten, layer, phase, work, macs, cycles, latency_s
+      layers.csv     one row per layer/phase:  model, method, region, layer, phase, macs, cycles, latency_s
+      fig5.png       Fig. 5 (a)-(e) style bars for every model of the run
+      layers_<model>.png   per-layer latency breakdown of one-round training, FedAvg vs SphereFed
+
+A run is written into a temporary sibling folder and renamed into place at the end, so an
+interrupted run leaves no half-written ``results/<run>``; an existing folder is only replaced when
+the caller asks to overwrite it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+FORMAT_NAME = "fl-accel-bench-results"
+FORMAT_VERSION = 1
+SUMMARY = "summary.json"
+OPS_CSV = "ops.csv"
+LAYERS_CSV = "layers.csv"
+SUMMARY_KEYS = ("command", "git_commit", "config", "hardware", "hardware_label", "models")
+MODEL_SECTIONS = ("training", "calibration", "communication", "accuracy")
+OPS_COLUMNS = ("model", "method", "region", "idx", "aten", "layer", "phase", "work", "macs", "cycles", "latency_s")
+LAYERS_COLUMNS = ("model", "method", "region", "layer", "phase", "macs", "cycles", "latency_s")
+
+
+class ResultsError(ValueError):
+    """A results folder that is missing, malformed or already present. The message says what to do."""
+
+
+def git_commit(repo: Path | None = None) -> str:
+    """The checked-out commit (with ``-dirty`` when the tree has changes), or "unknown" outside git."""
+    cwd = repo or Path(__file__).resolve().parent.parent
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=cwd, capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return sha.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def check_finite(obj: Any, where: str = "summary") -> None:
+    """Raise ResultsError naming the first NaN or infinite number in a JSON-like object."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        raise ResultsError(f"{where} is {obj}: every figure in a results folder must be finite")
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            check_finite(value, f"{where}.{key}")
+    elif isinstance(obj, (list, tuple)):
+        for i, value in enumerate(obj):
+            check_finite(value, f"{where}[{i}]")
+
+
+def write_json(path: Path, obj: Any) -> None:
+    """Write JSON (finite numbers only) through a temporary file renamed into place."""
+    check_finite(obj, path.name)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(obj, fh, indent=2, allow_nan=False)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def check_out_dir(out: Path, *, overwrite: bool) -> None:
+    """Refuse to mix a new run with an existing folder unless ``overwrite`` (checked before any work)."""
+    if out.exists() and not overwrite:
+        raise ResultsError(
+            f"{out} already exists; choose another --out or pass --overwrite to replace it "
+            "(runs are never mixed into an existing folder)"
+        )
+    if out.exists() and not out.is_dir():
+        raise ResultsError(f"{out} exists and is not a folder; choose another --out")
+
+
+def write_run_dir(out: Path, build: Callable[[Path], None], *, overwrite: bool) -> Path:
+    """Call ``build(tmp)`` to fill a fresh temporary folder, then rename it to ``out``.
+
+    The old ``out`` (with ``overwrite``) is only removed after the new one is complete.
+    """
+    out = Path(out)
+    check_out_dir(out, overwrite=overwrite)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".partial"))
+    try:
+        build(tmp)
+        if out.exists():
+            old = out.with_name(f".{out.name}.old-{os.getpid()}")
+            os.replace(out, old)
+            os.replace(tmp, out)
+            shutil.rmtree(old)
+        else:
+            os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def load_summary(run_dir: Path) -> dict:
+    """Read and check ``summary.json`` of a results folder; one clear error if anything is off."""
+    run_dir = Path(run_dir)
+    path = run_dir / SUMMARY
+    if not path.is_file():
+        raise ResultsError(f"{path} not found: give a folder written by `python -m bench.run`")
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ResultsError(f"{path} is not valid JSON ({exc}); rerun `python -m bench.run`") from None
+    if not isinstance(summary, dict) or summary.get("format") != FORMAT_NAME:
+        raise ResultsError(f"{path} is not a {FORMAT_NAME} summary (missing or wrong 'format')")
+    if summary.get("version") != FORMAT_VERSION:
+        raise ResultsError(f"{path} has version {summary.get('version')!r}; this code reads {FORMAT_VERSION}")
+    absent = [k for k in SUMMARY_KEYS if k not in summary]
+    if absent:
+        raise ResultsError(f"{path} lacks key(s) {absent}; rerun `python -m bench.run`")
+    models = summary.get("models")
+    if not isinstance(models, dict) or not models:
+        raise ResultsError(f"{path} has no 'models' section with at least one model")
+    for name, sections in models.items():
+        missing = [s for s in MODEL_SECTIONS if not isinstance(sections.get(s), dict)]
+        if missing:
+            raise ResultsError(f"{path}: model {name!r} lacks section(s) {missing}")
+    check_finite(summary, path.name)
+    return summary

@@ -1,0 +1,418 @@
+"""``python -m bench.run --model mobilenetv2``: SphereFed's efficiency study (Table 1, Fig. 5, Sec. 5.4).
+
+For every model it reports, on the modeled accelerator (``accel_sim``, ``--hw``):
+
+* one-round local training, FedAvg vs SphereFed: latency (cycles, seconds, and the round: E local
+  epochs over the average client's |D| / K samples) and peak memory with its breakdown, from one
+  step of the federated loop's own client trainer captured at the paper's shapes (CIFAR-100:
+  3x32x32, 100 classes, ``--batch-size`` 64);
+* calibration, CCVR vs FFC: the average client plus the server (``bench.calibration``);
+* communication for the paper's run (10 clients, 100 rounds, every client every round): whole-model
+  totals from the FL code's closed forms (``workloads.fl.comm.closed_form_bytes``) and the
+  classifier's share from Table 1's (``bench.formulas``); the accuracy run's ledger is checked
+  against the same closed forms at its own settings;
+* accuracy of the same methods from a federated run: ``--preset quick`` (default) is a tiny offline
+  run on scikit-learn's digits that keeps the command within minutes on a 2-core CPU (a smoke
+  level figure, labeled as such: not comparable with the paper's); ``--preset paper --data-dir``
+  uses CIFAR-100 with the paper's settings (hours on a GPU).
+
+It prints one table (absolute and normalized to FedAvg / CCVR, as Fig. 5) and the paper's claims
+beside ours, and writes ``results/<run>/`` (docs/results.md) through a temporary folder renamed
+at the end. All arguments are checked, and the dataset loaded, before any work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import shlex
+import sys
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from accel_sim.hardware import HardwareConfig, HardwareConfigError, load_hardware_config
+from accel_sim.simulate import simulate
+from bench import formulas
+from bench.calibration import CALIBRATIONS, TRAINED_WITH, calibration_cost
+from bench.plots import plot_run
+from bench.results import (FORMAT_NAME, FORMAT_VERSION, LAYERS_COLUMNS, LAYERS_CSV, OPS_COLUMNS, OPS_CSV,
+                           ResultsError, check_out_dir, git_commit, write_json, write_run_dir)
+from bench.traces import local_training_trace
+from workloads.fl.comm import closed_form_bytes, ledger_totals, tensor_bytes
+from workloads.fl.data import Dataset, load_dataset
+from workloads.fl.hparams import FLConfig, Hparams
+from workloads.fl.local import prepare_model
+from workloads.fl.loop import run_method
+from workloads.fl.methods import MethodConfig, parse_method
+from workloads.fl.methods.base import frozen_keys
+from workloads.fl.partition import dirichlet_partition
+from workloads.models import MODELS, build_model
+
+DEFAULT_METHODS = ("fedavg", "spherefed", "ccvr", "ffc")
+PAPER_CLASSES = 100  # CIFAR-100 (Fig. 5)
+PAPER_IMAGE_SIZE = 32
+PAPER_CLIENTS = 10  # Sec. 5.1
+PAPER_ROUNDS = 100  # Table 16
+PAPER_TRAIN_SAMPLES = 50_000  # CIFAR-100 train split
+PAPER_CLAIMS = (  # SphereFed Sec. 5.4 ("up to", over ConvNet, ResNet and MobileNetV2 on CIFAR-100)
+    ("peak memory saved by SphereFed vs FedAvg (Fig. 5 b)", "training", "peak_memory_bytes", "fedavg", "spherefed", 10.5),
+    ("one-round latency saved by SphereFed vs FedAvg (Fig. 5 c)", "training", "round_latency_s", "fedavg", "spherefed", 13.6),
+    ("calibration latency saved by FFC vs CCVR (Fig. 5 d)", "calibration", "latency_s", "ccvr", "ffc", 9.1),
+)
+WHY_DIFFERENT = (
+    "Our figures price the real autograd graph of one step on the modeled array: SphereFed removes "
+    "only the classifier's weight gradient and momentum (l x C = 0.05% of a MobileNetV2 step's MACs) "
+    "and adds FeatureNorm and the MSE loss, so one-round latency barely moves; its peak memory is "
+    "lower by the classifier's gradient and momentum only, activations dominate. The paper's board, "
+    "memory manager and batch are not published; the sweep (python -m bench.sweep) shows how far "
+    "each unpublished parameter moves our figures. FFC vs CCVR: both clients extract the same "
+    "features; CCVR's server samples and re-trains (10 epochs assumed, unpublished)."
+)
+
+
+@dataclass(frozen=True)
+class Preset:
+    """Settings of the accuracy run (the efficiency figures always use the paper's shapes)."""
+
+    dataset: str
+    rounds: int
+    local_epochs: int
+    max_train_samples: int | None  # a seeded subset of the train split (None: all)
+    max_test_samples: int | None
+    alpha: float  # Dirichlet concentration
+    ccvr_virtual_per_class: int
+    ffc_ridge: float
+    note: str
+
+
+PRESETS = {
+    "quick": Preset("digits", rounds=1, local_epochs=1, max_train_samples=150, max_test_samples=100, alpha=0.5,
+                    ccvr_virtual_per_class=50, ffc_ridge=1e-3,
+                    note="smoke-level accuracy: scikit-learn digits (150 train / 100 test images), 10 clients, "
+                         "Dirichlet 0.5, 1 round of 1 local epoch; FFC ridge 1e-3 (fewer samples than "
+                         "features), CCVR 50 virtual features per class. Not comparable with the paper."),
+    "paper": Preset("cifar100", rounds=PAPER_ROUNDS, local_epochs=10, max_train_samples=None, max_test_samples=None,
+                    alpha=0.5, ccvr_virtual_per_class=500, ffc_ridge=0.0,
+                    note="SphereFed Sec. 5.1 / Table 16: CIFAR-100, 10 clients, Dirichlet 0.5, 100 rounds, "
+                         "E = 10, B = 64."),
+}
+SPHEREFED_LR = 0.5  # Table 16, "+ Ours" learning rate (FedAvg / MobileNetV2 column); base methods keep Hparams.lr
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    models: tuple[str, ...]
+    methods: tuple[str, ...]
+    batch_size: int
+    seed: int
+    preset: str
+    data_dir: str | None
+    hw_path: str | None
+    out: str
+    overwrite: bool
+
+
+# ---- argument checking -------------------------------------------------------------------------
+
+
+def _split_methods(methods) -> tuple[list[str], list[str]]:
+    """(training methods, calibrations); raises ValueError naming a bad one."""
+    training, calibrations = [], []
+    for name in methods:
+        if name in CALIBRATIONS:
+            calibrations.append(name)
+            continue
+        method = parse_method(name)
+        if method.calibration:
+            raise ValueError(f"method {name!r}: give calibrations on their own ({', '.join(CALIBRATIONS)}): "
+                             f"CCVR is priced on FedAvg, FFC on SphereFed")
+        training.append(name)
+    if training and "fedavg" not in training:
+        raise ValueError("the training methods are normalized to FedAvg: include 'fedavg' in --methods")
+    if calibrations and "ccvr" not in calibrations:
+        raise ValueError("calibrations are normalized to CCVR: include 'ccvr' in --methods")
+    return training, calibrations
+
+
+def parse_args(argv=None) -> RunConfig:
+    p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
+    p.add_argument("--model", help=f"one model ({', '.join(sorted(MODELS))})")
+    p.add_argument("--models", nargs="+", metavar="MODEL", help="several models")
+    p.add_argument("--methods", nargs="+", default=list(DEFAULT_METHODS), metavar="METHOD",
+                   help=f"training methods (any FL method, e.g. fedprox, fedavg+spherefed) and calibrations "
+                        f"(ccvr, ffc); default: {' '.join(DEFAULT_METHODS)}")
+    p.add_argument("--batch-size", type=int, default=64, help="local batch size of the priced step (default 64)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--preset", default="quick", help=f"accuracy run settings: {', '.join(PRESETS)} (default quick)")
+    p.add_argument("--data-dir", help="dataset folder (needed by --preset paper: CIFAR-100)")
+    p.add_argument("--hw", help="hardware config TOML (default: accel_sim's paper defaults)")
+    p.add_argument("--out", help="results folder (default results/<models>-<preset>)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
+    a = p.parse_args(argv)
+    models = tuple(a.models or ([a.model] if a.model else []))
+    if not models:
+        p.error("give --model NAME or --models NAME [NAME ...]")
+    out = a.out or str(Path("results") / f"{'+'.join(models)}-{a.preset}")
+    return RunConfig(models, tuple(a.methods), a.batch_size, a.seed, a.preset, a.data_dir, a.hw, out, a.overwrite)
+
+
+def validate(cfg: RunConfig) -> tuple[HardwareConfig, Preset]:
+    """Every check that needs no heavy work; raises ValueError / HardwareConfigError / ResultsError."""
+    unknown = [m for m in cfg.models if m not in MODELS]
+    if unknown:
+        raise ValueError(f"unknown model(s) {unknown}; choose from {', '.join(sorted(MODELS))}")
+    _split_methods(cfg.methods)
+    if cfg.batch_size < 1:
+        raise ValueError(f"--batch-size must be at least 1, got {cfg.batch_size}")
+    if cfg.preset not in PRESETS:
+        raise ValueError(f"unknown preset {cfg.preset!r}; choose one of {', '.join(PRESETS)}")
+    if cfg.preset == "paper" and not cfg.data_dir:
+        raise ValueError("--preset paper needs --data-dir pointing at CIFAR-100 (nothing can be downloaded here)")
+    if cfg.data_dir and not Path(cfg.data_dir).is_dir():
+        raise ValueError(f"--data-dir {cfg.data_dir} is not a folder")
+    hw = load_hardware_config(cfg.hw_path) if cfg.hw_path else HardwareConfig()
+    check_out_dir(Path(cfg.out), overwrite=cfg.overwrite)
+    return hw, PRESETS[cfg.preset]
+
+
+def _subset(data: Dataset, limit: int | None, seed: int, what: str) -> Dataset:
+    if limit is None or len(data.y) <= limit:
+        return data
+    idx = torch.from_numpy(np.sort(np.random.default_rng(seed).choice(len(data.y), limit, replace=False)))
+    return replace(data, x=data.x[idx], y=data.y[idx], note=f"{data.note}; seeded subset of {limit} {what} images")
+
+
+def load_accuracy_data(preset: Preset, cfg: RunConfig) -> tuple[Dataset, Dataset]:
+    train, test = load_dataset(preset.dataset, data_dir=cfg.data_dir)
+    return (_subset(train, preset.max_train_samples, cfg.seed, "train"),
+            _subset(test, preset.max_test_samples, cfg.seed + 1, "test"))
+
+
+# ---- the figures ---------------------------------------------------------------------------------
+
+
+def _hparams(method: MethodConfig, preset: Preset) -> Hparams:
+    hp = Hparams(local_epochs=preset.local_epochs, ccvr_virtual_per_class=preset.ccvr_virtual_per_class,
+                 ffc_ridge=preset.ffc_ridge)
+    return replace(hp, lr=SPHEREFED_LR) if method.spherefed else hp
+
+
+def training_figures(model: str, methods, cfg: RunConfig, hw: HardwareConfig, progress):
+    """Per method: the priced step, the round, the peak; plus per-op and per-layer rows."""
+    steps_per_round = Hparams().local_epochs * math.ceil(PAPER_TRAIN_SAMPLES / PAPER_CLIENTS / cfg.batch_size)
+    figures, op_rows = {}, []
+    for method in methods:
+        progress(f"{model}: capturing and pricing one {method} training step (batch {cfg.batch_size})")
+        report = simulate(local_training_trace(model, method, batch_size=cfg.batch_size, num_classes=PAPER_CLASSES,
+                                               image_size=PAPER_IMAGE_SIZE, seed=cfg.seed), hw)
+        figures[method] = {
+            "step_cycles": report.total_cycles, "step_latency_s": report.seconds,
+            "steps_per_round": steps_per_round, "round_latency_s": report.seconds * steps_per_round,
+            "peak_memory_bytes": report.peak_bytes, "peak_memory_breakdown_bytes": dict(report.peak.by_kind_bytes),
+            "macs": report.macs, "unsupported_ops": report.unsupported_ops(),
+        }
+        op_rows += [{"model": model, "method": method, "region": "training", "idx": c.idx, "aten": c.aten,
+                     "layer": c.layer, "phase": c.phase, "work": f"{c.work_kind}:{c.work_op}" if c.work_op else c.work_kind,
+                     "macs": c.macs, "cycles": c.total_cycles, "latency_s": c.total_cycles / hw.clock_hz}
+                    for c in report.ops]
+    return figures, op_rows
+
+
+def calibration_figures(model: str, calibrations, hw: HardwareConfig, progress) -> dict:
+    out = {}
+    for calibration in calibrations:
+        progress(f"{model}: pricing {calibration} calibration (average client + server)")
+        cost = calibration_cost(calibration, model, train_samples=PAPER_TRAIN_SAMPLES, num_clients=PAPER_CLIENTS,
+                                num_classes=PAPER_CLASSES, image_size=PAPER_IMAGE_SIZE,
+                                hp=Hparams(), hw=hw)
+        out[calibration] = {"client_cycles": cost.client_cycles, "server_cycles": cost.server_cycles,
+                            "latency_s": cost.latency_s}
+    return out
+
+
+def _comm_method(name: str) -> MethodConfig:
+    """The FL method whose communication a Fig. 5 (a) bar shows (calibrations on their base)."""
+    return parse_method(f"{TRAINED_WITH[name]}+{name}" if name in CALIBRATIONS else name)
+
+
+def model_closed_form_bytes(model_name: str, method: MethodConfig, hp: Hparams, *, num_classes: int,
+                            image_size: int, rounds: int, num_clients: int, seed: int) -> dict[str, int]:
+    """``closed_form_bytes`` of the FL code for a whole run, from the prepared model's shapes."""
+    torch.manual_seed(seed)
+    model = prepare_model(build_model(model_name, num_classes=num_classes, image_size=image_size,
+                                      spherefed=method.spherefed), method, seed=seed)
+    state, frozen = model.state_dict(), frozen_keys(model)
+    shared = {k: v for k, v in state.items() if k not in frozen}
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    return closed_form_bytes(
+        method, hp, rounds=rounds, clients_per_round=num_clients, num_clients=num_clients,
+        layer_bytes=[sum(tensor_bytes(v) for v in shared.values())],
+        head_bytes=sum(tensor_bytes(v) for k, v in shared.items() if k.startswith("classifier.")),
+        trainable_bytes=sum(tensor_bytes(v) for k, v in shared.items() if k in trainable),
+        feature_dim=model.feature_dim, num_classes=num_classes)
+
+
+def communication_figures(model: str, names, cfg: RunConfig) -> dict:
+    """Fig. 5 (a) for the paper's run, and the classifier's share from Table 1's closed forms."""
+    setup = formulas.Table1Setup(feature_dim=build_model(model, num_classes=PAPER_CLASSES).feature_dim)
+    table1_name = {"fedavg": "fedavg", "ccvr": "ccvr", "spherefed": "spherefed", "ffc": "spherefed"}
+    out = {}
+    for name in names:
+        method = _comm_method(name)
+        totals = model_closed_form_bytes(model, method, Hparams(), num_classes=PAPER_CLASSES,
+                                         image_size=PAPER_IMAGE_SIZE, rounds=PAPER_ROUNDS,
+                                         num_clients=PAPER_CLIENTS, seed=cfg.seed)
+        out[name] = {"method": method.name, "total_bytes": totals["total_bytes"],
+                     "per_client_bytes": totals["total_bytes"] // PAPER_CLIENTS}
+        if name in table1_name:
+            out[name]["classifier_per_client_bytes_table1"] = formulas.comm_bytes_per_client(table1_name[name], setup)
+    return out
+
+
+def accuracy_figures(model: str, names, preset: Preset, data, cfg: RunConfig, progress) -> tuple[dict, dict]:
+    """Accuracy per method from federated runs; calibrations reuse their base run. Also the ledger
+    check: every run's ledger total against ``closed_form_bytes`` at the run's own settings."""
+    train, test = data
+    parts = dirichlet_partition(train.y.numpy(), PAPER_CLIENTS, preset.alpha, seed=cfg.seed)
+    fl = FLConfig(dataset=preset.dataset, model=model, num_clients=PAPER_CLIENTS, rounds=preset.rounds,
+                  alpha=preset.alpha, seed=cfg.seed)
+    training = [n for n in names if n not in CALIBRATIONS]
+    calibrations = [n for n in names if n in CALIBRATIONS]
+    jobs = [(t, next((c for c in calibrations if TRAINED_WITH[c] == t), None)) for t in training]
+    jobs += [(TRAINED_WITH[c], c) for c in calibrations if TRAINED_WITH[c] not in training]
+    accuracy, ledger = {}, {}
+    for base, calib in jobs:
+        run_name = f"{base}+{calib}" if calib else base
+        method = parse_method(run_name)
+        hp = _hparams(method, preset)
+        progress(f"{model}: federated run {run_name} on {preset.dataset} ({preset.rounds} round(s))")
+        result = run_method(method, model_fn=lambda m=method: build_model(model, num_classes=train.num_classes,
+                                                                           spherefed=m.spherefed),
+                            train=train, test=test, parts=parts, cfg=fl, hp=hp, progress=True)
+        if calib:
+            accuracy[calib] = {"accuracy_pct": 100 * result.accuracy}
+        if base in training:
+            before = result.accuracy_before_calibration if calib else result.accuracy
+            accuracy[base] = {"accuracy_pct": 100 * before}
+        closed = model_closed_form_bytes(model, method, hp, num_classes=train.num_classes, image_size=32,
+                                         rounds=preset.rounds, num_clients=PAPER_CLIENTS, seed=cfg.seed)
+        ledger[run_name] = {"ledger_total_bytes": ledger_totals(result.transfers)["total_bytes"],
+                            "closed_form_total_bytes": closed["total_bytes"]}
+    return {n: accuracy[n] for n in names}, ledger
+
+
+def saving_pct(baseline: float, other: float) -> float:
+    return 100.0 * (1.0 - other / baseline)
+
+
+def paper_vs_model(models: dict) -> list[dict]:
+    rows = []
+    for claim, section, metric, base, other, paper in PAPER_CLAIMS:
+        ours = {m: saving_pct(s[section][base][metric], s[section][other][metric])
+                for m, s in models.items() if base in s[section] and other in s[section]}
+        if ours:
+            best = max(ours, key=ours.get)
+            rows.append({"claim": claim, "paper_up_to_pct": paper, "model_up_to_pct": ours[best],
+                         "model_with_most": best, "model_pct_by_model": ours})
+    return rows
+
+
+# ---- output ------------------------------------------------------------------------------------
+
+
+def layer_rows(op_rows: list[dict]) -> pd.DataFrame:
+    ops = pd.DataFrame(op_rows, columns=OPS_COLUMNS)
+    return ops.groupby(["model", "method", "region", "layer", "phase"], sort=False, as_index=False)[
+        ["macs", "cycles", "latency_s"]].sum()[list(LAYERS_COLUMNS)]
+
+
+def format_table(summary: dict) -> str:
+    lines = []
+    for model, s in summary["models"].items():
+        lines.append(f"== {model} (CIFAR-100 shapes, batch {summary['config']['batch_size']}, "
+                     f"{summary['hardware_label']})")
+        lines.append(f"{'figure':<34} {'method':<12} {'value':>16} {'normalized':>11}")
+        for section, metric, base, unit, scale in (
+            ("communication", "total_bytes", "fedavg", "MB", 1e-6),
+            ("training", "peak_memory_bytes", "fedavg", "MB", 1e-6),
+            ("training", "step_latency_s", "fedavg", "ms", 1e3),
+            ("training", "round_latency_s", "fedavg", "s", 1),
+            ("calibration", "latency_s", "ccvr", "s", 1),
+            ("accuracy", "accuracy_pct", None, "%", 1),
+        ):
+            for method, v in s[section].items():
+                value = v[metric]
+                norm = f"{value / s[section][base][metric]:.4f}" if base and base in s[section] else ""
+                lines.append(f"{section + ' ' + metric:<34} {method:<12} {value * scale:>13.4g} {unit:<2} {norm:>11}")
+    lines.append("")
+    lines.append(f"{'paper claim (Sec. 5.4)':<58} {'paper':>8} {'ours':>8}  model")
+    for row in summary["paper_vs_model"]:
+        lines.append(f"{row['claim']:<58} {row['paper_up_to_pct']:>7.1f}% {row['model_up_to_pct']:>7.2f}%  "
+                     f"{row['model_with_most']}")
+    lines.append(f"accuracy: {summary['accuracy_setting']['note']}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_args(argv)
+    try:
+        hw, preset = validate(cfg)
+        data = load_accuracy_data(preset, cfg)
+    except (ValueError, HardwareConfigError, ResultsError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    training, calibrations = _split_methods(cfg.methods)
+    progress = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    models, all_ops, ledgers = {}, [], {}
+    try:
+        for model in cfg.models:
+            train_figs, op_rows = training_figures(model, training, cfg, hw, progress)
+            all_ops += op_rows
+            accuracy, ledgers[model] = accuracy_figures(model, training + calibrations, preset, data, cfg, progress)
+            models[model] = {
+                "training": train_figs,
+                "calibration": calibration_figures(model, calibrations, hw, progress),
+                "communication": communication_figures(model, training + calibrations, cfg),
+                "accuracy": accuracy,
+            }
+    except (ValueError, FloatingPointError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    summary = {
+        "format": FORMAT_NAME, "version": FORMAT_VERSION,
+        "command": shlex.join(["python", "-m", "bench.run", *(argv if argv is not None else sys.argv[1:])]),
+        "git_commit": git_commit(), "config": asdict(cfg), "hardware": asdict(hw),
+        "hardware_label": f"{hw.rows}x{hw.cols} array, {hw.clock_hz / 1e6:g} MHz, "
+                          f"DRAM {hw.dram_peak_bytes_per_s / 1e9:g} GB/s peak, dataflow "
+                          f"{hw.dataflow_fwd}/{hw.dataflow_dx}/{hw.dataflow_dw}",
+        "models": models,
+        "accuracy_setting": {**asdict(preset), "preset": cfg.preset, "train_note": data[0].note},
+        "ledger_check": ledgers,
+        "table1": [asdict(r) for r in formulas.table1(formulas.Table1Setup())],
+        "paper_vs_model": paper_vs_model(models),
+        "paper_vs_model_explanation": WHY_DIFFERENT,
+    }
+    mismatched = {m: r for m, runs in ledgers.items() for r, v in runs.items()
+                  if v["ledger_total_bytes"] != v["closed_form_total_bytes"]}
+
+    def build(tmp: Path) -> None:
+        ops = pd.DataFrame(all_ops, columns=OPS_COLUMNS)
+        ops.to_csv(tmp / OPS_CSV, index=False)
+        layer_rows(all_ops).to_csv(tmp / LAYERS_CSV, index=False)
+        write_json(tmp / "summary.json", summary)
+        plot_run(tmp)
+
+    write_run_dir(Path(cfg.out), build, overwrite=cfg.overwrite)
+    print(format_table(summary))
+    if mismatched:
+        print(f"warning: the ledger disagrees with the closed forms for {mismatched}", file=sys.stderr)
+    print(f"wrote {cfg.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

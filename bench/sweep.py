@@ -1,0 +1,202 @@
+"""Sensitivity of SphereFed's savings to the accelerator parameters the paper does not publish.
+
+``python -m bench.sweep [--models mobilenetv2 ...] [--hw base.toml] [--out results/sweep]``
+captures one local training step of FedAvg and of SphereFed per model and batch size, prices
+them while one parameter at a time moves away from the base config, and writes
+``sweep.csv`` (one row per model x parameter x value), ``sweep.json`` (command, git commit, base
+hardware) and ``sweep.png`` (latency and memory saving per parameter, the paper's "up to"
+figures as reference lines). Saving = 1 - SphereFed / FedAvg, in percent.
+
+Parameters (SphereFed appendix 0.E publishes only the 32x64 array and 100 MHz):
+
+* ``dram_gbps``: peak DRAM bandwidth (VC707 DDR3-1600 SODIMM: 12.8 GB/s);
+* ``special_unit_scale``: every special-unit throughput times this factor;
+* ``dataflow``: fwd/dx/dw dataflows (default ws/ws/os; all-os, all-ws, all-is);
+* ``depthwise_mapping``: how grouped GEMMs are mapped (``grouped_mapping``);
+* ``batch_size``: the local batch (recaptured: the trace changes);
+* ``word_bytes``: bytes per word, for DRAM traffic and for every floating-point storage.
+
+Nothing is fitted: the values are a fixed grid around the documented defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Callable
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from accel_sim.hardware import HardwareConfig, HardwareConfigError, SpecialUnit, load_hardware_config  # noqa: E402
+from accel_sim.simulate import simulate  # noqa: E402
+from bench.results import ResultsError, check_out_dir, git_commit, write_json, write_run_dir  # noqa: E402
+from bench.traces import local_training_trace, peak_memory_at_word_bytes  # noqa: E402
+
+PAPER_UP_TO_LATENCY_SAVING_PCT = 13.6  # SphereFed Sec. 5.4, Fig. 5 (c)
+PAPER_UP_TO_MEMORY_SAVING_PCT = 10.5  # SphereFed Sec. 5.4, Fig. 5 (b)
+SWEEP_CSV = "sweep.csv"
+SWEEP_COLUMNS = ("model", "parameter", "value", "is_base", "fedavg_cycles", "spherefed_cycles",
+                 "latency_saving_pct", "fedavg_peak_bytes", "spherefed_peak_bytes", "memory_saving_pct")
+
+
+def _scaled_special_unit(unit: SpecialUnit, factor: float) -> SpecialUnit:
+    return SpecialUnit(**{f.name: getattr(unit, f.name) * factor for f in fields(SpecialUnit)})
+
+
+def _dataflows(hw: HardwareConfig, text: str) -> HardwareConfig:
+    fwd, dx, dw = text.split("/")
+    return hw.with_(dataflow_fwd=fwd, dataflow_dx=dx, dataflow_dw=dw)
+
+
+@dataclass(frozen=True)
+class HwParameter:
+    """A hardware parameter of the sweep: its values and how each changes the base config."""
+
+    name: str
+    values: tuple
+    apply: Callable[[HardwareConfig, object], HardwareConfig]
+    base_value: Callable[[HardwareConfig], object]
+
+
+HW_PARAMETERS = {
+    p.name: p
+    for p in (
+        HwParameter("dram_gbps", (3.2, 6.4, 12.8, 25.6, 51.2),
+                    lambda hw, v: hw.with_(dram_peak_bytes_per_s=v * 1e9),
+                    lambda hw: hw.dram_peak_bytes_per_s / 1e9),
+        HwParameter("special_unit_scale", (0.25, 0.5, 1.0, 2.0, 4.0),
+                    lambda hw, v: hw.with_(special_unit=_scaled_special_unit(hw.special_unit, v)),
+                    lambda hw: 1.0),
+        HwParameter("dataflow", ("ws/ws/os", "os/os/os", "ws/ws/ws", "is/is/is"), _dataflows,
+                    lambda hw: f"{hw.dataflow_fwd}/{hw.dataflow_dx}/{hw.dataflow_dw}"),
+        HwParameter("depthwise_mapping", ("per_group", "block_diagonal"),
+                    lambda hw, v: hw.with_(grouped_mapping=v), lambda hw: hw.grouped_mapping),
+        HwParameter("word_bytes", (2, 4), lambda hw, v: hw.with_(word_bytes=v), lambda hw: hw.word_bytes),
+    )
+}
+BATCH_SIZES = (16, 32, 64, 128)
+
+
+def saving_pct(baseline: float, other: float) -> float:
+    """Percent saved by ``other`` against ``baseline``: 100 x (1 - other / baseline)."""
+    return 100.0 * (1.0 - other / baseline)
+
+
+def _row(model, parameter, value, is_base, traces, hw) -> dict:
+    reports = {m: simulate(t, hw) for m, t in traces.items()}
+    peaks = {m: peak_memory_at_word_bytes(t, hw.word_bytes).peak_bytes for m, t in traces.items()}
+    return {
+        "model": model, "parameter": parameter, "value": str(value), "is_base": is_base,
+        "fedavg_cycles": reports["fedavg"].total_cycles, "spherefed_cycles": reports["spherefed"].total_cycles,
+        "latency_saving_pct": saving_pct(reports["fedavg"].total_cycles, reports["spherefed"].total_cycles),
+        "fedavg_peak_bytes": peaks["fedavg"], "spherefed_peak_bytes": peaks["spherefed"],
+        "memory_saving_pct": saving_pct(peaks["fedavg"], peaks["spherefed"]),
+    }
+
+
+def sweep(models, base: HardwareConfig, *, batch_size: int = 64, batch_sizes=BATCH_SIZES,
+          progress: Callable[[str], None] = lambda _: None) -> pd.DataFrame:
+    """One row per model x parameter x value; the other parameters stay at ``base``."""
+    rows = []
+    for model in models:
+        cache = {}
+
+        def traces(batch):
+            if batch not in cache:
+                progress(f"{model}: capturing FedAvg and SphereFed steps at batch {batch}")
+                cache[batch] = {m: local_training_trace(model, m, batch_size=batch) for m in ("fedavg", "spherefed")}
+            return cache[batch]
+
+        for p in HW_PARAMETERS.values():
+            progress(f"{model}: sweeping {p.name}")
+            base_value = p.base_value(base)
+            for value in p.values:
+                rows.append(_row(model, p.name, value, value == base_value, traces(batch_size), p.apply(base, value)))
+        for batch in batch_sizes:
+            rows.append(_row(model, "batch_size", batch, batch == batch_size, traces(batch), base))
+    return pd.DataFrame(rows, columns=SWEEP_COLUMNS)
+
+
+def plot_sweep(frame: pd.DataFrame):
+    """One panel per parameter: latency and memory saving (%) per value, per model."""
+    parameters = list(dict.fromkeys(frame["parameter"]))
+    fig, axes = plt.subplots(2, len(parameters), figsize=(3.2 * len(parameters), 6), squeeze=False)
+    for col, parameter in enumerate(parameters):
+        part = frame[frame["parameter"] == parameter]
+        for row, (metric, paper, label) in enumerate((
+            ("latency_saving_pct", PAPER_UP_TO_LATENCY_SAVING_PCT, "latency saving (%)"),
+            ("memory_saving_pct", PAPER_UP_TO_MEMORY_SAVING_PCT, "peak-memory saving (%)"),
+        )):
+            ax = axes[row][col]
+            table = part.pivot(index="value", columns="model", values=metric).reindex(list(dict.fromkeys(part["value"])))
+            table.plot.bar(ax=ax, rot=30, fontsize=7, legend=(col == 0))
+            ax.axhline(paper, color="red", linestyle="--", linewidth=1, label=f"paper, up to {paper}%")
+            ax.axhline(0, color="black", linewidth=0.5)
+            ax.set_title(parameter if row == 0 else "", fontsize=9)
+            ax.set_xlabel("")
+            ax.set_ylabel(label if col == 0 else "", fontsize=8)
+            if col == 0:
+                ax.legend(fontsize=7)
+    fig.suptitle("SphereFed vs FedAvg, one local training step: saving as each unpublished parameter varies",
+                 fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def main(argv: list[str] | None = None) -> int:
+    from workloads.models import MODELS
+
+    parser = argparse.ArgumentParser(prog="python -m bench.sweep", description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=["mobilenetv2"], metavar="MODEL",
+                        help=f"models to sweep (default mobilenetv2; known: {', '.join(sorted(MODELS))})")
+    parser.add_argument("--hw", type=Path, help="base hardware config (TOML); default: accel_sim defaults")
+    parser.add_argument("--batch-size", type=int, default=64, help="batch of the hardware sweeps (default 64)")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=list(BATCH_SIZES), metavar="B",
+                        help=f"batch sizes of the batch sweep (default {' '.join(map(str, BATCH_SIZES))})")
+    parser.add_argument("--out", type=Path, default=Path("results/sweep"), help="output folder")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
+    args = parser.parse_args(argv)
+    try:
+        unknown = [m for m in args.models if m not in MODELS]
+        if unknown:
+            raise ValueError(f"unknown model(s) {unknown}; choose from {', '.join(sorted(MODELS))}")
+        if min(args.batch_size, *args.batch_sizes) < 1:
+            raise ValueError("--batch-size and --batch-sizes must be at least 1")
+        base = load_hardware_config(args.hw) if args.hw else HardwareConfig()
+        check_out_dir(args.out, overwrite=args.overwrite)
+    except (ValueError, HardwareConfigError, ResultsError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+    frame = sweep(args.models, base, batch_size=args.batch_size, batch_sizes=tuple(args.batch_sizes),
+                  progress=lambda msg: print(msg, file=sys.stderr))
+
+    def build(tmp: Path) -> None:
+        frame.to_csv(tmp / SWEEP_CSV, index=False)
+        write_json(tmp / "sweep.json", {
+            "command": shlex.join(["python", "-m", "bench.sweep", *(argv if argv is not None else sys.argv[1:])]),
+            "git_commit": git_commit(), "models": args.models, "batch_size": args.batch_size,
+            "batch_sizes": args.batch_sizes,
+            "hardware": asdict(base),
+        })
+        fig = plot_sweep(frame)
+        fig.savefig(tmp / "sweep.png", dpi=120)
+        plt.close(fig)
+
+    write_run_dir(args.out, build, overwrite=args.overwrite)
+    with pd.option_context("display.width", 200, "display.max_rows", 200):
+        print(frame[["model", "parameter", "value", "latency_saving_pct", "memory_saving_pct"]].to_string(
+            index=False, float_format=lambda v: f"{v:.3f}"))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""bench.run: a smoke run of the small ConvNet into a temp dir, and bad input rejected before work."""
+
+import json
+import math
+from dataclasses import replace
+
+import pandas as pd
+import pytest
+
+from bench import plots, results, run
+
+TINY = replace(run.PRESETS["quick"], max_test_samples=40, ccvr_virtual_per_class=5)
+
+
+def _numbers(obj):
+    if isinstance(obj, dict):
+        for v in obj.values():
+            yield from _numbers(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from _numbers(v)
+    elif isinstance(obj, (int, float)) and not isinstance(obj, bool):
+        yield obj
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "convnet"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(run.PRESETS, "quick", TINY)
+        rc = run.main(["--model", "convnet", "--batch-size", "8", "--out", str(out)])
+    return rc, out
+
+
+def test_smoke_run_writes_every_file(smoke):
+    rc, out = smoke
+    assert rc == 0
+    assert sorted(p.name for p in out.iterdir()) == ["fig5.png", "layers.csv", "layers_convnet.png", "ops.csv",
+                                                      "summary.json"]
+    summary = results.load_summary(out)  # validates the layout, finite numbers
+    assert all(math.isfinite(x) for x in _numbers(summary))
+    m = summary["models"]["convnet"]
+    assert set(m["training"]) == {"fedavg", "spherefed"} and set(m["calibration"]) == {"ccvr", "ffc"}
+    assert set(m["communication"]) == set(m["accuracy"]) == set(run.DEFAULT_METHODS)
+    assert all(0 <= v["accuracy_pct"] <= 100 for v in m["accuracy"].values())
+    assert summary["git_commit"] and summary["command"].startswith("python -m bench.run")
+
+
+def test_smoke_run_figures_hold_together(smoke):
+    _, out = smoke
+    m = results.load_summary(out)["models"]["convnet"]
+    t = m["training"]
+    # 10 local epochs x ceil(5,000 / 8) = 10 x 625 steps per round at batch 8
+    assert t["fedavg"]["steps_per_round"] == 6250
+    assert t["fedavg"]["round_latency_s"] == pytest.approx(6250 * t["fedavg"]["step_latency_s"])
+    # SphereFed: no classifier gradient, so lower peak memory; breakdown sums to the peak
+    assert t["spherefed"]["peak_memory_bytes"] < t["fedavg"]["peak_memory_bytes"]
+    assert t["spherefed"]["peak_memory_breakdown_bytes"]["gradient"] < t["fedavg"]["peak_memory_breakdown_bytes"]["gradient"]
+    for v in t.values():
+        assert sum(v["peak_memory_breakdown_bytes"].values()) == v["peak_memory_bytes"]
+    # communication: SphereFed never sends the 1024 x 100 classifier: 2 x 100 rounds x 10 clients x 409,600 B less
+    c = m["communication"]
+    assert c["fedavg"]["total_bytes"] - c["spherefed"]["total_bytes"] == 2 * 100 * 10 * 1024 * 100 * 4
+    assert c["fedavg"]["classifier_per_client_bytes_table1"] == 2 * 100 * 1024 * 100 * 4
+
+
+def test_ledger_agrees_with_closed_forms(smoke):
+    _, out = smoke
+    checks = results.load_summary(out)["ledger_check"]["convnet"]
+    assert set(checks) == {"fedavg+ccvr", "spherefed+ffc"}
+    for v in checks.values():
+        assert v["ledger_total_bytes"] == v["closed_form_total_bytes"] > 0
+
+
+def test_csvs_match_the_summary(smoke):
+    _, out = smoke
+    ops = pd.read_csv(out / "ops.csv", keep_default_na=False)
+    layers = pd.read_csv(out / "layers.csv", keep_default_na=False)
+    t = results.load_summary(out)["models"]["convnet"]["training"]
+    for method, figures in t.items():
+        assert ops[ops["method"] == method]["cycles"].sum() == figures["step_cycles"]
+        assert layers[layers["method"] == method]["cycles"].sum() == figures["step_cycles"]
+    # the frozen classifier has no weight-gradient GEMM
+    dw = ops[(ops["layer"] == "classifier") & (ops["work"] == "gemm:dw")]
+    assert set(dw["method"]) == {"fedavg"}
+
+
+def test_plots_regenerate_from_the_run(smoke):
+    _, out = smoke
+    (out / "fig5.png").unlink()
+    assert plots.main([str(out)]) == 0 and (out / "fig5.png").stat().st_size > 0
+
+
+def test_existing_out_is_refused_before_work(smoke, capsys):
+    _, out = smoke
+    before = (out / "summary.json").read_text()
+    assert run.main(["--model", "convnet", "--out", str(out)]) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    assert (out / "summary.json").read_text() == before
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--model", "lenet"], "unknown model"),
+    (["--model", "convnet", "--methods", "fedavg", "fedsgd"], "unknown method"),
+    (["--model", "convnet", "--methods", "spherefed"], "include 'fedavg'"),
+    (["--model", "convnet", "--methods", "fedavg+ccvr"], "calibrations on their own"),
+    (["--model", "convnet", "--preset", "huge"], "unknown preset"),
+    (["--model", "convnet", "--preset", "paper"], "needs --data-dir"),
+    (["--model", "convnet", "--data-dir", "/no/such/dir"], "not a folder"),
+    (["--model", "convnet", "--batch-size", "0"], "at least 1"),
+])
+def test_bad_input_is_one_clear_error(tmp_path, argv, message, capsys):
+    assert run.main([*argv, "--out", str(tmp_path / "r")]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
+def test_bad_hardware_file(tmp_path, capsys):
+    hw = tmp_path / "hw.toml"
+    hw.write_text("clock_mhz = 100\n")
+    assert run.main(["--model", "convnet", "--hw", str(hw), "--out", str(tmp_path / "r")]) == 2
+    assert "clock_mhz" in capsys.readouterr().err
+
+
+def test_paper_preset_with_an_empty_data_dir(tmp_path, capsys):
+    assert run.main(["--model", "convnet", "--preset", "paper", "--data-dir", str(tmp_path),
+                     "--out", str(tmp_path / "r")]) == 2
+    assert capsys.readouterr().err.startswith("error:")
+    assert not (tmp_path / "r").exists()
+
+
+def test_paper_vs_model_rows():
+    fake = {"a": {"training": {"fedavg": {"peak_memory_bytes": 100, "round_latency_s": 2.0},
+                               "spherefed": {"peak_memory_bytes": 90, "round_latency_s": 1.5}},
+                  "calibration": {"ccvr": {"latency_s": 10.0}, "ffc": {"latency_s": 9.0}}}}
+    rows = {r["claim"][:20]: r for r in run.paper_vs_model(fake)}
+    # memory 1 - 90/100 = 10 %; latency 1 - 1.5/2 = 25 %; calibration 1 - 9/10 = 10 %
+    assert [round(r["model_up_to_pct"], 6) for r in rows.values()] == [10.0, 25.0, 10.0]
+    assert [r["paper_up_to_pct"] for r in rows.values()] == [10.5, 13.6, 9.1]

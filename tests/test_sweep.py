@@ -1,0 +1,69 @@
+"""bench.sweep on the small ConvNet at tiny batches (the properties do not depend on the size)."""
+
+import pandas as pd
+import pytest
+
+from accel_sim.hardware import HardwareConfig
+from bench import sweep
+
+
+@pytest.fixture(scope="module")
+def frame():
+    return sweep.sweep(["convnet"], HardwareConfig(), batch_size=4, batch_sizes=(2, 4))
+
+
+def test_saving_pct_hand_case():
+    # 1 - 150 / 200 = 0.25 -> 25 %
+    assert sweep.saving_pct(200, 150) == pytest.approx(25.0)
+    assert sweep.saving_pct(200, 220) == pytest.approx(-10.0)
+
+
+def test_one_base_value_per_parameter(frame):
+    assert set(frame["parameter"]) == set(sweep.HW_PARAMETERS) | {"batch_size"}
+    assert (frame.groupby("parameter")["is_base"].sum() == 1).all()
+    assert frame[["fedavg_cycles", "spherefed_cycles", "fedavg_peak_bytes"]].gt(0).all().all()
+
+
+def test_hardware_cannot_change_liveness(frame):
+    # Peak memory comes from tensor lifetimes: only batch size and word size change it.
+    hw_rows = frame[~frame["parameter"].isin(["batch_size", "word_bytes"])]
+    assert hw_rows["fedavg_peak_bytes"].nunique() == 1
+    assert hw_rows["spherefed_peak_bytes"].nunique() == 1
+    # Halving the word halves every float storage; integer ones (labels, max-pool indices) keep
+    # their size, so the peak lands between half and all of the 4-byte peak.
+    words = frame[frame["parameter"] == "word_bytes"].set_index("value")
+    for method in ("fedavg", "spherefed"):
+        p2, p4 = words.loc["2", f"{method}_peak_bytes"], words.loc["4", f"{method}_peak_bytes"]
+        assert p4 / 2 <= p2 < p4
+
+
+def test_more_dram_bandwidth_never_slows_a_step(frame):
+    dram = frame[frame["parameter"] == "dram_gbps"].assign(gbps=lambda f: f["value"].astype(float)).sort_values("gbps")
+    for column in ("fedavg_cycles", "spherefed_cycles"):
+        assert dram[column].is_monotonic_decreasing
+
+
+def test_spherefed_never_needs_more_memory_than_fedavg(frame):
+    # its classifier has no gradient and no momentum buffer
+    assert (frame["spherefed_peak_bytes"] < frame["fedavg_peak_bytes"]).all()
+
+
+def test_cli_writes_csv_json_png(tmp_path, capsys):
+    out = tmp_path / "sweep"
+    argv = ["--models", "convnet", "--batch-size", "2", "--batch-sizes", "2", "--out", str(out)]
+    assert sweep.main(argv) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["sweep.csv", "sweep.json", "sweep.png"]
+    table = pd.read_csv(out / "sweep.csv")
+    assert list(table.columns) == list(sweep.SWEEP_COLUMNS) and table.notna().all().all()
+    assert sweep.main(argv) == 2  # refuses to mix with the existing folder
+    assert "--overwrite" in capsys.readouterr().err
+
+
+def test_cli_rejects_bad_input_before_work(tmp_path, capsys):
+    assert sweep.main(["--models", "lenet", "--out", str(tmp_path / "a")]) == 2
+    assert "unknown model" in capsys.readouterr().err
+    bad = tmp_path / "hw.toml"
+    bad.write_text("rows = 0\n")
+    assert sweep.main(["--hw", str(bad), "--out", str(tmp_path / "b")]) == 2
+    assert "rows" in capsys.readouterr().err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
