@@ -185,12 +185,15 @@ def _try_lock(lock: Path) -> bool:
     return False
 
 
-def _set_threads(cpus: float) -> None:
+def _set_threads(cpus: float) -> int | None:
+    """Give torch ``cpus`` threads; returns the previous count (None without torch)."""
     try:
         import torch
     except ImportError:
-        return
+        return None
+    previous = torch.get_num_threads()
     torch.set_num_threads(max(1, int(cpus)))
+    return previous
 
 
 def execute_point(runner_spec: str, config: dict[str, Any], out_root: str, cpus: float = 1.0,
@@ -217,7 +220,7 @@ def execute_point(runner_spec: str, config: dict[str, Any], out_root: str, cpus:
         for leftover in (root / "runs").glob(f".tmp-{rid}-*"):
             shutil.rmtree(leftover, ignore_errors=True)  # from an interrupted attempt
         tmp.mkdir(parents=True)
-        _set_threads(cpus)
+        previous_threads = _set_threads(cpus)
         start = time.perf_counter()
         try:
             metrics = resolve_runner(runner_spec)(dict(config), tmp)
@@ -227,6 +230,9 @@ def execute_point(runner_spec: str, config: dict[str, Any], out_root: str, cpus:
                       "traceback": traceback.format_exc()}
             _write_json(failed, record)
             return PointResult(rid, "failed", config, error=record["error"])
+        finally:
+            if previous_threads is not None:
+                _set_threads(previous_threads)
         seconds = time.perf_counter() - start
         _write_json(tmp / "point.json", {"run_id": rid, "config": config, "metrics": metrics or {},
                                          "seconds": seconds})
@@ -330,10 +336,16 @@ def collect(out: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
-def aggregate(out: str | Path, *, by: Iterable[str] = ("method",), across: str = "seed") -> Path | None:
-    """Write ``runs.csv`` (every finished run) and ``table_mean_std.csv``: each metric's mean and
-    standard deviation over ``across`` (seeds) for each combination of the other config columns
-    (Table 2's layout: methods as rows, data settings as columns, once pivoted)."""
+def aggregate(out: str | Path, *, across: str = "seed") -> Path | None:
+    """Write the grid's tables from every finished run:
+
+    * ``runs.csv``: one row per run, config columns then ``metric.*`` columns;
+    * ``table_mean_std.csv``: each metric's mean, std and count over ``across`` (the seeds) for
+      each combination of the other config columns;
+    * ``table2.csv`` / ``table2.md``: Table 2's layout for runners whose metrics are named
+      ``<model>.<method>.<figure>`` (bench.run's): one row per model and method, one column per
+      data setting (the remaining config columns), cells "mean ± std" over seeds; accuracy first,
+      then the efficiency figures (latency, peak memory, communication) in the same layout."""
     import pandas as pd
 
     rows = collect(out)
@@ -348,7 +360,64 @@ def aggregate(out: str | Path, *, by: Iterable[str] = ("method",), across: str =
         table = df.groupby(group, dropna=False)[metrics].agg(["mean", "std", "count"])
         table.columns = [f"{m}.{stat}" for m, stat in table.columns]
         _write_csv(table.reset_index(), out / "table_mean_std.csv")
+    long = table2_long(df, metrics, across)
+    if long is not None:
+        _write_csv(long, out / "table2.csv")
+        _write_text(out / "table2.md", table2_markdown(long))
     return out / "runs.csv"
+
+
+TABLE2_FIGURES = ("accuracy_pct", "round_latency_s", "peak_memory_bytes", "calibration_latency_s",
+                  "communication_bytes")
+
+
+def table2_long(df, metrics: list[str], across: str = "seed"):
+    """Mean, std and count over seeds of every ``metric.<model>.<method>.<figure>`` column, in long
+    form: (setting, model, method, figure, mean, std, n). None when no metric has that form."""
+    import pandas as pd
+
+    named = [c for c in metrics if len(c.split(".")) == 4 and c.split(".")[3] in TABLE2_FIGURES]
+    if not named:
+        return None
+    setting_cols = [c for c in df.columns
+                    if c not in metrics and c not in ("run_id", "seconds", across, "model", "methods")
+                    and not c.startswith("metric.")]
+    records = []
+    for _, row in df.iterrows():
+        setting = ", ".join(f"{c}={row[c]}" for c in setting_cols) or "default"
+        for c in named:
+            if pd.notna(row[c]):
+                _, model, method, figure = c.split(".")
+                records.append({"setting": setting, "model": model, "method": method, "figure": figure,
+                                "value": float(row[c])})
+    long = pd.DataFrame(records)
+    stats = long.groupby(["figure", "model", "method", "setting"], sort=False)["value"].agg(["mean", "std", "count"])
+    return stats.reset_index().rename(columns={"count": "n"})
+
+
+def table2_markdown(long) -> str:
+    """One Markdown table per figure: rows model / method, columns data settings, "mean ± std"."""
+    parts = []
+    for figure in TABLE2_FIGURES:
+        sub = long[long["figure"] == figure]
+        if sub.empty:
+            continue
+        cells = sub.assign(cell=[f"{m:.4g} ± {0.0 if s != s else s:.2g} (n={n})"
+                                 for m, s, n in zip(sub["mean"], sub["std"], sub["n"])])
+        pivot = cells.pivot(index=["model", "method"], columns="setting", values="cell")
+        header = "| model | method | " + " | ".join(pivot.columns) + " |"
+        lines = [f"### {figure} (mean ± std over seeds)", "", header,
+                 "|" + "---|" * (len(pivot.columns) + 2)]
+        for (model, method), values in pivot.iterrows():
+            lines.append(f"| {model} | {method} | " + " | ".join(str(v) for v in values) + " |")
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts) + "\n"
+
+
+def _write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + f".tmp-{uuid.uuid4().hex[:6]}")
+    tmp.write_text(text)
+    tmp.replace(path)
 
 
 def _write_csv(df, path: Path) -> None:

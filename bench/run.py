@@ -114,6 +114,7 @@ class RunConfig:
     hw_path: str | None
     out: str
     overwrite: bool
+    alpha: float | None = None  # overrides the preset's Dirichlet concentration
 
 
 # ---- argument checking -------------------------------------------------------------------------
@@ -152,12 +153,14 @@ def parse_args(argv=None) -> RunConfig:
     p.add_argument("--hw", help="hardware config TOML (default: accel_sim's paper defaults)")
     p.add_argument("--out", help="results folder (default results/<models>-<preset>)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
+    p.add_argument("--alpha", type=float, help="Dirichlet concentration of the accuracy run (default: the preset's)")
     a = p.parse_args(argv)
     models = tuple(a.models or ([a.model] if a.model else []))
     if not models:
         p.error("give --model NAME or --models NAME [NAME ...]")
     out = a.out or str(Path("results") / f"{'+'.join(models)}-{a.preset}")
-    return RunConfig(models, tuple(a.methods), a.batch_size, a.seed, a.preset, a.data_dir, a.hw, out, a.overwrite)
+    return RunConfig(models, tuple(a.methods), a.batch_size, a.seed, a.preset, a.data_dir, a.hw, out, a.overwrite,
+                     a.alpha)
 
 
 def validate(cfg: RunConfig) -> tuple[HardwareConfig, Preset]:
@@ -174,9 +177,11 @@ def validate(cfg: RunConfig) -> tuple[HardwareConfig, Preset]:
         raise ValueError("--preset paper needs --data-dir pointing at CIFAR-100 (nothing can be downloaded here)")
     if cfg.data_dir and not Path(cfg.data_dir).is_dir():
         raise ValueError(f"--data-dir {cfg.data_dir} is not a folder")
+    if cfg.alpha is not None and not cfg.alpha > 0:
+        raise ValueError(f"--alpha must be positive, got {cfg.alpha}")
     hw = load_hardware_config(cfg.hw_path) if cfg.hw_path else HardwareConfig()
-    check_out_dir(Path(cfg.out), overwrite=cfg.overwrite)
-    return hw, PRESETS[cfg.preset]
+    preset = PRESETS[cfg.preset]
+    return hw, preset if cfg.alpha is None else replace(preset, alpha=cfg.alpha)
 
 
 def _subset(data: Dataset, limit: int | None, seed: int, what: str) -> Dataset:
@@ -357,34 +362,24 @@ def format_table(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    cfg = parse_args(argv)
-    try:
-        hw, preset = validate(cfg)
-        data = load_accuracy_data(preset, cfg)
-    except (ValueError, HardwareConfigError, ResultsError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+def run_study(cfg: RunConfig, hw: HardwareConfig, preset: Preset, data, progress, argv) -> tuple[dict, list[dict]]:
+    """Every figure for every model of ``cfg``: (summary, per-op rows). Raises ValueError /
+    FloatingPointError on a failed accuracy run."""
     training, calibrations = _split_methods(cfg.methods)
-    progress = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     models, all_ops, ledgers = {}, [], {}
-    try:
-        for model in cfg.models:
-            train_figs, op_rows = training_figures(model, training, cfg, hw, progress)
-            all_ops += op_rows
-            accuracy, ledgers[model] = accuracy_figures(model, training + calibrations, preset, data, cfg, progress)
-            models[model] = {
-                "training": train_figs,
-                "calibration": calibration_figures(model, calibrations, hw, progress),
-                "communication": communication_figures(model, training + calibrations, cfg),
-                "accuracy": accuracy,
-            }
-    except (ValueError, FloatingPointError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    for model in cfg.models:
+        train_figs, op_rows = training_figures(model, training, cfg, hw, progress)
+        all_ops += op_rows
+        accuracy, ledgers[model] = accuracy_figures(model, training + calibrations, preset, data, cfg, progress)
+        models[model] = {
+            "training": train_figs,
+            "calibration": calibration_figures(model, calibrations, hw, progress),
+            "communication": communication_figures(model, training + calibrations, cfg),
+            "accuracy": accuracy,
+        }
     summary = {
         "format": FORMAT_NAME, "version": FORMAT_VERSION,
-        "command": shlex.join(["python", "-m", "bench.run", *(argv if argv is not None else sys.argv[1:])]),
+        "command": shlex.join(["python", "-m", "bench.run", *argv]),
         "git_commit": git_commit(), "config": asdict(cfg), "hardware": asdict(hw),
         "hardware_label": f"{hw.rows}x{hw.cols} array, {hw.clock_hz / 1e6:g} MHz, "
                           f"DRAM {hw.dram_peak_bytes_per_s / 1e9:g} GB/s peak, dataflow "
@@ -396,18 +391,84 @@ def main(argv: list[str] | None = None) -> int:
         "paper_vs_model": paper_vs_model(models),
         "paper_vs_model_explanation": WHY_DIFFERENT,
     }
-    mismatched = {m: r for m, runs in ledgers.items() for r, v in runs.items()
-                  if v["ledger_total_bytes"] != v["closed_form_total_bytes"]}
+    return summary, all_ops
 
-    def build(tmp: Path) -> None:
-        ops = pd.DataFrame(all_ops, columns=OPS_COLUMNS)
-        ops.to_csv(tmp / OPS_CSV, index=False)
-        layer_rows(all_ops).to_csv(tmp / LAYERS_CSV, index=False)
-        write_json(tmp / "summary.json", summary)
-        plot_run(tmp)
 
-    write_run_dir(Path(cfg.out), build, overwrite=cfg.overwrite)
+def write_files(folder: Path, summary: dict, all_ops: list[dict]) -> None:
+    """summary.json, the per-op and per-layer CSVs and the plots, into ``folder``."""
+    ops = pd.DataFrame(all_ops, columns=OPS_COLUMNS)
+    ops.to_csv(folder / OPS_CSV, index=False)
+    layer_rows(all_ops).to_csv(folder / LAYERS_CSV, index=False)
+    write_json(folder / "summary.json", summary)
+    plot_run(folder)
+
+
+def ledger_mismatches(summary: dict) -> dict:
+    return {m: r for m, runs in summary["ledger_check"].items() for r, v in runs.items()
+            if v["ledger_total_bytes"] != v["closed_form_total_bytes"]}
+
+
+def headline_metrics(summary: dict) -> dict[str, float]:
+    """Flat ``<model>.<method>.<figure>`` numbers of a run, for grid tables."""
+    out: dict[str, float] = {}
+    for model, s in summary["models"].items():
+        for method, v in s["training"].items():
+            for key in ("step_latency_s", "round_latency_s", "peak_memory_bytes"):
+                out[f"{model}.{method}.{key}"] = v[key]
+        for method, v in s["calibration"].items():
+            out[f"{model}.{method}.calibration_latency_s"] = v["latency_s"]
+        for method, v in s["communication"].items():
+            out[f"{model}.{method}.communication_bytes"] = v["total_bytes"]
+        for method, v in s["accuracy"].items():
+            out[f"{model}.{method}.accuracy_pct"] = v["accuracy_pct"]
+    return out
+
+
+GRID_KEYS = {"model", "methods", "batch_size", "seed", "preset", "data_dir", "hw", "alpha"}
+
+
+def run_point(config: dict, out_dir: Path) -> dict[str, float]:
+    """One grid point (``bench.grid``): the same study and files as the CLI, for one model, written
+    straight into ``out_dir`` (the grid's temporary folder). Keys: ``GRID_KEYS``."""
+    unknown = set(config) - GRID_KEYS
+    if unknown:
+        raise ValueError(f"unknown grid setting(s) {sorted(unknown)} for bench.run; use {sorted(GRID_KEYS)}")
+    if "model" not in config:
+        raise ValueError("a bench.run grid point needs 'model'")
+    argv = ["--model", str(config["model"]), "--out", str(out_dir)]
+    for key in ("batch_size", "seed", "preset", "data_dir", "hw", "alpha"):
+        if key in config:
+            argv += [f"--{key.replace('_', '-')}", str(config[key])]
+    if "methods" in config:
+        argv += ["--methods", *config["methods"]]
+    cfg = parse_args(argv)
+    hw, preset = validate(cfg)
+    summary, all_ops = run_study(cfg, hw, preset, load_accuracy_data(preset, cfg), lambda msg: None, argv)
+    if ledger_mismatches(summary):
+        raise ValueError(f"the ledger disagrees with the closed forms: {ledger_mismatches(summary)}")
+    write_files(out_dir, summary, all_ops)
+    return headline_metrics(summary)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(argv if argv is not None else sys.argv[1:])
+    cfg = parse_args(argv)
+    try:
+        hw, preset = validate(cfg)
+        check_out_dir(Path(cfg.out), overwrite=cfg.overwrite)
+        data = load_accuracy_data(preset, cfg)
+    except (ValueError, HardwareConfigError, ResultsError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    progress = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    try:
+        summary, all_ops = run_study(cfg, hw, preset, data, progress, argv)
+    except (ValueError, FloatingPointError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    write_run_dir(Path(cfg.out), lambda tmp: write_files(tmp, summary, all_ops), overwrite=cfg.overwrite)
     print(format_table(summary))
+    mismatched = ledger_mismatches(summary)
     if mismatched:
         print(f"warning: the ledger disagrees with the closed forms for {mismatched}", file=sys.stderr)
     print(f"wrote {cfg.out}")
