@@ -266,13 +266,14 @@ def run_ray(spec: GridSpec, out: Path, resources: Resources, retry_failed: bool,
         raise GridError("--backend ray needs Ray: pip install -c constraints.txt -e '.[ray]'") from None
     started_here = not ray.is_initialized()
     if started_here:
-        project_root = str(Path(__file__).resolve().parent.parent)
-        env = {"env_vars": {"PYTHONPATH": os.pathsep.join(filter(None, [project_root, os.environ.get("PYTHONPATH")]))}}
-        kwargs: dict[str, Any] = {"runtime_env": env, "log_to_driver": False, "include_dashboard": False}
-        if address:
+        kwargs: dict[str, Any] = {"log_to_driver": False, "include_dashboard": False}
+        if address:  # an existing cluster: every node must have the project installed (pip install -e .)
             kwargs["address"] = address
-        else:
-            kwargs["num_cpus"] = os.cpu_count()
+        else:  # a local Ray for this command: its workers inherit this environment, so the project
+            kwargs["num_cpus"] = os.cpu_count()  # root on PYTHONPATH makes them import this checkout
+            root = str(Path(__file__).resolve().parent.parent)
+            paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != root]
+            os.environ["PYTHONPATH"] = os.pathsep.join([root, *paths])
         ray.init(**kwargs)
     try:
         remote = ray.remote(num_cpus=resources.cpus, num_gpus=resources.gpus, max_retries=0)(execute_point)
