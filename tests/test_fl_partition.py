@@ -1,6 +1,8 @@
 """Client partitions: disjoint, covering, deterministic, and each split's defining property."""
 
 import csv
+import os
+import stat
 
 import numpy as np
 import pytest
@@ -275,6 +277,17 @@ def test_summary_hand_case_and_csv(tmp_path):
     assert rows == [["client", "samples", "class_0", "class_1", "class_2"], ["0", "2", "1", "0", "1"],
                     ["1", "4", "0", "2", "2"]]
     assert [p.name for p in path.parent.iterdir()] == ["partition.csv"]  # no temp file left
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_summary_file_gets_the_mode_open_would_give(tmp_path, umask, mode):
+    # open() creates files 0666 & ~umask; mkstemp's own 0600 must not leak into the result
+    old = os.umask(umask)
+    try:
+        path = save_partition_summary(tmp_path / "partition.csv", np.array([0, 1]), [np.array([0, 1])], 2)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == mode
 
 
 def test_registry_names():

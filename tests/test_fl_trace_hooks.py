@@ -5,7 +5,7 @@ import torch
 
 from workloads.fl.hparams import Hparams
 from workloads.fl.local import client_trainer, per_sample_loss, prepare_model
-from workloads.fl.methods import CALIBRATIONS, parse_method
+from workloads.fl.methods import CALIBRATIONS, METHODS, parse_method
 from workloads.fl.methods.ccvr import class_batches
 from workloads.models import build_model
 from workloads.trace import capture
@@ -52,8 +52,8 @@ def test_penalized_and_headed_steps_capture_on_meta(name):
         assert [op for op in trace.ops if op.layer == "local_classifier" and op.work.kind == "gemm"]
 
 
-@pytest.mark.parametrize("name", ["spherefed+ffc", "ccvr"])
-def test_calibration_hooks_capture_on_meta(name):
+def calibration_traces(name):
+    """(client statistics trace, server calibration trace) of ``name`` on a meta ConvNet."""
     method = parse_method(name)
     hp = Hparams(batch_size=8, ccvr_virtual_per_class=4, ccvr_epochs=1)
     model = prepare_model(build_model("convnet", num_classes=10, image_size=16, spherefed=method.spherefed),
@@ -66,7 +66,38 @@ def test_calibration_hooks_capture_on_meta(name):
     stats = calib.client_statistics(model, [(x, y)], num_classes=10, hp=hp)
     server = capture(calib.server_calibrate, [stats, stats], classifier_weight=model.classifier.weight,
                      loss_fn=per_sample_loss(method), hp=hp, default_phase="calibration").trace
+    return client, server
+
+
+@pytest.mark.parametrize("name", ["spherefed+ffc", "ccvr"])
+def test_calibration_hooks_capture_on_meta(name):
+    client, server = calibration_traces(name)
     assert {op.phase for op in client.ops} == {"calibration"}
     assert [op for op in client.ops if op.work.kind == "gemm"]
     kinds = {op.work.kind for op in server.ops}
     assert ("linalg" in kinds) if name.endswith("ffc") else ("gemm" in kinds)
+
+
+STEP_METHODS = [name for name, role in METHODS.items() if role != "calibration"]  # 8 algorithms + spherefed
+CALIBRATED = [f"{base}{name}" for name in CALIBRATIONS for base in ("", "spherefed+")]
+
+
+@pytest.mark.parametrize("name", STEP_METHODS)
+def test_every_method_step_lowers_completely(name):
+    trace = meta_step_trace(name, direction=(name == "fedcos"))
+    assert trace.unsupported_ops() == {}
+
+
+@pytest.mark.parametrize("name", CALIBRATED)
+def test_every_calibration_lowers_completely(name):
+    client, server = calibration_traces(name)
+    assert client.unsupported_ops() == {} and server.unsupported_ops() == {}
+
+
+def test_ccvr_class_statistics_are_accumulated_by_index_add():
+    client, _ = calibration_traces("ccvr")
+    adds = [op for op in client.ops if op.aten.startswith("aten.index_add")]
+    # counts [C], sums [C, l], second moments [C, l, l] with C = 10 and the 16x16 ConvNet's l = 256:
+    # each index_add writes a copy of its accumulator, so it streams that many elements.
+    assert [(op.work.kind, op.work.op, op.work.elements) for op in adds] == [
+        ("vector", "elementwise", 10), ("vector", "elementwise", 10 * 256), ("vector", "elementwise", 10 * 256 * 256)]

@@ -281,7 +281,7 @@ _VECTOR = {
     scalar_tensor arange eye where clamp clamp_ clamp_min clamp_min_ clamp_max clamp_max_ sqrt sqrt_ rsqrt
     rsqrt_ pow pow_ reciprocal reciprocal_ exp exp_ log log_ abs abs_ sign eq ne gt lt ge le maximum
     minimum masked_fill masked_fill_ logical_not logical_and logical_or bitwise_not one_hot scatter
-    scatter_ scatter_add scatter_add_ _foreach_add_ _foreach_mul_ native_dropout_backward""".split(),
+    scatter_ scatter_add scatter_add_ index_add index_add_ _foreach_add_ _foreach_mul_ native_dropout_backward""".split(),
     "activation": """relu relu_ threshold threshold_ threshold_backward sigmoid sigmoid_ sigmoid_backward
     tanh tanh_ tanh_backward hardtanh hardtanh_ hardtanh_backward silu silu_ silu_backward gelu
     gelu_backward leaky_relu leaky_relu_ leaky_relu_backward elu elu_ elu_backward hardswish hardswish_

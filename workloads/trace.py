@@ -49,7 +49,6 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
@@ -66,6 +65,8 @@ from accel_sim.trace_schema import (
     VectorWork,
     dump_trace,
 )
+from workloads.fl.local import loss_function, prepare_model
+from workloads.fl.methods import parse_method
 from workloads.lowering import OpCall, lower
 from workloads.models import MODELS, build_model
 
@@ -579,45 +580,24 @@ def summary(trace: Trace) -> str:
 
 # ----------------------------------------------------------------------------- the CLI
 
-METHODS = ("fedavg", "spherefed")
-
-
-def orthonormal_classifier_(classifier: nn.Linear, *, seed: int = 0) -> None:
-    """SphereFed's fixed classifier (paper Sec. 4.1, appendix 0.D): the C class vectors are
-    orthonormal columns of W in R^{l x C} from the QR decomposition of a Gaussian matrix; stored
-    as the Linear's ``[C, l]`` weight, frozen with ``requires_grad=False``."""
-    num_classes, feature_dim = classifier.weight.shape
-    if num_classes > feature_dim:
-        raise ValueError(f"{num_classes} orthonormal class vectors do not fit in {feature_dim} dimensions")
-    g = torch.Generator().manual_seed(seed)
-    q, _ = torch.linalg.qr(torch.randn(feature_dim, num_classes, generator=g))
-    with torch.no_grad():
-        classifier.weight.copy_(q.T)
-    classifier.weight.requires_grad_(False)
-
-
-def mse_one_hot(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """SphereFed's loss (Eq. 7): mean squared error between the logits and one-hot targets.
-
-    The one-hot matrix is built with ``scatter_`` rather than ``F.one_hot``, which runs different
-    ops on CPU (a range check that reads the labels) and on ``meta`` (arange/eq)."""
-    one_hot = torch.zeros_like(outputs).scatter_(1, targets.unsqueeze(1), 1.0)
-    return F.mse_loss(outputs, one_hot)
+METHODS = ("fedavg", "spherefed")  # methods whose local step is a plain forward + loss + SGD step
 
 
 def method_setup(method: str, model_name: str, *, num_classes: int, image_size: int, norm: str):
-    """(model, loss_fn) of one FL method's local training, the one place that knows them.
+    """(model, loss_fn) of one FL method's local training, built by the FL code itself:
+    ``workloads.fl.methods.parse_method``, ``workloads.fl.local.prepare_model`` (seed 0) and
+    ``workloads.fl.local.loss_function``, exactly as the accuracy runs build them (docs/fl.md).
 
     fedavg: trainable classifier, cross-entropy. spherefed: FeatureNorm before a frozen
-    orthonormal classifier, MSE against one-hot targets."""
+    orthonormal QR classifier, MSE against one-hot targets (built by ``scatter``, so meta and CPU
+    run the same ops). Methods with a penalty or a second head (FedProx, FedCos, double head) are
+    not a plain ``training_step``: capture ``workloads.fl.local.client_trainer(...).step`` instead
+    (``bench/traces.py`` does)."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
-    spherefed = method == "spherefed"
-    model = build_model(model_name, num_classes=num_classes, image_size=image_size, norm=norm, spherefed=spherefed)
-    if spherefed:
-        orthonormal_classifier_(model.classifier)
-        return model, mse_one_hot
-    return model, F.cross_entropy
+    cfg = parse_method(method)
+    model = build_model(model_name, num_classes=num_classes, image_size=image_size, norm=norm, spherefed=cfg.spherefed)
+    return prepare_model(model, cfg, seed=0), loss_function(cfg)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -247,10 +247,19 @@ def partition_summary(labels, parts, num_classes: int) -> np.ndarray:
     return np.stack([np.bincount(y[np.asarray(p, dtype=np.int64)], minlength=c) for p in parts]).astype(np.int64)
 
 
+def _umask() -> int:
+    """The process umask (``os.umask`` can only be read by setting it, so it is set back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def save_partition_summary(path, labels, parts, num_classes: int) -> Path:
     """Write ``partition_summary`` as CSV (columns ``client, samples, class_0 .. class_{C-1}``).
 
-    Written to a temporary file in the same folder, then renamed: never half-written.
+    Written to a temporary file in the same folder, then renamed: never half-written. The file
+    gets the mode ``open()`` would give it (0666 less the umask: 0644 usually), not
+    ``mkstemp``'s private 0600.
     """
     counts = partition_summary(labels, parts, num_classes)
     path = Path(path)
@@ -262,6 +271,7 @@ def save_partition_summary(path, labels, parts, num_classes: int) -> Path:
             w.writerow(["client", "samples", *(f"class_{c}" for c in range(counts.shape[1]))])
             for j, row in enumerate(counts):
                 w.writerow([j, int(row.sum()), *row.tolist()])
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
