@@ -3,7 +3,8 @@
 Ops run one after another in program order (the accelerator has one array and one special unit
 and the trace is one sequential program): the latency of a trace is the sum of its ops' total
 cycles. Each op is priced by ``accel_sim.pricing``; vector and linear-algebra ops stream the
-bytes of their input and output tensors (each distinct tensor once); peak memory comes from the
+bytes of their input and output tensors (each distinct tensor once), or the bytes a vector op
+states it touches (``VectorWork.read_bytes`` / ``write_bytes``); peak memory comes from the
 storage lifetimes (``accel_sim.lifetimes``).
 """
 
@@ -36,6 +37,9 @@ def simulate(trace: Trace, hw: HardwareConfig | None = None) -> CostReport:
         if kind in ("vector", "linalg"):
             read = sum(tensor_bytes[i] for i in dict.fromkeys(op.inputs))
             write = sum(tensor_bytes[i] for i in dict.fromkeys(op.outputs))
+            if kind == "vector":  # an op that touches only part of its tensors says so
+                read = read if op.work.read_bytes is None else op.work.read_bytes
+                write = write if op.work.write_bytes is None else op.work.write_bytes
         cost = price_work(op.work, hw, read, write)
         t = cost.timing
         costs.append(

@@ -33,7 +33,9 @@ Then one object per op, in program order::
       ``role`` is ``fwd`` (forward product), ``dx`` (input gradient) or ``dw`` (weight gradient),
       so that each role can be given its own dataflow.
     - ``vector``: ``elements`` element operations of ``op`` (one of ``VECTOR_OPS``) on the special
-      unit.
+      unit. It moves its input and output tensors through memory, unless the optional
+      ``read_bytes`` / ``write_bytes`` say it touches less (an in-place indexed accumulation such
+      as ``index_add_`` reads and writes only the indexed slices of its accumulator).
     - ``linalg``: a dense factorization or solve (``op`` in ``LINALG_OPS``) of an ``n x n`` matrix
       with ``nrhs`` right-hand sides; ``macs`` is the lowering's count of multiply-adds.
     - ``none``: metadata only (views, reshapes, detach): no arithmetic, no data movement.
@@ -117,6 +119,8 @@ class GemmWork:
 class VectorWork:
     op: str
     elements: int
+    read_bytes: int | None = None  # None: the bytes of the op's distinct input tensors
+    write_bytes: int | None = None  # None: the bytes of the op's distinct output tensors
     kind: str = "vector"
 
 
@@ -183,7 +187,7 @@ class Trace:
 
 
 def _work_to_dict(work: Work) -> dict[str, Any]:
-    d = asdict(work)
+    d = {k: v for k, v in asdict(work).items() if v is not None}  # optional fields only when set
     kind = d.pop("kind")
     return {"kind": kind, **d}
 
@@ -284,9 +288,11 @@ def _parse_work(obj: Any, where: _Where) -> Work:
         role = _choice(obj, "role", GEMM_ROLES, where, "gemm work") if "role" in obj else "fwd"
         return GemmWork(groups=groups, role=role, **dims)
     if kind == "vector":
+        optional = {k: _nonneg_int(obj, k, where, "vector work") for k in ("read_bytes", "write_bytes") if k in obj}
         return VectorWork(
             op=_choice(obj, "op", VECTOR_OPS, where, "vector work"),
             elements=_nonneg_int(obj, "elements", where, "vector work"),
+            **optional,
         )
     if kind == "linalg":
         return LinalgWork(

@@ -49,7 +49,9 @@ import uuid
 from dataclasses import dataclass, field
 from hashlib import sha256
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterator
+
+from workloads.atomic import atomic_write, atomic_write_text
 
 GRID_KEYS = {"name", "runner", "fixed", "axes"}
 DEFAULT_RUNNER = "bench.run:run_point"
@@ -245,9 +247,7 @@ def execute_point(runner_spec: str, config: dict[str, Any], out_root: str, cpus:
 
 
 def _write_json(path: Path, obj: Any) -> None:
-    tmp = path.with_name(path.name + f".tmp-{uuid.uuid4().hex[:6]}")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str))
-    tmp.replace(path)
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str))
 
 
 # ----------------------------------------------------------------------------- backends
@@ -364,7 +364,7 @@ def aggregate(out: str | Path, *, across: str = "seed") -> Path | None:
     long = table2_long(df, metrics, across)
     if long is not None:
         _write_csv(long, out / "table2.csv")
-        _write_text(out / "table2.md", table2_markdown(long))
+        atomic_write_text(out / "table2.md", table2_markdown(long))
     return out / "runs.csv"
 
 
@@ -415,16 +415,8 @@ def table2_markdown(long) -> str:
     return "\n\n".join(parts) + "\n"
 
 
-def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + f".tmp-{uuid.uuid4().hex[:6]}")
-    tmp.write_text(text)
-    tmp.replace(path)
-
-
 def _write_csv(df, path: Path) -> None:
-    tmp = path.with_name(path.name + f".tmp-{uuid.uuid4().hex[:6]}")
-    df.to_csv(tmp, index=False)
-    tmp.replace(path)
+    atomic_write(path, lambda tmp: df.to_csv(tmp, index=False))
 
 
 # ----------------------------------------------------------------------------- CLI

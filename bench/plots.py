@@ -9,9 +9,7 @@ local training, one bar per method, the slowest layers first). Nothing is recomp
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +21,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from bench.results import LAYERS_COLUMNS, LAYERS_CSV, ResultsError, load_summary  # noqa: E402
+from workloads.atomic import atomic_write  # noqa: E402
 
 FIG5_PNG = "fig5.png"
 TOP_LAYERS = 15
@@ -141,15 +140,10 @@ def read_layers(run_dir: Path) -> pd.DataFrame:
 
 
 def _save(fig, path: Path) -> Path:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".png")
-    os.close(fd)
     try:
-        fig.savefig(tmp, dpi=120)
-        os.replace(tmp, path)
+        return atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
     finally:
         plt.close(fig)
-        Path(tmp).unlink(missing_ok=True)
-    return path
 
 
 def plot_run(run_dir: Path) -> list[Path]:

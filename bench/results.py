@@ -25,6 +25,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
+from workloads.atomic import atomic_write_text
+
 FORMAT_NAME = "fl-accel-bench-results"
 FORMAT_VERSION = 1
 SUMMARY = "summary.json"
@@ -66,15 +68,7 @@ def check_finite(obj: Any, where: str = "summary") -> None:
 def write_json(path: Path, obj: Any) -> None:
     """Write JSON (finite numbers only) through a temporary file renamed into place."""
     check_finite(obj, path.name)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(obj, fh, indent=2, allow_nan=False)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(path, json.dumps(obj, indent=2, allow_nan=False) + "\n")
 
 
 def check_out_dir(out: Path, *, overwrite: bool) -> None:

@@ -1,7 +1,6 @@
 """The communication ledger equals the closed forms, and hand-computed sizes (workloads/fl/comm.py)."""
 
 import pytest
-import torch
 
 from fl_standins import TinyNet, blobs
 from workloads.fl.comm import calibration_stats_bytes, closed_form_bytes, ledger_totals

@@ -1,6 +1,5 @@
 """FL methods: equivalences, frozen heads, penalties, determinism, errors (workloads/fl)."""
 
-import numpy as np
 import pytest
 import torch
 

@@ -3,10 +3,11 @@
 import pytest
 import torch
 
+from accel_sim.simulate import simulate
+
 from workloads.fl.hparams import Hparams
 from workloads.fl.local import client_trainer, per_sample_loss, prepare_model
 from workloads.fl.methods import CALIBRATIONS, METHODS, parse_method
-from workloads.fl.methods.ccvr import class_batches
 from workloads.models import build_model
 from workloads.trace import capture
 
@@ -94,10 +95,18 @@ def test_every_calibration_lowers_completely(name):
     assert client.unsupported_ops() == {} and server.unsupported_ops() == {}
 
 
-def test_ccvr_class_statistics_are_accumulated_by_index_add():
+def test_ccvr_class_statistics_are_accumulated_in_place_and_priced_by_slice():
     client, _ = calibration_traces("ccvr")
     adds = [op for op in client.ops if op.aten.startswith("aten.index_add")]
-    # counts [C], sums [C, l], second moments [C, l, l] with C = 10 and the 16x16 ConvNet's l = 256:
-    # each index_add writes a copy of its accumulator, so it streams that many elements.
-    assert [(op.work.kind, op.work.op, op.work.elements) for op in adds] == [
-        ("vector", "elementwise", 10), ("vector", "elementwise", 10 * 256), ("vector", "elementwise", 10 * 256 * 256)]
+    # One single-class batch of B = 8 on the 16x16 ConvNet (l = 256), float64 statistics, int64
+    # labels. index_add_ adds one source element each into the indexed slices; it reads source +
+    # index + those slices and writes the slices back, never the whole [C, l, l] accumulator:
+    #   counts: source [8]          -> 8 elements;      read 8*8 + 8*8 + 8*8 = 192;            write 64
+    #   sums:   source [8, 256]     -> 2048 elements;   read 2048*8 + 8*8 + 2048*8 = 32832;    write 16384
+    #   second: source [1, 256, 256] -> 65536 elements; read 65536*8 + 1*8 + 65536*8 = 1048584; write 524288
+    assert [op.aten for op in adds] == ["aten.index_add_.default"] * 3
+    assert [(op.work.op, op.work.elements, op.work.read_bytes, op.work.write_bytes) for op in adds] == [
+        ("elementwise", 8, 192, 64), ("elementwise", 2048, 32832, 16384), ("elementwise", 65536, 1048584, 524288)]
+    priced = {c.idx: c for c in simulate(client).ops}
+    assert [(priced[op.idx].read_bytes, priced[op.idx].write_bytes) for op in adds] == [
+        (192, 64), (32832, 16384), (1048584, 524288)]

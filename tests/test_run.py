@@ -1,6 +1,5 @@
 """bench.run: a smoke run of the small ConvNet into a temp dir, and bad input rejected before work."""
 
-import json
 import math
 from dataclasses import replace
 

@@ -28,6 +28,8 @@ def _small_trace() -> Trace:
     ops = (
         OpRecord(0, "aten.mm.default", "fc", "fwd", GemmWork(1, 2, 2), (1, 0), (2,), allocs=(2,)),
         OpRecord(1, "aten.relu.default", "act", "fwd", VectorWork("activation", 2), (2,), (2,), frees=(2,)),
+        OpRecord(2, "aten.index_add_.default", "", "fwd", VectorWork("elementwise", 1, read_bytes=12, write_bytes=4),
+                 (2, 1), (2,)),
     )
     return Trace(TraceHeader("tiny", "fedavg", 1, storages, tensors, {"device": "cpu"}), ops)
 
@@ -47,10 +49,11 @@ def _lines(tmp_path):
 @pytest.mark.parametrize(
     "mutate, message",
     [
-        (lambda ls: ls[:2] + [ls[2][:-10]], ":3: truncated file"),
+        (lambda ls: ls[:3] + [ls[3][:-10]], ":4: truncated file"),
         (lambda ls: [ls[0].replace('"version":1', '"version":99')] + ls[1:], ":1: trace version 99 is not supported"),
         (lambda ls: ls[:1] + [ls[1].replace('"gemm"', '"matmul"')] + ls[2:], ":2: work field 'kind' is 'matmul'"),
         (lambda ls: ls[:1] + [ls[2]], ":2: op 'idx' is 1, expected 0"),
+        (lambda ls: ls[:3] + [ls[3].replace('"read_bytes":12', '"read_bytes":-1')], ":4: vector work field 'read_bytes' must be >= 0"),
         (lambda ls: ls[:1] + ["{not json\n"], ":2: not valid JSON"),
         (lambda ls: ls[:1] + [ls[1].replace('"inputs":[1,0]', '"inputs":[1,7]')] + ls[2:], "unknown tensor id(s) [7]"),
         (lambda ls: [ls[0].replace('"fl-accel-trace"', '"other"')] + ls[1:], "not a trace file"),

@@ -265,6 +265,17 @@ def _vector(category: str) -> Lowering:
     return lower
 
 
+def lower_indexed_accumulate(call: OpCall) -> Work:
+    """In-place indexed accumulation ``self.index_add_(dim, index, source)`` (and ``scatter_add_``,
+    same argument order): one add per ``source`` element into the indexed slices of ``self``. It
+    reads ``source``, ``index`` and those slices and writes the slices back; the rest of ``self``
+    is not touched, so the op states its bytes instead of streaming the whole accumulator."""
+    self, index, source = call.args[0], call.args[2], call.args[3]
+    slices_bytes = source.numel() * self.element_size()
+    read = source.numel() * source.element_size() + index.numel() * index.element_size() + slices_bytes
+    return VectorWork("elementwise", source.numel(), read_bytes=read, write_bytes=slices_bytes)
+
+
 def lower_nothing(call: OpCall) -> Work:
     """Views, reshapes, detach, allocation without initialization: no arithmetic, no traffic."""
     return NoWork()
@@ -281,7 +292,7 @@ _VECTOR = {
     scalar_tensor arange eye where clamp clamp_ clamp_min clamp_min_ clamp_max clamp_max_ sqrt sqrt_ rsqrt
     rsqrt_ pow pow_ reciprocal reciprocal_ exp exp_ log log_ abs abs_ sign eq ne gt lt ge le maximum
     minimum masked_fill masked_fill_ logical_not logical_and logical_or bitwise_not one_hot scatter
-    scatter_ scatter_add scatter_add_ index_add index_add_ _foreach_add_ _foreach_mul_ native_dropout_backward""".split(),
+    scatter_ scatter_add index_add _foreach_add_ _foreach_mul_ native_dropout_backward""".split(),
     "activation": """relu relu_ threshold threshold_ threshold_backward sigmoid sigmoid_ sigmoid_backward
     tanh tanh_ tanh_backward hardtanh hardtanh_ hardtanh_backward silu silu_ silu_backward gelu
     gelu_backward leaky_relu leaky_relu_ leaky_relu_backward elu elu_ elu_backward hardswish hardswish_
@@ -306,6 +317,8 @@ _VECTOR = {
 LOWERINGS: dict[str, Lowering] = {
     **{f"aten.{name}" if "." not in name else name: lower_nothing for name in _NO_WORK},
     **{f"aten.{name}": _vector(category) for category, names in _VECTOR.items() for name in names},
+    "aten.index_add_": lower_indexed_accumulate,
+    "aten.scatter_add_": lower_indexed_accumulate,
     "aten.mm": lower_mm,
     "aten.addmm": lower_addmm,
     "aten.bmm": lower_bmm,

@@ -24,13 +24,14 @@ Choices where the papers are silent are documented on each function and in docs/
 from __future__ import annotations
 
 import csv
+import io
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
+
+from workloads.atomic import atomic_write_text
 
 
 class PartitionError(ValueError):
@@ -247,35 +248,19 @@ def partition_summary(labels, parts, num_classes: int) -> np.ndarray:
     return np.stack([np.bincount(y[np.asarray(p, dtype=np.int64)], minlength=c) for p in parts]).astype(np.int64)
 
 
-def _umask() -> int:
-    """The process umask (``os.umask`` can only be read by setting it, so it is set back)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
 def save_partition_summary(path, labels, parts, num_classes: int) -> Path:
     """Write ``partition_summary`` as CSV (columns ``client, samples, class_0 .. class_{C-1}``).
 
-    Written to a temporary file in the same folder, then renamed: never half-written. The file
-    gets the mode ``open()`` would give it (0666 less the umask: 0644 usually), not
-    ``mkstemp``'s private 0600.
+    Written through ``workloads.atomic`` (a temporary file renamed into place: never half-written,
+    with the mode ``open()`` would give).
     """
     counts = partition_summary(labels, parts, num_classes)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(["client", "samples", *(f"class_{c}" for c in range(counts.shape[1]))])
-            for j, row in enumerate(counts):
-                w.writerow([j, int(row.sum()), *row.tolist()])
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(["client", "samples", *(f"class_{c}" for c in range(counts.shape[1]))])
+    for j, row in enumerate(counts):
+        w.writerow([j, int(row.sum()), *row.tolist()])
+    path = atomic_write_text(path, buf.getvalue())
     return path
 
 

@@ -21,10 +21,8 @@ import argparse
 import csv
 import io
 import json
-import os
 import subprocess
 import sys
-import tempfile
 import time
 import tomllib
 from dataclasses import asdict
@@ -33,6 +31,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from workloads.atomic import atomic_write_text
 from workloads.fl.comm import closed_form_bytes, ledger_totals, tensor_bytes
 from workloads.fl.hparams import FLConfig, Hparams, from_mapping, override
 from workloads.fl.methods import MethodConfig, parse_method
@@ -94,20 +93,6 @@ def git_commit() -> str:
         return out + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path``, then rename it over ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", newline="") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 def _csv(rows: list[list[Any]]) -> str:
@@ -211,11 +196,11 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
            "test_note": test.note, "config": asdict(cfg), "hparams": {k: asdict(v) for k, v in method_hps.items()},
            "partition_sizes": [int(len(p)) for p in parts], "methods": results}
     save_partition_summary(out / "partition.csv", labels, parts, train.num_classes)
-    write_atomic(out / "ledger.csv", _csv(ledger_rows))
-    write_atomic(out / "accuracy.csv", _csv([["method", "accuracy", "accuracy_before_calibration", "total_bytes"]]
+    atomic_write_text(out / "ledger.csv", _csv(ledger_rows))
+    atomic_write_text(out / "accuracy.csv", _csv([["method", "accuracy", "accuracy_before_calibration", "total_bytes"]]
                                             + [[m, v["accuracy"], v["accuracy_before_calibration"],
                                                 v["comm"]["total_bytes"]] for m, v in results.items()]))
-    write_atomic(out / "results.json", json.dumps(doc, indent=1) + "\n")
+    atomic_write_text(out / "results.json", json.dumps(doc, indent=1) + "\n")
     print(f"wrote {out}/results.json, accuracy.csv, ledger.csv, partition.csv", file=sys.stderr)
     return 0
 

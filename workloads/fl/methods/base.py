@@ -17,7 +17,7 @@ FedAvg (McMahan et al. 2017): weighted average of the client states by sample co
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 import torch

@@ -29,7 +29,6 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from workloads.fl.hparams import Hparams
@@ -57,9 +56,11 @@ def ccvr_client_statistics(model: nn.Module, batches: Iterable[tuple[torch.Tenso
                 counts = torch.zeros(num_classes, dtype=torch.float64, device=z.device)
                 sums = torch.zeros(num_classes, l, dtype=torch.float64, device=z.device)
                 second = torch.zeros(num_classes, l, l, dtype=torch.float64, device=z.device)
-            counts = counts.index_add(0, y, torch.ones_like(y, dtype=torch.float64))
-            sums = sums.index_add(0, y, z)
-            second = second.index_add(0, y[:1], (z.T @ z)[None])  # batch holds class y[0] only
+            # in place: each batch adds into its class's slices only (a copy of the [C, l, l]
+            # accumulator per batch would dominate the client's cost on any hardware)
+            counts.index_add_(0, y, torch.ones_like(y, dtype=torch.float64))
+            sums.index_add_(0, y, z)
+            second.index_add_(0, y[:1], (z.T @ z)[None])  # the batch holds class y[0] only
     if counts is None:
         raise ValueError("CCVR client statistics need at least one batch of local data")
     n = counts[:, None]
