@@ -20,7 +20,6 @@ import json
 import math
 import os
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any, Callable
@@ -40,17 +39,6 @@ LAYERS_COLUMNS = ("model", "method", "region", "layer", "phase", "macs", "cycles
 
 class ResultsError(ValueError):
     """A results folder that is missing, malformed or already present. The message says what to do."""
-
-
-def git_commit(repo: Path | None = None) -> str:
-    """The checked-out commit (with ``-dirty`` when the tree has changes), or "unknown" outside git."""
-    cwd = repo or Path(__file__).resolve().parent.parent
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=cwd, capture_output=True, text=True, check=True)
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return sha.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
 
 
 def check_finite(obj: Any, where: str = "summary") -> None:

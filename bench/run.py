@@ -40,7 +40,7 @@ from bench import formulas
 from bench.calibration import CALIBRATIONS, TRAINED_WITH, calibration_cost
 from bench.plots import plot_run
 from bench.results import (FORMAT_NAME, FORMAT_VERSION, LAYERS_COLUMNS, LAYERS_CSV, OPS_COLUMNS, OPS_CSV,
-                           ResultsError, check_out_dir, git_commit, write_json, write_run_dir)
+                           ResultsError, check_out_dir, write_json, write_run_dir)
 from bench.traces import local_training_trace
 from workloads.fl.comm import closed_form_bytes, ledger_totals, tensor_bytes
 from workloads.fl.data import Dataset, load_dataset
@@ -51,6 +51,7 @@ from workloads.fl.methods import MethodConfig, parse_method
 from workloads.fl.methods.base import frozen_keys
 from workloads.fl.partition import dirichlet_partition
 from workloads.models import MODELS, build_model
+from workloads.provenance import git_commit
 
 DEFAULT_METHODS = ("fedavg", "spherefed", "ccvr", "ffc")
 PAPER_CLASSES = 100  # CIFAR-100 (Fig. 5)

@@ -21,7 +21,6 @@ import argparse
 import csv
 import io
 import json
-import subprocess
 import sys
 import time
 import tomllib
@@ -35,6 +34,7 @@ from workloads.atomic import atomic_write_text
 from workloads.fl.comm import closed_form_bytes, ledger_totals, tensor_bytes
 from workloads.fl.hparams import FLConfig, Hparams, from_mapping, override
 from workloads.fl.methods import MethodConfig, parse_method
+from workloads.provenance import git_commit
 
 PRESET_DIR = Path(__file__).resolve().parents[2] / "configs" / "presets"
 
@@ -82,17 +82,6 @@ def make_partition(labels: np.ndarray, cfg: FLConfig) -> list[np.ndarray]:
              "fedcos": {"non_iid_fraction": cfg.non_iid_fraction},
              "dispatch": {"classes_per_client": cfg.classes_per_client}}.get(cfg.partition, {})
     return fn(labels, cfg.num_clients, seed=cfg.seed, **extra)
-
-
-def git_commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                             cwd=Path(__file__).parent, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True,
-                               cwd=Path(__file__).parent, check=True).stdout.strip()
-        return out + ("+dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def _csv(rows: list[list[Any]]) -> str:
