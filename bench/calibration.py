@@ -29,11 +29,11 @@ import torch
 import torch.nn.functional as F
 
 from accel_sim.hardware import HardwareConfig
-from accel_sim.simulate import simulate
 from workloads.fl.hparams import Hparams
 from workloads.fl.methods.ccvr import ccvr_client_statistics, pool_class_statistics, retrain_classifier, \
     sample_virtual_features
 from workloads.fl.methods.ffc import FFC, ffc_client_statistics
+from bench.traces import simulate_complete
 from workloads.trace import capture, method_setup
 
 CALIBRATIONS = ("ccvr", "ffc")
@@ -62,7 +62,7 @@ def extrapolate(at_a: int, at_a_plus_1: int, n: int, a: int = 1) -> int:
 
 def _cycles(fn, *args, hw: HardwareConfig, model=None, **kwargs) -> int:
     captured = capture(fn, *args, model=model, default_phase="calibration", **kwargs)
-    return simulate(captured.trace, hw).total_cycles
+    return simulate_complete(captured.trace, hw, f"calibration step {getattr(fn, '__qualname__', fn)}").total_cycles
 
 
 def _meta(*shape, dtype=torch.float32):

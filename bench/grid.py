@@ -35,7 +35,9 @@ backends, so the same point gives bitwise the same results locally and on Ray.
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
+import importlib.util
 import itertools
 import json
 import os
@@ -150,6 +152,35 @@ def resolve_runner(spec: str) -> Callable[[dict[str, Any], Path], dict[str, Any]
     if not callable(func):
         raise GridError(f"runner {spec!r}: {module_name} has no function {func_name!r}")
     return func
+
+
+def locate_runner(spec: str) -> None:
+    """Check that ``module:function`` exists without importing the module: its source is found and
+    defines ``function`` at top level (a def, an assignment or an import). The Ray backend's driver
+    uses this: it never calls the runner, so it need not pay for importing it (torch, for
+    bench.run); the workers import it. Modules without Python source are imported instead."""
+    module_name, _, func_name = spec.partition(":")
+    try:
+        found = importlib.util.find_spec(module_name)
+    except (ImportError, ValueError) as e:
+        raise GridError(f"runner {spec!r}: cannot find {module_name!r} ({e})") from None
+    if found is None:
+        raise GridError(f"runner {spec!r}: cannot find {module_name!r} (no such module)")
+    if not (found.origin or "").endswith(".py"):
+        resolve_runner(spec)
+        return
+    tree = ast.parse(Path(found.origin).read_text(encoding="utf-8"), found.origin)
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {t.id for t in targets if isinstance(t, ast.Name)}
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    if func_name not in names:
+        raise GridError(f"runner {spec!r}: {module_name} has no function {func_name!r}")
 
 
 # ----------------------------------------------------------------------------- one point
@@ -295,7 +326,8 @@ def run_grid(spec: GridSpec, out: str | Path, *, backend: str = "local", resourc
              progress: Callable[[PointResult, int, int], None] | None = None) -> GridReport:
     if backend not in BACKENDS:
         raise GridError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
-    resolve_runner(spec.runner)  # fail before any work if the runner cannot be found
+    # fail before any work if the runner cannot be found; Ray's driver only checks that it exists
+    (resolve_runner if backend == "local" else locate_runner)(spec.runner)
     out = Path(out)
     (out / "runs").mkdir(parents=True, exist_ok=True)
     _write_json(out / "grid.json", {"name": spec.name, "runner": spec.runner, "fixed": spec.fixed, "axes": spec.axes})

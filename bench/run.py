@@ -35,13 +35,12 @@ import pandas as pd
 import torch
 
 from accel_sim.hardware import HardwareConfig, HardwareConfigError, load_hardware_config
-from accel_sim.simulate import simulate
 from bench import formulas
 from bench.calibration import CALIBRATIONS, TRAINED_WITH, calibration_cost
 from bench.plots import plot_run
 from bench.results import (FORMAT_NAME, FORMAT_VERSION, LAYERS_COLUMNS, LAYERS_CSV, OPS_COLUMNS, OPS_CSV,
                            ResultsError, check_out_dir, write_json, write_run_dir)
-from bench.traces import local_training_trace
+from bench.traces import local_training_trace, simulate_complete
 from workloads.fl.comm import closed_form_bytes, ledger_totals, tensor_bytes
 from workloads.fl.data import Dataset, load_dataset
 from workloads.fl.hparams import FLConfig, Hparams
@@ -213,8 +212,9 @@ def training_figures(model: str, methods, cfg: RunConfig, hw: HardwareConfig, pr
     figures, op_rows = {}, []
     for method in methods:
         progress(f"{model}: capturing and pricing one {method} training step (batch {cfg.batch_size})")
-        report = simulate(local_training_trace(model, method, batch_size=cfg.batch_size, num_classes=PAPER_CLASSES,
-                                               image_size=PAPER_IMAGE_SIZE, seed=cfg.seed), hw)
+        trace = local_training_trace(model, method, batch_size=cfg.batch_size, num_classes=PAPER_CLASSES,
+                                     image_size=PAPER_IMAGE_SIZE, seed=cfg.seed)
+        report = simulate_complete(trace, hw, f"{model} {method} training step")
         figures[method] = {
             "step_cycles": report.total_cycles, "step_latency_s": report.seconds,
             "steps_per_round": steps_per_round, "round_latency_s": report.seconds * steps_per_round,

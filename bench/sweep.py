@@ -35,10 +35,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from accel_sim.hardware import HardwareConfig, HardwareConfigError, SpecialUnit, load_hardware_config  # noqa: E402
-from accel_sim.simulate import simulate  # noqa: E402
 from bench.results import ResultsError, check_out_dir, write_json, write_run_dir  # noqa: E402
 from workloads.provenance import git_commit  # noqa: E402
-from bench.traces import local_training_trace, peak_memory_at_word_bytes  # noqa: E402
+from bench.traces import local_training_trace, peak_memory_at_word_bytes, simulate_complete  # noqa: E402
 
 PAPER_UP_TO_LATENCY_SAVING_PCT = 13.6  # SphereFed Sec. 5.4, Fig. 5 (c)
 PAPER_UP_TO_MEMORY_SAVING_PCT = 10.5  # SphereFed Sec. 5.4, Fig. 5 (b)
@@ -91,7 +90,7 @@ def saving_pct(baseline: float, other: float) -> float:
 
 
 def _row(model, parameter, value, is_base, traces, hw) -> dict:
-    reports = {m: simulate(t, hw) for m, t in traces.items()}
+    reports = {m: simulate_complete(t, hw, f"{model} {m} training step") for m, t in traces.items()}
     peaks = {m: peak_memory_at_word_bytes(t, hw.word_bytes).peak_bytes for m, t in traces.items()}
     return {
         "model": model, "parameter": parameter, "value": str(value), "is_base": is_base,

@@ -14,7 +14,10 @@ from dataclasses import replace
 
 import torch
 
+from accel_sim.hardware import HardwareConfig
 from accel_sim.lifetimes import PeakMemory, peak_memory
+from accel_sim.report import CostReport
+from accel_sim.simulate import simulate
 from accel_sim.trace_schema import Trace
 from workloads.fl.hparams import Hparams
 from workloads.fl.local import client_trainer, prepare_model
@@ -23,6 +26,17 @@ from workloads.models import build_model
 from workloads.trace import capture
 
 TRACE_WORD_BYTES = 4  # traces are captured in float32
+
+
+def simulate_complete(trace: Trace, hw: HardwareConfig, what: str) -> CostReport:
+    """``simulate(trace, hw)``, refusing a trace with ops that have no lowering: accel_sim would
+    count them as 0 cycles, and bench must not report a figure that silently leaves work out."""
+    report = simulate(trace, hw)
+    missing = report.unsupported_ops()
+    if missing:
+        raise ValueError(f"{what}: {sum(missing.values())} op(s) have no lowering and would be priced at 0 cycles "
+                         f"({missing}); add them to LOWERINGS in workloads/lowering.py")
+    return report
 
 
 def local_training_trace(model_name: str, method_name: str, *, batch_size: int = 64, num_classes: int = 100,

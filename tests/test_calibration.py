@@ -1,11 +1,13 @@
 """bench.calibration: the one-and-two-step extrapolation equals full captures on small shapes."""
 
+import pytest
 import torch
 import torch.nn.functional as F
 
 from accel_sim.hardware import HardwareConfig
 from accel_sim.simulate import simulate
 from bench import calibration as cal
+from bench.traces import simulate_complete
 from workloads.fl.hparams import Hparams
 from workloads.fl.methods.ccvr import retrain_classifier
 from workloads.fl.methods.ffc import ffc_client_statistics
@@ -76,3 +78,11 @@ def test_unknown_calibration_is_rejected():
     with pytest.raises(ValueError, match="ccvr, ffc"):
         cal.calibration_cost("fedbn", "convnet", train_samples=100, num_clients=2, num_classes=10,
                              image_size=32, hp=Hparams(), hw=HW)
+
+
+def test_bench_refuses_to_price_a_trace_with_unlowered_ops():
+    # in-place baddbmm_ has no lowering: accel_sim would price it at 0 cycles, bench must refuse
+    c = torch.zeros(2, 4, 4, device="meta")
+    captured = capture(lambda c: c.baddbmm_(torch.ones(2, 4, 1, device="meta"), torch.ones(2, 1, 4, device="meta")), c)
+    with pytest.raises(ValueError, match=r"aten\.baddbmm_.*workloads/lowering\.py"):
+        simulate_complete(captured.trace, HardwareConfig(), "toy")

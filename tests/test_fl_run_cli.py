@@ -76,3 +76,23 @@ def test_shipped_presets_load():
     assert cfg.dataset == "digits"
     for m in methods:
         parse_method(m)
+
+
+def test_cli_validation_holdout(tmp_path, capsys):
+    preset = tmp_path / "tiny.toml"
+    preset.write_text(TINY)
+    threads = torch.get_num_threads()
+    try:
+        assert main(["--preset", str(preset), "--out", str(tmp_path / "out"), "--threads", "1",
+                     "--methods", "fedavg", "--holdout", "0.15"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    doc = json.loads((tmp_path / "out" / "results.json").read_text())
+    # digits' train split has 1,437 images; round(0.15 * 1437) = round(215.55) = 216 held out
+    assert doc["holdout"]["fraction"] == 0.15 and doc["holdout"]["val_samples"] == 216
+    assert sum(doc["partition_sizes"]) == 1437 - 216  # clients only see the rest
+    assert 0.0 <= doc["methods"]["fedavg"]["val_accuracy"] <= 1.0
+    assert "val_accuracy" in (tmp_path / "out" / "accuracy.csv").read_text().splitlines()[0]
+    assert main(["--preset", str(preset), "--holdout", "1", "--out", str(tmp_path / "bad")]) == 2
+    assert "holdout_fraction must be in [0, 1)" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()

@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 
 from bench.grid import (
+    BACKENDS,
     GridError,
     Resources,
     load_grid,
+    locate_runner,
     parse_grid,
     parse_resources,
     run_grid,
@@ -168,21 +170,45 @@ def test_the_small_grid_of_bench_runs_is_identical_on_both_backends(tmp_path):
     spec = load_grid(ROOT / "configs" / "grids" / "small.toml")
     local = run_grid(spec, tmp_path / "local")
     on_ray = run_grid(spec, tmp_path / "ray", backend="ray", resources=Resources(cpus=1))
-    assert local.count("done") == on_ray.count("done") == len(spec.points()) == 4
+    assert local.count("done") == on_ray.count("done") == len(spec.points()) == 12  # 2 models x 2 alphas x 3 seeds
 
     def metrics(out: Path) -> dict[str, dict]:
         return {p.parent.name: json.loads(p.read_text())["metrics"] for p in out.glob("runs/*/point.json")}
 
     local_metrics, ray_metrics = metrics(tmp_path / "local"), metrics(tmp_path / "ray")
     assert local_metrics == ray_metrics  # same run ids, every figure equal (floats compared exactly)
-    some = next(iter(local_metrics.values()))
-    assert some["convnet.fedavg.peak_memory_bytes"] > some["convnet.spherefed.peak_memory_bytes"] > 0
+    for m in local_metrics.values():
+        model = "convnet" if "convnet.fedavg.peak_memory_bytes" in m else "vgg13"
+        assert m[f"{model}.fedavg.peak_memory_bytes"] > m[f"{model}.spherefed.peak_memory_bytes"] > 0
     for out in (tmp_path / "local", tmp_path / "ray"):
         for name in ("summary.json", "ops.csv", "layers.csv"):
-            assert len(list(out.glob(f"runs/*/{name}"))) == 4
+            assert len(list(out.glob(f"runs/*/{name}"))) == 12
     table2 = (tmp_path / "local" / "table2.md").read_text()
-    assert "### accuracy_pct" in table2 and "| convnet | ffc |" in table2 and "(n=2)" in table2
+    assert "### accuracy_pct" in table2 and "| convnet | ffc |" in table2 and "| vgg13 | ffc |" in table2
+    assert "(n=3)" in table2 and "(n=2)" not in table2
     rows = (tmp_path / "local" / "table2.csv").read_text().splitlines()
     # 5 figures: accuracy x4 methods, round latency x2, peak x2, calibration x2, communication x4 = 14
-    # rows per data setting, two settings (alpha 0.5, 0.1)
-    assert len(rows) == 1 + 2 * 14
+    # rows per model and data setting; two models, two settings (alpha 0.5, 0.1)
+    assert len(rows) == 1 + 2 * 2 * 14
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("runner, message", [
+    ("tests.grid_runners:no_such_runner", "has no function 'no_such_runner'"),
+    ("no_such_package.runners:run", "cannot (find|import) 'no_such_package.runners'"),
+])
+def test_a_missing_runner_fails_before_any_run(tmp_path, backend, runner, message):
+    spec = parse_grid({"runner": runner, "axes": {"seed": [0]}})
+    with pytest.raises(GridError, match=message):
+        run_grid(spec, tmp_path / "out", backend=backend)
+    assert not (tmp_path / "out").exists()  # nothing written, Ray not started
+
+
+def test_ray_driver_checks_the_runner_without_importing_it():
+    # bench.run imports torch; the Ray driver only parses its source (ast) to find run_point
+    code = ("import sys; from bench.grid import locate_runner; locate_runner('bench.run:run_point'); "
+            "assert 'torch' not in sys.modules and 'bench.run' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
+    locate_runner(RUNNER)
+    with pytest.raises(GridError, match="has no function 'GRID_KEY'"):
+        locate_runner("bench.run:GRID_KEY")  # a near miss of the module-level name GRID_KEYS

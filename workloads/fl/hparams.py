@@ -69,6 +69,7 @@ class FLConfig:
     classes_per_client: int = 2  # dispatch split
     min_client_size: int = 10  # NIID-Bench convention (NOTES.md)
     eval_every: int = 0  # evaluate the global model every N rounds (0: only after the last)
+    holdout_fraction: float = 0.0  # validation hold-out drawn from train before partitioning (Sec. 5.1: 0.15)
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -76,6 +77,9 @@ class FLConfig:
             raise ValueError("num_clients and rounds must be >= 1")
         if not 0.0 < self.participation <= 1.0:
             raise ValueError(f"participation must be in (0, 1], got {self.participation!r}")
+        if not 0.0 <= self.holdout_fraction < 1.0:
+            raise ValueError(f"holdout_fraction must be in [0, 1) (SphereFed Sec. 5.1 uses 0.15), "
+                             f"got {self.holdout_fraction!r}")
 
 
 def from_mapping(cls: type, values: Mapping[str, Any], *, where: str) -> Any:

@@ -13,6 +13,11 @@ then renamed: ``results.json`` (accuracy per method, per-round history, ledger t
 closed forms, resolved config, command, git commit, dataset note), ``accuracy.csv``,
 ``ledger.csv`` (every transfer) and ``partition.csv`` (samples per client per class).
 Errors (unknown method, bad preset value, missing data) print one message and exit with 2.
+
+Validation hold-out: ``holdout_fraction`` in ``[run]`` (or ``--holdout``) sets aside that fraction
+of the training split, drawn uniformly with the run's seed before partitioning (SphereFed Sec. 5.1
+tunes hyper-parameters on 15 %); clients train on the rest and each method's final global model
+is also scored on the hold-out (``val_accuracy``). 0 (the default) keeps every training sample.
 """
 
 from __future__ import annotations
@@ -84,6 +89,27 @@ def make_partition(labels: np.ndarray, cfg: FLConfig) -> list[np.ndarray]:
     return fn(labels, cfg.num_clients, seed=cfg.seed, **extra)
 
 
+def split_holdout(train, fraction: float, *, seed: int):
+    """(train without the hold-out, hold-out) or (train, None) when ``fraction`` is 0."""
+    if not fraction:
+        return train, None
+    import torch
+
+    from workloads.fl.data import Dataset
+    from workloads.fl.partition import holdout_split
+
+    fit, val = holdout_split(np.arange(len(train)), fraction, seed=seed)
+    if len(val) == 0 or len(fit) == 0:
+        raise ValueError(f"holdout_fraction {fraction} of {len(train)} training samples leaves an empty split")
+
+    def subset(idx, note):
+        idx = torch.from_numpy(idx.astype(np.int64))
+        return Dataset(train.name, train.x[idx], train.y[idx], train.num_classes, note)
+
+    return (subset(fit, f"{train.note}; {len(fit)} samples after a {fraction:g} validation hold-out"),
+            subset(val, f"validation hold-out: {len(val)} samples ({fraction:g}) of {train.note}, seed {seed}"))
+
+
 def _csv(rows: list[list[Any]]) -> str:
     buf = io.StringIO()
     csv.writer(buf).writerows(rows)
@@ -113,6 +139,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--methods", help="comma-separated method names (default: the preset's list)")
     p.add_argument("--seed", type=int, help="overrides the preset's seed")
     p.add_argument("--rounds", type=int, help="overrides the preset's number of rounds")
+    p.add_argument("--holdout", type=float, metavar="FRACTION",
+                   help="validation hold-out drawn from train before partitioning (Sec. 5.1: 0.15; default: the preset's)")
     p.add_argument("--data-dir", help="folder holding the dataset (not needed for digits)")
     p.add_argument("--out", help="output folder (default results/fl/<preset>-seed<seed>)")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice); 1 avoids "
@@ -136,7 +164,7 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
 
     from workloads.fl.data import load_dataset
     from workloads.fl.local import prepare_model
-    from workloads.fl.loop import run_method, sample_clients
+    from workloads.fl.loop import evaluate, run_method, sample_clients
     from workloads.fl.partition import save_partition_summary
     from workloads.models import build_model
 
@@ -145,12 +173,14 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
             raise ValueError(f"--threads must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
     name, cfg, default_methods, hp0, overrides = load_preset(args.preset)
-    changes = {k: v for k, v in (("seed", args.seed), ("rounds", args.rounds)) if v is not None}
+    changes = {k: v for k, v in (("seed", args.seed), ("rounds", args.rounds), ("holdout_fraction", args.holdout))
+               if v is not None}
     cfg = FLConfig(**{**asdict(cfg), **changes})
     methods = [parse_method(m) for m in (args.methods.split(",") if args.methods else default_methods)]
     method_hps = {m.name: method_hparams(m, hp0, overrides) for m in methods}
     out = Path(args.out or f"results/fl/{name}-seed{cfg.seed}")
     train, test = load_dataset(cfg.dataset, data_dir=args.data_dir, image_size=cfg.image_size)
+    train, val = split_holdout(train, cfg.holdout_fraction, seed=cfg.seed)
     image_size = int(train.x.shape[-1])
     labels = train.y.numpy()
     parts = make_partition(labels, cfg)
@@ -169,8 +199,13 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
                        progress=args.progress or sys.stderr.isatty())
         elapsed = time.perf_counter() - start
         probe = prepare_model(model_fn(method.spherefed)(), method, seed=cfg.seed)
+        val_accuracy = None
+        if val is not None:  # the final global model (calibrated classifier included) on the hold-out
+            probe.load_state_dict(r.weights)
+            val_accuracy = evaluate(probe, val.x, val.y)
         results[method.name] = {
             "accuracy": r.accuracy, "accuracy_before_calibration": r.accuracy_before_calibration,
+            "val_accuracy": val_accuracy,
             "wall_s": round(elapsed, 3), "samples_trained": r.samples_trained,
             "comm": ledger_totals(r.transfers),
             "comm_closed_form": closed_form_for(method, probe, hp, cfg, clients_per_round),
@@ -178,17 +213,21 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
         ledger_rows += [[method.name, t.round, t.client, t.direction, t.group, t.nbytes] for t in r.transfers]
         print(f"{method.name:28s} accuracy {r.accuracy:.4f}"
               + (f" (before calibration {r.accuracy_before_calibration:.4f})" if method.calibration else "")
+              + (f"  validation {val_accuracy:.4f}" if val is not None else "")
               + f"  total {results[method.name]['comm']['total_bytes']:,} B  {elapsed:.1f} s", file=sys.stderr)
     doc = {"preset": name, "command": "python -m workloads.fl.run " + " ".join(argv),
            "git_commit": git_commit(), "torch": torch.__version__,
            "torch_threads": torch.get_num_threads(), "dataset_note": train.note,
            "test_note": test.note, "config": asdict(cfg), "hparams": {k: asdict(v) for k, v in method_hps.items()},
+           "holdout": {"fraction": cfg.holdout_fraction, "val_samples": 0 if val is None else len(val),
+                       "note": None if val is None else val.note},
            "partition_sizes": [int(len(p)) for p in parts], "methods": results}
     save_partition_summary(out / "partition.csv", labels, parts, train.num_classes)
     atomic_write_text(out / "ledger.csv", _csv(ledger_rows))
-    atomic_write_text(out / "accuracy.csv", _csv([["method", "accuracy", "accuracy_before_calibration", "total_bytes"]]
-                                            + [[m, v["accuracy"], v["accuracy_before_calibration"],
-                                                v["comm"]["total_bytes"]] for m, v in results.items()]))
+    atomic_write_text(out / "accuracy.csv",
+                      _csv([["method", "accuracy", "accuracy_before_calibration", "val_accuracy", "total_bytes"]]
+                           + [[m, v["accuracy"], v["accuracy_before_calibration"], v["val_accuracy"],
+                               v["comm"]["total_bytes"]] for m, v in results.items()]))
     atomic_write_text(out / "results.json", json.dumps(doc, indent=1) + "\n")
     print(f"wrote {out}/results.json, accuracy.csv, ledger.csv, partition.csv", file=sys.stderr)
     return 0

@@ -63,26 +63,37 @@ def ccvr_client_statistics(model: nn.Module, batches: Iterable[tuple[torch.Tenso
             second.index_add_(0, y[:1], (z.T @ z)[None])  # the batch holds class y[0] only
     if counts is None:
         raise ValueError("CCVR client statistics need at least one batch of local data")
-    n = counts[:, None]
-    means = sums / torch.where(n > 0, n, torch.ones_like(n))
-    scatter = second - n[:, :, None] * means[:, :, None] * means[:, None, :]
-    dof = (counts - 1)[:, None, None]
-    covs = torch.where(dof > 0, scatter / torch.where(dof > 0, dof, torch.ones_like(dof)),
-                       torch.zeros_like(scatter))
+    means = sums / counts.clamp(min=1)[:, None]  # classes without samples keep mean 0
+    # scatter = second - N mu mu^T, then / (N - 1), all in place on the [C, l, l] accumulator
+    covs = second.addcmul_((counts[:, None] * means)[:, :, None], means[:, None, :], value=-1)
+    covs.div_((counts - 1).clamp(min=1)[:, None, None])
+    covs.mul_((counts > 1).to(covs.dtype)[:, None, None])  # none from fewer than two samples
     return {"ccvr_counts": counts, "ccvr_means": means, "ccvr_covs": covs}
 
 
 def pool_class_statistics(stats: Sequence[dict[str, torch.Tensor]]):
-    """Exact pooling of per-client (N_ck, mu_ck, Sigma_ck) into (N_c, mu_c, Sigma_c), float64."""
-    n_k = torch.stack([s["ccvr_counts"] for s in stats]).to(torch.float64)  # [K, C]
-    mu_k = torch.stack([s["ccvr_means"] for s in stats]).to(torch.float64)  # [K, C, l]
-    cov_k = torch.stack([s["ccvr_covs"] for s in stats]).to(torch.float64)  # [K, C, l, l]
-    n = n_k.sum(0)
+    """Exact pooling of per-client (N_ck, mu_ck, Sigma_ck) into (N_c, mu_c, Sigma_c), float64.
+
+    Scatter_c = sum_k [(N_ck - 1) Sigma_ck + N_ck mu_ck mu_ck^T] - N_c mu_c mu_c^T, accumulated
+    client by client in place: one [C, l, l] accumulator, never a [K, C, l, l] stack (800 MB for
+    ConvNet's l = 1024 and 10 clients)."""
+    if not stats:
+        raise ValueError("CCVR pooling needs the statistics of at least one client")
+    n = mu_sum = scatter = None
+    for s in stats:
+        n_k = s["ccvr_counts"].to(torch.float64)  # [C]
+        mu_k = s["ccvr_means"].to(torch.float64)  # [C, l]
+        cov_k = s["ccvr_covs"].to(torch.float64)  # [C, l, l]
+        if n is None:
+            n, mu_sum, scatter = torch.zeros_like(n_k), torch.zeros_like(mu_k), torch.zeros_like(cov_k)
+        weighted_mu_k = n_k[:, None] * mu_k
+        n.add_(n_k)
+        mu_sum.add_(weighted_mu_k)
+        scatter.addcmul_(cov_k, (n_k - 1).clamp(min=0)[:, None, None])
+        scatter.addcmul_(weighted_mu_k[:, :, None], mu_k[:, None, :])  # outer products, broadcast
     safe_n = torch.where(n > 0, n, torch.ones_like(n))
-    mu = (n_k[:, :, None] * mu_k).sum(0) / safe_n[:, None]
-    outer_k = mu_k[:, :, :, None] * mu_k[:, :, None, :]
-    scatter = (((n_k - 1).clamp(min=0))[:, :, None, None] * cov_k
-               + n_k[:, :, None, None] * outer_k).sum(0) - n[:, None, None] * mu[:, :, None] * mu[:, None, :]
+    mu = mu_sum / safe_n[:, None]
+    scatter.addcmul_((n[:, None] * mu)[:, :, None], mu[:, None, :], value=-1)
     dof = (n - 1)[:, None, None]
     cov = torch.where(dof > 0, scatter / torch.where(dof > 0, dof, torch.ones_like(dof)),
                       torch.zeros_like(scatter))
