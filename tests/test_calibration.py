@@ -54,15 +54,14 @@ def test_retrain_extrapolation():
         return _report(retrain_classifier, torch.empty(c, l, device="meta"), feats, labels,
                        torch.empty(rows, device="meta"), per_sample_loss=loss, hp=hp)
 
-    r1, r2, r3, r6 = (report(n) for n in (1, 2, 3, 6))
+    r2, r3, r6 = (report(n) for n in (2, 3, 6))
     # the arithmetic (GEMMs) of every step is the same: exact from steps 2 and 3
     assert cal.extrapolate(r2.macs, r3.macs, 6, a=2) == r6.macs
-    # cycles: the first step differs (momentum buffers), and accel_sim charges the per-step gather
-    # feats[idx] the bytes of the whole feature table, so a full capture's steps grow with the table
-    # (docs/bench.md); the extrapolation prices them at a 3-batch table: within 2 % here
-    assert cal.extrapolate(r2.total_cycles, r3.total_cycles, 6, a=2) <= r6.total_cycles
-    assert cal.extrapolate(r2.total_cycles, r3.total_cycles, 6, a=2) > 0.98 * r6.total_cycles
-    assert cal.extrapolate(r1.total_cycles, r2.total_cycles, 6) < cal.extrapolate(r2.total_cycles, r3.total_cycles, 6, a=2)
+    # cycles: the first step differs (momentum buffers), so extrapolate from steps 2 and 3. Every
+    # later step costs the same, the gather feats[idx] included (lowered to the rows it selects, not
+    # the whole table); only the epoch's one randperm over all rows grows with the table, linearly
+    # up to the ceil() of its DRAM cycles: at most one cycle per extrapolated step.
+    assert abs(cal.extrapolate(r2.total_cycles, r3.total_cycles, 6, a=2) - r6.total_cycles) <= 6 - 2
 
 
 def test_ffc_is_cheaper_than_ccvr_on_the_server():

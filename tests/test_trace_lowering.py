@@ -130,6 +130,17 @@ def test_vector_work_counts_largest_tensor_and_update_kind():
     assert [(o.phase, o.work) for o in step.ops if o.work.kind == "vector"] == [("update", VectorWork("update", 6))]
 
 
+def test_gathers_read_the_selected_rows_not_the_table():
+    table = torch.randn(1000, 16)  # 64,000 B
+    idx = torch.arange(8) * 3  # int64, 64 B
+    trace = capture(lambda t, i: (t[i], t.index_select(0, i), t.gather(0, i[:, None].expand(8, 16))), table, idx).trace
+    # 8 rows x 16 floats: 128 elements; reads 128 x 4 = 512 B of the table + the index, writes 512 B
+    assert [o.work for o in trace.ops if o.aten.startswith(("aten.index", "aten.gather"))] == [
+        VectorWork("copy", 128, read_bytes=512 + 64, write_bytes=512),           # t[i]
+        VectorWork("copy", 128, read_bytes=512 + 64, write_bytes=512),           # index_select
+        VectorWork("copy", 128, read_bytes=512 + 8 * 16 * 8, write_bytes=512)]   # gather: an [8, 16] index
+
+
 def test_every_registry_key_is_an_aten_or_profiler_op():
     for name in LOWERINGS:
         ns, _, op = name.partition(".")

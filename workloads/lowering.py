@@ -276,6 +276,17 @@ def lower_indexed_accumulate(call: OpCall) -> Work:
     return VectorWork("elementwise", source.numel(), read_bytes=read, write_bytes=slices_bytes)
 
 
+def lower_gather(call: OpCall) -> Work:
+    """Gathers (``x[idx]``: ``index``, ``_unsafe_index``; ``index_select``, ``gather``): one copy per
+    output element. They read the index tensors and only the selected elements of the source (a
+    batch of 64 rows out of a 50,000-row table reads 64 rows, not the table) and write the output,
+    so the op states its bytes instead of streaming its whole source."""
+    out = call.out
+    indices = [t for t in _tensors((call.args[1:], call.kwargs)) if not t.is_floating_point()]
+    read = out.numel() * out.element_size() + sum(t.numel() * t.element_size() for t in indices)
+    return VectorWork("copy", out.numel(), read_bytes=read, write_bytes=out.numel() * out.element_size())
+
+
 def lower_nothing(call: OpCall) -> Work:
     """Views, reshapes, detach, allocation without initialization: no arithmetic, no traffic."""
     return NoWork()
@@ -308,8 +319,8 @@ _VECTOR = {
     "loss": """_log_softmax _log_softmax_backward_data _softmax _softmax_backward_data nll_loss_forward
     nll_loss_backward nll_loss2d_forward nll_loss2d_backward mse_loss mse_loss_backward
     binary_cross_entropy binary_cross_entropy_backward smooth_l1_loss smooth_l1_loss_backward""".split(),
-    "copy": """clone copy copy_ _to_copy cat stack index_select gather index index_put index_put_
-    constant_pad_nd repeat flip roll _unsafe_index masked_select _local_scalar_dense""".split(),
+    "copy": """clone copy copy_ _to_copy cat stack index_put index_put_
+    constant_pad_nd repeat flip roll masked_select _local_scalar_dense""".split(),
     "random": """normal normal_ uniform uniform_ bernoulli bernoulli_ randn randn_like rand rand_like
     randint randperm random_ native_dropout multinomial""".split(),
 }
@@ -317,6 +328,7 @@ _VECTOR = {
 LOWERINGS: dict[str, Lowering] = {
     **{f"aten.{name}" if "." not in name else name: lower_nothing for name in _NO_WORK},
     **{f"aten.{name}": _vector(category) for category, names in _VECTOR.items() for name in names},
+    **{f"aten.{name}": lower_gather for name in ("index", "_unsafe_index", "index_select", "gather")},
     "aten.index_add_": lower_indexed_accumulate,
     "aten.scatter_add_": lower_indexed_accumulate,
     "aten.mm": lower_mm,
