@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 import torch
 
 from workloads.fl.run import load_preset, main, method_hparams
@@ -96,3 +97,23 @@ def test_cli_validation_holdout(tmp_path, capsys):
     assert main(["--preset", str(preset), "--holdout", "1", "--out", str(tmp_path / "bad")]) == 2
     assert "holdout_fraction must be in [0, 1)" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
+
+
+@pytest.mark.parametrize("preset, model, base, lr, ours_lr", [
+    ("paper-resnet18", "resnet18", "fedprox", 0.1, 0.5),   # Tab. 16, FedProx (ResNet18) rows
+    ("paper-vgg13", "vgg13", "fednova", 0.01, 0.1),        # Tab. 16, FedNova (VGG13) rows
+    ("paper-senet18", "senet18", "fedopt", 0.01, 0.5),     # Tab. 16, FedOpt (SENet18) rows
+])
+def test_per_model_paper_presets_follow_table_16(preset, model, base, lr, ours_lr):
+    name, cfg, methods, hp, overrides = load_preset(preset)
+    assert (cfg.dataset, cfg.model, cfg.norm, cfg.num_clients, cfg.rounds) == ("cifar100", model, "gn", 10, 100)
+    assert (hp.local_epochs, hp.batch_size, hp.momentum, hp.weight_decay) == (10, 64, 0.9, 1e-5)
+    assert (hp.ccvr_virtual_per_class, hp.ccvr_lr) == (500, 1e-5)
+    assert methods == [base, f"{base}+ccvr", f"{base}+spherefed+ffc"]
+    assert method_hparams(parse_method(base), hp, overrides).lr == lr
+    ours = method_hparams(parse_method(f"{base}+spherefed+ffc"), hp, overrides)
+    assert ours.lr == ours_lr
+    if base == "fedprox":
+        assert (method_hparams(parse_method(base), hp, overrides).prox_mu, ours.prox_mu) == (0.001, 0.0001)
+    if base == "fedopt":
+        assert (ours.server_lr, ours.server_momentum) == (1.0, 0.3)
