@@ -91,12 +91,10 @@ def pool_class_statistics(stats: Sequence[dict[str, torch.Tensor]]):
         mu_sum.add_(weighted_mu_k)
         scatter.addcmul_(cov_k, (n_k - 1).clamp(min=0)[:, None, None])
         scatter.addcmul_(weighted_mu_k[:, :, None], mu_k[:, None, :])  # outer products, broadcast
-    safe_n = torch.where(n > 0, n, torch.ones_like(n))
-    mu = mu_sum / safe_n[:, None]
-    scatter.addcmul_((n[:, None] * mu)[:, :, None], mu[:, None, :], value=-1)
-    dof = (n - 1)[:, None, None]
-    cov = torch.where(dof > 0, scatter / torch.where(dof > 0, dof, torch.ones_like(dof)),
-                      torch.zeros_like(scatter))
+    mu = mu_sum / n.clamp(min=1)[:, None]  # classes no client has keep mean 0
+    cov = scatter.addcmul_((n[:, None] * mu)[:, :, None], mu[:, None, :], value=-1)
+    cov.div_((n - 1).clamp(min=1)[:, None, None])
+    cov.mul_((n > 1).to(cov.dtype)[:, None, None])  # none from fewer than two samples
     return n, mu, cov
 
 
