@@ -279,7 +279,8 @@ def communication_figures(model: str, names, cfg: RunConfig) -> dict:
     return out
 
 
-def accuracy_figures(model: str, names, preset: Preset, data, cfg: RunConfig, progress) -> tuple[dict, dict]:
+def accuracy_figures(model: str, names, preset: Preset, data, cfg: RunConfig, progress,
+                     bars: bool) -> tuple[dict, dict]:
     """Accuracy per method from federated runs; calibrations reuse their base run. Also the ledger
     check: every run's ledger total against ``closed_form_bytes`` at the run's own settings."""
     train, test = data
@@ -298,7 +299,7 @@ def accuracy_figures(model: str, names, preset: Preset, data, cfg: RunConfig, pr
         progress(f"{model}: federated run {run_name} on {preset.dataset} ({preset.rounds} round(s))")
         result = run_method(method, model_fn=lambda m=method: build_model(model, num_classes=train.num_classes,
                                                                            spherefed=m.spherefed),
-                            train=train, test=test, parts=parts, cfg=fl, hp=hp, progress=True)
+                            train=train, test=test, parts=parts, cfg=fl, hp=hp, progress=bars)
         if calib:
             accuracy[calib] = {"accuracy_pct": 100 * result.accuracy}
         if base in training:
@@ -364,14 +365,17 @@ def format_table(summary: dict) -> str:
 
 
 def run_study(cfg: RunConfig, hw: HardwareConfig, preset: Preset, data, progress, argv) -> tuple[dict, list[dict]]:
-    """Every figure for every model of ``cfg``: (summary, per-op rows). Raises ValueError /
-    FloatingPointError on a failed accuracy run."""
+    """Every figure for every model of ``cfg``: (summary, per-op rows). ``progress`` takes one
+    message per step (and the federated runs show progress bars); None runs silently (grid points).
+    Raises ValueError / FloatingPointError on a failed accuracy run."""
+    bars = progress is not None
+    progress = progress or (lambda msg: None)
     training, calibrations = _split_methods(cfg.methods)
     models, all_ops, ledgers = {}, [], {}
     for model in cfg.models:
         train_figs, op_rows = training_figures(model, training, cfg, hw, progress)
         all_ops += op_rows
-        accuracy, ledgers[model] = accuracy_figures(model, training + calibrations, preset, data, cfg, progress)
+        accuracy, ledgers[model] = accuracy_figures(model, training + calibrations, preset, data, cfg, progress, bars)
         models[model] = {
             "training": train_figs,
             "calibration": calibration_figures(model, calibrations, hw, progress),
@@ -444,7 +448,7 @@ def run_point(config: dict, out_dir: Path) -> dict[str, float]:
         argv += ["--methods", *config["methods"]]
     cfg = parse_args(argv)
     hw, preset = validate(cfg)
-    summary, all_ops = run_study(cfg, hw, preset, load_accuracy_data(preset, cfg), lambda msg: None, argv)
+    summary, all_ops = run_study(cfg, hw, preset, load_accuracy_data(preset, cfg), None, argv)
     if ledger_mismatches(summary):
         raise ValueError(f"the ledger disagrees with the closed forms: {ledger_mismatches(summary)}")
     write_files(out_dir, summary, all_ops)
