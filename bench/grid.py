@@ -16,7 +16,7 @@ A grid file (TOML) names a runner, the settings shared by every run, and the axe
 Every point of the cartesian product of the axes (in file order), merged over ``fixed``, is one
 run. Its id is a hash of its resolved config, so the same point always lands in the same folder:
 
-    DIR/runs/<run_id>/      the runner's files plus point.json (config, metrics, seconds)
+    DIR/runs/<run_id>/      the runner's files plus point.json (config, metrics, seconds, start/end time)
     DIR/failed/<run_id>.json  the error and traceback of a run that raised
     DIR/locks/<run_id>.lock   held while a run is in progress (pid and host inside)
     DIR/runs.csv, DIR/table_*.csv   the aggregated tables (see ``aggregate``)
@@ -254,9 +254,10 @@ def execute_point(runner_spec: str, config: dict[str, Any], out_root: str, cpus:
             shutil.rmtree(leftover, ignore_errors=True)  # from an interrupted attempt
         tmp.mkdir(parents=True)
         previous_threads = _set_threads(cpus)
-        start = time.perf_counter()
         try:
-            metrics = resolve_runner(runner_spec)(dict(config), tmp)
+            runner = resolve_runner(runner_spec)  # imported before the clock starts: a worker's
+            start_unix_s, start = time.time(), time.perf_counter()  # first run does not count it
+            metrics = runner(dict(config), tmp)
         except Exception as e:  # noqa: BLE001 - one failing run must not stop the grid
             failed.parent.mkdir(parents=True, exist_ok=True)
             record = {"run_id": rid, "config": config, "error": f"{type(e).__name__}: {e}",
@@ -268,7 +269,8 @@ def execute_point(runner_spec: str, config: dict[str, Any], out_root: str, cpus:
                 _set_threads(previous_threads)
         seconds = time.perf_counter() - start
         _write_json(tmp / "point.json", {"run_id": rid, "config": config, "metrics": metrics or {},
-                                         "seconds": seconds})
+                                         "seconds": seconds, "start_unix_s": start_unix_s,
+                                         "end_unix_s": start_unix_s + seconds})
         tmp.rename(final)
         failed.unlink(missing_ok=True)
         return PointResult(rid, "done", config, seconds=seconds)

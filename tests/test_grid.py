@@ -86,6 +86,23 @@ def test_rerun_skips_finished_runs(tmp_path):
     assert len(table) == 1 + 2  # one row per learning rate, aggregated over the three seeds
 
 
+def test_point_json_times_the_run_itself(tmp_path):
+    spec = parse_grid({"runner": RUNNER, "fixed": {"sleep_s": 0.2}, "axes": {"seed": [0, 1]}})
+    before = time.time()
+    run_grid(spec, tmp_path)
+    after = time.time()
+    points = [json.loads(p.read_text()) for p in tmp_path.glob("runs/*/point.json")]
+    assert len(points) == 2
+    for p in points:
+        # the runner sleeps 0.2 s, so its own time is at least that; start and end are wall-clock
+        # times inside the command, one after the other, and their difference is `seconds`
+        assert p["seconds"] >= 0.2
+        assert before <= p["start_unix_s"] < p["end_unix_s"] <= after
+        assert p["end_unix_s"] - p["start_unix_s"] == pytest.approx(p["seconds"], abs=1e-6)
+    first, second = sorted(points, key=lambda p: p["start_unix_s"])
+    assert first["end_unix_s"] <= second["start_unix_s"]  # the local backend runs one after another
+
+
 def test_a_failing_run_is_reported_and_the_others_finish(tmp_path):
     spec = parse_grid({"runner": RUNNER, "axes": {"seed": [0, 1, 2], "fail": [False, True]}})
     report = run_grid(spec, tmp_path)
