@@ -14,9 +14,9 @@ each pair's wall times and ratio, the median ratio (target: Ray <= 0.6 x local),
 command's time goes, from the start and end times every run writes into its point.json: before
 the first run began (Python, imports, Ray's start), from the first run's start to the last run's
 end, after the last run (Ray's shutdown, the tables), and the sum of the runs' own times (which
-grows when two runs share the two cores). The last line, the sum of the Ray runs' times over twice
-the local ones, is the ratio a grid tends to as it grows and the fixed costs (imports, Ray's start
-and stop) amortize.
+grows when two runs share the two cores). The "runs only" line, the sum of the Ray runs' times over
+(cores x) the local ones, is the ratio a grid tends to as it grows and the fixed costs (imports,
+Ray's start and stop) amortize; the last lines compare the mean run of each model.
 """
 
 from __future__ import annotations

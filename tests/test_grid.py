@@ -103,6 +103,17 @@ def test_point_json_times_the_run_itself(tmp_path):
     assert first["end_unix_s"] <= second["start_unix_s"]  # the local backend runs one after another
 
 
+def test_the_benchmark_grid_is_the_small_grid_with_six_seeds():
+    # benchmarks/grid_small_x2.toml is documented (README, docs/grid.md) as the small grid with six
+    # seeds instead of three: it must not drift from configs/grids/small.toml
+    small = load_grid(ROOT / "configs" / "grids" / "small.toml")
+    x2 = load_grid(ROOT / "benchmarks" / "grid_small_x2.toml")
+    assert (x2.runner, x2.fixed) == (small.runner, small.fixed)
+    assert {k: v for k, v in x2.axes.items() if k != "seed"} == {k: v for k, v in small.axes.items() if k != "seed"}
+    assert small.axes["seed"] == [0, 1, 2] and x2.axes["seed"] == [0, 1, 2, 3, 4, 5]
+    assert len(x2.points()) == 2 * len(small.points()) == 24
+
+
 def test_a_failing_run_is_reported_and_the_others_finish(tmp_path):
     spec = parse_grid({"runner": RUNNER, "axes": {"seed": [0, 1, 2], "fail": [False, True]}})
     report = run_grid(spec, tmp_path)
