@@ -2,8 +2,9 @@
 
 ``python -m bench.plots results/<run>`` rewrites ``fig5.png`` (SphereFed Fig. 5 (a)-(e) style:
 normalized communication, peak memory, one-round latency, calibration latency, accuracy; models on
-the x axis, one bar per method) and ``layers_<model>.png`` (per-layer latency of one round of
-local training, one bar per method, the slowest layers first). Nothing is recomputed.
+the x axis, one bar per method), ``layers_<model>.png`` (per-layer latency of one round of
+local training, one bar per method, the slowest layers first) and ``tta.png`` (``bench.tta``,
+from ``rounds.csv``). Nothing is recomputed.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from bench.results import LAYERS_COLUMNS, LAYERS_CSV, ResultsError, load_summary  # noqa: E402
+from bench.tta import plot_time_to_accuracy  # noqa: E402
 from workloads.atomic import atomic_write  # noqa: E402
 
 FIG5_PNG = "fig5.png"
@@ -164,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for path in plot_run(args.run_dir):
             print(path)
+        print(plot_time_to_accuracy(args.run_dir))
     except ResultsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

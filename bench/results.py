@@ -8,6 +8,8 @@ Layout (docs/results.md describes every field)::
       layers.csv     one row per layer/phase:  model, method, region, layer, phase, macs, cycles, latency_s
       fig5.png       Fig. 5 (a)-(e) style bars for every model of the run
       layers_<model>.png   per-layer latency breakdown of one-round training, FedAvg vs SphereFed
+      rounds.csv     one row per model, method and round of the accuracy run, priced (accel_sim.rounds)
+      tta.png        accuracy against modeled wall time, energy and bytes (time-to-accuracy)
 
 A run is written into a temporary sibling folder and renamed into place at the end, so an
 interrupted run leaves no half-written ``results/<run>``; an existing folder is only replaced when
@@ -24,17 +26,20 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
+from accel_sim.rounds import ROUNDS_COLUMNS
 from workloads.atomic import atomic_write_text
 
 FORMAT_NAME = "fl-accel-bench-results"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: rounds.csv, time_to_accuracy, accuracy_setting from the TOML presets
 SUMMARY = "summary.json"
 OPS_CSV = "ops.csv"
 LAYERS_CSV = "layers.csv"
+ROUNDS_CSV = "rounds.csv"
 SUMMARY_KEYS = ("command", "git_commit", "config", "hardware", "hardware_label", "models")
-MODEL_SECTIONS = ("training", "calibration", "communication", "accuracy")
+MODEL_SECTIONS = ("training", "calibration", "communication", "accuracy", "time_to_accuracy")
 OPS_COLUMNS = ("model", "method", "region", "idx", "aten", "layer", "phase", "work", "macs", "cycles", "latency_s")
 LAYERS_COLUMNS = ("model", "method", "region", "layer", "phase", "macs", "cycles", "latency_s")
+ROUNDS_CSV_COLUMNS = ("model", *ROUNDS_COLUMNS)
 
 
 class ResultsError(ValueError):
