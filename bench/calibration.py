@@ -13,7 +13,8 @@ the on-server latency". We price, with the FL code's own functions (``workloads/
 
 Every step of a loop over batches runs the same ops on the same shapes, so instead of capturing
 thousands of identical steps we capture one and two of them (on the ``meta`` device) and
-extrapolate: cycles(n) = cycles(1) + (n - 1) (cycles(2) - cycles(1)); for the re-training, whose
+extrapolate: cycles(n) = cycles(1) + (n - 1) (cycles(2) - cycles(1)), and the energy alike (it is
+linear in the counts the cycles come from, ``accel_sim.energy``); for the re-training, whose
 first SGD step creates the momentum buffers, from two and three steps. ``tests/test_calibration.py``
 checks this against full captures on small shapes. A last partial batch is priced as a full one
 (n = ceil(samples / B)), a slight over-estimate, and the re-training's E epochs are priced as one
@@ -41,18 +42,42 @@ TRAINED_WITH = {"ccvr": "fedavg", "ffc": "spherefed"}  # Fig. 5 (d): CCVR on Fed
 
 
 @dataclass(frozen=True)
+class Price:
+    """Cycles and energy of some work; extrapolated together (``extrapolate``)."""
+
+    cycles: int
+    energy_j: float
+
+    def __add__(self, other: "Price") -> "Price":
+        return Price(self.cycles + other.cycles, self.energy_j + other.energy_j)
+
+    def __sub__(self, other: "Price") -> "Price":
+        return Price(self.cycles - other.cycles, self.energy_j - other.energy_j)
+
+    def __rmul__(self, times: int) -> "Price":
+        return Price(times * self.cycles, times * self.energy_j)
+
+
+@dataclass(frozen=True)
 class CalibrationCost:
     client_cycles: int  # the average client
     server_cycles: int
     clock_hz: float
+    client_energy_j: float
+    server_energy_j: float
 
     @property
     def latency_s(self) -> float:
         return (self.client_cycles + self.server_cycles) / self.clock_hz
 
+    @property
+    def energy_j(self) -> float:
+        return self.client_energy_j + self.server_energy_j
 
-def extrapolate(at_a: int, at_a_plus_1: int, n: int, a: int = 1) -> int:
-    """Cycles of n loop steps from captures of a and a + 1 steps: at_a + (n - a)(at_a_plus_1 - at_a).
+
+def extrapolate(at_a, at_a_plus_1, n: int, a: int = 1):
+    """Cost of n loop steps from captures of a and a + 1 steps: at_a + (n - a)(at_a_plus_1 - at_a)
+    (cycles, or a ``Price``).
 
     Exact when every step from the (a+1)-th on costs the same. a = 1 for feature statistics; a = 2
     for SGD loops, whose first step differs (it creates the momentum buffers).
@@ -60,17 +85,18 @@ def extrapolate(at_a: int, at_a_plus_1: int, n: int, a: int = 1) -> int:
     return at_a + (n - a) * (at_a_plus_1 - at_a)
 
 
-def _cycles(fn, *args, hw: HardwareConfig, model=None, **kwargs) -> int:
+def _price(fn, *args, hw: HardwareConfig, model=None, **kwargs) -> Price:
     captured = capture(fn, *args, model=model, default_phase="calibration", **kwargs)
-    return simulate_complete(captured.trace, hw, f"calibration step {getattr(fn, '__qualname__', fn)}").total_cycles
+    report = simulate_complete(captured.trace, hw, f"calibration step {getattr(fn, '__qualname__', fn)}")
+    return Price(report.total_cycles, report.energy_j)
 
 
 def _meta(*shape, dtype=torch.float32):
     return torch.empty(*shape, dtype=dtype, device="meta")
 
 
-def client_cycles(calibration: str, model_name: str, *, samples: int, num_classes: int, image_size: int,
-                  hp: Hparams, hw: HardwareConfig) -> int:
+def client_price(calibration: str, model_name: str, *, samples: int, num_classes: int, image_size: int,
+                 hp: Hparams, hw: HardwareConfig) -> Price:
     """The average client's statistics over ``samples`` local samples (feature extraction included)."""
     model, _ = method_setup(TRAINED_WITH[calibration], model_name, num_classes=num_classes,
                             image_size=image_size, norm="bn")
@@ -85,18 +111,18 @@ def client_cycles(calibration: str, model_name: str, *, samples: int, num_classe
         stats_fn = lambda batches: ccvr_client_statistics(model, batches, num_classes=num_classes)  # noqa: E731
     x = _meta(batch, 3, image_size, image_size)
     y = torch.zeros(batch, dtype=torch.long, device="meta")
-    one = _cycles(stats_fn, [(x, y)], hw=hw, model=model)
-    two = _cycles(stats_fn, [(x, y), (x, y)], hw=hw, model=model)
+    one = _price(stats_fn, [(x, y)], hw=hw, model=model)
+    two = _price(stats_fn, [(x, y), (x, y)], hw=hw, model=model)
     return extrapolate(one, two, n_batches)
 
 
-def ffc_server_cycles(*, feature_dim: int, num_classes: int, num_clients: int, hp: Hparams,
-                      hw: HardwareConfig) -> int:
+def ffc_server_price(*, feature_dim: int, num_classes: int, num_clients: int, hp: Hparams,
+                     hw: HardwareConfig) -> Price:
     """Eq. 10 on the server: sum of K clients' V and U, then the solve."""
     dtype = getattr(torch, hp.ffc_stats_dtype)
     stats = [{"ffc_V": _meta(feature_dim, feature_dim, dtype=dtype), "ffc_U": _meta(feature_dim, num_classes, dtype=dtype)}
              for _ in range(num_clients)]
-    return _cycles(FFC().server_calibrate, stats, classifier_weight=_meta(num_classes, feature_dim), hp=hp, hw=hw)
+    return _price(FFC().server_calibrate, stats, classifier_weight=_meta(num_classes, feature_dim), hp=hp, hw=hw)
 
 
 def _ccvr_loss(outputs, targets):
@@ -104,8 +130,8 @@ def _ccvr_loss(outputs, targets):
     return F.cross_entropy(outputs, targets, reduction="none")
 
 
-def ccvr_server_cycles(*, feature_dim: int, num_classes: int, num_clients: int, hp: Hparams,
-                       hw: HardwareConfig) -> int:
+def ccvr_server_price(*, feature_dim: int, num_classes: int, num_clients: int, hp: Hparams,
+                      hw: HardwareConfig) -> Price:
     """Pool K clients' statistics, sample C.M_c virtual features, re-train the classifier."""
     l, c = feature_dim, num_classes
     stats = [{"ccvr_counts": _meta(c, dtype=torch.float64), "ccvr_means": _meta(c, l, dtype=torch.float64),
@@ -115,13 +141,13 @@ def ccvr_server_cycles(*, feature_dim: int, num_classes: int, num_clients: int, 
         n, mu, cov = pool_class_statistics(stats)
         return sample_virtual_features(n, mu, cov, per_class=hp.ccvr_virtual_per_class, eps=hp.ccvr_cov_eps)
 
-    prepare = _cycles(pool_and_sample, stats, hw=hw)
+    prepare = _price(pool_and_sample, stats, hw=hw)
     one_epoch = replace(hp, ccvr_epochs=1)
     w = _meta(c, l)
 
     def retrain(steps):
         rows = steps * hp.ccvr_batch_size
-        return _cycles(retrain_classifier, w, _meta(rows, l), torch.zeros(rows, dtype=torch.long, device="meta"),
+        return _price(retrain_classifier, w, _meta(rows, l), torch.zeros(rows, dtype=torch.long, device="meta"),
                        _meta(rows), per_sample_loss=_ccvr_loss, hp=one_epoch, hw=hw)
 
     steps = hp.ccvr_epochs * math.ceil(c * hp.ccvr_virtual_per_class / hp.ccvr_batch_size)
@@ -130,13 +156,13 @@ def ccvr_server_cycles(*, feature_dim: int, num_classes: int, num_clients: int, 
 
 def calibration_cost(calibration: str, model_name: str, *, train_samples: int, num_clients: int,
                      num_classes: int, image_size: int, hp: Hparams, hw: HardwareConfig) -> CalibrationCost:
-    """Average client plus server cycles of one calibration (``"ccvr"`` or ``"ffc"``)."""
+    """Average client plus server cycles and energy of one calibration (``"ccvr"`` or ``"ffc"``)."""
     if calibration not in CALIBRATIONS:
         raise ValueError(f"unknown calibration {calibration!r}; choose one of {', '.join(CALIBRATIONS)}")
     model, _ = method_setup("fedavg", model_name, num_classes=num_classes, image_size=image_size, norm="bn")
     feature_dim = model.feature_dim
-    client = client_cycles(calibration, model_name, samples=train_samples // num_clients, num_classes=num_classes,
-                           image_size=image_size, hp=hp, hw=hw)
-    server_fn = ffc_server_cycles if calibration == "ffc" else ccvr_server_cycles
+    client = client_price(calibration, model_name, samples=train_samples // num_clients, num_classes=num_classes,
+                          image_size=image_size, hp=hp, hw=hw)
+    server_fn = ffc_server_price if calibration == "ffc" else ccvr_server_price
     server = server_fn(feature_dim=feature_dim, num_classes=num_classes, num_clients=num_clients, hp=hp, hw=hw)
-    return CalibrationCost(client, server, hw.clock_hz)
+    return CalibrationCost(client.cycles, server.cycles, hw.clock_hz, client.energy_j, server.energy_j)
