@@ -35,7 +35,8 @@ GROUPED_MAPPINGS = ("per_group", "block_diagonal")
   ``p = cols // n``; at least 1, at most ``groups``. Groups cannot be packed "across columns"
   alone: a row's streamed operand is shared by every column of that row, so groups with different
   inputs also need their own rows (WS/IS) or their own zero-padded reduction slots (OS). The zero
-  MACs cost cycles but are not counted as useful MACs.
+  MACs cost cycles but are not counted as useful MACs, nor charged MAC energy (the cells gate
+  them: ``accel_sim.energy``).
 """
 
 
