@@ -9,8 +9,10 @@ ops outside any module (the loss, the optimizer's update) form ``(outside module
 is shown, the classifier included.
 
 A *kind* of work says which unit did it and for which pass: ``array_fwd``, ``array_dx``,
-``array_dw`` (GEMMs on the systolic array, by role), ``special_unit_<phase>`` (vector work:
-``fwd``, ``bwd``, ``update``, ``calibration``), ``linalg_<phase>`` (factorizations and solves).
+``array_dw`` (GEMMs on the systolic array, by role), ``array_<role>_grouped`` (GEMMs with
+groups > 1: depthwise and grouped convolutions, batched matmuls, which map poorly onto the array),
+``special_unit_<phase>`` (vector work: ``fwd``, ``bwd``, ``update``, ``calibration``),
+``linalg_<phase>`` (factorizations and solves).
 Each row of the breakdown keeps its compute and its memory-stall cycles apart, and its energy by
 component (``accel_sim.energy``), so the figure can stack latency as compute per kind plus
 memory stall, and energy as MAC / SRAM / DRAM / special unit / static.
@@ -39,12 +41,13 @@ def block_of(layer: str) -> str:
     return parts[0]
 
 
-def kind_of(work: str, phase: str) -> str:
+def kind_of(work: str, phase: str, gemm_groups: int = 1) -> str:
     """The kind of work of an op from its ``work`` ("gemm:dw", "vector:norm", "linalg:solve",
-    "none") and phase: ``array_<role>`` for GEMMs, ``<unit>_<phase>`` otherwise; "" for free ops."""
+    "none"), phase and GEMM groups: ``array_<role>`` for GEMMs (``array_<role>_grouped`` with
+    groups > 1), ``<unit>_<phase>`` otherwise; "" for free ops."""
     unit, _, op = work.partition(":")
     if unit == "gemm":
-        return f"array_{op}"
+        return f"array_{op}_grouped" if gemm_groups > 1 else f"array_{op}"
     return f"{UNITS[unit]}_{phase}" if unit in UNITS else ""
 
 
@@ -52,7 +55,7 @@ def breakdown(ops: pd.DataFrame) -> pd.DataFrame:
     """``ops.csv`` rows summed per model, method, region, block and kind, in the order blocks and
     kinds first appear; free ops (no cycles, no energy) are left out."""
     frame = ops.assign(block=ops["layer"].map(block_of),
-                       kind=[kind_of(w, p) for w, p in zip(ops["work"], ops["phase"])])
+                       kind=[kind_of(w, p, g) for w, p, g in zip(ops["work"], ops["phase"], ops["gemm_groups"])])
     frame = frame[frame["kind"] != ""]
     keys = ["model", "method", "region", "block", "kind"]
     return frame.groupby(keys, sort=False, as_index=False)[list(COST_COLUMNS)].sum()[list(BREAKDOWN_COLUMNS)]

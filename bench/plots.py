@@ -140,6 +140,9 @@ def _stacked(ax, table: pd.DataFrame, scale: float, colors: dict) -> None:
         values = table[column].to_numpy(dtype=float) * scale
         ax.barh(y, values, left=left, color=colors[column])
         left += values
+    for row, total in zip(y, left):  # every bar's total, so that small blocks (the classifier) read too
+        ax.text(total, row, f" {total:.3g}", va="center", fontsize=6)
+    ax.margins(x=0.12)
     ax.set_yticks(y, list(table.index), fontsize=7)
     if not ax.yaxis_inverted():
         ax.invert_yaxis()

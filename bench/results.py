@@ -4,8 +4,8 @@ Layout (docs/results.md describes every field)::
 
     results/<run>/
       summary.json   every figure of the run, the resolved config, hardware config, git commit, command
-      ops.csv        one row per priced op:    model, method, region, idx, aten, layer, phase, work, macs, cycles,
-                     latency_s, compute_cycles, stall_cycles, energy_j, energy_<component>_j
+      ops.csv        one row per priced op:    model, method, region, idx, aten, layer, phase, work, gemm_groups,
+                     macs, cycles, latency_s, compute_cycles, stall_cycles, energy_j, energy_<component>_j
       layers.csv     one row per layer/phase:  the same sums per model, method, region, layer, phase
       breakdown.csv  one row per block/kind of work: model, method, region, block, kind, cycles, energy
       fig5.png       Fig. 5 (a)-(e) style bars plus energy panels for every model of the run
@@ -39,7 +39,7 @@ MODEL_SECTIONS = ("training", "calibration", "communication", "accuracy")
 ENERGY_COLUMNS = ("energy_j", "energy_mac_j", "energy_sram_j", "energy_dram_j", "energy_special_unit_j",
                   "energy_static_j")  # total, then accel_sim.energy.COMPONENTS
 COST_COLUMNS = ("macs", "cycles", "latency_s", "compute_cycles", "stall_cycles", *ENERGY_COLUMNS)
-OPS_COLUMNS = ("model", "method", "region", "idx", "aten", "layer", "phase", "work", *COST_COLUMNS)
+OPS_COLUMNS = ("model", "method", "region", "idx", "aten", "layer", "phase", "work", "gemm_groups", *COST_COLUMNS)
 LAYERS_COLUMNS = ("model", "method", "region", "layer", "phase", *COST_COLUMNS)
 BREAKDOWN_COLUMNS = ("model", "method", "region", "block", "kind", *COST_COLUMNS)
 

@@ -226,7 +226,7 @@ def training_figures(model: str, methods, cfg: RunConfig, hw: HardwareConfig, pr
         }
         op_rows += [{"model": model, "method": method, "region": "training", "idx": c.idx, "aten": c.aten,
                      "layer": c.layer, "phase": c.phase, "work": f"{c.work_kind}:{c.work_op}" if c.work_op else c.work_kind,
-                     "macs": c.macs, "cycles": c.total_cycles, "latency_s": c.total_cycles / hw.clock_hz,
+                     "gemm_groups": c.gemm_groups, "macs": c.macs, "cycles": c.total_cycles, "latency_s": c.total_cycles / hw.clock_hz,
                      "compute_cycles": c.compute_cycles, "stall_cycles": c.stall_cycles, "energy_j": c.energy_j,
                      **{f"energy_{k}_j": v for k, v in c.energy.by_component_j().items()}}
                     for c in report.ops]

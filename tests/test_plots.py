@@ -75,6 +75,7 @@ def test_blocks(layer, block):
 
 def test_kinds_of_work():
     assert breakdown.kind_of("gemm:dw", "bwd") == "array_dw"
+    assert breakdown.kind_of("gemm:fwd", "fwd", gemm_groups=32) == "array_fwd_grouped"
     assert breakdown.kind_of("vector:norm", "bwd") == "special_unit_bwd"
     assert breakdown.kind_of("vector:update", "update") == "special_unit_update"
     assert breakdown.kind_of("linalg:solve", "calibration") == "linalg_calibration"
