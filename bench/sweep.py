@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
 
     write_run_dir(args.out, build, overwrite=args.overwrite)
     with pd.option_context("display.width", 200, "display.max_rows", 200):
-        print(frame[["model", "parameter", "value", "latency_saving_pct", "memory_saving_pct"]].to_string(
+        print(frame[["model", "parameter", "value", "latency_saving_pct", "memory_saving_pct", "energy_saving_pct"]].to_string(
             index=False, float_format=lambda v: f"{v:.3f}"))
     print(f"wrote {args.out}")
     return 0
