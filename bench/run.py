@@ -364,6 +364,10 @@ def format_table(summary: dict) -> str:
                 value = v[metric]
                 norm = f"{value / s[section][base][metric]:.4f}" if base and base in s[section] else ""
                 lines.append(f"{section + ' ' + metric:<34} {method:<12} {value * scale:>13.4g} {unit:<2} {norm:>11}")
+        for method, v in s["training"].items():
+            parts = v["step_energy_by_component_j"]
+            lines.append(f"step energy {method}: " + ", ".join(
+                f"{k} {100 * e / v['step_energy_j']:.1f}%" for k, e in sorted(parts.items(), key=lambda kv: -kv[1])))
     lines.append("")
     lines.append(f"{'paper claim (Sec. 5.4)':<58} {'paper':>8} {'ours':>8}  model")
     for row in summary["paper_vs_model"]:
