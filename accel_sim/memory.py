@@ -66,6 +66,8 @@ class FoldSchedule:
         return FoldSchedule(*(np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(FoldSchedule)))
 
     def repeat(self, times: int) -> "FoldSchedule":
+        if times == 1:
+            return self
         return FoldSchedule(*(np.tile(getattr(self, f.name), times) for f in fields(FoldSchedule)))
 
     @property
