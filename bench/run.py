@@ -36,7 +36,7 @@ import torch
 
 from accel_sim.hardware import HardwareConfig, HardwareConfigError, load_hardware_config
 from bench import formulas
-from bench.breakdown import breakdown
+from bench.breakdown import breakdown, kind_of
 from bench.calibration import CALIBRATIONS, TRAINED_WITH, calibration_cost
 from bench.plots import plot_run
 from bench.results import (BREAKDOWN_CSV, COST_COLUMNS, FORMAT_NAME, FORMAT_VERSION, LAYERS_COLUMNS, LAYERS_CSV,
@@ -223,6 +223,7 @@ def training_figures(model: str, methods, cfg: RunConfig, hw: HardwareConfig, pr
             "macs": report.macs, "unsupported_ops": report.unsupported_ops(),
             "step_energy_j": report.energy_j, "round_energy_j": report.energy_j * steps_per_round,
             "step_energy_by_component_j": report.energy.by_component_j(),
+            "step_energy_by_kind_j": energy_by_kind(report),
         }
         op_rows += [{"model": model, "method": method, "region": "training", "idx": c.idx, "aten": c.aten,
                      "layer": c.layer, "phase": c.phase, "work": f"{c.work_kind}:{c.work_op}" if c.work_op else c.work_kind,
@@ -231,6 +232,17 @@ def training_figures(model: str, methods, cfg: RunConfig, hw: HardwareConfig, pr
                      **{f"energy_{k}_j": v for k, v in c.energy.by_component_j().items()}}
                     for c in report.ops]
     return figures, op_rows
+
+
+def energy_by_kind(report) -> dict[str, float]:
+    """Joules of a priced step per kind of work (``bench.breakdown.kind_of``: array fwd / dX / dW,
+    grouped or not, special unit per phase, linear algebra)."""
+    out: dict[str, float] = {}
+    for c in report.ops:
+        kind = kind_of(f"{c.work_kind}:{c.work_op}" if c.work_op else c.work_kind, c.phase, c.gemm_groups)
+        if kind:
+            out[kind] = out.get(kind, 0.0) + c.energy_j
+    return out
 
 
 def calibration_figures(model: str, calibrations, hw: HardwareConfig, progress) -> dict:

@@ -59,6 +59,8 @@ def test_smoke_run_figures_hold_together(smoke):
         assert sum(v["peak_memory_breakdown_bytes"].values()) == v["peak_memory_bytes"]
         assert v["round_energy_j"] == pytest.approx(6250 * v["step_energy_j"])
         assert sum(v["step_energy_by_component_j"].values()) == pytest.approx(v["step_energy_j"])
+        assert sum(v["step_energy_by_kind_j"].values()) == pytest.approx(v["step_energy_j"])
+        assert {"array_fwd", "array_dx", "array_dw", "special_unit_update"} <= set(v["step_energy_by_kind_j"])
     for v in m["calibration"].values():
         assert v["energy_j"] == pytest.approx(v["client_energy_j"] + v["server_energy_j"]) and v["energy_j"] > 0
     # communication: SphereFed never sends the 1024 x 100 classifier: 2 x 100 rounds x 10 clients x 409,600 B less
