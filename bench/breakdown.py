@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from accel_sim.report import CostReport
 from bench.results import BREAKDOWN_COLUMNS, COST_COLUMNS
 
 OUTSIDE_MODULES = "(outside modules)"
@@ -59,3 +60,13 @@ def breakdown(ops: pd.DataFrame) -> pd.DataFrame:
     frame = frame[frame["kind"] != ""]
     keys = ["model", "method", "region", "block", "kind"]
     return frame.groupby(keys, sort=False, as_index=False)[list(COST_COLUMNS)].sum()[list(BREAKDOWN_COLUMNS)]
+
+
+def energy_by_kind(report: CostReport) -> dict[str, float]:
+    """Joules of a priced trace per kind of work (``kind_of``), in the order kinds first appear."""
+    out: dict[str, float] = {}
+    for c in report.ops:
+        kind = kind_of(f"{c.work_kind}:{c.work_op}" if c.work_op else c.work_kind, c.phase, c.gemm_groups)
+        if kind:
+            out[kind] = out.get(kind, 0.0) + c.energy_j
+    return out

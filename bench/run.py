@@ -36,7 +36,7 @@ import torch
 
 from accel_sim.hardware import HardwareConfig, HardwareConfigError, load_hardware_config
 from bench import formulas
-from bench.breakdown import breakdown, kind_of
+from bench.breakdown import breakdown, energy_by_kind
 from bench.calibration import CALIBRATIONS, TRAINED_WITH, calibration_cost
 from bench.plots import plot_run
 from bench.results import (BREAKDOWN_CSV, COST_COLUMNS, FORMAT_NAME, FORMAT_VERSION, LAYERS_COLUMNS, LAYERS_CSV,
@@ -232,17 +232,6 @@ def training_figures(model: str, methods, cfg: RunConfig, hw: HardwareConfig, pr
                      **{f"energy_{k}_j": v for k, v in c.energy.by_component_j().items()}}
                     for c in report.ops]
     return figures, op_rows
-
-
-def energy_by_kind(report) -> dict[str, float]:
-    """Joules of a priced step per kind of work (``bench.breakdown.kind_of``: array fwd / dX / dW,
-    grouped or not, special unit per phase, linear algebra)."""
-    out: dict[str, float] = {}
-    for c in report.ops:
-        kind = kind_of(f"{c.work_kind}:{c.work_op}" if c.work_op else c.work_kind, c.phase, c.gemm_groups)
-        if kind:
-            out[kind] = out.get(kind, 0.0) + c.energy_j
-    return out
 
 
 def calibration_figures(model: str, calibrations, hw: HardwareConfig, progress) -> dict:

@@ -8,7 +8,10 @@ from pathlib import Path
 import matplotlib.image as mpimg
 import pytest
 
+from accel_sim.hardware import HardwareConfig
+from accel_sim.simulate import simulate
 from bench import breakdown, plots, results
+from tests.accel_traces import small_trace
 
 FIXTURE = Path(__file__).parent / "data" / "results_small"
 
@@ -142,3 +145,14 @@ def test_run_dir_is_written_atomically(tmp_path):
     results.write_run_dir(out, lambda tmp: (tmp / "b.txt").write_text("second"), overwrite=True)
     assert sorted(p.name for p in out.iterdir()) == ["b.txt"]  # old and new never mixed
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def test_energy_by_kind_adds_up():
+    report = simulate(small_trace(), HardwareConfig(rows=4, cols=4))
+    kinds = breakdown.energy_by_kind(report)
+    # fwd GEMM, relu + loss (fwd), loss backward, dW GEMM, the update, the solve; views and the
+    # unsupported op have no kind
+    assert list(kinds) == ["array_fwd", "special_unit_fwd", "special_unit_bwd", "array_dw", "special_unit_update",
+                           "linalg_calibration"]
+    assert sum(kinds.values()) == pytest.approx(report.energy_j)
+    assert kinds["array_dw"] == report.ops[5].energy_j
