@@ -5,8 +5,9 @@ the module path without the model's ``body.`` prefix, cut after its first numeri
 first name. MobileNetV2 ``body.blocks.3.depthwise.conv`` -> ``blocks.3`` (one inverted-residual
 block), ResNet18 ``body.layer2.1.conv1`` -> ``layer2.1`` (one basic block), ConvNet
 ``body.conv3.norm`` -> ``conv3``, ``body.stem.conv`` -> ``stem``, ``classifier`` -> ``classifier``;
-ops outside any module (the loss, the optimizer's update) form ``(outside modules)``. Every block
-is shown, the classifier included.
+ops outside any module (the loss) form ``(outside modules)``; a parameter's optimizer update
+belongs to the module that owns the parameter (the trace's layer). Every block is shown, the
+classifier included.
 
 A *kind* of work says which unit did it and for which pass: ``array_fwd``, ``array_dx``,
 ``array_dw`` (GEMMs on the systolic array, by role), ``array_<role>_grouped`` (GEMMs with
