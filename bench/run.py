@@ -41,9 +41,11 @@ import torch
 from accel_sim.hardware import HardwareConfig, HardwareConfigError, load_hardware_config
 from accel_sim.rounds import DEFAULT_TARGET_FRACTION, SystemModel, default_target, load_system_model, time_to_accuracy
 from bench import formulas
+from bench.breakdown import breakdown, energy_by_kind
 from bench.plots import plot_run
-from bench.results import (FORMAT_NAME, FORMAT_VERSION, LAYERS_COLUMNS, LAYERS_CSV, OPS_COLUMNS, OPS_CSV,
-                           ROUNDS_CSV, ROUNDS_CSV_COLUMNS, ResultsError, check_out_dir, write_json, write_run_dir)
+from bench.results import (BREAKDOWN_CSV, COST_COLUMNS, FORMAT_NAME, FORMAT_VERSION, LAYERS_COLUMNS, LAYERS_CSV,
+                           OPS_COLUMNS, OPS_CSV, ROUNDS_CSV, ROUNDS_CSV_COLUMNS, ResultsError, check_out_dir,
+                           write_json, write_run_dir)
 from bench.traces import local_training_trace
 from bench.tta import format_time_to_accuracy, plot_time_to_accuracy
 from workloads.fl.calibration_cost import CALIBRATIONS, TRAINED_WITH, calibration_cost
@@ -230,10 +232,15 @@ def training_figures(model: str, methods, cfg: RunConfig, hw: HardwareConfig, pr
             "steps_per_round": steps_per_round, "round_latency_s": report.seconds * steps_per_round,
             "peak_memory_bytes": report.peak_bytes, "peak_memory_breakdown_bytes": dict(report.peak.by_kind_bytes),
             "macs": report.macs, "unsupported_ops": report.unsupported_ops(),
+            "step_energy_j": report.energy_j, "round_energy_j": report.energy_j * steps_per_round,
+            "step_energy_by_component_j": report.energy.by_component_j(),
+            "step_energy_by_kind_j": energy_by_kind(report),
         }
         op_rows += [{"model": model, "method": method, "region": "training", "idx": c.idx, "aten": c.aten,
                      "layer": c.layer, "phase": c.phase, "work": f"{c.work_kind}:{c.work_op}" if c.work_op else c.work_kind,
-                     "macs": c.macs, "cycles": c.total_cycles, "latency_s": c.total_cycles / hw.clock_hz}
+                     "gemm_groups": c.gemm_groups, "macs": c.macs, "cycles": c.total_cycles, "latency_s": c.total_cycles / hw.clock_hz,
+                     "compute_cycles": c.compute_cycles, "stall_cycles": c.stall_cycles, "energy_j": c.energy_j,
+                     **{f"energy_{k}_j": v for k, v in c.energy.by_component_j().items()}}
                     for c in report.ops]
     return figures, op_rows
 
@@ -246,7 +253,8 @@ def calibration_figures(model: str, calibrations, hw: HardwareConfig, progress) 
                                 num_classes=PAPER_CLASSES, image_size=PAPER_IMAGE_SIZE,
                                 hp=Hparams(), hw=hw)
         out[calibration] = {"client_cycles": cost.client_cycles, "server_cycles": cost.server_cycles,
-                            "latency_s": cost.latency_s}
+                            "latency_s": cost.latency_s, "client_energy_j": cost.client_energy_j,
+                            "server_energy_j": cost.server_energy_j, "energy_j": cost.energy_j}
     return out
 
 
@@ -368,7 +376,7 @@ def paper_vs_model(models: dict) -> list[dict]:
 def layer_rows(op_rows: list[dict]) -> pd.DataFrame:
     ops = pd.DataFrame(op_rows, columns=OPS_COLUMNS)
     return ops.groupby(["model", "method", "region", "layer", "phase"], sort=False, as_index=False)[
-        ["macs", "cycles", "latency_s"]].sum()[list(LAYERS_COLUMNS)]
+        list(COST_COLUMNS)].sum()[list(LAYERS_COLUMNS)]
 
 
 def format_table(summary: dict) -> str:
@@ -382,13 +390,20 @@ def format_table(summary: dict) -> str:
             ("training", "peak_memory_bytes", "fedavg", "MB", 1e-6),
             ("training", "step_latency_s", "fedavg", "ms", 1e3),
             ("training", "round_latency_s", "fedavg", "s", 1),
+            ("training", "step_energy_j", "fedavg", "mJ", 1e3),
+            ("training", "round_energy_j", "fedavg", "J", 1),
             ("calibration", "latency_s", "ccvr", "s", 1),
+            ("calibration", "energy_j", "ccvr", "J", 1),
             ("accuracy", "accuracy_pct", None, "%", 1),
         ):
             for method, v in s[section].items():
                 value = v[metric]
                 norm = f"{value / s[section][base][metric]:.4f}" if base and base in s[section] else ""
                 lines.append(f"{section + ' ' + metric:<34} {method:<12} {value * scale:>13.4g} {unit:<2} {norm:>11}")
+        for method, v in s["training"].items():
+            parts = v["step_energy_by_component_j"]
+            lines.append(f"step energy {method}: " + ", ".join(
+                f"{k} {100 * e / v['step_energy_j']:.1f}%" for k, e in sorted(parts.items(), key=lambda kv: -kv[1])))
     lines.append("")
     lines.append(f"{'paper claim (Sec. 5.4)':<58} {'paper':>8} {'ours':>8}  model")
     for row in summary["paper_vs_model"]:
@@ -452,10 +467,11 @@ def run_study(cfg: RunConfig, hw: HardwareConfig, preset: Preset, system: System
 
 
 def write_files(folder: Path, study: Study) -> None:
-    """summary.json, the per-op, per-layer and per-round CSVs and the plots, into ``folder``."""
+    """summary.json, the per-op, per-layer, per-block and per-round CSVs and the plots, into ``folder``."""
     ops = pd.DataFrame(study.ops, columns=OPS_COLUMNS)
     ops.to_csv(folder / OPS_CSV, index=False)
     layer_rows(study.ops).to_csv(folder / LAYERS_CSV, index=False)
+    breakdown(ops).to_csv(folder / BREAKDOWN_CSV, index=False)
     pd.DataFrame(study.rounds, columns=ROUNDS_CSV_COLUMNS).to_csv(folder / ROUNDS_CSV, index=False)
     write_json(folder / "summary.json", study.summary)
     plot_run(folder)
@@ -472,10 +488,11 @@ def headline_metrics(summary: dict) -> dict[str, float]:
     out: dict[str, float] = {}
     for model, s in summary["models"].items():
         for method, v in s["training"].items():
-            for key in ("step_latency_s", "round_latency_s", "peak_memory_bytes"):
+            for key in ("step_latency_s", "round_latency_s", "peak_memory_bytes", "step_energy_j", "round_energy_j"):
                 out[f"{model}.{method}.{key}"] = v[key]
         for method, v in s["calibration"].items():
             out[f"{model}.{method}.calibration_latency_s"] = v["latency_s"]
+            out[f"{model}.{method}.calibration_energy_j"] = v["energy_j"]
         for method, v in s["communication"].items():
             out[f"{model}.{method}.communication_bytes"] = v["total_bytes"]
         for method, v in s["accuracy"].items():

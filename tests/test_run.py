@@ -34,8 +34,8 @@ def smoke(tmp_path_factory):
 def test_smoke_run_writes_every_file(smoke):
     rc, out = smoke
     assert rc == 0
-    assert sorted(p.name for p in out.iterdir()) == ["fig5.png", "layers.csv", "layers_convnet.png", "ops.csv",
-                                                      "summary.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["breakdown.csv", "breakdown_convnet.png", "fig5.png",
+                                                      "layers.csv", "ops.csv", "summary.json"]
     summary = results.load_summary(out)  # validates the layout, finite numbers
     assert all(math.isfinite(x) for x in _numbers(summary))
     m = summary["models"]["convnet"]
@@ -57,6 +57,12 @@ def test_smoke_run_figures_hold_together(smoke):
     assert t["spherefed"]["peak_memory_breakdown_bytes"]["gradient"] < t["fedavg"]["peak_memory_breakdown_bytes"]["gradient"]
     for v in t.values():
         assert sum(v["peak_memory_breakdown_bytes"].values()) == v["peak_memory_bytes"]
+        assert v["round_energy_j"] == pytest.approx(6250 * v["step_energy_j"])
+        assert sum(v["step_energy_by_component_j"].values()) == pytest.approx(v["step_energy_j"])
+        assert sum(v["step_energy_by_kind_j"].values()) == pytest.approx(v["step_energy_j"])
+        assert {"array_fwd", "array_dx", "array_dw", "special_unit_update"} <= set(v["step_energy_by_kind_j"])
+    for v in m["calibration"].values():
+        assert v["energy_j"] == pytest.approx(v["client_energy_j"] + v["server_energy_j"]) and v["energy_j"] > 0
     # communication: SphereFed never sends the 1024 x 100 classifier: 2 x 100 rounds x 10 clients x 409,600 B less
     c = m["communication"]
     assert c["fedavg"]["total_bytes"] - c["spherefed"]["total_bytes"] == 2 * 100 * 10 * 1024 * 100 * 4
@@ -75,10 +81,19 @@ def test_csvs_match_the_summary(smoke):
     _, out = smoke
     ops = pd.read_csv(out / "ops.csv", keep_default_na=False)
     layers = pd.read_csv(out / "layers.csv", keep_default_na=False)
+    blocks = pd.read_csv(out / "breakdown.csv", keep_default_na=False)
     t = results.load_summary(out)["models"]["convnet"]["training"]
     for method, figures in t.items():
-        assert ops[ops["method"] == method]["cycles"].sum() == figures["step_cycles"]
-        assert layers[layers["method"] == method]["cycles"].sum() == figures["step_cycles"]
+        for frame in (ops, layers, blocks):
+            mine = frame[frame["method"] == method]
+            assert mine["cycles"].sum() == figures["step_cycles"]
+            assert (mine["compute_cycles"] + mine["stall_cycles"] == mine["cycles"]).all()
+            assert mine["energy_j"].sum() == pytest.approx(figures["step_energy_j"], rel=1e-9)
+            parts = [f"energy_{c}_j" for c in figures["step_energy_by_component_j"]]
+            assert mine[parts].sum(axis=1).to_numpy() == pytest.approx(mine["energy_j"].to_numpy(), rel=1e-9)
+    # every block shown, the classifier among them; the frozen classifier has no array_dw work
+    assert set(blocks["block"]) >= {"conv1", "classifier", "(outside modules)"}
+    assert set(blocks[(blocks["block"] == "classifier") & (blocks["kind"] == "array_dw")]["method"]) == {"fedavg"}
     # the frozen classifier has no weight-gradient GEMM
     dw = ops[(ops["layer"] == "classifier") & (ops["work"] == "gemm:dw")]
     assert set(dw["method"]) == {"fedavg"}
