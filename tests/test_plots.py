@@ -10,7 +10,7 @@ import pytest
 
 from accel_sim.hardware import HardwareConfig
 from accel_sim.simulate import simulate
-from bench import breakdown, plots, results
+from bench import breakdown, plots, results, tta
 from tests.accel_traces import small_trace
 
 FIXTURE = Path(__file__).parent / "data" / "results_small"
@@ -90,10 +90,27 @@ def test_plots_regenerate_from_saved_results(run_dir):
         png.unlink()
     assert plots.main([str(run_dir)]) == 0
     names = sorted(p.name for p in run_dir.glob("*.png"))
-    assert names == ["breakdown_small.png", "breakdown_tiny.png", "fig5.png"]
+    assert names == ["breakdown_small.png", "breakdown_tiny.png", "fig5.png", "tta.png"]
     image = mpimg.imread(run_dir / "fig5.png")
     assert image.shape[0] > 100 and image.shape[1] > 500
+    tta = mpimg.imread(run_dir / "tta.png")  # two models: two rows of three panels
+    assert tta.shape[0] > tta.shape[1] / 3 > 100
     assert not list(run_dir.glob(".*"))  # no temporary files left behind
+
+
+def test_time_to_accuracy_table():
+    summary = results.load_summary(FIXTURE)
+    text = tta.format_time_to_accuracy("tiny", summary["models"]["tiny"]["time_to_accuracy"])
+    lines = text.splitlines()
+    assert lines[0].startswith("time to 85.5 % test accuracy (95 % of the best final accuracy")
+    assert lines[2].split() == ["fedavg", "3", "30", "s", "6", "s", "3", "J", "0.003", "MB"]
+    assert lines[3].split() == ["spherefed", "not", "reached"]
+
+
+def test_unreadable_rounds_csv_is_one_clear_error(run_dir):
+    (run_dir / "rounds.csv").write_bytes(b"\xff\xfe\x00\x01")
+    with pytest.raises(results.ResultsError, match="rounds.csv"):
+        tta.plot_time_to_accuracy(run_dir)
 
 
 def test_missing_folder_is_one_clear_error(tmp_path, capsys):
