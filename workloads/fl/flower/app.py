@@ -111,7 +111,8 @@ def local_training(run: FlowerRun, name: str, client: int, round: int, arrays: A
     model.load_state_dict({**model.state_dict(), **arrays.to_torch_state_dict()})
     model.train()
     lr = cosine_lr(hp.lr, hp.lr_min, round, run.rounds)
-    step = metered_step(lambda m: client_trainer(m, m.state_dict(), hp, method, round=round, lr=lr).step, model)
+    step = metered_step(lambda m: client_trainer(m, m.state_dict(), hp, method, round=round, lr=lr).step, model,
+                        key=method.name)
     gen = torch.Generator().manual_seed(derived_seed(run.seed, round, client))
     starts, losses = batch_starts(len(y), hp.batch_size), []
     for _ in range(hp.local_epochs):

@@ -9,7 +9,8 @@ A Flower ``ClientApp``'s train function builds its step through ``metered_step``
 While a ``StepMeter`` is active (the accelerator mod, ``workloads.fl.flower.mod``, activates one
 around each train message), every call is counted under its *step shape*: the step's code, the
 model's structure (parameter and buffer names, shapes, dtypes, which ones train) and the shapes and
-dtypes of the call's tensors. The first time a process sees a shape on a hardware config, it prices
+dtypes of the call's tensors (and the caller's ``key``, if one factory builds several
+programs). The first time a process sees a shape on a hardware config, it prices
 it the way ``bench`` prices a step (``workloads.fl.step_cost``): the step factory is applied to a
 ``meta``-device copy of the model, one warm-up step creates the optimizer state, one step is
 captured (``workloads.trace.capture``) and priced (``simulate_complete`` -> ``StepPrice``). The
@@ -93,9 +94,9 @@ class StepMeter:
         self.prices: dict[Hashable, StepPrice] = {}
         self.batches: dict[Hashable, int] = {}
 
-    def record(self, make_step: StepFactory, model: nn.Module, model_sig: tuple, args: tuple) -> None:
+    def record(self, make_step: StepFactory, model: nn.Module, model_key: Hashable, args: tuple) -> None:
         sig = args_signature(args)
-        key = (step_identity(make_step), model_sig, sig, self.hw)
+        key = (step_identity(make_step), model_key, sig, self.hw)
         if key not in _PRICES:
             _PRICES[key] = price_step(make_step, model, sig, self.hw)
         self.counts[key] += 1
@@ -145,22 +146,24 @@ def metering(meter: StepMeter) -> Iterator[StepMeter]:
         _ACTIVE.reset(token)
 
 
-def metered_step(make_step: StepFactory, model: nn.Module) -> Callable[..., Any]:
+def metered_step(make_step: StepFactory, model: nn.Module, *, key: Hashable = None) -> Callable[..., Any]:
     """``make_step(model)``, counted by the active ``StepMeter`` (if any) on every call.
 
     ``make_step(model)`` must return the training step: a callable on tensors (``step(x, y)``)
     that runs zero_grad, forward, loss, backward and the optimizer step on ``model``; it is also
     applied to a ``meta`` copy of ``model`` to capture the step's price, so it must build its
-    optimizer from the model it is given.
+    optimizer from the model it is given. ``key``: what else decides the step's ops when one
+    factory builds different steps for the same model (e.g. the method's name: FedProx adds a
+    proximal term to FedAvg's step); values that change no op (the learning rate) stay out of it.
     """
     step = make_step(model)
     meter = _ACTIVE.get()
     if meter is None:
         return step
-    model_sig = model_signature(model)
+    model_key = (model_signature(model), key)
 
     def counted(*args):
-        meter.record(make_step, model, model_sig, args)
+        meter.record(make_step, model, model_key, args)
         return step(*args)
 
     return counted
