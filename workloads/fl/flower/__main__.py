@@ -52,10 +52,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from accel_sim.hardware import load_hardware_config
     from accel_sim.rounds import load_system_model
     from workloads.fl.flower.mod import AccelMod
+    from workloads.models import MODELS
 
     try:
         methods = tuple(m.strip() for m in args.method.split(",") if m.strip())
         app.check_methods(methods)
+        if args.model not in MODELS:
+            raise ValueError(f"unknown model {args.model!r}; choose one of {sorted(MODELS)}")
         if args.clients < 1 or args.rounds < 1:
             raise ValueError("--clients and --rounds must be >= 1")
         load_hardware_config(args.hw)  # fail here, not inside a Ray actor

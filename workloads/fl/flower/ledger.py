@@ -55,6 +55,10 @@ def round_metrics(clients: Sequence[Mapping[str, float]], system: SystemModel, s
                   server_s: float = 0.0) -> dict[str, int | float]:
     """The ``ROUND_KEYS`` of one round from its clients' ``CLIENT_KEYS`` metrics; client k has
     speed factor ``speeds[k]`` (``SystemModel.speed_factors``)."""
+    outside = sorted({int(m["accel_client"]) for m in clients} - set(range(len(speeds))))
+    if outside:
+        raise ValueError(f"client(s) {outside} outside the {len(speeds)} clients the speed factors were drawn for "
+                         f"(num_clients)")
     cost = round_cost([client_round(m, system, speeds[int(m["accel_client"])]) for m in clients], server_s=server_s)
     return {"accel_clients": len(clients), "accel_round_wall_s": cost.round_wall_s, "accel_server_s": cost.server_s,
             "accel_round_device_s": cost.device_s, "accel_round_energy_j": cost.energy_j,

@@ -31,10 +31,10 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
-from flwr.app import ArrayRecord, Context, Message, MessageType, MetricRecord, RecordDict
+from flwr.app import Context, Message, MessageType, MetricRecord, RecordDict
 from flwr.clientapp.typing import ClientAppCallable
 from flwr.serverapp.strategy import Result
-from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
+from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords  # the strategies' default
 
 from accel_sim.hardware import HardwareConfig, load_hardware_config
 from accel_sim.rounds import SystemModel
