@@ -40,7 +40,7 @@ def _client(k: int, train_s: float, energy_j: float, static_w: float, down: int,
                                        static_w=static_w, peak_bytes=100 * (k + 1)), down_bytes=down, up_bytes=up)
 
 
-RUN = FlowerRun("small", "convnet", ("fedavg", "fedavg+spherefed"), num_clients=20, rounds=2, seed=0)
+RUN = FlowerRun("small", "convnet", ("fedavg", "fedavg+spherefed", "fedprox"), num_clients=20, rounds=2, seed=0)
 CLIENT = 0  # 83 samples: batches of 32, 32 and 19 per local epoch
 
 
@@ -62,7 +62,7 @@ def _train_message(name: str) -> Message:
     return _message(RecordDict({"arrays": arrays, "config": ConfigRecord({"method": name, "server-round": 1})}))
 
 
-@pytest.fixture(scope="module", params=["fedavg", "fedavg+spherefed"])
+@pytest.fixture(scope="module", params=["fedavg", "fedavg+spherefed", "fedprox"])
 def replies(request):
     """(method, message, reply without the mod, reply with it); the mod captures inside the call."""
     name = request.param

@@ -67,12 +67,14 @@ def _dropout_net() -> nn.Module:
     return nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Dropout(0.5), nn.Linear(8, 3))
 
 
-def _sgd_step(model: nn.Module):
+def _sgd_step(model: nn.Module, penalty: bool = False):
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, foreach=False)
 
     def step(x, y):
         opt.zero_grad(set_to_none=True)
         loss = nn.functional.cross_entropy(model(x), y)
+        if penalty:  # a FedProx-like extra term: more ops from the same factory
+            loss = loss + sum((p * p).sum() for p in model.parameters())
         loss.backward()
         opt.step()
         return loss.detach()
@@ -107,6 +109,17 @@ def test_meter_leaves_weights_and_random_stream_untouched(monkeypatch):
     assert cost.step_s == by_batch[4]
     assert cost.train_s == math.fsum([by_batch[4], by_batch[4], by_batch[2]])
     assert cost.peak_bytes == max(p.peak_memory_bytes for p in meter.prices.values()) > 0
+
+
+def test_key_separates_programs_one_factory_builds(monkeypatch):
+    monkeypatch.setattr(meter_module, "_PRICES", {})
+    x, y = torch.randn(4, 6), torch.randint(0, 3, (4,))
+    meter = StepMeter(HardwareConfig())
+    with metering(meter):
+        for penalty in (False, True):
+            metered_step(lambda m: _sgd_step(m, penalty), _dropout_net(), key=penalty)(x, y)
+    plain, prox = (meter.prices[k].latency_s for k in meter.counts)
+    assert len(meter_module._PRICES) == 2 and prox > plain
 
 
 def test_without_the_extra_the_cli_says_how_to_install(monkeypatch, capsys):
