@@ -167,6 +167,14 @@ def test_example_runs_in_flowers_simulation_and_writes_rounds_csv(tmp_path):
     shared = shared_state(new_model(RUN, method), method, hp, 1)
     state_bytes = sum(t.numel() * t.element_size() for t in shared.values())
     assert all(int(r["round_bytes"]) == 2 * clients * state_bytes for r in rows)
+    with (tmp_path / "clients.csv").open(newline="") as f:
+        per_client = list(csv.DictReader(f))
+    assert sorted((int(c["round"]), int(c["client"])) for c in per_client) == \
+        [(t, k) for t in range(1, rounds + 1) for k in range(clients)]
+    for r in rows:
+        mine = [c for c in per_client if c["round"] == r["round"]]
+        assert math.isclose(sum(float(c["compute_s"]) for c in mine), float(r["round_device_s"]), rel_tol=1e-12)
+        assert max(float(c["client_round_s"]) for c in mine) == float(r["round_wall_s"])  # server_s = 0
     # wall time: the slowest client's download + compute + upload over the default system's links
     link = load_system_model(ROOT / "configs" / "system" / "default.toml").link(0)
     transfer_s = link.download_s(state_bytes) + link.upload_s(state_bytes)

@@ -14,8 +14,8 @@ from torch import nn
 from accel_sim.hardware import HardwareConfig
 from accel_sim.rounds import ROUNDS_COLUMNS, SystemModel
 from workloads.fl.flower import meter as meter_module
-from workloads.fl.flower.ledger import (CLIENT_KEYS, ROUND_KEYS, client_metrics, ledger_rows_of, round_cost_of,
-                                        round_metrics, rounds_csv)
+from workloads.fl.flower.ledger import (CLIENT_COLUMNS, CLIENT_KEYS, ROUND_KEYS, client_metrics, client_rows_of,
+                                        ledger_rows_of, round_cost_of, round_metrics, to_csv)
 from workloads.fl.flower.meter import StepMeter, TrainCost, metered_step, metering
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,11 +41,12 @@ def test_round_metrics_hand_case():
     assert m["accel_round_energy_j"] == 5.0 + 4.0
     assert (m["accel_round_down_bytes"], m["accel_round_up_bytes"]) == (2000, 1000)
     assert (m["accel_clients"], m["accel_slowest_client"], m["accel_server_s"]) == (2, 0, 0.25)
-    assert (m["accel_max_step_s"], m["accel_max_peak_bytes"]) == (2.0 / 3, 200)
+    assert m["accel_clients_compute_s"] == [2.0, 2.0] and m["accel_clients_client_round_s"] == [5.0, 5.0]
+    assert m["accel_clients_energy_j"] == [5.0, 4.0] and m["accel_clients_peak_bytes"] == [100, 200]
     assert set(m) == set(ROUND_KEYS) and set(clients[0]) == set(CLIENT_KEYS)
 
 
-def test_ledger_rows_accumulate_and_csv_has_rounds_columns():
+def test_ledger_rows_accumulate_and_csvs_have_their_columns():
     system = SystemModel(downlink_bytes_per_s=math.inf, uplink_bytes_per_s=math.inf, latency_s=0.0)
     per_round = {r: round_metrics([_client(0, 1.0 * r, 2.0, 0.5, 10, 20), _client(1, 3.0, 1.0, 0.5, 10, 20)],
                                   system, speeds=(1.0, 1.0)) for r in (2, 1)}
@@ -55,9 +56,12 @@ def test_ledger_rows_accumulate_and_csv_has_rounds_columns():
     assert [r["cum_device_s"] for r in rows] == [1.0 + 3.0, 1.0 + 3.0 + 2.0 + 3.0]
     assert [r["cum_bytes"] for r in rows] == [60, 120]
     assert round_cost_of(per_round[1]).slowest_client == 1
-    lines = rounds_csv(rows).splitlines()
+    lines = to_csv(rows, ROUNDS_COLUMNS).splitlines()
     assert lines[0].split(",") == list(ROUNDS_COLUMNS)
     assert lines[1].split(",")[ROUNDS_COLUMNS.index("accuracy")] == ""
+    clients = client_rows_of("fedavg", per_round)
+    assert [(c["round"], c["client"]) for c in clients] == [(1, 0), (1, 1), (2, 0), (2, 1)]
+    assert [c["compute_s"] for c in clients] == [1.0, 3.0, 2.0, 3.0] and set(clients[0]) == set(CLIENT_COLUMNS)
 
 
 # ---- the meter on a plain PyTorch step ---------------------------------------------------------------------

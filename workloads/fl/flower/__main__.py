@@ -4,8 +4,8 @@
         [--preset small] [--seed 0] [--hw configs/hw/paper_default.toml] [--system configs/system/default.toml]
 
 ``--method`` is one method name or several joined by commas (``fedavg,fedavg+spherefed``: FedAvg,
-then SphereFed on FedAvg, in one simulation). Writes ``DIR/rounds.csv`` (``ROUNDS_COLUMNS``) and
-prints it. Without Flower installed it prints the install line and exits with 2; a bad argument
+then SphereFed on FedAvg, in one simulation). Writes ``DIR/rounds.csv`` (``ROUNDS_COLUMNS``, printed)
+and ``DIR/clients.csv`` (each client's share of each round, ``ledger.CLIENT_COLUMNS``). Without Flower installed it prints the install line and exits with 2; a bad argument
 prints one message and exits with 2.
 """
 
@@ -82,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with rounds_csv.open(newline="") as f:
         for row in csv.reader(f):
             print(",".join(row))
-    print(f"wrote {rounds_csv}")
+    print(f"wrote {rounds_csv} and {out / 'clients.csv'}")
     return 0
 
 

@@ -26,9 +26,9 @@ from flwr.serverapp.strategy import FedAvg
 
 from accel_sim.rounds import SystemModel
 from workloads.fl.data import load_dataset
-from workloads.fl.flower.ledger import write_rounds_csv
+from workloads.fl.flower.ledger import write_clients_csv, write_rounds_csv
 from workloads.fl.flower.meter import metered_step
-from workloads.fl.flower.mod import AccelMod, accel_train_metrics, client_index, flower_ledger_rows
+from workloads.fl.flower.mod import AccelMod, accel_train_metrics, client_index, flower_client_rows, flower_ledger_rows
 from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.local import client_trainer, prepare_model
 from workloads.fl.loop import batch_starts, cosine_lr, derived_seed, evaluate
@@ -140,13 +140,14 @@ def client_app(run: FlowerRun, accel: AccelMod | None) -> ClientApp:
 
 
 def server_app(run: FlowerRun, system: SystemModel, out: Path) -> ServerApp:
-    """The example ``ServerApp``: each method in turn on Flower's FedAvg; writes ``out/rounds.csv``."""
+    """The example ``ServerApp``: each method in turn on Flower's FedAvg; writes ``out/rounds.csv``
+and ``out/clients.csv``."""
     app = ServerApp()
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
         _, test, _ = _data(run)
-        rows = []
+        rows, client_rows = [], []
         for name in run.methods:
             method, hp = run.method(name)
             model = new_model(run, method)
@@ -163,6 +164,8 @@ def server_app(run: FlowerRun, system: SystemModel, out: Path) -> ServerApp:
                                     num_rounds=run.rounds, train_config=ConfigRecord({"method": name}),
                                     evaluate_fn=evaluate_fn)
             rows += flower_ledger_rows(name, result)
+            client_rows += flower_client_rows(name, result)
+        write_clients_csv(out / "clients.csv", client_rows)
         write_rounds_csv(out / "rounds.csv", rows)
 
     return app

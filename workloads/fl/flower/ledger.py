@@ -7,9 +7,10 @@ Algorithm Performance of Federated Learning at Scale", ICML 2022): each client d
 and uploads over its link from the system model (``configs/system/*.toml``); its compute time is
 its modeled training latency divided by its speed factor; the round lasts as long as its slowest
 client plus the server's time; device-seconds, energy and bytes add up over the clients.
-``round_metrics`` flattens that ``RoundCost`` into plain numbers a Flower ``MetricRecord`` can
-carry; ``ledger_rows_of`` reads them back into the rows of ``rounds.csv``
-(``accel_sim.rounds.ROUNDS_COLUMNS``, the columns our own loop writes).
+``round_metrics`` flattens that ``RoundCost`` (and each client's share, as lists) into plain
+numbers a Flower ``MetricRecord`` can carry; ``ledger_rows_of`` reads them back into the rows of
+``rounds.csv`` (``accel_sim.rounds.ROUNDS_COLUMNS``, the columns our own loop writes) and
+``client_rows_of`` into ``clients.csv`` (``CLIENT_COLUMNS``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import io
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from accel_sim.rounds import ROUNDS_COLUMNS, ClientRound, RoundCost, SystemModel, device_energy_j, ledger_rows, round_cost
+from accel_sim.rounds import (ROUNDS_COLUMNS, ClientRound, RoundCost, SystemModel, client_round_s, device_energy_j,
+                              ledger_rows, round_cost)
 from workloads.atomic import atomic_write_text
 from workloads.fl.flower.meter import TrainCost
 
@@ -27,10 +29,17 @@ CLIENT_KEYS = ("accel_client", "accel_steps", "accel_train_s", "accel_step_s", "
                "accel_peak_bytes", "accel_down_bytes", "accel_up_bytes")
 """Metrics one client adds to its train reply (units in the names)."""
 
+CLIENT_COLUMNS = ("method", "round", "client", "steps", "step_s", "train_s", "compute_s", "client_round_s", "energy_j",
+                  "peak_bytes", "down_bytes", "up_bytes")
+"""Columns of ``clients.csv``: one row per sampled client and round. ``train_s``: modeled local
+training at the accelerator's speed; ``compute_s``: that divided by the client's speed factor;
+``client_round_s``: download + compute + upload over its link; ``energy_j``: at its speed."""
+
 ROUND_KEYS = ("accel_clients", "accel_round_wall_s", "accel_server_s", "accel_round_device_s", "accel_round_energy_j",
-              "accel_round_down_bytes", "accel_round_up_bytes", "accel_slowest_client", "accel_max_step_s",
-              "accel_max_peak_bytes")
-"""Metrics of one round, in the strategy's aggregated train ``MetricRecord``."""
+              "accel_round_down_bytes", "accel_round_up_bytes", "accel_slowest_client",
+              *(f"accel_clients_{c}" for c in CLIENT_COLUMNS[2:]))
+"""Metrics of one round, in the strategy's aggregated train ``MetricRecord``: the round's cost and,
+as lists in reply order, each client's ``clients.csv`` values (``accel_clients_<column>``)."""
 
 
 def client_metrics(client: int, cost: TrainCost, *, down_bytes: int, up_bytes: int) -> dict[str, int | float]:
@@ -59,13 +68,19 @@ def round_metrics(clients: Sequence[Mapping[str, float]], system: SystemModel, s
     if outside:
         raise ValueError(f"client(s) {outside} outside the {len(speeds)} clients the speed factors were drawn for "
                          f"(num_clients)")
-    cost = round_cost([client_round(m, system, speeds[int(m["accel_client"])]) for m in clients], server_s=server_s)
+    work = [client_round(m, system, speeds[int(m["accel_client"])]) for m in clients]
+    cost = round_cost(work, server_s=server_s)
+    per_client = {
+        "client": [w.client for w in work], "steps": [int(m["accel_steps"]) for m in clients],
+        "step_s": [float(m["accel_step_s"]) for m in clients], "train_s": [float(m["accel_train_s"]) for m in clients],
+        "compute_s": [w.compute_s for w in work], "client_round_s": [client_round_s(w) for w in work],
+        "energy_j": [w.energy_j for w in work], "peak_bytes": [int(m["accel_peak_bytes"]) for m in clients],
+        "down_bytes": [w.down_bytes for w in work], "up_bytes": [w.up_bytes for w in work]}
     return {"accel_clients": len(clients), "accel_round_wall_s": cost.round_wall_s, "accel_server_s": cost.server_s,
             "accel_round_device_s": cost.device_s, "accel_round_energy_j": cost.energy_j,
             "accel_round_down_bytes": cost.down_bytes, "accel_round_up_bytes": cost.up_bytes,
             "accel_slowest_client": -1 if cost.slowest_client is None else cost.slowest_client,
-            "accel_max_step_s": max((float(m["accel_step_s"]) for m in clients), default=0.0),
-            "accel_max_peak_bytes": max((int(m["accel_peak_bytes"]) for m in clients), default=0)}
+            **{f"accel_clients_{c}": v for c, v in per_client.items()}}
 
 
 def round_cost_of(metrics: Mapping[str, float]) -> RoundCost:
@@ -85,14 +100,30 @@ def ledger_rows_of(method: str, train_metrics: Mapping[int, Mapping[str, float]]
                                 for r, m in sorted(train_metrics.items())])
 
 
-def rounds_csv(rows: Sequence[Mapping]) -> str:
-    """``rows`` as CSV with the ``ROUNDS_COLUMNS`` header; an unevaluated accuracy is empty."""
+def client_rows_of(method: str, train_metrics: Mapping[int, Mapping[str, object]]) -> list[dict]:
+    """``clients.csv`` rows of one method (``CLIENT_COLUMNS``), by round and client."""
+    rows = []
+    for r, m in sorted(train_metrics.items()):
+        lists = {c: list(m[f"accel_clients_{c}"]) for c in CLIENT_COLUMNS[2:]}
+        rows += sorted(({"method": method, "round": r, **{c: lists[c][i] for c in lists}}
+                        for i in range(len(lists["client"]))), key=lambda row: row["client"])
+    return rows
+
+
+def to_csv(rows: Sequence[Mapping], columns: Sequence[str]) -> str:
+    """``rows`` as CSV with a ``columns`` header; None (an unevaluated accuracy) is empty."""
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=ROUNDS_COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
     return buf.getvalue()
 
 
 def write_rounds_csv(path: str | Path, rows: Sequence[Mapping]) -> Path:
-    return atomic_write_text(path, rounds_csv(rows))
+    """``rounds.csv``: ``ROUNDS_COLUMNS``, as our own loop writes it."""
+    return atomic_write_text(path, to_csv(rows, ROUNDS_COLUMNS))
+
+
+def write_clients_csv(path: str | Path, rows: Sequence[Mapping]) -> Path:
+    """``clients.csv``: ``CLIENT_COLUMNS``."""
+    return atomic_write_text(path, to_csv(rows, CLIENT_COLUMNS))

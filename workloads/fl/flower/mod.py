@@ -20,7 +20,8 @@ the client's modeled local-training latency, energy, peak memory, steps and byte
 (``workloads.fl.flower.ledger.CLIENT_KEYS``); evaluate and query messages pass through untouched.
 ``accel_train_metrics`` is a ``train_metrics_aggr_fn`` for Flower's strategies: it aggregates the
 app's own metrics as the strategy would (weighted average by default) and adds the round's cost
-(``ROUND_KEYS``); ``flower_ledger_rows`` turns the strategy's ``Result`` into ``rounds.csv`` rows.
+and each client's share (``ROUND_KEYS``); ``flower_ledger_rows`` turns the strategy's ``Result``
+into ``rounds.csv`` rows, ``flower_client_rows`` into ``clients.csv`` rows.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords  # th
 
 from accel_sim.hardware import HardwareConfig, load_hardware_config
 from accel_sim.rounds import SystemModel
-from workloads.fl.flower.ledger import CLIENT_KEYS, client_metrics, ledger_rows_of, round_metrics
+from workloads.fl.flower.ledger import CLIENT_KEYS, client_metrics, client_rows_of, ledger_rows_of, round_metrics
 from workloads.fl.flower.meter import StepMeter, metering
 
 MetricsAggregation = Callable[[list[RecordDict], str], MetricRecord]
@@ -135,3 +136,9 @@ def flower_ledger_rows(method: str, result: Result, *, accuracy_key: str = "accu
     for source in (result.evaluate_metrics_clientapp, result.evaluate_metrics_serverapp):
         accuracy.update({r: float(m[accuracy_key]) for r, m in source.items() if accuracy_key in m})
     return ledger_rows_of(method, result.train_metrics_clientapp, accuracy)
+
+
+def flower_client_rows(method: str, result: Result) -> list[dict]:
+    """``clients.csv`` rows (``ledger.CLIENT_COLUMNS``) from a strategy's ``Result``: each sampled
+    client's steps, modeled latency, energy, peak memory and bytes in each round."""
+    return client_rows_of(method, result.train_metrics_clientapp)
