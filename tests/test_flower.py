@@ -123,6 +123,18 @@ def test_mod_passes_other_messages_through():
     assert seen == [msg] and dict(out.content["metrics"]) == {"num-examples": 1, "accuracy": 0.5}
 
 
+def test_mod_on_a_train_function_without_metered_step_reports_no_steps():
+    arrays = ArrayRecord({"w": torch.ones(5)})
+
+    def app(msg, ctx):
+        return Message(RecordDict({"arrays": arrays, "metrics": MetricRecord({"num-examples": 2})}), reply_to=msg)
+
+    msg = _message(RecordDict({"arrays": arrays}))
+    m = AccelMod(HW)(msg, _context(), app).content["metrics"]
+    assert (m["accel_steps"], m["accel_train_s"], m["accel_energy_j"]) == (0, 0.0, 0.0)
+    assert m["num-examples"] == 2 and m["accel_down_bytes"] == m["accel_up_bytes"] == 5 * 4
+
+
 def test_train_metrics_aggregation_keeps_app_metrics_and_adds_the_round():
     system = SystemModel(downlink_bytes_per_s=math.inf, uplink_bytes_per_s=math.inf, latency_s=0.0)
     replies = [RecordDict({"metrics": MetricRecord({"num-examples": n, "train_loss": loss,

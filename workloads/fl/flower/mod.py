@@ -27,6 +27,7 @@ into ``rounds.csv`` rows, ``flower_client_rows`` into ``clients.csv`` rows.
 from __future__ import annotations
 
 import functools
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -88,6 +89,9 @@ class AccelMod:
             reply = call_next(msg, context)
         if reply.has_error():
             return reply
+        if not meter.counts:
+            logging.getLogger("flwr").warning("AccelMod: the train function ran no metered step; build its training "
+                                              "step with workloads.fl.flower.meter.metered_step")
         metrics = client_metrics(client, meter.cost(), down_bytes=payload_bytes(msg.content),
                                  up_bytes=payload_bytes(reply.content))
         records = reply.content.metric_records
