@@ -68,7 +68,8 @@ def test_ffc_is_cheaper_than_ccvr_on_the_server():
     # CCVR samples C x M_c features and re-trains; FFC sums and solves once
     hp = Hparams(ccvr_virtual_per_class=20, ccvr_epochs=2)
     kw = dict(feature_dim=64, num_classes=10, num_clients=3, hp=hp, hw=HW)
-    assert 0 < cal.ffc_server_cycles(**kw) < cal.ccvr_server_cycles(**kw)
+    assert 0 < cal.ffc_server_cost(**kw).cycles < cal.ccvr_server_cost(**kw).cycles
+    assert 0 < cal.ffc_server_cost(**kw).energy_j < cal.ccvr_server_cost(**kw).energy_j
 
 
 def test_unknown_calibration_is_rejected():
