@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -191,3 +192,28 @@ def test_example_runs_in_flowers_simulation_and_writes_rounds_csv(tmp_path):
     link = load_system_model(ROOT / "configs" / "system" / "default.toml").link(0)
     transfer_s = link.download_s(state_bytes) + link.upload_s(state_bytes)
     assert all(transfer_s < float(r["round_wall_s"]) <= transfer_s + float(r["round_device_s"]) for r in rows)
+
+    # our own loop on the same setting (the small preset with as many clients; same hardware and
+    # system model) prices the same steps: equal device time and energy; it adds the priced
+    # aggregation and the 8-byte sample count per upload (bytes and upload time)
+    preset = (ROOT / "configs" / "presets" / "small.toml").read_text()
+    preset, n = re.subn(r"(?m)^num_clients = \d+", f"num_clients = {clients}", preset)
+    assert n == 1
+    (tmp_path / "preset.toml").write_text(preset)
+    loop = subprocess.run([sys.executable, "-m", "workloads.fl.run", "--preset", str(tmp_path / "preset.toml"),
+                           "--methods", name, "--rounds", str(rounds), "--threads", "1", "--hw", str(HW),
+                           "--out", str(tmp_path / "loop")], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert loop.returncode == 0, loop.stderr[-3000:]
+    with (tmp_path / "loop" / "rounds.csv").open(newline="") as f:
+        ours = list(csv.DictReader(f))
+    assert [r["round"] for r in ours] == [r["round"] for r in rows]
+    for flower_row, loop_row in zip(rows, ours):
+        for col in ("round_device_s", "round_energy_j"):
+            assert flower_row[col] == loop_row[col]
+        metadata_s = link.upload_s(state_bytes + 8) - link.upload_s(state_bytes)  # the slowest client's 8 B more
+        assert math.isclose(float(flower_row["round_wall_s"]) + metadata_s + float(loop_row["server_s"]),
+                            float(loop_row["round_wall_s"]), rel_tol=1e-12)
+        assert int(flower_row["round_bytes"]) + 8 * clients == int(loop_row["round_bytes"])
+        # Flower averages in NumPy, in reply order: the accuracies may differ by a few test images
+        assert abs(float(flower_row["accuracy"]) - float(loop_row["accuracy"])) <= 0.02
