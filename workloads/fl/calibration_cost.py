@@ -15,7 +15,8 @@ the on-server latency". We price, with the FL code's own functions (``workloads/
 
 Every step of a loop over batches runs the same ops on the same shapes, so instead of capturing
 thousands of identical steps we capture one and two of them (on the ``meta`` device) and
-extrapolate: cost(n) = cost(1) + (n - 1) (cost(2) - cost(1)), cycles and energy alike; for the
+extrapolate: cost(n) = cost(1) + (n - 1) (cost(2) - cost(1)), cycles and energy alike (energy is
+linear in the counts the cycles come from, ``accel_sim.energy``); for the
 re-training, whose first SGD step creates the momentum buffers, from two and three steps.
 ``tests/test_calibration.py`` checks this against full captures on small shapes. A last partial
 batch is priced as a full one (n = ceil(samples / B)), a slight over-estimate, and the
@@ -81,6 +82,14 @@ class CalibrationCost:
     @property
     def server_cycles(self) -> int:
         return self.server.cycles
+
+    @property
+    def client_energy_j(self) -> float:
+        return self.client.energy_j
+
+    @property
+    def server_energy_j(self) -> float:
+        return self.server.energy_j
 
     @property
     def latency_s(self) -> float:

@@ -175,7 +175,7 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
 
     from accel_sim.hardware import HardwareConfig, load_hardware_config
     from accel_sim.rounds import load_system_model
-    from workloads.fl.data import load_dataset
+    from workloads.fl.data import load_dataset, subset
     from workloads.fl.local import prepare_model
     from workloads.fl.loop import evaluate, run_method, sample_clients
     from workloads.fl.partition import save_partition_summary
@@ -197,6 +197,8 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
     system = load_system_model(args.system)
     devices = client_devices(system, hw, cfg.num_clients, seed=cfg.seed)
     train, test = load_dataset(cfg.dataset, data_dir=args.data_dir, image_size=cfg.image_size)
+    train = subset(train, cfg.max_train_samples, cfg.seed, "train")
+    test = subset(test, cfg.max_test_samples, cfg.seed + 1, "test")
     train, val = split_holdout(train, cfg.holdout_fraction, seed=cfg.seed)
     image_size = int(train.x.shape[-1])
     labels = train.y.numpy()
