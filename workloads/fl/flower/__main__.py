@@ -24,14 +24,16 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m workloads.fl.flower", description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default="convnet")
+    p.add_argument("--model", default="convnet", help="a workloads.models name (default convnet)")
     p.add_argument("--method", default="fedavg,fedavg+spherefed", help="method name(s), comma-separated")
-    p.add_argument("--clients", type=int, default=3)
-    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--clients", type=int, default=3, help="simulated clients, all sampled every round")
+    p.add_argument("--rounds", type=int, default=2, help="federated rounds per method")
     p.add_argument("--preset", default="small", help="data, partition and hyper-parameters (configs/presets)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--hw", default=str(ROOT / "configs" / "hw" / "paper_default.toml"))
-    p.add_argument("--system", default=str(ROOT / "configs" / "system" / "default.toml"))
+    p.add_argument("--seed", type=int, default=0, help="model init, partition, shuffling, speed factors")
+    p.add_argument("--hw", default=str(ROOT / "configs" / "hw" / "paper_default.toml"),
+                   help="hardware TOML the clients' steps are priced on")
+    p.add_argument("--system", default=str(ROOT / "configs" / "system" / "default.toml"),
+                   help="system-model TOML: links, speed factors, per-client hardware")
     p.add_argument("--out", type=Path, default=None, help="default: results/flower/<model>-seed<seed>")
     return p
 
