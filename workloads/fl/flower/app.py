@@ -25,7 +25,7 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
 
 from accel_sim.rounds import SystemModel
-from workloads.fl.data import load_dataset
+from workloads.fl.data import load_dataset, subset
 from workloads.fl.flower.ledger import write_clients_csv, write_rounds_csv
 from workloads.fl.flower.meter import metered_step
 from workloads.fl.flower.mod import AccelMod, accel_train_metrics, client_index, flower_client_rows, flower_ledger_rows
@@ -33,7 +33,7 @@ from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.local import client_trainer, prepare_model
 from workloads.fl.loop import batch_starts, cosine_lr, derived_seed, evaluate
 from workloads.fl.methods import MethodConfig, parse_method
-from workloads.fl.run import load_preset, make_partition, method_hparams
+from workloads.fl.run import load_preset, make_partition, method_hparams, split_holdout
 from workloads.models import build_model
 
 FLOWER_ALGORITHMS = ("fedavg", "fedprox")
@@ -78,9 +78,13 @@ def _setting(run: FlowerRun) -> tuple[FLConfig, dict[str, Hparams]]:
 
 @functools.cache
 def _data(run: FlowerRun):
-    """(train, test, parts): the preset's dataset and its partition, loaded once per process."""
+    """(train, test, parts): the preset's dataset, its subsets and hold-out as ``workloads.fl.run``
+    draws them, and its partition; loaded once per process."""
     cfg, _ = run.setting()
     train, test = load_dataset(cfg.dataset, image_size=cfg.image_size)
+    train = subset(train, cfg.max_train_samples, cfg.seed, "train")
+    test = subset(test, cfg.max_test_samples, cfg.seed + 1, "test")
+    train, _ = split_holdout(train, cfg.holdout_fraction, seed=cfg.seed)
     return train, test, make_partition(train.y.numpy(), cfg)
 
 
