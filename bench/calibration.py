@@ -34,6 +34,7 @@ from workloads.fl.hparams import Hparams
 from workloads.fl.methods.ccvr import ccvr_client_statistics, pool_class_statistics, retrain_classifier, \
     sample_virtual_features
 from workloads.fl.methods.ffc import FFC, ffc_client_statistics
+from workloads.model_spec import ModelSpec, as_spec, example_batch
 from workloads.trace import capture, method_setup
 
 CALIBRATIONS = ("ccvr", "ffc")
@@ -69,7 +70,7 @@ def _meta(*shape, dtype=torch.float32):
     return torch.empty(*shape, dtype=dtype, device="meta")
 
 
-def client_cycles(calibration: str, model_name: str, *, samples: int, num_classes: int, image_size: int,
+def client_cycles(calibration: str, model_name: str | ModelSpec, *, samples: int, num_classes: int, image_size: int,
                   hp: Hparams, hw: HardwareConfig) -> int:
     """The average client's statistics over ``samples`` local samples (feature extraction included)."""
     model, _ = method_setup(TRAINED_WITH[calibration], model_name, num_classes=num_classes,
@@ -83,7 +84,7 @@ def client_cycles(calibration: str, model_name: str, *, samples: int, num_classe
         batch = min(hp.batch_size, per_class)
         n_batches = num_classes * math.ceil(per_class / batch)
         stats_fn = lambda batches: ccvr_client_statistics(model, batches, num_classes=num_classes)  # noqa: E731
-    x = _meta(batch, 3, image_size, image_size)
+    x = example_batch(as_spec(model_name, image_size), batch)
     y = torch.zeros(batch, dtype=torch.long, device="meta")
     one = _cycles(stats_fn, [(x, y)], hw=hw, model=model)
     two = _cycles(stats_fn, [(x, y), (x, y)], hw=hw, model=model)
@@ -128,7 +129,7 @@ def ccvr_server_cycles(*, feature_dim: int, num_classes: int, num_clients: int, 
     return prepare + extrapolate(retrain(2), retrain(3), steps, a=2)
 
 
-def calibration_cost(calibration: str, model_name: str, *, train_samples: int, num_clients: int,
+def calibration_cost(calibration: str, model_name: str | ModelSpec, *, train_samples: int, num_clients: int,
                      num_classes: int, image_size: int, hp: Hparams, hw: HardwareConfig) -> CalibrationCost:
     """Average client plus server cycles of one calibration (``"ccvr"`` or ``"ffc"``)."""
     if calibration not in CALIBRATIONS:
