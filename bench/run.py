@@ -49,7 +49,8 @@ from workloads.fl.loop import run_method
 from workloads.fl.methods import MethodConfig, parse_method
 from workloads.fl.methods.base import frozen_keys
 from workloads.fl.partition import dirichlet_partition
-from workloads.models import MODELS, build_model
+from workloads.model_spec import DEFAULT_INPUT_SHAPE, ModelSpec, as_spec, build, parse_input_shape
+from workloads.models import MODELS
 from workloads.provenance import git_commit
 
 DEFAULT_METHODS = ("fedavg", "spherefed", "ccvr", "ffc")
@@ -115,6 +116,12 @@ class RunConfig:
     out: str
     overwrite: bool
     alpha: float | None = None  # overrides the preset's Dirichlet concentration
+    input_shape: tuple[int, int, int] = DEFAULT_INPUT_SHAPE  # one sample, priced and trained (docs/byom.md)
+    classifier: str | None = None  # the nn.Linear the methods act on (user models; None: the last one)
+    classes: int = PAPER_CLASSES  # C of the priced figures (the accuracy run has its dataset's)
+
+    def spec(self, model: str) -> ModelSpec:
+        return ModelSpec(model, self.input_shape, self.classifier)
 
 
 # ---- argument checking -------------------------------------------------------------------------
@@ -141,7 +148,8 @@ def _split_methods(methods) -> tuple[list[str], list[str]]:
 
 def parse_args(argv=None) -> RunConfig:
     p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
-    p.add_argument("--model", help=f"one model ({', '.join(sorted(MODELS))})")
+    p.add_argument("--model", help=f"one model ({', '.join(sorted(MODELS))}, or package.module:factory, "
+                                   "torchvision:NAME, timm:NAME: docs/byom.md)")
     p.add_argument("--models", nargs="+", metavar="MODEL", help="several models")
     p.add_argument("--methods", nargs="+", default=list(DEFAULT_METHODS), metavar="METHOD",
                    help=f"training methods (any FL method, e.g. fedprox, fedavg+spherefed) and calibrations "
@@ -154,21 +162,27 @@ def parse_args(argv=None) -> RunConfig:
     p.add_argument("--out", help="results folder (default results/<models>-<preset>)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
     p.add_argument("--alpha", type=float, help="Dirichlet concentration of the accuracy run (default: the preset's)")
+    p.add_argument("--input-shape", default=",".join(map(str, DEFAULT_INPUT_SHAPE)), metavar="C,H,W",
+                   help="one sample's input shape (default 3,32,32; the accuracy run needs 3,S,S)")
+    p.add_argument("--classifier", metavar="DOTTED.NAME", help="the nn.Linear the methods act on (default: the last)")
+    p.add_argument("--classes", type=int, default=PAPER_CLASSES, help="classes of the priced figures (default 100)")
     a = p.parse_args(argv)
     models = tuple(a.models or ([a.model] if a.model else []))
     if not models:
         p.error("give --model NAME or --models NAME [NAME ...]")
-    out = a.out or str(Path("results") / f"{'+'.join(models)}-{a.preset}")
+    out = a.out or str(Path("results") / f"{'+'.join(models).replace(':', '-')}-{a.preset}")
+    try:
+        shape = parse_input_shape(a.input_shape)
+    except ValueError as exc:
+        p.error(str(exc))
     return RunConfig(models, tuple(a.methods), a.batch_size, a.seed, a.preset, a.data_dir, a.hw, out, a.overwrite,
-                     a.alpha)
+                     a.alpha, shape, a.classifier, a.classes)
 
 
 def validate(cfg: RunConfig) -> tuple[HardwareConfig, Preset]:
     """Every check that needs no heavy work; raises ValueError / HardwareConfigError / ResultsError."""
-    unknown = [m for m in cfg.models if m not in MODELS]
-    if unknown:
-        raise ValueError(f"unknown model(s) {unknown}; choose from {', '.join(sorted(MODELS))}")
     _split_methods(cfg.methods)
+    check_models(cfg, classes=cfg.classes)
     if cfg.batch_size < 1:
         raise ValueError(f"--batch-size must be at least 1, got {cfg.batch_size}")
     if cfg.preset not in PRESETS:
@@ -184,6 +198,24 @@ def validate(cfg: RunConfig) -> tuple[HardwareConfig, Preset]:
     return hw, preset if cfg.alpha is None else replace(preset, alpha=cfg.alpha)
 
 
+def check_models(cfg: RunConfig, *, classes: int) -> None:
+    """Build every model once with ``classes`` classes (import, classifier, input shape: docs/byom.md;
+    SphereFed's C <= l); ValueError (ModelSpecError) if one cannot be built."""
+    training, calibrations = _split_methods(cfg.methods)
+    spherefed = any(parse_method(m).spherefed for m in training) or "ffc" in calibrations
+    c, h, w = cfg.input_shape
+    if (c, h) != (3, w):
+        raise ValueError(f"--input-shape {c},{h},{w}: the accuracy run feeds 3-channel square images (3,S,S); "
+                         "price other shapes with python -m workloads.trace or bench.price (docs/byom.md)")
+    if classes < 1:
+        raise ValueError(f"--classes must be at least 1, got {classes}")
+    for model in cfg.models:
+        l = build(cfg.spec(model), num_classes=classes, spherefed=spherefed).feature_dim
+        if spherefed and classes > l:
+            raise ValueError(f"SphereFed's orthonormal classifier needs classes <= features: {model} has {l} "
+                             f"features, {classes} classes (--classes, or the accuracy run's dataset)")
+
+
 def _subset(data: Dataset, limit: int | None, seed: int, what: str) -> Dataset:
     if limit is None or len(data.y) <= limit:
         return data
@@ -192,7 +224,9 @@ def _subset(data: Dataset, limit: int | None, seed: int, what: str) -> Dataset:
 
 
 def load_accuracy_data(preset: Preset, cfg: RunConfig) -> tuple[Dataset, Dataset]:
-    train, test = load_dataset(preset.dataset, data_dir=cfg.data_dir)
+    side = cfg.input_shape[-1]
+    train, test = load_dataset(preset.dataset, data_dir=cfg.data_dir, image_size=None if side == 32 else side)
+    check_models(cfg, classes=train.num_classes)
     return (_subset(train, preset.max_train_samples, cfg.seed, "train"),
             _subset(test, preset.max_test_samples, cfg.seed + 1, "test"))
 
@@ -212,7 +246,7 @@ def training_figures(model: str, methods, cfg: RunConfig, hw: HardwareConfig, pr
     figures, op_rows = {}, []
     for method in methods:
         progress(f"{model}: capturing and pricing one {method} training step (batch {cfg.batch_size})")
-        trace = local_training_trace(model, method, batch_size=cfg.batch_size, num_classes=PAPER_CLASSES,
+        trace = local_training_trace(cfg.spec(model), method, batch_size=cfg.batch_size, num_classes=cfg.classes,
                                      image_size=PAPER_IMAGE_SIZE, seed=cfg.seed)
         report = simulate_complete(trace, hw, f"{model} {method} training step")
         figures[method] = {
@@ -228,12 +262,13 @@ def training_figures(model: str, methods, cfg: RunConfig, hw: HardwareConfig, pr
     return figures, op_rows
 
 
-def calibration_figures(model: str, calibrations, hw: HardwareConfig, progress) -> dict:
+def calibration_figures(model: str, calibrations, hw: HardwareConfig, progress, *, spec: ModelSpec | None = None,
+                        num_classes: int = PAPER_CLASSES) -> dict:
     out = {}
     for calibration in calibrations:
         progress(f"{model}: pricing {calibration} calibration (average client + server)")
-        cost = calibration_cost(calibration, model, train_samples=PAPER_TRAIN_SAMPLES, num_clients=PAPER_CLIENTS,
-                                num_classes=PAPER_CLASSES, image_size=PAPER_IMAGE_SIZE,
+        cost = calibration_cost(calibration, spec or model, train_samples=PAPER_TRAIN_SAMPLES, num_clients=PAPER_CLIENTS,
+                                num_classes=num_classes, image_size=PAPER_IMAGE_SIZE,
                                 hp=Hparams(), hw=hw)
         out[calibration] = {"client_cycles": cost.client_cycles, "server_cycles": cost.server_cycles,
                             "latency_s": cost.latency_s}
@@ -245,12 +280,12 @@ def _comm_method(name: str) -> MethodConfig:
     return parse_method(f"{TRAINED_WITH[name]}+{name}" if name in CALIBRATIONS else name)
 
 
-def model_closed_form_bytes(model_name: str, method: MethodConfig, hp: Hparams, *, num_classes: int,
+def model_closed_form_bytes(model_name: str | ModelSpec, method: MethodConfig, hp: Hparams, *, num_classes: int,
                             image_size: int, rounds: int, num_clients: int, seed: int) -> dict[str, int]:
     """``closed_form_bytes`` of the FL code for a whole run, from the prepared model's shapes."""
     torch.manual_seed(seed)
-    model = prepare_model(build_model(model_name, num_classes=num_classes, image_size=image_size,
-                                      spherefed=method.spherefed), method, seed=seed)
+    model = prepare_model(build(as_spec(model_name, image_size), num_classes=num_classes,
+                                spherefed=method.spherefed), method, seed=seed)
     state, frozen = model.state_dict(), frozen_keys(model)
     shared = {k: v for k, v in state.items() if k not in frozen}
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
@@ -264,12 +299,13 @@ def model_closed_form_bytes(model_name: str, method: MethodConfig, hp: Hparams, 
 
 def communication_figures(model: str, names, cfg: RunConfig) -> dict:
     """Fig. 5 (a) for the paper's run, and the classifier's share from Table 1's closed forms."""
-    setup = formulas.Table1Setup(feature_dim=build_model(model, num_classes=PAPER_CLASSES).feature_dim)
+    setup = formulas.Table1Setup(feature_dim=build(cfg.spec(model), num_classes=cfg.classes,
+                                                   spherefed=False).feature_dim, num_classes=cfg.classes)
     table1_name = {"fedavg": "fedavg", "ccvr": "ccvr", "spherefed": "spherefed", "ffc": "spherefed"}
     out = {}
     for name in names:
         method = _comm_method(name)
-        totals = model_closed_form_bytes(model, method, Hparams(), num_classes=PAPER_CLASSES,
+        totals = model_closed_form_bytes(cfg.spec(model), method, Hparams(), num_classes=cfg.classes,
                                          image_size=PAPER_IMAGE_SIZE, rounds=PAPER_ROUNDS,
                                          num_clients=PAPER_CLIENTS, seed=cfg.seed)
         out[name] = {"method": method.name, "total_bytes": totals["total_bytes"],
@@ -297,15 +333,15 @@ def accuracy_figures(model: str, names, preset: Preset, data, cfg: RunConfig, pr
         method = parse_method(run_name)
         hp = _hparams(method, preset)
         progress(f"{model}: federated run {run_name} on {preset.dataset} ({preset.rounds} round(s))")
-        result = run_method(method, model_fn=lambda m=method: build_model(model, num_classes=train.num_classes,
-                                                                           spherefed=m.spherefed),
+        result = run_method(method, model_fn=lambda m=method: build(cfg.spec(model), num_classes=train.num_classes,
+                                                                     spherefed=m.spherefed),
                             train=train, test=test, parts=parts, cfg=fl, hp=hp, progress=bars)
         if calib:
             accuracy[calib] = {"accuracy_pct": 100 * result.accuracy}
         if base in training:
             before = result.accuracy_before_calibration if calib else result.accuracy
             accuracy[base] = {"accuracy_pct": 100 * before}
-        closed = model_closed_form_bytes(model, method, hp, num_classes=train.num_classes, image_size=32,
+        closed = model_closed_form_bytes(cfg.spec(model), method, hp, num_classes=train.num_classes, image_size=32,
                                          rounds=preset.rounds, num_clients=PAPER_CLIENTS, seed=cfg.seed)
         ledger[run_name] = {"ledger_total_bytes": ledger_totals(result.transfers)["total_bytes"],
                             "closed_form_total_bytes": closed["total_bytes"]}
@@ -337,10 +373,18 @@ def layer_rows(op_rows: list[dict]) -> pd.DataFrame:
         ["macs", "cycles", "latency_s"]].sum()[list(LAYERS_COLUMNS)]
 
 
+def shapes_label(config: dict) -> str:
+    """"CIFAR-100 shapes" for the paper's input and classes, else "input CxHxW, C classes"."""
+    shape, classes = tuple(config.get("input_shape", DEFAULT_INPUT_SHAPE)), config.get("classes", PAPER_CLASSES)
+    if (shape, classes) == (DEFAULT_INPUT_SHAPE, PAPER_CLASSES):
+        return "CIFAR-100 shapes"
+    return f"input {'x'.join(map(str, shape))}, {classes} classes"
+
+
 def format_table(summary: dict) -> str:
     lines = []
     for model, s in summary["models"].items():
-        lines.append(f"== {model} (CIFAR-100 shapes, batch {summary['config']['batch_size']}, "
+        lines.append(f"== {model} ({shapes_label(summary['config'])}, batch {summary['config']['batch_size']}, "
                      f"{summary['hardware_label']})")
         lines.append(f"{'figure':<34} {'method':<12} {'value':>16} {'normalized':>11}")
         for section, metric, base, unit, scale in (
@@ -378,7 +422,8 @@ def run_study(cfg: RunConfig, hw: HardwareConfig, preset: Preset, data, progress
         accuracy, ledgers[model] = accuracy_figures(model, training + calibrations, preset, data, cfg, progress, bars)
         models[model] = {
             "training": train_figs,
-            "calibration": calibration_figures(model, calibrations, hw, progress),
+            "calibration": calibration_figures(model, calibrations, hw, progress, spec=cfg.spec(model),
+                                               num_classes=cfg.classes),
             "communication": communication_figures(model, training + calibrations, cfg),
             "accuracy": accuracy,
         }
@@ -429,7 +474,8 @@ def headline_metrics(summary: dict) -> dict[str, float]:
     return out
 
 
-GRID_KEYS = {"model", "methods", "batch_size", "seed", "preset", "data_dir", "hw", "alpha"}
+GRID_KEYS = {"model", "methods", "batch_size", "seed", "preset", "data_dir", "hw", "alpha", "input_shape",
+             "classifier", "classes"}
 
 
 def run_point(config: dict, out_dir: Path) -> dict[str, float]:
@@ -441,9 +487,10 @@ def run_point(config: dict, out_dir: Path) -> dict[str, float]:
     if "model" not in config:
         raise ValueError("a bench.run grid point needs 'model'")
     argv = ["--model", str(config["model"]), "--out", str(out_dir)]
-    for key in ("batch_size", "seed", "preset", "data_dir", "hw", "alpha"):
+    for key in ("batch_size", "seed", "preset", "data_dir", "hw", "alpha", "input_shape", "classifier", "classes"):
         if key in config:
-            argv += [f"--{key.replace('_', '-')}", str(config[key])]
+            value = config[key]
+            argv += [f"--{key.replace('_', '-')}", ",".join(map(str, value)) if isinstance(value, list) else str(value)]
     if "methods" in config:
         argv += ["--methods", *config["methods"]]
     cfg = parse_args(argv)

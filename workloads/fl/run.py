@@ -2,6 +2,7 @@
 
     python -m workloads.fl.run --preset small [--methods fedavg,spherefed+ffc] [--seed 0]
                                [--data-dir DIR] [--rounds N] [--out DIR] [--threads N] [--progress]
+                               [--model NAME|package.module:factory] [--classifier DOTTED.NAME]
 
 ``--preset`` is a name under ``configs/presets/`` or a path to a TOML file with tables
 ``[run]`` (``FLConfig`` fields plus ``methods``, the default method list), ``[hparams]`` (defaults
@@ -142,6 +143,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--holdout", type=float, metavar="FRACTION",
                    help="validation hold-out drawn from train before partitioning (Sec. 5.1: 0.15; default: the preset's)")
     p.add_argument("--data-dir", help="folder holding the dataset (not needed for digits)")
+    p.add_argument("--model", help="overrides the preset's model: a paper model, package.module:factory, "
+                   "torchvision:NAME or timm:NAME (docs/byom.md)")
+    p.add_argument("--classifier", metavar="DOTTED.NAME",
+                   help="the nn.Linear of a user model the methods act on (default: its last nn.Linear)")
     p.add_argument("--out", help="output folder (default results/fl/<preset>-seed<seed>)")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice); 1 avoids "
                    "OpenMP stalls when other processes share a small CPU")
@@ -166,29 +171,30 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
     from workloads.fl.local import prepare_model
     from workloads.fl.loop import evaluate, run_method, sample_clients
     from workloads.fl.partition import save_partition_summary
-    from workloads.models import build_model
+    from workloads.model_spec import ModelSpec, build
 
     if args.threads is not None:
         if args.threads < 1:
             raise ValueError(f"--threads must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
     name, cfg, default_methods, hp0, overrides = load_preset(args.preset)
-    changes = {k: v for k, v in (("seed", args.seed), ("rounds", args.rounds), ("holdout_fraction", args.holdout))
-               if v is not None}
+    changes = {k: v for k, v in (("seed", args.seed), ("rounds", args.rounds), ("holdout_fraction", args.holdout),
+                                 ("model", args.model)) if v is not None}
     cfg = FLConfig(**{**asdict(cfg), **changes})
     methods = [parse_method(m) for m in (args.methods.split(",") if args.methods else default_methods)]
     method_hps = {m.name: method_hparams(m, hp0, overrides) for m in methods}
     out = Path(args.out or f"results/fl/{name}-seed{cfg.seed}")
     train, test = load_dataset(cfg.dataset, data_dir=args.data_dir, image_size=cfg.image_size)
     train, val = split_holdout(train, cfg.holdout_fraction, seed=cfg.seed)
-    image_size = int(train.x.shape[-1])
+    spec = ModelSpec(cfg.model, tuple(train.x.shape[1:]), args.classifier)
+    for method in methods:  # every model and head is checked before any training (ModelSpecError)
+        build(spec, num_classes=train.num_classes, norm=cfg.norm, spherefed=method.spherefed)
     labels = train.y.numpy()
     parts = make_partition(labels, cfg)
     clients_per_round = len(sample_clients(cfg.num_clients, cfg.participation, seed=cfg.seed, round=1))
 
     def model_fn(spherefed: bool):
-        return lambda: build_model(cfg.model, num_classes=train.num_classes, image_size=image_size,
-                                   norm=cfg.norm, spherefed=spherefed)
+        return lambda: build(spec, num_classes=train.num_classes, norm=cfg.norm, spherefed=spherefed)
 
     results, ledger_rows = {}, [["method", "round", "client", "direction", "group", "bytes"]]
     for method in methods:
