@@ -2,8 +2,9 @@
 
 ``gemm M N K [--dataflow os|ws|is] [--rows R] [--cols C]`` prints the GEMM's mapping, folds and
 compute cycles as JSON. ``simulate trace.jsonl [--hw hw.toml] [--json]`` prices a trace and prints
-a per-layer table and the totals (latency in cycles and ms, peak memory in MB = 10^6 bytes), or
-JSON with ``--json``. A malformed trace or hardware config prints its error (file, line / field)
+a per-layer table and the totals (latency in cycles and ms, energy in mJ, peak memory in MB = 10^6
+bytes), or JSON with ``--json`` (``energy_j`` and ``energy_by_component_j`` at the top level, per
+phase and per layer). A malformed trace or hardware config prints its error (file, line / field)
 and exits with status 2; nothing else is written.
 """
 
@@ -60,14 +61,14 @@ def build_parser() -> argparse.ArgumentParser:
 def layer_table(report: CostReport) -> str:
     """The per-layer table and the totals, as text."""
     clock = report.hw.clock_hz
-    header = f"{'layer':<40} {'ops':>5} {'MACs':>14} {'compute cyc':>12} {'stall cyc':>12} {'total cyc':>12} {'ms':>9} {'util':>6}"
+    header = f"{'layer':<40} {'ops':>5} {'MACs':>14} {'compute cyc':>12} {'stall cyc':>12} {'total cyc':>12} {'ms':>9} {'mJ':>9} {'util':>6}"
     lines = [header, "-" * len(header)]
     per_cell = report.hw.macs_per_cycle
     for layer, t in report.by_layer().items():
         util = t.macs / (t.total_cycles * per_cell) if t.total_cycles else 0.0
         lines.append(
             f"{(layer or '(no module)')[:40]:<40} {t.ops:>5} {t.macs:>14,} {t.compute_cycles:>12,} "
-            f"{t.stall_cycles:>12,} {t.total_cycles:>12,} {t.total_cycles / clock * 1e3:>9.3f} {util:>6.1%}"
+            f"{t.stall_cycles:>12,} {t.total_cycles:>12,} {t.total_cycles / clock * 1e3:>9.3f} {t.energy_j * 1e3:>9.3f} {util:>6.1%}"
         )
     s = report.summary()
     lines += [
@@ -75,7 +76,10 @@ def layer_table(report: CostReport) -> str:
         f"trace: model={report.model or '?'} method={report.method or '?'} batch={report.batch_size} ops={s['ops']}",
         f"latency: {s['total_cycles']:,} cycles = {s['seconds'] * 1e3:.3f} ms at {clock / 1e6:g} MHz "
         f"(compute {s['compute_cycles']:,}, memory stall {s['stall_cycles']:,}); utilization {s['utilization']:.1%}",
-        "by phase: " + ", ".join(f"{k} {v['total_cycles']:,}" for k, v in s["by_phase"].items()),
+        f"energy: {s['energy_j'] * 1e3:.3f} mJ ("
+        + ", ".join(f"{k} {v * 1e3:.3f}" for k, v in s["energy_by_component_j"].items()) + ")",
+        "by phase: " + ", ".join(f"{k} {v['total_cycles']:,} cycles {v['energy_j'] * 1e3:.3f} mJ"
+                                 for k, v in s["by_phase"].items()),
         f"DRAM traffic: read {s['dram_read_bytes'] / 1e6:.1f} MB, write {s['dram_write_bytes'] / 1e6:.1f} MB",
         f"peak memory: {s['peak_bytes'] / 1e6:.3f} MB (op {s['peak_at_op']}): "
         + ", ".join(f"{k} {v / 1e6:.3f}" for k, v in s["peak_by_kind_bytes"].items() if v),
@@ -99,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     report = simulate(trace, hw)
     if args.json:
-        print(json.dumps({**report.summary(), "by_layer": {k: vars(v) for k, v in report.by_layer().items()}}, indent=2))
+        print(json.dumps({**report.summary(), "by_layer": {k: v.as_dict() for k, v in report.by_layer().items()}}, indent=2))
     else:
         print(layer_table(report))
     return 0

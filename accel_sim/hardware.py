@@ -7,8 +7,9 @@ published; each such field below carries the default we chose and where it comes
 ``docs/accel_sim.md`` repeats the table. None of them was fitted to a paper number.
 
 A config is a frozen dataclass; ``load_hardware_config(path)`` reads a TOML file whose keys are the
-field names (the special unit's throughputs in a ``[special_unit]`` table). Unknown keys and
-impossible values raise ``HardwareConfigError`` naming the field.
+field names (the special unit's throughputs in a ``[special_unit]`` table, the energy per event in
+an ``[energy]`` table). Unknown keys and impossible values raise ``HardwareConfigError`` naming the
+field.
 """
 
 from __future__ import annotations
@@ -75,6 +76,43 @@ class SpecialUnit:
 
 
 @dataclass(frozen=True)
+class EnergyCosts:
+    """Energy per event of the modeled accelerator (the ``[energy]`` table); ``accel_sim.energy``
+    turns an op's event counts into joules with them.
+
+    Not published for the paper's board. Defaults: the 45 nm figures of M. Horowitz, "Computing's
+    energy problem (and what we can do about it)", ISSCC 2014, Fig. 1.1.9 ("rough energy costs for
+    various operations in 45nm 0.9V"), the figures accelerator papers quote. They are ASIC
+    figures; the paper's accelerator is an FPGA (Xilinx VC707), whose programmable logic and
+    routing spend several times more per operation, so these defaults understate the board's
+    energy: an explicit assumption (``docs/accel_sim.md``). Another technology: replace the five
+    numbers, each per event as named.
+    """
+
+    mac_pj: float = 4.6
+    """One FP32 multiply-add on the array: FP32 multiply 3.7 pJ + FP32 add 0.9 pJ (Horowitz 2014,
+    Fig. 1.1.9). Counted per useful MAC (``docs/accel_sim.md``: padded zeros are gated)."""
+    sram_pj_per_byte: float = 1.25
+    """On-chip buffer access: 10 pJ per 64-bit access of an 8 KB SRAM (Horowitz 2014, Fig. 1.1.9)
+    = 1.25 pJ/B. The buffers are banks of small block RAMs (36 Kb each on the VC707), so one access
+    touches one small array; the 1 MB figure (100 pJ / 64 bit = 12.5 pJ/B) is the pessimistic end."""
+    dram_pj_per_byte: float = 162.5
+    """DRAM access: 1.3-2.6 nJ per 64-bit access (Horowitz 2014, Fig. 1.1.9); the low end,
+    1.3 nJ / 8 B = 162.5 pJ/B (Han et al., NeurIPS 2015, quote 640 pJ per 32-bit word = 160 pJ/B)."""
+    special_unit_pj_per_element: float = 4.6
+    """One element through the special unit: one FP32 multiply + add (3.7 + 0.9 pJ, Horowitz 2014),
+    an assumption (a norm or loss does a few operations per element, a copy none)."""
+    static_w: float = 0.3
+    """Static (leakage) power of the whole accelerator while a trace runs, watts, times its latency.
+    An assumption: the order of a large FPGA's static power at room temperature (a few hundred
+    mW); an ASIC of the same array leaks less."""
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            _check_nonneg_number(f"energy.{f.name}", getattr(self, f.name))
+
+
+@dataclass(frozen=True)
 class HardwareConfig:
     """Every parameter of the modeled accelerator. Defaults: the paper's array plus documented
     assumptions (``docs/accel_sim.md``)."""
@@ -130,6 +168,9 @@ class HardwareConfig:
     blocked algorithms run their trailing updates (most MACs) as GEMMs, while the panel steps are
     sequential. An assumption; only the calibration (FFC solve, CCVR) uses it."""
 
+    # --- not published: energy per event ------------------------------------------------------
+    energy: EnergyCosts = field(default_factory=EnergyCosts)
+
     def __post_init__(self) -> None:
         for name in ("rows", "cols", "word_bytes", "a_buffer_bytes", "b_buffer_bytes", "out_buffer_bytes"):
             _check_positive_int(name, getattr(self, name))
@@ -146,6 +187,8 @@ class HardwareConfig:
         _check_choice("grouped_mapping", self.grouped_mapping, GROUPED_MAPPINGS)
         if not isinstance(self.special_unit, SpecialUnit):
             raise HardwareConfigError("hardware field 'special_unit' must be a SpecialUnit")
+        if not isinstance(self.energy, EnergyCosts):
+            raise HardwareConfigError("hardware field 'energy' must be an EnergyCosts")
 
     @property
     def macs_per_cycle(self) -> int:
@@ -185,6 +228,11 @@ def _check_positive_number(name: str, value: Any) -> None:
         raise HardwareConfigError(f"hardware field '{name}' must be a positive number, got {value!r}")
 
 
+def _check_nonneg_number(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise HardwareConfigError(f"hardware field '{name}' must be a finite number >= 0, got {value!r}")
+
+
 def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise HardwareConfigError(f"hardware field '{name}' is {value!r}; expected one of {', '.join(choices)}")
@@ -200,23 +248,28 @@ def hardware_config_from_dict(data: dict[str, Any], source: str = "<config>") ->
             f"{source}: unknown hardware field(s) {', '.join(unknown)}; known fields: {', '.join(sorted(known))}"
         )
     values = dict(data)
-    if "special_unit" in values:
-        unit = values["special_unit"]
-        if not isinstance(unit, dict):
-            raise HardwareConfigError(f"{source}: hardware field 'special_unit' must be a table")
-        unit_known = {f.name for f in fields(SpecialUnit)}
-        unit_unknown = sorted(set(unit) - unit_known)
-        if unit_unknown:
-            raise HardwareConfigError(
-                f"{source}: unknown field(s) special_unit.{', special_unit.'.join(unit_unknown)}; "
-                f"known: {', '.join(sorted(unit_known))}"
-            )
-        try:
-            values["special_unit"] = SpecialUnit(**unit)
-        except HardwareConfigError as e:
-            raise HardwareConfigError(f"{source}: {e}") from None
+    for table, cls in (("special_unit", SpecialUnit), ("energy", EnergyCosts)):
+        if table in values:
+            values[table] = _sub_table(table, cls, values[table], source)
     try:
         return HardwareConfig(**values)
+    except HardwareConfigError as e:
+        raise HardwareConfigError(f"{source}: {e}") from None
+
+
+def _sub_table(table: str, cls: type, value: Any, source: str) -> Any:
+    """A TOML sub-table (``[special_unit]``, ``[energy]``) as its dataclass; unknown keys and bad
+    values raise ``HardwareConfigError`` naming ``table.key``."""
+    if not isinstance(value, dict):
+        raise HardwareConfigError(f"{source}: hardware field '{table}' must be a table")
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(value) - known)
+    if unknown:
+        raise HardwareConfigError(
+            f"{source}: unknown field(s) {table}.{(', ' + table + '.').join(unknown)}; known: {', '.join(sorted(known))}"
+        )
+    try:
+        return cls(**value)
     except HardwareConfigError as e:
         raise HardwareConfigError(f"{source}: {e}") from None
 

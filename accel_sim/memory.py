@@ -20,6 +20,18 @@ WS / IS (S_R, S_C, T) = (K, N, M) / (K, M, N), partial sums accumulate over the 
       row fold, if ``cols x T`` words fit the output buffer's active half; otherwise every fold
       stores them and every fold after the first reads them back (a spill).
 
+On-chip buffer traffic (what the array itself reads from the A / B buffers and writes to the
+output buffer, per fold; the energy model prices it, ``accel_sim.energy``):
+
+    * OS: reads the A block ``r x T`` and the B block ``T x c``, writes the ``r x c`` outputs;
+    * WS / IS: reads the stationary block ``r x c`` once (it is preloaded into the cells) and the
+      streamed block ``r x T``; writes the ``c x T`` partial sums; every row fold after the first
+      also reads the previous partial sums back to accumulate into them (read-modify-write).
+
+SCALE-Sim 3.0 counts the same reads and writes (its "SRAM reads / writes" per operand), except
+the partial-sum read-backs, which it does not model (``docs/scalesim.md``). The transfers between
+DRAM and the buffers' other halves are priced as DRAM traffic only.
+
 Time (``pipelined_cycles``): a fold's loads are prefetched during the previous fold and its stores
 drain during the next, on one shared DRAM channel. Fold ``i`` costs
 ``max(compute_i, (load_{i+1} + store_{i-1}) / bandwidth)``; what cannot overlap is added: the DRAM
@@ -30,7 +42,7 @@ A fold whose transfer exceeds its compute stalls the array; stall = total - comp
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -44,19 +56,20 @@ class FoldSchedule:
     compute_cycles: np.ndarray  # per fold
     load_bytes: np.ndarray  # per fold, DRAM -> chip (float: a block-diagonal B moves fractions)
     store_bytes: np.ndarray  # per fold, chip -> DRAM
+    sram_read_bytes: np.ndarray  # per fold, read by the array from the A, B and output buffers
+    sram_write_bytes: np.ndarray  # per fold, written by the array into the output buffer
 
     @staticmethod
     def concat(parts: list["FoldSchedule"]) -> "FoldSchedule":
-        return FoldSchedule(
-            np.concatenate([p.compute_cycles for p in parts]),
-            np.concatenate([p.load_bytes for p in parts]),
-            np.concatenate([p.store_bytes for p in parts]),
-        )
+        return FoldSchedule(*(np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(FoldSchedule)))
 
     def repeat(self, times: int) -> "FoldSchedule":
-        return FoldSchedule(
-            np.tile(self.compute_cycles, times), np.tile(self.load_bytes, times), np.tile(self.store_bytes, times)
-        )
+        return FoldSchedule(*(np.tile(getattr(self, f.name), times) for f in fields(FoldSchedule)))
+
+    @property
+    def sram_bytes(self) -> tuple[int, int]:
+        """(read, written) on-chip buffer bytes of the whole sequence, rounded to whole bytes."""
+        return round(float(self.sram_read_bytes.sum())), round(float(self.sram_write_bytes.sum()))
 
 
 def gemm_fold_schedule(
@@ -79,10 +92,11 @@ def gemm_fold_schedule(
     ``b_density`` < 1 is for a block-diagonal B (groups packed by the ``block_diagonal`` mapping,
     ``accel_sim.pricing``): its zero blocks are not fetched nor stored on chip, so every B
     transfer and B's buffer footprint are scaled by the fraction of B that is non-zero (``1/p``
-    for ``p`` packed groups; exact over the whole GEMM, an average per fold)."""
+    for ``p`` packed groups; exact over the whole GEMM, an average per fold); so are the array's
+    reads of B from its buffer (the zeros are fed to the cells, not read)."""
     if m == 0 or n == 0 or k == 0:
         empty = np.zeros(0, dtype=np.int64)
-        return FoldSchedule(empty, empty, empty)
+        return FoldSchedule(empty, empty, empty, empty, empty)
     s_r, s_c, t = map_gemm(m, n, k, dataflow)
     row_folds, col_folds = fold_counts(s_r, s_c, rows=rows, cols=cols)
     fr = np.tile(np.arange(row_folds, dtype=np.int64), col_folds)
@@ -97,6 +111,8 @@ def gemm_fold_schedule(
         b_words = c * t * (fr == 0) if min(cols, s_c) * t * b_bytes <= b_half else c * t
         loads = a_words * word_bytes + b_words * b_bytes
         stores = r * c * word_bytes
+        sram_reads = r * t * word_bytes + c * t * b_bytes
+        sram_writes = stores
     else:
         # WS: B stationary, A^T streamed; IS: A^T stationary, B streamed
         stationary_bytes, streamed_bytes, streamed_half = (
@@ -110,8 +126,10 @@ def gemm_fold_schedule(
             stores, reads = psum, psum * (fr > 0)
         loads = r * c * stationary_bytes + streamed * streamed_bytes + reads * word_bytes
         stores = stores * word_bytes
+        sram_reads = r * c * stationary_bytes + r * t * streamed_bytes + psum * (fr > 0) * word_bytes
+        sram_writes = psum * word_bytes
     compute = np.full(fr.shape, fold_cycles(t, rows=rows, cols=cols, dataflow=dataflow), dtype=np.int64)
-    return FoldSchedule(compute, np.asarray(loads, dtype=np.float64), np.asarray(stores, dtype=np.float64))
+    return FoldSchedule(compute, *(np.asarray(x, dtype=np.float64) for x in (loads, stores, sram_reads, sram_writes)))
 
 
 @dataclass(frozen=True)

@@ -27,12 +27,16 @@ from accel_sim.trace_schema import GemmWork, LinalgWork, VectorWork, Work
 
 @dataclass(frozen=True)
 class WorkCost:
-    """The price of one op's work: cycles, DRAM bytes, useful MACs."""
+    """The price of one op's work: cycles, DRAM bytes, useful MACs, and the other events the energy
+    model counts (``accel_sim.energy``): on-chip buffer bytes read / written, special-unit elements."""
 
     timing: Timing
     macs: int
     dataflow: str = ""  # GEMMs only
     priced: bool = True
+    sram_read_bytes: int = 0
+    sram_write_bytes: int = 0
+    special_unit_elements: int = 0
 
 
 _FREE = Timing(0, 0, 0, 0, 0)
@@ -74,10 +78,10 @@ def gemm_schedule(work: GemmWork, hw: HardwareConfig, dataflow: str) -> FoldSche
 
 def price_gemm(work: GemmWork, hw: HardwareConfig) -> WorkCost:
     dataflow = hw.dataflow(work.role)
-    timing = pipelined_cycles(
-        gemm_schedule(work, hw, dataflow), bytes_per_cycle=hw.dram_bytes_per_cycle, latency_cycles=hw.dram_latency_cycles
-    )
-    return WorkCost(timing, work.macs, dataflow)
+    schedule = gemm_schedule(work, hw, dataflow)
+    timing = pipelined_cycles(schedule, bytes_per_cycle=hw.dram_bytes_per_cycle, latency_cycles=hw.dram_latency_cycles)
+    sram_read, sram_write = schedule.sram_bytes
+    return WorkCost(timing, work.macs, dataflow, sram_read_bytes=sram_read, sram_write_bytes=sram_write)
 
 
 def price_vector(work: VectorWork, hw: HardwareConfig, read_bytes: int, write_bytes: int) -> WorkCost:
@@ -85,7 +89,9 @@ def price_vector(work: VectorWork, hw: HardwareConfig, read_bytes: int, write_by
     timing = streaming_cycles(
         compute, read_bytes, write_bytes, bytes_per_cycle=hw.dram_bytes_per_cycle, latency_cycles=hw.dram_latency_cycles
     )
-    return WorkCost(timing, 0)
+    # the unit reads its inputs from the on-chip buffer and writes its outputs there once
+    return WorkCost(timing, 0, sram_read_bytes=read_bytes, sram_write_bytes=write_bytes,
+                    special_unit_elements=work.elements)
 
 
 def price_linalg(work: LinalgWork, hw: HardwareConfig, read_bytes: int, write_bytes: int) -> WorkCost:
@@ -93,7 +99,7 @@ def price_linalg(work: LinalgWork, hw: HardwareConfig, read_bytes: int, write_by
     timing = streaming_cycles(
         compute, read_bytes, write_bytes, bytes_per_cycle=hw.dram_bytes_per_cycle, latency_cycles=hw.dram_latency_cycles
     )
-    return WorkCost(timing, work.macs)
+    return WorkCost(timing, work.macs, sram_read_bytes=read_bytes, sram_write_bytes=write_bytes)
 
 
 def price_work(work: Work, hw: HardwareConfig, read_bytes: int = 0, write_bytes: int = 0) -> WorkCost:

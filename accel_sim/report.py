@@ -1,8 +1,9 @@
 """``CostReport``: what a trace costs on the modeled accelerator, op by op, with totals and queries.
 
-Units: cycles of the accelerator's clock, bytes of DRAM traffic, MACs (one multiply-add; we
-never print FLOPs). Utilization is against the roofline of ``rows x cols`` MACs per
-cycle: ``macs / (total_cycles x rows x cols)``.
+Units: cycles of the accelerator's clock, bytes of DRAM traffic (``read_bytes``, ``write_bytes``)
+and of on-chip buffer traffic (``sram_read_bytes``, ``sram_write_bytes``), MACs (one multiply-add;
+we never print FLOPs), joules (``accel_sim.energy``). Utilization is against the roofline of
+``rows x cols`` MACs per cycle: ``macs / (total_cycles x rows x cols)``.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable
 
+from accel_sim.energy import Energy, energy_of
 from accel_sim.hardware import HardwareConfig
 from accel_sim.lifetimes import PeakMemory
 
@@ -30,11 +32,20 @@ class OpCost:
     read_bytes: int
     write_bytes: int
     priced: bool
+    sram_read_bytes: int  # on-chip buffer bytes read (GEMM: by the array; vector / linalg: inputs)
+    sram_write_bytes: int  # on-chip buffer bytes written
+    special_unit_elements: int  # vector work's elements
+    energy: Energy  # joules by component (accel_sim.energy)
+
+    @property
+    def energy_j(self) -> float:
+        return self.energy.energy_j
 
 
 @dataclass(frozen=True)
 class Totals:
-    """Sums over a set of ops."""
+    """Sums over a set of ops; the energy comes from the summed event counts (``accel_sim.energy``
+    is linear in them), so it equals the sum of the ops' energies up to rounding."""
 
     ops: int
     macs: int
@@ -43,19 +54,41 @@ class Totals:
     total_cycles: int
     read_bytes: int
     write_bytes: int
+    sram_read_bytes: int
+    sram_write_bytes: int
+    special_unit_elements: int
+    energy: Energy
 
     @staticmethod
-    def of(costs: Iterable[OpCost]) -> "Totals":
+    def of(costs: Iterable[OpCost], hw: HardwareConfig) -> "Totals":
         costs = list(costs)
-        return Totals(
-            ops=len(costs),
-            macs=sum(c.macs for c in costs),
-            compute_cycles=sum(c.compute_cycles for c in costs),
-            stall_cycles=sum(c.stall_cycles for c in costs),
-            total_cycles=sum(c.total_cycles for c in costs),
-            read_bytes=sum(c.read_bytes for c in costs),
-            write_bytes=sum(c.write_bytes for c in costs),
-        )
+        counts = {
+            name: sum(getattr(c, name) for c in costs)
+            for name in ("macs", "compute_cycles", "stall_cycles", "total_cycles", "read_bytes", "write_bytes",
+                         "sram_read_bytes", "sram_write_bytes", "special_unit_elements")
+        }
+        energy = op_energy(hw, macs=counts["macs"], total_cycles=counts["total_cycles"],
+                           dram_bytes=counts["read_bytes"] + counts["write_bytes"],
+                           sram_bytes=counts["sram_read_bytes"] + counts["sram_write_bytes"],
+                           special_unit_elements=counts["special_unit_elements"])
+        return Totals(ops=len(costs), **counts, energy=energy)
+
+    @property
+    def energy_j(self) -> float:
+        return self.energy.energy_j
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready data: the counts, ``energy_j`` and ``energy_by_component_j``."""
+        out = {k: v for k, v in asdict(self).items() if k != "energy"}
+        return {**out, "energy_j": self.energy_j, "energy_by_component_j": self.energy.by_component_j()}
+
+
+def op_energy(hw: HardwareConfig, *, macs: int, total_cycles: int, dram_bytes: int, sram_bytes: int,
+              special_unit_elements: int) -> Energy:
+    """The energy of an op (or a set of ops) from its event counts under ``hw.energy``; latency =
+    total cycles / clock."""
+    return energy_of(hw.energy, macs=macs, sram_bytes=sram_bytes, dram_bytes=dram_bytes,
+                     special_unit_elements=special_unit_elements, latency_s=total_cycles / hw.clock_hz)
 
 
 @dataclass(frozen=True)
@@ -70,7 +103,7 @@ class CostReport:
     # ---- totals ---------------------------------------------------------------------------
     @property
     def totals(self) -> Totals:
-        return Totals.of(self.ops)
+        return Totals.of(self.ops, self.hw)
 
     @property
     def total_cycles(self) -> int:
@@ -89,6 +122,16 @@ class CostReport:
     def peak_bytes(self) -> int:
         return self.peak.peak_bytes
 
+    @property
+    def energy(self) -> Energy:
+        """Energy of the whole trace by component (``accel_sim.energy``)."""
+        return self.totals.energy
+
+    @property
+    def energy_j(self) -> float:
+        """Energy of the whole trace, joules."""
+        return self.totals.energy_j
+
     def utilization(self) -> float:
         """Useful MACs / (total cycles x rows x cols)."""
         cycles = self.total_cycles
@@ -99,7 +142,7 @@ class CostReport:
         groups: dict[str, list[OpCost]] = {}
         for cost in self.ops:
             groups.setdefault(key(cost), []).append(cost)
-        return {name: Totals.of(costs) for name, costs in groups.items()}
+        return {name: Totals.of(costs, self.hw) for name, costs in groups.items()}
 
     def by_layer(self) -> dict[str, Totals]:
         """Totals per owning module (in order of first appearance; "" = outside any module)."""
@@ -122,12 +165,17 @@ class CostReport:
         return counts
 
     def rows(self) -> list[dict[str, Any]]:
-        """One dict per op, for ``pandas.DataFrame(report.rows())``; adds ``utilization``."""
+        """One dict per op, for ``pandas.DataFrame(report.rows())``; adds ``utilization``; the energy as
+        ``energy_j`` and one ``energy_<component>_j`` column per component."""
         per_cell = self.hw.macs_per_cycle
-        return [
-            {**asdict(c), "utilization": c.macs / (c.total_cycles * per_cell) if c.total_cycles else 0.0}
-            for c in self.ops
-        ]
+        rows = []
+        for c in self.ops:
+            row = {k: v for k, v in asdict(c).items() if k != "energy"}
+            row["utilization"] = c.macs / (c.total_cycles * per_cell) if c.total_cycles else 0.0
+            row["energy_j"] = c.energy_j
+            row.update({f"energy_{k}_j": v for k, v in c.energy.by_component_j().items()})
+            rows.append(row)
+        return rows
 
     def summary(self) -> dict[str, Any]:
         """Totals, peak memory and the unpriced ops as plain JSON-ready data."""
@@ -145,11 +193,16 @@ class CostReport:
             "utilization": self.utilization(),
             "dram_read_bytes": t.read_bytes,
             "dram_write_bytes": t.write_bytes,
+            "sram_read_bytes": t.sram_read_bytes,
+            "sram_write_bytes": t.sram_write_bytes,
+            "special_unit_elements": t.special_unit_elements,
+            "energy_j": t.energy_j,
+            "energy_by_component_j": t.energy.by_component_j(),
             "peak_bytes": self.peak.peak_bytes,
             "peak_at_op": self.peak.at_op,
             "peak_by_kind_bytes": dict(self.peak.by_kind_bytes),
             "peak_live_storages": list(self.peak.live_storages),
-            "by_phase": {k: asdict(v) for k, v in self.by_phase().items()},
+            "by_phase": {k: v.as_dict() for k, v in self.by_phase().items()},
             "unsupported_ops": self.unsupported_ops(),
             "hardware": asdict(self.hw),
         }

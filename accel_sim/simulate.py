@@ -5,7 +5,8 @@ and the trace is one sequential program): the latency of a trace is the sum of i
 cycles. Each op is priced by ``accel_sim.pricing``; vector and linear-algebra ops stream the
 bytes of their input and output tensors (each distinct tensor once), or the bytes a vector op
 states it touches (``VectorWork.read_bytes`` / ``write_bytes``); peak memory comes from the
-storage lifetimes (``accel_sim.lifetimes``).
+storage lifetimes (``accel_sim.lifetimes``); every op's energy from its event counts
+(``accel_sim.energy``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from accel_sim.hardware import HardwareConfig
 from accel_sim.lifetimes import peak_memory
 from accel_sim.pricing import price_work
-from accel_sim.report import CostReport, OpCost
+from accel_sim.report import CostReport, OpCost, op_energy
 from accel_sim.trace_schema import OpRecord, Trace
 
 
@@ -58,6 +59,13 @@ def simulate(trace: Trace, hw: HardwareConfig | None = None) -> CostReport:
                 read_bytes=t.read_bytes,
                 write_bytes=t.write_bytes,
                 priced=cost.priced,
+                sram_read_bytes=cost.sram_read_bytes,
+                sram_write_bytes=cost.sram_write_bytes,
+                special_unit_elements=cost.special_unit_elements,
+                energy=op_energy(hw, macs=cost.macs, total_cycles=t.total_cycles,
+                                 dram_bytes=t.read_bytes + t.write_bytes,
+                                 sram_bytes=cost.sram_read_bytes + cost.sram_write_bytes,
+                                 special_unit_elements=cost.special_unit_elements),
             )
         )
     header = trace.header

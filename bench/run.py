@@ -36,11 +36,11 @@ import torch
 
 from accel_sim.hardware import HardwareConfig, HardwareConfigError, load_hardware_config
 from bench import formulas
-from bench.calibration import CALIBRATIONS, TRAINED_WITH, calibration_cost
 from bench.plots import plot_run
 from bench.results import (FORMAT_NAME, FORMAT_VERSION, LAYERS_COLUMNS, LAYERS_CSV, OPS_COLUMNS, OPS_CSV,
                            ResultsError, check_out_dir, write_json, write_run_dir)
-from bench.traces import local_training_trace, simulate_complete
+from bench.traces import local_training_trace
+from workloads.fl.calibration_cost import CALIBRATIONS, TRAINED_WITH, calibration_cost
 from workloads.fl.comm import closed_form_bytes, ledger_totals, tensor_bytes
 from workloads.fl.data import Dataset, load_dataset
 from workloads.fl.hparams import FLConfig, Hparams
@@ -49,6 +49,7 @@ from workloads.fl.loop import run_method
 from workloads.fl.methods import MethodConfig, parse_method
 from workloads.fl.methods.base import frozen_keys
 from workloads.fl.partition import dirichlet_partition
+from workloads.fl.step_cost import simulate_complete
 from workloads.model_spec import DEFAULT_INPUT_SHAPE, ModelSpec, as_spec, build, parse_input_shape
 from workloads.models import MODELS
 from workloads.provenance import git_commit

@@ -37,7 +37,8 @@ import pandas as pd  # noqa: E402
 from accel_sim.hardware import HardwareConfig, HardwareConfigError, SpecialUnit, load_hardware_config  # noqa: E402
 from bench.results import ResultsError, check_out_dir, write_json, write_run_dir  # noqa: E402
 from workloads.provenance import git_commit  # noqa: E402
-from bench.traces import local_training_trace, peak_memory_at_word_bytes, simulate_complete  # noqa: E402
+from bench.traces import local_training_trace, peak_memory_at_word_bytes  # noqa: E402
+from workloads.fl.step_cost import simulate_complete  # noqa: E402
 
 PAPER_UP_TO_LATENCY_SAVING_PCT = 13.6  # SphereFed Sec. 5.4, Fig. 5 (c)
 PAPER_UP_TO_MEMORY_SAVING_PCT = 10.5  # SphereFed Sec. 5.4, Fig. 5 (b)

@@ -1,74 +1,37 @@
-"""Traces bench prices: one local training step of an FL method, captured on the ``meta`` device.
+"""Traces bench prices: one local training step of an FL method by model name at the paper's shapes.
 
-The step is the federated loop's own (``workloads.fl.local.client_trainer(...).step``: the
-method's model preparation, loss, penalty and SGD over the trainable parameters), with the
-method's hyper-parameters (``workloads.fl.hparams.Hparams``: SphereFed appendix Table 16) and a
-batch at the paper's shapes (CIFAR-100: 3x32x32, 100 classes, B = 64). One warm-up step runs
-first, uncaptured, so the SGD momentum buffers exist as in every later step. Capturing on
-``meta`` runs the same aten ops with no arithmetic (docs/trace.md), so batch values do not matter.
+``local_training_trace`` builds the model by name and captures the federated loop's own step with
+``workloads.fl.step_cost.local_step_trace`` (one warm-up step, then one captured on the ``meta``
+device), with the method's hyper-parameters (``workloads.fl.hparams.Hparams``: SphereFed appendix
+Table 16) and a batch at CIFAR-100's shapes (3x32x32, 100 classes, B = 64) unless told otherwise.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-import torch
-from torch import nn
-
-from accel_sim.hardware import HardwareConfig
 from accel_sim.lifetimes import PeakMemory, peak_memory
-from accel_sim.report import CostReport
-from accel_sim.simulate import simulate
 from accel_sim.trace_schema import Trace
 from workloads.fl.hparams import Hparams
-from workloads.fl.local import client_trainer, prepare_model
-from workloads.fl.methods import MethodConfig, parse_method
-from workloads.model_spec import ModelSpec, as_spec, build, example_batch
-from workloads.trace import capture
+from workloads.fl.methods import parse_method
+from workloads.fl.step_cost import local_step_trace
+from workloads.model_spec import ModelSpec, as_spec, build
 
 TRACE_WORD_BYTES = 4  # traces are captured in float32
-
-
-def simulate_complete(trace: Trace, hw: HardwareConfig, what: str) -> CostReport:
-    """``simulate(trace, hw)``, refusing a trace with ops that have no lowering: accel_sim would
-    count them as 0 cycles, and bench must not report a figure that silently leaves work out."""
-    report = simulate(trace, hw)
-    missing = report.unsupported_ops()
-    if missing:
-        raise ValueError(f"{what}: {sum(missing.values())} op(s) have no lowering and would be priced at 0 cycles "
-                         f"({missing}); add them to LOWERINGS in workloads/lowering.py")
-    return report
 
 
 def local_training_trace(model_name: str | ModelSpec, method_name: str, *, batch_size: int = 64,
                          num_classes: int = 100, image_size: int = 32, norm: str = "bn", hp: Hparams | None = None,
                          seed: int = 0) -> Trace:
-    """One steady-state local SGD step of ``method_name`` (e.g. "fedavg", "spherefed", "fedprox").
-
-    ``model_name``: a name (3 x image_size x image_size inputs) or a ``ModelSpec`` (its own shape)."""
+    """One steady-state local SGD step of ``method_name`` (e.g. "fedavg", "spherefed", "fedprox") on
+    model ``model_name`` at CIFAR-like shapes (3 x image_size x image_size), or on a
+    ``workloads.model_spec.ModelSpec`` at its own input shape (docs/byom.md)."""
     method = parse_method(method_name)
-    if method.calibration:
-        raise ValueError(f"{method_name!r}: a training step has no calibration; drop '+{method.calibration}'")
-    hp = replace(hp or Hparams(), batch_size=batch_size)
     spec = as_spec(model_name, image_size)
-    torch.manual_seed(seed)
-    model = build(spec, num_classes=num_classes, norm=norm, spherefed=method.spherefed)
-    meta = {"classes": num_classes, "image_size": spec.input_shape[-1], "norm": norm, "lr": hp.lr, "device": "meta"}
-    return training_step_trace(model, method, example_batch(spec, batch_size),
-                               torch.zeros(batch_size, dtype=torch.long, device="meta"),
-                               hp=hp, seed=seed, model_name=spec.name, meta=meta)
-
-
-def training_step_trace(model: nn.Module, method: MethodConfig, x: torch.Tensor, y: torch.Tensor, *, hp: Hparams,
-                        seed: int, model_name: str, meta: dict) -> Trace:
-    """The FL client trainer's steady-state step on a ``meta`` copy of an FLNet ``model`` (prepared
-    here for ``method``: SphereFed's fixed head, FedBABU's frozen head, ...), for batch ``(x, y)``."""
-    model = prepare_model(model, method, seed=seed).to("meta").train()
-    trainer = client_trainer(model, model.state_dict(), hp, method)
-    x, y = x.to("meta"), y.to("meta")
-    trainer.step(x, y)  # warm-up: creates the momentum buffers
-    return capture(trainer.step, x, y, model=model, model_name=model_name, method=method.name,
-                   batch_size=len(x), meta=meta).trace
+    return local_step_trace(
+        lambda: build(spec, num_classes=num_classes, norm=norm, spherefed=method.spherefed),
+        method, hp or Hparams(), batch_size=batch_size, input_shape=spec.input_shape, seed=seed,
+        model_name=spec.name, meta={"classes": num_classes, "image_size": spec.input_shape[-1], "norm": norm})
 
 
 def peak_memory_at_word_bytes(trace: Trace, word_bytes: int) -> PeakMemory:

@@ -1,4 +1,4 @@
-"""bench.calibration: the one-and-two-step extrapolation equals full captures on small shapes."""
+"""workloads.fl.calibration_cost: the one-and-two-step extrapolation equals full captures on small shapes."""
 
 import pytest
 import torch
@@ -6,11 +6,11 @@ import torch.nn.functional as F
 
 from accel_sim.hardware import HardwareConfig
 from accel_sim.simulate import simulate
-from bench import calibration as cal
-from bench.traces import simulate_complete
+from workloads.fl import calibration_cost as cal
 from workloads.fl.hparams import Hparams
 from workloads.fl.methods.ccvr import retrain_classifier
 from workloads.fl.methods.ffc import ffc_client_statistics
+from workloads.fl.step_cost import simulate_complete
 from workloads.models import build_model
 from workloads.trace import capture
 

@@ -1,10 +1,11 @@
 """HardwareConfig: the paper's defaults, the shipped TOML, and errors naming the field."""
 
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
-from accel_sim.hardware import HardwareConfig, HardwareConfigError, SpecialUnit, load_hardware_config
+from accel_sim.hardware import EnergyCosts, HardwareConfig, HardwareConfigError, SpecialUnit, load_hardware_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -21,6 +22,19 @@ def test_defaults_are_the_papers_array():
 
 def test_shipped_toml_is_the_default():
     assert load_hardware_config(ROOT / "configs/hw/paper_default.toml") == HardwareConfig()
+
+
+def test_energy_table_keys_and_defaults(tmp_path):
+    # exactly these keys; Horowitz (ISSCC 2014) 45 nm figures: FP32 mult 3.7 + add 0.9 pJ, 8 KB SRAM
+    # 10 pJ / 64 bit, DRAM 1.3 nJ / 64 bit
+    assert [f.name for f in fields(EnergyCosts)] == [
+        "mac_pj", "sram_pj_per_byte", "dram_pj_per_byte", "special_unit_pj_per_element", "static_w"]
+    e = HardwareConfig().energy
+    assert (e.mac_pj, e.sram_pj_per_byte, e.dram_pj_per_byte) == pytest.approx((3.7 + 0.9, 10 / 8, 1300 / 8))
+    path = tmp_path / "hw.toml"
+    path.write_text("[energy]\nstatic_w = 0\nmac_pj = 1\n")
+    hw = load_hardware_config(path)
+    assert (hw.energy.static_w, hw.energy.mac_pj, hw.energy.dram_pj_per_byte) == (0, 1, e.dram_pj_per_byte)
 
 
 def test_partial_toml_keeps_defaults(tmp_path):
@@ -45,6 +59,13 @@ def test_partial_toml_keeps_defaults(tmp_path):
         ("[special_unit]\nnorm = 0\n", "'special_unit.norm' must be a positive number"),
         ("[special_unit]\nsoftmax = 4\n", "unknown field(s) special_unit.softmax"),
         ("special_unit = 3\n", "'special_unit' must be a table"),
+        ("[energy]\nmac_pJ = 1.0\n", "unknown field(s) energy.mac_pJ"),
+        ("[energy]\ndram_pj_per_byte = -1.0\n", "'energy.dram_pj_per_byte' must be a finite number >= 0, got -1.0"),
+        ("[energy]\nstatic_w = inf\n", "'energy.static_w' must be a finite number >= 0, got inf"),
+        ("[energy]\nsram_pj_per_byte = nan\n", "'energy.sram_pj_per_byte' must be a finite number >= 0"),
+        ("[energy]\nmac_pj = true\n", "'energy.mac_pj' must be a finite number >= 0, got True"),
+        ('[energy]\nspecial_unit_pj_per_element = "4"\n', "'energy.special_unit_pj_per_element' must be a finite"),
+        ("energy = 3\n", "'energy' must be a table"),
         ("rows = \n", "not valid TOML"),
     ],
 )
@@ -69,3 +90,7 @@ def test_direct_construction_is_validated():
         SpecialUnit(loss=float("nan"))
     with pytest.raises(HardwareConfigError, match="'linalg_efficiency'"):
         HardwareConfig().with_(linalg_efficiency=0.0)
+    with pytest.raises(HardwareConfigError, match="'energy.mac_pj'"):
+        EnergyCosts(mac_pj=-1.0)
+    with pytest.raises(HardwareConfigError, match="'energy'"):
+        HardwareConfig(energy={"mac_pj": 1.0})

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from accel_sim.hardware import HardwareConfig
-from bench.traces import simulate_complete
+from workloads.fl.step_cost import simulate_complete
 from workloads.fl.hparams import Hparams
 from workloads.fl.methods.ccvr import ccvr_client_statistics, pool_class_statistics, retrain_classifier, \
     sample_virtual_features
