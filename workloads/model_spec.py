@@ -189,7 +189,7 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def _find_classifier(module: nn.Module, name: str | None, model_name: str) -> tuple[str, nn.Linear]:
+def find_classifier(module: nn.Module, name: str | None, model_name: str) -> tuple[str, nn.Linear]:
     if name is not None:
         try:
             found = module.get_submodule(name)
@@ -241,7 +241,7 @@ def wrap_module(module: nn.Module, *, num_classes: int, spherefed: bool, input_s
     """``module`` (modified in place: its classifier becomes ``nn.Identity``) as FLNet's body."""
     if not isinstance(module, nn.Module):
         raise ModelSpecError(f"model {model_name!r} is a {type(module).__name__}, not an nn.Module")
-    name, linear = _find_classifier(module, classifier, model_name)
+    name, linear = find_classifier(module, classifier, model_name)
     _check_classifier_is_output(module, name, tuple(input_shape), model_name)
     module.set_submodule(name, nn.Identity())
     return FLNet(module, linear.in_features, num_classes, spherefed)
