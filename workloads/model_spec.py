@@ -223,6 +223,7 @@ def _check_classifier_is_output(module: nn.Module, classifier: str, input_shape,
         out = probe(torch.empty(CHECK_BATCH, *input_shape, device="meta"))
     except Exception as exc:  # the model's own message tells the user what shape it wants
         shape = ",".join(map(str, input_shape))
+        exc = _cpu_error(module, input_shape) or exc
         raise ModelSpecError(f"model {model_name!r} rejects input shape {shape} (--input-shape C,H,W): "
                              f"{type(exc).__name__}: {_first_line(exc)}") from None
     finally:
@@ -234,6 +235,17 @@ def _check_classifier_is_output(module: nn.Module, classifier: str, input_shape,
     if seen["inp"].dim() != 2:
         raise ModelSpecError(f"classifier {classifier!r} of model {model_name!r} gets a "
                              f"{seen['inp'].dim()}-D input; flatten or pool the features to [batch, features] first")
+
+
+def _cpu_error(module: nn.Module, input_shape) -> Exception | None:
+    """The error a CPU forward raises (meta kernels word some checks tersely: "Invalid channel
+    dimensions" where the CPU kernel names the expected and the given shapes); None if it runs."""
+    try:
+        with torch.no_grad():
+            copy.deepcopy(module).eval()(torch.zeros(CHECK_BATCH, *input_shape))
+    except Exception as exc:
+        return exc
+    return None
 
 
 def wrap_module(module: nn.Module, *, num_classes: int, spherefed: bool, input_shape=DEFAULT_INPUT_SHAPE,
