@@ -105,6 +105,15 @@ def test_bench_run_prices_a_user_model(user_dir, capsys, monkeypatch):
     assert f"== {MODULE}:net (input 3x8x8, 5 classes" in capsys.readouterr().out
 
 
+def test_grid_point_takes_a_user_model_and_its_shape(user_dir, monkeypatch):
+    tiny = bench_run.replace(bench_run.PRESETS["quick"], max_test_samples=20, ccvr_virtual_per_class=5)
+    monkeypatch.setitem(bench_run.PRESETS, "quick", tiny)
+    metrics = bench_run.run_point({"model": f"{MODULE}:net", "input_shape": [3, 8, 8], "classes": C,
+                                   "batch_size": B, "methods": ["fedavg", "ccvr"]}, user_dir)
+    assert json.loads((user_dir / "summary.json").read_text())["config"]["input_shape"] == [3, 8, 8]
+    assert f"{MODULE}:net.fedavg.step_latency_s" in metrics
+
+
 def test_fl_run_trains_a_user_model(user_dir):
     out = user_dir / "fl"
     assert fl_run.main(["--preset", "small", "--model", f"{MODULE}:net", "--rounds", "1", "--threads", "1",
