@@ -36,6 +36,7 @@ import torch
 
 from accel_sim.hardware import HardwareConfig, HardwareConfigError, load_hardware_config
 from bench import formulas
+from bench import compare_hw
 from bench.plots import plot_run
 from bench.results import (FORMAT_NAME, FORMAT_VERSION, LAYERS_COLUMNS, LAYERS_CSV, OPS_COLUMNS, OPS_CSV,
                            ResultsError, check_out_dir, write_json, write_run_dir)
@@ -120,6 +121,7 @@ class RunConfig:
     input_shape: tuple[int, int, int] = DEFAULT_INPUT_SHAPE  # one sample, priced and trained (docs/byom.md)
     classifier: str | None = None  # the nn.Linear the methods act on (user models; None: the last one)
     classes: int = PAPER_CLASSES  # C of the priced figures (the accuracy run has its dataset's)
+    compare_hw: tuple[str, ...] = ()  # every --hw when several are given (bench/compare_hw.py); the first is hw_path
 
     def spec(self, model: str) -> ModelSpec:
         return ModelSpec(model, self.input_shape, self.classifier)
@@ -159,7 +161,9 @@ def parse_args(argv=None) -> RunConfig:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--preset", default="quick", help=f"accuracy run settings: {', '.join(PRESETS)} (default quick)")
     p.add_argument("--data-dir", help="dataset folder (needed by --preset paper: CIFAR-100)")
-    p.add_argument("--hw", help="hardware config TOML (default: accel_sim's paper defaults)")
+    p.add_argument("--hw", nargs="+", metavar="HW_TOML",
+                   help="hardware config TOML (default: accel_sim's paper defaults); several: each priced side "
+                        "by side, the first is the run's (docs/byom.md)")
     p.add_argument("--out", help="results folder (default results/<models>-<preset>)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
     p.add_argument("--alpha", type=float, help="Dirichlet concentration of the accuracy run (default: the preset's)")
@@ -176,8 +180,9 @@ def parse_args(argv=None) -> RunConfig:
         shape = parse_input_shape(a.input_shape)
     except ValueError as exc:
         p.error(str(exc))
-    return RunConfig(models, tuple(a.methods), a.batch_size, a.seed, a.preset, a.data_dir, a.hw, out, a.overwrite,
-                     a.alpha, shape, a.classifier, a.classes)
+    hws = tuple(a.hw or ())
+    return RunConfig(models, tuple(a.methods), a.batch_size, a.seed, a.preset, a.data_dir, hws[0] if hws else None,
+                     out, a.overwrite, a.alpha, shape, a.classifier, a.classes, hws if len(hws) > 1 else ())
 
 
 def validate(cfg: RunConfig) -> tuple[HardwareConfig, Preset]:
@@ -195,6 +200,7 @@ def validate(cfg: RunConfig) -> tuple[HardwareConfig, Preset]:
     if cfg.alpha is not None and not cfg.alpha > 0:
         raise ValueError(f"--alpha must be positive, got {cfg.alpha}")
     hw = load_hardware_config(cfg.hw_path) if cfg.hw_path else HardwareConfig()
+    compare_hw.load_hardware_set(cfg.compare_hw)
     preset = PRESETS[cfg.preset]
     return hw, preset if cfg.alpha is None else replace(preset, alpha=cfg.alpha)
 
@@ -428,6 +434,14 @@ def run_study(cfg: RunConfig, hw: HardwareConfig, preset: Preset, data, progress
             "communication": communication_figures(model, training + calibrations, cfg),
             "accuracy": accuracy,
         }
+    comparison = {}
+    if cfg.compare_hw:
+        hws = compare_hw.load_hardware_set(cfg.compare_hw)
+        steps = Hparams().local_epochs * math.ceil(PAPER_TRAIN_SAMPLES / PAPER_CLIENTS / cfg.batch_size)
+        comparison = {"hardware_comparison": compare_hw.comparison({
+            m: compare_hw.hardware_figures(m, cfg.spec(m), training, calibrations, batch_size=cfg.batch_size,
+                                num_classes=cfg.classes, steps_per_round=steps, seed=cfg.seed, hws=hws,
+                                progress=progress) for m in cfg.models}, hws)}
     summary = {
         "format": FORMAT_NAME, "version": FORMAT_VERSION,
         "command": shlex.join(["python", "-m", "bench.run", *argv]),
@@ -441,6 +455,7 @@ def run_study(cfg: RunConfig, hw: HardwareConfig, preset: Preset, data, progress
         "table1": [asdict(r) for r in formulas.table1(formulas.Table1Setup())],
         "paper_vs_model": paper_vs_model(models),
         "paper_vs_model_explanation": WHY_DIFFERENT,
+        **comparison,
     }
     return summary, all_ops
 
@@ -452,6 +467,8 @@ def write_files(folder: Path, summary: dict, all_ops: list[dict]) -> None:
     layer_rows(all_ops).to_csv(folder / LAYERS_CSV, index=False)
     write_json(folder / "summary.json", summary)
     plot_run(folder)
+    if "hardware_comparison" in summary:
+        compare_hw.plot_comparison(summary, folder)
 
 
 def ledger_mismatches(summary: dict) -> dict:
@@ -491,7 +508,10 @@ def run_point(config: dict, out_dir: Path) -> dict[str, float]:
     for key in ("batch_size", "seed", "preset", "data_dir", "hw", "alpha", "input_shape", "classifier", "classes"):
         if key in config:
             value = config[key]
-            argv += [f"--{key.replace('_', '-')}", ",".join(map(str, value)) if isinstance(value, list) else str(value)]
+            if key == "hw" and isinstance(value, list):  # several accelerators side by side
+                argv += ["--hw", *map(str, value)]
+            else:
+                argv += [f"--{key.replace('_', '-')}", ",".join(map(str, value)) if isinstance(value, list) else str(value)]
     if "methods" in config:
         argv += ["--methods", *config["methods"]]
     cfg = parse_args(argv)
@@ -521,6 +541,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     write_run_dir(Path(cfg.out), lambda tmp: write_files(tmp, summary, all_ops), overwrite=cfg.overwrite)
     print(format_table(summary))
+    if "hardware_comparison" in summary:
+        print(f"\n{compare_hw.format_comparison(summary)}")
     mismatched = ledger_mismatches(summary)
     if mismatched:
         print(f"warning: the ledger disagrees with the closed forms for {mismatched}", file=sys.stderr)
