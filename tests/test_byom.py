@@ -90,19 +90,47 @@ def test_trace_cli_as_a_subprocess_imports_from_the_current_folder(user_dir):
     assert wtrace.macs(trace, phase="fwd", layer="classifier") == 2 * 16 * 3
 
 
-def test_bench_run_prices_a_user_model(user_dir, capsys, monkeypatch):
-    tiny = bench_run.replace(bench_run.PRESETS["quick"], max_train_samples=150, max_test_samples=20,
-                             ccvr_virtual_per_class=5)
+HW_FILES = ("paper_default.toml", "gemmini_like.toml", "tpu_v1_like.toml")
+
+
+def test_bench_run_prices_a_user_model_on_several_accelerators(user_dir, capsys, monkeypatch):
+    tiny = bench_run.replace(bench_run.PRESETS["quick"], max_test_samples=20, ccvr_virtual_per_class=5)
     monkeypatch.setitem(bench_run.PRESETS, "quick", tiny)
-    out = user_dir / "run"
-    assert bench_run.main(["--model", f"{MODULE}:net", "--input-shape", "3,8,8", "--classes", str(C),
-                           "--batch-size", str(B), "--out", str(out)]) == 0
+    out, name = user_dir / "run", f"{MODULE}:net"
+    assert bench_run.main(["--model", name, "--input-shape", "3,8,8", "--classes", str(C), "--batch-size", str(B),
+                           "--hw", *(str(REPO / "configs" / "hw" / f) for f in HW_FILES), "--out", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
-    training = summary["models"][f"{MODULE}:net"]["training"]
+    models = summary["models"][name]
     for method in ("fedavg", "spherefed"):  # the priced step: forward + backward GEMMs (the update has none)
-        assert training[method]["macs"] == FWD_MACS + BWD_MACS[method]
-    assert set(summary["models"][f"{MODULE}:net"]["calibration"]) == {"ccvr", "ffc"}
-    assert f"== {MODULE}:net (input 3x8x8, 5 classes" in capsys.readouterr().out
+        assert models["training"][method]["macs"] == FWD_MACS + BWD_MACS[method]
+    assert set(models["calibration"]) == {"ccvr", "ffc"}
+    block = summary["hardware_comparison"]
+    assert block["labels"] == [f.removesuffix(".toml") for f in HW_FILES]
+    by_hw = {label: block["by_hardware"][label]["models"][name] for label in block["labels"]}
+    for method, figures in models["training"].items():  # the first accelerator is the run's own
+        first = by_hw["paper_default"]["training"][method]
+        assert (first["step_latency_s"], first["peak_memory_bytes"]) == (figures["step_latency_s"],
+                                                                        figures["peak_memory_bytes"])
+        assert {by_hw[label]["training"][method]["macs"] for label in by_hw} == {figures["macs"]}  # one trace
+    assert by_hw["paper_default"]["calibration"] == models["calibration"]
+    assert len({by_hw[label]["training"]["fedavg"]["step_latency_s"] for label in by_hw}) == len(HW_FILES)
+    printed = capsys.readouterr().out
+    assert f"== {name} (input 3x8x8, 5 classes" in printed  # the usual table, for the first accelerator
+    step_row = next(line for line in printed.splitlines() if line.startswith("training step_latency_s (ms)"))
+    assert step_row.split().count("1.0000") == len(HW_FILES)  # one column group per accelerator
+    assert (out / "hardware_byom_user_nets-net.png").stat().st_size > 0
+
+
+def test_several_accelerators_need_distinct_valid_files(user_dir, tmp_path_factory, capsys):
+    other = tmp_path_factory.mktemp("other") / "paper_default.toml"
+    other.write_text("rows = 8\n")
+    bad = tmp_path_factory.mktemp("bad") / "bad.toml"
+    bad.write_text("rows = -1\n")
+    paper = str(REPO / "configs" / "hw" / "paper_default.toml")
+    for hws, message in (([paper, str(other)], "different names"), ([paper, str(bad)], "rows")):
+        assert bench_run.main(["--model", "convnet", "--hw", *hws, "--out", str(user_dir / "r")]) == 2
+        assert message in capsys.readouterr().err
+        assert not (user_dir / "r").exists()
 
 
 def test_grid_point_takes_a_user_model_and_its_shape(user_dir, monkeypatch):
