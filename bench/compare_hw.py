@@ -53,8 +53,10 @@ def load_hardware_set(paths) -> dict[str, HardwareConfig]:
 
 
 def hardware_figures(model: str, spec: ModelSpec, training, calibrations, *, batch_size: int, num_classes: int,
-                     steps_per_round: int, seed: int, hws: dict[str, HardwareConfig], progress) -> dict:
-    """label -> {"training": {method: figures}, "calibration": {calibration: figures}} for one model."""
+                     steps_per_round: int, train_samples: int, num_clients: int, seed: int,
+                     hws: dict[str, HardwareConfig], progress) -> dict:
+    """label -> {"training": {method: figures}, "calibration": {calibration: figures}} for one model;
+    the calibration's average client holds ``train_samples / num_clients`` samples."""
     out = {label: {"training": {}, "calibration": {}} for label in hws}
     for method in training:
         progress(f"{model}: capturing one {method} training step to price on {len(hws)} accelerators")
@@ -68,7 +70,7 @@ def hardware_figures(model: str, spec: ModelSpec, training, calibrations, *, bat
     for calibration in calibrations:
         for label, hw in hws.items():
             progress(f"{model}: pricing {calibration} calibration on {label}")
-            cost = calibration_cost(calibration, spec, train_samples=50_000, num_clients=10,
+            cost = calibration_cost(calibration, spec, train_samples=train_samples, num_clients=num_clients,
                                     num_classes=num_classes, image_size=spec.input_shape[-1], hp=Hparams(), hw=hw)
             out[label]["calibration"][calibration] = {"client_cycles": cost.client_cycles,
                                                       "server_cycles": cost.server_cycles,

@@ -415,6 +415,18 @@ def format_table(summary: dict) -> str:
     return "\n".join(lines)
 
 
+def hardware_comparison(cfg: RunConfig, training, calibrations, progress) -> dict:
+    """Every method of every model priced on each ``--hw`` accelerator (``bench/compare_hw.py``)."""
+    hws = compare_hw.load_hardware_set(cfg.compare_hw)
+    steps = Hparams().local_epochs * math.ceil(PAPER_TRAIN_SAMPLES / PAPER_CLIENTS / cfg.batch_size)
+    return compare_hw.comparison({
+        m: compare_hw.hardware_figures(m, cfg.spec(m), training, calibrations, batch_size=cfg.batch_size,
+                                       num_classes=cfg.classes, steps_per_round=steps,
+                                       train_samples=PAPER_TRAIN_SAMPLES, num_clients=PAPER_CLIENTS,
+                                       seed=cfg.seed, hws=hws, progress=progress)
+        for m in cfg.models}, hws)
+
+
 def run_study(cfg: RunConfig, hw: HardwareConfig, preset: Preset, data, progress, argv) -> tuple[dict, list[dict]]:
     """Every figure for every model of ``cfg``: (summary, per-op rows). ``progress`` takes one
     message per step (and the federated runs show progress bars); None runs silently (grid points).
@@ -434,14 +446,8 @@ def run_study(cfg: RunConfig, hw: HardwareConfig, preset: Preset, data, progress
             "communication": communication_figures(model, training + calibrations, cfg),
             "accuracy": accuracy,
         }
-    comparison = {}
-    if cfg.compare_hw:
-        hws = compare_hw.load_hardware_set(cfg.compare_hw)
-        steps = Hparams().local_epochs * math.ceil(PAPER_TRAIN_SAMPLES / PAPER_CLIENTS / cfg.batch_size)
-        comparison = {"hardware_comparison": compare_hw.comparison({
-            m: compare_hw.hardware_figures(m, cfg.spec(m), training, calibrations, batch_size=cfg.batch_size,
-                                num_classes=cfg.classes, steps_per_round=steps, seed=cfg.seed, hws=hws,
-                                progress=progress) for m in cfg.models}, hws)}
+    comparison = {"hardware_comparison": hardware_comparison(cfg, training, calibrations, progress)} \
+        if cfg.compare_hw else {}
     summary = {
         "format": FORMAT_NAME, "version": FORMAT_VERSION,
         "command": shlex.join(["python", "-m", "bench.run", *argv]),

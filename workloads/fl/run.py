@@ -187,8 +187,8 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
     train, test = load_dataset(cfg.dataset, data_dir=args.data_dir, image_size=cfg.image_size)
     train, val = split_holdout(train, cfg.holdout_fraction, seed=cfg.seed)
     spec = ModelSpec(cfg.model, tuple(train.x.shape[1:]), args.classifier)
-    for method in methods:  # every model and head is checked before any training (ModelSpecError)
-        build(spec, num_classes=train.num_classes, norm=cfg.norm, spherefed=method.spherefed)
+    for spherefed in sorted({m.spherefed for m in methods}):  # the model is checked before any training
+        build(spec, num_classes=train.num_classes, norm=cfg.norm, spherefed=spherefed)
     labels = train.y.numpy()
     parts = make_partition(labels, cfg)
     clients_per_round = len(sample_clients(cfg.num_clients, cfg.participation, seed=cfg.seed, round=1))
