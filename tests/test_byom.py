@@ -205,3 +205,16 @@ def test_torchvision_resnet18_forward_macs_equal_fvcore():
     counts = FlopCountAnalysis(reference, x).unsupported_ops_warnings(False).uncalled_modules_warnings(False)
     by_op = counts.by_operator()  # fvcore counts one MAC as one "flop"; the bias add is not counted
     assert ours == by_op["conv"] + by_op["linear"]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("timm") is None,
+                    reason="timm is not installed: pip install -c constraints.txt -e '.[models]'")
+def test_timm_model_by_name_is_wrapped_and_traced(tmp_path, capsys):
+    out = tmp_path / "t.jsonl"
+    assert wtrace.main(["--model", "timm:mobilenetv3_small_100", "--method", "spherefed", "--batch-size", "2",
+                        "--classes", "10", "--out", str(out)]) == 0
+    trace = load_trace(out)
+    # timm's head: conv_head -> flatten -> classifier Linear(1024, C); SphereFed fixes FC(1024, 10): no dW
+    assert wtrace.macs(trace, phase="fwd", layer="classifier") == 2 * 1024 * 10
+    assert wtrace.macs(trace, phase="bwd", layer="classifier", role="dw") == 0
+    assert "unsupported ops: none" in capsys.readouterr().out
