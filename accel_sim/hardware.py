@@ -35,7 +35,8 @@ GROUPED_MAPPINGS = ("per_group", "block_diagonal")
   ``p = cols // n``; at least 1, at most ``groups``. Groups cannot be packed "across columns"
   alone: a row's streamed operand is shared by every column of that row, so groups with different
   inputs also need their own rows (WS/IS) or their own zero-padded reduction slots (OS). The zero
-  MACs cost cycles but are not counted as useful MACs.
+  MACs cost cycles but are not counted as useful MACs, nor charged MAC energy (the cells gate
+  them: ``accel_sim.energy``).
 """
 
 
@@ -98,14 +99,15 @@ class EnergyCosts:
     touches one small array; the 1 MB figure (100 pJ / 64 bit = 12.5 pJ/B) is the pessimistic end."""
     dram_pj_per_byte: float = 162.5
     """DRAM access: 1.3-2.6 nJ per 64-bit access (Horowitz 2014, Fig. 1.1.9); the low end,
-    1.3 nJ / 8 B = 162.5 pJ/B (Han et al., NeurIPS 2015, quote 640 pJ per 32-bit word = 160 pJ/B)."""
+    1.3 nJ / 8 B = 162.5 pJ/B (Han et al., NIPS 2015, quote the same source as 640 pJ per 32-bit
+    word = 160 pJ/B)."""
     special_unit_pj_per_element: float = 4.6
     """One element through the special unit: one FP32 multiply + add (3.7 + 0.9 pJ, Horowitz 2014),
     an assumption (a norm or loss does a few operations per element, a copy none)."""
     static_w: float = 0.3
     """Static (leakage) power of the whole accelerator while a trace runs, watts, times its latency.
-    An assumption: the order of a large FPGA's static power at room temperature (a few hundred
-    mW); an ASIC of the same array leaks less."""
+    An assumption, not measured nor published for the paper's board: the order of a large FPGA's
+    static power at room temperature (a few hundred mW); an ASIC of the same array leaks less."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -266,7 +268,8 @@ def _sub_table(table: str, cls: type, value: Any, source: str) -> Any:
     unknown = sorted(set(value) - known)
     if unknown:
         raise HardwareConfigError(
-            f"{source}: unknown field(s) {table}.{(', ' + table + '.').join(unknown)}; known: {', '.join(sorted(known))}"
+            f"{source}: unknown field(s) {table}.{(', ' + table + '.').join(unknown)}; "
+            f"known: {', '.join(sorted(known))}"
         )
     try:
         return cls(**value)

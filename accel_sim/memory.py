@@ -56,20 +56,25 @@ class FoldSchedule:
     compute_cycles: np.ndarray  # per fold
     load_bytes: np.ndarray  # per fold, DRAM -> chip (float: a block-diagonal B moves fractions)
     store_bytes: np.ndarray  # per fold, chip -> DRAM
-    sram_read_bytes: np.ndarray  # per fold, read by the array from the A, B and output buffers
-    sram_write_bytes: np.ndarray  # per fold, written by the array into the output buffer
+    sram_a_read_bytes: np.ndarray  # per fold, A read by the array from its buffer
+    sram_b_read_bytes: np.ndarray  # per fold, B read by the array from its buffer
+    sram_psum_read_bytes: np.ndarray  # per fold, partial sums read back from the output buffer (WS / IS)
+    sram_out_write_bytes: np.ndarray  # per fold, outputs / partial sums written into the output buffer
 
     @staticmethod
     def concat(parts: list["FoldSchedule"]) -> "FoldSchedule":
         return FoldSchedule(*(np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(FoldSchedule)))
 
     def repeat(self, times: int) -> "FoldSchedule":
+        if times == 1:
+            return self
         return FoldSchedule(*(np.tile(getattr(self, f.name), times) for f in fields(FoldSchedule)))
 
     @property
     def sram_bytes(self) -> tuple[int, int]:
         """(read, written) on-chip buffer bytes of the whole sequence, rounded to whole bytes."""
-        return round(float(self.sram_read_bytes.sum())), round(float(self.sram_write_bytes.sum()))
+        reads = self.sram_a_read_bytes.sum() + self.sram_b_read_bytes.sum() + self.sram_psum_read_bytes.sum()
+        return round(float(reads)), round(float(self.sram_out_write_bytes.sum()))
 
 
 def gemm_fold_schedule(
@@ -96,7 +101,7 @@ def gemm_fold_schedule(
     reads of B from its buffer (the zeros are fed to the cells, not read)."""
     if m == 0 or n == 0 or k == 0:
         empty = np.zeros(0, dtype=np.int64)
-        return FoldSchedule(empty, empty, empty, empty, empty)
+        return FoldSchedule(*[empty] * len(fields(FoldSchedule)))
     s_r, s_c, t = map_gemm(m, n, k, dataflow)
     row_folds, col_folds = fold_counts(s_r, s_c, rows=rows, cols=cols)
     fr = np.tile(np.arange(row_folds, dtype=np.int64), col_folds)
@@ -111,8 +116,7 @@ def gemm_fold_schedule(
         b_words = c * t * (fr == 0) if min(cols, s_c) * t * b_bytes <= b_half else c * t
         loads = a_words * word_bytes + b_words * b_bytes
         stores = r * c * word_bytes
-        sram_reads = r * t * word_bytes + c * t * b_bytes
-        sram_writes = stores
+        sram = (r * t * word_bytes, c * t * b_bytes, 0 * r, stores)  # A, B, partial sums, outputs
     else:
         # WS: B stationary, A^T streamed; IS: A^T stationary, B streamed
         stationary_bytes, streamed_bytes, streamed_half = (
@@ -126,10 +130,11 @@ def gemm_fold_schedule(
             stores, reads = psum, psum * (fr > 0)
         loads = r * c * stationary_bytes + streamed * streamed_bytes + reads * word_bytes
         stores = stores * word_bytes
-        sram_reads = r * c * stationary_bytes + r * t * streamed_bytes + psum * (fr > 0) * word_bytes
-        sram_writes = psum * word_bytes
+        stationary_sram, streamed_sram = r * c * stationary_bytes, r * t * streamed_bytes
+        a_sram, b_sram = (streamed_sram, stationary_sram) if dataflow == "ws" else (stationary_sram, streamed_sram)
+        sram = (a_sram, b_sram, psum * (fr > 0) * word_bytes, psum * word_bytes)
     compute = np.full(fr.shape, fold_cycles(t, rows=rows, cols=cols, dataflow=dataflow), dtype=np.int64)
-    return FoldSchedule(compute, *(np.asarray(x, dtype=np.float64) for x in (loads, stores, sram_reads, sram_writes)))
+    return FoldSchedule(compute, *(np.asarray(x, dtype=np.float64) for x in (loads, stores, *sram)))
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ class OpCost:
     sram_read_bytes: int  # on-chip buffer bytes read (GEMM: by the array; vector / linalg: inputs)
     sram_write_bytes: int  # on-chip buffer bytes written
     special_unit_elements: int  # vector work's elements
+    gemm_groups: int  # GEMMs: groups (> 1: grouped / depthwise convolution, batched matmul); else 1
     energy: Energy  # joules by component (accel_sim.energy)
 
     @property

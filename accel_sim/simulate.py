@@ -62,6 +62,7 @@ def simulate(trace: Trace, hw: HardwareConfig | None = None) -> CostReport:
                 sram_read_bytes=cost.sram_read_bytes,
                 sram_write_bytes=cost.sram_write_bytes,
                 special_unit_elements=cost.special_unit_elements,
+                gemm_groups=op.work.groups if kind == "gemm" else 1,
                 energy=op_energy(hw, macs=cost.macs, total_cycles=t.total_cycles,
                                  dram_bytes=t.read_bytes + t.write_bytes,
                                  sram_bytes=cost.sram_read_bytes + cost.sram_write_bytes,

@@ -36,6 +36,7 @@ ROWS = (  # (section, metric, baseline method, unit, scale): the hardware-depend
     ("training", "round_latency_s", "fedavg", "s", 1),
     ("training", "step_energy_j", "fedavg", "mJ", 1e3),
     ("calibration", "latency_s", "ccvr", "s", 1),
+    ("calibration", "energy_j", "ccvr", "J", 1),
 )
 
 
@@ -66,15 +67,17 @@ def hardware_figures(model: str, spec: ModelSpec, training, calibrations, *, bat
             out[label]["training"][method] = {
                 "step_cycles": report.total_cycles, "step_latency_s": report.seconds,
                 "steps_per_round": steps_per_round, "round_latency_s": report.seconds * steps_per_round,
-                "peak_memory_bytes": report.peak_bytes, "step_energy_j": report.energy_j, "macs": report.macs}
+                "peak_memory_bytes": report.peak_bytes, "step_energy_j": report.energy_j,
+                "round_energy_j": report.energy_j * steps_per_round, "macs": report.macs}
     for calibration in calibrations:
         for label, hw in hws.items():
             progress(f"{model}: pricing {calibration} calibration on {label}")
             cost = calibration_cost(calibration, spec, train_samples=train_samples, num_clients=num_clients,
                                     num_classes=num_classes, image_size=spec.input_shape[-1], hp=Hparams(), hw=hw)
-            out[label]["calibration"][calibration] = {"client_cycles": cost.client_cycles,
-                                                      "server_cycles": cost.server_cycles,
-                                                      "latency_s": cost.latency_s}
+            out[label]["calibration"][calibration] = {
+                "client_cycles": cost.client_cycles, "server_cycles": cost.server_cycles, "latency_s": cost.latency_s,
+                "client_energy_j": cost.client_energy_j, "server_energy_j": cost.server_energy_j,
+                "energy_j": cost.energy_j}
     return out
 
 

@@ -8,9 +8,9 @@ A grid file (TOML) names a runner, the settings shared by every run, and the axe
     name = "small"
     runner = "bench.run:run_point"      # module:function(config: dict, out_dir: Path) -> dict
     [fixed]
-    preset = "small"
+    preset = "smoke"
     [axes]
-    method = ["fedavg", "spherefed+ffc"]
+    model = ["convnet", "vgg13"]
     seed = [0, 1, 2]
 
 Every point of the cartesian product of the axes (in file order), merged over ``fixed``, is one

@@ -2,8 +2,11 @@
 
 ``python -m bench.plots results/<run>`` rewrites ``fig5.png`` (SphereFed Fig. 5 (a)-(e) style:
 normalized communication, peak memory, one-round latency, calibration latency, accuracy; models on
-the x axis, one bar per method) and ``layers_<model>.png`` (per-layer latency of one round of
-local training, one bar per method, the slowest layers first). Nothing is recomputed.
+the x axis, one bar per method; plus (f) one-round training energy and (g) calibration energy,
+which the paper does not report), ``breakdown_<model>.png`` (latency and energy of one local
+training step per block of the model, stacked by kind of work and by energy component, one panel
+per method; ``bench.breakdown``) from ``summary.json`` and ``breakdown.csv``, and ``tta.png``
+(``bench.tta``, from ``rounds.csv``). Nothing is recomputed.
 """
 
 from __future__ import annotations
@@ -18,13 +21,15 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from bench.results import LAYERS_COLUMNS, LAYERS_CSV, ResultsError, load_summary  # noqa: E402
+from accel_sim.energy import COMPONENTS  # noqa: E402
+from bench.results import BREAKDOWN_COLUMNS, BREAKDOWN_CSV, ResultsError, load_summary  # noqa: E402
+from bench.tta import plot_time_to_accuracy  # noqa: E402
 from workloads.atomic import atomic_write  # noqa: E402
 
 FIG5_PNG = "fig5.png"
-TOP_LAYERS = 15
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,8 @@ FIG5_PANELS = (
     Panel("(c) one-round local training latency", "training", "round_latency_s", "fedavg", "normalized to FedAvg"),
     Panel("(d) calibration latency", "calibration", "latency_s", "ccvr", "normalized to CCVR"),
     Panel("(e) accuracy", "accuracy", "accuracy_pct", None, "test accuracy (%)"),
+    Panel("(f) one-round local training energy", "training", "round_energy_j", "fedavg", "normalized to FedAvg"),
+    Panel("(g) calibration energy", "calibration", "energy_j", "ccvr", "normalized to CCVR"),
 )
 
 
@@ -81,8 +88,12 @@ def _bars(ax, frame: pd.DataFrame, panel: Panel) -> None:
 
 def fig5(summary: dict):
     """Fig. 5 (a)-(e) of SphereFed (Sec. 5.4) for every model of a run, as one matplotlib figure."""
-    fig, axes = plt.subplots(1, len(FIG5_PANELS), figsize=(4 * len(FIG5_PANELS), 3.6))
-    for ax, panel in zip(axes, FIG5_PANELS):
+    ncols = 4
+    nrows = -(-len(FIG5_PANELS) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4 * ncols, 3.6 * nrows), squeeze=False)
+    for ax in axes.flat[len(FIG5_PANELS):]:
+        ax.set_axis_off()
+    for ax, panel in zip(axes.flat, FIG5_PANELS):
         frame = panel_values(summary, panel)
         if frame.empty or frame.isna().all().all():
             ax.set_title(f"{panel.label}\n(not in this run)", fontsize=9)
@@ -95,48 +106,79 @@ def fig5(summary: dict):
     return fig
 
 
-def layer_latency(layers: pd.DataFrame, model: str, region: str = "training") -> pd.DataFrame:
-    """Layers x methods latency (s) of one model, summed over phases, slowest (first method) first."""
-    rows = layers[(layers["model"] == model) & (layers["region"] == region)]
-    table = rows.pivot_table(index="layer", columns="method", values="latency_s", aggfunc="sum", fill_value=0.0)
-    return table.sort_values(by=list(table.columns), ascending=False)
-
-
-def layer_breakdown(layers: pd.DataFrame, model: str):
-    """Per-layer latency of one local training step: the TOP_LAYERS slowest layers, the classifier
-    (the layer SphereFed changes) and the rest summed."""
-    table = layer_latency(layers, model)
-    if table.empty:
-        raise ResultsError(f"{LAYERS_CSV} has no training rows for model {model!r}")
-    shown = list(table.index[:TOP_LAYERS]) + [l for l in table.index[TOP_LAYERS:] if l == "classifier"]
-    top = table.loc[shown]
-    if len(table) > len(shown):
-        rest = table.drop(index=shown).sum()
-        top = pd.concat([top, rest.to_frame(f"{len(table) - len(shown)} other layers").T])
-    top_ms = top * 1e3
-    fig, ax = plt.subplots(figsize=(8, 0.35 * len(top_ms) + 1.5))
-    height = 0.8 / len(top_ms.columns)
-    y = np.arange(len(top_ms))
-    for i, method in enumerate(top_ms.columns):
-        ax.barh(y + (i - (len(top_ms.columns) - 1) / 2) * height, top_ms[method], height, label=method)
-    ax.set_yticks(y, [str(layer) or "(outside modules)" for layer in top_ms.index], fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xlabel("latency per training step (ms)")
-    ax.set_title(f"{model}: per-layer latency of one local training step", fontsize=10)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
-
-
-def read_layers(run_dir: Path) -> pd.DataFrame:
-    path = Path(run_dir) / LAYERS_CSV
+def read_breakdown(run_dir: Path) -> pd.DataFrame:
+    path = Path(run_dir) / BREAKDOWN_CSV
     if not path.is_file():
         raise ResultsError(f"{path} not found: give a folder written by `python -m bench.run`")
-    layers = pd.read_csv(path, keep_default_na=False, dtype={"layer": str})
-    missing = [c for c in LAYERS_COLUMNS if c not in layers.columns]
+    frame = pd.read_csv(path, keep_default_na=False, dtype={"block": str})
+    missing = [c for c in BREAKDOWN_COLUMNS if c not in frame.columns]
     if missing:
         raise ResultsError(f"{path} lacks column(s) {missing}; rerun `python -m bench.run`")
-    return layers
+    return frame
+
+
+def latency_stacks(rows: pd.DataFrame, clock_hz: float) -> pd.DataFrame:
+    """Blocks x segments latency (s) of one model and method: compute per kind of work, then all
+    memory stalls as one segment; blocks in model order."""
+    table = rows.pivot_table(index="block", columns="kind", values="compute_cycles", aggfunc="sum", fill_value=0,
+                             sort=False)
+    table = table[list(dict.fromkeys(rows["kind"]))]
+    table["memory_stall"] = rows.groupby("block", sort=False)["stall_cycles"].sum()
+    return table.reindex(list(dict.fromkeys(rows["block"]))).fillna(0) / clock_hz
+
+
+def energy_stacks(rows: pd.DataFrame) -> pd.DataFrame:
+    """Blocks x energy components (J) of one model and method, blocks in model order."""
+    columns = [f"energy_{c}_j" for c in COMPONENTS]
+    table = rows.groupby("block", sort=False)[columns].sum()
+    return table.rename(columns=dict(zip(columns, COMPONENTS)))
+
+
+def _stacked(ax, table: pd.DataFrame, scale: float, colors: dict) -> None:
+    left = np.zeros(len(table))
+    y = np.arange(len(table))
+    for column in table.columns:
+        values = table[column].to_numpy(dtype=float) * scale
+        ax.barh(y, values, left=left, color=colors[column])
+        left += values
+    for row, total in zip(y, left):  # every bar's total, so that small blocks (the classifier) read too
+        ax.text(total, row, f" {total:.3g}", va="center", fontsize=6)
+    ax.margins(x=0.12)
+    ax.set_yticks(y, list(table.index), fontsize=7)
+    if not ax.yaxis_inverted():
+        ax.invert_yaxis()
+
+
+def block_breakdown(frame: pd.DataFrame, model: str, clock_hz: float, region: str = "training"):
+    """One local training step of ``model``, one column of panels per method: latency per block
+    stacked by kind of work (compute) plus memory stall, and energy per block stacked by component."""
+    rows = frame[(frame["model"] == model) & (frame["region"] == region)]
+    if rows.empty:
+        raise ResultsError(f"{BREAKDOWN_CSV} has no {region} rows for model {model!r}")
+    methods = list(dict.fromkeys(rows["method"]))
+    kinds = list(dict.fromkeys(rows["kind"])) + ["memory_stall"]
+    palette = plt.get_cmap("tab10").colors
+    kind_colors = {k: palette[i % len(palette)] for i, k in enumerate(kinds)}
+    energy_colors = {c: plt.get_cmap("Set2").colors[i] for i, c in enumerate(COMPONENTS)}
+    blocks = list(dict.fromkeys(rows["block"]))  # every method's bars on the same rows
+    fig, axes = plt.subplots(2, len(methods), figsize=(5 * len(methods) + 2, 2 * (0.22 * len(blocks) + 1.2)),
+                             squeeze=False, sharex="row", sharey=True)
+    for col, method in enumerate(methods):
+        mine = rows[rows["method"] == method]
+        latency = latency_stacks(mine, clock_hz).reindex(blocks, fill_value=0.0)
+        energy = energy_stacks(mine).reindex(blocks, fill_value=0.0)
+        _stacked(axes[0][col], latency, 1e3, kind_colors)
+        axes[0][col].set_xlabel("latency per training step (ms)", fontsize=8)
+        axes[0][col].set_title(f"{method}: {latency.to_numpy().sum() * 1e3:.4g} ms", fontsize=9)
+        _stacked(axes[1][col], energy, 1e3, energy_colors)
+        axes[1][col].set_xlabel("energy per training step (mJ)", fontsize=8)
+        axes[1][col].set_title(f"{method}: {energy.to_numpy().sum() * 1e3:.4g} mJ", fontsize=9)
+    for ax, colors in ((axes[0][-1], kind_colors), (axes[1][-1], energy_colors)):
+        ax.legend(handles=[Patch(color=c, label=k) for k, c in colors.items()], fontsize=7,
+                  loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.suptitle(f"{model}: where one local training step's time and energy go, per block", fontsize=10)
+    fig.tight_layout()
+    return fig
 
 
 def _save(fig, path: Path) -> Path:
@@ -150,10 +192,11 @@ def plot_run(run_dir: Path) -> list[Path]:
     """Write every figure of a results folder from its saved data; returns the PNG paths."""
     run_dir = Path(run_dir)
     summary = load_summary(run_dir)
-    layers = read_layers(run_dir)
+    frame = read_breakdown(run_dir)
     written = [_save(fig5(summary), run_dir / FIG5_PNG)]
     for model in summary["models"]:
-        written.append(_save(layer_breakdown(layers, model), run_dir / f"layers_{model}.png"))
+        written.append(_save(block_breakdown(frame, model, float(summary["hardware"]["clock_hz"])),
+                             run_dir / f"breakdown_{model}.png"))
     return written
 
 
@@ -164,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for path in plot_run(args.run_dir):
             print(path)
+        print(plot_time_to_accuracy(args.run_dir))
     except ResultsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -4,10 +4,14 @@ Layout (docs/results.md describes every field)::
 
     results/<run>/
       summary.json   every figure of the run, the resolved config, hardware config, git commit, command
-      ops.csv        one row per priced op:    model, method, region, idx, aten, layer, phase, work, macs, cycles, latency_s
-      layers.csv     one row per layer/phase:  model, method, region, layer, phase, macs, cycles, latency_s
-      fig5.png       Fig. 5 (a)-(e) style bars for every model of the run
-      layers_<model>.png   per-layer latency breakdown of one-round training, FedAvg vs SphereFed
+      ops.csv        one row per priced op:    model, method, region, idx, aten, layer, phase, work, gemm_groups,
+                     macs, cycles, latency_s, compute_cycles, stall_cycles, energy_j, energy_<component>_j
+      layers.csv     one row per layer/phase:  the same sums per model, method, region, layer, phase
+      breakdown.csv  one row per block/kind of work: model, method, region, block, kind, cycles, energy
+      fig5.png       Fig. 5 (a)-(e) style bars plus energy panels for every model of the run
+      breakdown_<model>.png   latency and energy of one training step by block and kind of work
+      rounds.csv     one row per model, method and round of the accuracy run, priced (accel_sim.rounds)
+      tta.png        accuracy against modeled wall time, energy and bytes (time-to-accuracy)
 
 A run is written into a temporary sibling folder and renamed into place at the end, so an
 interrupted run leaves no half-written ``results/<run>``; an existing folder is only replaced when
@@ -24,17 +28,25 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
+from accel_sim.rounds import ROUNDS_COLUMNS
 from workloads.atomic import atomic_write_text
 
 FORMAT_NAME = "fl-accel-bench-results"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: energy (summary, ops.csv, layers.csv), breakdown.csv, rounds.csv, time_to_accuracy
 SUMMARY = "summary.json"
 OPS_CSV = "ops.csv"
 LAYERS_CSV = "layers.csv"
+BREAKDOWN_CSV = "breakdown.csv"
+ROUNDS_CSV = "rounds.csv"
 SUMMARY_KEYS = ("command", "git_commit", "config", "hardware", "hardware_label", "models")
-MODEL_SECTIONS = ("training", "calibration", "communication", "accuracy")
-OPS_COLUMNS = ("model", "method", "region", "idx", "aten", "layer", "phase", "work", "macs", "cycles", "latency_s")
-LAYERS_COLUMNS = ("model", "method", "region", "layer", "phase", "macs", "cycles", "latency_s")
+MODEL_SECTIONS = ("training", "calibration", "communication", "accuracy", "time_to_accuracy")
+ENERGY_COLUMNS = ("energy_j", "energy_mac_j", "energy_sram_j", "energy_dram_j", "energy_special_unit_j",
+                  "energy_static_j")  # total, then accel_sim.energy.COMPONENTS
+COST_COLUMNS = ("macs", "cycles", "latency_s", "compute_cycles", "stall_cycles", *ENERGY_COLUMNS)
+OPS_COLUMNS = ("model", "method", "region", "idx", "aten", "layer", "phase", "work", "gemm_groups", *COST_COLUMNS)
+LAYERS_COLUMNS = ("model", "method", "region", "layer", "phase", *COST_COLUMNS)
+BREAKDOWN_COLUMNS = ("model", "method", "region", "block", "kind", *COST_COLUMNS)
+ROUNDS_CSV_COLUMNS = ("model", *ROUNDS_COLUMNS)
 
 
 class ResultsError(ValueError):

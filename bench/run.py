@@ -11,10 +11,14 @@ For every model it reports, on the modeled accelerator (``accel_sim``, ``--hw``)
   totals from the FL code's closed forms (``workloads.fl.comm.closed_form_bytes``) and the
   classifier's share from Table 1's (``bench.formulas``); the accuracy run's ledger is checked
   against the same closed forms at its own settings;
-* accuracy of the same methods from a federated run: ``--preset quick`` (default) is a tiny offline
-  run on scikit-learn's digits that keeps the command within minutes on a 2-core CPU (a smoke
-  level figure, labeled as such: not comparable with the paper's); ``--preset paper --data-dir``
-  uses CIFAR-100 with the paper's settings (hours on a GPU).
+* accuracy of the same methods from a federated run with the same model code, every round priced
+  on the accelerator (``workloads.fl.round_cost``: ``rounds.csv``) and the time, energy and bytes
+  each method needs to reach a target accuracy (time-to-accuracy, ``tta.png``). ``--preset``
+  names a TOML file under ``configs/presets/`` (or a path): ``quick`` (default) is a real
+  comparison on the offline scikit-learn digits that fits the command in a few minutes on a 2-core
+  CPU (not the paper's data: the output says so); ``smoke`` the smallest run, for grids;
+  ``paper --data-dir`` uses CIFAR-100 with the paper's settings (hours on a GPU). The preset's
+  ``model`` and ``methods`` are ignored: ``--model`` and ``--methods`` decide.
 
 It prints one table (absolute and normalized to FedAvg / CCVR, as Fig. 5) and the paper's claims
 beside ours, and writes ``results/<run>/`` (docs/results.md) through a temporary folder renamed
@@ -24,34 +28,39 @@ at the end. All arguments are checked, and the dataset loaded, before any work.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import shlex
 import sys
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import torch
 
 from accel_sim.hardware import HardwareConfig, HardwareConfigError, load_hardware_config
-from bench import formulas
-from bench import compare_hw
+from accel_sim.rounds import DEFAULT_TARGET_FRACTION, SystemModel, default_target, load_system_model, time_to_accuracy
+from bench import compare_hw, formulas
+from bench.breakdown import breakdown, energy_by_kind
 from bench.plots import plot_run
-from bench.results import (FORMAT_NAME, FORMAT_VERSION, LAYERS_COLUMNS, LAYERS_CSV, OPS_COLUMNS, OPS_CSV,
-                           ResultsError, check_out_dir, write_json, write_run_dir)
+from bench.results import (BREAKDOWN_CSV, COST_COLUMNS, FORMAT_NAME, FORMAT_VERSION, LAYERS_COLUMNS, LAYERS_CSV,
+                           OPS_COLUMNS, OPS_CSV, ROUNDS_CSV, ROUNDS_CSV_COLUMNS, ResultsError, check_out_dir,
+                           write_json, write_run_dir)
 from bench.traces import local_training_trace
+from bench.tta import format_time_to_accuracy, plot_time_to_accuracy
 from workloads.fl.calibration_cost import CALIBRATIONS, TRAINED_WITH, calibration_cost
 from workloads.fl.comm import closed_form_bytes, ledger_totals, tensor_bytes
-from workloads.fl.data import Dataset, load_dataset
+from workloads.fl.data import Dataset, load_dataset, subset
 from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.local import prepare_model
 from workloads.fl.loop import run_method
 from workloads.fl.methods import MethodConfig, parse_method
 from workloads.fl.methods.base import frozen_keys
-from workloads.fl.partition import dirichlet_partition
+from workloads.fl.round_cost import RunPricer, RunSpec, client_devices, price_run
+from workloads.fl.run import DEFAULT_SYSTEM, load_preset, make_partition, method_hparams
 from workloads.fl.step_cost import simulate_complete
-from workloads.model_spec import DEFAULT_INPUT_SHAPE, ModelSpec, as_spec, build, parse_input_shape
+from workloads import model_spec
+from workloads.model_spec import DEFAULT_INPUT_SHAPE, ModelSpec, as_spec, parse_input_shape
 from workloads.models import MODELS
 from workloads.provenance import git_commit
 
@@ -60,6 +69,7 @@ PAPER_CLASSES = 100  # CIFAR-100 (Fig. 5)
 PAPER_IMAGE_SIZE = 32
 PAPER_CLIENTS = 10  # Sec. 5.1
 PAPER_ROUNDS = 100  # Table 16
+PAPER_DATASET = "cifar100"
 PAPER_TRAIN_SAMPLES = 50_000  # CIFAR-100 train split
 PAPER_CLAIMS = (  # SphereFed Sec. 5.4 ("up to", over ConvNet, ResNet and MobileNetV2 on CIFAR-100)
     ("peak memory saved by SphereFed vs FedAvg (Fig. 5 b)", "training", "peak_memory_bytes", "fedavg", "spherefed", 10.5),
@@ -79,31 +89,32 @@ WHY_DIFFERENT = (
 
 @dataclass(frozen=True)
 class Preset:
-    """Settings of the accuracy run (the efficiency figures always use the paper's shapes)."""
+    """The accuracy run's settings, read from ``configs/presets/<name>.toml`` (the FL CLI's presets)."""
 
-    dataset: str
-    rounds: int
-    local_epochs: int
-    max_train_samples: int | None  # a seeded subset of the train split (None: all)
-    max_test_samples: int | None
-    alpha: float  # Dirichlet concentration
-    ccvr_virtual_per_class: int
-    ffc_ridge: float
-    note: str
+    name: str
+    fl: FLConfig  # model and methods are bench.run's own
+    hp: Hparams  # defaults for every method
+    overrides: dict  # [methods.<name>] tables
+
+    def hparams(self, method: MethodConfig) -> Hparams:
+        return method_hparams(method, self.hp, self.overrides)
+
+    @property
+    def note(self) -> str:
+        """One line on what the accuracy run is, and that it is not the paper's where it is not."""
+        f, hp = self.fl, self.hp
+        what = (f"{f.num_clients} clients, {f.partition} {f.alpha:g}, {f.rounds} round(s) of {hp.local_epochs} local "
+                f"epoch(s), batch {hp.batch_size}")
+        if f.dataset == PAPER_DATASET:
+            return f"{f.dataset}: {what} (SphereFed Sec. 5.1 / Table 16)"
+        return (f"{f.dataset} (offline, not the paper's CIFAR-100; accuracy not comparable with the paper's): "
+                f"{what}")
 
 
-PRESETS = {
-    "quick": Preset("digits", rounds=1, local_epochs=1, max_train_samples=150, max_test_samples=100, alpha=0.5,
-                    ccvr_virtual_per_class=50, ffc_ridge=1e-3,
-                    note="smoke-level accuracy: scikit-learn digits (150 train / 100 test images), 10 clients, "
-                         "Dirichlet 0.5, 1 round of 1 local epoch; FFC ridge 1e-3 (fewer samples than "
-                         "features), CCVR 50 virtual features per class. Not comparable with the paper."),
-    "paper": Preset("cifar100", rounds=PAPER_ROUNDS, local_epochs=10, max_train_samples=None, max_test_samples=None,
-                    alpha=0.5, ccvr_virtual_per_class=500, ffc_ridge=0.0,
-                    note="SphereFed Sec. 5.1 / Table 16: CIFAR-100, 10 clients, Dirichlet 0.5, 100 rounds, "
-                         "E = 10, B = 64."),
-}
-SPHEREFED_LR = 0.5  # Table 16, "+ Ours" learning rate (FedAvg / MobileNetV2 column); base methods keep Hparams.lr
+def load_bench_preset(name: str, alpha: float | None) -> Preset:
+    preset_name, fl, _, hp, overrides = load_preset(name)
+    fl = replace(fl, eval_every=1) if alpha is None else replace(fl, eval_every=1, alpha=alpha)
+    return Preset(preset_name, fl, hp, overrides)
 
 
 @dataclass(frozen=True)
@@ -118,13 +129,16 @@ class RunConfig:
     out: str
     overwrite: bool
     alpha: float | None = None  # overrides the preset's Dirichlet concentration
-    input_shape: tuple[int, int, int] = DEFAULT_INPUT_SHAPE  # one sample, priced and trained (docs/byom.md)
+    target_accuracy_pct: float | None = None  # time-to-accuracy target (None: the default rule)
+    system_path: str = str(DEFAULT_SYSTEM)  # clients' links and devices (accel_sim.rounds)
+    input_shape: tuple[int, int, int] | None = None  # --input-shape; None: 3x32x32 priced, the preset's size trained
     classifier: str | None = None  # the nn.Linear the methods act on (user models; None: the last one)
     classes: int = PAPER_CLASSES  # C of the priced figures (the accuracy run has its dataset's)
     compare_hw: tuple[str, ...] = ()  # every --hw when several are given (bench/compare_hw.py); the first is hw_path
 
-    def spec(self, model: str) -> ModelSpec:
-        return ModelSpec(model, self.input_shape, self.classifier)
+    def spec(self, model: str, input_shape: tuple[int, ...] | None = None) -> ModelSpec:
+        """``model`` at ``input_shape`` (default: --input-shape, else 3x32x32) with --classifier."""
+        return ModelSpec(model, input_shape or self.input_shape or DEFAULT_INPUT_SHAPE, self.classifier)
 
 
 # ---- argument checking -------------------------------------------------------------------------
@@ -159,7 +173,9 @@ def parse_args(argv=None) -> RunConfig:
                         f"(ccvr, ffc); default: {' '.join(DEFAULT_METHODS)}")
     p.add_argument("--batch-size", type=int, default=64, help="local batch size of the priced step (default 64)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--preset", default="quick", help=f"accuracy run settings: {', '.join(PRESETS)} (default quick)")
+    p.add_argument("--preset", default="quick",
+                   help="accuracy run settings: a name under configs/presets/ (quick, smoke, paper, ...) or a .toml "
+                        "path (default quick)")
     p.add_argument("--data-dir", help="dataset folder (needed by --preset paper: CIFAR-100)")
     p.add_argument("--hw", nargs="+", metavar="HW_TOML",
                    help="hardware config TOML (default: accel_sim's paper defaults); several: each priced side "
@@ -167,84 +183,84 @@ def parse_args(argv=None) -> RunConfig:
     p.add_argument("--out", help="results folder (default results/<models>-<preset>)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
     p.add_argument("--alpha", type=float, help="Dirichlet concentration of the accuracy run (default: the preset's)")
-    p.add_argument("--input-shape", default=",".join(map(str, DEFAULT_INPUT_SHAPE)), metavar="C,H,W",
-                   help="one sample's input shape (default 3,32,32; the accuracy run needs 3,S,S)")
+    p.add_argument("--target", type=float, metavar="PCT",
+                   help="time-to-accuracy target, test accuracy in percent (default: "
+                        f"{100 * DEFAULT_TARGET_FRACTION:g} %% of the best final accuracy among the methods)")
+    p.add_argument("--system", default=str(DEFAULT_SYSTEM),
+                   help="system-model TOML of the priced rounds: links and devices (default configs/system/default.toml)")
+    p.add_argument("--input-shape", metavar="C,H,W",
+                   help="one sample's input shape, priced and trained (3,S,S; default: 3,32,32 priced, the "
+                        "preset's size trained)")
     p.add_argument("--classifier", metavar="DOTTED.NAME", help="the nn.Linear the methods act on (default: the last)")
     p.add_argument("--classes", type=int, default=PAPER_CLASSES, help="classes of the priced figures (default 100)")
     a = p.parse_args(argv)
     models = tuple(a.models or ([a.model] if a.model else []))
     if not models:
         p.error("give --model NAME or --models NAME [NAME ...]")
-    out = a.out or str(Path("results") / f"{'+'.join(models).replace(':', '-')}-{a.preset}")
+    out = a.out or str(Path("results") / f"{'+'.join(models).replace(':', '-')}-{Path(a.preset).stem}")
     try:
-        shape = parse_input_shape(a.input_shape)
+        shape = parse_input_shape(a.input_shape) if a.input_shape else None
     except ValueError as exc:
         p.error(str(exc))
     hws = tuple(a.hw or ())
     return RunConfig(models, tuple(a.methods), a.batch_size, a.seed, a.preset, a.data_dir, hws[0] if hws else None,
-                     out, a.overwrite, a.alpha, shape, a.classifier, a.classes, hws if len(hws) > 1 else ())
+                     out, a.overwrite, a.alpha, a.target, a.system, shape, a.classifier, a.classes,
+                     hws if len(hws) > 1 else ())
 
 
-def validate(cfg: RunConfig) -> tuple[HardwareConfig, Preset]:
+def validate(cfg: RunConfig) -> tuple[HardwareConfig, Preset, SystemModel]:
     """Every check that needs no heavy work; raises ValueError / HardwareConfigError / ResultsError."""
     _split_methods(cfg.methods)
-    check_models(cfg, classes=cfg.classes)
+    check_models(cfg, classes=cfg.classes, input_shape=cfg.spec("").input_shape)
     if cfg.batch_size < 1:
         raise ValueError(f"--batch-size must be at least 1, got {cfg.batch_size}")
-    if cfg.preset not in PRESETS:
-        raise ValueError(f"unknown preset {cfg.preset!r}; choose one of {', '.join(PRESETS)}")
-    if cfg.preset == "paper" and not cfg.data_dir:
-        raise ValueError("--preset paper needs --data-dir pointing at CIFAR-100 (nothing can be downloaded here)")
-    if cfg.data_dir and not Path(cfg.data_dir).is_dir():
-        raise ValueError(f"--data-dir {cfg.data_dir} is not a folder")
     if cfg.alpha is not None and not cfg.alpha > 0:
         raise ValueError(f"--alpha must be positive, got {cfg.alpha}")
+    if cfg.target_accuracy_pct is not None and not 0 < cfg.target_accuracy_pct <= 100:
+        raise ValueError(f"--target is a test accuracy in percent, in (0, 100]; got {cfg.target_accuracy_pct}")
+    preset = load_bench_preset(cfg.preset, cfg.alpha)
+    if preset.fl.dataset != "digits" and not cfg.data_dir:
+        raise ValueError(f"--preset {cfg.preset} needs --data-dir pointing at {preset.fl.dataset} "
+                         "(nothing can be downloaded here)")
+    if cfg.data_dir and not Path(cfg.data_dir).is_dir():
+        raise ValueError(f"--data-dir {cfg.data_dir} is not a folder")
     hw = load_hardware_config(cfg.hw_path) if cfg.hw_path else HardwareConfig()
     compare_hw.load_hardware_set(cfg.compare_hw)
-    preset = PRESETS[cfg.preset]
-    return hw, preset if cfg.alpha is None else replace(preset, alpha=cfg.alpha)
+    system = load_system_model(cfg.system_path)
+    client_devices(system, hw, preset.fl.num_clients, seed=cfg.seed)  # loads every per-client hardware file
+    return hw, preset, system
 
 
-def check_models(cfg: RunConfig, *, classes: int) -> None:
-    """Build every model once with ``classes`` classes (import, classifier, input shape: docs/byom.md;
-    SphereFed's C <= l); ValueError (ModelSpecError) if one cannot be built."""
+def check_models(cfg: RunConfig, *, classes: int, input_shape: tuple[int, ...]) -> None:
+    """Build every model once (import, classifier, input shape: docs/byom.md; SphereFed's C <= l);
+    ValueError (ModelSpecError) if one cannot be built."""
     training, calibrations = _split_methods(cfg.methods)
     spherefed = any(parse_method(m).spherefed for m in training) or "ffc" in calibrations
-    c, h, w = cfg.input_shape
-    if (c, h) != (3, w):
-        raise ValueError(f"--input-shape {c},{h},{w}: the accuracy run feeds 3-channel square images (3,S,S); "
-                         "price other shapes with python -m workloads.trace or bench.price (docs/byom.md)")
+    if cfg.input_shape and (cfg.input_shape[0], cfg.input_shape[1]) != (3, cfg.input_shape[2]):
+        raise ValueError(f"--input-shape {','.join(map(str, cfg.input_shape))}: the accuracy run feeds 3-channel "
+                         "square images (3,S,S); price other shapes with python -m workloads.trace or bench.price "
+                         "(docs/byom.md)")
     if classes < 1:
         raise ValueError(f"--classes must be at least 1, got {classes}")
     for model in cfg.models:
-        l = build(cfg.spec(model), num_classes=classes, spherefed=spherefed).feature_dim
+        l = model_spec.build(cfg.spec(model, input_shape), num_classes=classes, spherefed=spherefed).feature_dim
         if spherefed and classes > l:
             raise ValueError(f"SphereFed's orthonormal classifier needs classes <= features: {model} has {l} "
                              f"features, {classes} classes (--classes, or the accuracy run's dataset)")
 
 
-def _subset(data: Dataset, limit: int | None, seed: int, what: str) -> Dataset:
-    if limit is None or len(data.y) <= limit:
-        return data
-    idx = torch.from_numpy(np.sort(np.random.default_rng(seed).choice(len(data.y), limit, replace=False)))
-    return replace(data, x=data.x[idx], y=data.y[idx], note=f"{data.note}; seeded subset of {limit} {what} images")
-
-
 def load_accuracy_data(preset: Preset, cfg: RunConfig) -> tuple[Dataset, Dataset]:
-    side = cfg.input_shape[-1]
-    train, test = load_dataset(preset.dataset, data_dir=cfg.data_dir, image_size=None if side == 32 else side)
-    check_models(cfg, classes=train.num_classes)
-    return (_subset(train, preset.max_train_samples, cfg.seed, "train"),
-            _subset(test, preset.max_test_samples, cfg.seed + 1, "test"))
+    """The preset's data, at --input-shape's size when given (else the preset's); every model is
+    checked on it before any work."""
+    fl = preset.fl
+    image_size = cfg.input_shape[-1] if cfg.input_shape else fl.image_size
+    train, test = load_dataset(fl.dataset, data_dir=cfg.data_dir, image_size=image_size)
+    check_models(cfg, classes=train.num_classes, input_shape=tuple(train.x.shape[1:]))
+    return (subset(train, fl.max_train_samples, cfg.seed, "train"),
+            subset(test, fl.max_test_samples, cfg.seed + 1, "test"))
 
 
 # ---- the figures ---------------------------------------------------------------------------------
-
-
-def _hparams(method: MethodConfig, preset: Preset) -> Hparams:
-    hp = Hparams(local_epochs=preset.local_epochs, ccvr_virtual_per_class=preset.ccvr_virtual_per_class,
-                 ffc_ridge=preset.ffc_ridge)
-    return replace(hp, lr=SPHEREFED_LR) if method.spherefed else hp
 
 
 def training_figures(model: str, methods, cfg: RunConfig, hw: HardwareConfig, progress):
@@ -261,10 +277,15 @@ def training_figures(model: str, methods, cfg: RunConfig, hw: HardwareConfig, pr
             "steps_per_round": steps_per_round, "round_latency_s": report.seconds * steps_per_round,
             "peak_memory_bytes": report.peak_bytes, "peak_memory_breakdown_bytes": dict(report.peak.by_kind_bytes),
             "macs": report.macs, "unsupported_ops": report.unsupported_ops(),
+            "step_energy_j": report.energy_j, "round_energy_j": report.energy_j * steps_per_round,
+            "step_energy_by_component_j": report.energy.by_component_j(),
+            "step_energy_by_kind_j": energy_by_kind(report),
         }
         op_rows += [{"model": model, "method": method, "region": "training", "idx": c.idx, "aten": c.aten,
                      "layer": c.layer, "phase": c.phase, "work": f"{c.work_kind}:{c.work_op}" if c.work_op else c.work_kind,
-                     "macs": c.macs, "cycles": c.total_cycles, "latency_s": c.total_cycles / hw.clock_hz}
+                     "gemm_groups": c.gemm_groups, "macs": c.macs, "cycles": c.total_cycles, "latency_s": c.total_cycles / hw.clock_hz,
+                     "compute_cycles": c.compute_cycles, "stall_cycles": c.stall_cycles, "energy_j": c.energy_j,
+                     **{f"energy_{k}_j": v for k, v in c.energy.by_component_j().items()}}
                     for c in report.ops]
     return figures, op_rows
 
@@ -274,11 +295,12 @@ def calibration_figures(model: str, calibrations, hw: HardwareConfig, progress, 
     out = {}
     for calibration in calibrations:
         progress(f"{model}: pricing {calibration} calibration (average client + server)")
-        cost = calibration_cost(calibration, spec or model, train_samples=PAPER_TRAIN_SAMPLES, num_clients=PAPER_CLIENTS,
-                                num_classes=num_classes, image_size=PAPER_IMAGE_SIZE,
+        cost = calibration_cost(calibration, spec or model, train_samples=PAPER_TRAIN_SAMPLES,
+                                num_clients=PAPER_CLIENTS, num_classes=num_classes, image_size=PAPER_IMAGE_SIZE,
                                 hp=Hparams(), hw=hw)
         out[calibration] = {"client_cycles": cost.client_cycles, "server_cycles": cost.server_cycles,
-                            "latency_s": cost.latency_s}
+                            "latency_s": cost.latency_s, "client_energy_j": cost.client_energy_j,
+                            "server_energy_j": cost.server_energy_j, "energy_j": cost.energy_j}
     return out
 
 
@@ -291,8 +313,8 @@ def model_closed_form_bytes(model_name: str | ModelSpec, method: MethodConfig, h
                             image_size: int, rounds: int, num_clients: int, seed: int) -> dict[str, int]:
     """``closed_form_bytes`` of the FL code for a whole run, from the prepared model's shapes."""
     torch.manual_seed(seed)
-    model = prepare_model(build(as_spec(model_name, image_size), num_classes=num_classes,
-                                spherefed=method.spherefed), method, seed=seed)
+    model = prepare_model(model_spec.build(as_spec(model_name, image_size), num_classes=num_classes,
+                                           spherefed=method.spherefed), method, seed=seed)
     state, frozen = model.state_dict(), frozen_keys(model)
     shared = {k: v for k, v in state.items() if k not in frozen}
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
@@ -306,8 +328,8 @@ def model_closed_form_bytes(model_name: str | ModelSpec, method: MethodConfig, h
 
 def communication_figures(model: str, names, cfg: RunConfig) -> dict:
     """Fig. 5 (a) for the paper's run, and the classifier's share from Table 1's closed forms."""
-    setup = formulas.Table1Setup(feature_dim=build(cfg.spec(model), num_classes=cfg.classes,
-                                                   spherefed=False).feature_dim, num_classes=cfg.classes)
+    setup = formulas.Table1Setup(feature_dim=model_spec.build(cfg.spec(model), num_classes=cfg.classes,
+                                                              spherefed=False).feature_dim, num_classes=cfg.classes)
     table1_name = {"fedavg": "fedavg", "ccvr": "ccvr", "spherefed": "spherefed", "ffc": "spherefed"}
     out = {}
     for name in names:
@@ -322,37 +344,62 @@ def communication_figures(model: str, names, cfg: RunConfig) -> dict:
     return out
 
 
-def accuracy_figures(model: str, names, preset: Preset, data, cfg: RunConfig, progress,
-                     bars: bool) -> tuple[dict, dict]:
-    """Accuracy per method from federated runs; calibrations reuse their base run. Also the ledger
-    check: every run's ledger total against ``closed_form_bytes`` at the run's own settings."""
+def accuracy_figures(model: str, names, preset: Preset, data, cfg: RunConfig, hw: HardwareConfig,
+                     system: SystemModel, progress, bars: bool) -> tuple[dict, dict, list[dict]]:
+    """Accuracy per method from federated runs (calibrations reuse their base run), every round
+    priced (``rounds.csv`` rows, labelled with ``names``), and the ledger check: every run's ledger
+    total against ``closed_form_bytes`` at the run's own settings."""
     train, test = data
-    parts = dirichlet_partition(train.y.numpy(), PAPER_CLIENTS, preset.alpha, seed=cfg.seed)
-    fl = FLConfig(dataset=preset.dataset, model=model, num_clients=PAPER_CLIENTS, rounds=preset.rounds,
-                  alpha=preset.alpha, seed=cfg.seed)
+    fl = replace(preset.fl, model=model, seed=cfg.seed)
+    image_size = int(train.x.shape[-1])
+    parts = make_partition(train.y.numpy(), fl)
+    labels = [train.y.numpy()[p] for p in parts]
+    devices = client_devices(system, hw, fl.num_clients, seed=cfg.seed)
+
+    spec = cfg.spec(model, tuple(train.x.shape[1:]))
+
+    def build(spherefed: bool):
+        return model_spec.build(spec, num_classes=train.num_classes, norm=fl.norm, spherefed=spherefed)
+
+    pricer = RunPricer(RunSpec(build, model, tuple(train.x.shape[1:]), train.num_classes, cfg.seed))
     training = [n for n in names if n not in CALIBRATIONS]
     calibrations = [n for n in names if n in CALIBRATIONS]
     jobs = [(t, next((c for c in calibrations if TRAINED_WITH[c] == t), None)) for t in training]
     jobs += [(TRAINED_WITH[c], c) for c in calibrations if TRAINED_WITH[c] not in training]
-    accuracy, ledger = {}, {}
+    accuracy, ledger, rounds = {}, {}, {}
     for base, calib in jobs:
         run_name = f"{base}+{calib}" if calib else base
         method = parse_method(run_name)
-        hp = _hparams(method, preset)
-        progress(f"{model}: federated run {run_name} on {preset.dataset} ({preset.rounds} round(s))")
-        result = run_method(method, model_fn=lambda m=method: build(cfg.spec(model), num_classes=train.num_classes,
-                                                                     spherefed=m.spherefed),
-                            train=train, test=test, parts=parts, cfg=fl, hp=hp, progress=bars)
+        hp = preset.hparams(method)
+        progress(f"{model}: federated run {run_name} on {fl.dataset} ({fl.rounds} round(s)), every round priced")
+        result = run_method(method, model_fn=functools.partial(build, method.spherefed), train=train, test=test,
+                            parts=parts, cfg=fl, hp=hp, progress=bars)
+        rows = price_run(result, method, hp, pricer=pricer, client_labels=labels, hw=hw, system=system,
+                         devices=devices)
         if calib:
             accuracy[calib] = {"accuracy_pct": 100 * result.accuracy}
+            rounds[calib] = rows
         if base in training:
             before = result.accuracy_before_calibration if calib else result.accuracy
             accuracy[base] = {"accuracy_pct": 100 * before}
-        closed = model_closed_form_bytes(cfg.spec(model), method, hp, num_classes=train.num_classes, image_size=32,
-                                         rounds=preset.rounds, num_clients=PAPER_CLIENTS, seed=cfg.seed)
+            rounds[base] = [row for row in rows if row["stage"] == "train"]
+        closed = model_closed_form_bytes(spec, method, hp, num_classes=train.num_classes, image_size=image_size,
+                                         rounds=fl.rounds, num_clients=fl.num_clients, seed=cfg.seed)
         ledger[run_name] = {"ledger_total_bytes": ledger_totals(result.transfers)["total_bytes"],
                             "closed_form_total_bytes": closed["total_bytes"]}
-    return {n: accuracy[n] for n in names}, ledger
+    round_rows = [{"model": model, **row, "method": name} for name in names for row in rounds[name]]
+    return {n: accuracy[n] for n in names}, ledger, round_rows
+
+
+def time_to_accuracy_figures(round_rows: list[dict], target_pct: float | None) -> dict:
+    """Per method, the modeled wall time, device time, energy and bytes to first reach the target."""
+    target = default_target(round_rows) if target_pct is None else target_pct / 100
+    rule = (f"{100 * DEFAULT_TARGET_FRACTION:g} % of the best final accuracy among the methods"
+            if target_pct is None else "--target")
+    reached = time_to_accuracy(round_rows, target)
+    return {"target_accuracy_pct": 100 * target, "rule": rule,
+            "methods": {m: {"reached": t.reached, "round": t.round, "wall_s": t.wall_s, "device_s": t.device_s,
+                            "energy_j": t.energy_j, "bytes": t.bytes} for m, t in reached.items()}}
 
 
 def saving_pct(baseline: float, other: float) -> float:
@@ -377,12 +424,13 @@ def paper_vs_model(models: dict) -> list[dict]:
 def layer_rows(op_rows: list[dict]) -> pd.DataFrame:
     ops = pd.DataFrame(op_rows, columns=OPS_COLUMNS)
     return ops.groupby(["model", "method", "region", "layer", "phase"], sort=False, as_index=False)[
-        ["macs", "cycles", "latency_s"]].sum()[list(LAYERS_COLUMNS)]
+        list(COST_COLUMNS)].sum()[list(LAYERS_COLUMNS)]
 
 
 def shapes_label(config: dict) -> str:
     """"CIFAR-100 shapes" for the paper's input and classes, else "input CxHxW, C classes"."""
-    shape, classes = tuple(config.get("input_shape", DEFAULT_INPUT_SHAPE)), config.get("classes", PAPER_CLASSES)
+    shape = tuple(config.get("input_shape") or DEFAULT_INPUT_SHAPE)
+    classes = config.get("classes", PAPER_CLASSES)
     if (shape, classes) == (DEFAULT_INPUT_SHAPE, PAPER_CLASSES):
         return "CIFAR-100 shapes"
     return f"input {'x'.join(map(str, shape))}, {classes} classes"
@@ -399,20 +447,39 @@ def format_table(summary: dict) -> str:
             ("training", "peak_memory_bytes", "fedavg", "MB", 1e-6),
             ("training", "step_latency_s", "fedavg", "ms", 1e3),
             ("training", "round_latency_s", "fedavg", "s", 1),
+            ("training", "step_energy_j", "fedavg", "mJ", 1e3),
+            ("training", "round_energy_j", "fedavg", "J", 1),
             ("calibration", "latency_s", "ccvr", "s", 1),
+            ("calibration", "energy_j", "ccvr", "J", 1),
             ("accuracy", "accuracy_pct", None, "%", 1),
         ):
             for method, v in s[section].items():
                 value = v[metric]
                 norm = f"{value / s[section][base][metric]:.4f}" if base and base in s[section] else ""
                 lines.append(f"{section + ' ' + metric:<34} {method:<12} {value * scale:>13.4g} {unit:<2} {norm:>11}")
+        for method, v in s["training"].items():
+            parts = v["step_energy_by_component_j"]
+            lines.append(f"step energy {method}: " + ", ".join(
+                f"{k} {100 * e / v['step_energy_j']:.1f}%" for k, e in sorted(parts.items(), key=lambda kv: -kv[1])))
     lines.append("")
     lines.append(f"{'paper claim (Sec. 5.4)':<58} {'paper':>8} {'ours':>8}  model")
     for row in summary["paper_vs_model"]:
         lines.append(f"{row['claim']:<58} {row['paper_up_to_pct']:>7.1f}% {row['model_up_to_pct']:>7.2f}%  "
                      f"{row['model_with_most']}")
     lines.append(f"accuracy: {summary['accuracy_setting']['note']}")
+    for model, s in summary["models"].items():
+        lines.append("")
+        lines.append(format_time_to_accuracy(model, s["time_to_accuracy"]))
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Study:
+    """Everything a run writes: the summary, one row per priced op, one row per method and round."""
+
+    summary: dict
+    ops: list[dict]
+    rounds: list[dict]
 
 
 def hardware_comparison(cfg: RunConfig, training, calibrations, progress) -> dict:
@@ -427,24 +494,28 @@ def hardware_comparison(cfg: RunConfig, training, calibrations, progress) -> dic
         for m in cfg.models}, hws)
 
 
-def run_study(cfg: RunConfig, hw: HardwareConfig, preset: Preset, data, progress, argv) -> tuple[dict, list[dict]]:
-    """Every figure for every model of ``cfg``: (summary, per-op rows). ``progress`` takes one
-    message per step (and the federated runs show progress bars); None runs silently (grid points).
-    Raises ValueError / FloatingPointError on a failed accuracy run."""
+def run_study(cfg: RunConfig, hw: HardwareConfig, preset: Preset, system: SystemModel, data, progress,
+              argv) -> Study:
+    """Every figure for every model of ``cfg``. ``progress`` takes one message per step (and the
+    federated runs show progress bars); None runs silently (grid points). Raises ValueError /
+    FloatingPointError on a failed accuracy run."""
     bars = progress is not None
     progress = progress or (lambda msg: None)
     training, calibrations = _split_methods(cfg.methods)
-    models, all_ops, ledgers = {}, [], {}
+    models, all_ops, ledgers, all_rounds = {}, [], {}, []
     for model in cfg.models:
         train_figs, op_rows = training_figures(model, training, cfg, hw, progress)
         all_ops += op_rows
-        accuracy, ledgers[model] = accuracy_figures(model, training + calibrations, preset, data, cfg, progress, bars)
+        accuracy, ledgers[model], round_rows = accuracy_figures(model, training + calibrations, preset, data, cfg,
+                                                                hw, system, progress, bars)
+        all_rounds += round_rows
         models[model] = {
             "training": train_figs,
             "calibration": calibration_figures(model, calibrations, hw, progress, spec=cfg.spec(model),
                                                num_classes=cfg.classes),
             "communication": communication_figures(model, training + calibrations, cfg),
             "accuracy": accuracy,
+            "time_to_accuracy": time_to_accuracy_figures(round_rows, cfg.target_accuracy_pct),
         }
     comparison = {"hardware_comparison": hardware_comparison(cfg, training, calibrations, progress)} \
         if cfg.compare_hw else {}
@@ -456,25 +527,30 @@ def run_study(cfg: RunConfig, hw: HardwareConfig, preset: Preset, data, progress
                           f"DRAM {hw.dram_peak_bytes_per_s / 1e9:g} GB/s peak, dataflow "
                           f"{hw.dataflow_fwd}/{hw.dataflow_dx}/{hw.dataflow_dw}",
         "models": models,
-        "accuracy_setting": {**asdict(preset), "preset": cfg.preset, "train_note": data[0].note},
+        "accuracy_setting": {"preset": preset.name, "fl": asdict(preset.fl), "hparams": asdict(preset.hp),
+                             "overrides": preset.overrides, "note": preset.note, "train_note": data[0].note},
+        "system": asdict(system),
         "ledger_check": ledgers,
         "table1": [asdict(r) for r in formulas.table1(formulas.Table1Setup())],
         "paper_vs_model": paper_vs_model(models),
         "paper_vs_model_explanation": WHY_DIFFERENT,
         **comparison,
     }
-    return summary, all_ops
+    return Study(summary, all_ops, all_rounds)
 
 
-def write_files(folder: Path, summary: dict, all_ops: list[dict]) -> None:
-    """summary.json, the per-op and per-layer CSVs and the plots, into ``folder``."""
-    ops = pd.DataFrame(all_ops, columns=OPS_COLUMNS)
+def write_files(folder: Path, study: Study) -> None:
+    """summary.json, the per-op, per-layer, per-block and per-round CSVs and the plots, into ``folder``."""
+    ops = pd.DataFrame(study.ops, columns=OPS_COLUMNS)
     ops.to_csv(folder / OPS_CSV, index=False)
-    layer_rows(all_ops).to_csv(folder / LAYERS_CSV, index=False)
-    write_json(folder / "summary.json", summary)
+    layer_rows(study.ops).to_csv(folder / LAYERS_CSV, index=False)
+    breakdown(ops).to_csv(folder / BREAKDOWN_CSV, index=False)
+    pd.DataFrame(study.rounds, columns=ROUNDS_CSV_COLUMNS).to_csv(folder / ROUNDS_CSV, index=False)
+    write_json(folder / "summary.json", study.summary)
     plot_run(folder)
-    if "hardware_comparison" in summary:
-        compare_hw.plot_comparison(summary, folder)
+    plot_time_to_accuracy(folder)
+    if "hardware_comparison" in study.summary:
+        compare_hw.plot_comparison(study.summary, folder)
 
 
 def ledger_mismatches(summary: dict) -> dict:
@@ -487,19 +563,24 @@ def headline_metrics(summary: dict) -> dict[str, float]:
     out: dict[str, float] = {}
     for model, s in summary["models"].items():
         for method, v in s["training"].items():
-            for key in ("step_latency_s", "round_latency_s", "peak_memory_bytes"):
+            for key in ("step_latency_s", "round_latency_s", "peak_memory_bytes", "step_energy_j", "round_energy_j"):
                 out[f"{model}.{method}.{key}"] = v[key]
         for method, v in s["calibration"].items():
             out[f"{model}.{method}.calibration_latency_s"] = v["latency_s"]
+            out[f"{model}.{method}.calibration_energy_j"] = v["energy_j"]
         for method, v in s["communication"].items():
             out[f"{model}.{method}.communication_bytes"] = v["total_bytes"]
         for method, v in s["accuracy"].items():
             out[f"{model}.{method}.accuracy_pct"] = v["accuracy_pct"]
+        for method, v in s["time_to_accuracy"]["methods"].items():
+            if v["reached"]:
+                for key in ("wall_s", "energy_j", "bytes"):
+                    out[f"{model}.{method}.tta_{key}"] = v[key]
     return out
 
 
-GRID_KEYS = {"model", "methods", "batch_size", "seed", "preset", "data_dir", "hw", "alpha", "input_shape",
-             "classifier", "classes"}
+GRID_KEYS = {"model", "methods", "batch_size", "seed", "preset", "data_dir", "hw", "alpha", "target", "system",
+             "input_shape", "classifier", "classes"}
 
 
 def run_point(config: dict, out_dir: Path) -> dict[str, float]:
@@ -511,7 +592,8 @@ def run_point(config: dict, out_dir: Path) -> dict[str, float]:
     if "model" not in config:
         raise ValueError("a bench.run grid point needs 'model'")
     argv = ["--model", str(config["model"]), "--out", str(out_dir)]
-    for key in ("batch_size", "seed", "preset", "data_dir", "hw", "alpha", "input_shape", "classifier", "classes"):
+    for key in ("batch_size", "seed", "preset", "data_dir", "hw", "alpha", "target", "system", "input_shape",
+                "classifier", "classes"):
         if key in config:
             value = config[key]
             if key == "hw" and isinstance(value, list):  # several accelerators side by side
@@ -521,19 +603,19 @@ def run_point(config: dict, out_dir: Path) -> dict[str, float]:
     if "methods" in config:
         argv += ["--methods", *config["methods"]]
     cfg = parse_args(argv)
-    hw, preset = validate(cfg)
-    summary, all_ops = run_study(cfg, hw, preset, load_accuracy_data(preset, cfg), None, argv)
-    if ledger_mismatches(summary):
-        raise ValueError(f"the ledger disagrees with the closed forms: {ledger_mismatches(summary)}")
-    write_files(out_dir, summary, all_ops)
-    return headline_metrics(summary)
+    hw, preset, system = validate(cfg)
+    study = run_study(cfg, hw, preset, system, load_accuracy_data(preset, cfg), None, argv)
+    if ledger_mismatches(study.summary):
+        raise ValueError(f"the ledger disagrees with the closed forms: {ledger_mismatches(study.summary)}")
+    write_files(out_dir, study)
+    return headline_metrics(study.summary)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(argv if argv is not None else sys.argv[1:])
     cfg = parse_args(argv)
     try:
-        hw, preset = validate(cfg)
+        hw, preset, system = validate(cfg)
         check_out_dir(Path(cfg.out), overwrite=cfg.overwrite)
         data = load_accuracy_data(preset, cfg)
     except (ValueError, HardwareConfigError, ResultsError, FileNotFoundError) as exc:
@@ -541,11 +623,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     progress = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     try:
-        summary, all_ops = run_study(cfg, hw, preset, data, progress, argv)
+        study = run_study(cfg, hw, preset, system, data, progress, argv)
     except (ValueError, FloatingPointError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    write_run_dir(Path(cfg.out), lambda tmp: write_files(tmp, summary, all_ops), overwrite=cfg.overwrite)
+    write_run_dir(Path(cfg.out), lambda tmp: write_files(tmp, study), overwrite=cfg.overwrite)
+    summary = study.summary
     print(format_table(summary))
     if "hardware_comparison" in summary:
         print(f"\n{compare_hw.format_comparison(summary)}")

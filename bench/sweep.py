@@ -4,7 +4,7 @@
 captures one local training step of FedAvg and of SphereFed per model and batch size, prices
 them while one parameter at a time moves away from the base config, and writes
 ``sweep.csv`` (one row per model x parameter x value), ``sweep.json`` (command, git commit, base
-hardware) and ``sweep.png`` (latency and memory saving per parameter, the paper's "up to"
+hardware) and ``sweep.png`` (latency, memory and energy saving per parameter, the paper's "up to"
 figures as reference lines). Saving = 1 - SphereFed / FedAvg, in percent.
 
 Parameters (SphereFed appendix 0.E publishes only the 32x64 array and 100 MHz):
@@ -14,7 +14,9 @@ Parameters (SphereFed appendix 0.E publishes only the 32x64 array and 100 MHz):
 * ``dataflow``: fwd/dx/dw dataflows (default ws/ws/os; all-os, all-ws, all-is);
 * ``depthwise_mapping``: how grouped GEMMs are mapped (``grouped_mapping``);
 * ``batch_size``: the local batch (recaptured: the trace changes);
-* ``word_bytes``: bytes per word, for DRAM traffic and for every floating-point storage.
+* ``word_bytes``: bytes per word, for DRAM traffic and for every floating-point storage;
+* ``energy``: each ``[energy]`` figure (``accel_sim.hardware.EnergyCosts``) halved and doubled,
+  one at a time (``mac_pj x0.5``, ...): moves only the energy saving (the paper reports no energy).
 
 Nothing is fitted: the values are a fixed grid around the documented defaults.
 """
@@ -24,7 +26,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Callable
 
@@ -34,7 +36,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from accel_sim.hardware import HardwareConfig, HardwareConfigError, SpecialUnit, load_hardware_config  # noqa: E402
+from accel_sim.hardware import (EnergyCosts, HardwareConfig, HardwareConfigError, SpecialUnit,  # noqa: E402
+                                load_hardware_config)
 from bench.results import ResultsError, check_out_dir, write_json, write_run_dir  # noqa: E402
 from workloads.provenance import git_commit  # noqa: E402
 from bench.traces import local_training_trace, peak_memory_at_word_bytes  # noqa: E402
@@ -44,11 +47,26 @@ PAPER_UP_TO_LATENCY_SAVING_PCT = 13.6  # SphereFed Sec. 5.4, Fig. 5 (c)
 PAPER_UP_TO_MEMORY_SAVING_PCT = 10.5  # SphereFed Sec. 5.4, Fig. 5 (b)
 SWEEP_CSV = "sweep.csv"
 SWEEP_COLUMNS = ("model", "parameter", "value", "is_base", "fedavg_cycles", "spherefed_cycles",
-                 "latency_saving_pct", "fedavg_peak_bytes", "spherefed_peak_bytes", "memory_saving_pct")
+                 "latency_saving_pct", "fedavg_peak_bytes", "spherefed_peak_bytes", "memory_saving_pct",
+                 "fedavg_energy_j", "spherefed_energy_j", "energy_saving_pct")
+ENERGY_FACTORS = (0.5, 2.0)
 
 
 def _scaled_special_unit(unit: SpecialUnit, factor: float) -> SpecialUnit:
     return SpecialUnit(**{f.name: getattr(unit, f.name) * factor for f in fields(SpecialUnit)})
+
+
+def _energy_values() -> tuple[str, ...]:
+    """``default`` and each ``[energy]`` figure times each of ``ENERGY_FACTORS``: ``"mac_pj x0.5"``, ..."""
+    return ("default", *(f"{f.name} x{factor:g}" for f in fields(EnergyCosts) for factor in ENERGY_FACTORS))
+
+
+def _scaled_energy(hw: HardwareConfig, value: str) -> HardwareConfig:
+    """``hw`` with one energy figure scaled as ``value`` says (``"dram_pj_per_byte x2"``)."""
+    if value == "default":
+        return hw
+    name, factor = value.split(" x")
+    return hw.with_(energy=replace(hw.energy, **{name: getattr(hw.energy, name) * float(factor)}))
 
 
 def _dataflows(hw: HardwareConfig, text: str) -> HardwareConfig:
@@ -80,6 +98,7 @@ HW_PARAMETERS = {
         HwParameter("depthwise_mapping", ("per_group", "block_diagonal"),
                     lambda hw, v: hw.with_(grouped_mapping=v), lambda hw: hw.grouped_mapping),
         HwParameter("word_bytes", (2, 4), lambda hw, v: hw.with_(word_bytes=v), lambda hw: hw.word_bytes),
+        HwParameter("energy", _energy_values(), _scaled_energy, lambda hw: "default"),
     )
 }
 BATCH_SIZES = (16, 32, 64, 128)
@@ -99,6 +118,8 @@ def _row(model, parameter, value, is_base, traces, hw) -> dict:
         "latency_saving_pct": saving_pct(reports["fedavg"].total_cycles, reports["spherefed"].total_cycles),
         "fedavg_peak_bytes": peaks["fedavg"], "spherefed_peak_bytes": peaks["spherefed"],
         "memory_saving_pct": saving_pct(peaks["fedavg"], peaks["spherefed"]),
+        "fedavg_energy_j": reports["fedavg"].energy_j, "spherefed_energy_j": reports["spherefed"].energy_j,
+        "energy_saving_pct": saving_pct(reports["fedavg"].energy_j, reports["spherefed"].energy_j),
     }
 
 
@@ -126,19 +147,23 @@ def sweep(models, base: HardwareConfig, *, batch_size: int = 64, batch_sizes=BAT
 
 
 def plot_sweep(frame: pd.DataFrame):
-    """One panel per parameter: latency and memory saving (%) per value, per model."""
+    """One panel per parameter: latency, memory and energy saving (%) per value, per model."""
     parameters = list(dict.fromkeys(frame["parameter"]))
-    fig, axes = plt.subplots(2, len(parameters), figsize=(3.2 * len(parameters), 6), squeeze=False)
+    widths = [3 if p == "energy" else 1 for p in parameters]  # the energy panel has 11 values
+    fig, axes = plt.subplots(3, len(parameters), figsize=(3.2 * sum(widths), 9), squeeze=False,
+                             gridspec_kw={"width_ratios": widths})
     for col, parameter in enumerate(parameters):
         part = frame[frame["parameter"] == parameter]
         for row, (metric, paper, label) in enumerate((
             ("latency_saving_pct", PAPER_UP_TO_LATENCY_SAVING_PCT, "latency saving (%)"),
             ("memory_saving_pct", PAPER_UP_TO_MEMORY_SAVING_PCT, "peak-memory saving (%)"),
+            ("energy_saving_pct", None, "energy saving (%)"),
         )):
             ax = axes[row][col]
             table = part.pivot(index="value", columns="model", values=metric).reindex(list(dict.fromkeys(part["value"])))
             table.plot.bar(ax=ax, rot=30, fontsize=7, legend=(col == 0))
-            ax.axhline(paper, color="red", linestyle="--", linewidth=1, label=f"paper, up to {paper}%")
+            if paper is not None:  # the paper reports no energy
+                ax.axhline(paper, color="red", linestyle="--", linewidth=1, label=f"paper, up to {paper}%")
             ax.axhline(0, color="black", linewidth=0.5)
             ax.set_title(parameter if row == 0 else "", fontsize=9)
             ax.set_xlabel("")
@@ -193,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
 
     write_run_dir(args.out, build, overwrite=args.overwrite)
     with pd.option_context("display.width", 200, "display.max_rows", 200):
-        print(frame[["model", "parameter", "value", "latency_saving_pct", "memory_saving_pct"]].to_string(
+        print(frame[["model", "parameter", "value", "latency_saving_pct", "memory_saving_pct", "energy_saving_pct"]].to_string(
             index=False, float_format=lambda v: f"{v:.3f}"))
     print(f"wrote {args.out}")
     return 0

@@ -1,8 +1,8 @@
 """Traces bench prices: one local training step of an FL method by model name at the paper's shapes.
 
 ``local_training_trace`` builds the model by name and captures the federated loop's own step with
-``workloads.fl.step_cost.local_step_trace`` (one warm-up step, then one captured on the ``meta``
-device), with the method's hyper-parameters (``workloads.fl.hparams.Hparams``: SphereFed appendix
+``workloads.fl.step_cost.local_step_trace`` (the steady-state step, momentum buffers in place,
+captured on the ``meta`` device), with the method's hyper-parameters (``workloads.fl.hparams.Hparams``: SphereFed appendix
 Table 16) and a batch at CIFAR-100's shapes (3x32x32, 100 classes, B = 64) unless told otherwise.
 """
 

@@ -9,12 +9,19 @@ the project)::
     /work/wt/_scalesim_venv/bin/pip install scalesim==3.0.0 'numpy<2.3'    # numpy 2.2.6 was used
     /work/wt/_scalesim_venv/bin/python scripts/record_scalesim.py gemm         # ~40 s
     /work/wt/_scalesim_venv/bin/python scripts/record_scalesim.py mobilenetv2  # ~150 s, timed
+    /work/wt/_scalesim_venv/bin/python scripts/record_scalesim.py accesses     # ~5 s
 
 ``gemm`` writes ``tests/data/scalesim/gemm_cycles.csv``: every shape of ``GEMM_SHAPES`` under the
 three dataflows on the 32x64 array, and every shape of ``SMALL_ARRAY_SHAPES`` on 8x16 and 16x8
 arrays, with the cycle figures of SCALE-Sim's COMPUTE_REPORT.csv. It then checks the closed form
 ``scalesim_total_cycles`` (derived from SCALE-Sim's source, see tests/data/scalesim/README.md)
 against every recorded row and exits 1 listing any row it does not reproduce.
+
+``accesses`` writes ``tests/data/scalesim/gemm_accesses.csv``: every figure of SCALE-Sim's
+COMPUTE_REPORT, BANDWIDTH_REPORT and DETAILED_ACCESS_REPORT (SRAM and DRAM reads / writes in
+words, their start / stop cycles, stalls) for ``ACCESS_SHAPES`` on an 8x16 array and
+``ACCESS_PAPER_ARRAY_SHAPES`` on 32x64, under the three dataflows, with every SRAM at 1024 kB and
+at 1 kB; it checks the cycles with the same closed form.
 
 ``mobilenetv2`` times SCALE-Sim (wall seconds, measured once) on the forward GEMMs of the CIFAR
 MobileNetV2 (paper appendix 0.F.1, Tab. 14; 32x32 input, batch 1) on the 32x64 array under the
@@ -24,7 +31,7 @@ with SCALE-Sim's cycles per layer) and ``mobilenetv2_fwd_timing.json``.
 Both commands drive SCALE-Sim exactly as its CLI does (``python -m scalesim.scale -c CFG -t TOPO
 -l LAYOUT -i gemm -p OUT``: the ``scalesim`` class, then ``run_scale``) but with
 ``save_disk_space=True`` so that no per-cycle trace files are written (the CLI always writes them),
-and read the figures back from the COMPUTE_REPORT.csv it writes. Outputs are written to a
+and read the figures back from the report CSVs it writes. Outputs are written to a
 temporary file and renamed into place.
 """
 
@@ -58,9 +65,9 @@ run_name = run
 [architecture_presets]
 ArrayHeight: {rows}
 ArrayWidth: {cols}
-IfmapSramSzkB: 1024
-FilterSramSzkB: 1024
-OfmapSramSzkB: 1024
+IfmapSramSzkB: {sram_kb}
+FilterSramSzkB: {sram_kb}
+OfmapSramSzkB: {sram_kb}
 IfmapOffset: 0
 FilterOffset: 10000000
 OfmapOffset: 20000000
@@ -99,6 +106,28 @@ REPORT_COLUMNS = {
     "Overall Util %": "overall_util_pct",
     "Mapping Efficiency %": "mapping_efficiency_pct",
     "Compute Util %": "compute_util_pct",
+}
+# BANDWIDTH_REPORT.csv (words per cycle; SRAM figures over "Total Cycles", DRAM figures over each
+# operand's DRAM start-to-stop span: single_layer_sim.py, calc_report_data).
+BANDWIDTH_COLUMNS = {
+    "Avg IFMAP SRAM BW": "avg_ifmap_sram_words_per_cycle",
+    "Avg FILTER SRAM BW": "avg_filter_sram_words_per_cycle",
+    "Avg OFMAP SRAM BW": "avg_ofmap_sram_words_per_cycle",
+    "Avg IFMAP DRAM BW": "avg_ifmap_dram_words_per_cycle",
+    "Avg FILTER DRAM BW": "avg_filter_dram_words_per_cycle",
+    "Avg OFMAP DRAM BW": "avg_ofmap_dram_words_per_cycle",
+}
+# DETAILED_ACCESS_REPORT.csv: per operand, the first / last cycle it was accessed and the count of
+# word accesses. SRAM counts are the array's requests (compute/systolic_compute_*.py,
+# get_*_requests); DRAM counts are the words moved between DRAM and the double-buffered SRAMs
+# (memory/double_buffered_scratchpad_mem.py, get_*_dram_details).
+DETAIL_COLUMNS = {
+    f"{memory} {operand} {what}": f"{memory.lower()}_{operand.lower()}_{column}"
+    for memory in ("SRAM", "DRAM")
+    for operand in ("IFMAP", "Filter", "OFMAP")
+    for what, column in (("Start Cycle", "start_cycle"), ("Stop Cycle", "stop_cycle"),
+                         ("Writes" if operand == "OFMAP" else "Reads",
+                          "write_words" if operand == "OFMAP" else "read_words"))
 }
 
 
@@ -185,14 +214,23 @@ def scalesim_total_cycles(m: int, n: int, k: int, *, rows: int, cols: int, dataf
     return folds * (preload + rows + cols + t - 2) - 1
 
 
-def run_scalesim(gemms: list[Gemm], *, rows: int, cols: int,
-                 dataflow: str) -> tuple[list[dict], float]:
-    """Run SCALE-Sim once on `gemms` (one topology layer each): its report rows, wall seconds."""
+def _read_report(path: Path) -> list[dict]:
+    """One of SCALE-Sim's report CSVs as dicts (header and rows end with a comma: the empty last
+    column is dropped)."""
+    with open(path, newline="") as f:
+        return [{key.strip(): value.strip() for key, value in row.items() if key.strip()}
+                for row in csv.DictReader(f, skipinitialspace=True)]
+
+
+def run_scalesim(gemms: list[Gemm], *, rows: int, cols: int, dataflow: str,
+                 sram_kb: int = 1024) -> tuple[list[dict], float]:
+    """Run SCALE-Sim once on `gemms` (one topology layer each, every SRAM `sram_kb` kB): per GEMM
+    every figure of its COMPUTE, BANDWIDTH and DETAILED_ACCESS reports; wall seconds."""
     from scalesim.scale_sim import scalesim  # only importable inside the SCALE-Sim venv
 
     with tempfile.TemporaryDirectory(prefix="scalesim_") as tmp:
         tmp_path = Path(tmp)
-        config = CONFIG_TEMPLATE.format(rows=rows, cols=cols, dataflow=dataflow)
+        config = CONFIG_TEMPLATE.format(rows=rows, cols=cols, dataflow=dataflow, sram_kb=sram_kb)
         (tmp_path / "scale.cfg").write_text(config)
         # GEMM topology: "Layer, M, N, K," (the parser drops the text after the last comma).
         lines = ["Layer, M, N, K,"] + [f"g{i}, {g.m}, {g.n}, {g.k}," for i, g in enumerate(gemms)]
@@ -204,19 +242,21 @@ def run_scalesim(gemms: list[Gemm], *, rows: int, cols: int,
                        input_type_gemm=True)
         sim.run_scale(top_path=str(tmp_path / "out"))
         wall_s = time.perf_counter() - start
-        with open(tmp_path / "out" / "run" / "COMPUTE_REPORT.csv", newline="") as f:
-            # Header and rows end with a comma: drop the empty last column.
-            report = [{key.strip(): value.strip() for key, value in row.items() if key.strip()}
-                      for row in csv.DictReader(f, skipinitialspace=True)]
-    if [int(r["LayerID"]) for r in report] != list(range(len(gemms))):
-        raise RuntimeError("SCALE-Sim's COMPUTE_REPORT.csv does not list one row per GEMM in order")
+        reports = [(_read_report(tmp_path / "out" / "run" / name), columns) for name, columns in (
+            ("COMPUTE_REPORT.csv", REPORT_COLUMNS), ("BANDWIDTH_REPORT.csv", BANDWIDTH_COLUMNS),
+            ("DETAILED_ACCESS_REPORT.csv", DETAIL_COLUMNS))]
+    for report, _ in reports:
+        if [int(r["LayerID"]) for r in report] != list(range(len(gemms))):
+            raise RuntimeError("a SCALE-Sim report does not list one row per GEMM in order")
     rows_out = []
-    for gemm, r in zip(gemms, report):
+    for i, gemm in enumerate(gemms):
         row = {"m": gemm.m, "n": gemm.n, "k": gemm.k, "rows": rows, "cols": cols,
                "dataflow": dataflow}
-        for src, dst in REPORT_COLUMNS.items():
-            value = float(r[src])
-            row[dst] = int(value) if dst.endswith("cycles") or dst.endswith("prefetch") else value
+        for report, columns in reports:
+            for src, dst in columns.items():
+                value = float(report[i][src])
+                integral = dst.endswith(("cycles", "prefetch", "cycle", "words"))
+                row[dst] = int(value) if integral else value
         row["kind"], row["name"] = gemm.kind, gemm.name
         rows_out.append(row)
     return rows_out, wall_s
@@ -270,7 +310,8 @@ def cmd_gemm(out_dir: Path) -> int:
             result, wall_s = run_scalesim(list(shapes), rows=rows, cols=cols, dataflow=dataflow)
             recorded += result
             print(f"{rows}x{cols} {dataflow}: {len(shapes)} GEMMs, {wall_s:.1f} s", flush=True)
-    write_atomically(out_dir / "gemm_cycles.csv", to_csv(recorded))
+    keep = ["m", "n", "k", "rows", "cols", "dataflow", *REPORT_COLUMNS.values(), "kind", "name"]
+    write_atomically(out_dir / "gemm_cycles.csv", to_csv([{key: r[key] for key in keep} for r in recorded]))
     print(f"wrote {len(recorded)} rows to {out_dir / 'gemm_cycles.csv'} ({versions()})")
     bad = check_closed_form(recorded)
     for message in bad:
@@ -279,6 +320,49 @@ def cmd_gemm(out_dir: Path) -> int:
         return 1
     print(f"closed form reproduces all {len(recorded)} rows (stall_cycles == 0 in all)")
     return 0
+
+
+# Shapes whose SRAM / DRAM accesses are recorded (``accesses``): one fold, edge folds in each
+# dimension, several row folds (WS / IS partial sums over K) and several column folds, on the
+# 8x16 array so that a few hundred cycles give many folds; the paper's 32x64 array for two.
+ACCESS_SHAPES = (
+    Gemm(8, 16, 8, "exact"), Gemm(5, 7, 3, "edge"), Gemm(20, 16, 8, "edge"),
+    Gemm(8, 40, 8, "edge"), Gemm(8, 16, 20, "edge"), Gemm(17, 33, 19, "edge"),
+    Gemm(24, 8, 64, "deep"), Gemm(64, 8, 4, "tall"), Gemm(4, 64, 8, "wide"),
+    Gemm(1, 1, 1, "unit"), Gemm(1, 20, 9, "unit"), Gemm(64, 1, 9, "mobilenetv2", "depthwise, one channel @8x8"),
+)
+ACCESS_PAPER_ARRAY_SHAPES = (
+    Gemm(70, 40, 90, "edge"), Gemm(16, 100, 320, "mobilenetv2", "conv 320->100-like k1 @4x4"),
+)
+# SRAM sizes (kB, each of the three): large enough to hold every operand (each word crosses from
+# DRAM once), and small enough (1 kB) that SCALE-Sim refetches from DRAM.
+ACCESS_SRAM_KB = (1024, 1)
+
+
+def cmd_accesses(out_dir: Path) -> int:
+    """Record every figure SCALE-Sim reports (compute, bandwidth, SRAM and DRAM accesses) for
+    ACCESS_SHAPES on 8x16 and ACCESS_PAPER_ARRAY_SHAPES on 32x64, all dataflows, both SRAM sizes."""
+    plan = [((8, 16), ACCESS_SHAPES), ((32, 64), ACCESS_PAPER_ARRAY_SHAPES)]
+    recorded, total_s = [], 0.0
+    for sram_kb in ACCESS_SRAM_KB:
+        for (rows, cols), shapes in plan:
+            for dataflow in DATAFLOWS:
+                result, wall_s = run_scalesim(list(shapes), rows=rows, cols=cols, dataflow=dataflow,
+                                              sram_kb=sram_kb)
+                recorded += [{**{key: r[key] for key in ("m", "n", "k", "rows", "cols", "dataflow")},
+                              "sram_kb": sram_kb, "word_bytes": 1,
+                              **{key: v for key, v in r.items() if key not in ("m", "n", "k", "rows", "cols",
+                                                                              "dataflow")}}
+                             for r in result]
+                total_s += wall_s
+                print(f"{rows}x{cols} {dataflow} SRAM {sram_kb} kB: {len(shapes)} GEMMs, {wall_s:.1f} s",
+                      flush=True)
+    write_atomically(out_dir / "gemm_accesses.csv", to_csv(recorded))
+    print(f"wrote {len(recorded)} rows to {out_dir / 'gemm_accesses.csv'} in {total_s:.1f} s ({versions()})")
+    bad = check_closed_form(recorded)
+    for message in bad:
+        print("closed form disagrees:", message, file=sys.stderr)
+    return 1 if bad else 0
 
 
 @dataclass(frozen=True)
@@ -413,9 +497,9 @@ def cmd_mobilenetv2(out_dir: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=["gemm", "mobilenetv2"],
-                        help="gemm: record the golden GEMM set; "
-                             "mobilenetv2: time the forward GEMMs")
+    parser.add_argument("command", choices=["gemm", "accesses", "mobilenetv2"],
+                        help="gemm: record the golden GEMM set; accesses: record SRAM / DRAM "
+                             "accesses; mobilenetv2: time the forward GEMMs")
     parser.add_argument("--out-dir", type=Path, default=DEFAULT_OUT_DIR,
                         help=f"where to write (default {DEFAULT_OUT_DIR})")
     args = parser.parse_args(argv)
@@ -424,7 +508,8 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         parser.exit(2, "error: SCALE-Sim is not importable; run this script with the SCALE-Sim "
                        "venv's python (see the top of scripts/record_scalesim.py)\n")
-    return cmd_gemm(args.out_dir) if args.command == "gemm" else cmd_mobilenetv2(args.out_dir)
+    commands = {"gemm": cmd_gemm, "accesses": cmd_accesses, "mobilenetv2": cmd_mobilenetv2}
+    return commands[args.command](args.out_dir)
 
 
 if __name__ == "__main__":

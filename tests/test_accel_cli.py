@@ -42,11 +42,19 @@ def test_simulate_table_and_json(tmp_path, capsys):
     assert main(["simulate", str(path)]) == 0
     text = capsys.readouterr().out
     assert "fc" in text and "latency:" in text and "peak memory: 0.000 MB" in text
+    assert "mJ" in text.splitlines()[0] and "energy:" in text  # energy beside latency
     assert "NOT PRICED (unsupported ops, 0 cycles): aten.fancy_new_op.default x1" in text
     assert main(["simulate", str(path), "--json", "--hw", str(ROOT / "configs/hw/paper_default.toml")]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["peak_bytes"] == 224 and out["unsupported_ops"] == {"aten.fancy_new_op.default": 1}
     assert out["total_cycles"] == sum(v["total_cycles"] for v in out["by_layer"].values())
+    # energy at the top level, per phase and per layer, split by component
+    components = ["mac", "sram", "dram", "special_unit", "static"]
+    for node in (out, *out["by_phase"].values(), *out["by_layer"].values()):
+        assert list(node["energy_by_component_j"]) == components
+        assert node["energy_j"] == pytest.approx(sum(node["energy_by_component_j"].values()))
+    assert out["energy_j"] == pytest.approx(sum(v["energy_j"] for v in out["by_layer"].values()))
+    assert out["energy_j"] == pytest.approx(sum(v["energy_j"] for v in out["by_phase"].values()))
 
 
 @pytest.mark.parametrize(

@@ -55,6 +55,11 @@ BWD_MACS = {"fedavg": 2 * 8 * 8 * 16 * 3 * 3 * 3 + 2 * 16 * 5 + 2 * 16 * 5,
             "spherefed": 2 * 8 * 8 * 16 * 3 * 3 * 3 + 2 * 16 * 5}
 
 
+TINY_PRESET = (REPO / "configs" / "presets" / "smoke.toml").read_text().replace(
+    "max_test_samples = 100", "max_test_samples = 20").replace(
+    "ccvr_virtual_per_class = 50", "ccvr_virtual_per_class = 5")  # bench.run's smallest accuracy run, smaller
+
+
 @pytest.fixture
 def user_dir(tmp_path, monkeypatch):
     """A folder holding the user's modules, as the current directory (nothing on PYTHONPATH)."""
@@ -93,11 +98,11 @@ def test_trace_cli_as_a_subprocess_imports_from_the_current_folder(user_dir):
 HW_FILES = ("paper_default.toml", "gemmini_like.toml", "tpu_v1_like.toml")
 
 
-def test_bench_run_prices_a_user_model_on_several_accelerators(user_dir, capsys, monkeypatch):
-    tiny = bench_run.replace(bench_run.PRESETS["quick"], max_test_samples=20, ccvr_virtual_per_class=5)
-    monkeypatch.setitem(bench_run.PRESETS, "quick", tiny)
+def test_bench_run_prices_a_user_model_on_several_accelerators(user_dir, capsys):
+    (user_dir / "tiny.toml").write_text(TINY_PRESET)
     out, name = user_dir / "run", f"{MODULE}:net"
     assert bench_run.main(["--model", name, "--input-shape", "3,8,8", "--classes", str(C), "--batch-size", str(B),
+                           "--preset", str(user_dir / "tiny.toml"),
                            "--hw", *(str(REPO / "configs" / "hw" / f) for f in HW_FILES), "--out", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
     models = summary["models"][name]
@@ -133,10 +138,10 @@ def test_several_accelerators_need_distinct_valid_files(user_dir, tmp_path_facto
         assert not (user_dir / "r").exists()
 
 
-def test_grid_point_takes_a_user_model_and_its_shape(user_dir, monkeypatch):
-    tiny = bench_run.replace(bench_run.PRESETS["quick"], max_test_samples=20, ccvr_virtual_per_class=5)
-    monkeypatch.setitem(bench_run.PRESETS, "quick", tiny)
+def test_grid_point_takes_a_user_model_and_its_shape(user_dir):
+    (user_dir / "tiny.toml").write_text(TINY_PRESET)
     metrics = bench_run.run_point({"model": f"{MODULE}:net", "input_shape": [3, 8, 8], "classes": C,
+                                   "preset": str(user_dir / "tiny.toml"),
                                    "batch_size": B, "methods": ["fedavg", "ccvr"]}, user_dir)
     assert json.loads((user_dir / "summary.json").read_text())["config"]["input_shape"] == [3, 8, 8]
     assert f"{MODULE}:net.fedavg.step_latency_s" in metrics

@@ -17,10 +17,6 @@ from workloads.trace import capture
 HW = HardwareConfig()
 
 
-def _full(fn, *args, **kwargs):
-    return _report(fn, *args, **kwargs).total_cycles
-
-
 def _report(fn, *args, **kwargs):
     return simulate(capture(fn, *args, default_phase="calibration", **kwargs).trace, HW)
 
@@ -38,8 +34,12 @@ def test_client_statistics_extrapolation_is_exact():
     x = torch.empty(4, 3, 32, 32, device="meta")
     y = torch.zeros(4, dtype=torch.long, device="meta")
     stats = lambda batches: ffc_client_statistics(model, batches, num_classes=10, hp=hp)  # noqa: E731
-    one, two, five = (_full(stats, [(x, y)] * n, model=model) for n in (1, 2, 5))
-    assert cal.extrapolate(one, two, 5) == five
+    one, two, five = (_report(stats, [(x, y)] * n, model=model) for n in (1, 2, 5))
+    assert cal.extrapolate(one.total_cycles, two.total_cycles, 5) == five.total_cycles
+    # energy is linear in the counts the cycles come from: extrapolated alike (Cost), exact up to rounding
+    price = cal.extrapolate(*(cal.Cost(r.total_cycles, r.energy_j) for r in (one, two)), 5)
+    assert price.cycles == five.total_cycles
+    assert price.energy_j == pytest.approx(five.energy_j, rel=1e-9)
 
 
 def test_retrain_extrapolation():
@@ -68,7 +68,9 @@ def test_ffc_is_cheaper_than_ccvr_on_the_server():
     # CCVR samples C x M_c features and re-trains; FFC sums and solves once
     hp = Hparams(ccvr_virtual_per_class=20, ccvr_epochs=2)
     kw = dict(feature_dim=64, num_classes=10, num_clients=3, hp=hp, hw=HW)
-    assert 0 < cal.ffc_server_cycles(**kw) < cal.ccvr_server_cycles(**kw)
+    ffc, ccvr = cal.ffc_server_cost(**kw), cal.ccvr_server_cost(**kw)
+    assert 0 < ffc.cycles < ccvr.cycles
+    assert 0 < ffc.energy_j < ccvr.energy_j
 
 
 def test_unknown_calibration_is_rejected():

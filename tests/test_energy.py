@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 
 from accel_sim.energy import COMPONENTS, energy_of
 from accel_sim.hardware import EnergyCosts, HardwareConfig, load_hardware_config
+from accel_sim.pricing import price_work
 from accel_sim.simulate import simulate
+from accel_sim.trace_schema import GemmWork
 from tests.accel_traces import small_trace
 from workloads import trace as wt
 
@@ -155,3 +157,20 @@ def test_energy_is_linear_in_the_counts(macs, sram, dram, elements, seconds):
     expected = (costs.mac_pj * macs + costs.sram_pj_per_byte * sram + costs.dram_pj_per_byte * dram
                 + costs.special_unit_pj_per_element * elements) * 1e-12 + costs.static_w * seconds
     assert math.isclose(e.energy_j, expected, rel_tol=1e-12, abs_tol=1e-300)
+
+
+def test_block_diagonal_packing_charges_useful_macs_only():
+    # 8 depthwise groups of out[16 x 1] = A[16 x 9] . B[9 x 1] (3x3 kernel, 4x4 output), forward WS on
+    # 32 x 64: block_diagonal packs p = min(32 // 9, 64 // 1) = 3 groups per GEMM (16 x 3 x 27 with a
+    # block-diagonal B), 2 packs of 3 + 1 of 2. The padded zero MACs (2/3 of each pack's) are gated:
+    # MAC energy counts the 16 x 9 x 8 = 1,152 useful MACs under both mappings. Each group fits one
+    # fold, so the array reads and writes the same on-chip bytes either way: A 16 x 9 words per group,
+    # B's 9 non-zero words per group (zeros are fed, not read), 16 outputs per group.
+    work = GemmWork(16, 1, 9, role="fwd", groups=8)
+    costs = {mapping: price_work(work, HardwareConfig(grouped_mapping=mapping)) for mapping in
+             ("per_group", "block_diagonal")}
+    for cost in costs.values():
+        assert cost.macs == 1152
+        assert (cost.sram_read_bytes, cost.sram_write_bytes) == ((16 * 9 + 9) * 8 * 4, 16 * 8 * 4)
+    # fewer folds: fewer cycles, so less static energy
+    assert costs["block_diagonal"].timing.total_cycles < costs["per_group"].timing.total_cycles

@@ -1,4 +1,5 @@
-"""bench.plots and bench.results against a small hand-made results folder (tests/data/results_small)."""
+"""bench.plots, bench.breakdown and bench.results against a small hand-made results folder
+(tests/data/results_small)."""
 
 import json
 import shutil
@@ -7,7 +8,10 @@ from pathlib import Path
 import matplotlib.image as mpimg
 import pytest
 
-from bench import plots, results
+from accel_sim.hardware import HardwareConfig
+from accel_sim.simulate import simulate
+from bench import breakdown, plots, results, tta
+from tests.accel_traces import small_trace
 
 FIXTURE = Path(__file__).parent / "data" / "results_small"
 
@@ -30,16 +34,55 @@ def test_panels_normalize_to_the_baseline():
     assert calibration.loc["small", "ffc"] == pytest.approx(0.6)
     accuracy = plots.panel_values(summary, plots.FIG5_PANELS[4])  # absolute, not normalized
     assert accuracy.loc["small", "spherefed"] == 52.5
+    energy = plots.panel_values(summary, plots.FIG5_PANELS[5])
+    # tiny: 1.5 mJ x 10 steps / (2 mJ x 10) = 0.75
+    assert energy.loc["tiny", "spherefed"] == pytest.approx(0.75)
+    calibration_energy = plots.panel_values(summary, plots.FIG5_PANELS[6])
+    # tiny: (0.8 + 0.2) mJ / (1 + 3) mJ = 0.25
+    assert calibration_energy.loc["tiny", "ffc"] == pytest.approx(0.25)
 
 
-def test_layer_latency_sums_phases_slowest_first():
-    layers = plots.read_layers(FIXTURE)
-    table = plots.layer_latency(layers, "tiny")
-    # body.0: fwd 3 us + bwd 4 us = 7 us; classifier FedAvg 1 + 2 = 3 us, SphereFed 1 + 1 = 2 us
-    assert list(table.index) == ["body.0", "classifier"]
-    assert table.loc["body.0", "fedavg"] == pytest.approx(7e-6)
-    assert table.loc["classifier", "spherefed"] == pytest.approx(2e-6)
-    assert "ffc" not in table.columns  # calibration rows are not training
+def test_block_stacks():
+    frame = plots.read_breakdown(FIXTURE)
+    tiny = frame[(frame["model"] == "tiny") & (frame["method"] == "fedavg") & (frame["region"] == "training")]
+    latency = plots.latency_stacks(tiny, 100e6)
+    # blocks in model order; compute per kind, then every stall of the block as one segment
+    assert list(latency.index) == ["blocks.0", "classifier", "(outside modules)"]
+    assert list(latency.columns) == ["array_fwd", "array_dx", "special_unit_fwd", "array_dw", "special_unit_update",
+                                     "memory_stall"]
+    # blocks.0: compute 200 + 400 + 20 cycles, stall 100 + 0 + 80 = 180 cycles (1.8 us at 100 MHz)
+    assert latency.loc["blocks.0", "array_dx"] == pytest.approx(4e-6)
+    assert latency.loc["blocks.0", "memory_stall"] == pytest.approx(1.8e-6)
+    assert latency.to_numpy().sum() == pytest.approx(tiny["latency_s"].sum())
+    energy = plots.energy_stacks(tiny)
+    assert list(energy.columns) == ["mac", "sram", "dram", "special_unit", "static"]
+    # classifier: dram 20 + 100 uJ
+    assert energy.loc["classifier", "dram"] == pytest.approx(120e-6)
+    assert energy.to_numpy().sum() == pytest.approx(tiny["energy_j"].sum())
+
+
+@pytest.mark.parametrize("layer, block", [
+    ("body.blocks.3.depthwise.conv", "blocks.3"),
+    ("body.blocks.16", "blocks.16"),
+    ("body.layer2.1.conv1", "layer2.1"),
+    ("body.conv3.norm", "conv3"),
+    ("body.stem.conv", "stem"),
+    ("body.head.relu", "head"),
+    ("classifier", "classifier"),
+    ("feature_norm", "feature_norm"),
+    ("", "(outside modules)"),
+])
+def test_blocks(layer, block):
+    assert breakdown.block_of(layer) == block
+
+
+def test_kinds_of_work():
+    assert breakdown.kind_of("gemm:dw", "bwd") == "array_dw"
+    assert breakdown.kind_of("gemm:fwd", "fwd", gemm_groups=32) == "array_fwd_grouped"
+    assert breakdown.kind_of("vector:norm", "bwd") == "special_unit_bwd"
+    assert breakdown.kind_of("vector:update", "update") == "special_unit_update"
+    assert breakdown.kind_of("linalg:solve", "calibration") == "linalg_calibration"
+    assert breakdown.kind_of("none", "fwd") == ""
 
 
 def test_plots_regenerate_from_saved_results(run_dir):
@@ -47,10 +90,27 @@ def test_plots_regenerate_from_saved_results(run_dir):
         png.unlink()
     assert plots.main([str(run_dir)]) == 0
     names = sorted(p.name for p in run_dir.glob("*.png"))
-    assert names == ["fig5.png", "layers_small.png", "layers_tiny.png"]
+    assert names == ["breakdown_small.png", "breakdown_tiny.png", "fig5.png", "tta.png"]
     image = mpimg.imread(run_dir / "fig5.png")
     assert image.shape[0] > 100 and image.shape[1] > 500
+    tta = mpimg.imread(run_dir / "tta.png")  # two models: two rows of three panels
+    assert tta.shape[0] > tta.shape[1] / 3 > 100
     assert not list(run_dir.glob(".*"))  # no temporary files left behind
+
+
+def test_time_to_accuracy_table():
+    summary = results.load_summary(FIXTURE)
+    text = tta.format_time_to_accuracy("tiny", summary["models"]["tiny"]["time_to_accuracy"])
+    lines = text.splitlines()
+    assert lines[0].startswith("time to 85.5 % test accuracy (95 % of the best final accuracy")
+    assert lines[2].split() == ["fedavg", "3", "30", "s", "6", "s", "3", "J", "0.003", "MB"]
+    assert lines[3].split() == ["spherefed", "not", "reached"]
+
+
+def test_unreadable_rounds_csv_is_one_clear_error(run_dir):
+    (run_dir / "rounds.csv").write_bytes(b"\xff\xfe\x00\x01")
+    with pytest.raises(results.ResultsError, match="rounds.csv"):
+        tta.plot_time_to_accuracy(run_dir)
 
 
 def test_missing_folder_is_one_clear_error(tmp_path, capsys):
@@ -102,3 +162,14 @@ def test_run_dir_is_written_atomically(tmp_path):
     results.write_run_dir(out, lambda tmp: (tmp / "b.txt").write_text("second"), overwrite=True)
     assert sorted(p.name for p in out.iterdir()) == ["b.txt"]  # old and new never mixed
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def test_energy_by_kind_adds_up():
+    report = simulate(small_trace(), HardwareConfig(rows=4, cols=4))
+    kinds = breakdown.energy_by_kind(report)
+    # fwd GEMM, relu + loss (fwd), loss backward, dW GEMM, the update, the solve; views and the
+    # unsupported op have no kind
+    assert list(kinds) == ["array_fwd", "special_unit_fwd", "special_unit_bwd", "array_dw", "special_unit_update",
+                           "linalg_calibration"]
+    assert sum(kinds.values()) == pytest.approx(report.energy_j)
+    assert kinds["array_dw"] == report.ops[5].energy_j

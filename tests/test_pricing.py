@@ -162,3 +162,21 @@ def test_grouped_traffic_adds_up():
     assert three.compute_cycles == 3 * one.compute_cycles
     # back to back in one pipeline: a group's loads overlap the previous group's compute
     assert three.compute_cycles <= three.total_cycles <= 3 * one.total_cycles
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 80), st.integers(1, 80), st.integers(1, 80), st.integers(1, 9), st.integers(1, 9),
+       st.sampled_from(["os", "ws", "is"]), st.sampled_from([16, 1 << 30]))
+def test_on_chip_traffic_closed_forms(m, n, k, rows, cols, dataflow, buffers):
+    # docs/scalesim.md: with Rf row folds and Cf column folds of (S_R, S_C, T), the array reads
+    # A: os M K Cf, ws M K Cf, is K M; B: os K N Rf, ws K N, is K N Cf; writes M N (os) or M N Rf
+    # (ws / is) and reads back M N (Rf - 1) partial sums (ws / is); whatever the buffer sizes.
+    s = gemm_fold_schedule(m, n, k, rows=rows, cols=cols, dataflow=dataflow, word_bytes=1,
+                           a_buffer_bytes=buffers, b_buffer_bytes=buffers, out_buffer_bytes=buffers)
+    s_r, s_c = {"os": (m, n), "ws": (k, n), "is": (k, m)}[dataflow]
+    rf, cf = math.ceil(s_r / rows), math.ceil(s_c / cols)
+    a, b, out, psum = {"os": (m * k * cf, k * n * rf, m * n, 0),
+                       "ws": (m * k * cf, k * n, m * n * rf, m * n * (rf - 1)),
+                       "is": (k * m, k * n * cf, m * n * rf, m * n * (rf - 1))}[dataflow]
+    assert (s.sram_a_read_bytes.sum(), s.sram_b_read_bytes.sum()) == (a, b)
+    assert (s.sram_out_write_bytes.sum(), s.sram_psum_read_bytes.sum()) == (out, psum)

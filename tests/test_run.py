@@ -1,14 +1,19 @@
 """bench.run: a smoke run of the small ConvNet into a temp dir, and bad input rejected before work."""
 
 import math
-from dataclasses import replace
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from accel_sim.rounds import ROUNDS_COLUMNS
 from bench import plots, results, run
 
-TINY = replace(run.PRESETS["quick"], max_test_samples=40, ccvr_virtual_per_class=5)
+ROOT = Path(__file__).resolve().parents[1]
+# the smoke preset with a smaller test set, fewer virtual features and two rounds
+TINY = (ROOT / "configs" / "presets" / "smoke.toml").read_text().replace(
+    "max_test_samples = 100", "max_test_samples = 40").replace(
+    "ccvr_virtual_per_class = 50", "ccvr_virtual_per_class = 5").replace("rounds = 1", "rounds = 2")
 
 
 def _numbers(obj):
@@ -24,18 +29,20 @@ def _numbers(obj):
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
-    out = tmp_path_factory.mktemp("runs") / "convnet"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(run.PRESETS, "quick", TINY)
-        rc = run.main(["--model", "convnet", "--batch-size", "8", "--out", str(out)])
+    base = tmp_path_factory.mktemp("runs")
+    preset = base / "tiny.toml"
+    preset.write_text(TINY)
+    out = base / "convnet"
+    rc = run.main(["--model", "convnet", "--batch-size", "8", "--preset", str(preset), "--out", str(out)])
     return rc, out
 
 
 def test_smoke_run_writes_every_file(smoke):
     rc, out = smoke
     assert rc == 0
-    assert sorted(p.name for p in out.iterdir()) == ["fig5.png", "layers.csv", "layers_convnet.png", "ops.csv",
-                                                      "summary.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["breakdown.csv", "breakdown_convnet.png", "fig5.png",
+                                                      "layers.csv", "ops.csv", "rounds.csv", "summary.json",
+                                                      "tta.png"]
     summary = results.load_summary(out)  # validates the layout, finite numbers
     assert all(math.isfinite(x) for x in _numbers(summary))
     m = summary["models"]["convnet"]
@@ -57,6 +64,12 @@ def test_smoke_run_figures_hold_together(smoke):
     assert t["spherefed"]["peak_memory_breakdown_bytes"]["gradient"] < t["fedavg"]["peak_memory_breakdown_bytes"]["gradient"]
     for v in t.values():
         assert sum(v["peak_memory_breakdown_bytes"].values()) == v["peak_memory_bytes"]
+        assert v["round_energy_j"] == pytest.approx(6250 * v["step_energy_j"])
+        assert sum(v["step_energy_by_component_j"].values()) == pytest.approx(v["step_energy_j"])
+        assert sum(v["step_energy_by_kind_j"].values()) == pytest.approx(v["step_energy_j"])
+        assert {"array_fwd", "array_dx", "array_dw", "special_unit_update"} <= set(v["step_energy_by_kind_j"])
+    for v in m["calibration"].values():
+        assert v["energy_j"] == pytest.approx(v["client_energy_j"] + v["server_energy_j"]) and v["energy_j"] > 0
     # communication: SphereFed never sends the 1024 x 100 classifier: 2 x 100 rounds x 10 clients x 409,600 B less
     c = m["communication"]
     assert c["fedavg"]["total_bytes"] - c["spherefed"]["total_bytes"] == 2 * 100 * 10 * 1024 * 100 * 4
@@ -75,10 +88,19 @@ def test_csvs_match_the_summary(smoke):
     _, out = smoke
     ops = pd.read_csv(out / "ops.csv", keep_default_na=False)
     layers = pd.read_csv(out / "layers.csv", keep_default_na=False)
+    blocks = pd.read_csv(out / "breakdown.csv", keep_default_na=False)
     t = results.load_summary(out)["models"]["convnet"]["training"]
     for method, figures in t.items():
-        assert ops[ops["method"] == method]["cycles"].sum() == figures["step_cycles"]
-        assert layers[layers["method"] == method]["cycles"].sum() == figures["step_cycles"]
+        for frame in (ops, layers, blocks):
+            mine = frame[frame["method"] == method]
+            assert mine["cycles"].sum() == figures["step_cycles"]
+            assert (mine["compute_cycles"] + mine["stall_cycles"] == mine["cycles"]).all()
+            assert mine["energy_j"].sum() == pytest.approx(figures["step_energy_j"], rel=1e-9)
+            parts = [f"energy_{c}_j" for c in figures["step_energy_by_component_j"]]
+            assert mine[parts].sum(axis=1).to_numpy() == pytest.approx(mine["energy_j"].to_numpy(), rel=1e-9)
+    # every block shown, the classifier among them; the frozen classifier has no array_dw work
+    assert set(blocks["block"]) >= {"conv1", "classifier", "(outside modules)"}
+    assert set(blocks[(blocks["block"] == "classifier") & (blocks["kind"] == "array_dw")]["method"]) == {"fedavg"}
     # the frozen classifier has no weight-gradient GEMM
     dw = ops[(ops["layer"] == "classifier") & (ops["work"] == "gemm:dw")]
     assert set(dw["method"]) == {"fedavg"}
@@ -103,8 +125,11 @@ def test_existing_out_is_refused_before_work(smoke, capsys):
     (["--model", "convnet", "--methods", "fedavg", "fedsgd"], "unknown method"),
     (["--model", "convnet", "--methods", "spherefed"], "include 'fedavg'"),
     (["--model", "convnet", "--methods", "fedavg+ccvr"], "calibrations on their own"),
-    (["--model", "convnet", "--preset", "huge"], "unknown preset"),
+    (["--model", "convnet", "--preset", "huge"], "preset 'huge' not found"),
     (["--model", "convnet", "--preset", "paper"], "needs --data-dir"),
+    (["--model", "convnet", "--target", "0"], "--target"),
+    (["--model", "convnet", "--target", "101"], "--target"),
+    (["--model", "convnet", "--system", "/no/such/system.toml"], "no such system-model file"),
     (["--model", "convnet", "--data-dir", "/no/such/dir"], "not a folder"),
     (["--model", "convnet", "--batch-size", "0"], "at least 1"),
 ])
@@ -136,3 +161,39 @@ def test_paper_vs_model_rows():
     # memory 1 - 90/100 = 10 %; latency 1 - 1.5/2 = 25 %; calibration 1 - 9/10 = 10 %
     assert [round(r["model_up_to_pct"], 6) for r in rows.values()] == [10.0, 25.0, 10.0]
     assert [r["paper_up_to_pct"] for r in rows.values()] == [10.5, 13.6, 9.1]
+
+
+def test_rounds_csv_joins_accuracy_and_cost(smoke):
+    _, out = smoke
+    rounds = pd.read_csv(out / "rounds.csv")
+    assert tuple(rounds.columns) == ("model", *ROUNDS_COLUMNS)
+    summary = results.load_summary(out)
+    m = summary["models"]["convnet"]
+    # the base methods show rounds 1..2, the calibrations a third (calibration) row after them
+    assert rounds.groupby("method")["round"].max().to_dict() == {"fedavg": 2, "spherefed": 2, "ccvr": 3, "ffc": 3}
+    for method, rows in rounds.groupby("method"):
+        for key in ("cum_wall_s", "cum_device_s", "cum_energy_j", "cum_bytes"):
+            assert rows[key].is_monotonic_increasing
+        # the final accuracy of the ledger is the accuracy the summary reports
+        assert 100 * rows["accuracy"].iloc[-1] == pytest.approx(m["accuracy"][method]["accuracy_pct"])
+    # the runs' totals are the ledger's: ccvr (fedavg+ccvr) and ffc (spherefed+ffc) end on the run's total bytes
+    checks = summary["ledger_check"]["convnet"]
+    assert rounds[rounds["method"] == "ccvr"]["cum_bytes"].iloc[-1] == checks["fedavg+ccvr"]["ledger_total_bytes"]
+    assert rounds[rounds["method"] == "ffc"]["cum_bytes"].iloc[-1] == checks["spherefed+ffc"]["ledger_total_bytes"]
+
+
+def test_time_to_accuracy_is_the_first_round_at_the_target(smoke):
+    _, out = smoke
+    summary = results.load_summary(out)
+    tta = summary["models"]["convnet"]["time_to_accuracy"]
+    rounds = pd.read_csv(out / "rounds.csv")
+    best_final = max(rows["accuracy"].iloc[-1] for _, rows in rounds.groupby("method"))
+    assert tta["target_accuracy_pct"] == pytest.approx(95 * best_final)  # the default rule
+    for method, v in tta["methods"].items():
+        rows = rounds[rounds["method"] == method]
+        hits = rows[100 * rows["accuracy"] >= tta["target_accuracy_pct"]]
+        assert v["reached"] == (len(hits) > 0)
+        if v["reached"]:
+            first = hits.iloc[0]
+            assert (v["round"], v["wall_s"], v["bytes"]) == (first["round"], pytest.approx(first["cum_wall_s"]),
+                                                               first["cum_bytes"])

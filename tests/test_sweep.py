@@ -67,3 +67,20 @@ def test_cli_rejects_bad_input_before_work(tmp_path, capsys):
     assert sweep.main(["--hw", str(bad), "--out", str(tmp_path / "b")]) == 2
     assert "rows" in capsys.readouterr().err
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_energy_figures_move_energy_only(frame):
+    energy = frame[frame["parameter"] == "energy"].set_index("value")
+    assert list(energy.index) == ["default"] + [f"{name} x{f}" for name in (
+        "mac_pj", "sram_pj_per_byte", "dram_pj_per_byte", "special_unit_pj_per_element", "static_w")
+        for f in ("0.5", "2")]
+    # cycles and memory do not depend on the energy figures
+    for column in ("fedavg_cycles", "spherefed_cycles", "fedavg_peak_bytes"):
+        assert energy[column].nunique() == 1
+    # energy is linear in each figure: doubling one adds what halving it removes, twice over
+    base = energy.loc["default"]
+    for name in ("mac_pj", "dram_pj_per_byte", "static_w"):
+        for method in ("fedavg", "spherefed"):
+            up, down = energy.loc[f"{name} x2", f"{method}_energy_j"], energy.loc[f"{name} x0.5", f"{method}_energy_j"]
+            assert up > base[f"{method}_energy_j"] > down
+            assert up - base[f"{method}_energy_j"] == pytest.approx(2 * (base[f"{method}_energy_j"] - down))

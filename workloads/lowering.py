@@ -301,7 +301,7 @@ _VECTOR = {
     "elementwise": """add add_ sub sub_ rsub mul mul_ div div_ neg neg_ addcmul addcmul_ addcdiv addcdiv_
     lerp lerp_ fill fill_ zero_ zeros zeros_like ones ones_like full full_like new_zeros new_ones new_full
     scalar_tensor arange eye where clamp clamp_ clamp_min clamp_min_ clamp_max clamp_max_ sqrt sqrt_ rsqrt
-    rsqrt_ pow pow_ reciprocal reciprocal_ exp exp_ log log_ abs abs_ sign eq ne gt lt ge le maximum
+    rsqrt_ pow pow_ reciprocal reciprocal_ exp exp_ log log_ abs abs_ sign round floor ceil trunc eq ne gt lt ge le maximum
     minimum masked_fill masked_fill_ logical_not logical_and logical_or bitwise_not one_hot scatter
     scatter_ scatter_add index_add _foreach_add_ _foreach_mul_ native_dropout_backward""".split(),
     "activation": """relu relu_ threshold threshold_ threshold_backward sigmoid sigmoid_ sigmoid_backward

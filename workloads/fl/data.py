@@ -30,7 +30,7 @@ expected, where, and how to get it. Nothing is downloaded.
 from __future__ import annotations
 
 import pickle
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -343,6 +343,15 @@ DATASETS: dict[str, Callable[[str, "str | Path | None", "int | None"], tuple[Dat
     "tinyimagenet": _load_tinyimagenet,
     "digits": _load_digits,
 }
+
+
+def subset(data: Dataset, limit: int | None, seed: int, what: str) -> Dataset:
+    """A seeded uniform subset of ``limit`` samples (kept in their order), or ``data`` itself when
+    ``limit`` is None or not smaller than it."""
+    if limit is None or len(data.y) <= limit:
+        return data
+    idx = torch.from_numpy(np.sort(np.random.default_rng(seed).choice(len(data.y), limit, replace=False)))
+    return replace(data, x=data.x[idx], y=data.y[idx], note=f"{data.note}; seeded subset of {limit} {what} images")
 
 
 def load_dataset(name: str, *, data_dir: str | Path | None = None,

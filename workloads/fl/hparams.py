@@ -70,6 +70,8 @@ class FLConfig:
     min_client_size: int = 10  # NIID-Bench convention (NOTES.md)
     eval_every: int = 0  # evaluate the global model every N rounds (0: only after the last)
     holdout_fraction: float = 0.0  # validation hold-out drawn from train before partitioning (Sec. 5.1: 0.15)
+    max_train_samples: int | None = None  # a seeded subset of the train split (None: all of it)
+    max_test_samples: int | None = None  # a seeded subset of the test split (None: all of it)
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -77,6 +79,10 @@ class FLConfig:
             raise ValueError("num_clients and rounds must be >= 1")
         if not 0.0 < self.participation <= 1.0:
             raise ValueError(f"participation must be in (0, 1], got {self.participation!r}")
+        for name in ("max_train_samples", "max_test_samples"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive integer (or left out for all samples), got {value!r}")
         if not 0.0 <= self.holdout_fraction < 1.0:
             raise ValueError(f"holdout_fraction must be in [0, 1) (SphereFed Sec. 5.1 uses 0.15), "
                              f"got {self.holdout_fraction!r}")

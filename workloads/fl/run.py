@@ -2,6 +2,7 @@
 
     python -m workloads.fl.run --preset small [--methods fedavg,spherefed+ffc] [--seed 0]
                                [--data-dir DIR] [--rounds N] [--out DIR] [--threads N] [--progress]
+                               [--hw HW.toml] [--system SYSTEM.toml]
                                [--model NAME|package.module:factory] [--classifier DOTTED.NAME]
 
 ``--preset`` is a name under ``configs/presets/`` or a path to a TOML file with tables
@@ -12,8 +13,12 @@ for every method) and ``[methods.<name>]`` (overrides, applied in this order: th
 Writes into ``--out`` (default ``results/fl/<preset>-seed<seed>``), each file to a temporary name
 then renamed: ``results.json`` (accuracy per method, per-round history, ledger totals beside the
 closed forms, resolved config, command, git commit, dataset note), ``accuracy.csv``,
-``ledger.csv`` (every transfer) and ``partition.csv`` (samples per client per class).
-Errors (unknown method, bad preset value, missing data) print one message and exit with 2.
+``ledger.csv`` (every transfer), ``partition.csv`` (samples per client per class) and
+``rounds.csv`` (every round of every method priced on the modeled accelerator: wall time, device
+time, energy, bytes, accuracy; ``workloads.fl.round_cost``, docs/rounds.md) under the hardware of
+``--hw`` and the links and devices of ``--system`` (default ``configs/system/default.toml``).
+Errors (unknown method, bad preset value, missing data, bad hardware or system file) print one
+message and exit with 2.
 
 Validation hold-out: ``holdout_fraction`` in ``[run]`` (or ``--holdout``) sets aside that fraction
 of the training split, drawn uniformly with the run's seed before partitioning (SphereFed Sec. 5.1
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import io
 import json
 import sys
@@ -36,6 +42,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from accel_sim.rounds import ROUNDS_COLUMNS
 from workloads.atomic import atomic_write_text
 from workloads.fl.comm import closed_form_bytes, ledger_totals, tensor_bytes
 from workloads.fl.hparams import FLConfig, Hparams, from_mapping, override
@@ -43,6 +50,7 @@ from workloads.fl.methods import MethodConfig, parse_method
 from workloads.provenance import git_commit
 
 PRESET_DIR = Path(__file__).resolve().parents[2] / "configs" / "presets"
+DEFAULT_SYSTEM = Path(__file__).resolve().parents[2] / "configs" / "system" / "default.toml"
 
 
 def load_preset(preset: str) -> tuple[str, FLConfig, list[str], Hparams, dict[str, dict]]:
@@ -143,15 +151,18 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--holdout", type=float, metavar="FRACTION",
                    help="validation hold-out drawn from train before partitioning (Sec. 5.1: 0.15; default: the preset's)")
     p.add_argument("--data-dir", help="folder holding the dataset (not needed for digits)")
-    p.add_argument("--model", help="overrides the preset's model: a paper model, package.module:factory, "
-                   "torchvision:NAME or timm:NAME (docs/byom.md)")
-    p.add_argument("--classifier", metavar="DOTTED.NAME",
-                   help="the nn.Linear of a user model the methods act on (default: its last nn.Linear)")
     p.add_argument("--out", help="output folder (default results/fl/<preset>-seed<seed>)")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice); 1 avoids "
                    "OpenMP stalls when other processes share a small CPU")
     p.add_argument("--progress", action="store_true",
                    help="show a progress bar per method on stderr (default: when stderr is a terminal)")
+    p.add_argument("--hw", help="hardware TOML the rounds are priced on (default: accel_sim's paper defaults)")
+    p.add_argument("--model", help="overrides the preset's model: a paper model, package.module:factory, "
+                   "torchvision:NAME or timm:NAME (docs/byom.md)")
+    p.add_argument("--classifier", metavar="DOTTED.NAME",
+                   help="the nn.Linear of a user model the methods act on (default: its last nn.Linear)")
+    p.add_argument("--system", default=str(DEFAULT_SYSTEM),
+                   help="system-model TOML: clients' links and devices (default configs/system/default.toml)")
     return p
 
 
@@ -159,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return _main(args, list(sys.argv[1:] if argv is None else argv))
-    except (ValueError, FloatingPointError) as err:
+    except (ValueError, FloatingPointError) as err:  # HardwareConfigError, SystemModelError are ValueErrors
         print(f"error: {err}", file=sys.stderr)
         return 2
 
@@ -167,11 +178,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(args: argparse.Namespace, argv: list[str]) -> int:
     import torch
 
-    from workloads.fl.data import load_dataset
+    from accel_sim.hardware import HardwareConfig, load_hardware_config
+    from accel_sim.rounds import load_system_model
+    from workloads.fl.data import load_dataset, subset
     from workloads.fl.local import prepare_model
     from workloads.fl.loop import evaluate, run_method, sample_clients
     from workloads.fl.partition import save_partition_summary
-    from workloads.model_spec import ModelSpec, build
+    from workloads.fl.round_cost import RunPricer, RunSpec, client_devices, price_run
+    from workloads import model_spec
 
     if args.threads is not None:
         if args.threads < 1:
@@ -184,27 +198,40 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
     methods = [parse_method(m) for m in (args.methods.split(",") if args.methods else default_methods)]
     method_hps = {m.name: method_hparams(m, hp0, overrides) for m in methods}
     out = Path(args.out or f"results/fl/{name}-seed{cfg.seed}")
+    hw = load_hardware_config(args.hw) if args.hw else HardwareConfig()
+    system = load_system_model(args.system)
+    devices = client_devices(system, hw, cfg.num_clients, seed=cfg.seed)
     train, test = load_dataset(cfg.dataset, data_dir=args.data_dir, image_size=cfg.image_size)
+    train = subset(train, cfg.max_train_samples, cfg.seed, "train")
+    test = subset(test, cfg.max_test_samples, cfg.seed + 1, "test")
     train, val = split_holdout(train, cfg.holdout_fraction, seed=cfg.seed)
-    spec = ModelSpec(cfg.model, tuple(train.x.shape[1:]), args.classifier)
-    for spherefed in sorted({m.spherefed for m in methods}):  # the model is checked before any training
-        build(spec, num_classes=train.num_classes, norm=cfg.norm, spherefed=spherefed)
+    spec = model_spec.ModelSpec(cfg.model, tuple(train.x.shape[1:]), args.classifier)
     labels = train.y.numpy()
     parts = make_partition(labels, cfg)
     clients_per_round = len(sample_clients(cfg.num_clients, cfg.participation, seed=cfg.seed, round=1))
 
-    def model_fn(spherefed: bool):
-        return lambda: build(spec, num_classes=train.num_classes, norm=cfg.norm, spherefed=spherefed)
+    def build(spherefed: bool):
+        return model_spec.build(spec, num_classes=train.num_classes, norm=cfg.norm, spherefed=spherefed)
 
-    results, ledger_rows = {}, [["method", "round", "client", "direction", "group", "bytes"]]
+    for spherefed in sorted({m.spherefed for m in methods}):  # the model is checked before any training
+        build(spherefed)
+
+    pricer = RunPricer(RunSpec(build, cfg.model, tuple(train.x.shape[1:]), train.num_classes, cfg.seed))
+    client_labels = [labels[p] for p in parts]
+    results, ledger_rows, round_rows = {}, [["method", "round", "client", "direction", "group", "bytes"]], []
     for method in methods:
         hp = method_hparams(method, hp0, overrides)
         start = time.perf_counter()
-        r = run_method(method, model_fn=model_fn(method.spherefed), train=train, test=test,
+        r = run_method(method, model_fn=functools.partial(build, method.spherefed), train=train, test=test,
                        parts=parts, cfg=cfg, hp=hp,
                        progress=args.progress or sys.stderr.isatty())
         elapsed = time.perf_counter() - start
-        probe = prepare_model(model_fn(method.spherefed)(), method, seed=cfg.seed)
+        start = time.perf_counter()
+        rows = price_run(r, method, hp, pricer=pricer, client_labels=client_labels, hw=hw, system=system,
+                         devices=devices)
+        pricing_s = time.perf_counter() - start
+        round_rows += rows
+        probe = prepare_model(build(method.spherefed), method, seed=cfg.seed)
         val_accuracy = None
         if val is not None:  # the final global model (calibrated classifier included) on the hold-out
             probe.load_state_dict(r.weights)
@@ -212,7 +239,9 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
         results[method.name] = {
             "accuracy": r.accuracy, "accuracy_before_calibration": r.accuracy_before_calibration,
             "val_accuracy": val_accuracy,
-            "wall_s": round(elapsed, 3), "samples_trained": r.samples_trained,
+            "wall_s": round(elapsed, 3), "pricing_wall_s": round(pricing_s, 3),
+            "samples_trained": r.samples_trained,
+            "modeled": {key: rows[-1][key] for key in ("cum_wall_s", "cum_device_s", "cum_energy_j", "cum_bytes")},
             "comm": ledger_totals(r.transfers),
             "comm_closed_form": closed_form_for(method, probe, hp, cfg, clients_per_round),
             "history": list(r.history)}
@@ -220,11 +249,13 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
         print(f"{method.name:28s} accuracy {r.accuracy:.4f}"
               + (f" (before calibration {r.accuracy_before_calibration:.4f})" if method.calibration else "")
               + (f"  validation {val_accuracy:.4f}" if val is not None else "")
-              + f"  total {results[method.name]['comm']['total_bytes']:,} B  {elapsed:.1f} s", file=sys.stderr)
+              + f"  total {results[method.name]['comm']['total_bytes']:,} B  modeled {rows[-1]['cum_wall_s']:.1f} s, "
+              f"{rows[-1]['cum_energy_j']:.3g} J  ({elapsed:.1f} s run + {pricing_s:.1f} s pricing)", file=sys.stderr)
     doc = {"preset": name, "command": "python -m workloads.fl.run " + " ".join(argv),
            "git_commit": git_commit(), "torch": torch.__version__,
            "torch_threads": torch.get_num_threads(), "dataset_note": train.note,
            "test_note": test.note, "config": asdict(cfg), "hparams": {k: asdict(v) for k, v in method_hps.items()},
+           "hardware": asdict(hw), "system": asdict(system),
            "holdout": {"fraction": cfg.holdout_fraction, "val_samples": 0 if val is None else len(val),
                        "note": None if val is None else val.note},
            "partition_sizes": [int(len(p)) for p in parts], "methods": results}
@@ -234,8 +265,10 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
                       _csv([["method", "accuracy", "accuracy_before_calibration", "val_accuracy", "total_bytes"]]
                            + [[m, v["accuracy"], v["accuracy_before_calibration"], v["val_accuracy"],
                                v["comm"]["total_bytes"]] for m, v in results.items()]))
+    atomic_write_text(out / "rounds.csv", _csv([list(ROUNDS_COLUMNS)]
+                                               + [[row[c] for c in ROUNDS_COLUMNS] for row in round_rows]))
     atomic_write_text(out / "results.json", json.dumps(doc, indent=1) + "\n")
-    print(f"wrote {out}/results.json, accuracy.csv, ledger.csv, partition.csv", file=sys.stderr)
+    print(f"wrote {out}/results.json, accuracy.csv, ledger.csv, partition.csv, rounds.csv", file=sys.stderr)
     return 0
 
 

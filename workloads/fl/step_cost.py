@@ -2,10 +2,12 @@
 
 The step is the federated loop's own (``workloads.fl.local.client_trainer(...).step``: the
 method's model preparation, loss, penalty and SGD over the trainable parameters) on the model the
-run builds (``model_fn``), with the run's hyper-parameters and a batch of the run's shapes. One
-warm-up step runs first, uncaptured, so the SGD momentum buffers exist as in every later step.
-Capturing on ``meta`` runs the same aten ops with no arithmetic (docs/trace.md), so batch values
-do not matter, and the trace is the same program whatever device the run itself uses.
+run builds (``model_fn``), with the run's hyper-parameters and a batch of the run's shapes. It is
+the steady-state step: the SGD momentum buffers exist, as after a first step (they are created
+directly, which gives the same trace as an uncaptured warm-up step at half the capture time;
+``tests/test_round_cost.py`` checks the two agree op for op). Capturing on ``meta`` runs the same
+aten ops with no arithmetic (docs/trace.md), so batch values do not matter, and the trace is the
+same program whatever device the run itself uses.
 """
 
 from __future__ import annotations
@@ -52,12 +54,20 @@ def local_step_trace(model_fn: Callable[[], nn.Module], method: MethodConfig, hp
     if method.algo.needs_direction and round > 1:
         direction = {name: torch.zeros_like(p) for name, p in model.named_parameters() if p.requires_grad}
     trainer = client_trainer(model, state, hp, method, round=round, direction=direction)
+    create_momentum_buffers(trainer.optimizer)
     x = torch.zeros(batch_size, *input_shape, device="meta")
     y = torch.zeros(batch_size, dtype=torch.long, device="meta")
-    trainer.step(x, y)  # warm-up: creates the momentum buffers
     return capture(trainer.step, x, y, model=model, model_name=model_name, method=method.name,
                    batch_size=batch_size, meta={"input_shape": list(input_shape), "lr": hp.lr, "device": "meta",
                                                 **(meta or {})}).trace
+
+
+def create_momentum_buffers(optimizer: torch.optim.SGD) -> None:
+    """Give every parameter the momentum buffer SGD creates in its first step (none without momentum)."""
+    for group in optimizer.param_groups:
+        if group["momentum"]:
+            for p in group["params"]:
+                optimizer.state[p]["momentum_buffer"] = torch.zeros_like(p)
 
 
 @dataclass(frozen=True)

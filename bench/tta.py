@@ -1,0 +1,71 @@
+"""Time-to-accuracy: the printed table and ``tta.png`` of a results folder.
+
+``tta.png`` has one row of three panels per model: test accuracy against the modeled wall time,
+the clients' device energy and the bytes exchanged, cumulative over the rounds of the accuracy run
+(``rounds.csv``), one line per method, with the target accuracy as a dashed line. Reading it: the
+method whose line crosses the target furthest to the left needs the least of that resource; a
+calibration (CCVR, FFC) is the last point of its line, after the final round (docs/rounds.md).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from bench.results import ROUNDS_CSV, ResultsError, load_summary  # noqa: E402
+from workloads.atomic import atomic_write  # noqa: E402
+
+TTA_PNG = "tta.png"
+AXES = (("cum_wall_s", "modeled wall time (s)", 1.0),
+        ("cum_energy_j", "clients' device energy (J)", 1.0),
+        ("cum_bytes", "bytes exchanged (MB)", 1e-6))
+
+
+def format_time_to_accuracy(model: str, tta: dict) -> str:
+    """The time-to-accuracy table of one model, as printed by ``bench.run``."""
+    lines = [f"time to {tta['target_accuracy_pct']:.1f} % test accuracy ({tta['rule']}), {model}, modeled",
+             f"{'method':<12} {'round':>6} {'wall time':>12} {'device time':>12} {'energy':>12} {'bytes':>12}"]
+    for method, v in tta["methods"].items():
+        if v["reached"]:
+            lines.append(f"{method:<12} {v['round']:>6} {v['wall_s']:>10.4g} s {v['device_s']:>10.4g} s "
+                         f"{v['energy_j']:>10.4g} J {v['bytes'] / 1e6:>9.4g} MB")
+        else:
+            lines.append(f"{method:<12} {'not reached':>6}")
+    return "\n".join(lines)
+
+
+def plot_time_to_accuracy(run_dir: Path) -> Path:
+    """Write ``tta.png`` from ``rounds.csv`` and the summary's targets; returns its path."""
+    run_dir = Path(run_dir)
+    summary = load_summary(run_dir)
+    path = run_dir / ROUNDS_CSV
+    try:
+        rounds = pd.read_csv(path)
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise ResultsError(f"{path} cannot be read ({exc}); rerun `python -m bench.run`") from None
+    models = list(summary["models"])
+    fig, axes = plt.subplots(len(models), len(AXES), figsize=(4.2 * len(AXES), 3.4 * len(models)), squeeze=False)
+    for row, model in enumerate(models):
+        target = summary["models"][model]["time_to_accuracy"]["target_accuracy_pct"]
+        own = rounds[(rounds["model"] == model) & rounds["accuracy"].notna()]
+        for col, (key, label, scale) in enumerate(AXES):
+            ax = axes[row][col]
+            for method, points in own.groupby("method", sort=False):
+                ax.plot(points[key] * scale, 100 * points["accuracy"], marker="o", markersize=3, label=method)
+            ax.axhline(target, color="grey", linestyle="--", linewidth=1)
+            ax.set_xlabel(label)
+            ax.set_ylabel("test accuracy (%)")
+            ax.set_title(f"{model}: accuracy vs {label.split(' (')[0]}", fontsize=9)
+            ax.grid(alpha=0.3)
+        axes[row][0].legend(fontsize=7)
+    fig.suptitle(f"time to accuracy (target dashed); {summary['hardware_label']}", fontsize=9)
+    fig.tight_layout()
+    try:
+        return atomic_write(run_dir / TTA_PNG, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
+    finally:
+        plt.close(fig)
