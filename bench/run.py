@@ -6,7 +6,7 @@ For every model it reports, on the modeled accelerator (``accel_sim``, ``--hw``)
   epochs over the average client's |D| / K samples) and peak memory with its breakdown, from one
   step of the federated loop's own client trainer captured at the paper's shapes (CIFAR-100:
   3x32x32, 100 classes, ``--batch-size`` 64);
-* calibration, CCVR vs FFC: the average client plus the server (``bench.calibration``);
+* calibration, CCVR vs FFC: the average client plus the server (``workloads.fl.calibration_cost``);
 * communication for the paper's run (10 clients, 100 rounds, every client every round): whole-model
   totals from the FL code's closed forms (``workloads.fl.comm.closed_form_bytes``) and the
   classifier's share from Table 1's (``bench.formulas``); the accuracy run's ledger is checked

@@ -1,0 +1,219 @@
+"""The Flower integration inside Flower (workloads/fl/flower, docs/flower.md; needs the 'flower' extra).
+
+Cheapest first: the mod and the server-side aggregation on hand-made Flower records; the example
+ClientApp called in-process (bit-identical weights with and without the mod; its per-step
+latency equals bench's); last, one end-to-end run in Flower's simulation engine (Ray), marked slow.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("flwr")
+
+from flwr.app import (ArrayRecord, ConfigRecord, Context, Message, MessageType, Metadata,  # noqa: E402
+                      MetricRecord, RecordDict)
+
+from accel_sim.hardware import load_hardware_config  # noqa: E402
+from accel_sim.rounds import ROUNDS_COLUMNS, SystemModel, load_system_model  # noqa: E402
+from workloads.fl.flower import meter as meter_module  # noqa: E402
+from workloads.fl.flower.app import FlowerRun, client_app, new_model, shared_state  # noqa: E402
+from workloads.fl.flower.ledger import CLIENT_KEYS, client_metrics  # noqa: E402
+from workloads.fl.flower.meter import TrainCost  # noqa: E402
+from workloads.fl.flower.mod import AccelMod, accel_train_metrics, payload_bytes  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+HW = ROOT / "configs" / "hw" / "paper_default.toml"
+
+
+def _client(k: int, train_s: float, energy_j: float, static_w: float, down: int, up: int) -> dict:
+    return client_metrics(k, TrainCost(steps=3, train_s=train_s, step_s=train_s / 3, energy_j=energy_j,
+                                       static_w=static_w, peak_bytes=100 * (k + 1)), down_bytes=down, up_bytes=up)
+
+
+RUN = FlowerRun("small", "convnet", ("fedavg", "fedavg+spherefed", "fedprox"), num_clients=20, rounds=2, seed=0)
+CLIENT = 0  # 83 samples: batches of 32, 32 and 19 per local epoch
+
+
+def _message(content: RecordDict, message_type: str = MessageType.TRAIN) -> Message:
+    """A message as the SuperLink would deliver it (Flower sets the metadata; here by hand)."""
+    metadata = Metadata(run_id=1, message_id="m1", src_node_id=0, dst_node_id=7, reply_to_message_id="",
+                        group_id="1", created_at=time.time(), ttl=3600.0, message_type=message_type)
+    return Message(content, metadata=metadata)
+
+
+def _context() -> Context:
+    return Context(run_id=1, node_id=7, node_config={"partition-id": CLIENT, "num-partitions": RUN.num_clients},
+                   state=RecordDict(), run_config={})
+
+
+def _train_message(name: str) -> Message:
+    method, hp = RUN.method(name)
+    arrays = ArrayRecord(shared_state(new_model(RUN, method), method, hp, 1))
+    return _message(RecordDict({"arrays": arrays, "config": ConfigRecord({"method": name, "server-round": 1})}))
+
+
+@pytest.fixture(scope="module", params=["fedavg", "fedavg+spherefed", "fedprox"])
+def replies(request):
+    """(method, message, reply without the mod, reply with it); the mod captures inside the call."""
+    name = request.param
+    msg = _train_message(name)
+    saved, threads = dict(meter_module._PRICES), torch.get_num_threads()
+    meter_module._PRICES.clear()
+    torch.set_num_threads(1)  # two threads stall on the shared 2-core machine (docs/fl.md, --threads 1)
+    try:
+        plain = client_app(RUN, None)(msg, _context())
+        priced = client_app(RUN, AccelMod(HW))(msg, _context())
+    finally:
+        meter_module._PRICES.update(saved)
+        torch.set_num_threads(threads)
+    return name, msg, plain, priced
+
+
+def test_mod_leaves_trained_weights_bit_identical(replies):
+    _, _, plain, priced = replies
+    a, b = plain.content["arrays"], priced.content["arrays"]
+    assert list(a.keys()) == list(b.keys()) and all(a[k].data == b[k].data for k in a.keys())
+    assert dict(plain.content["metrics"]) == {k: v for k, v in priced.content["metrics"].items()
+                                              if k not in CLIENT_KEYS}
+
+
+def test_step_latency_through_flower_equals_bench(replies):
+    from bench.traces import local_training_trace
+    from workloads.fl.step_cost import simulate_complete
+
+    name, msg, _, priced = replies
+    _, hp = RUN.method(name)
+    trace = local_training_trace(RUN.model, name, batch_size=hp.batch_size, num_classes=10, image_size=16, hp=hp)
+    report = simulate_complete(trace, load_hardware_config(HW), name)
+    m = priced.content["metrics"]
+    assert m["accel_step_s"] == report.seconds
+    assert m["accel_peak_bytes"] == report.peak_bytes  # the full batch's step is the largest
+    assert m["accel_client"] == CLIENT
+    # local epochs of full batches and one trailing partial batch (cheaper) per epoch
+    assert m["accel_step_s"] < m["accel_train_s"] < m["accel_steps"] * m["accel_step_s"]
+    assert m["accel_energy_j"] > 0 and m["accel_static_w"] == load_hardware_config(HW).energy.static_w
+    assert m["accel_down_bytes"] == payload_bytes(msg.content) == m["accel_up_bytes"]
+
+
+def test_payload_bytes_counts_numel_times_itemsize():
+    content = RecordDict({"arrays": ArrayRecord({"w": torch.zeros(3, 4), "n": torch.zeros((), dtype=torch.int64)})})
+    assert payload_bytes(content) == 3 * 4 * 4 + 8
+
+
+def test_mod_passes_other_messages_through():
+    seen = []
+    reply = RecordDict({"metrics": MetricRecord({"num-examples": 1, "accuracy": 0.5})})
+
+    def app(msg, ctx):
+        seen.append(msg)
+        return Message(reply, reply_to=msg)
+
+    msg = _message(RecordDict(), MessageType.EVALUATE)
+    out = AccelMod(HW)(msg, _context(), app)
+    assert seen == [msg] and dict(out.content["metrics"]) == {"num-examples": 1, "accuracy": 0.5}
+
+
+def test_mod_on_a_train_function_without_metered_step_reports_no_steps():
+    arrays = ArrayRecord({"w": torch.ones(5)})
+
+    def app(msg, ctx):
+        return Message(RecordDict({"arrays": arrays, "metrics": MetricRecord({"num-examples": 2})}), reply_to=msg)
+
+    msg = _message(RecordDict({"arrays": arrays}))
+    m = AccelMod(HW)(msg, _context(), app).content["metrics"]
+    assert (m["accel_steps"], m["accel_train_s"], m["accel_energy_j"]) == (0, 0.0, 0.0)
+    assert m["num-examples"] == 2 and m["accel_down_bytes"] == m["accel_up_bytes"] == 5 * 4
+
+
+def test_train_metrics_aggregation_keeps_app_metrics_and_adds_the_round():
+    system = SystemModel(downlink_bytes_per_s=math.inf, uplink_bytes_per_s=math.inf, latency_s=0.0)
+    replies = [RecordDict({"metrics": MetricRecord({"num-examples": n, "train_loss": loss,
+                                                    **_client(k, train_s, 1.0, 0.0, 8, 8)})})
+               for k, n, loss, train_s in ((0, 1, 1.0, 2.0), (1, 3, 2.0, 1.0))]
+    out = accel_train_metrics(system, num_clients=2)(replies, "num-examples")
+    assert out["train_loss"] == pytest.approx((1 * 1.0 + 3 * 2.0) / 4)  # Flower's weighted average
+    assert not set(CLIENT_KEYS) & set(out)
+    assert out["accel_round_wall_s"] == 2.0 and out["accel_slowest_client"] == 0
+    assert out["accel_round_device_s"] == 3.0 and out["accel_round_down_bytes"] == 16
+
+
+def test_cli_rejects_methods_flower_cannot_run(capsys):
+    from workloads.fl.flower.__main__ import main
+
+    assert main(["--method", "fedavg,spherefed+ffc"]) == 2
+    assert "spherefed+ffc" in capsys.readouterr().err
+
+
+# ---- end to end in Flower's simulation engine ---------------------------------------------------------------
+
+@pytest.mark.slow
+def test_example_runs_in_flowers_simulation_and_writes_rounds_csv(tmp_path):
+    rounds, clients, name = 2, 2, "fedavg+spherefed"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "workloads.fl.flower", "--model", "convnet", "--method", name,
+                           "--clients", str(clients), "--rounds", str(rounds), "--out", str(tmp_path)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with (tmp_path / "rounds.csv").open(newline="") as f:
+        reader = csv.DictReader(f)
+        assert tuple(reader.fieldnames) == ROUNDS_COLUMNS
+        rows = list(reader)
+    assert [(r["method"], int(r["round"]), r["stage"], int(r["clients"])) for r in rows] == \
+        [(name, t, "train", clients) for t in range(1, rounds + 1)]
+    for col in ("cum_wall_s", "cum_device_s", "cum_energy_j", "cum_bytes"):
+        values = [float(r[col]) for r in rows]
+        assert values == sorted(values) and values[0] > 0
+    assert all(0.0 <= float(r["accuracy"]) <= 1.0 for r in rows)
+    # bytes: every client downloads and uploads the shared state (SphereFed's classifier stays home)
+    method, hp = RUN.method(name)
+    shared = shared_state(new_model(RUN, method), method, hp, 1)
+    state_bytes = sum(t.numel() * t.element_size() for t in shared.values())
+    assert all(int(r["round_bytes"]) == 2 * clients * state_bytes for r in rows)
+    with (tmp_path / "clients.csv").open(newline="") as f:
+        per_client = list(csv.DictReader(f))
+    assert sorted((int(c["round"]), int(c["client"])) for c in per_client) == \
+        [(t, k) for t in range(1, rounds + 1) for k in range(clients)]
+    for r in rows:
+        mine = [c for c in per_client if c["round"] == r["round"]]
+        assert math.isclose(sum(float(c["compute_s"]) for c in mine), float(r["round_device_s"]), rel_tol=1e-12)
+        assert max(float(c["client_round_s"]) for c in mine) == float(r["round_wall_s"])  # server_s = 0
+    # wall time: the slowest client's download + compute + upload over the default system's links
+    link = load_system_model(ROOT / "configs" / "system" / "default.toml").link(0)
+    transfer_s = link.download_s(state_bytes) + link.upload_s(state_bytes)
+    assert all(transfer_s < float(r["round_wall_s"]) <= transfer_s + float(r["round_device_s"]) for r in rows)
+
+    # our own loop on the same setting (the small preset with as many clients; same hardware and
+    # system model) prices the same steps: equal device time and energy; it adds the priced
+    # aggregation and the 8-byte sample count per upload (bytes and upload time)
+    preset = (ROOT / "configs" / "presets" / "small.toml").read_text()
+    preset, n = re.subn(r"(?m)^num_clients = \d+", f"num_clients = {clients}", preset)
+    assert n == 1
+    (tmp_path / "preset.toml").write_text(preset)
+    loop = subprocess.run([sys.executable, "-m", "workloads.fl.run", "--preset", str(tmp_path / "preset.toml"),
+                           "--methods", name, "--rounds", str(rounds), "--threads", "1", "--hw", str(HW),
+                           "--out", str(tmp_path / "loop")], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert loop.returncode == 0, loop.stderr[-3000:]
+    with (tmp_path / "loop" / "rounds.csv").open(newline="") as f:
+        ours = list(csv.DictReader(f))
+    assert [r["round"] for r in ours] == [r["round"] for r in rows]
+    for flower_row, loop_row in zip(rows, ours):
+        for col in ("round_device_s", "round_energy_j"):
+            assert flower_row[col] == loop_row[col]
+        metadata_s = link.upload_s(state_bytes + 8) - link.upload_s(state_bytes)  # the slowest client's 8 B more
+        assert math.isclose(float(flower_row["round_wall_s"]) + metadata_s + float(loop_row["server_s"]),
+                            float(loop_row["round_wall_s"]), rel_tol=1e-12)
+        assert int(flower_row["round_bytes"]) + 8 * clients == int(loop_row["round_bytes"])
+        # Flower averages in NumPy, in reply order: the accuracies may differ by a few test images
+        assert abs(float(flower_row["accuracy"]) - float(loop_row["accuracy"])) <= 0.02
