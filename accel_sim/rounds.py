@@ -124,6 +124,15 @@ def device_energy_j(dynamic_energy_j: float, static_w: float, compute_s: float) 
     return dynamic_energy_j + static_w * compute_s
 
 
+def on_device(modeled_s: float, energy_j: float, *, static_w: float, speed: float) -> tuple[float, float]:
+    """(seconds, joules) on a device with speed factor ``speed`` of work the accelerator model
+    prices at ``modeled_s`` and ``energy_j`` (whose static part is ``static_w`` x ``modeled_s``):
+    the time divided by the speed factor, the dynamic energy unchanged, the static energy for the
+    device's own time."""
+    compute_s = modeled_s / speed
+    return compute_s, device_energy_j(energy_j - static_w * modeled_s, static_w, compute_s)
+
+
 # ---- the ledger: one row per method and round ------------------------------------------------------
 
 ROUNDS_COLUMNS = (

@@ -70,7 +70,8 @@ def test_client_with_fewer_samples_than_the_batch_is_priced_at_its_real_batch():
     # a device twice as fast: half the time, the same dynamic energy, half the static energy
     fast_s, fast_j = pricer.local_training(method, hp, 5, False, Device(HW, 2.0))
     assert fast_s == pytest.approx(compute_s / 2)
-    assert fast_j == pytest.approx(3 * step5.dynamic_energy_j + HW.energy.static_w * compute_s / 2)
+    dynamic_j = 3 * (step5.energy_j - HW.energy.static_w * step5.latency_s)
+    assert fast_j == pytest.approx(dynamic_j + HW.energy.static_w * compute_s / 2)
 
 
 def test_equal_step_programs_share_one_capture():

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from accel_sim.rounds import (INFINITE_LINK, ClientRound, Link, SystemModel, SystemModelError, client_round_s,
-                              default_target, device_energy_j, ledger_rows, load_system_model, round_cost,
+                              default_target, device_energy_j, ledger_rows, load_system_model, on_device, round_cost,
                               system_model_from_dict, time_to_accuracy)
 
 
@@ -39,6 +39,9 @@ def test_round_time_hand_worked_three_clients():
     assert cost.energy_j == pytest.approx(48.5)
     assert cost.bytes == 6_000_000 and cost.down_bytes == 4_000_000
     assert cost.slowest_client == 0
+    # the same client 1 from its modeled price: 30 steps x 0.2 s = 6 s and 30 x (1 + 0.5 x 0.2) = 33 J on
+    # the modeled accelerator; at speed 2: 3 s, 30 J dynamic + 0.5 W x 3 s = 31.5 J
+    assert on_device(6.0, 33.0, static_w=0.5, speed=2.0) == pytest.approx((3.0, 31.5))
 
 
 @given(st.lists(st.floats(0.0, 1e4), min_size=1, max_size=8), st.floats(0.0, 1e3))

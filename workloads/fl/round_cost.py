@@ -13,9 +13,9 @@ price of each distinct piece of work on the modeled accelerator:
   updates, and the calibration's server side, on the run's accelerator (``--hw``);
 * bytes from the loop's ledger (``RunResult.transfers``).
 
-Each distinct capture (method, batch size, FedCos's first round or not, accelerator) is taken once
-per run and reused. The round model itself (links, speed factors, the synchronous max) is
-``accel_sim.rounds``.
+Each distinct capture (step program, batch size, FedCos's first round or not, accelerator) is taken
+once per run and shared by the run's methods (``RunPricer``). The round model itself (links, speed
+factors, the synchronous max) is ``accel_sim.rounds``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from accel_sim.hardware import HardwareConfig, load_hardware_config
-from accel_sim.rounds import ClientRound, RoundCost, SystemModel, device_energy_j, ledger_rows, round_cost
+from accel_sim.rounds import ClientRound, RoundCost, SystemModel, ledger_rows, on_device, round_cost
 from workloads.fl import calibration_cost
 from workloads.fl.hparams import Hparams
 from workloads.fl.local import prepare_model
@@ -46,6 +46,11 @@ class Device:
 
     hw: HardwareConfig
     speed: float
+
+    def runs(self, modeled_s: float, energy_j: float) -> tuple[float, float]:
+        """(seconds, joules) on this device of work priced at ``modeled_s``, ``energy_j``
+        (``accel_sim.rounds.on_device``)."""
+        return on_device(modeled_s, energy_j, static_w=self.hw.energy.static_w, speed=self.speed)
 
 
 def client_devices(system: SystemModel, hw: HardwareConfig, num_clients: int, *, seed: int) -> tuple[Device, ...]:
@@ -122,9 +127,8 @@ class RunPricer:
         sizes = Counter(epoch_batch_sizes(n, hp.batch_size))
         prices = {b: self.step(method, hp, b, later_round, device.hw) for b in sizes}
         modeled_s = hp.local_epochs * sum(count * prices[b].latency_s for b, count in sizes.items())
-        dynamic_j = hp.local_epochs * sum(count * prices[b].dynamic_energy_j for b, count in sizes.items())
-        compute_s = modeled_s / device.speed
-        return compute_s, device_energy_j(dynamic_j, device.hw.energy.static_w, compute_s)
+        energy_j = hp.local_epochs * sum(count * prices[b].energy_j for b, count in sizes.items())
+        return device.runs(modeled_s, energy_j)
 
     def aggregation_s(self, method: MethodConfig, hp: Hparams, round: int, num_updates: int,
                       hw: HardwareConfig) -> float:
@@ -193,15 +197,13 @@ def _calibration_round(result: RunResult, method: MethodConfig, hp: Hparams, *, 
     work = []
     for k, labels in enumerate(client_labels):
         counts = np.bincount(np.asarray(labels), minlength=spec.num_classes).tolist()
+        device = devices[k]
         cost = calibration_cost.client_cost(name, spec.model_name, class_counts=counts, num_classes=spec.num_classes,
-                                            image_size=image_size, hp=hp, hw=devices[k].hw)
-        modeled_s = cost.cycles / devices[k].hw.clock_hz
-        static_w = devices[k].hw.energy.static_w
-        compute_s = modeled_s / devices[k].speed
-        energy_j = device_energy_j(cost.energy_j - static_w * modeled_s, static_w, compute_s)
+                                            image_size=image_size, hp=hp, hw=device.hw)
+        compute_s, energy_j = device.runs(cost.cycles / device.hw.clock_hz, cost.energy_j)
         b = moved[(t, k)]
         work.append(ClientRound(k, compute_s, energy_j, b["down"], b["up"], system.link(k)))
-    server = calibration_cost.server_cost(name, feature_dim=spec.model_fn(method.spherefed).feature_dim, num_classes=spec.num_classes,
-                                          num_clients=len(client_labels), hp=hp, hw=hw)
+    server = calibration_cost.server_cost(name, feature_dim=spec.model_fn(method.spherefed).feature_dim,
+                                          num_classes=spec.num_classes, num_clients=len(client_labels), hp=hp, hw=hw)
     cost = round_cost(work, server_s=server.cycles / hw.clock_hz)
     return t, "calibration", len(client_labels), result.accuracy, cost

@@ -76,14 +76,8 @@ class StepPrice:
 
     latency_s: float
     energy_j: float  # all of it: dynamic + static power x latency
-    static_w: float
     peak_memory_bytes: int
-
-    @property
-    def dynamic_energy_j(self) -> float:
-        """The part of ``energy_j`` that does not depend on how long the device is powered."""
-        return self.energy_j - self.static_w * self.latency_s
 
     @staticmethod
     def of(report: CostReport) -> "StepPrice":
-        return StepPrice(report.seconds, report.energy_j, report.hw.energy.static_w, report.peak_bytes)
+        return StepPrice(report.seconds, report.energy_j, report.peak_bytes)

@@ -20,8 +20,8 @@ import io
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from accel_sim.rounds import (ROUNDS_COLUMNS, ClientRound, RoundCost, SystemModel, client_round_s, device_energy_j,
-                              ledger_rows, round_cost)
+from accel_sim.rounds import (ROUNDS_COLUMNS, ClientRound, RoundCost, SystemModel, client_round_s, ledger_rows,
+                              on_device, round_cost)
 from workloads.atomic import atomic_write_text
 from workloads.fl.flower.meter import TrainCost
 
@@ -51,13 +51,12 @@ def client_metrics(client: int, cost: TrainCost, *, down_bytes: int, up_bytes: i
 
 def client_round(metrics: Mapping[str, float], system: SystemModel, speed: float) -> ClientRound:
     """One client's ``ClientRound``: compute time = modeled latency / speed factor; its static
-    energy scales with that time, its dynamic energy does not (``accel_sim.rounds.device_energy_j``)."""
-    train_s, static_w = float(metrics["accel_train_s"]), float(metrics["accel_static_w"])
-    compute_s = train_s / speed
-    dynamic_j = float(metrics["accel_energy_j"]) - static_w * train_s
+    energy scales with that time, its dynamic energy does not (``accel_sim.rounds.on_device``)."""
+    compute_s, energy_j = on_device(float(metrics["accel_train_s"]), float(metrics["accel_energy_j"]),
+                                    static_w=float(metrics["accel_static_w"]), speed=speed)
     client = int(metrics["accel_client"])
-    return ClientRound(client, compute_s, device_energy_j(dynamic_j, static_w, compute_s),
-                       int(metrics["accel_down_bytes"]), int(metrics["accel_up_bytes"]), system.link(client))
+    return ClientRound(client, compute_s, energy_j, int(metrics["accel_down_bytes"]), int(metrics["accel_up_bytes"]),
+                       system.link(client))
 
 
 def round_metrics(clients: Sequence[Mapping[str, float]], system: SystemModel, speeds: Sequence[float], *,
