@@ -194,6 +194,19 @@ def test_every_error_is_one_line_exit_2_nothing_written(user_dir, capsys, monkey
     assert sorted(p.name for p in user_dir.iterdir() if p.name != "__pycache__") == before
 
 
+@pytest.mark.skipif(importlib.util.find_spec("flwr") is None, reason="Flower is not installed: the .[flower] extra")
+@pytest.mark.parametrize("model, message", [(m, msg) for m, extra, msg in ERRORS if not extra])
+def test_flower_example_refuses_the_same_models_before_starting(user_dir, capsys, monkeypatch, model, message):
+    from workloads.fl.flower.__main__ import main as flower_main
+
+    monkeypatch.setitem(sys.modules, "torchvision", None)
+    before = sorted(p.name for p in user_dir.iterdir())
+    assert flower_main(["--model", model, "--out", "out/flower"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
+    assert sorted(p.name for p in user_dir.iterdir() if p.name != "__pycache__") == before
+
+
 @pytest.mark.skipif(importlib.util.find_spec("torchvision") is None,
                     reason="torchvision is not installed: pip install -c constraints.txt -e '.[models]'")
 def test_torchvision_resnet18_forward_macs_equal_fvcore():
