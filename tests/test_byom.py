@@ -14,6 +14,7 @@ import torch
 
 import bench.run as bench_run
 import workloads.fl.run as fl_run
+from bench import results
 import workloads.trace as wtrace
 from accel_sim.trace_schema import load_trace
 from workloads.model_spec import ModelSpec, build
@@ -104,7 +105,7 @@ def test_bench_run_prices_a_user_model_on_several_accelerators(user_dir, capsys)
     assert bench_run.main(["--model", name, "--input-shape", "3,8,8", "--classes", str(C), "--batch-size", str(B),
                            "--preset", str(user_dir / "tiny.toml"),
                            "--hw", *(str(REPO / "configs" / "hw" / f) for f in HW_FILES), "--out", str(out)]) == 0
-    summary = json.loads((out / "summary.json").read_text())
+    summary = results.load_summary(out)  # the results layout holds with the comparison block
     models = summary["models"][name]
     for method in ("fedavg", "spherefed"):  # the priced step: forward + backward GEMMs (the update has none)
         assert models["training"][method]["macs"] == FWD_MACS + BWD_MACS[method]
