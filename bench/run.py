@@ -255,7 +255,11 @@ def load_accuracy_data(preset: Preset, cfg: RunConfig) -> tuple[Dataset, Dataset
     fl = preset.fl
     image_size = cfg.input_shape[-1] if cfg.input_shape else fl.image_size
     train, test = load_dataset(fl.dataset, data_dir=cfg.data_dir, image_size=image_size)
-    check_models(cfg, classes=train.num_classes, input_shape=tuple(train.x.shape[1:]))
+    try:
+        check_models(cfg, classes=train.num_classes, input_shape=tuple(train.x.shape[1:]))
+    except model_spec.ModelSpecError as exc:
+        raise model_spec.ModelSpecError(f"{exc} [the accuracy run's {fl.dataset} images are "
+                                        f"{'x'.join(map(str, train.x.shape[1:]))}: --input-shape sets them]") from None
     return (subset(train, fl.max_train_samples, cfg.seed, "train"),
             subset(test, fl.max_test_samples, cfg.seed + 1, "test"))
 
