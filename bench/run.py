@@ -40,7 +40,7 @@ import torch
 
 from accel_sim.hardware import HardwareConfig, HardwareConfigError, load_hardware_config
 from accel_sim.rounds import DEFAULT_TARGET_FRACTION, SystemModel, default_target, load_system_model, time_to_accuracy
-from bench import formulas
+from bench import compare_hw, formulas
 from bench.breakdown import breakdown, energy_by_kind
 from bench.plots import plot_run
 from bench.results import (BREAKDOWN_CSV, COST_COLUMNS, FORMAT_NAME, FORMAT_VERSION, LAYERS_COLUMNS, LAYERS_CSV,
@@ -59,7 +59,9 @@ from workloads.fl.methods.base import frozen_keys
 from workloads.fl.round_cost import RunPricer, RunSpec, client_devices, price_run
 from workloads.fl.run import DEFAULT_SYSTEM, load_preset, make_partition, method_hparams
 from workloads.fl.step_cost import simulate_complete
-from workloads.models import MODELS, build_model
+from workloads import model_spec
+from workloads.model_spec import DEFAULT_INPUT_SHAPE, ModelSpec, as_spec, parse_input_shape
+from workloads.models import MODELS
 from workloads.provenance import git_commit
 
 DEFAULT_METHODS = ("fedavg", "spherefed", "ccvr", "ffc")
@@ -129,6 +131,14 @@ class RunConfig:
     alpha: float | None = None  # overrides the preset's Dirichlet concentration
     target_accuracy_pct: float | None = None  # time-to-accuracy target (None: the default rule)
     system_path: str = str(DEFAULT_SYSTEM)  # clients' links and devices (accel_sim.rounds)
+    input_shape: tuple[int, int, int] | None = None  # --input-shape; None: 3x32x32 priced, the preset's size trained
+    classifier: str | None = None  # the nn.Linear the methods act on (user models; None: the last one)
+    classes: int = PAPER_CLASSES  # C of the priced figures (the accuracy run has its dataset's)
+    compare_hw: tuple[str, ...] = ()  # every --hw when several are given (bench/compare_hw.py); the first is hw_path
+
+    def spec(self, model: str, input_shape: tuple[int, ...] | None = None) -> ModelSpec:
+        """``model`` at ``input_shape`` (default: --input-shape, else 3x32x32) with --classifier."""
+        return ModelSpec(model, input_shape or self.input_shape or DEFAULT_INPUT_SHAPE, self.classifier)
 
 
 # ---- argument checking -------------------------------------------------------------------------
@@ -155,7 +165,8 @@ def _split_methods(methods) -> tuple[list[str], list[str]]:
 
 def parse_args(argv=None) -> RunConfig:
     p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
-    p.add_argument("--model", help=f"one model ({', '.join(sorted(MODELS))})")
+    p.add_argument("--model", help=f"one model ({', '.join(sorted(MODELS))}, or package.module:factory, "
+                                   "torchvision:NAME, timm:NAME: docs/byom.md)")
     p.add_argument("--models", nargs="+", metavar="MODEL", help="several models")
     p.add_argument("--methods", nargs="+", default=list(DEFAULT_METHODS), metavar="METHOD",
                    help=f"training methods (any FL method, e.g. fedprox, fedavg+spherefed) and calibrations "
@@ -166,7 +177,9 @@ def parse_args(argv=None) -> RunConfig:
                    help="accuracy run settings: a name under configs/presets/ (quick, smoke, paper, ...) or a .toml "
                         "path (default quick)")
     p.add_argument("--data-dir", help="dataset folder (needed by --preset paper: CIFAR-100)")
-    p.add_argument("--hw", help="hardware config TOML (default: accel_sim's paper defaults)")
+    p.add_argument("--hw", nargs="+", metavar="HW_TOML",
+                   help="hardware config TOML (default: accel_sim's paper defaults); several: each priced side "
+                        "by side, the first is the run's (docs/byom.md)")
     p.add_argument("--out", help="results folder (default results/<models>-<preset>)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
     p.add_argument("--alpha", type=float, help="Dirichlet concentration of the accuracy run (default: the preset's)")
@@ -175,21 +188,30 @@ def parse_args(argv=None) -> RunConfig:
                         f"{100 * DEFAULT_TARGET_FRACTION:g} %% of the best final accuracy among the methods)")
     p.add_argument("--system", default=str(DEFAULT_SYSTEM),
                    help="system-model TOML of the priced rounds: links and devices (default configs/system/default.toml)")
+    p.add_argument("--input-shape", metavar="C,H,W",
+                   help="one sample's input shape, priced and trained (3,S,S; default: 3,32,32 priced, the "
+                        "preset's size trained)")
+    p.add_argument("--classifier", metavar="DOTTED.NAME", help="the nn.Linear the methods act on (default: the last)")
+    p.add_argument("--classes", type=int, default=PAPER_CLASSES, help="classes of the priced figures (default 100)")
     a = p.parse_args(argv)
     models = tuple(a.models or ([a.model] if a.model else []))
     if not models:
         p.error("give --model NAME or --models NAME [NAME ...]")
-    out = a.out or str(Path("results") / f"{'+'.join(models)}-{Path(a.preset).stem}")
-    return RunConfig(models, tuple(a.methods), a.batch_size, a.seed, a.preset, a.data_dir, a.hw, out, a.overwrite,
-                     a.alpha, a.target, a.system)
+    out = a.out or str(Path("results") / f"{'+'.join(models).replace(':', '-')}-{Path(a.preset).stem}")
+    try:
+        shape = parse_input_shape(a.input_shape) if a.input_shape else None
+    except ValueError as exc:
+        p.error(str(exc))
+    hws = tuple(a.hw or ())
+    return RunConfig(models, tuple(a.methods), a.batch_size, a.seed, a.preset, a.data_dir, hws[0] if hws else None,
+                     out, a.overwrite, a.alpha, a.target, a.system, shape, a.classifier, a.classes,
+                     hws if len(hws) > 1 else ())
 
 
 def validate(cfg: RunConfig) -> tuple[HardwareConfig, Preset, SystemModel]:
     """Every check that needs no heavy work; raises ValueError / HardwareConfigError / ResultsError."""
-    unknown = [m for m in cfg.models if m not in MODELS]
-    if unknown:
-        raise ValueError(f"unknown model(s) {unknown}; choose from {', '.join(sorted(MODELS))}")
     _split_methods(cfg.methods)
+    check_models(cfg, classes=cfg.classes, input_shape=cfg.spec("").input_shape)
     if cfg.batch_size < 1:
         raise ValueError(f"--batch-size must be at least 1, got {cfg.batch_size}")
     if cfg.alpha is not None and not cfg.alpha > 0:
@@ -203,14 +225,41 @@ def validate(cfg: RunConfig) -> tuple[HardwareConfig, Preset, SystemModel]:
     if cfg.data_dir and not Path(cfg.data_dir).is_dir():
         raise ValueError(f"--data-dir {cfg.data_dir} is not a folder")
     hw = load_hardware_config(cfg.hw_path) if cfg.hw_path else HardwareConfig()
+    compare_hw.load_hardware_set(cfg.compare_hw)
     system = load_system_model(cfg.system_path)
     client_devices(system, hw, preset.fl.num_clients, seed=cfg.seed)  # loads every per-client hardware file
     return hw, preset, system
 
 
+def check_models(cfg: RunConfig, *, classes: int, input_shape: tuple[int, ...]) -> None:
+    """Build every model once (import, classifier, input shape: docs/byom.md; SphereFed's C <= l);
+    ValueError (ModelSpecError) if one cannot be built."""
+    training, calibrations = _split_methods(cfg.methods)
+    spherefed = any(parse_method(m).spherefed for m in training) or "ffc" in calibrations
+    if cfg.input_shape and (cfg.input_shape[0], cfg.input_shape[1]) != (3, cfg.input_shape[2]):
+        raise ValueError(f"--input-shape {','.join(map(str, cfg.input_shape))}: the accuracy run feeds 3-channel "
+                         "square images (3,S,S); price other shapes with python -m workloads.trace or bench.price "
+                         "(docs/byom.md)")
+    if classes < 1:
+        raise ValueError(f"--classes must be at least 1, got {classes}")
+    for model in cfg.models:
+        l = model_spec.build(cfg.spec(model, input_shape), num_classes=classes, spherefed=spherefed).feature_dim
+        if spherefed and classes > l:
+            raise ValueError(f"SphereFed's orthonormal classifier needs classes <= features: {model} has {l} "
+                             f"features, {classes} classes (--classes, or the accuracy run's dataset)")
+
+
 def load_accuracy_data(preset: Preset, cfg: RunConfig) -> tuple[Dataset, Dataset]:
+    """The preset's data, at --input-shape's size when given (else the preset's); every model is
+    checked on it before any work."""
     fl = preset.fl
-    train, test = load_dataset(fl.dataset, data_dir=cfg.data_dir, image_size=fl.image_size)
+    image_size = cfg.input_shape[-1] if cfg.input_shape else fl.image_size
+    train, test = load_dataset(fl.dataset, data_dir=cfg.data_dir, image_size=image_size)
+    try:
+        check_models(cfg, classes=train.num_classes, input_shape=tuple(train.x.shape[1:]))
+    except model_spec.ModelSpecError as exc:
+        raise model_spec.ModelSpecError(f"{exc} [the accuracy run's {fl.dataset} images are "
+                                        f"{'x'.join(map(str, train.x.shape[1:]))}: --input-shape sets them]") from None
     return (subset(train, fl.max_train_samples, cfg.seed, "train"),
             subset(test, fl.max_test_samples, cfg.seed + 1, "test"))
 
@@ -224,7 +273,7 @@ def training_figures(model: str, methods, cfg: RunConfig, hw: HardwareConfig, pr
     figures, op_rows = {}, []
     for method in methods:
         progress(f"{model}: capturing and pricing one {method} training step (batch {cfg.batch_size})")
-        trace = local_training_trace(model, method, batch_size=cfg.batch_size, num_classes=PAPER_CLASSES,
+        trace = local_training_trace(cfg.spec(model), method, batch_size=cfg.batch_size, num_classes=cfg.classes,
                                      image_size=PAPER_IMAGE_SIZE, seed=cfg.seed)
         report = simulate_complete(trace, hw, f"{model} {method} training step")
         figures[method] = {
@@ -245,12 +294,13 @@ def training_figures(model: str, methods, cfg: RunConfig, hw: HardwareConfig, pr
     return figures, op_rows
 
 
-def calibration_figures(model: str, calibrations, hw: HardwareConfig, progress) -> dict:
+def calibration_figures(model: str, calibrations, hw: HardwareConfig, progress, *, spec: ModelSpec | None = None,
+                        num_classes: int = PAPER_CLASSES) -> dict:
     out = {}
     for calibration in calibrations:
         progress(f"{model}: pricing {calibration} calibration (average client + server)")
-        cost = calibration_cost(calibration, model, train_samples=PAPER_TRAIN_SAMPLES, num_clients=PAPER_CLIENTS,
-                                num_classes=PAPER_CLASSES, image_size=PAPER_IMAGE_SIZE,
+        cost = calibration_cost(calibration, spec or model, train_samples=PAPER_TRAIN_SAMPLES,
+                                num_clients=PAPER_CLIENTS, num_classes=num_classes, image_size=PAPER_IMAGE_SIZE,
                                 hp=Hparams(), hw=hw)
         out[calibration] = {"client_cycles": cost.client_cycles, "server_cycles": cost.server_cycles,
                             "latency_s": cost.latency_s, "client_energy_j": cost.client_energy_j,
@@ -263,12 +313,12 @@ def _comm_method(name: str) -> MethodConfig:
     return parse_method(f"{TRAINED_WITH[name]}+{name}" if name in CALIBRATIONS else name)
 
 
-def model_closed_form_bytes(model_name: str, method: MethodConfig, hp: Hparams, *, num_classes: int,
+def model_closed_form_bytes(model_name: str | ModelSpec, method: MethodConfig, hp: Hparams, *, num_classes: int,
                             image_size: int, rounds: int, num_clients: int, seed: int) -> dict[str, int]:
     """``closed_form_bytes`` of the FL code for a whole run, from the prepared model's shapes."""
     torch.manual_seed(seed)
-    model = prepare_model(build_model(model_name, num_classes=num_classes, image_size=image_size,
-                                      spherefed=method.spherefed), method, seed=seed)
+    model = prepare_model(model_spec.build(as_spec(model_name, image_size), num_classes=num_classes,
+                                           spherefed=method.spherefed), method, seed=seed)
     state, frozen = model.state_dict(), frozen_keys(model)
     shared = {k: v for k, v in state.items() if k not in frozen}
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
@@ -282,12 +332,13 @@ def model_closed_form_bytes(model_name: str, method: MethodConfig, hp: Hparams, 
 
 def communication_figures(model: str, names, cfg: RunConfig) -> dict:
     """Fig. 5 (a) for the paper's run, and the classifier's share from Table 1's closed forms."""
-    setup = formulas.Table1Setup(feature_dim=build_model(model, num_classes=PAPER_CLASSES).feature_dim)
+    setup = formulas.Table1Setup(feature_dim=model_spec.build(cfg.spec(model), num_classes=cfg.classes,
+                                                              spherefed=False).feature_dim, num_classes=cfg.classes)
     table1_name = {"fedavg": "fedavg", "ccvr": "ccvr", "spherefed": "spherefed", "ffc": "spherefed"}
     out = {}
     for name in names:
         method = _comm_method(name)
-        totals = model_closed_form_bytes(model, method, Hparams(), num_classes=PAPER_CLASSES,
+        totals = model_closed_form_bytes(cfg.spec(model), method, Hparams(), num_classes=cfg.classes,
                                          image_size=PAPER_IMAGE_SIZE, rounds=PAPER_ROUNDS,
                                          num_clients=PAPER_CLIENTS, seed=cfg.seed)
         out[name] = {"method": method.name, "total_bytes": totals["total_bytes"],
@@ -309,9 +360,10 @@ def accuracy_figures(model: str, names, preset: Preset, data, cfg: RunConfig, hw
     labels = [train.y.numpy()[p] for p in parts]
     devices = client_devices(system, hw, fl.num_clients, seed=cfg.seed)
 
+    spec = cfg.spec(model, tuple(train.x.shape[1:]))
+
     def build(spherefed: bool):
-        return build_model(model, num_classes=train.num_classes, image_size=image_size, norm=fl.norm,
-                           spherefed=spherefed)
+        return model_spec.build(spec, num_classes=train.num_classes, norm=fl.norm, spherefed=spherefed)
 
     pricer = RunPricer(RunSpec(build, model, tuple(train.x.shape[1:]), train.num_classes, cfg.seed))
     training = [n for n in names if n not in CALIBRATIONS]
@@ -335,7 +387,7 @@ def accuracy_figures(model: str, names, preset: Preset, data, cfg: RunConfig, hw
             before = result.accuracy_before_calibration if calib else result.accuracy
             accuracy[base] = {"accuracy_pct": 100 * before}
             rounds[base] = [row for row in rows if row["stage"] == "train"]
-        closed = model_closed_form_bytes(model, method, hp, num_classes=train.num_classes, image_size=image_size,
+        closed = model_closed_form_bytes(spec, method, hp, num_classes=train.num_classes, image_size=image_size,
                                          rounds=fl.rounds, num_clients=fl.num_clients, seed=cfg.seed)
         ledger[run_name] = {"ledger_total_bytes": ledger_totals(result.transfers)["total_bytes"],
                             "closed_form_total_bytes": closed["total_bytes"]}
@@ -379,10 +431,19 @@ def layer_rows(op_rows: list[dict]) -> pd.DataFrame:
         list(COST_COLUMNS)].sum()[list(LAYERS_COLUMNS)]
 
 
+def shapes_label(config: dict) -> str:
+    """"CIFAR-100 shapes" for the paper's input and classes, else "input CxHxW, C classes"."""
+    shape = tuple(config.get("input_shape") or DEFAULT_INPUT_SHAPE)
+    classes = config.get("classes", PAPER_CLASSES)
+    if (shape, classes) == (DEFAULT_INPUT_SHAPE, PAPER_CLASSES):
+        return "CIFAR-100 shapes"
+    return f"input {'x'.join(map(str, shape))}, {classes} classes"
+
+
 def format_table(summary: dict) -> str:
     lines = []
     for model, s in summary["models"].items():
-        lines.append(f"== {model} (CIFAR-100 shapes, batch {summary['config']['batch_size']}, "
+        lines.append(f"== {model} ({shapes_label(summary['config'])}, batch {summary['config']['batch_size']}, "
                      f"{summary['hardware_label']})")
         lines.append(f"{'figure':<34} {'method':<12} {'value':>16} {'normalized':>11}")
         for section, metric, base, unit, scale in (
@@ -425,6 +486,18 @@ class Study:
     rounds: list[dict]
 
 
+def hardware_comparison(cfg: RunConfig, training, calibrations, progress) -> dict:
+    """Every method of every model priced on each ``--hw`` accelerator (``bench/compare_hw.py``)."""
+    hws = compare_hw.load_hardware_set(cfg.compare_hw)
+    steps = Hparams().local_epochs * math.ceil(PAPER_TRAIN_SAMPLES / PAPER_CLIENTS / cfg.batch_size)
+    return compare_hw.comparison({
+        m: compare_hw.hardware_figures(m, cfg.spec(m), training, calibrations, batch_size=cfg.batch_size,
+                                       num_classes=cfg.classes, steps_per_round=steps,
+                                       train_samples=PAPER_TRAIN_SAMPLES, num_clients=PAPER_CLIENTS,
+                                       seed=cfg.seed, hws=hws, progress=progress)
+        for m in cfg.models}, hws)
+
+
 def run_study(cfg: RunConfig, hw: HardwareConfig, preset: Preset, system: SystemModel, data, progress,
               argv) -> Study:
     """Every figure for every model of ``cfg``. ``progress`` takes one message per step (and the
@@ -442,11 +515,14 @@ def run_study(cfg: RunConfig, hw: HardwareConfig, preset: Preset, system: System
         all_rounds += round_rows
         models[model] = {
             "training": train_figs,
-            "calibration": calibration_figures(model, calibrations, hw, progress),
+            "calibration": calibration_figures(model, calibrations, hw, progress, spec=cfg.spec(model),
+                                               num_classes=cfg.classes),
             "communication": communication_figures(model, training + calibrations, cfg),
             "accuracy": accuracy,
             "time_to_accuracy": time_to_accuracy_figures(round_rows, cfg.target_accuracy_pct),
         }
+    comparison = {"hardware_comparison": hardware_comparison(cfg, training, calibrations, progress)} \
+        if cfg.compare_hw else {}
     summary = {
         "format": FORMAT_NAME, "version": FORMAT_VERSION,
         "command": shlex.join(["python", "-m", "bench.run", *argv]),
@@ -462,6 +538,7 @@ def run_study(cfg: RunConfig, hw: HardwareConfig, preset: Preset, system: System
         "table1": [asdict(r) for r in formulas.table1(formulas.Table1Setup())],
         "paper_vs_model": paper_vs_model(models),
         "paper_vs_model_explanation": WHY_DIFFERENT,
+        **comparison,
     }
     return Study(summary, all_ops, all_rounds)
 
@@ -476,6 +553,8 @@ def write_files(folder: Path, study: Study) -> None:
     write_json(folder / "summary.json", study.summary)
     plot_run(folder)
     plot_time_to_accuracy(folder)
+    if "hardware_comparison" in study.summary:
+        compare_hw.plot_comparison(study.summary, folder)
 
 
 def ledger_mismatches(summary: dict) -> dict:
@@ -504,7 +583,8 @@ def headline_metrics(summary: dict) -> dict[str, float]:
     return out
 
 
-GRID_KEYS = {"model", "methods", "batch_size", "seed", "preset", "data_dir", "hw", "alpha", "target", "system"}
+GRID_KEYS = {"model", "methods", "batch_size", "seed", "preset", "data_dir", "hw", "alpha", "target", "system",
+             "input_shape", "classifier", "classes"}
 
 
 def run_point(config: dict, out_dir: Path) -> dict[str, float]:
@@ -516,9 +596,14 @@ def run_point(config: dict, out_dir: Path) -> dict[str, float]:
     if "model" not in config:
         raise ValueError("a bench.run grid point needs 'model'")
     argv = ["--model", str(config["model"]), "--out", str(out_dir)]
-    for key in ("batch_size", "seed", "preset", "data_dir", "hw", "alpha", "target", "system"):
+    for key in ("batch_size", "seed", "preset", "data_dir", "hw", "alpha", "target", "system", "input_shape",
+                "classifier", "classes"):
         if key in config:
-            argv += [f"--{key.replace('_', '-')}", str(config[key])]
+            value = config[key]
+            if key == "hw" and isinstance(value, list):  # several accelerators side by side
+                argv += ["--hw", *map(str, value)]
+            else:
+                argv += [f"--{key.replace('_', '-')}", ",".join(map(str, value)) if isinstance(value, list) else str(value)]
     if "methods" in config:
         argv += ["--methods", *config["methods"]]
     cfg = parse_args(argv)
@@ -549,6 +634,8 @@ def main(argv: list[str] | None = None) -> int:
     write_run_dir(Path(cfg.out), lambda tmp: write_files(tmp, study), overwrite=cfg.overwrite)
     summary = study.summary
     print(format_table(summary))
+    if "hardware_comparison" in summary:
+        print(f"\n{compare_hw.format_comparison(summary)}")
     mismatched = ledger_mismatches(summary)
     if mismatched:
         print(f"warning: the ledger disagrees with the closed forms for {mismatched}", file=sys.stderr)

@@ -177,11 +177,13 @@ def plot_sweep(frame: pd.DataFrame):
 
 
 def main(argv: list[str] | None = None) -> int:
+    from workloads import model_spec
     from workloads.models import MODELS
 
     parser = argparse.ArgumentParser(prog="python -m bench.sweep", description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["mobilenetv2"], metavar="MODEL",
-                        help=f"models to sweep (default mobilenetv2; known: {', '.join(sorted(MODELS))})")
+                        help=f"models to sweep (default mobilenetv2; known: {', '.join(sorted(MODELS))}; "
+                             "or package.module:factory, docs/byom.md)")
     parser.add_argument("--hw", type=Path, help="base hardware config (TOML); default: accel_sim defaults")
     parser.add_argument("--batch-size", type=int, default=64, help="batch of the hardware sweeps (default 64)")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=list(BATCH_SIZES), metavar="B",
@@ -190,9 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
     args = parser.parse_args(argv)
     try:
-        unknown = [m for m in args.models if m not in MODELS]
-        if unknown:
-            raise ValueError(f"unknown model(s) {unknown}; choose from {', '.join(sorted(MODELS))}")
+        for model in args.models:  # a paper model or package.module:factory (docs/byom.md), checked before work
+            model_spec.build(model_spec.ModelSpec(model), num_classes=100, spherefed=True)
         if min(args.batch_size, *args.batch_sizes) < 1:
             raise ValueError("--batch-size and --batch-sizes must be at least 1")
         base = load_hardware_config(args.hw) if args.hw else HardwareConfig()

@@ -15,21 +15,23 @@ from accel_sim.trace_schema import Trace
 from workloads.fl.hparams import Hparams
 from workloads.fl.methods import parse_method
 from workloads.fl.step_cost import local_step_trace
-from workloads.models import build_model
+from workloads.model_spec import ModelSpec, as_spec, build
 
 TRACE_WORD_BYTES = 4  # traces are captured in float32
 
 
-def local_training_trace(model_name: str, method_name: str, *, batch_size: int = 64, num_classes: int = 100,
-                         image_size: int = 32, norm: str = "bn", hp: Hparams | None = None, seed: int = 0) -> Trace:
+def local_training_trace(model_name: str | ModelSpec, method_name: str, *, batch_size: int = 64,
+                         num_classes: int = 100, image_size: int = 32, norm: str = "bn", hp: Hparams | None = None,
+                         seed: int = 0) -> Trace:
     """One steady-state local SGD step of ``method_name`` (e.g. "fedavg", "spherefed", "fedprox") on
-    model ``model_name`` at CIFAR-like shapes (3 x image_size x image_size)."""
+    model ``model_name`` at CIFAR-like shapes (3 x image_size x image_size), or on a
+    ``workloads.model_spec.ModelSpec`` at its own input shape (docs/byom.md)."""
     method = parse_method(method_name)
+    spec = as_spec(model_name, image_size)
     return local_step_trace(
-        lambda: build_model(model_name, num_classes=num_classes, image_size=image_size, norm=norm,
-                            spherefed=method.spherefed),
-        method, hp or Hparams(), batch_size=batch_size, input_shape=(3, image_size, image_size), seed=seed,
-        model_name=model_name, meta={"classes": num_classes, "image_size": image_size, "norm": norm})
+        lambda: build(spec, num_classes=num_classes, norm=norm, spherefed=method.spherefed),
+        method, hp or Hparams(), batch_size=batch_size, input_shape=spec.input_shape, seed=seed,
+        model_name=spec.name, meta={"classes": num_classes, "image_size": spec.input_shape[-1], "norm": norm})
 
 
 def peak_memory_at_word_bytes(trace: Trace, word_bytes: int) -> PeakMemory:

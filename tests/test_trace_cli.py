@@ -26,7 +26,7 @@ def test_cli_writes_a_loadable_trace(tmp_path, capsys):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--model", "resnet99", "--method", "fedavg"], "invalid choice: 'resnet99' (choose from 'convnet', 'mobilenetv2'"),
+        (["--model", "resnet99", "--method", "fedavg"], "unknown model 'resnet99'; choose from ['convnet', 'mobilenetv2'"),
         (["--model", "convnet", "--method", "fedprox"], "invalid choice: 'fedprox' (choose from 'fedavg', 'spherefed')"),
         (["--model", "convnet", "--method", "fedavg", "--batch-size", "0"], "--batch-size and --classes must be at least 1"),
         (["--model", "convnet", "--method", "spherefed", "--classes", "2000"], "SphereFed needs num_classes <= feature_dim for orthonormal rows, got C=2000 > l=1024"),

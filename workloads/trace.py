@@ -68,7 +68,8 @@ from accel_sim.trace_schema import (
 from workloads.fl.local import loss_function, prepare_model
 from workloads.fl.methods import parse_method
 from workloads.lowering import OpCall, lower
-from workloads.models import MODELS, build_model
+from workloads.model_spec import DEFAULT_INPUT_SHAPE, ModelSpec, as_spec, build, parse_input_shape
+from workloads.models import MODELS
 
 _ACCUMULATE_GRAD = "AccumulateGrad"
 
@@ -583,7 +584,7 @@ def summary(trace: Trace) -> str:
 METHODS = ("fedavg", "spherefed")  # methods whose local step is a plain forward + loss + SGD step
 
 
-def method_setup(method: str, model_name: str, *, num_classes: int, image_size: int, norm: str):
+def method_setup(method: str, model_name: str | ModelSpec, *, num_classes: int, image_size: int, norm: str):
     """(model, loss_fn) of one FL method's local training, built by the FL code itself:
     ``workloads.fl.methods.parse_method``, ``workloads.fl.local.prepare_model`` (seed 0) and
     ``workloads.fl.local.loss_function``, exactly as the accuracy runs build them (docs/fl.md).
@@ -592,11 +593,14 @@ def method_setup(method: str, model_name: str, *, num_classes: int, image_size: 
     orthonormal QR classifier, MSE against one-hot targets (built by ``scatter``, so meta and CPU
     run the same ops). Methods with a penalty or a second head (FedProx, FedCos, double head) are
     not a plain ``training_step``: capture ``workloads.fl.local.client_trainer(...).step`` instead
-    (``bench/traces.py`` does)."""
+    (``bench/traces.py`` does).
+
+    ``model_name`` is a name (paper model or ``module:factory``, 3 x image_size x image_size
+    inputs) or a :class:`workloads.model_spec.ModelSpec` (its own input shape and classifier)."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
     cfg = parse_method(method)
-    model = build_model(model_name, num_classes=num_classes, image_size=image_size, norm=norm, spherefed=cfg.spherefed)
+    model = build(as_spec(model_name, image_size), num_classes=num_classes, norm=norm, spherefed=cfg.spherefed)
     return prepare_model(model, cfg, seed=0), loss_function(cfg)
 
 
@@ -605,11 +609,18 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m workloads.trace",
         description="Capture one steady-state local training step as a trace file (JSON Lines).",
     )
-    p.add_argument("--model", required=True, choices=sorted(MODELS))
+    p.add_argument("--model", required=True,
+                   help=f"{', '.join(sorted(MODELS))}, package.module:factory, torchvision:NAME or timm:NAME")
     p.add_argument("--method", required=True, choices=METHODS)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--classes", type=int, default=100)
-    p.add_argument("--image-size", type=int, default=32, choices=(16, 32, 64))
+    p.add_argument("--image-size", type=int, default=32, choices=(16, 32, 64),
+                   help="input side of the paper models (default 32)")
+    p.add_argument("--input-shape", metavar="C,H,W",
+                   help=f"one sample's input shape (default 3,S,S with S = --image-size: "
+                        f"{','.join(map(str, DEFAULT_INPUT_SHAPE))})")
+    p.add_argument("--classifier", metavar="DOTTED.NAME",
+                   help="the nn.Linear the FL methods act on (default: the model's last nn.Linear)")
     p.add_argument("--norm", default="bn", choices=("bn", "gn"))
     p.add_argument("--device", default="meta", choices=("meta", "cpu"))
     p.add_argument("--lr", type=float, default=0.1)
@@ -623,16 +634,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("error: --batch-size and --classes must be at least 1", file=sys.stderr)
         return 2
     try:
+        shape = parse_input_shape(args.input_shape) if args.input_shape else (3, args.image_size, args.image_size)
+        spec = ModelSpec(args.model, shape, args.classifier)
         model, loss_fn = method_setup(
-            args.method, args.model, num_classes=args.classes, image_size=args.image_size, norm=args.norm
+            args.method, spec, num_classes=args.classes, image_size=args.image_size, norm=args.norm
         )
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, weight_decay=1e-5, foreach=False)
-    inputs = torch.zeros(args.batch_size, 3, args.image_size, args.image_size)
+    inputs = torch.zeros(args.batch_size, *spec.input_shape)
     targets = torch.arange(args.batch_size) % args.classes
-    meta = {"classes": args.classes, "image_size": args.image_size, "norm": args.norm, "lr": args.lr}
+    meta = {"classes": args.classes, "image_size": spec.input_shape[-1], "input_shape": list(spec.input_shape),
+            "norm": args.norm, "lr": args.lr}
     trace = capture_training_step(
         model, inputs, targets, loss_fn=loss_fn, optimizer=optimizer, device=args.device,
         model_name=args.model, method=args.method, meta=meta,

@@ -40,6 +40,7 @@ from workloads.fl.methods.ccvr import ccvr_client_statistics, pool_class_statist
     sample_virtual_features
 from workloads.fl.methods.ffc import FFC, ffc_client_statistics
 from workloads.fl.step_cost import simulate_complete
+from workloads.model_spec import ModelSpec, as_spec, example_batch
 from workloads.trace import capture, method_setup
 
 CALIBRATIONS = ("ccvr", "ffc")
@@ -121,7 +122,7 @@ def _meta(*shape, dtype=torch.float32):
 
 
 @functools.lru_cache(maxsize=64)
-def _client_batch_costs(calibration: str, model_name: str, batch: int, num_classes: int, image_size: int,
+def _client_batch_costs(calibration: str, model_name: str | ModelSpec, batch: int, num_classes: int, image_size: int,
                         hp: Hparams, hw: HardwareConfig) -> tuple[Cost, Cost]:
     """Cost of the client statistics over one and over two batches of ``batch`` samples."""
     model, _ = method_setup(TRAINED_WITH[calibration], model_name, num_classes=num_classes,
@@ -131,7 +132,7 @@ def _client_batch_costs(calibration: str, model_name: str, batch: int, num_class
         stats_fn = lambda batches: ffc_client_statistics(model, batches, num_classes=num_classes, hp=hp)  # noqa: E731
     else:
         stats_fn = lambda batches: ccvr_client_statistics(model, batches, num_classes=num_classes)  # noqa: E731
-    x = _meta(batch, 3, image_size, image_size)
+    x = example_batch(as_spec(model_name, image_size), batch)
     y = torch.zeros(batch, dtype=torch.long, device="meta")
     return _cost(stats_fn, [(x, y)], hw=hw, model=model), _cost(stats_fn, [(x, y), (x, y)], hw=hw, model=model)
 
@@ -144,7 +145,7 @@ def client_batches(calibration: str, class_counts: Sequence[int], batch_size: in
     return sum(math.ceil(n / batch_size) for n in class_counts)
 
 
-def client_cost(calibration: str, model_name: str, *, class_counts: Sequence[int], num_classes: int,
+def client_cost(calibration: str, model_name: str | ModelSpec, *, class_counts: Sequence[int], num_classes: int,
                 image_size: int, hp: Hparams, hw: HardwareConfig) -> Cost:
     """One client's statistics over its own samples (``class_counts[c]`` of class c), batches of B
     (a partial batch priced as a full one)."""
@@ -155,7 +156,7 @@ def client_cost(calibration: str, model_name: str, *, class_counts: Sequence[int
     return extrapolate(one, two, n_batches)
 
 
-def average_client_cost(calibration: str, model_name: str, *, samples: int, num_classes: int, image_size: int,
+def average_client_cost(calibration: str, model_name: str | ModelSpec, *, samples: int, num_classes: int, image_size: int,
                         hp: Hparams, hw: HardwareConfig) -> Cost:
     """The average client's statistics over ``samples`` local samples, classes balanced (Fig. 5 d)."""
     if calibration == "ffc":
@@ -216,7 +217,7 @@ def server_cost(calibration: str, *, feature_dim: int, num_classes: int, num_cli
                                      hp=hp, hw=hw)
 
 
-def calibration_cost(calibration: str, model_name: str, *, train_samples: int, num_clients: int,
+def calibration_cost(calibration: str, model_name: str | ModelSpec, *, train_samples: int, num_clients: int,
                      num_classes: int, image_size: int, hp: Hparams, hw: HardwareConfig) -> CalibrationCost:
     """Average client plus server cost of one calibration (``"ccvr"`` or ``"ffc"``)."""
     if calibration not in CALIBRATIONS:

@@ -3,6 +3,7 @@
     python -m workloads.fl.run --preset small [--methods fedavg,spherefed+ffc] [--seed 0]
                                [--data-dir DIR] [--rounds N] [--out DIR] [--threads N] [--progress]
                                [--hw HW.toml] [--system SYSTEM.toml]
+                               [--model NAME|package.module:factory] [--classifier DOTTED.NAME]
 
 ``--preset`` is a name under ``configs/presets/`` or a path to a TOML file with tables
 ``[run]`` (``FLConfig`` fields plus ``methods``, the default method list), ``[hparams]`` (defaults
@@ -156,6 +157,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--progress", action="store_true",
                    help="show a progress bar per method on stderr (default: when stderr is a terminal)")
     p.add_argument("--hw", help="hardware TOML the rounds are priced on (default: accel_sim's paper defaults)")
+    p.add_argument("--model", help="overrides the preset's model: a paper model, package.module:factory, "
+                   "torchvision:NAME or timm:NAME (docs/byom.md)")
+    p.add_argument("--classifier", metavar="DOTTED.NAME",
+                   help="the nn.Linear of a user model the methods act on (default: its last nn.Linear)")
     p.add_argument("--system", default=str(DEFAULT_SYSTEM),
                    help="system-model TOML: clients' links and devices (default configs/system/default.toml)")
     return p
@@ -180,15 +185,15 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
     from workloads.fl.loop import evaluate, run_method, sample_clients
     from workloads.fl.partition import save_partition_summary
     from workloads.fl.round_cost import RunPricer, RunSpec, client_devices, price_run
-    from workloads.models import build_model
+    from workloads import model_spec
 
     if args.threads is not None:
         if args.threads < 1:
             raise ValueError(f"--threads must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
     name, cfg, default_methods, hp0, overrides = load_preset(args.preset)
-    changes = {k: v for k, v in (("seed", args.seed), ("rounds", args.rounds), ("holdout_fraction", args.holdout))
-               if v is not None}
+    changes = {k: v for k, v in (("seed", args.seed), ("rounds", args.rounds), ("holdout_fraction", args.holdout),
+                                 ("model", args.model)) if v is not None}
     cfg = FLConfig(**{**asdict(cfg), **changes})
     methods = [parse_method(m) for m in (args.methods.split(",") if args.methods else default_methods)]
     method_hps = {m.name: method_hparams(m, hp0, overrides) for m in methods}
@@ -200,14 +205,16 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
     train = subset(train, cfg.max_train_samples, cfg.seed, "train")
     test = subset(test, cfg.max_test_samples, cfg.seed + 1, "test")
     train, val = split_holdout(train, cfg.holdout_fraction, seed=cfg.seed)
-    image_size = int(train.x.shape[-1])
+    spec = model_spec.ModelSpec(cfg.model, tuple(train.x.shape[1:]), args.classifier)
     labels = train.y.numpy()
     parts = make_partition(labels, cfg)
     clients_per_round = len(sample_clients(cfg.num_clients, cfg.participation, seed=cfg.seed, round=1))
 
     def build(spherefed: bool):
-        return build_model(cfg.model, num_classes=train.num_classes, image_size=image_size,
-                           norm=cfg.norm, spherefed=spherefed)
+        return model_spec.build(spec, num_classes=train.num_classes, norm=cfg.norm, spherefed=spherefed)
+
+    for spherefed in sorted({m.spherefed for m in methods}):  # the model is checked before any training
+        build(spherefed)
 
     pricer = RunPricer(RunSpec(build, cfg.model, tuple(train.x.shape[1:]), train.num_classes, cfg.seed))
     client_labels = [labels[p] for p in parts]

@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m workloads.fl.flower", description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default="convnet", help="a workloads.models name (default convnet)")
+    p.add_argument("--model", default="convnet",
+                   help="a workloads.models name (default convnet) or package.module:factory (docs/byom.md)")
     p.add_argument("--method", default="fedavg,fedavg+spherefed", help="method name(s), comma-separated")
     p.add_argument("--clients", type=int, default=3, help="simulated clients, all sampled every round")
     p.add_argument("--rounds", type=int, default=2, help="federated rounds per method")
@@ -54,19 +55,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     from accel_sim.hardware import load_hardware_config
     from accel_sim.rounds import load_system_model
     from workloads.fl.flower.mod import AccelMod
-    from workloads.models import MODELS
 
     try:
         methods = tuple(m.strip() for m in args.method.split(",") if m.strip())
         app.check_methods(methods)
-        if args.model not in MODELS:
-            raise ValueError(f"unknown model {args.model!r}; choose one of {sorted(MODELS)}")
         if args.clients < 1 or args.rounds < 1:
             raise ValueError("--clients and --rounds must be >= 1")
         load_hardware_config(args.hw)  # fail here, not inside a Ray actor
         system = load_system_model(args.system)
         run = app.FlowerRun(args.preset, args.model, methods, args.clients, args.rounds, args.seed)
         run.setting()
+        for name in methods:  # the model on the run's data: a paper model or package.module:factory (docs/byom.md)
+            app.new_model(run, run.method(name)[0])
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -34,7 +34,7 @@ from workloads.fl.local import client_trainer, prepare_model
 from workloads.fl.loop import batch_starts, cosine_lr, derived_seed, evaluate
 from workloads.fl.methods import MethodConfig, parse_method
 from workloads.fl.run import load_preset, make_partition, method_hparams, split_holdout
-from workloads.models import build_model
+from workloads.model_spec import ModelSpec, build
 
 FLOWER_ALGORITHMS = ("fedavg", "fedprox")
 """Base algorithms whose server rule is Flower's FedAvg (a sample-weighted average of the shared
@@ -93,8 +93,8 @@ def new_model(run: FlowerRun, method: MethodConfig) -> torch.nn.Module:
     cfg, _ = run.setting()
     train, _, _ = _data(run)
     torch.manual_seed(run.seed)
-    model = build_model(cfg.model, num_classes=train.num_classes, image_size=train.x.shape[-1], norm=cfg.norm,
-                        spherefed=method.spherefed)
+    model = build(ModelSpec(cfg.model, tuple(train.x.shape[1:])), num_classes=train.num_classes, norm=cfg.norm,
+                  spherefed=method.spherefed)
     return prepare_model(model, method, seed=run.seed)
 
 
