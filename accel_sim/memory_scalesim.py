@@ -22,12 +22,15 @@ What SCALE-Sim does, and what the closed form takes from it (``docs/scalesim.md`
   nothing is fetched again: no more DRAM reads, no read stalls.
 * **Writes.** Every word the array writes to the OFMAP SRAM goes to DRAM once: ``M N`` under OS,
   ``M N Rf`` under WS / IS (every row fold's partial sums are written out and never read back).
-  The final drain happens after the last compute cycle and is not in "Total Cycles".
+  SCALE-Sim also counts some empty slots of the partial ``bw``-word write lines it forces out at
+  each drain (``write_buffer.py``); the closed form leaves them out (at most 0.4 % of the DRAM
+  words of a recorded row). The final drain happens after the last compute cycle and is not in
+  "Total Cycles".
 * **Cycles.** "Total Cycles" = the compute lines (``accel_sim.systolic.gemm_cycles``) + stalls,
   reported as a zero-based index (one less); we count cycles, as ``accel_sim.systolic`` does.
 
-Exact (words and cycles) when every read operand fits (the *fits* regime: 120 of the 168 recorded
-rows). When an operand does not fit (*spill*), SCALE-Sim's window over the image moves only
+Exact for the reads and the cycles when every read operand fits (the *fits* regime: 132 of the
+180 recorded rows). When an operand does not fit (*spill*), SCALE-Sim's window over the image moves only
 forward and circularly, by whole prefetch halves, on every miss; a demand behind the window costs a
 lap of the whole image, so its refetches depend on the order in which each fold's skewed demand
 walks the diagonally rolled-out image. The closed form here counts the sweeps the fold loop needs
