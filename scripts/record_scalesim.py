@@ -10,6 +10,7 @@ the project)::
     /work/wt/_scalesim_venv/bin/python scripts/record_scalesim.py gemm         # ~40 s
     /work/wt/_scalesim_venv/bin/python scripts/record_scalesim.py mobilenetv2  # ~150 s, timed
     /work/wt/_scalesim_venv/bin/python scripts/record_scalesim.py accesses     # ~5 s
+    /work/wt/_scalesim_venv/bin/python scripts/record_scalesim.py memory       # ~30 s
 
 ``gemm`` writes ``tests/data/scalesim/gemm_cycles.csv``: every shape of ``GEMM_SHAPES`` under the
 three dataflows on the 32x64 array, and every shape of ``SMALL_ARRAY_SHAPES`` on 8x16 and 16x8
@@ -22,6 +23,13 @@ COMPUTE_REPORT, BANDWIDTH_REPORT and DETAILED_ACCESS_REPORT (SRAM and DRAM reads
 words, their start / stop cycles, stalls) for ``ACCESS_SHAPES`` on an 8x16 array and
 ``ACCESS_PAPER_ARRAY_SHAPES`` on 32x64, under the three dataflows, with every SRAM at 1024 kB and
 at 1 kB; it checks the cycles with the same closed form.
+
+``memory`` writes ``tests/data/scalesim/gemm_memory_user.csv``: SCALE-Sim in its USER bandwidth
+mode (stalls on; every DRAM port at the given words per cycle) for ``MEMORY_SHAPES`` on 8x16 and
+``MEMORY_PAPER_ARRAY_SHAPES`` on 32x64, every dataflow, SRAMs of ``MEMORY_SRAM_KB`` and DRAM
+bandwidths of ``MEMORY_BANDWIDTHS``, one SCALE-Sim run per GEMM: DRAM read / write words per
+operand, SRAM words, stall and total cycles (``docs/scalesim.md`` compares them with
+``accel_sim.memory_scalesim`` and ``accel_sim.memory``).
 
 ``mobilenetv2`` times SCALE-Sim (wall seconds, measured once) on the forward GEMMs of the CIFAR
 MobileNetV2 (paper appendix 0.F.1, Tab. 14; 32x32 input, batch 1) on the 32x64 array under the
