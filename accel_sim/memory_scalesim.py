@@ -76,19 +76,31 @@ def prefetch_image_words(m: int, n: int, k: int, *, rows: int, cols: int, datafl
 
 
 def spill_sweep_words(m: int, n: int, k: int, *, rows: int, cols: int, dataflow: str,
-                      a_image_words: int, b_image_words: int, active_words: int) -> tuple[int, int]:
+                      a_image_words: int, b_image_words: int, b_active_words: int) -> tuple[int, int]:
     """Words of A and B the fold loop (for each column fold, every row fold) sweeps when an
     operand does not fit: the streamed operand (OS / WS: A; IS: B) once per column fold; OS's B
-    once, or once per fold if one column fold's block ``K x cols`` exceeds the active half; the
-    stationary operand (WS: B; IS: A) once."""
+    once, or once per fold if one column fold's block ``K x cols`` exceeds B's active half
+    (``b_active_words``); the stationary operand (WS: B; IS: A) once."""
     s_r, s_c, _ = map_gemm(m, n, k, dataflow)
     row_folds, col_folds = fold_counts(s_r, s_c, rows=rows, cols=cols)
     if dataflow == "os":
-        b_sweeps = 1 if k * cols <= active_words else row_folds
+        b_sweeps = 1 if k * cols <= b_active_words else row_folds
         return col_folds * a_image_words, b_sweeps * b_image_words
     if dataflow == "ws":
         return col_folds * a_image_words, b_image_words
     return a_image_words, col_folds * b_image_words
+
+
+def _halves(buffer_words: int) -> tuple[int, int]:
+    """(active, prefetch) words of a double-buffered SRAM of ``buffer_words`` words."""
+    active = math.ceil(buffer_words * SCALESIM_ACTIVE_FRACTION)
+    return active, buffer_words - active
+
+
+def prefetch_cycles(buffer_words: int, bandwidth_words_per_cycle: int) -> int:
+    """Cycles of one prefetch after the first fill: one per ``bw``-word line of the prefetch half,
+    plus the port's latency of 1 (``read_buffer.new_prefetch``, ``read_port``)."""
+    return math.ceil(_halves(buffer_words)[1] / bandwidth_words_per_cycle) + 1
 
 
 def read_buffer_words(*, image_words: int, valid_words: int, swept_words: int, buffer_words: int,
@@ -97,8 +109,7 @@ def read_buffer_words(*, image_words: int, valid_words: int, swept_words: int, b
     (``memory/read_buffer.py``): the first fill, then, when the operand does not fit, one
     prefetch of the whole prefetch half (rounded up to ``bw``-word lines) per half swept."""
     bw = bandwidth_words_per_cycle
-    active = math.ceil(buffer_words * SCALESIM_ACTIVE_FRACTION)
-    prefetch = buffer_words - active
+    active, prefetch = _halves(buffer_words)
     first_fill = math.ceil(min(image_words, active) / bw) * bw
     set_words = math.ceil(buffer_words / SCALESIM_SETS_PER_BUFFER)
     if math.ceil(valid_words / set_words) <= math.ceil(active / set_words) or prefetch == 0:
@@ -116,8 +127,7 @@ def gemm_memory_scalesim(m: int, n: int, k: int, *, rows: int, cols: int, datafl
 
     Stalls: none when both operands fit (every read is served from the first fill; the writes
     drain behind compute and the final drain is outside "Total Cycles"). Otherwise each spilling
-    operand's prefetches run back to back on its port, ``ceil(prefetch / bw) + 1`` cycles each
-    (one cycle per line plus the port's latency of 1, ``read_buffer.new_prefetch``), and the run
+    operand's prefetches run back to back on its port (``prefetch_cycles`` each), and the run
     lasts at least as long as the slowest port's stream."""
     compute = gemm_cycles(m, n, k, rows=rows, cols=cols, dataflow=dataflow)
     if compute == 0:
@@ -127,7 +137,7 @@ def gemm_memory_scalesim(m: int, n: int, k: int, *, rows: int, cols: int, datafl
     a_image, b_image = prefetch_image_words(m, n, k, rows=rows, cols=cols, dataflow=dataflow)
     a_swept, b_swept = spill_sweep_words(
         m, n, k, rows=rows, cols=cols, dataflow=dataflow, a_image_words=a_image, b_image_words=b_image,
-        active_words=math.ceil(filter_buffer_words * SCALESIM_ACTIVE_FRACTION),
+        b_active_words=_halves(filter_buffer_words)[0],
     )
     bw = bandwidth_words_per_cycle
     a_words, a_prefetches = read_buffer_words(image_words=a_image, valid_words=m * k, swept_words=a_swept,
@@ -135,10 +145,8 @@ def gemm_memory_scalesim(m: int, n: int, k: int, *, rows: int, cols: int, datafl
     b_words, b_prefetches = read_buffer_words(image_words=b_image, valid_words=k * n, swept_words=b_swept,
                                               buffer_words=filter_buffer_words, bandwidth_words_per_cycle=bw)
     writes = m * n if dataflow == "os" else m * n * row_folds
-    stream = max(
-        a_prefetches * (math.ceil((ifmap_buffer_words - math.ceil(ifmap_buffer_words * SCALESIM_ACTIVE_FRACTION)) / bw) + 1),
-        b_prefetches * (math.ceil((filter_buffer_words - math.ceil(filter_buffer_words * SCALESIM_ACTIVE_FRACTION)) / bw) + 1),
-    )
+    stream = max(a_prefetches * prefetch_cycles(ifmap_buffer_words, bw),
+                 b_prefetches * prefetch_cycles(filter_buffer_words, bw))
     total = max(compute, stream)
     return ScalesimMemory(a_words, b_words, writes, compute, total - compute, total,
                           fits=a_prefetches == 0 and b_prefetches == 0)

@@ -96,8 +96,8 @@ def scalesim_timing(work: GemmWork, hw: HardwareConfig, dataflow: str) -> Timing
     for m, n, k, _, times in gemm_parts(work, hw, dataflow):
         g = gemm_memory_scalesim(
             m, n, k, rows=hw.rows, cols=hw.cols, dataflow=dataflow,
-            ifmap_buffer_words=hw.a_buffer_bytes // hw.word_bytes,
-            filter_buffer_words=hw.b_buffer_bytes // hw.word_bytes,
+            ifmap_buffer_words=max(1, hw.a_buffer_bytes // hw.word_bytes),
+            filter_buffer_words=max(1, hw.b_buffer_bytes // hw.word_bytes),
             bandwidth_words_per_cycle=hw.scalesim_bandwidth_words_per_cycle,
         )
         compute += times * g.compute_cycles
