@@ -98,6 +98,7 @@ def scalesim_timing(work: GemmWork, hw: HardwareConfig, dataflow: str) -> Timing
             m, n, k, rows=hw.rows, cols=hw.cols, dataflow=dataflow,
             ifmap_buffer_words=max(1, hw.a_buffer_bytes // hw.word_bytes),
             filter_buffer_words=max(1, hw.b_buffer_bytes // hw.word_bytes),
+            ofmap_buffer_words=max(1, hw.out_buffer_bytes // hw.word_bytes),
             bandwidth_words_per_cycle=hw.scalesim_bandwidth_words_per_cycle,
         )
         compute += times * g.compute_cycles
