@@ -23,8 +23,8 @@ What SCALE-Sim does, and what the closed form takes from it (``docs/scalesim.md`
 * **Writes.** Every word the array writes to the OFMAP SRAM goes to DRAM once: ``M N`` under OS,
   ``M N Rf`` under WS / IS (every row fold's partial sums are written out and never read back).
   SCALE-Sim also counts some empty slots of the partial ``bw``-word write lines it forces out at
-  each drain (``write_buffer.py``); the closed form leaves them out (at most 0.4 % of the DRAM
-  words of a recorded row). The final drain happens after the last compute cycle and is not in
+  each drain (``write_buffer.py``); the closed form leaves them out (at most 7 words, 0.73 % of the
+  writes and 0.4 % of the DRAM words of a recorded row). The final drain happens after the last compute cycle and is not in
   "Total Cycles".
 * **Cycles.** "Total Cycles" = the compute lines (``accel_sim.systolic.gemm_cycles``) + stalls,
   reported as a zero-based index (one less); we count cycles, as ``accel_sim.systolic`` does.
@@ -33,10 +33,12 @@ Exact for the reads and the cycles when every read operand fits and the output w
 OFMAP SRAM (the *fits* regime: 132 of the 180 recorded rows; there SCALE-Sim's write buffer never
 fills, so the writes never stall the array). Outputs that overflow the OFMAP SRAM while the reads
 fit do not occur in the recording: that case is not validated (its stall is an estimate, the write
-port's stream, ``write_stream_cycles``). When an operand does not fit (*spill*), SCALE-Sim's window over the image moves only
-forward and circularly, by whole prefetch halves, on every miss; a demand behind the window costs a
-lap of the whole image, so its refetches depend on the order in which each fold's skewed demand
-walks the diagonally rolled-out image. The closed form here counts the sweeps the fold loop needs
+port's stream, ``write_stream_cycles``).
+
+When an operand does not fit (*spill*), SCALE-Sim's window over the image moves only forward and
+circularly, by whole prefetch halves, on every miss; a demand behind the window costs a lap of the
+whole image, so its refetches depend on the order in which each fold's skewed demand walks the
+diagonally rolled-out image. The closed form here counts the sweeps the fold loop needs
 (``spill_sweep_words``) at SCALE-Sim's prefetch granularity and times them as a back-to-back
 stream; it is *not* SCALE-Sim's count in that regime (docs/scalesim.md gives the measured gap).
 """
