@@ -1,7 +1,10 @@
 """Command line: ``python -m accel_sim gemm ...`` and ``python -m accel_sim simulate ...``.
 
-``gemm M N K [--dataflow os|ws|is] [--rows R] [--cols C]`` prints the GEMM's mapping, folds and
-compute cycles as JSON. ``simulate trace.jsonl [--hw hw.toml] [--json]`` prices a trace and prints
+``gemm M N K [--dataflow os|ws|is] [--rows R] [--cols C] [--hw hw.toml]`` prints the GEMM's
+mapping, folds and compute cycles as JSON, and its DRAM traffic and time under the hardware's
+buffers, DRAM bandwidth and ``memory_model`` (``memory_model``, ``dram_read_bytes``,
+``dram_write_bytes``, ``stall_cycles``, ``total_cycles``; the default hardware without ``--hw``;
+``--rows`` / ``--cols`` override the hardware's array and ``--dataflow`` its dataflow). ``simulate trace.jsonl [--hw hw.toml] [--json]`` prices a trace and prints
 a per-layer table and the totals (latency in cycles and ms, energy in mJ, peak memory in MB = 10^6
 bytes), or JSON with ``--json`` (``energy_j`` and ``energy_by_component_j`` at the top level, per
 phase and per layer). A malformed trace or hardware config prints its error (file, line / field)
@@ -16,10 +19,11 @@ import sys
 from typing import Sequence
 
 from accel_sim.hardware import HardwareConfig, HardwareConfigError, load_hardware_config
+from accel_sim.pricing import price_gemm
 from accel_sim.report import CostReport
 from accel_sim.simulate import simulate
 from accel_sim.systolic import DATAFLOWS, gemm_summary
-from accel_sim.trace_schema import TraceFormatError, load_trace
+from accel_sim.trace_schema import GemmWork, TraceFormatError, load_trace
 
 EXIT_BAD_INPUT = 2
 
@@ -49,8 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     gemm.add_argument("n", type=_nonneg_int, metavar="N")
     gemm.add_argument("k", type=_nonneg_int, metavar="K")
     gemm.add_argument("--dataflow", choices=DATAFLOWS, default="ws")
-    gemm.add_argument("--rows", type=_positive_int, default=HardwareConfig.rows)
-    gemm.add_argument("--cols", type=_positive_int, default=HardwareConfig.cols)
+    gemm.add_argument("--rows", type=_positive_int, help="array rows (default: the hardware's)")
+    gemm.add_argument("--cols", type=_positive_int, help="array columns (default: the hardware's)")
+    gemm.add_argument("--hw", help="hardware config TOML for the memory figures (default: the paper's array)")
     sim = sub.add_parser("simulate", help="price a trace file on the modeled accelerator")
     sim.add_argument("trace", help="trace file (JSON Lines, accel_sim/trace_schema.py)")
     sim.add_argument("--hw", help="hardware config TOML (default: the paper's array, configs/hw/paper_default.toml)")
@@ -75,7 +80,8 @@ def layer_table(report: CostReport) -> str:
         "-" * len(header),
         f"trace: model={report.model or '?'} method={report.method or '?'} batch={report.batch_size} ops={s['ops']}",
         f"latency: {s['total_cycles']:,} cycles = {s['seconds'] * 1e3:.3f} ms at {clock / 1e6:g} MHz "
-        f"(compute {s['compute_cycles']:,}, memory stall {s['stall_cycles']:,}); utilization {s['utilization']:.1%}",
+        f"(compute {s['compute_cycles']:,}, memory stall {s['stall_cycles']:,}, memory model {s['memory_model']}); "
+        f"utilization {s['utilization']:.1%}",
         f"energy: {s['energy_j'] * 1e3:.3f} mJ ("
         + ", ".join(f"{k} {v * 1e3:.3f}" for k, v in s["energy_by_component_j"].items()) + ")",
         "by phase: " + ", ".join(f"{k} {v['total_cycles']:,} cycles {v['energy_j'] * 1e3:.3f} mJ"
@@ -90,10 +96,30 @@ def layer_table(report: CostReport) -> str:
     return "\n".join(lines)
 
 
+def gemm_report(m: int, n: int, k: int, *, dataflow: str, hw: HardwareConfig) -> dict:
+    """The ``gemm`` command's JSON: ``gemm_summary``'s compute figures, then the GEMM priced on
+    ``hw`` (as a forward GEMM with ``dataflow``) under its memory model."""
+    timing = price_gemm(GemmWork(m, n, k), hw.with_(dataflow_fwd=dataflow)).timing
+    return {
+        **gemm_summary(m, n, k, rows=hw.rows, cols=hw.cols, dataflow=dataflow),
+        "memory_model": hw.memory_model,
+        "dram_read_bytes": timing.read_bytes,
+        "dram_write_bytes": timing.write_bytes,
+        "stall_cycles": timing.stall_cycles,
+        "total_cycles": timing.total_cycles,
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "gemm":
-        print(json.dumps(gemm_summary(args.m, args.n, args.k, rows=args.rows, cols=args.cols, dataflow=args.dataflow), indent=2))
+        try:
+            hw = load_hardware_config(args.hw) if args.hw else HardwareConfig()
+        except HardwareConfigError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        print(json.dumps(gemm_report(args.m, args.n, args.k, dataflow=args.dataflow, hw=hw.with_(
+            rows=args.rows or hw.rows, cols=args.cols or hw.cols)), indent=2))
         return 0
     try:
         hw = load_hardware_config(args.hw) if args.hw else HardwareConfig()

@@ -40,6 +40,22 @@ GROUPED_MAPPINGS = ("per_group", "block_diagonal")
 """
 
 
+MEMORY_MODELS = ("ours", "scalesim")
+"""How a GEMM's DRAM traffic and stalls are priced (``docs/scalesim.md`` compares the two):
+
+* ``ours``: ``accel_sim.memory``: one DRAM channel of ``dram_bytes_per_cycle`` shared by all
+  operands, double-buffered fold-by-fold prefetch and write-back, partial sums accumulated on chip
+  (spilled and read back only when they do not fit), ``dram_latency_cycles`` once per op.
+* ``scalesim``: ``accel_sim.memory_scalesim``: SCALE-Sim 3.0's USER-bandwidth-mode memory model,
+  with ``buffer bytes / word_bytes`` words per SRAM (SCALE-Sim's ``IfmapSramSzkB`` /
+  ``FilterSramSzkB`` / ``OfmapSramSzkB`` x 1024 with its 1-byte words) and
+  ``scalesim_bandwidth_words_per_cycle`` words per cycle on each operand's port (its
+  ``Bandwidth``). Exact against SCALE-Sim where every operand fits its buffer's active half; an
+  estimate otherwise (``docs/scalesim.md``). Vector and linear-algebra work is priced the same way
+  under both models.
+"""
+
+
 class HardwareConfigError(ValueError):
     """A hardware config with an unknown key or an impossible value. The message names the field."""
 
@@ -160,6 +176,11 @@ class HardwareConfig:
     """Latency of the first access of a transfer, at ``clock_hz``: 200 ns, i.e. DDR3-1600 11-11-11
     tRCD + CL = 27.5 ns plus the memory controller / PHY pipeline. Paid once per op."""
 
+    memory_model: str = "ours"
+    """How GEMM DRAM traffic and stalls are priced: one of ``MEMORY_MODELS``. Default ``ours``:
+    ``docs/scalesim.md`` argues why it is the more faithful one for a training accelerator
+    (partial sums accumulated, not written out per fold; one shared DRAM channel)."""
+
     # --- not published: special unit, grouped GEMMs, linear algebra --------------------------
     special_unit: SpecialUnit = field(default_factory=SpecialUnit)
     grouped_mapping: str = "per_group"
@@ -187,6 +208,7 @@ class HardwareConfig:
         for name in ("dataflow_fwd", "dataflow_dx", "dataflow_dw"):
             _check_choice(name, getattr(self, name), DATAFLOWS)
         _check_choice("grouped_mapping", self.grouped_mapping, GROUPED_MAPPINGS)
+        _check_choice("memory_model", self.memory_model, MEMORY_MODELS)
         if not isinstance(self.special_unit, SpecialUnit):
             raise HardwareConfigError("hardware field 'special_unit' must be a SpecialUnit")
         if not isinstance(self.energy, EnergyCosts):
@@ -202,6 +224,13 @@ class HardwareConfig:
         """Sustained DRAM bandwidth per clock cycle: peak / clock x efficiency
         (default 12.8e9 / 100e6 x 0.7 = 89.6 B/cycle)."""
         return self.dram_peak_bytes_per_s / self.clock_hz * self.dram_efficiency
+
+    @property
+    def scalesim_bandwidth_words_per_cycle(self) -> int:
+        """SCALE-Sim's ``Bandwidth`` (an integer number of words per cycle, per operand port) for
+        this config: ``dram_peak_bytes_per_s x dram_efficiency / clock_hz / word_bytes``, rounded
+        down, at least 1 (default 89.6 / 4 = 22.4 -> 22)."""
+        return max(1, math.floor(self.dram_bytes_per_cycle / self.word_bytes + 1e-9))
 
     def dataflow(self, role: str) -> str:
         """The dataflow of a GEMM role ("fwd", "dx", "dw")."""

@@ -2,7 +2,10 @@
 unit, linear algebra, and nothing for metadata ops.
 
 * GEMM (``GemmWork``): priced with its role's dataflow (``HardwareConfig.dataflow(role)``), fold
-  by fold with ``accel_sim.memory``. ``groups > 1`` (grouped / depthwise convolution) follows
+  by fold with ``accel_sim.memory``; under ``memory_model = "scalesim"`` its DRAM bytes, stall and
+  total cycles come from ``accel_sim.memory_scalesim`` (each group / packed GEMM on its own, as
+  SCALE-Sim runs one layer per GEMM), its on-chip buffer bytes from the same fold schedule (the
+  array's SRAM requests agree with SCALE-Sim's under both models, ``docs/scalesim.md``). ``groups > 1`` (grouped / depthwise convolution) follows
   ``HardwareConfig.grouped_mapping`` (``per_group`` or ``block_diagonal``, see
   ``accel_sim.hardware.GROUPED_MAPPINGS``); the groups run back to back in one pipeline. Packed
   groups' block-diagonal B moves only its non-zero blocks (``b_density`` in ``accel_sim.memory``).
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 
 from accel_sim.hardware import HardwareConfig
 from accel_sim.memory import FoldSchedule, Timing, gemm_fold_schedule, pipelined_cycles, streaming_cycles
+from accel_sim.memory_scalesim import gemm_memory_scalesim
 from accel_sim.trace_schema import GemmWork, LinalgWork, VectorWork, Work
 
 
@@ -55,6 +59,21 @@ def packing_factor(n: int, k: int, groups: int, *, rows: int, cols: int, dataflo
     return max(1, min(p, groups))
 
 
+def gemm_parts(work: GemmWork, hw: HardwareConfig, dataflow: str) -> list[tuple[int, int, int, int, int]]:
+    """The GEMMs the array runs for a (possibly grouped) GEMM, as ``(m, n, k, packed_groups,
+    times)``: ``times`` back-to-back runs of ``m x n x k`` with ``packed_groups`` groups packed
+    block-diagonally (1: not packed)."""
+    m, n, k, groups = work.m, work.n, work.k, work.groups
+    if groups == 1 or hw.grouped_mapping == "per_group":
+        return [(m, n, k, 1, groups)]
+    p = packing_factor(n, k, groups, rows=hw.rows, cols=hw.cols, dataflow=dataflow)
+    full, rest = divmod(groups, p)
+    parts = [(m, p * n, p * k, p, full)]
+    if rest:
+        parts.append((m, rest * n, rest * k, rest, 1))
+    return parts
+
+
 def gemm_schedule(work: GemmWork, hw: HardwareConfig, dataflow: str) -> FoldSchedule:
     """The fold sequence the array runs for a (possibly grouped) GEMM."""
 
@@ -65,21 +84,38 @@ def gemm_schedule(work: GemmWork, hw: HardwareConfig, dataflow: str) -> FoldSche
             b_density=1 / packed_groups,
         )
 
-    m, n, k, groups = work.m, work.n, work.k, work.groups
-    if groups == 1 or hw.grouped_mapping == "per_group":
-        return one(m, n, k).repeat(groups)
-    p = packing_factor(n, k, groups, rows=hw.rows, cols=hw.cols, dataflow=dataflow)
-    full, rest = divmod(groups, p)
-    parts = [one(m, p * n, p * k, p).repeat(full)]
-    if rest:
-        parts.append(one(m, rest * n, rest * k, rest))
-    return FoldSchedule.concat(parts)
+    parts = [one(m, n, k, p).repeat(times) for m, n, k, p, times in gemm_parts(work, hw, dataflow)]
+    return parts[0] if len(parts) == 1 else FoldSchedule.concat(parts)
+
+
+def scalesim_timing(work: GemmWork, hw: HardwareConfig, dataflow: str) -> Timing:
+    """A GEMM's cycles and DRAM bytes under SCALE-Sim's memory model (``accel_sim.memory_scalesim``):
+    the sum over its parts (``gemm_parts``), each priced as one SCALE-Sim layer. A packed GEMM's
+    zero blocks are fetched like any word (SCALE-Sim has no notion of them)."""
+    compute = stall = read = write = 0
+    for m, n, k, _, times in gemm_parts(work, hw, dataflow):
+        g = gemm_memory_scalesim(
+            m, n, k, rows=hw.rows, cols=hw.cols, dataflow=dataflow,
+            ifmap_buffer_words=max(1, hw.a_buffer_bytes // hw.word_bytes),
+            filter_buffer_words=max(1, hw.b_buffer_bytes // hw.word_bytes),
+            ofmap_buffer_words=max(1, hw.out_buffer_bytes // hw.word_bytes),
+            bandwidth_words_per_cycle=hw.scalesim_bandwidth_words_per_cycle,
+        )
+        compute += times * g.compute_cycles
+        stall += times * g.stall_cycles
+        read += times * (g.ifmap_read_words + g.filter_read_words) * hw.word_bytes
+        write += times * g.ofmap_write_words * hw.word_bytes
+    return Timing(compute, stall, compute + stall, read, write)
 
 
 def price_gemm(work: GemmWork, hw: HardwareConfig) -> WorkCost:
     dataflow = hw.dataflow(work.role)
     schedule = gemm_schedule(work, hw, dataflow)
-    timing = pipelined_cycles(schedule, bytes_per_cycle=hw.dram_bytes_per_cycle, latency_cycles=hw.dram_latency_cycles)
+    if hw.memory_model == "scalesim":
+        timing = scalesim_timing(work, hw, dataflow)
+    else:
+        timing = pipelined_cycles(schedule, bytes_per_cycle=hw.dram_bytes_per_cycle,
+                                  latency_cycles=hw.dram_latency_cycles)
     sram_read, sram_write = schedule.sram_bytes
     return WorkCost(timing, work.macs, dataflow, sram_read_bytes=sram_read, sram_write_bytes=sram_write)
 

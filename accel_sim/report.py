@@ -185,6 +185,7 @@ class CostReport:
             "model": self.model,
             "method": self.method,
             "batch_size": self.batch_size,
+            "memory_model": self.hw.memory_model,  # which model priced the GEMMs' DRAM traffic and stalls
             "ops": t.ops,
             "macs": t.macs,
             "compute_cycles": t.compute_cycles,

@@ -13,6 +13,8 @@ Parameters (SphereFed appendix 0.E publishes only the 32x64 array and 100 MHz):
 * ``special_unit_scale``: every special-unit throughput times this factor;
 * ``dataflow``: fwd/dx/dw dataflows (default ws/ws/os; all-os, all-ws, all-is);
 * ``depthwise_mapping``: how grouped GEMMs are mapped (``grouped_mapping``);
+* ``memory_model``: how GEMM DRAM traffic and stalls are priced (``ours`` or SCALE-Sim's,
+  ``accel_sim.hardware.MEMORY_MODELS``, docs/scalesim.md);
 * ``batch_size``: the local batch (recaptured: the trace changes);
 * ``word_bytes``: bytes per word, for DRAM traffic and for every floating-point storage;
 * ``energy``: each ``[energy]`` figure (``accel_sim.hardware.EnergyCosts``) halved and doubled,
@@ -36,8 +38,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from accel_sim.hardware import (EnergyCosts, HardwareConfig, HardwareConfigError, SpecialUnit,  # noqa: E402
-                                load_hardware_config)
+from accel_sim.hardware import (MEMORY_MODELS, EnergyCosts, HardwareConfig, HardwareConfigError,  # noqa: E402
+                                SpecialUnit, load_hardware_config)
 from bench.results import ResultsError, check_out_dir, write_json, write_run_dir  # noqa: E402
 from workloads.provenance import git_commit  # noqa: E402
 from bench.traces import local_training_trace, peak_memory_at_word_bytes  # noqa: E402
@@ -97,6 +99,8 @@ HW_PARAMETERS = {
                     lambda hw: f"{hw.dataflow_fwd}/{hw.dataflow_dx}/{hw.dataflow_dw}"),
         HwParameter("depthwise_mapping", ("per_group", "block_diagonal"),
                     lambda hw, v: hw.with_(grouped_mapping=v), lambda hw: hw.grouped_mapping),
+        HwParameter("memory_model", MEMORY_MODELS,
+                    lambda hw, v: hw.with_(memory_model=v), lambda hw: hw.memory_model),
         HwParameter("word_bytes", (2, 4), lambda hw, v: hw.with_(word_bytes=v), lambda hw: hw.word_bytes),
         HwParameter("energy", _energy_values(), _scaled_energy, lambda hw: "default"),
     )

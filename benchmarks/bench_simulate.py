@@ -1,7 +1,8 @@
 """Benchmark: time to simulate one MobileNetV2 (CIFAR-100, batch 64) training-step trace.
 
-Targets: under 1 s on one core (issue 3); with energy priced, under 0.2 s (issue 11). Prints the
-best and median of several runs of ``simulate(trace, HardwareConfig())`` (every op's cycles and
+Targets: under 1 s on one core (issue 3); with energy priced, under 0.2 s (issue 11), under either
+memory model (issue 16). Prints, per ``memory_model`` (``accel_sim.hardware.MEMORY_MODELS``), the
+best and median of several runs of ``simulate(trace, HardwareConfig(memory_model=...))`` (every op's cycles and
 energy; trace loading excluded), of the same plus the energy queries a report prints
 (``report.energy_j``, ``by_phase()``, ``by_layer()``), and the trace's size. Then times
 ``accel_sim.systolic.gemm_cycles`` on the MobileNetV2 forward GEMMs that SCALE-Sim 3.0 was run on
@@ -26,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from accel_sim.hardware import HardwareConfig  # noqa: E402
+from accel_sim.hardware import MEMORY_MODELS, HardwareConfig  # noqa: E402
 from accel_sim.simulate import simulate  # noqa: E402
 from accel_sim.systolic import gemm_cycles  # noqa: E402
 from accel_sim.trace_schema import load_trace  # noqa: E402
@@ -68,24 +69,28 @@ def main() -> int:
     args = parser.parse_args()
     trace = load_trace(args.trace) if args.trace else captured_mobilenetv2_step()
     source = args.trace or "captured MobileNetV2 FedAvg step, CIFAR-100, batch 64 (workloads.trace, meta device)"
-    hw = HardwareConfig()
-    times, with_queries = [], []
-    for _ in range(args.repeat):
-        start = time.perf_counter()
-        report = simulate(trace, hw)
-        times.append(time.perf_counter() - start)
-        report.energy_j, report.by_phase(), report.by_layer()
-        with_queries.append(time.perf_counter() - start)
     gemms = sum(1 for op in trace.ops if op.work.kind == "gemm")
     print(f"trace: {source}: {len(trace.ops)} ops ({gemms} GEMMs)")
-    print(f"simulate() (cycles and energy of every op): best {min(times) * 1e3:.1f} ms, median "
-          f"{statistics.median(times) * 1e3:.1f} ms over {args.repeat} runs (target < 200 ms)")
-    print(f"simulate() + energy_j, by_phase(), by_layer(): best {min(with_queries) * 1e3:.1f} ms, median "
-          f"{statistics.median(with_queries) * 1e3:.1f} ms (target < 200 ms)")
-    print(f"result: {report.total_cycles:,} cycles = {report.seconds * 1e3:.1f} ms at 100 MHz, "
-          f"peak {report.peak_bytes / 1e6:.1f} MB, utilization {report.utilization():.1%}")
-    parts = ", ".join(f"{k} {v * 1e3:.1f}" for k, v in report.energy.by_component_j().items())
-    print(f"energy: {report.energy_j * 1e3:.1f} mJ ({parts} mJ)")
+    for memory_model in MEMORY_MODELS:
+        hw = HardwareConfig(memory_model=memory_model)
+        times, with_queries = [], []
+        for _ in range(args.repeat):
+            start = time.perf_counter()
+            report = simulate(trace, hw)
+            times.append(time.perf_counter() - start)
+            report.energy_j, report.by_phase(), report.by_layer()
+            with_queries.append(time.perf_counter() - start)
+        print(f"memory_model = {memory_model!r}:")
+        print(f"  simulate() (cycles and energy of every op): best {min(times) * 1e3:.1f} ms, median "
+              f"{statistics.median(times) * 1e3:.1f} ms over {args.repeat} runs (target < 200 ms)")
+        print(f"  simulate() + energy_j, by_phase(), by_layer(): best {min(with_queries) * 1e3:.1f} ms, median "
+              f"{statistics.median(with_queries) * 1e3:.1f} ms (target < 200 ms)")
+        print(f"  result: {report.total_cycles:,} cycles = {report.seconds * 1e3:.1f} ms at 100 MHz "
+              f"(stall {report.totals.stall_cycles:,}), DRAM read {report.totals.read_bytes / 1e6:.1f} MB, "
+              f"write {report.totals.write_bytes / 1e6:.1f} MB, peak {report.peak_bytes / 1e6:.1f} MB, "
+              f"utilization {report.utilization():.1%}")
+        parts = ", ".join(f"{k} {v * 1e3:.1f}" for k, v in report.energy.by_component_j().items())
+        print(f"  energy: {report.energy_j * 1e3:.1f} mJ ({parts} mJ)")
     print(closed_form_vs_scalesim())
     return 0
 

@@ -10,6 +10,7 @@ the project)::
     /work/wt/_scalesim_venv/bin/python scripts/record_scalesim.py gemm         # ~40 s
     /work/wt/_scalesim_venv/bin/python scripts/record_scalesim.py mobilenetv2  # ~150 s, timed
     /work/wt/_scalesim_venv/bin/python scripts/record_scalesim.py accesses     # ~5 s
+    /work/wt/_scalesim_venv/bin/python scripts/record_scalesim.py memory       # ~30 s
 
 ``gemm`` writes ``tests/data/scalesim/gemm_cycles.csv``: every shape of ``GEMM_SHAPES`` under the
 three dataflows on the 32x64 array, and every shape of ``SMALL_ARRAY_SHAPES`` on 8x16 and 16x8
@@ -22,6 +23,13 @@ COMPUTE_REPORT, BANDWIDTH_REPORT and DETAILED_ACCESS_REPORT (SRAM and DRAM reads
 words, their start / stop cycles, stalls) for ``ACCESS_SHAPES`` on an 8x16 array and
 ``ACCESS_PAPER_ARRAY_SHAPES`` on 32x64, under the three dataflows, with every SRAM at 1024 kB and
 at 1 kB; it checks the cycles with the same closed form.
+
+``memory`` writes ``tests/data/scalesim/gemm_memory_user.csv``: SCALE-Sim in its USER bandwidth
+mode (stalls on; every DRAM port at the given words per cycle) for ``MEMORY_SHAPES`` on 8x16 and
+``MEMORY_PAPER_ARRAY_SHAPES`` on 32x64, every dataflow, SRAMs of ``MEMORY_SRAM_KB`` and DRAM
+bandwidths of ``MEMORY_BANDWIDTHS``, one SCALE-Sim run per GEMM: DRAM read / write words per
+operand, SRAM words, stall and total cycles (``docs/scalesim.md`` compares them with
+``accel_sim.memory_scalesim`` and ``accel_sim.memory``).
 
 ``mobilenetv2`` times SCALE-Sim (wall seconds, measured once) on the forward GEMMs of the CIFAR
 MobileNetV2 (paper appendix 0.F.1, Tab. 14; 32x32 input, batch 1) on the 32x64 array under the
@@ -71,19 +79,19 @@ OfmapSramSzkB: {sram_kb}
 IfmapOffset: 0
 FilterOffset: 10000000
 OfmapOffset: 20000000
-Bandwidth: 10
+Bandwidth: {bandwidth}
 Dataflow: {dataflow}
 ReadRequestBuffer: 512
 WriteRequestBuffer: 512
 
 [layout]
 IfmapCustomLayout: False
-IfmapSRAMBankBandwidth: 10
-IfmapSRAMBankNum: 10
+IfmapSRAMBankBandwidth: {bank_bandwidth}
+IfmapSRAMBankNum: {bank_num}
 IfmapSRAMBankPort: 2
 FilterCustomLayout: False
-FilterSRAMBankBandwidth: 10
-FilterSRAMBankNum: 10
+FilterSRAMBankBandwidth: {bank_bandwidth}
+FilterSRAMBankNum: {bank_num}
 FilterSRAMBankPort: 2
 
 [sparsity]
@@ -94,7 +102,7 @@ BlockSize: 8
 RandomNumberGeneratorSeed: 40
 
 [run_presets]
-InterfaceBandwidth: CALC
+InterfaceBandwidth: {bandwidth_mode}
 UseRamulatorTrace: False
 """
 
@@ -223,14 +231,26 @@ def _read_report(path: Path) -> list[dict]:
 
 
 def run_scalesim(gemms: list[Gemm], *, rows: int, cols: int, dataflow: str,
-                 sram_kb: int = 1024) -> tuple[list[dict], float]:
+                 sram_kb: int = 1024, bandwidth_words_per_cycle: int | None = None) -> tuple[list[dict], float]:
     """Run SCALE-Sim once on `gemms` (one topology layer each, every SRAM `sram_kb` kB): per GEMM
-    every figure of its COMPUTE, BANDWIDTH and DETAILED_ACCESS reports; wall seconds."""
+    every figure of its COMPUTE, BANDWIDTH and DETAILED_ACCESS reports; wall seconds.
+
+    ``bandwidth_words_per_cycle`` None: CALC mode (SCALE-Sim estimates the bandwidth, no stalls;
+    the config the ``gemm`` / ``accesses`` recordings used). An integer: USER mode (stalls on)
+    with that DRAM bandwidth for every operand. SCALE-Sim 3.0 takes a USER-mode read bandwidth
+    from ``IfmapSRAMBankBandwidth`` / ``FilterSRAMBankBandwidth`` (single_layer_sim.py lines
+    250-254) and only the write bandwidth from ``Bandwidth``, so all three are set to it, with one
+    bank (the bank bandwidth must divide by the bank count, read_buffer.py ``set_params``)."""
     from scalesim.scale_sim import scalesim  # only importable inside the SCALE-Sim venv
 
     with tempfile.TemporaryDirectory(prefix="scalesim_") as tmp:
         tmp_path = Path(tmp)
-        config = CONFIG_TEMPLATE.format(rows=rows, cols=cols, dataflow=dataflow, sram_kb=sram_kb)
+        if bandwidth_words_per_cycle is None:
+            memory = dict(bandwidth=10, bank_bandwidth=10, bank_num=10, bandwidth_mode="CALC")
+        else:
+            memory = dict(bandwidth=bandwidth_words_per_cycle, bank_bandwidth=bandwidth_words_per_cycle,
+                          bank_num=1, bandwidth_mode="USER")
+        config = CONFIG_TEMPLATE.format(rows=rows, cols=cols, dataflow=dataflow, sram_kb=sram_kb, **memory)
         (tmp_path / "scale.cfg").write_text(config)
         # GEMM topology: "Layer, M, N, K," (the parser drops the text after the last comma).
         lines = ["Layer, M, N, K,"] + [f"g{i}, {g.m}, {g.n}, {g.k}," for i, g in enumerate(gemms)]
@@ -365,6 +385,54 @@ def cmd_accesses(out_dir: Path) -> int:
     return 1 if bad else 0
 
 
+# USER bandwidth mode (``memory``): small GEMMs whose folds stall, on the 8x16 array (one fold,
+# edge folds, several row folds, several column folds, operands larger and smaller than the
+# buffers) and a few small MobileNetV2-like layers (1x1 expand / project, one depthwise channel)
+# at 4x4 / 8x8 spatial size, plus two on the paper's 32x64 array. SRAMs of 1 kB (operands spill:
+# SCALE-Sim refetches) and 64 kB (every operand fits); DRAM bandwidth 1 and 8 words per cycle.
+MEMORY_SHAPES = (
+    Gemm(8, 16, 8, "exact"), Gemm(20, 16, 8, "edge"), Gemm(8, 40, 8, "edge"),
+    Gemm(8, 16, 20, "edge"), Gemm(20, 16, 20, "edge", "hand-worked in docs/scalesim.md"),
+    Gemm(17, 33, 19, "edge"), Gemm(24, 8, 64, "deep"),
+    Gemm(64, 8, 4, "tall"), Gemm(4, 64, 8, "wide"), Gemm(48, 48, 48, "large"),
+    Gemm(64, 1, 9, "mobilenetv2", "depthwise, one channel @8x8"),
+    Gemm(16, 96, 16, "mobilenetv2", "expand 16->96 k1 @4x4"),
+    Gemm(16, 24, 96, "mobilenetv2", "project 96->24 k1 @4x4"),
+)
+MEMORY_PAPER_ARRAY_SHAPES = (
+    Gemm(70, 40, 90, "edge"), Gemm(64, 64, 144, "mobilenetv2", "project 144->64-like k1 @8x8"),
+)
+MEMORY_SRAM_KB = (1, 64)
+MEMORY_BANDWIDTHS = (1, 8)  # words per cycle
+
+
+def cmd_memory(out_dir: Path) -> int:
+    """Record SCALE-Sim's USER-bandwidth-mode figures (DRAM words per operand, stall and total
+    cycles) for MEMORY_SHAPES on 8x16 and MEMORY_PAPER_ARRAY_SHAPES on 32x64, every dataflow, SRAM
+    size and bandwidth, one SCALE-Sim run per GEMM (its buffers carry state from layer to layer)."""
+    plan = [((8, 16), MEMORY_SHAPES), ((32, 64), MEMORY_PAPER_ARRAY_SHAPES)]
+    keep = ("total_cycles", "stall_cycles", "total_cycles_incl_prefetch", "dram_ifmap_read_words",
+            "dram_filter_read_words", "dram_ofmap_write_words", "sram_ifmap_read_words",
+            "sram_filter_read_words", "sram_ofmap_write_words")
+    recorded, total_s = [], 0.0
+    for sram_kb in MEMORY_SRAM_KB:
+        for bandwidth in MEMORY_BANDWIDTHS:
+            for (rows, cols), shapes in plan:
+                for dataflow in DATAFLOWS:
+                    for gemm in shapes:
+                        (r,), wall_s = run_scalesim([gemm], rows=rows, cols=cols, dataflow=dataflow,
+                                                    sram_kb=sram_kb, bandwidth_words_per_cycle=bandwidth)
+                        recorded.append({**{key: r[key] for key in ("m", "n", "k", "rows", "cols", "dataflow")},
+                                         "sram_kb": sram_kb, "bandwidth_words_per_cycle": bandwidth,
+                                         **{key: r[key] for key in keep}, "kind": gemm.kind, "name": gemm.name})
+                        total_s += wall_s
+                print(f"SRAM {sram_kb} kB, {bandwidth} words/cycle, {rows}x{cols}: {len(shapes)} GEMMs x 3, "
+                      f"{total_s:.1f} s so far", flush=True)
+    write_atomically(out_dir / "gemm_memory_user.csv", to_csv(recorded))
+    print(f"wrote {len(recorded)} rows to {out_dir / 'gemm_memory_user.csv'} in {total_s:.1f} s ({versions()})")
+    return 0
+
+
 @dataclass(frozen=True)
 class ConvLayer:
     """One conv / linear layer of the forward pass at batch 1 and its im2col GEMM."""
@@ -497,9 +565,10 @@ def cmd_mobilenetv2(out_dir: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=["gemm", "accesses", "mobilenetv2"],
+    parser.add_argument("command", choices=["gemm", "accesses", "memory", "mobilenetv2"],
                         help="gemm: record the golden GEMM set; accesses: record SRAM / DRAM "
-                             "accesses; mobilenetv2: time the forward GEMMs")
+                             "accesses; memory: record DRAM traffic and stalls in USER bandwidth mode; "
+                             "mobilenetv2: time the forward GEMMs")
     parser.add_argument("--out-dir", type=Path, default=DEFAULT_OUT_DIR,
                         help=f"where to write (default {DEFAULT_OUT_DIR})")
     args = parser.parse_args(argv)
@@ -508,7 +577,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         parser.exit(2, "error: SCALE-Sim is not importable; run this script with the SCALE-Sim "
                        "venv's python (see the top of scripts/record_scalesim.py)\n")
-    commands = {"gemm": cmd_gemm, "accesses": cmd_accesses, "mobilenetv2": cmd_mobilenetv2}
+    commands = {"gemm": cmd_gemm, "accesses": cmd_accesses, "memory": cmd_memory, "mobilenetv2": cmd_mobilenetv2}
     return commands[args.command](args.out_dir)
 
 

@@ -56,6 +56,8 @@ def test_partial_toml_keeps_defaults(tmp_path):
         ("dram_latency_cycles = -3\n", "'dram_latency_cycles' must be an integer >= 0"),
         ('dataflow_fwd = "rs"\n', "'dataflow_fwd' is 'rs'; expected one of os, ws, is"),
         ('grouped_mapping = "packed"\n', "'grouped_mapping' is 'packed'; expected one of per_group, block_diagonal"),
+        ('memory_model = "SCALE-Sim"\n', "'memory_model' is 'SCALE-Sim'; expected one of ours, scalesim"),
+        ("memory_model = 1\n", "'memory_model' is 1; expected one of ours, scalesim"),
         ("[special_unit]\nnorm = 0\n", "'special_unit.norm' must be a positive number"),
         ("[special_unit]\nsoftmax = 4\n", "unknown field(s) special_unit.softmax"),
         ("special_unit = 3\n", "'special_unit' must be a table"),

@@ -8,8 +8,10 @@ from hypothesis import strategies as st
 from accel_sim.hardware import HardwareConfig, SpecialUnit
 from accel_sim.memory import gemm_fold_schedule, pipelined_cycles, streaming_cycles
 from accel_sim.pricing import packing_factor, price_work
+from accel_sim.simulate import simulate
 from accel_sim.systolic import gemm_cycles
 from accel_sim.trace_schema import GemmWork, LinalgWork, NoWork, UnsupportedWork, VectorWork
+from tests.accel_traces import small_trace
 
 BIG = 1 << 30
 
@@ -180,3 +182,30 @@ def test_on_chip_traffic_closed_forms(m, n, k, rows, cols, dataflow, buffers):
                        "is": (k * m, k * n * cf, m * n * rf, m * n * (rf - 1))}[dataflow]
     assert (s.sram_a_read_bytes.sum(), s.sram_b_read_bytes.sum()) == (a, b)
     assert (s.sram_out_write_bytes.sum(), s.sram_psum_read_bytes.sum()) == (out, psum)
+
+
+def test_scalesim_memory_model_prices_gemms_and_their_energy():
+    """``memory_model = "scalesim"``: DRAM bytes and time from ``accel_sim.memory_scalesim``
+    (words x word_bytes), on-chip buffer bytes from the fold schedule as under ``ours``."""
+    # 4 x 4 array, 4-byte words, 1 KiB buffers = 256 words, 3.2e9 B/s / 100 MHz x 0.5 = 16 B =
+    # 4 words per cycle. WS 8 x 4 x 6: (S_R, S_C, T) = (6, 4, 8), Rf = 2, Cf = 1; A image M x Rf R =
+    # 8 x 8 = 64 words, B image K x Cf C = 6 x 4 = 24 (both fit 128): 88 words read = 352 B;
+    # written M N Rf = 8 x 4 x 2 = 64 words = 256 B; 2 folds x (2*4 + 4 + 8 - 2) = 36 cycles, no stall.
+    hw = HardwareConfig(rows=4, cols=4, a_buffer_bytes=1024, b_buffer_bytes=1024, out_buffer_bytes=1024,
+                        dram_peak_bytes_per_s=3.2e9, dram_efficiency=0.5, memory_model="scalesim")
+    assert hw.scalesim_bandwidth_words_per_cycle == 4
+    cost = price_work(GemmWork(8, 4, 6), hw)
+    assert (cost.timing.read_bytes, cost.timing.write_bytes) == (352, 256)
+    assert (cost.timing.compute_cycles, cost.timing.stall_cycles, cost.timing.total_cycles) == (36, 0, 36)
+    ours = price_work(GemmWork(8, 4, 6), hw.with_(memory_model="ours"))
+    assert (cost.sram_read_bytes, cost.sram_write_bytes) == (ours.sram_read_bytes, ours.sram_write_bytes)
+    assert (ours.timing.read_bytes, ours.timing.write_bytes) == (4 * (48 + 24), 4 * 32)  # M K + K N, M N
+    # three groups, per_group: three SCALE-Sim layers back to back
+    three = price_work(GemmWork(8, 4, 6, groups=3), hw).timing
+    assert (three.read_bytes, three.write_bytes, three.total_cycles) == (3 * 352, 3 * 256, 3 * 36)
+    # the energy model charges the DRAM bytes of each op's timing: SCALE-Sim's under this model
+    for model in ("ours", "scalesim"):
+        report = simulate(small_trace(), hw.with_(memory_model=model))
+        dram_bytes = report.totals.read_bytes + report.totals.write_bytes
+        assert math.isclose(report.energy.dram_j, hw.energy.dram_pj_per_byte * dram_bytes * 1e-12)
+        assert report.summary()["memory_model"] == model

@@ -84,3 +84,11 @@ def test_energy_figures_move_energy_only(frame):
             up, down = energy.loc[f"{name} x2", f"{method}_energy_j"], energy.loc[f"{name} x0.5", f"{method}_energy_j"]
             assert up > base[f"{method}_energy_j"] > down
             assert up - base[f"{method}_energy_j"] == pytest.approx(2 * (base[f"{method}_energy_j"] - down))
+
+
+def test_memory_model_is_swept(frame):
+    """Both memory models price the same traces; the base config's (``ours``) is the base row."""
+    rows = frame[frame["parameter"] == "memory_model"].set_index("value")
+    assert set(rows.index) == {"ours", "scalesim"}
+    assert bool(rows.loc["ours", "is_base"]) and not bool(rows.loc["scalesim", "is_base"])
+    assert rows["latency_saving_pct"].notna().all()
