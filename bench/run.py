@@ -103,8 +103,9 @@ class Preset:
     def note(self) -> str:
         """One line on what the accuracy run is, and that it is not the paper's where it is not."""
         f, hp = self.fl, self.hp
-        what = (f"{f.num_clients} clients, {f.partition} {f.alpha:g}, {f.rounds} round(s) of {hp.local_epochs} local "
-                f"epoch(s), batch {hp.batch_size}")
+        size = f"{f.image_size}x{f.image_size} inputs, " if f.image_size else ""
+        what = (f"{size}{f.num_clients} clients, {f.partition} {f.alpha:g}, {f.rounds} round(s) of {hp.local_epochs} "
+                f"local epoch(s), batch {hp.batch_size}")
         if f.dataset == PAPER_DATASET:
             return f"{f.dataset}: {what} (SphereFed Sec. 5.1 / Table 16)"
         return (f"{f.dataset} (offline, not the paper's CIFAR-100; accuracy not comparable with the paper's): "

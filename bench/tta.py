@@ -2,9 +2,10 @@
 
 ``tta.png`` has one row of three panels per model: test accuracy against the modeled wall time,
 the clients' device energy and the bytes exchanged, cumulative over the rounds of the accuracy run
-(``rounds.csv``), one line per method, with the target accuracy as a dashed line. Reading it: the
-method whose line crosses the target furthest to the left needs the least of that resource; a
-calibration (CCVR, FFC) is the last point of its line, after the final round (docs/rounds.md).
+(``rounds.csv``), one line per method, with the target accuracy as a grey dashed line. Reading it:
+the method whose line crosses the target furthest to the left needs the least of that resource; a
+calibrated method (CCVR, FFC) is drawn dashed over its base method's line, its last point the
+calibration after the final round (docs/rounds.md).
 """
 
 from __future__ import annotations
@@ -56,7 +57,10 @@ def plot_time_to_accuracy(run_dir: Path) -> Path:
         for col, (key, label, scale) in enumerate(AXES):
             ax = axes[row][col]
             for method, points in own.groupby("method", sort=False):
-                ax.plot(points[key] * scale, 100 * points["accuracy"], marker="o", markersize=3, label=method)
+                calibrated = (points["stage"] == "calibration").any()  # drawn dashed over its base method
+                ax.plot(points[key] * scale, 100 * points["accuracy"], label=method,
+                        **({"linestyle": "--", "marker": "x", "markersize": 6, "linewidth": 1.2} if calibrated
+                           else {"marker": "o", "markersize": 3, "linewidth": 2.5, "alpha": 0.8}))
             ax.axhline(target, color="grey", linestyle="--", linewidth=1)
             ax.set_xlabel(label)
             ax.set_ylabel("test accuracy (%)")
