@@ -2,15 +2,16 @@
 
 SCALE-Sim (PyPI ``scalesim`` 3.0.0, https://github.com/scalesim-project/scale-sim-v3) is the
 reference cycle simulator of a systolic array. It crashes with numpy >= 2.3, so it lives in its own
-virtual environment outside the repository, and this script runs only there (it imports nothing of
+virtual environment outside the repository (``$SCALESIM_VENV``: any folder you choose), and this
+script runs only there (it imports nothing of
 the project)::
 
-    python3 -m venv /work/wt/_scalesim_venv
-    /work/wt/_scalesim_venv/bin/pip install scalesim==3.0.0 'numpy<2.3'    # numpy 2.2.6 was used
-    /work/wt/_scalesim_venv/bin/python scripts/record_scalesim.py gemm         # ~40 s
-    /work/wt/_scalesim_venv/bin/python scripts/record_scalesim.py mobilenetv2  # ~150 s, timed
-    /work/wt/_scalesim_venv/bin/python scripts/record_scalesim.py accesses     # ~5 s
-    /work/wt/_scalesim_venv/bin/python scripts/record_scalesim.py memory       # ~30 s
+    python3 -m venv $SCALESIM_VENV
+    $SCALESIM_VENV/bin/pip install scalesim==3.0.0 'numpy<2.3'    # numpy 2.2.6 was used
+    $SCALESIM_VENV/bin/python scripts/record_scalesim.py gemm         # ~40 s
+    $SCALESIM_VENV/bin/python scripts/record_scalesim.py mobilenetv2  # ~150 s, timed
+    $SCALESIM_VENV/bin/python scripts/record_scalesim.py accesses     # ~5 s
+    $SCALESIM_VENV/bin/python scripts/record_scalesim.py memory       # ~30 s
 
 ``gemm`` writes ``tests/data/scalesim/gemm_cycles.csv``: every shape of ``GEMM_SHAPES`` under the
 three dataflows on the 32x64 array, and every shape of ``SMALL_ARRAY_SHAPES`` on 8x16 and 16x8
@@ -538,7 +539,7 @@ def cmd_mobilenetv2(out_dir: Path) -> int:
     timing = {
         "what": "SCALE-Sim wall time on the forward GEMMs of the CIFAR MobileNetV2 (paper appendix "
                 "0.F.1 Tab. 14), 32x32 input, batch 1, measured once",
-        "command": "/work/wt/_scalesim_venv/bin/python scripts/record_scalesim.py mobilenetv2",
+        "command": "$SCALESIM_VENV/bin/python scripts/record_scalesim.py mobilenetv2",
         "versions": versions(),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                     "load_avg_1min_before": load_before, "load_avg_1min_after": os.getloadavg()[0]},
