@@ -3,8 +3,7 @@
 SCALE-Sim (PyPI ``scalesim`` 3.0.0, https://github.com/scalesim-project/scale-sim-v3) is the
 reference cycle simulator of a systolic array. It crashes with numpy >= 2.3, so it lives in its own
 virtual environment outside the repository (``$SCALESIM_VENV``: any folder you choose), and this
-script runs only there (it imports nothing of
-the project)::
+script runs only there (it imports nothing of the project)::
 
     python3 -m venv $SCALESIM_VENV
     $SCALESIM_VENV/bin/pip install scalesim==3.0.0 'numpy<2.3'    # numpy 2.2.6 was used
