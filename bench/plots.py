@@ -55,12 +55,14 @@ FIG5_PANELS = (
 
 
 def panel_values(summary: dict, panel: Panel) -> pd.DataFrame:
-    """Models x methods table of one panel (normalized when the panel has a baseline); NaN where absent."""
+    """Models x methods table of one panel (normalized when the panel has a baseline); NaN where absent.
+    A model whose section holds no method with the panel's figure (a run without calibrations, say)
+    has an empty row; one that holds some but not the baseline is malformed."""
     table = {}
     for model, sections in summary["models"].items():
         section = sections[panel.section]
         row = {m: float(v[panel.metric]) for m, v in section.items() if isinstance(v, dict) and panel.metric in v}
-        if panel.baseline is not None:
+        if panel.baseline is not None and row:
             base = row.get(panel.baseline)
             if not base:
                 raise ResultsError(
@@ -189,12 +191,15 @@ def _save(fig, path: Path) -> Path:
 
 
 def plot_run(run_dir: Path) -> list[Path]:
-    """Write every figure of a results folder from its saved data; returns the PNG paths."""
+    """Write every figure of a results folder from its saved data; returns the PNG paths. A model
+    with no training method in the run (calibrations only) has no per-block figure."""
     run_dir = Path(run_dir)
     summary = load_summary(run_dir)
     frame = read_breakdown(run_dir)
     written = [_save(fig5(summary), run_dir / FIG5_PNG)]
     for model in summary["models"]:
+        if not summary["models"][model]["training"]:
+            continue
         written.append(_save(block_breakdown(frame, model, float(summary["hardware"]["clock_hz"])),
                              run_dir / f"breakdown_{model}.png"))
     return written

@@ -518,7 +518,9 @@ def run_study(cfg: RunConfig, hw: HardwareConfig, preset: Preset, system: System
             "training": train_figs,
             "calibration": calibration_figures(model, calibrations, hw, progress, spec=cfg.spec(model),
                                                num_classes=cfg.classes),
-            "communication": communication_figures(model, training + calibrations, cfg),
+            # FedAvg's bytes are always there: Fig. 5 (a) is normalized to them (closed forms, no training)
+            "communication": communication_figures(model, list(dict.fromkeys(["fedavg", *training, *calibrations])),
+                                                    cfg),
             "accuracy": accuracy,
             "time_to_accuracy": time_to_accuracy_figures(round_rows, cfg.target_accuracy_pct),
         }

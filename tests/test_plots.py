@@ -98,6 +98,16 @@ def test_plots_regenerate_from_saved_results(run_dir):
     assert not list(run_dir.glob(".*"))  # no temporary files left behind
 
 
+def test_a_run_without_calibrations_plots_what_it_has(run_dir):
+    # bench.run --methods fedavg spherefed: no calibration section entries; panels (d), (g) say so
+    summary = json.loads((run_dir / "summary.json").read_text())
+    for sections in summary["models"].values():
+        sections["calibration"] = {}
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    assert plots.panel_values(results.load_summary(run_dir), plots.FIG5_PANELS[3]).isna().all().all()
+    assert plots.main([str(run_dir)]) == 0 and (run_dir / "fig5.png").stat().st_size > 0
+
+
 def test_time_to_accuracy_table():
     summary = results.load_summary(FIXTURE)
     text = tta.format_time_to_accuracy("tiny", summary["models"]["tiny"]["time_to_accuracy"])

@@ -197,3 +197,16 @@ def test_time_to_accuracy_is_the_first_round_at_the_target(smoke):
             first = hits.iloc[0]
             assert (v["round"], v["wall_s"], v["bytes"]) == (first["round"], pytest.approx(first["cum_wall_s"]),
                                                                first["cum_bytes"])
+
+
+def test_any_method_set_plots_what_it_has(tmp_path):
+    # calibrations only: no training step to break down, Fig. 5 (a) still normalized to FedAvg's bytes
+    preset = tmp_path / "tiny.toml"
+    preset.write_text(TINY)
+    out = tmp_path / "cal"
+    assert run.main(["--model", "convnet", "--batch-size", "8", "--preset", str(preset), "--methods", "ccvr", "ffc",
+                     "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.glob("*.png")) == ["fig5.png", "tta.png"]
+    m = results.load_summary(out)["models"]["convnet"]
+    assert m["training"] == {} and set(m["calibration"]) == {"ccvr", "ffc"}
+    assert set(m["communication"]) == {"fedavg", "ccvr", "ffc"}
