@@ -15,12 +15,12 @@ field.
 from __future__ import annotations
 
 import math
-import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from accel_sim.systolic import DATAFLOWS  # "os", "ws", "is": output / weight / input stationary
+from accel_sim.tomlfile import read_toml
 
 GROUPED_MAPPINGS = ("per_group", "block_diagonal")
 """How a GEMM with ``groups > 1`` (grouped / depthwise convolution, batched matmul) is mapped:
@@ -310,11 +310,4 @@ def load_hardware_config(path: str | Path) -> HardwareConfig:
     """Read a TOML hardware config (keys = ``HardwareConfig`` field names; fields left out keep
     their defaults). Raises ``HardwareConfigError`` for a missing file, bad TOML, an unknown key or
     an impossible value, naming the file and the field."""
-    path = Path(path)
-    if not path.is_file():
-        raise HardwareConfigError(f"{path}: no such hardware config file")
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as e:
-        raise HardwareConfigError(f"{path}: not valid TOML ({e})") from None
-    return hardware_config_from_dict(data, source=str(path))
+    return hardware_config_from_dict(read_toml(path, HardwareConfigError, "hardware config"), source=str(path))

@@ -28,12 +28,13 @@ static energy grows with the time it is powered (``device_energy_j``).
 from __future__ import annotations
 
 import math
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
+
+from accel_sim.tomlfile import read_toml
 
 SPEED_DISTRIBUTIONS = ("none", "lognormal", "uniform")
 
@@ -316,11 +317,4 @@ def system_model_from_dict(data: Mapping[str, Any], source: str = "<system>") ->
 
 def load_system_model(path: str | Path) -> SystemModel:
     """Read a system-model TOML; errors name the file and the key."""
-    path = Path(path)
-    if not path.is_file():
-        raise SystemModelError(f"{path}: no such system-model file")
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise SystemModelError(f"{path}: not valid TOML ({e})") from None
-    return system_model_from_dict(data, source=str(path))
+    return system_model_from_dict(read_toml(path, SystemModelError, "system-model"), source=str(path))

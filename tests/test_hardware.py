@@ -96,3 +96,12 @@ def test_direct_construction_is_validated():
         EnergyCosts(mac_pj=-1.0)
     with pytest.raises(HardwareConfigError, match="'energy'"):
         HardwareConfig(energy={"mac_pj": 1.0})
+
+
+def test_binary_hardware_file_is_one_clear_error(tmp_path):
+    from accel_sim.hardware import HardwareConfigError, load_hardware_config
+
+    path = tmp_path / "hw.toml"
+    path.write_bytes(b"\xff\xfe\x00binary")
+    with pytest.raises(HardwareConfigError, match=r"hw\.toml: not valid TOML"):
+        load_hardware_config(path)
