@@ -148,8 +148,9 @@ class HardwareConfig:
 
     # --- not published: dataflow per GEMM role ------------------------------------------------
     dataflow_fwd: str = "ws"
-    """Forward GEMMs. Third-party notes on the cited training accelerator (FAST, ref. [91]) describe
-    weight-stationary forward and input-gradient passes (NOTES.md)."""
+    """Forward GEMMs. An assumption (the paper does not publish its dataflow): third-party
+    descriptions of the training accelerator SphereFed cites (FAST, its ref. [91]) give
+    weight-stationary forward and input-gradient passes; ``bench.sweep`` varies it."""
     dataflow_dx: str = "ws"
     """Input-gradient GEMMs (same source as ``dataflow_fwd``)."""
     dataflow_dw: str = "os"
@@ -171,7 +172,8 @@ class HardwareConfig:
     """VC707: one DDR3-1600 SODIMM on a 64-bit bus: 1600 MT/s x 8 B = 12.8 GB/s peak
     (= 128 B per 100 MHz cycle)."""
     dram_efficiency: float = 0.7
-    """Fraction of peak a DDR3 controller sustains on streaming traffic (~70%, NOTES.md)."""
+    """Fraction of peak a DDR3 controller sustains on streaming traffic: ~70 %, an assumption typical
+    of DDR3 memory controllers, not a measurement of the board; ``bench.sweep`` varies it."""
     dram_latency_cycles: int = 20
     """Latency of the first access of a transfer, at ``clock_hz``: 200 ns, i.e. DDR3-1600 11-11-11
     tRCD + CL = 27.5 ns plus the memory controller / PHY pipeline. Paid once per op."""

@@ -1,10 +1,10 @@
 """Closed-form classifier costs of SphereFed Table 1: communication and computation per method.
 
-Source: SphereFed (Dong et al., ECCV 2022), ``shared/papers/003_cc6d9ce7f5ede356.txt``: Table 1,
+Source: SphereFed (Dong, Zhang, Li, Kung, ECCV 2022): Table 1,
 Eq. (9)-(10) and the paragraph "Communication and Computation" after Eq. (10); Sec. 5.1
 "Implementation" (B = 64, E = 10, 100 rounds) and appendix Table 16 (CCVR: 500 virtual features
-per class on CIFAR-100). CCVR's statistics follow Luo et al. (NeurIPS 2021), notes in
-``papers/001_0dfe34af79f67ac3.txt``.
+per class on CIFAR-100). CCVR's statistics follow Luo et al., "No Fear of Heterogeneity: Classifier
+Calibration for Federated Learning with Non-IID Data" (NeurIPS 2021), Sec. 4.
 
 Symbols: l feature size (MobileNetV2 at 32x32: 1280), C classes, K clients, R rounds, |D| training
 samples of all clients together, E local epochs, B batch size, w bytes per communicated word.

@@ -1,4 +1,4 @@
-"""Table 1 of SphereFed (papers/003_cc6d9ce7f5ede356.txt): closed forms against the printed values."""
+"""Table 1 of SphereFed (Dong et al., ECCV 2022): closed forms against the printed values."""
 
 import itertools
 import math

@@ -93,7 +93,7 @@ def test_gemm_macs_equal_independent_counts(runs, name, method):
     fc_fwd, fc_bwd = flop_counter_macs(model, loss_fn)
     assert macs(trace, phase="fwd") == fc_fwd  # FlopCounterMode's forward is right for groups too
     if _grouped(model):
-        # FlopCounterMode counts a grouped conv's weight gradient `groups` times over (NOTES.md)
+        # FlopCounterMode counts a grouped conv's weight gradient `groups` times over (torch 2.13)
         assert fc_bwd > macs(trace, phase="bwd")
     else:
         assert macs(trace, phase="bwd") == fc_bwd

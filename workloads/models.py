@@ -1,7 +1,7 @@
 """The five models of SphereFed's experiments, built from the appendix tables.
 
-Source: Dong et al., "SphereFed", ECCV 2022, appendix 0.F.1, Tabs. 11-15
-(``/work/shared/papers/000_f8214cb05e344f3b.txt``): ConvNet (Tab. 11), VGG13 (Tab. 12),
+Source: Dong et al., "SphereFed: Hyperspherical Federated Learning", ECCV 2022, appendix 0.F.1,
+Tabs. 11-15: ConvNet (Tab. 11), VGG13 (Tab. 12),
 SENet18 (Tab. 13), MobileNetV2 (Tab. 14), ResNet18 (Tab. 15). Every model is an :class:`FLNet`:
 a feature extractor ``body`` ending in ``Flatten`` (output ``[B, l]``), an optional
 :class:`FeatureNorm` (SphereFed, Eq. 5: ``z / ||z||_2``) and ``classifier = FC(l, C, bias=False)``.

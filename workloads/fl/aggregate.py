@@ -60,7 +60,7 @@ def server_sgd_momentum(global_state: State, delta: State, momentum_buf: State |
 
 def fednova_normalizer(local_steps: int, momentum: float) -> float:
     """FedNova's a_i for SGD with momentum rho over tau local steps (Wang et al. 2020, Sec. 4 and
-    appendix; NOTES.md):  a_i = sum_{t=1..tau} (1 - rho^t) / (1 - rho);  a_i = tau when rho = 0."""
+    appendix):  a_i = sum_{t=1..tau} (1 - rho^t) / (1 - rho);  a_i = tau when rho = 0."""
     if momentum == 0.0:
         return float(local_steps)
     return sum((1.0 - momentum ** t) / (1.0 - momentum) for t in range(1, local_steps + 1))

@@ -28,12 +28,12 @@ class Hparams:
     avgm_momentum: float = 0.9  # FedAvgM server momentum: our choice (Hsu et al. sweep; 0.9 common)
     share_every_rounds: int = 0  # gradual sharing F (002, Alg. 2); 0 = share everything from round 1
     ffc_ridge: float = 0.0  # FFC L2 penalty lambda (appendix 0.C.1); paper keeps 0 in main runs
-    ffc_stats_dtype: str = "float64"  # dtype FFC statistics are accumulated and sent in (NOTES.md)
+    ffc_stats_dtype: str = "float64"  # dtype FFC statistics are accumulated and sent in: our choice (Z^T Z squares the condition number)
     ccvr_virtual_per_class: int = 500  # M_c, Tab. 16 (CIFAR-100)
     ccvr_lr: float = 1e-5  # CCVR fine-tuning learning rate, Tab. 16
     ccvr_epochs: int = 10  # classifier re-training epochs over the virtual features: our choice
     ccvr_batch_size: int = 64  # our choice (the local batch size of Tab. 16)
-    ccvr_cov_eps: float = 1e-5  # diagonal added to pooled covariances before sampling (NOTES.md)
+    ccvr_cov_eps: float = 1e-5  # diagonal added to pooled covariances before sampling: our choice (they may be singular)
 
     def __post_init__(self) -> None:
         positive = ("lr", "local_epochs", "batch_size", "server_lr", "ccvr_virtual_per_class",
@@ -67,7 +67,7 @@ class FLConfig:
     alpha: float = 0.5  # Dirichlet concentration (Tab. 2 columns: 0.5, 0.1)
     non_iid_fraction: float = 1.0  # FedCos splits: 1.0, 0.9, 0.7
     classes_per_client: int = 2  # dispatch split
-    min_client_size: int = 10  # NIID-Bench convention (NOTES.md)
+    min_client_size: int = 10  # NIID-Bench (Li et al., "Federated Learning on Non-IID Data Silos", ICDE 2022)
     eval_every: int = 0  # evaluate the global model every N rounds (0: only after the last)
     holdout_fraction: float = 0.0  # validation hold-out drawn from train before partitioning (Sec. 5.1: 0.15)
     max_train_samples: int | None = None  # a seeded subset of the train split (None: all of it)

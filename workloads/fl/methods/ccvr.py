@@ -1,18 +1,18 @@
-"""CCVR, Classifier Calibration with Virtual Representations (Luo et al., NeurIPS 2021; notes in
-papers/001; defaults from SphereFed Tab. 16).
+"""CCVR, Classifier Calibration with Virtual Representations (Luo et al., "No Fear of Heterogeneity:
+Classifier Calibration for Federated Learning with Non-IID Data", NeurIPS 2021; defaults from
+SphereFed Tab. 16).
 
 Client k sends, for every class c, the count N_ck, mean mu_ck and unbiased covariance
 Sigma_ck = 1/(N_ck - 1) sum_j (z - mu_ck)(z - mu_ck)^T of its features (zero when N_ck <= 1),
 all C classes densely as SphereFed's Tab. 1 counts them (mu in R^{l x C}, Sigma in R^{l x l x C}),
-in float64. The server pools them exactly (papers/001; its mean formula has N_c / N_ck upside
-down, the correct weight is N_ck / N_c):
+in float64. The server pools them exactly (Luo et al., Sec. 4; each client's mean weighs N_ck / N_c):
 
     N_c = sum_k N_ck,    mu_c = sum_k (N_ck / N_c) mu_ck
     Sigma_c = sum_k (N_ck - 1)/(N_c - 1) Sigma_ck + sum_k N_ck/(N_c - 1) mu_ck mu_ck^T
               - N_c/(N_c - 1) mu_c mu_c^T
 
 samples M_c virtual features per class from N(mu_c, Sigma_c + eps I) (the pooled covariance may
-be singular, NOTES.md), and re-trains the classifier, initialized at the global one, on them with
+be singular), and re-trains the classifier, initialized at the global one, on them with
 SGD (Tab. 16: M_c = 500, fine-tuning lr 1e-5; epochs, batch size, momentum and weight decay are
 our choices, see ``Hparams``), using the method's own loss. Classes no client has get no virtual
 features (their samples are drawn but weighted 0, so shapes stay data-independent for ``meta``).

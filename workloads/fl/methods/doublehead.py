@@ -1,5 +1,5 @@
 """Double head + gradual sharing (Li et al., "More Industry-friendly: Federated Learning with High
-Efficient Design", Algorithms 1 and 2 of papers/002).
+Efficient Design", Algorithms 1 and 2).
 
 Algorithm 1 (double head): besides the shared global head (``classifier``) each client owns a
 local head (``local_classifier``, same shape) that is never sent. Both heads read the same

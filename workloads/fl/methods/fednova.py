@@ -1,7 +1,7 @@
 """FedNova (Wang et al., NeurIPS 2020): normalized averaging. Each client also sends its
 normalizer a_i (one float64), which for SGD with momentum rho over tau_i local steps is
-a_i = sum_{t=1..tau_i} (1 - rho^t) / (1 - rho) (NOTES.md); the server rescales the averaged
-normalized update by tau_eff = sum_i p_i a_i. Buffers (BatchNorm statistics) are averaged as in
+a_i = sum_{t=1..tau_i} (1 - rho^t) / (1 - rho) (Wang et al., NeurIPS 2020, appendix); the server
+rescales the averaged normalized update by tau_eff = sum_i p_i a_i. Buffers (BatchNorm statistics) are averaged as in
 FedAvg."""
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ feature extractor,
 
     V^k = sum_i z_i^T z_i  (l x l),    U^k = sum_i z_i^T one_hot(y_i)  (l x C)      (Eq. 9)
 
-accumulated in float64 (NOTES.md), and sends them once. The server solves
+accumulated in float64 (our choice: the normal equations square Z's condition number), and sends them once. The server solves
 
     W*^T = (sum_k V^k + lambda I)^{-1} (sum_k U^k)                                  (Eq. 10, 12)
 

@@ -2,7 +2,7 @@
 
 * The classifier W (C x l) is fixed to a row-orthonormal matrix (Eq. 4), built by QR decomposition
   (appendix 0.D, Tab. 10: "QR") from a seeded Gaussian, and frozen with ``requires_grad=False``
-  (never lr = 0 or zeroed gradients: the trace must show no classifier weight gradient, NOTES.md).
+  (never lr = 0 or zeroed gradients: the trace must show no classifier weight gradient).
 * Features are normalized to the unit hypersphere before the classifier (``FeatureNorm``: the
   model's ``feature_norm`` when built with ``spherefed=True``).
 * The loss is the MSE against the one-hot label, (1/C) ||W z - one_hot(y)||^2 (Eq. 5), averaged
