@@ -12,13 +12,13 @@ from torch.distributed._tools.mem_tracker import MemTracker
 from torch.profiler import ProfilerActivity, profile
 
 from accel_sim.trace_schema import GemmWork, VectorWork, dump_trace, load_trace
+from workloads.fl.capture import method_setup
 from workloads.trace import (
     _optimizer_for,
     capture,
     capture_training_step,
     layer_scope,
     live_bytes,
-    method_setup,
     peak_live_bytes,
     training_step,
 )
