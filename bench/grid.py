@@ -261,7 +261,7 @@ def execute_point(runner_spec: str, config: dict[str, Any], out_root: str, cpus:
         return PointResult(rid, "busy", config)
     tmp = root / "runs" / f".tmp-{rid}-{uuid.uuid4().hex[:8]}"
     try:
-        if _finished(final):  # finished by another grid while we waited
+        if _finished(final, quiet=True):  # finished by another grid while we waited
             return PointResult(rid, "skipped", config)
         for leftover in (root / "runs").glob(f".tmp-{rid}-*"):
             shutil.rmtree(leftover, ignore_errors=True)  # from an interrupted attempt
@@ -294,7 +294,7 @@ def execute_point(runner_spec: str, config: dict[str, Any], out_root: str, cpus:
         lock.unlink(missing_ok=True)
 
 
-def read_record(path: Path) -> dict[str, Any] | None:
+def read_record(path: Path, *, quiet: bool = False) -> dict[str, Any] | None:
     """A grid record (``runs/<id>/point.json``, ``failed/<id>.json``), or None when it cannot be read
     (truncated by a crash, not JSON, not an object): the point is then not done and is run again;
     one line on stderr says so."""
@@ -303,18 +303,20 @@ def read_record(path: Path) -> dict[str, Any] | None:
     except FileNotFoundError:
         return None
     except (OSError, ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        print(f"warning: {path} cannot be read ({type(e).__name__}); treating the point as not done and "
-              "running it again", file=sys.stderr, flush=True)
+        if not quiet:
+            print(f"warning: {path} cannot be read ({type(e).__name__}); treating the point as not done and "
+                  "running it again", file=sys.stderr, flush=True)
         return None
     if not isinstance(data, dict) or "run_id" not in data:
-        print(f"warning: {path} is not a grid record; treating the point as not done and running it again",
-              file=sys.stderr, flush=True)
+        if not quiet:
+            print(f"warning: {path} is not a grid record; treating the point as not done and running it again",
+                  file=sys.stderr, flush=True)
         return None
     return data
 
 
-def _finished(run_dir: Path) -> bool:
-    return (run_dir / "point.json").is_file() and read_record(run_dir / "point.json") is not None
+def _finished(run_dir: Path, *, quiet: bool = False) -> bool:
+    return (run_dir / "point.json").is_file() and read_record(run_dir / "point.json", quiet=quiet) is not None
 
 
 def _write_json(path: Path, obj: Any) -> None:

@@ -9,13 +9,14 @@ from pathlib import Path
 
 
 def snapshot(root: Path) -> dict[str, tuple[int, int]]:
-    """Every path under ``root`` with its size and modification time (ns)."""
+    """Every path under ``root``, with size and modification time (ns) for files."""
     out = {}
     for dirpath, dirnames, filenames in os.walk(root):
         for name in dirnames + filenames:
             path = os.path.join(dirpath, name)
             st = os.lstat(path)
-            out[os.path.relpath(path, root)] = (st.st_size if name in filenames else 0, st.st_mtime_ns)
+            # a folder's own mtime moves when the up-front write probe makes and removes an entry in it
+            out[os.path.relpath(path, root)] = (st.st_size, st.st_mtime_ns) if name in filenames else (0, 0)
     return out
 
 
