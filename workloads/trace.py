@@ -44,7 +44,6 @@ import copy
 import functools
 import weakref
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import torch
