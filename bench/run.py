@@ -642,7 +642,11 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FloatingPointError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    write_run_dir(Path(cfg.out), lambda tmp: write_files(tmp, study), overwrite=cfg.overwrite)
+    try:  # checked before the work; only another process writing the same --out meanwhile fails here
+        write_run_dir(Path(cfg.out), lambda tmp: write_files(tmp, study), overwrite=cfg.overwrite)
+    except ResultsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     summary = study.summary
     print(format_table(summary))
     if "hardware_comparison" in summary:

@@ -224,7 +224,11 @@ def main(argv: list[str] | None = None) -> int:
         fig.savefig(tmp / "sweep.png", dpi=120)
         plt.close(fig)
 
-    write_run_dir(args.out, build, overwrite=args.overwrite)
+    try:  # checked before the work; only another process writing the same --out meanwhile fails here
+        write_run_dir(args.out, build, overwrite=args.overwrite)
+    except ResultsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     with pd.option_context("display.width", 200, "display.max_rows", 200):
         print(frame[["model", "parameter", "value", "latency_saving_pct", "memory_saving_pct", "energy_saving_pct"]].to_string(
             index=False, float_format=lambda v: f"{v:.3f}"))
