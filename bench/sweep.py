@@ -16,7 +16,8 @@ Parameters (SphereFed appendix 0.E publishes only the 32x64 array and 100 MHz):
 * ``memory_model``: how GEMM DRAM traffic and stalls are priced (``ours`` or SCALE-Sim's,
   ``accel_sim.hardware.MEMORY_MODELS``, docs/scalesim.md);
 * ``batch_size``: the local batch (recaptured: the trace changes);
-* ``word_bytes``: bytes per word, for DRAM traffic and for every floating-point storage;
+* ``word_bytes``: bytes per float32 value on the accelerator: every byte figure of the trace, DRAM
+  and on-chip traffic of every kind of work and peak memory, scales with it (``accel_sim.words``);
 * ``energy``: each ``[energy]`` figure (``accel_sim.hardware.EnergyCosts``) halved and doubled,
   one at a time (``mac_pj x0.5``, ...): moves only the energy saving (the paper reports no energy).
 
@@ -42,7 +43,7 @@ from accel_sim.hardware import (MEMORY_MODELS, EnergyCosts, HardwareConfig, Hard
                                 SpecialUnit, load_hardware_config)
 from bench.results import ResultsError, check_out_dir, write_json, write_run_dir  # noqa: E402
 from workloads.provenance import git_commit  # noqa: E402
-from bench.traces import local_training_trace, peak_memory_at_word_bytes  # noqa: E402
+from bench.traces import local_training_trace  # noqa: E402
 from workloads.fl.step_cost import simulate_complete  # noqa: E402
 
 PAPER_UP_TO_LATENCY_SAVING_PCT = 13.6  # SphereFed Sec. 5.4, Fig. 5 (c)
@@ -115,7 +116,7 @@ def saving_pct(baseline: float, other: float) -> float:
 
 def _row(model, parameter, value, is_base, traces, hw) -> dict:
     reports = {m: simulate_complete(t, hw, f"{model} {m} training step") for m, t in traces.items()}
-    peaks = {m: peak_memory_at_word_bytes(t, hw.word_bytes).peak_bytes for m, t in traces.items()}
+    peaks = {m: r.peak_bytes for m, r in reports.items()}  # at hw.word_bytes, as every byte figure
     return {
         "model": model, "parameter": parameter, "value": str(value), "is_base": is_base,
         "fedavg_cycles": reports["fedavg"].total_cycles, "spherefed_cycles": reports["spherefed"].total_cycles,
