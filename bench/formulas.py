@@ -55,6 +55,8 @@ import math
 import sys
 from dataclasses import dataclass, fields
 
+from accel_sim.linalg_macs import cholesky_macs, solve_macs
+
 DECIMAL_MB_BYTES = 1_000_000
 GIGA = 1_000_000_000
 SGD_UPDATE_MACS_PER_WEIGHT = 3  # torch.optim.SGD: g += wd*w; buf = mu*buf + g; w -= lr*buf
@@ -210,21 +212,6 @@ def ffc_client_macs(feature_dim: int, num_classes: int, samples: int) -> int:
     return samples * feature_dim * (feature_dim + num_classes)
 
 
-def cholesky_macs(n: int) -> int:
-    """Cholesky factorization of an n x n SPD matrix: n^3/6 MACs (n^3/3 flops, Golub & Van Loan Alg. 4.2.1)."""
-    return n**3 // 6
-
-
-def linear_solve_macs(n: int, nrhs: int) -> int:
-    """Solve A X = B, A n x n, B n x nrhs, by LU: n^3/3 MACs + n^2 per right-hand side.
-
-    LU with partial pivoting is 2n^3/3 flops, forward + back substitution 2n^2 flops per column
-    (Golub & Van Loan, Sec. 3.1-3.2); torch.linalg.solve does this. Eq. (10) writes an inverse;
-    forming it explicitly would cost n^3 MACs instead of n^3/3.
-    """
-    return n**3 // 3 + n * n * nrhs
-
-
 # ---- computation per method (Table 1, "Computation" columns) ----------------------------------
 
 
@@ -269,7 +256,7 @@ def _ffc_work(s: Table1Setup) -> tuple[Work, ...]:
     return (
         Work("Eq. (9): U, V", "client", ffc_client_macs(l, c, s.train_samples)),
         Work("Eq. (10): sum U, V", "server", (s.num_clients - 1) * l * (l + c)),
-        Work("Eq. (10): solve", "server", linear_solve_macs(l, c)),
+        Work("Eq. (10): solve", "server", solve_macs(l, c)),
     )
 
 

@@ -55,10 +55,11 @@ def test_ffc_client_flops_eq9():
 def test_small_hand_cases():
     # l=2, C=3, |D|=4: V is 4 samples x 2x2, U is 4 x 2x3 -> 4 x 2 x 5 = 40 MACs
     assert f.ffc_client_macs(2, 3, 4) == 40
-    # LU solve, n=3, 2 rhs: 27 // 3 + 9 x 2 = 9 + 18 = 27
-    assert f.linear_solve_macs(3, 2) == 27
-    # Cholesky n=6: 216 // 6 = 36
-    assert f.cholesky_macs(6) == 36
+    # Eq. (10) on the server, l=3, C=2, K=2 clients: one sum of V, U (3 x 5 = 15 adds); the solve:
+    # LU of 3 x 3 (step 0 updates a 2 x 2 block, step 1 a 1 x 1: 4 + 1 = 5 MACs) and, per right-hand
+    # side, a forward and a back substitution (0 + 1 + 2 = 3 MACs each): 5 + 2 x 2 x 3 = 17
+    small = f.Table1Setup(feature_dim=3, num_classes=2, num_clients=2, train_samples=4)
+    assert [w.macs for w in f.classifier_work("spherefed", small) if w.side == "server"] == [15, 17]
     # 10 clients, 5,000 samples each, B = 64: ceil(78.125) = 79 steps each -> 790
     assert f.local_steps_per_epoch(50_000, 10, 64) == 790
     # statistics per sample: z (l adds) and z z^T (l^2): 3 samples, l = 4 -> 3 x 4 x 5 = 60
