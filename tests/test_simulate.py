@@ -51,7 +51,7 @@ def test_totals_and_queries_add_up():
     assert list(report.by_phase()) == ["fwd", "bwd", "update", "calibration"]
     assert report.by_layer()["fc"].ops == 3
     assert report.macs == 30 + 30 + 18
-    assert report.seconds == pytest.approx(total / 100e6)
+    assert report.latency_s == pytest.approx(total / 100e6)
     assert report.utilization() == pytest.approx(report.macs / (total * 16))
     frame = pd.DataFrame(report.rows())
     assert len(frame) == 9 and frame["total_cycles"].sum() == total
@@ -62,14 +62,14 @@ def test_peak_memory_in_report():
     report = simulate(small_trace(), HW)
     # live: W 60 + x 24 always; during op 4: y 40 + loss 4 + dy 40 -> 168; during op 5: + dW 60,
     # loss freed after op 4 -> 60 + 24 + 40 + 40 + 60 = 224; later ops: W, x, dW, solve 36 = 180
-    assert (report.peak_bytes, report.peak.at_op) == (224, 5)
+    assert (report.peak_memory_bytes, report.peak.at_op) == (224, 5)
     assert report.peak.by_kind_bytes["gradient"] == 60
 
 
 def test_hardware_changes_the_price_not_the_work():
     slow = simulate(small_trace(), HW.with_(dram_peak_bytes_per_s=1e8))
     fast = simulate(small_trace(), HW)
-    assert slow.macs == fast.macs and slow.peak_bytes == fast.peak_bytes
+    assert slow.macs == fast.macs and slow.peak_memory_bytes == fast.peak_memory_bytes
     assert slow.total_cycles > fast.total_cycles
     assert sum(c.compute_cycles for c in slow.ops) == sum(c.compute_cycles for c in fast.ops)
 
@@ -93,7 +93,7 @@ def test_renumbering_tensor_and_storage_ids_changes_nothing():
     )
     a, b = simulate(trace, HW), simulate(Trace(header, ops), HW)
     assert a.ops == b.ops
-    assert (a.peak_bytes, a.peak.at_op, a.peak.by_kind_bytes) == (b.peak_bytes, b.peak.at_op, b.peak.by_kind_bytes)
+    assert (a.peak_memory_bytes, a.peak.at_op, a.peak.by_kind_bytes) == (b.peak_memory_bytes, b.peak.at_op, b.peak.by_kind_bytes)
 
 
 def test_default_hardware_is_the_paper():
@@ -109,7 +109,7 @@ def _with_ops(trace: Trace, tensors: tuple, storages: tuple, ops: tuple) -> Trac
 def _byte_figures(report) -> list:
     """Every byte figure of a report: per op DRAM and on-chip traffic, peak and its breakdown."""
     per_op = [(c.read_bytes, c.write_bytes, c.sram_read_bytes, c.sram_write_bytes) for c in report.ops]
-    return [*per_op, report.peak_bytes, dict(report.peak.by_kind_bytes), report.peak.live_bytes_per_op]
+    return [*per_op, report.peak_memory_bytes, dict(report.peak.by_kind_bytes), report.peak.live_bytes_per_op]
 
 
 def _halved(figures):
@@ -134,7 +134,7 @@ def test_word_size_2_halves_every_byte_figure_of_a_float32_trace():
     figures4 = _byte_figures(at4)
     # peak still during op 5 (224 B); during op 9: W 60 + x 24 + dW 60 + solve 36 + accumulator 40 = 220
     assert all(v % 2 == 0 for op in figures4[:-3] for v in op)
-    assert (at4.peak_bytes, at4.peak.live_bytes_per_op[9]) == (224, 220)
+    assert (at4.peak_memory_bytes, at4.peak.live_bytes_per_op[9]) == (224, 220)
     assert _byte_figures(at2) == _halved(figures4)
     assert at4.ops[9].read_bytes == 48 and at2.ops[9].read_bytes == 24
     assert at2.macs == at4.macs
@@ -151,4 +151,4 @@ def test_word_size_keeps_integer_tensors():
     # read: 8 B of index kept + 8 B of float32 halved = 12; write: 8 B float32 halved = 4
     assert (at2.ops[9].read_bytes, at2.ops[9].write_bytes) == (12, 4)
     # peak (op 5 as before): float32 storages halved (224 / 2 = 112) + the int64 index, live from the start: 8
-    assert at2.peak_bytes == 120
+    assert at2.peak_memory_bytes == 120

@@ -12,16 +12,24 @@ from torch.distributed._tools.mem_tracker import MemTracker
 from torch.profiler import ProfilerActivity, profile
 
 from accel_sim.trace_schema import GemmWork, VectorWork, dump_trace, load_trace
+from accel_sim.lifetimes import live_bytes_per_op, peak_memory
 from workloads.trace import (
     _optimizer_for,
     capture,
     capture_training_step,
     layer_scope,
-    live_bytes,
     method_setup,
-    peak_live_bytes,
     training_step,
 )
+
+
+def live_bytes(trace) -> list[int]:
+    """Bytes live during each op (accel_sim.lifetimes, the one lifetime accounting)."""
+    return list(live_bytes_per_op(trace.header.storages, trace.ops)[1])
+
+
+def peak_live_bytes(trace) -> int:
+    return peak_memory(trace.header.storages, trace.ops).peak_memory_bytes
 
 
 def _three_ops(x):
@@ -144,7 +152,7 @@ def test_peak_equals_memtracker_on_a_real_cpu_step():
     assert peak_live_bytes(trace) == tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"]
 
 
-def _allocator_peak_bytes(model, opt, loss_fn, x, y) -> int:
+def _allocator_peak_memory_bytes(model, opt, loss_fn, x, y) -> int:
     """Peak bytes of the CPU allocator over one step (profiler allocation events), counting what
     was live before it: parameters, buffers, momentum buffers and the batch."""
     training_step(model, x, y, loss_fn, opt)
@@ -178,7 +186,7 @@ def test_peak_close_to_the_cpu_allocator(method):
     x, y = torch.randn(4, 3, 16, 16), torch.arange(4)
     trace = capture_training_step(model, x, y, loss_fn=loss_fn, optimizer=opt, device="cpu")
     step_model = copy.deepcopy(model)
-    allocator = _allocator_peak_bytes(step_model, _optimizer_for(step_model, model, opt), loss_fn, x, y)
+    allocator = _allocator_peak_memory_bytes(step_model, _optimizer_for(step_model, model, opt), loss_fn, x, y)
     assert peak_live_bytes(trace) <= allocator <= peak_live_bytes(trace) * 1.01
 
 
