@@ -34,9 +34,15 @@ def test_scalesim_timing_is_quoted_as_recorded():
 
 
 @pytest.fixture(scope="module")
-def mobilenetv2_steps():
-    """The step docs/accel_sim.md describes: MobileNetV2, CIFAR-100 shapes, batch 64, default hardware."""
-    return {m: simulate(local_training_trace("mobilenetv2", m, batch_size=64)) for m in ("fedavg", "spherefed")}
+def mobilenetv2_traces():
+    """The step docs/accel_sim.md describes: MobileNetV2, CIFAR-100 shapes, batch 64."""
+    return {m: local_training_trace("mobilenetv2", m, batch_size=64) for m in ("fedavg", "spherefed")}
+
+
+@pytest.fixture(scope="module")
+def mobilenetv2_steps(mobilenetv2_traces):
+    """Those steps priced on the default hardware."""
+    return {m: simulate(t) for m, t in mobilenetv2_traces.items()}
 
 
 def _number(s: str) -> float:
@@ -69,3 +75,21 @@ def test_readme_savings_match_the_model(mobilenetv2_steps):
     # the classifier's gradient and momentum buffer: 2 x 1280 x 100 x 4 B
     assert fedavg.peak_memory_bytes - spherefed.peak_memory_bytes == 2 * 1280 * 100 * 4
     assert f"({2 * 1280 * 100 * 4:,} B) only" in readme
+
+
+def test_accel_sim_step_shares_match_the_model(mobilenetv2_traces, mobilenetv2_steps):
+    from accel_sim.hardware import HardwareConfig
+
+    fedavg = mobilenetv2_steps["fedavg"]
+    doc = text("docs/accel_sim.md")
+    stall_pct = 100 * fedavg.totals.stall_cycles / fedavg.total_cycles
+    assert f"Memory stalls are ~{stall_pct:.0f}% of the cycles and the array's utilization is " \
+           f"{100 * fedavg.utilization():.1f}%" in doc
+    trace = mobilenetv2_traces["fedavg"]
+    hw = HardwareConfig()
+    packed = simulate(trace, hw.with_(grouped_mapping="block_diagonal"))
+    fast = simulate(trace, hw.with_(dram_peak_bytes_per_s=10 * hw.dram_peak_bytes_per_s))
+    assert f'`grouped_mapping = "block_diagonal"` the step takes {packed.latency_s * 1e3:,.0f} ms' in doc
+    assert f"stalls {100 * packed.totals.stall_cycles / packed.total_cycles:.0f}%" in doc
+    assert f"10x the DRAM bandwidth, {fast.latency_s * 1e3:,.0f} ms (stalls " \
+           f"{100 * fast.totals.stall_cycles / fast.total_cycles:.1f}%" in doc
