@@ -87,8 +87,8 @@ def layer_table(report: CostReport) -> str:
         "by phase: " + ", ".join(f"{k} {v['total_cycles']:,} cycles {v['energy_j'] * 1e3:.3f} mJ"
                                  for k, v in s["by_phase"].items()),
         f"DRAM traffic: read {s['dram_read_bytes'] / 1e6:.1f} MB, write {s['dram_write_bytes'] / 1e6:.1f} MB",
-        f"peak memory: {s['peak_memory_bytes'] / 1e6:.3f} MB (op {s['peak_at_op']}): "
-        + ", ".join(f"{k} {v / 1e6:.3f}" for k, v in s["peak_by_kind_bytes"].items() if v),
+        f"peak memory: {s['peak_memory_bytes'] / 1e6:.3f} MB (op {s['peak_memory_at_op']}): "
+        + ", ".join(f"{k} {v / 1e6:.3f}" for k, v in s["peak_memory_by_kind_bytes"].items() if v),
     ]
     unsupported = report.unsupported_ops()
     if unsupported:

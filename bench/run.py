@@ -275,7 +275,7 @@ def training_figures(model: str, methods, cfg: RunConfig, hw: HardwareConfig, pr
         figures[method] = {
             "step_cycles": report.total_cycles, "step_latency_s": report.latency_s,
             "steps_per_round": steps_per_round, "round_latency_s": report.latency_s * steps_per_round,
-            "peak_memory_bytes": report.peak_memory_bytes, "peak_memory_breakdown_bytes": dict(report.peak.by_kind_bytes),
+            "peak_memory_bytes": report.peak_memory_bytes, "peak_memory_by_kind_bytes": dict(report.peak.by_kind_bytes),
             "macs": report.macs, "unsupported_ops": report.unsupported_ops(),
             "step_energy_j": report.energy_j, "round_energy_j": report.energy_j * steps_per_round,
             "step_energy_by_component_j": report.energy.by_component_j(),
