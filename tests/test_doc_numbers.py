@@ -75,6 +75,11 @@ def test_readme_savings_match_the_model(mobilenetv2_steps):
     # the classifier's gradient and momentum buffer: 2 x 1280 x 100 x 4 B
     assert fedavg.peak_memory_bytes - spherefed.peak_memory_bytes == 2 * 1280 * 100 * 4
     assert f"({2 * 1280 * 100 * 4:,} B) only" in readme
+    # SphereFed drops the classifier's dW GEMM, l.C.B MACs, of the FedAvg step's MACs
+    dropped = fedavg.by_work()["gemm:dw"].macs - spherefed.by_work()["gemm:dw"].macs
+    assert dropped == 1280 * 100 * 64 and f"{dropped:,} MACs of {fedavg.macs / 1e9:.1f} G" in readme
+    activations = fedavg.peak.by_kind_bytes["activation"]
+    assert f"saved activations ({activations / 1e6:.0f} of {fedavg.peak_memory_bytes / 1e6:.0f} MB)" in readme
 
 
 def test_accel_sim_step_shares_match_the_model(mobilenetv2_traces, mobilenetv2_steps):
