@@ -75,12 +75,15 @@ def gemm_parts(work: GemmWork, hw: HardwareConfig, dataflow: str) -> list[tuple[
     return parts
 
 
-MAX_FOLDS_PER_OP = 2**20
+MAX_FOLDS_PER_OP = 2**22
 """The most folds one op's GEMM may take on the array (all its groups together). The fold model
 (``accel_sim.memory``) holds a few numbers per fold in memory, and this bound (with
-``trace_schema.MAX_DIM`` on the streamed length) keeps an op's cycle sum below 2^61 in numpy's
-int64. Real steps are far below it: MobileNetV2 at batch 64 on the paper's 32 x 64 array takes at
-most a few thousand folds per op; a GEMM with 32,768 x 32,768 spatial dimensions takes 2^19."""
+``trace_schema.MAX_DIM`` on the streamed length) keeps an op's cycle sum below 2^63 in numpy's
+int64. At the bound one GEMM takes ~5 s and ~0.6 GB to price (``python -m accel_sim gemm 131072
+65536 2 --dataflow os``, 2^22 folds). MobileNetV2 at batch 64 (CIFAR 32 x 32) on the paper's
+32 x 64 array: at most 960 folds per op with its dataflows, 294,912 with every role output
+stationary (a depthwise conv, 2,048 row folds x 144 groups); the fold count grows with the batch,
+so a bigger batch with that dataflow is rejected from about batch 900 on."""
 
 
 class GemmTooLargeError(ValueError):
@@ -110,7 +113,7 @@ def check_gemm_fits(work: GemmWork, hw: HardwareConfig) -> None:
         raise GemmTooLargeError(
             f"GEMM m={work.m} n={work.n} k={work.k} groups={work.groups} takes {folds:,} folds on a "
             f"{hw.rows} x {hw.cols} array ({hw.dataflow(work.role)}); the fold model prices at most "
-            f"{MAX_FOLDS_PER_OP:,} (2^20) per op"
+            f"{MAX_FOLDS_PER_OP:,} (2^22) per op"
         )
 
 

@@ -252,10 +252,17 @@ def dump_trace(trace: Trace, path: str | Path) -> Path:
     catches a file truncated later (``head -n 50``, a partial copy)."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        f.write(json.dumps(header_to_dict(trace.header, len(trace.ops)), separators=(",", ":"), allow_nan=False) + "\n")
-        for op in trace.ops:
-            f.write(json.dumps(op_to_dict(op), separators=(",", ":"), allow_nan=False) + "\n")
+    try:
+        with tmp.open("w", encoding="utf-8") as f:
+            f.write(json.dumps(header_to_dict(trace.header, len(trace.ops)), separators=(",", ":"), allow_nan=False) + "\n")
+            for op in trace.ops:
+                f.write(json.dumps(op_to_dict(op), separators=(",", ":"), allow_nan=False) + "\n")
+    except ValueError as e:  # NaN or infinity (in meta): the reader would refuse the file
+        tmp.unlink(missing_ok=True)
+        raise ValueError(f"{path}: a trace cannot hold NaN or infinity ({e}); nothing written") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     tmp.replace(path)
     return path
 

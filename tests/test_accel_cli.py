@@ -164,9 +164,9 @@ CASES = [
     ("gemm M 2^41", lambda d: ["gemm", str(2**41), "2", "3"], "argument M: expected an integer in [0, 1099511627776]", "M"),
     ("gemm --rows 2^63", lambda d: ["gemm", "1", "2", "3", "--rows", str(2**63)],
      "argument --rows: expected an integer in [1, 65536]", "--rows"),
-    # OS maps (S_R, S_C) = (m, n): ceil(65536 / 32) x ceil(65536 / 64) = 2048 x 1024 = 2^21 folds > 2^20
-    ("gemm too many folds", lambda d: ["gemm", "65536", "65536", "2", "--dataflow", "os"],
-     "takes 2,097,152 folds on a 32 x 64 array (os); the fold model prices at most 1,048,576", "m=65536"),
+    # OS maps (S_R, S_C) = (m, n): ceil(2^18 / 32) x ceil(2^16 / 64) = 8192 x 1024 = 2^23 folds > 2^22
+    ("gemm too many folds", lambda d: ["gemm", str(2**18), str(2**16), "2", "--dataflow", "os"],
+     "takes 8,388,608 folds on a 32 x 64 array (os); the fold model prices at most 4,194,304", "m=262144"),
     # bad types
     ("trace live_at_start string", lambda d: ["simulate", _trace(d, lambda ls: [
         _sub(ls[0], '"live_at_start":false', '"live_at_start":"false"')] + ls[1:])],

@@ -41,6 +41,15 @@ def test_round_trip(tmp_path):
     assert not (tmp_path / "t.jsonl.tmp").exists()
 
 
+def test_nan_is_not_written(tmp_path):
+    trace = _small_trace()
+    bad = Trace(TraceHeader("tiny", "fedavg", 1, trace.header.storages, trace.header.tensors, {"lr": float("nan")}),
+                trace.ops)
+    with pytest.raises(ValueError, match="t.jsonl: a trace cannot hold NaN or infinity"):
+        dump_trace(bad, tmp_path / "t.jsonl")
+    assert list(tmp_path.iterdir()) == []
+
+
 def _lines(tmp_path):
     path = dump_trace(_small_trace(), tmp_path / "t.jsonl")
     return path, path.read_text().splitlines(keepends=True)
