@@ -118,14 +118,15 @@ def gemm_report(m: int, n: int, k: int, *, dataflow: str, hw: HardwareConfig) ->
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    empty = [flag for flag, value in (("--hw", args.hw), ("the trace file", getattr(args, "trace", None)))
-             if value is not None and not value.strip()]
-    if empty:
-        print(f"error: {empty[0]} is empty: give a file"
-              + (", or leave --hw out for the paper's defaults" if empty[0] == "--hw" else ""), file=sys.stderr)
+    # an empty name is an error, not the defaults: only a left-out --hw means the paper's array
+    if args.hw is not None and not args.hw.strip():
+        print("error: --hw is empty: give a hardware config TOML file, or leave --hw out for the paper's array",
+              file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.command == "simulate" and not args.trace.strip():
+        print("error: the trace file name is empty: give a trace file (JSON Lines, docs/trace.md)", file=sys.stderr)
         return EXIT_BAD_INPUT
     try:
-        # --hw "" is an error (read_toml), not the defaults: only a left-out --hw means the paper's array
         hw = load_hardware_config(args.hw) if args.hw is not None else HardwareConfig()
         if args.command == "gemm":
             hw = hw.with_(rows=args.rows or hw.rows, cols=args.cols or hw.cols)
