@@ -3,7 +3,12 @@
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from accel_sim.hardware import HardwareConfig
+from accel_sim.pricing import gemm_folds
+from accel_sim.simulate import simulate
 from accel_sim.trace_schema import (
     GemmWork,
     OpRecord,
@@ -14,8 +19,12 @@ from accel_sim.trace_schema import (
     TraceHeader,
     VectorWork,
     dump_trace,
+    header_to_dict,
     load_trace,
+    op_to_dict,
+    parse_trace_lines,
 )
+from tests.accel_traces import small_trace
 
 
 def _small_trace() -> Trace:
@@ -186,3 +195,46 @@ def test_missing_field_is_named(tmp_path):
     path.write_text(lines[0] + json.dumps(op) + "\n")
     with pytest.raises(TraceFormatError, match=r":2: gemm work is missing field 'm'"):
         load_trace(path)
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=4),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+_SMALL = small_trace()  # every kind of work
+SMALL_TRACE_LINES = (json.dumps(header_to_dict(_SMALL.header, len(_SMALL.ops))),
+                     *(json.dumps(op_to_dict(op)) for op in _SMALL.ops))
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.data())
+def test_any_field_replaced_by_any_json_value_loads_or_fails_cleanly(data):
+    """Replace any field, at any depth, of any line by any JSON value: loading either succeeds
+    (and then the trace prices, checked where its GEMMs take at most 4,096 folds) or raises ``TraceFormatError`` naming the line; never another
+    exception (no TypeError, KeyError, OverflowError from deeper code)."""
+    lines = list(SMALL_TRACE_LINES)
+    line_no = data.draw(st.integers(0, len(lines) - 1), label="line")
+    obj = json.loads(lines[line_no])
+    node = obj
+    while True:
+        keys = list(node) if isinstance(node, dict) else list(range(len(node)))
+        key = data.draw(st.sampled_from(keys), label="key")
+        child = node[key]
+        if isinstance(child, (dict, list)) and child and data.draw(st.booleans(), label="deeper"):
+            node = child
+            continue
+        node[key] = data.draw(JSON_VALUES, label="value")
+        break
+    lines[line_no] = json.dumps(obj)
+    try:
+        loaded = parse_trace_lines([line + "\n" for line in lines], source="t.jsonl")
+    except TraceFormatError as e:
+        assert str(e).startswith("t.jsonl:") and "\n" not in str(e)
+        return
+    hw = HardwareConfig()
+    if all(gemm_folds(op.work, hw) <= 4096 for op in loaded.ops if op.work.kind == "gemm"):  # keep it fast
+        simulate(loaded, hw)
