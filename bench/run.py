@@ -49,13 +49,12 @@ from bench.results import (BREAKDOWN_CSV, COST_COLUMNS, FORMAT_NAME, FORMAT_VERS
 from bench.traces import local_training_trace
 from bench.tta import format_time_to_accuracy, plot_time_to_accuracy
 from workloads.fl.calibration_cost import CALIBRATIONS, TRAINED_WITH, calibration_cost
-from workloads.fl.comm import closed_form_bytes, ledger_totals, tensor_bytes
+from workloads.fl.comm import closed_form_bytes, closed_form_sizes, ledger_totals
 from workloads.fl.data import Dataset, load_dataset, subset
 from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.local import prepare_model
 from workloads.fl.loop import run_method
 from workloads.fl.methods import MethodConfig, parse_method
-from workloads.fl.methods.base import frozen_keys
 from workloads.fl.round_cost import RunPricer, RunSpec, client_devices, price_run
 from workloads.fl.run import DEFAULT_SYSTEM, load_preset, make_partition, method_hparams
 from workloads.fl.step_cost import simulate_complete
@@ -316,19 +315,14 @@ def _comm_method(name: str) -> MethodConfig:
 
 def model_closed_form_bytes(model_name: str | ModelSpec, method: MethodConfig, hp: Hparams, *, num_classes: int,
                             image_size: int, rounds: int, num_clients: int, seed: int) -> dict[str, int]:
-    """``closed_form_bytes`` of the FL code for a whole run, from the prepared model's shapes."""
+    """``closed_form_bytes`` of the FL code for a whole run, from the prepared model's shapes
+    (``closed_form_sizes``: per sharing layer, so double head's gradual sharing and local head count
+    as the ledger does)."""
     torch.manual_seed(seed)
     model = prepare_model(model_spec.build(as_spec(model_name, image_size), num_classes=num_classes,
                                            spherefed=method.spherefed), method, seed=seed)
-    state, frozen = model.state_dict(), frozen_keys(model)
-    shared = {k: v for k, v in state.items() if k not in frozen}
-    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
-    return closed_form_bytes(
-        method, hp, rounds=rounds, clients_per_round=num_clients, num_clients=num_clients,
-        layer_bytes=[sum(tensor_bytes(v) for v in shared.values())],
-        head_bytes=sum(tensor_bytes(v) for k, v in shared.items() if k.startswith("classifier.")),
-        trainable_bytes=sum(tensor_bytes(v) for k, v in shared.items() if k in trainable),
-        feature_dim=model.feature_dim, num_classes=num_classes)
+    return closed_form_bytes(method, hp, rounds=rounds, clients_per_round=num_clients, num_clients=num_clients,
+                             **closed_form_sizes(model))
 
 
 def communication_figures(model: str, names, cfg: RunConfig) -> dict:

@@ -24,10 +24,12 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 import torch
+from torch import nn
 
 from workloads.fl.hparams import Hparams
 from workloads.fl.methods import MethodConfig
-from workloads.fl.methods.doublehead import sharing_phase
+from workloads.fl.methods.base import frozen_keys
+from workloads.fl.methods.doublehead import LOCAL_HEAD, sharing_layers, sharing_phase
 
 METADATA_BYTES = 8  # num_examples as int64
 FEDNOVA_A_BYTES = 8  # a_i as float64
@@ -90,6 +92,23 @@ def calibration_stats_bytes(calibration: str, *, feature_dim: int, num_classes: 
     raise ValueError(f"unknown calibration {calibration!r}")
 
 
+def closed_form_sizes(model: nn.Module) -> dict[str, object]:
+    """The sizes ``closed_form_bytes`` takes, read from a *prepared* model (after the method's
+    ``prepare_model``: a double-head model has its local head, a SphereFed one its frozen
+    classifier): ``layer_bytes`` per sharing layer (``sharing_layers``: shallow to deep, the local
+    head left out, frozen state left out, empty layers dropped), ``head_bytes`` of the shared
+    classifier, ``trainable_bytes`` of the trainable shared parameters, ``feature_dim`` and
+    ``num_classes``. The one place these are built, for every caller (``workloads.fl.run``,
+    ``bench.run``), so that the closed form cannot count what the ledger never sends."""
+    frozen, state = frozen_keys(model), model.state_dict()
+    layers = [sum(tensor_bytes(state[k]) for k in layer if k not in frozen) for layer in sharing_layers(model)]
+    head = sum(tensor_bytes(state[k]) for k in state if k.split(".")[0] == "classifier" and k not in frozen)
+    trainable = sum(tensor_bytes(p) for n, p in model.named_parameters()
+                    if p.requires_grad and n.split(".")[0] != LOCAL_HEAD)
+    return {"layer_bytes": [b for b in layers if b], "head_bytes": head, "trainable_bytes": trainable,
+            "feature_dim": model.classifier.in_features, "num_classes": model.classifier.out_features}
+
+
 def closed_form_bytes(method: MethodConfig, hp: Hparams, *, rounds: int, clients_per_round: int,
                       num_clients: int, layer_bytes: Sequence[int], head_bytes: int,
                       trainable_bytes: int, feature_dim: int, num_classes: int) -> dict[str, int]:
@@ -102,8 +121,9 @@ def closed_form_bytes(method: MethodConfig, hp: Hparams, *, rounds: int, clients
 
     Per round and sampled client: down = shared model (+ d_t for FedCos from round 2),
     up = shared model + 8 B sample count (+ 8 B a_i for FedNova). Double head with gradual
-    sharing sends layers 1..p(t) in round t (002, Alg. 2). Calibration: every client downloads the
-    feature extractor and uploads its statistics once.
+    sharing sends layers 1..p(t) in round t (Li et al., "More Industry-friendly: Federated
+    Learning with High Efficient Design", Alg. 2); its local head is never sent. Calibration:
+    every client downloads the feature extractor and uploads its statistics once.
     """
     down = up = 0
     for t in range(1, rounds + 1):
