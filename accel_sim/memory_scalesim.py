@@ -52,6 +52,7 @@ from accel_sim.systolic import fold_counts, gemm_cycles, map_gemm
 
 SCALESIM_ACTIVE_FRACTION = 0.5  # single_layer_sim.py: active_buf_frac = 0.5 for every SRAM
 SCALESIM_SETS_PER_BUFFER = 100  # read_buffer.py prepare_hashed_buffer: ceil(total / 100) words per set
+SCALESIM_PORT_LATENCY_CYCLES = 1  # read_port.py / write_port.py: latency = 1
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ class ScalesimMemory:
     compute_cycles: int
     stall_cycles: int
     total_cycles: int
-    fits: bool  # reads fit their active halves, outputs the OFMAP SRAM: the regime where the closed form is exact
+    fits: bool  # no refetch and the outputs fit the OFMAP SRAM: nothing can stall the array
 
 
 def prefetch_image_words(m: int, n: int, k: int, *, rows: int, cols: int, dataflow: str) -> tuple[int, int]:
@@ -80,22 +81,6 @@ def prefetch_image_words(m: int, n: int, k: int, *, rows: int, cols: int, datafl
     return k * padded_c, padded_r * n
 
 
-def spill_sweep_words(m: int, n: int, k: int, *, rows: int, cols: int, dataflow: str,
-                      a_image_words: int, b_image_words: int, b_active_words: int) -> tuple[int, int]:
-    """Words of A and B the fold loop (for each column fold, every row fold) sweeps when an
-    operand does not fit: the streamed operand (OS / WS: A; IS: B) once per column fold; OS's B
-    once, or once per fold if one column fold's block ``K x cols`` exceeds B's active half
-    (``b_active_words``); the stationary operand (WS: B; IS: A) once."""
-    s_r, s_c, _ = map_gemm(m, n, k, dataflow)
-    row_folds, col_folds = fold_counts(s_r, s_c, rows=rows, cols=cols)
-    if dataflow == "os":
-        b_sweeps = 1 if k * cols <= b_active_words else row_folds
-        return col_folds * a_image_words, b_sweeps * b_image_words
-    if dataflow == "ws":
-        return col_folds * a_image_words, b_image_words
-    return a_image_words, col_folds * b_image_words
-
-
 def _halves(buffer_words: int) -> tuple[int, int]:
     """(active, prefetch) words of a double-buffered SRAM of ``buffer_words`` words."""
     active = math.ceil(buffer_words * SCALESIM_ACTIVE_FRACTION)
@@ -103,63 +88,320 @@ def _halves(buffer_words: int) -> tuple[int, int]:
 
 
 def prefetch_cycles(buffer_words: int, bandwidth_words_per_cycle: int) -> int:
-    """Cycles of one prefetch after the first fill: one per ``bw``-word line of the prefetch half,
-    plus the port's latency of 1 (``read_buffer.new_prefetch``, ``read_port``)."""
-    return math.ceil(_halves(buffer_words)[1] / bandwidth_words_per_cycle) + 1
+    """Cycles one prefetch adds to a read port's chain: one per ``bw``-word line of the prefetch
+    half, plus the port's latency (``read_buffer.new_prefetch``: requests at ``last + 1 + i``)."""
+    return math.ceil(_halves(buffer_words)[1] / bandwidth_words_per_cycle) + SCALESIM_PORT_LATENCY_CYCLES
 
 
-def write_stream_cycles(write_words: int, ofmap_buffer_words: int, bandwidth_words_per_cycle: int) -> int:
-    """Cycles before the last output word can enter SCALE-Sim's OFMAP SRAM: all but the buffer's
-    worth must have drained through its write port first (0 when every output fits)."""
-    return math.ceil(max(0, write_words - ofmap_buffer_words) / bandwidth_words_per_cycle)
+def _ramp(x: int, width: int) -> int:
+    """sum over c in [0, width) of max(0, x - c)."""
+    if x <= 0:
+        return 0
+    t = min(width, x)
+    return t * x - t * (t - 1) // 2
 
 
-def read_buffer_words(*, image_words: int, valid_words: int, swept_words: int, buffer_words: int,
-                      bandwidth_words_per_cycle: int) -> tuple[int, int]:
-    """(DRAM words, prefetches after the first fill) of one double-buffered read SRAM
-    (``memory/read_buffer.py``): the first fill, then, when the operand does not fit, one
-    prefetch of the whole prefetch half (rounded up to ``bw``-word lines) per half swept."""
-    bw = bandwidth_words_per_cycle
+def _staircase(x: int, width: int, height: int) -> int:
+    """sum over c in [0, width) of clamp(x - c, 0, height): the elements (r, c) of a
+    ``height x width`` matrix with ``r + c < x``."""
+    return _ramp(x, width) - _ramp(x - height, width)
+
+
+@dataclass(frozen=True)
+class OperandImage:
+    """An operand's prefetch image (``create_*_prefetch_mat``): ``blocks`` fold blocks of
+    ``block_rows x width`` stacked vertically, the last valid in its first ``last_width`` columns
+    only (the padding of a partial fold); rolled out along anti-diagonals (``rolled``: IFMAP of OS /
+    WS, filter of OS / IS, the "ISSUE #15, #16" roll-out) or row by row (WS filter, IS IFMAP)."""
+
+    blocks: int
+    block_rows: int
+    width: int
+    last_width: int
+    rolled: bool
+
+    @property
+    def valid_words(self) -> int:
+        return (self.blocks - 1) * self.block_rows * self.width + self.block_rows * self.last_width
+
+    def rank(self, r: int, c: int) -> int:
+        """Position of element (r, c) among the image's valid words, in fetch order (the order
+        ``prepare_hashed_buffer`` groups them into sets)."""
+        height, last_row, pad = self.blocks * self.block_rows, (self.blocks - 1) * self.block_rows, self.width - self.last_width
+        if not self.rolled:
+            return r * self.width + c - max(0, r - last_row) * pad
+        d = r + c  # anti-diagonal d lists rows min(d, height - 1) down to max(0, d - width + 1)
+        before = _staircase(d, self.width, height) - _staircase(d - last_row - self.last_width, pad, height - last_row)
+        within = min(d, height - 1) - r
+        if pad:
+            within -= max(0, min(d, height - 1, d - self.last_width) - max(r + 1, last_row) + 1)
+        return before + within
+
+
+def _images(m: int, n: int, k: int, rows: int, cols: int, dataflow: str) -> tuple[OperandImage, OperandImage]:
+    s_r, s_c, t = map_gemm(m, n, k, dataflow)
+    row_folds, col_folds = fold_counts(s_r, s_c, rows=rows, cols=cols)
+    if dataflow == "os":  # IFMAP: per row fold, A^T's K x R block; filter: per column fold, B's K x C block
+        return (OperandImage(row_folds, k, rows, m - (row_folds - 1) * rows, True),
+                OperandImage(col_folds, k, cols, n - (col_folds - 1) * cols, True))
+    if dataflow == "ws":  # IFMAP: per row fold, A's M x R block; filter: per column fold, B's K x C block, not rolled
+        return (OperandImage(row_folds, m, rows, k - (row_folds - 1) * rows, True),
+                OperandImage(col_folds, k, cols, n - (col_folds - 1) * cols, False))
+    # is: IFMAP: per column fold, A^T's K x C block, not rolled; filter: per row fold, B^T's N x R block
+    return (OperandImage(col_folds, k, cols, m - (col_folds - 1) * cols, False),
+            OperandImage(row_folds, n, rows, k - (row_folds - 1) * rows, True))
+
+
+def fold_lines(m: int, n: int, k: int, *, rows: int, cols: int, dataflow: str) -> int:
+    """Demand lines (cycles) of one fold (``accel_sim.systolic``; tests/data/scalesim/README.md)."""
+    _, _, t = map_gemm(m, n, k, dataflow)
+    return t + rows + cols - 2 if dataflow == "os" else 2 * rows + cols + t - 2
+
+
+def _demand_runs(image: OperandImage, operand: str, m: int, n: int, k: int, rows: int, cols: int, dataflow: str):
+    """Per fold, in SCALE-Sim's fold order (each column fold, every row fold inside it), the runs
+    of the operand's demand: ``(first rank, last rank, first line, last line)``, each run a walk
+    forward through the image (``create_*_demand_mat``).
+
+    * Streamed operands (OS both, WS IFMAP, IS filter): the fold's block, skewed over the array
+      (``skew_matrix``); line ``t`` asks for anti-diagonal ``t`` of the block, so the fold walks
+      its block of the rolled image forward in one run, from its first element (line ``wait``)
+      to its last (line ``wait + rows - 1 + width - 1``).
+    * Stationary operands (WS filter, IS IFMAP): ``rows`` lines, one row of the block each, the
+      block's rows in reverse (``np.flip``: the top row is pushed in last); each row is a run."""
+    s_r, s_c, _ = map_gemm(m, n, k, dataflow)
+    row_folds, col_folds = fold_counts(s_r, s_c, rows=rows, cols=cols)
+    lines = fold_lines(m, n, k, rows=rows, cols=cols, dataflow=dataflow)
+    streamed_by_row_fold = not (dataflow == "os" and operand == "b")
+    wait = 0 if dataflow == "os" else rows
+    for fc in range(col_folds):
+        for fr in range(row_folds):
+            start = (fc * row_folds + fr) * lines
+            if image.rolled:
+                block = fr if streamed_by_row_fold else fc
+                width = image.width if block < image.blocks - 1 else image.last_width
+                top = block * image.block_rows
+                yield ((image.rank(top, 0), image.rank(top + image.block_rows - 1, width - 1),
+                        start + wait, start + wait + image.block_rows - 1 + width - 1),)
+            else:
+                width = image.width if fc < image.blocks - 1 else image.last_width
+                used = min(rows, image.block_rows - fr * rows)
+                first_row = fc * image.block_rows + fr * rows + used - 1
+                first_line = start + rows - used  # the flipped block's empty rows come first
+                yield tuple((image.rank(first_row - j, 0), image.rank(first_row - j, width - 1),
+                             first_line + j, first_line + j) for j in range(used))
+
+
+def read_misses(image: OperandImage, runs, buffer_words: int) -> list[tuple[int, int]]:
+    """The prefetches SCALE-Sim's read buffer (``memory/read_buffer.py``) makes after its first
+    fill, as ``(demand line, count)`` in line order.
+
+    The image's valid words are grouped in sets of ``ceil(buffer / 100)`` (``prepare_hashed_buffer``);
+    the active half holds a window of ``A`` consecutive sets (circularly), and a demand outside it
+    moves the window forward by ``P`` sets (the prefetch half), as often as needed
+    (``new_prefetch``), never back: a demand behind the window costs a lap of the image. A run
+    walked forward from set ``a`` to set ``b`` needs the window first at ``a`` and then, moving on
+    from there, at ``b`` (every set between is then passed in order). The line of a prefetch inside
+    a run is interpolated along the run (the demand walks it at a steady pace)."""
     active, prefetch = _halves(buffer_words)
-    first_fill = math.ceil(min(image_words, active) / bw) * bw
     set_words = math.ceil(buffer_words / SCALESIM_SETS_PER_BUFFER)
-    if math.ceil(valid_words / set_words) <= math.ceil(active / set_words) or prefetch == 0:
-        return first_fill, 0
-    prefetches = math.ceil((swept_words - active) / prefetch)
-    return first_fill + prefetches * math.ceil(prefetch / bw) * bw, prefetches
+    sets = image.valid_words // set_words + 1
+    window = min(math.ceil(active / set_words), sets)
+    step = min(math.ceil(prefetch / set_words), sets - window) if prefetch else 0
+    misses: list[tuple[int, int]] = []
+    if step == 0 or sets <= window:
+        return misses
+    start = 0
+    for fold in runs:
+        for first, last, first_line, last_line in fold:
+            a, b = first // set_words, last // set_words
+            ahead = (a - start) % sets
+            if ahead >= window:
+                moves = -(-(ahead - window + 1) // step)
+                start = (start + moves * step) % sets
+                misses.append((first_line, moves))
+            reach = (a - start) % sets + b - a
+            if reach >= window:
+                moves = -(-(reach - window + 1) // step)
+                if last_line == first_line:
+                    misses.append((first_line, moves))
+                else:
+                    offset = (a - start) % sets
+                    for i in range(moves):
+                        at = window + i * step - offset  # sets past a where the window runs out
+                        misses.append((first_line + round(at * (last_line - first_line) / (b - a)), 1))
+                start = (start + moves * step) % sets
+    return misses
+
+
+@dataclass(frozen=True)
+class _Outputs:
+    """The OFMAP demand (``create_ofmap_demand_mat``): per fold, ``wait`` empty lines, then the
+    fold's ``height x width`` output block skewed over the array's columns; its valid rows are
+    ``[row0, row0 + height)`` of the block (OS flips the block, so a partial fold's valid rows come last)."""
+
+    m: int
+    n: int
+    k: int
+    rows: int
+    cols: int
+    dataflow: str
+
+    def _fold(self, fr: int, fc: int) -> tuple[int, int, int]:
+        s_r, s_c, t = map_gemm(self.m, self.n, self.k, self.dataflow)
+        width = min(self.cols, s_c - fc * self.cols)
+        if self.dataflow == "os":
+            height = min(self.rows, s_r - fr * self.rows)
+            return self.rows - height, height, width
+        return 0, t, width
+
+    def _shape(self):
+        s_r, s_c, t = map_gemm(self.m, self.n, self.k, self.dataflow)
+        row_folds, col_folds = fold_counts(s_r, s_c, rows=self.rows, cols=self.cols)
+        wait = t - 1 if self.dataflow == "os" else 2 * self.rows - 1
+        return row_folds, col_folds, wait, fold_lines(self.m, self.n, self.k, rows=self.rows, cols=self.cols,
+                                                      dataflow=self.dataflow)
+
+    def total(self) -> int:
+        return self.m * self.n if self.dataflow == "os" else self.m * self.n * self._shape()[0]
+
+    def line_of(self, x: int) -> int:
+        """The demand line of the ``x``-th output word written (1-based)."""
+        row_folds, col_folds, wait, lines = self._shape()
+        s_r, _, _ = map_gemm(self.m, self.n, self.k, self.dataflow)
+        per_row_fold_rows = s_r if self.dataflow == "os" else map_gemm(self.m, self.n, self.k, self.dataflow)[2] * row_folds
+        col_words = self.cols * per_row_fold_rows  # words of a full column fold
+        fc = min((x - 1) // col_words, col_folds - 1)
+        x -= fc * col_words
+        _, height0, width = self._fold(0, fc)
+        fr = min((x - 1) // (height0 * width), row_folds - 1)  # every row fold but the last is full
+        x -= fr * height0 * width
+        row0, height, width = self._fold(fr, fc)
+        lo, hi = 0, height + width - 2  # block line where the count of written words reaches x
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if _staircase(mid + 1, width, height) >= x:
+                hi = mid
+            else:
+                lo = mid + 1
+        return (fc * row_folds + fr) * lines + wait + row0 + lo
+
+    def next_write_line(self, line: int) -> int | None:
+        """The first line at or after ``line`` that writes an output word (None: none left)."""
+        row_folds, col_folds, wait, lines = self._shape()
+        fold, j = divmod(line, lines)
+        while fold < row_folds * col_folds:
+            fc, fr = divmod(fold, row_folds)
+            row0, height, width = self._fold(fr, fc)
+            first, last = wait + row0, wait + row0 + height + width - 2
+            if j <= last:
+                return fold * lines + max(j, first)
+            fold, j = fold + 1, 0
+        return None
+
+
+def _stalls(read_events: list[tuple[int, int, int]], outputs: _Outputs, ofmap_buffer_words: int,
+            prefetch_cycles_per_operand: tuple[int, int], bandwidth_words_per_cycle: int) -> int:
+    """Stall cycles of ``double_buffered_scratchpad_mem.service_memory_requests``: demand line ``i``
+    is served at cycle ``i + stalls so far``, and the line stalls by the largest of its three
+    buffers' delays.
+
+    * Reads (``read_buffer.service_reads``): each port's prefetches form a chain, each
+      ``prefetch_cycles`` after the previous one, starting at cycle 1 (the first fill before
+      cycle 0) whenever it is asked for; a miss at cycle ``c`` with the chain at ``L`` moves the
+      line's offset (from the hit latency 1) by ``L - c - offset``, and by that again when
+      positive (the stall is added twice, lines ~315-318).
+    * Writes (``write_buffer.service_writes``): the OFMAP SRAM of ``W`` words starts draining
+      ``D = W - ceil(W / 2)`` words, ``ceil(D / bw)`` lines (cycles, + the port latency), when it holds
+      more than ``D`` and no drain is running; the drained words are free at once; a word arriving
+      to a full buffer during a drain waits for the drain's end. The last drain
+      (``empty_all_buffers``) is after the last line and costs nothing."""
+    drain_words = ofmap_buffer_words - math.ceil(ofmap_buffer_words * SCALESIM_ACTIVE_FRACTION)
+    drain_lines = math.ceil(drain_words / bandwidth_words_per_cycle) if drain_words else 0
+    total_writes = outputs.total()
+    chain = [SCALESIM_PORT_LATENCY_CYCLES, SCALESIM_PORT_LATENCY_CYCLES]
+    stall = freed = drain_end = 0
+    full_word = full_line = None  # the word that last found the buffer full, and its line
+    i = 0
+
+    def next_write_event() -> tuple[int | None, str]:
+        """(line, what happens there): "drain" (a drain starts at the line's cycle), "drain at
+        end" (after a full-buffer wait in the same line: at the running drain's end) or "full"."""
+        if drain_lines == 0:
+            return None, ""
+        if full_word is not None:  # the next word to arrive starts the next drain
+            if full_word + 1 > total_writes:
+                return None, ""
+            line = outputs.line_of(full_word + 1)
+            return line, "drain at end" if line == full_line else "drain"
+        if freed + drain_words + 1 > total_writes:
+            return None, ""
+        trigger = outputs.line_of(freed + drain_words + 1)
+        if trigger + stall >= drain_end:
+            return trigger, "drain"
+        full = outputs.line_of(freed + ofmap_buffer_words) if freed + ofmap_buffer_words <= total_writes else None
+        free_line = outputs.next_write_line(max(trigger, drain_end - stall))
+        if full is not None and (free_line is None or full < free_line):
+            return full, "full"
+        return free_line, "drain"
+
+    while True:
+        write_at, kind = next_write_event()
+        read_at = read_events[i][0] if i < len(read_events) else None
+        if write_at is None and read_at is None:
+            return stall
+        line = min(x for x in (write_at, read_at) if x is not None)
+        cycle = line + stall
+        delay = 0
+        while i < len(read_events) and read_events[i][0] == line:
+            _, a_misses, b_misses = read_events[i]
+            for op, count in ((0, a_misses), (1, b_misses)):
+                offset = SCALESIM_PORT_LATENCY_CYCLES
+                for _ in range(count):
+                    chain[op] += prefetch_cycles_per_operand[op]
+                    potential = chain[op] - (cycle + offset)
+                    offset += potential
+                    if potential > 0:
+                        offset += potential
+                delay = max(delay, offset - SCALESIM_PORT_LATENCY_CYCLES)
+            i += 1
+        if write_at == line:
+            if kind == "full":
+                delay = max(delay, drain_end - cycle)
+                full_word, full_line = freed + ofmap_buffer_words, line
+            else:
+                start = drain_end if kind == "drain at end" else max(cycle, drain_end)
+                drain_end = start + drain_lines - 1  # write_port: no latency on the drain (measured)
+                freed += drain_lines * bandwidth_words_per_cycle
+                full_word = full_line = None
+        stall += delay
 
 
 def gemm_memory_scalesim(m: int, n: int, k: int, *, rows: int, cols: int, dataflow: str,
                          ifmap_buffer_words: int, filter_buffer_words: int, ofmap_buffer_words: int,
                          bandwidth_words_per_cycle: int) -> ScalesimMemory:
     """DRAM words and cycles of ``out[m x n] = A[m x k] . B[k x n]`` under SCALE-Sim's USER
-    bandwidth mode (module docstring). Each read SRAM has its own port of
-    ``bandwidth_words_per_cycle`` (SCALE-Sim gives IFMAP, filter and OFMAP a port each).
-
-    Stalls: none when both operands fit and the outputs fit the OFMAP SRAM (every read is served
-    from the first fill; the writes drain behind compute and the final drain is outside "Total
-    Cycles"). Otherwise each spilling operand's prefetches run back to back on its port
-    (``prefetch_cycles`` each), the overflowing writes drain through theirs
-    (``write_stream_cycles``), and the run lasts at least as long as the slowest port's stream."""
+    bandwidth mode (module docstring). Each SRAM has its own port of ``bandwidth_words_per_cycle``
+    (SCALE-Sim gives IFMAP, filter and OFMAP a port each)."""
     compute = gemm_cycles(m, n, k, rows=rows, cols=cols, dataflow=dataflow)
     if compute == 0:
         return ScalesimMemory(0, 0, 0, 0, 0, 0, True)
-    s_r, s_c, _ = map_gemm(m, n, k, dataflow)
-    row_folds, _ = fold_counts(s_r, s_c, rows=rows, cols=cols)
-    a_image, b_image = prefetch_image_words(m, n, k, rows=rows, cols=cols, dataflow=dataflow)
-    a_swept, b_swept = spill_sweep_words(
-        m, n, k, rows=rows, cols=cols, dataflow=dataflow, a_image_words=a_image, b_image_words=b_image,
-        b_active_words=_halves(filter_buffer_words)[0],
-    )
     bw = bandwidth_words_per_cycle
-    a_words, a_prefetches = read_buffer_words(image_words=a_image, valid_words=m * k, swept_words=a_swept,
-                                              buffer_words=ifmap_buffer_words, bandwidth_words_per_cycle=bw)
-    b_words, b_prefetches = read_buffer_words(image_words=b_image, valid_words=k * n, swept_words=b_swept,
-                                              buffer_words=filter_buffer_words, bandwidth_words_per_cycle=bw)
-    writes = m * n if dataflow == "os" else m * n * row_folds
-    stream = max(a_prefetches * prefetch_cycles(ifmap_buffer_words, bw),
-                 b_prefetches * prefetch_cycles(filter_buffer_words, bw),
-                 write_stream_cycles(writes, ofmap_buffer_words, bw))
-    total = max(compute, stream)
-    return ScalesimMemory(a_words, b_words, writes, compute, total - compute, total,
-                          fits=a_prefetches == 0 and b_prefetches == 0 and writes <= ofmap_buffer_words)
+    a_image, b_image = _images(m, n, k, rows, cols, dataflow)
+    a_image_words, b_image_words = prefetch_image_words(m, n, k, rows=rows, cols=cols, dataflow=dataflow)
+    words, events = [], {}
+    for op, (image, image_words, buffer_words) in enumerate(((a_image, a_image_words, ifmap_buffer_words),
+                                                              (b_image, b_image_words, filter_buffer_words))):
+        active, prefetch = _halves(buffer_words)
+        misses = read_misses(image, _demand_runs(image, "ab"[op], m, n, k, rows, cols, dataflow), buffer_words)
+        refetches = sum(count for _, count in misses)
+        words.append(math.ceil(min(image_words, active) / bw) * bw + refetches * math.ceil(prefetch / bw) * bw)
+        for line, count in misses:
+            events.setdefault(line, [0, 0])[op] += count
+    outputs = _Outputs(m, n, k, rows, cols, dataflow)
+    writes = outputs.total()
+    read_events = [(line, a, b) for line, (a, b) in sorted(events.items())]
+    fits = not read_events and writes <= ofmap_buffer_words
+    stall = 0 if fits else _stalls(read_events, outputs, ofmap_buffer_words,
+                                   (prefetch_cycles(ifmap_buffer_words, bw), prefetch_cycles(filter_buffer_words, bw)), bw)
+    return ScalesimMemory(words[0], words[1], writes, compute, stall, compute + stall, fits)
