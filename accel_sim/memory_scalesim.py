@@ -45,8 +45,10 @@ stream; it is *not* SCALE-Sim's count in that regime (docs/scalesim.md gives the
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from accel_sim.systolic import fold_counts, gemm_cycles, map_gemm
 
@@ -158,6 +160,17 @@ def fold_lines(m: int, n: int, k: int, *, rows: int, cols: int, dataflow: str) -
     return t + rows + cols - 2 if dataflow == "os" else 2 * rows + cols + t - 2
 
 
+class _RowsFold(NamedTuple):
+    """A stationary operand's fold: ``rows`` lines from ``first_line``, line ``j`` asking for the
+    ``width`` words from rank ``top - j * stride`` on (the block's rows, bottom row first)."""
+
+    top: int
+    width: int
+    stride: int
+    rows: int
+    first_line: int
+
+
 def _demand_runs(image: OperandImage, operand: str, m: int, n: int, k: int, rows: int, cols: int, dataflow: str):
     """Per fold, in SCALE-Sim's fold order (each column fold, every row fold inside it), the runs
     of the operand's demand: ``(first rank, last rank, first line, last line)``, each run a walk
@@ -188,8 +201,9 @@ def _demand_runs(image: OperandImage, operand: str, m: int, n: int, k: int, rows
                 used = min(rows, image.block_rows - fr * rows)
                 first_row = fc * image.block_rows + fr * rows + used - 1
                 first_line = start + rows - used  # the flipped block's empty rows come first
-                yield tuple((image.rank(first_row - j, 0), image.rank(first_row - j, width - 1),
-                             first_line + j, first_line + j) for j in range(used))
+                top = image.rank(first_row, 0)
+                stride = top - image.rank(first_row - 1, 0) if used > 1 else 0
+                yield _RowsFold(top, width, stride, used, first_line)
 
 
 def read_misses(image: OperandImage, runs, buffer_words: int) -> list[tuple[int, int]]:
@@ -212,90 +226,123 @@ def read_misses(image: OperandImage, runs, buffer_words: int) -> list[tuple[int,
     if step == 0 or sets <= window:
         return misses
     start = 0
-    for fold in runs:
-        for first, last, first_line, last_line in fold:
-            a, b = first // set_words, last // set_words
-            ahead = (a - start) % sets
-            if ahead >= window:
-                moves = -(-(ahead - window + 1) // step)
-                start = (start + moves * step) % sets
+
+    def walk(first: int, last: int, first_line: int, last_line: int) -> None:
+        nonlocal start
+        a, b = first // set_words, last // set_words
+        ahead = (a - start) % sets
+        if ahead >= window:
+            moves = -(-(ahead - window + 1) // step)
+            start = (start + moves * step) % sets
+            misses.append((first_line, moves))
+        offset = (a - start) % sets
+        if offset + b - a >= window:
+            moves = -(-(offset + b - a - window + 1) // step)
+            if last_line == first_line:
                 misses.append((first_line, moves))
-            reach = (a - start) % sets + b - a
-            if reach >= window:
-                moves = -(-(reach - window + 1) // step)
-                if last_line == first_line:
-                    misses.append((first_line, moves))
-                else:
-                    offset = (a - start) % sets
-                    for i in range(moves):
-                        at = window + i * step - offset  # sets past a where the window runs out
-                        misses.append((first_line + round(at * (last_line - first_line) / (b - a)), 1))
-                start = (start + moves * step) % sets
+            else:
+                for i in range(moves):
+                    at = window + i * step - offset  # sets past a where the window runs out
+                    misses.append((first_line + round(at * (last_line - first_line) / (b - a)), 1))
+            start = (start + moves * step) % sets
+
+    for fold in runs:
+        if isinstance(fold, _RowsFold):
+            walk(fold.top, fold.top + fold.width - 1, fold.first_line, fold.first_line)
+            bottom = fold.top - (fold.rows - 1) * fold.stride
+            top_offset = (fold.top // set_words - start) % sets
+            if (bottom // set_words - start) % sets <= top_offset < window:
+                continue  # every lower row lies in the window between its start and the top row
+            for j in range(1, fold.rows):
+                first = fold.top - j * fold.stride
+                walk(first, first + fold.width - 1, fold.first_line + j, fold.first_line + j)
+        else:
+            for run in fold:
+                walk(*run)
     return misses
+
+
+def _skew_line_of(x: int, height: int, width: int) -> int:
+    """The line of a ``height x width`` block skewed over its columns (line ``j`` holds the
+    elements with ``r + c = j``) at which its ``x``-th element (1-based, in line order) is written:
+    the smallest ``j`` with ``#{r + c <= j} >= x``. Rising triangle, ``short`` words a line, falling
+    triangle (``short``, ``long``: the block's smaller and larger side)."""
+    short, long = min(height, width), max(height, width)
+    rise = short * (short + 1) // 2
+    if x <= rise:  # (j + 1)(j + 2) / 2 >= x
+        j = max(0, (math.isqrt(8 * x + 1) - 3) // 2)
+        while (j + 1) * (j + 2) // 2 < x:
+            j += 1
+        return j
+    if x <= rise + (long - short) * short:
+        return short - 1 + -(-(x - rise) // short)
+    after = height * width - x  # words after the x-th: the falling triangle's last q lines hold q(q + 1) / 2
+    q = (math.isqrt(8 * after + 1) - 1) // 2
+    while q * (q + 1) // 2 > after:
+        q -= 1
+    return height + width - 2 - q
 
 
 @dataclass(frozen=True)
 class _Outputs:
     """The OFMAP demand (``create_ofmap_demand_mat``): per fold, ``wait`` empty lines, then the
-    fold's ``height x width`` output block skewed over the array's columns; its valid rows are
-    ``[row0, row0 + height)`` of the block (OS flips the block, so a partial fold's valid rows come last)."""
+    fold's output block (``block_rows`` rows, a column fold's width) skewed over the array's
+    columns. Under OS the block is a row fold of ``rows`` rows, flipped, so a partial row fold's
+    valid rows come last; under WS / IS it is all ``T`` rows."""
 
-    m: int
-    n: int
-    k: int
+    row_folds: int
+    col_folds: int
+    wait: int
+    lines: int  # per fold
     rows: int
     cols: int
-    dataflow: str
+    spatial_rows: int  # S_R
+    spatial_cols: int  # S_C
+    block_rows: int  # OS: rows; WS / IS: T
+    flipped: bool  # OS
 
-    def _fold(self, fr: int, fc: int) -> tuple[int, int, int]:
-        s_r, s_c, t = map_gemm(self.m, self.n, self.k, self.dataflow)
-        width = min(self.cols, s_c - fc * self.cols)
-        if self.dataflow == "os":
-            height = min(self.rows, s_r - fr * self.rows)
-            return self.rows - height, height, width
-        return 0, t, width
-
-    def _shape(self):
-        s_r, s_c, t = map_gemm(self.m, self.n, self.k, self.dataflow)
-        row_folds, col_folds = fold_counts(s_r, s_c, rows=self.rows, cols=self.cols)
-        wait = t - 1 if self.dataflow == "os" else 2 * self.rows - 1
-        return row_folds, col_folds, wait, fold_lines(self.m, self.n, self.k, rows=self.rows, cols=self.cols,
-                                                      dataflow=self.dataflow)
+    @classmethod
+    def of(cls, m: int, n: int, k: int, rows: int, cols: int, dataflow: str) -> _Outputs:
+        s_r, s_c, t = map_gemm(m, n, k, dataflow)
+        row_folds, col_folds = fold_counts(s_r, s_c, rows=rows, cols=cols)
+        os_ = dataflow == "os"
+        return cls(row_folds, col_folds, t - 1 if os_ else 2 * rows - 1,
+                   fold_lines(m, n, k, rows=rows, cols=cols, dataflow=dataflow), rows, cols, s_r, s_c,
+                   rows if os_ else t, os_)
 
     def total(self) -> int:
-        return self.m * self.n if self.dataflow == "os" else self.m * self.n * self._shape()[0]
+        """Words written: every fold's valid block (``M N`` under OS, ``M N Rf`` under WS / IS)."""
+        per_col = self.spatial_rows if self.flipped else self.block_rows * self.row_folds
+        return per_col * self.spatial_cols
+
+    def _fold(self, fr: int, fc: int) -> tuple[int, int, int]:
+        """(first valid row, valid rows, valid columns) of fold (fr, fc)'s output block."""
+        width = min(self.cols, self.spatial_cols - fc * self.cols)
+        if self.flipped:
+            height = min(self.rows, self.spatial_rows - fr * self.rows)
+            return self.rows - height, height, width
+        return 0, self.block_rows, width
 
     def line_of(self, x: int) -> int:
         """The demand line of the ``x``-th output word written (1-based)."""
-        row_folds, col_folds, wait, lines = self._shape()
-        s_r, _, _ = map_gemm(self.m, self.n, self.k, self.dataflow)
-        per_row_fold_rows = s_r if self.dataflow == "os" else map_gemm(self.m, self.n, self.k, self.dataflow)[2] * row_folds
-        col_words = self.cols * per_row_fold_rows  # words of a full column fold
-        fc = min((x - 1) // col_words, col_folds - 1)
-        x -= fc * col_words
-        _, height0, width = self._fold(0, fc)
-        fr = min((x - 1) // (height0 * width), row_folds - 1)  # every row fold but the last is full
-        x -= fr * height0 * width
+        per_col = self.spatial_rows if self.flipped else self.block_rows * self.row_folds
+        fc = min((x - 1) // (self.cols * per_col), self.col_folds - 1)  # every column fold but the last is full
+        x -= fc * self.cols * per_col
+        width = min(self.cols, self.spatial_cols - fc * self.cols)
+        fr = min((x - 1) // (self.block_rows * width), self.row_folds - 1)  # so is every row fold
+        x -= fr * self.block_rows * width
         row0, height, width = self._fold(fr, fc)
-        lo, hi = 0, height + width - 2  # block line where the count of written words reaches x
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if _staircase(mid + 1, width, height) >= x:
-                hi = mid
-            else:
-                lo = mid + 1
-        return (fc * row_folds + fr) * lines + wait + row0 + lo
+        return (fc * self.row_folds + fr) * self.lines + self.wait + row0 + _skew_line_of(x, height, width)
 
     def next_write_line(self, line: int) -> int | None:
         """The first line at or after ``line`` that writes an output word (None: none left)."""
-        row_folds, col_folds, wait, lines = self._shape()
-        fold, j = divmod(line, lines)
-        while fold < row_folds * col_folds:
-            fc, fr = divmod(fold, row_folds)
+        fold, j = divmod(line, self.lines)
+        while fold < self.row_folds * self.col_folds:
+            fc, fr = divmod(fold, self.row_folds)
             row0, height, width = self._fold(fr, fc)
-            first, last = wait + row0, wait + row0 + height + width - 2
+            first, last = self.wait + row0, self.wait + row0 + height + width - 2
             if j <= last:
-                return fold * lines + max(j, first)
+                return fold * self.lines + max(j, first)
             fold, j = fold + 1, 0
         return None
 
@@ -324,22 +371,36 @@ def _stalls(read_events: list[tuple[int, int, int]], outputs: _Outputs, ofmap_bu
     full_word = full_line = None  # the word that last found the buffer full, and its line
     i = 0
 
+    memo: dict[tuple, tuple[int | None, int | None]] = {}
+
+    def lines_of_state() -> tuple[int | None, int | None]:
+        """(line of the word that next takes the buffer past ``D``, line of the word that fills it)
+        for the current drain state; they depend on ``freed`` only, not on the stalls."""
+        key = (freed, full_word)
+        if key not in memo:
+            if full_word is not None:
+                memo[key] = (outputs.line_of(full_word + 1) if full_word + 1 <= total_writes else None, None)
+            else:
+                trigger = freed + drain_words + 1
+                full = freed + ofmap_buffer_words
+                memo[key] = (outputs.line_of(trigger) if trigger <= total_writes else None,
+                             outputs.line_of(full) if full <= total_writes else None)
+        return memo[key]
+
     def next_write_event() -> tuple[int | None, str]:
         """(line, what happens there): "drain" (a drain starts at the line's cycle), "drain at
         end" (after a full-buffer wait in the same line: at the running drain's end) or "full"."""
         if drain_lines == 0:
             return None, ""
-        if full_word is not None:  # the next word to arrive starts the next drain
-            if full_word + 1 > total_writes:
-                return None, ""
-            line = outputs.line_of(full_word + 1)
-            return line, "drain at end" if line == full_line else "drain"
-        if freed + drain_words + 1 > total_writes:
+        trigger, full = lines_of_state()
+        if trigger is None:
             return None, ""
-        trigger = outputs.line_of(freed + drain_words + 1)
+        if full_word is not None:  # the next word to arrive starts the next drain
+            return trigger, "drain at end" if trigger == full_line else "drain"
         if trigger + stall >= drain_end:
             return trigger, "drain"
-        full = outputs.line_of(freed + ofmap_buffer_words) if freed + ofmap_buffer_words <= total_writes else None
+        if full is not None and full < drain_end - stall:
+            return full, "full"
         free_line = outputs.next_write_line(max(trigger, drain_end - stall))
         if full is not None and (free_line is None or full < free_line):
             return full, "full"
@@ -350,7 +411,7 @@ def _stalls(read_events: list[tuple[int, int, int]], outputs: _Outputs, ofmap_bu
         read_at = read_events[i][0] if i < len(read_events) else None
         if write_at is None and read_at is None:
             return stall
-        line = min(x for x in (write_at, read_at) if x is not None)
+        line = read_at if write_at is None or (read_at is not None and read_at < write_at) else write_at
         cycle = line + stall
         delay = 0
         while i < len(read_events) and read_events[i][0] == line:
@@ -377,6 +438,7 @@ def _stalls(read_events: list[tuple[int, int, int]], outputs: _Outputs, ofmap_bu
         stall += delay
 
 
+@functools.lru_cache(maxsize=4096)
 def gemm_memory_scalesim(m: int, n: int, k: int, *, rows: int, cols: int, dataflow: str,
                          ifmap_buffer_words: int, filter_buffer_words: int, ofmap_buffer_words: int,
                          bandwidth_words_per_cycle: int) -> ScalesimMemory:
@@ -398,7 +460,7 @@ def gemm_memory_scalesim(m: int, n: int, k: int, *, rows: int, cols: int, datafl
         words.append(math.ceil(min(image_words, active) / bw) * bw + refetches * math.ceil(prefetch / bw) * bw)
         for line, count in misses:
             events.setdefault(line, [0, 0])[op] += count
-    outputs = _Outputs(m, n, k, rows, cols, dataflow)
+    outputs = _Outputs.of(m, n, k, rows, cols, dataflow)
     writes = outputs.total()
     read_events = [(line, a, b) for line, (a, b) in sorted(events.items())]
     fits = not read_events and writes <= ofmap_buffer_words

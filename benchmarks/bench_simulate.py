@@ -28,6 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from accel_sim.hardware import MEMORY_MODELS, HardwareConfig  # noqa: E402
+from accel_sim.memory_scalesim import gemm_memory_scalesim  # noqa: E402
 from accel_sim.simulate import simulate  # noqa: E402
 from accel_sim.systolic import gemm_cycles  # noqa: E402
 from accel_sim.trace_schema import load_trace  # noqa: E402
@@ -75,6 +76,7 @@ def main() -> int:
         hw = HardwareConfig(memory_model=memory_model)
         times, with_queries = [], []
         for _ in range(args.repeat):
+            gemm_memory_scalesim.cache_clear()  # each run prices its step cold (shapes repeat within it)
             start = time.perf_counter()
             report = simulate(trace, hw)
             times.append(time.perf_counter() - start)
