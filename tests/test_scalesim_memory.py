@@ -1,24 +1,23 @@
 """``memory_model = "scalesim"`` against SCALE-Sim 3.0's USER bandwidth mode, and our default
 memory model beside it with the named reason for each difference (docs/scalesim.md).
 
-The recording (tests/data/scalesim/gemm_memory_user.csv, ``scripts/record_scalesim.py memory``)
-holds SCALE-Sim's DRAM words per operand, stall and total cycles for 15 GEMMs (13 on an 8x16
-array, 2 on 32x64) x os / ws / is x SRAMs of 1 kB and 64 kB x 1 and 8 words per cycle, in its
-1-byte words; every count below is in those words.
+Two recordings (``scripts/record_scalesim.py memory`` / ``memory-spill``), counts in SCALE-Sim's
+1-byte words: tests/data/scalesim/gemm_memory_user.csv (15 GEMMs, 13 on an 8x16 array and 2 on
+32x64, x os / ws / is x SRAMs of 1 kB and 64 kB x 1 and 8 words per cycle: 180 rows) and
+tests/data/scalesim/gemm_memory_spill.csv (a held-out set recorded after the spill model was
+written: 6 batch-1 MobileNetV2-layer / edge GEMMs on 32x64 x 3 dataflows x (2 kB, 4 words/cycle),
+(4 kB, 22), (16 kB, 2): 54 rows, all of them spilling).
 
-Measured agreement of ``accel_sim.memory_scalesim`` (stated; asserted below):
+Measured agreement of ``accel_sim.memory_scalesim`` on all 234 rows (asserted below):
 
-* *fits* regime (every read operand fits its SRAM's active half, the outputs fit the OFMAP SRAM;
-  132 rows): DRAM reads per
-  operand and total cycles exact; DRAM writes short by SCALE-Sim's empty slots of partial write
-  lines only (worst 7 words of 967, 0.73 % of the writes, 0.4 % of the row's DRAM words).
-* *spill* regime (an operand does not fit; 48 rows): NOT matched. SCALE-Sim's window over the
-  prefetch image moves only forward, so a demand behind it costs a lap of the whole image; the
-  closed form counts the sweeps of the fold loop only and undercounts by up to 92 % of SCALE-Sim's
-  DRAM words and 96 % of its cycles (docs/scalesim.md). What is asserted there: the regime is
-  classified exactly (SCALE-Sim refetches in every spill row and in no fits row). Every recorded
-  row whose outputs overflow the OFMAP SRAM also spills on reads: outputs overflowing alone is
-  not in the recording (not validated).
+* DRAM reads per operand: exact on every row (first fill + refetches x prefetch half).
+* DRAM writes: ``M N`` (OS) / ``M N Rf`` (WS / IS); SCALE-Sim also counts some empty slots of the
+  partial write lines it forces out at each drain: worst 7 of 568 words (1.23 %, 17x33x19 os, 1 kB,
+  8 words/cycle); of a row's DRAM words (reads + writes) at most 0.40 %.
+* Total cycles: exact on the 132 rows where everything fits (stall 0) and on 21 more; worst
+  2.63 % (64x384x64 is, 4 kB, 22 words/cycle: 2,809 against 2,885), 2.51 % in the first set
+  (64x64x144 os, 1 kB, 1 word/cycle). The remaining error is the interpolated line of a prefetch
+  inside a streamed fold and the write drain's partial lines.
 """
 
 import csv
@@ -31,7 +30,9 @@ from accel_sim.memory import gemm_fold_schedule, pipelined_cycles
 from accel_sim.memory_scalesim import gemm_memory_scalesim, prefetch_image_words
 from accel_sim.systolic import fold_counts, map_gemm
 
-ROWS = list(csv.DictReader(open(Path(__file__).parent / "data" / "scalesim" / "gemm_memory_user.csv", newline="")))
+DATA = Path(__file__).parent / "data" / "scalesim"
+ROWS = list(csv.DictReader(open(DATA / "gemm_memory_user.csv", newline="")))
+HELD_OUT = list(csv.DictReader(open(DATA / "gemm_memory_spill.csv", newline="")))
 
 
 def _ints(row: dict, *names: str) -> list[int]:
@@ -55,50 +56,75 @@ SPILL = [r for r in ROWS if not _scalesim_mode(r).fits]
 
 
 def test_recording_covers_the_promised_cases():
-    assert len(ROWS) == 180
-    assert {r["dataflow"] for r in ROWS} == {"os", "ws", "is"}
-    assert {r["sram_kb"] for r in ROWS} == {"1", "64"}
-    assert {r["bandwidth_words_per_cycle"] for r in ROWS} == {"1", "8"}
-    assert any(r["kind"] == "mobilenetv2" for r in ROWS)
+    assert len(ROWS) == 180 and len(HELD_OUT) == 54
+    assert {r["dataflow"] for r in ROWS} == {r["dataflow"] for r in HELD_OUT} == {"os", "ws", "is"}
+    assert {r["sram_kb"] for r in ROWS} == {"1", "64"} and {r["sram_kb"] for r in HELD_OUT} == {"2", "4", "16"}
+    assert {r["bandwidth_words_per_cycle"] for r in ROWS + HELD_OUT} == {"1", "2", "4", "8", "22"}
+    assert sum(r["kind"] == "mobilenetv2" for r in HELD_OUT) == 45
     assert sum(int(r["stall_cycles"]) > 0 for r in ROWS) >= 30  # USER mode: memory stalls the array
     assert (len(FITS), len(SPILL)) == (132, 48)
+    assert not any(_scalesim_mode(r).fits for r in HELD_OUT)
     for dataflow in ("os", "ws", "is"):
         assert sum(r["dataflow"] == dataflow for r in SPILL) == 16
 
 
 @pytest.mark.parametrize("row", FITS, ids=_id)
-def test_fits_regime_matches_scalesim(row):
-    """Reads and cycles exact; writes short of SCALE-Sim's by its partial-line slots only (worst
-    7 words of 967, 0.73 %; 0.4 % of the row's DRAM words)."""
+def test_fits_regime_matches_scalesim_exactly(row):
+    """Everything fits: reads and cycles exact, no stall (the first fill is before cycle 0, the
+    last drain after the last line)."""
     got = _scalesim_mode(row)
-    ifmap, filt, ofmap, total, stall = _ints(row, "dram_ifmap_read_words", "dram_filter_read_words",
-                                             "dram_ofmap_write_words", "total_cycles", "stall_cycles")
+    total, stall = _ints(row, "total_cycles", "stall_cycles")
+    assert (got.total_cycles, got.stall_cycles) == (total + 1, stall) == (got.compute_cycles, 0)  # "+ 1": zero-based
+
+
+@pytest.mark.parametrize("row", ROWS + HELD_OUT, ids=_id)
+def test_every_recorded_row_within_5_percent(row):
+    """Reads per operand exact; writes short of SCALE-Sim's by its empty write-line slots only;
+    total cycles within 5 % (worst 2.63 %, see the next test)."""
+    got = _scalesim_mode(row)
+    ifmap, filt, ofmap, total = _ints(row, "dram_ifmap_read_words", "dram_filter_read_words",
+                                      "dram_ofmap_write_words", "total_cycles")
     assert (got.ifmap_read_words, got.filter_read_words) == (ifmap, filt)
-    assert got.ofmap_write_words <= ofmap <= got.ofmap_write_words * 1.01
-    assert ofmap - got.ofmap_write_words <= 0.005 * (ifmap + filt + ofmap)
-    assert (got.total_cycles, got.stall_cycles) == (total + 1, stall)  # "+ 1": zero-based index
+    assert got.ofmap_write_words <= ofmap <= got.ofmap_write_words * 1.05
+    assert abs(got.total_cycles - (total + 1)) <= 0.05 * (total + 1)
 
 
-def test_spill_regime_is_classified_exactly_and_its_gap_stated():
-    """SCALE-Sim refetches (reads more than its first fill of both active halves) in exactly the
-    rows the closed form calls spill; there the closed form is an undercount (module docstring)."""
-    for row in ROWS:
-        m, n, k, rows, cols, sram_kb = _ints(row, "m", "n", "k", "rows", "cols", "sram_kb")
-        a_image, b_image = prefetch_image_words(m, n, k, rows=rows, cols=cols, dataflow=row["dataflow"])
-        active = sram_kb * 1024 // 2
-        refetched = (int(row["dram_ifmap_read_words"]) > min(a_image, active)
-                     or int(row["dram_filter_read_words"]) > min(b_image, active))
-        assert refetched == (not _scalesim_mode(row).fits), _id(row)
-        if int(row["dram_ofmap_write_words"]) > sram_kb * 1024:
-            assert refetched  # no recorded row overflows the OFMAP SRAM with reads that fit
-    worst_words = worst_cycles = 0.0
-    for row in SPILL:
+def test_worst_rows_are_the_stated_ones():
+    """The worst relative errors over all 234 rows, printed and pinned to the figures the module
+    docstring and docs/scalesim.md state."""
+    worst_cycles = worst_writes = worst_words = (0.0, "")
+    for row in ROWS + HELD_OUT:
         got = _scalesim_mode(row)
-        ref = sum(_ints(row, "dram_ifmap_read_words", "dram_filter_read_words", "dram_ofmap_write_words"))
-        ours = got.ifmap_read_words + got.filter_read_words + got.ofmap_write_words
-        worst_words = max(worst_words, abs(ours - ref) / ref)
-        worst_cycles = max(worst_cycles, abs(got.total_cycles - int(row["total_cycles"]) - 1) / (int(row["total_cycles"]) + 1))
-    assert 0.9 < worst_words < 0.93 and 0.95 < worst_cycles < 0.97  # the gap docs/scalesim.md states
+        ifmap, filt, ofmap, total = _ints(row, "dram_ifmap_read_words", "dram_filter_read_words",
+                                          "dram_ofmap_write_words", "total_cycles")
+        words = got.ifmap_read_words + got.filter_read_words + got.ofmap_write_words
+        worst_cycles = max(worst_cycles, (abs(got.total_cycles - total - 1) / (total + 1), _id(row)))
+        worst_writes = max(worst_writes, ((ofmap - got.ofmap_write_words) / ofmap, _id(row)))
+        worst_words = max(worst_words, ((ifmap + filt + ofmap - words) / (ifmap + filt + ofmap), _id(row)))
+    print(f"\nworst total cycles {worst_cycles[0]:.2%} ({worst_cycles[1]}), writes {worst_writes[0]:.2%} "
+          f"({worst_writes[1]}), DRAM words {worst_words[0]:.2%} ({worst_words[1]})")
+    assert worst_cycles[1] == "64x384x64-32x64-is-4kB-bw22" and 0.026 < worst_cycles[0] < 0.027
+    assert worst_writes[1] == "17x33x19-8x16-os-1kB-bw8" and 0.012 < worst_writes[0] < 0.0125
+    assert worst_words[0] < 0.0041
+
+
+def test_hand_worked_lap_of_the_window():
+    """OS, M = 70, N = 40, K = 90 on 32x64, SRAMs of 1,024 words, 1 word per cycle: B's image is
+    one column fold, 90 x 64 rolled out along anti-diagonals, 3,600 valid words = 327 sets of 11
+    and a partial one: 328 sets; window 47 sets (512 / 11 rounded up), step 47. Each of the
+    Rf = ceil(70 / 32) = 3 row folds walks the whole image forward, set 0 to set 327.
+    Row fold 0: from window [0, 47) to set 327: ceil((327 - 47 + 1) / 47) = 6 prefetches, window
+    [282, 1) (circular: 282..327 and 0). Row fold 1: set 0 is in it (offset (0 - 282) mod 328 = 46),
+    set 1 is not: the window must go round, ceil((46 + 327 - 47 + 1) / 47) = 7 prefetches, start
+    282 + 329 = 611 mod 328 = 283. Row fold 2: offset 45, ceil((45 + 327 - 47 + 1) / 47) = 7.
+    20 prefetches of 512 words + the first fill of 512: 10,752 words.
+    Our model: B's 90 x 40 = 3,600 words do not fit its 512-word half, so every row fold fetches
+    them again, 3 x 3,600 = 10,800, and A's 70 x 90 = 6,300 once: 17,100 words read (close to
+    SCALE-Sim's B here by chance: its laps cost 7 prefetches where a refetch costs 3,600 words)."""
+    row = next(r for r in ROWS if _id(r) == "70x40x90-32x64-os-1kB-bw1")
+    assert int(row["dram_filter_read_words"]) == 512 + 20 * 512 == 10_752
+    assert _scalesim_mode(row).filter_read_words == 10_752
+    assert _ours(row).read_bytes == 6_300 + 3 * 3_600
 
 
 def _ours(row: dict, latency_cycles: int = 0):
