@@ -1,46 +1,59 @@
-"""SCALE-Sim 3.0's memory model in closed form: DRAM words per operand, stall and total cycles of
-one GEMM in its USER bandwidth mode (``memory_model = "scalesim"`` in the hardware config).
+"""SCALE-Sim 3.0's memory model, derived from its source: DRAM words per operand, stall and total
+cycles of one GEMM in its USER bandwidth mode (``memory_model = "scalesim"`` in the hardware config).
 
 Sources: Samajdar et al., "A Systematic Methodology for Characterizing Scalability of DNN
 Accelerators using SCALE-Sim", ISPASS 2020; Raj et al., SCALE-Sim v3 (2025); read from the
 installed package 3.0.0 (``memory/read_buffer.py``, ``memory/write_buffer.py``,
 ``memory/double_buffered_scratchpad_mem.py``, ``single_layer_sim.py``, ``compute/systolic_compute_*.py``)
-and checked against ``tests/data/scalesim/gemm_memory_user.csv`` (``docs/scalesim.md``).
+and checked against ``tests/data/scalesim/gemm_memory_user.csv`` and the held-out
+``gemm_memory_spill.csv`` (``docs/scalesim.md`` works small cases).
 
-What SCALE-Sim does, and what the closed form takes from it (``docs/scalesim.md`` works small cases):
+What SCALE-Sim does, and what is taken from it:
 
 * **Prefetch images.** Each read SRAM (IFMAP = A, filter = B) is filled from a *prefetch image* of
   its operand, built fold by fold and padded with empty slots to whole folds; the empty slots
   travel like words (they are counted in the DRAM reads). Image sizes (``prefetch_image_words``):
   OS A ``Rf R x K``, B ``K x Cf C``; WS A ``M x Rf R``, B ``K x Cf C``; IS A ``K x Cf C``,
-  B ``Rf R x N``, with ``Rf``, ``Cf`` the row / column folds of ``accel_sim.systolic``.
+  B ``Rf R x N``, with ``Rf``, ``Cf`` the row / column folds of ``accel_sim.systolic``. Streamed
+  operands' images are rolled out along anti-diagonals, the stationary ones' row by row
+  (``OperandImage.rank``: a word's place among the image's valid words, in closed form).
 * **Buffers.** Each SRAM holds ``sram bytes / word bytes`` words, half active (``active_buf_frac
   = 0.5``), half prefetch. The first fill of the active half happens before cycle 0 and costs no
   stall; it moves ``ceil(min(image, active) / bw)`` lines of ``bw`` words.
-* **Fit test.** The operand *fits* when its valid (un-padded) words, grouped in sets of
-  ``ceil(buffer words / 100)`` words (SCALE-Sim's hashed lines), fit the active half's sets. Then
-  nothing is fetched again: no more DRAM reads, no read stalls.
+* **Set window (re-fetch).** The image's valid words are grouped in sets of ``ceil(buffer words /
+  100)``; the active half is a window of consecutive sets over the image, circular. A demanded
+  word outside it moves the window forward by the prefetch half's sets, as often as needed, and
+  each move is one DRAM prefetch of the whole prefetch half (``ceil(prefetch / bw) bw`` words).
+  The window never moves back: a fold whose demand starts behind it (the next row fold of a
+  streamed operand re-walking its block, the stationary operand's rows demanded bottom row first,
+  the skewed blocks' overlap at fold edges) costs a lap of the whole image (``read_misses``).
+  An operand whose sets fit the window is never fetched again.
+* **Prefetch chain and its doubled stall.** Each port's prefetches run back to back from cycle 1,
+  ``ceil(prefetch / bw) + 1`` cycles each (``prefetch_cycles``), whenever they are asked for;
+  a demand line that misses at cycle ``c`` while the chain ends at ``L`` waits ``L - c - 1``, and
+  SCALE-Sim adds that wait to the line's offset twice (``read_buffer.service_reads``).
 * **Writes.** Every word the array writes to the OFMAP SRAM goes to DRAM once: ``M N`` under OS,
   ``M N Rf`` under WS / IS (every row fold's partial sums are written out and never read back).
-  SCALE-Sim also counts some empty slots of the partial ``bw``-word write lines it forces out at
-  each drain (``write_buffer.py``); the closed form leaves them out (at most 7 words, 0.73 % of the
-  writes and 0.4 % of the DRAM words of a recorded row). The final drain happens after the last compute cycle and is not in
+  The OFMAP SRAM drains half its words (``ceil(half / bw)`` cycles) once it holds more than
+  half and no drain runs; a word that finds it full during a drain waits for the drain's end
+  (``_stalls``). SCALE-Sim also counts some empty slots of the partial ``bw``-word write lines it
+  forces out at each drain; they are left out (at most 1.23 % of a recorded row's writes, 0.40 %
+  of its DRAM words). The final drain happens after the last compute cycle and is not in
   "Total Cycles".
 * **Cycles.** "Total Cycles" = the compute lines (``accel_sim.systolic.gemm_cycles``) + stalls,
   reported as a zero-based index (one less); we count cycles, as ``accel_sim.systolic`` does.
+  Demand line ``i`` is served at cycle ``i +`` the stalls so far, and stalls by the largest of
+  its three buffers' waits.
 
-Exact for the reads and the cycles when every read operand fits and the output words fit the
-OFMAP SRAM (the *fits* regime: 132 of the 180 recorded rows; there SCALE-Sim's write buffer never
-fills, so the writes never stall the array). Outputs that overflow the OFMAP SRAM while the reads
-fit do not occur in the recording: that case is not validated (its stall is an estimate, the write
-port's stream, ``write_stream_cycles``).
-
-When an operand does not fit (*spill*), SCALE-Sim's window over the image moves only forward and
-circularly, by whole prefetch halves, on every miss; a demand behind the window costs a lap of the
-whole image, so its refetches depend on the order in which each fold's skewed demand walks the
-diagonally rolled-out image. The closed form here counts the sweeps the fold loop needs
-(``spill_sweep_words``) at SCALE-Sim's prefetch granularity and times them as a back-to-back
-stream; it is *not* SCALE-Sim's count in that regime (docs/scalesim.md gives the measured gap).
+Not a single closed form over the GEMM: which refetch costs a lap depends on where the window
+stands when each fold begins, which depends on every earlier fold (the window's start modulo the
+image's sets), so the model walks the folds (O(1) per fold of a streamed operand, O(1) per fold of
+a stationary operand that lies inside the window, else O(rows)) and the drain / miss events (O(1)
+each), each step in closed form. Measured agreement (tests/test_scalesim_memory.py, 234 rows):
+DRAM reads per operand exact on every row; writes within 1.23 %; total cycles exact on the 132
+rows where everything fits (no stall) and within 2.63 % on every row. The remaining cycle error:
+the line at which a prefetch inside a streamed fold happens is interpolated along the fold, and a
+drain's partial last line is counted whole.
 """
 
 from __future__ import annotations
