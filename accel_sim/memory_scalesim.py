@@ -28,7 +28,7 @@ What SCALE-Sim does, and what is taken from it:
   streamed operand re-walking its block, the stationary operand's rows demanded bottom row first,
   the skewed blocks' overlap at fold edges) costs a lap of the whole image (``read_misses``).
   An operand whose sets fit the window is never fetched again.
-* **Prefetch chain and its doubled stall.** Each port's prefetches run back to back from cycle 1,
+* **Prefetch chain and its doubled stall.** Each port's prefetches run back to back from cycle -1,
   ``ceil(prefetch / bw) + 1`` cycles each (``prefetch_cycles``), whenever they are asked for;
   a demand line that misses at cycle ``c`` while the chain ends at ``L`` waits ``L - c - 1``, and
   SCALE-Sim adds that wait to the line's offset twice (``read_buffer.service_reads``).
@@ -51,9 +51,9 @@ image's sets), so the model walks the folds (O(1) per fold of a streamed operand
 a stationary operand that lies inside the window, else O(rows)) and the drain / miss events (O(1)
 each), each step in closed form. Measured agreement (tests/test_scalesim_memory.py, 234 rows):
 DRAM reads per operand exact on every row; writes within 1.23 %; total cycles exact on the 132
-rows where everything fits (no stall) and within 2.63 % on every row. The remaining cycle error:
-the line at which a prefetch inside a streamed fold happens is interpolated along the fold, and a
-drain's partial last line is counted whole.
+rows where everything fits (no stall) and on 87 of the 102 where something spills, within 2.63 %
+on every row. The remaining cycle error is in the OFMAP drains' timing: every row it misses
+overflows the OFMAP SRAM (a drain's forced partial lines are credited as whole lines here).
 """
 
 from __future__ import annotations
@@ -67,7 +67,9 @@ from accel_sim.systolic import fold_counts, gemm_cycles, map_gemm
 
 SCALESIM_ACTIVE_FRACTION = 0.5  # single_layer_sim.py: active_buf_frac = 0.5 for every SRAM
 SCALESIM_SETS_PER_BUFFER = 100  # read_buffer.py prepare_hashed_buffer: ceil(total / 100) words per set
-SCALESIM_PORT_LATENCY_CYCLES = 1  # read_port.py / write_port.py: latency = 1
+SCALESIM_READ_PORT_LATENCY_CYCLES = 1  # read_port.py: latency = 1
+SCALESIM_WRITE_PORT_LATENCY_CYCLES = 0  # write_port.py: latency = 0
+SCALESIM_HIT_LATENCY_CYCLES = 1  # read_buffer.py: hit_latency = 1 (double_buffered_scratchpad_mem.py)
 
 
 @dataclass(frozen=True)
@@ -105,7 +107,7 @@ def _halves(buffer_words: int) -> tuple[int, int]:
 def prefetch_cycles(buffer_words: int, bandwidth_words_per_cycle: int) -> int:
     """Cycles one prefetch adds to a read port's chain: one per ``bw``-word line of the prefetch
     half, plus the port's latency (``read_buffer.new_prefetch``: requests at ``last + 1 + i``)."""
-    return math.ceil(_halves(buffer_words)[1] / bandwidth_words_per_cycle) + SCALESIM_PORT_LATENCY_CYCLES
+    return math.ceil(_halves(buffer_words)[1] / bandwidth_words_per_cycle) + SCALESIM_READ_PORT_LATENCY_CYCLES
 
 
 def _ramp(x: int, width: int) -> int:
@@ -153,6 +155,21 @@ class OperandImage:
         return before + within
 
 
+    def skewed_line_reaching(self, top: int, width: int, threshold: int) -> int:
+        """The first line ``t`` of the skewed walk over the block of rows ``top ..`` (``width``
+        valid columns) that asks for a word of rank >= ``threshold``: line ``t``'s last word (in
+        rank order) is its lowest row's, ``(top + max(0, t - width + 1), min(t, width - 1))``."""
+        lo, hi = 0, self.block_rows + width - 2
+        while lo < hi:
+            mid = (lo + hi) // 2
+            low_row = max(0, mid - width + 1)
+            if self.rank(top + low_row, mid - low_row) >= threshold:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+
 def _images(m: int, n: int, k: int, rows: int, cols: int, dataflow: str) -> tuple[OperandImage, OperandImage]:
     s_r, s_c, t = map_gemm(m, n, k, dataflow)
     row_folds, col_folds = fold_counts(s_r, s_c, rows=rows, cols=cols)
@@ -171,6 +188,18 @@ def fold_lines(m: int, n: int, k: int, *, rows: int, cols: int, dataflow: str) -
     """Demand lines (cycles) of one fold (``accel_sim.systolic``; tests/data/scalesim/README.md)."""
     _, _, t = map_gemm(m, n, k, dataflow)
     return t + rows + cols - 2 if dataflow == "os" else 2 * rows + cols + t - 2
+
+
+class _SkewedFold(NamedTuple):
+    """A streamed operand's fold: its block (rows ``top ..`` of the image, ``width`` valid
+    columns), skewed: line ``first_line + t`` asks for the block's anti-diagonal ``t``, in rank
+    order, from rank ``first`` to rank ``last``."""
+
+    first: int
+    last: int
+    first_line: int
+    top: int
+    width: int
 
 
 class _RowsFold(NamedTuple):
@@ -207,8 +236,8 @@ def _demand_runs(image: OperandImage, operand: str, m: int, n: int, k: int, rows
                 block = fr if streamed_by_row_fold else fc
                 width = image.width if block < image.blocks - 1 else image.last_width
                 top = block * image.block_rows
-                yield ((image.rank(top, 0), image.rank(top + image.block_rows - 1, width - 1),
-                        start + wait, start + wait + image.block_rows - 1 + width - 1),)
+                yield _SkewedFold(image.rank(top, 0), image.rank(top + image.block_rows - 1, width - 1),
+                                  start + wait, top, width)
             else:
                 width = image.width if fc < image.blocks - 1 else image.last_width
                 used = min(rows, image.block_rows - fr * rows)
@@ -229,7 +258,8 @@ def read_misses(image: OperandImage, runs, buffer_words: int) -> list[tuple[int,
     (``new_prefetch``), never back: a demand behind the window costs a lap of the image. A run
     walked forward from set ``a`` to set ``b`` needs the window first at ``a`` and then, moving on
     from there, at ``b`` (every set between is then passed in order). The line of a prefetch inside
-    a run is interpolated along the run (the demand walks it at a steady pace)."""
+    streamed fold is the first line of its skewed walk that asks for a word of the set past the
+    window (``OperandImage.skewed_line_reaching``)."""
     active, prefetch = _halves(buffer_words)
     set_words = math.ceil(buffer_words / SCALESIM_SETS_PER_BUFFER)
     sets = image.valid_words // set_words + 1
@@ -240,7 +270,7 @@ def read_misses(image: OperandImage, runs, buffer_words: int) -> list[tuple[int,
         return misses
     start = 0
 
-    def walk(first: int, last: int, first_line: int, last_line: int) -> None:
+    def walk(first: int, last: int, first_line: int, block: _SkewedFold | None = None) -> None:
         nonlocal start
         a, b = first // set_words, last // set_words
         ahead = (a - start) % sets
@@ -251,27 +281,26 @@ def read_misses(image: OperandImage, runs, buffer_words: int) -> list[tuple[int,
         offset = (a - start) % sets
         if offset + b - a >= window:
             moves = -(-(offset + b - a - window + 1) // step)
-            if last_line == first_line:
+            if block is None:
                 misses.append((first_line, moves))
-            else:
+            else:  # each move when the walk first asks for a word of the set past the window
                 for i in range(moves):
-                    at = window + i * step - offset  # sets past a where the window runs out
-                    misses.append((first_line + round(at * (last_line - first_line) / (b - a)), 1))
+                    threshold = (a + window + i * step - offset) * set_words
+                    misses.append((first_line + image.skewed_line_reaching(block.top, block.width, threshold), 1))
             start = (start + moves * step) % sets
 
     for fold in runs:
         if isinstance(fold, _RowsFold):
-            walk(fold.top, fold.top + fold.width - 1, fold.first_line, fold.first_line)
+            walk(fold.top, fold.top + fold.width - 1, fold.first_line)
             bottom = fold.top - (fold.rows - 1) * fold.stride
             top_offset = (fold.top // set_words - start) % sets
             if (bottom // set_words - start) % sets <= top_offset < window:
                 continue  # every lower row lies in the window between its start and the top row
             for j in range(1, fold.rows):
                 first = fold.top - j * fold.stride
-                walk(first, first + fold.width - 1, fold.first_line + j, fold.first_line + j)
+                walk(first, first + fold.width - 1, fold.first_line + j)
         else:
-            for run in fold:
-                walk(*run)
+            walk(fold.first, fold.last, fold.first_line, fold)
     return misses
 
 
@@ -367,19 +396,21 @@ def _stalls(read_events: list[tuple[int, int, int]], outputs: _Outputs, ofmap_bu
     buffers' delays.
 
     * Reads (``read_buffer.service_reads``): each port's prefetches form a chain, each
-      ``prefetch_cycles`` after the previous one, starting at cycle 1 (the first fill before
-      cycle 0) whenever it is asked for; a miss at cycle ``c`` with the chain at ``L`` moves the
+      ``prefetch_cycles`` after the previous one, from cycle -1 (the end of the first fill, before
+      cycle 0), whenever it is asked for; a miss at cycle ``c`` with the chain at ``L`` moves the
       line's offset (from the hit latency 1) by ``L - c - offset``, and by that again when
-      positive (the stall is added twice, lines ~315-318).
+      positive (the stall is added twice: ``read_buffer.py`` lines 361-364).
     * Writes (``write_buffer.service_writes``): the OFMAP SRAM of ``W`` words starts draining
-      ``D = W - ceil(W / 2)`` words, ``ceil(D / bw)`` lines (cycles, + the port latency), when it holds
+      ``D = W - ceil(W / 2)`` words, ``ceil(D / bw)`` lines (cycles; no write-port latency), when it holds
       more than ``D`` and no drain is running; the drained words are free at once; a word arriving
       to a full buffer during a drain waits for the drain's end. The last drain
       (``empty_all_buffers``) is after the last line and costs nothing."""
     drain_words = ofmap_buffer_words - math.ceil(ofmap_buffer_words * SCALESIM_ACTIVE_FRACTION)
     drain_lines = math.ceil(drain_words / bandwidth_words_per_cycle) if drain_words else 0
     total_writes = outputs.total()
-    chain = [SCALESIM_PORT_LATENCY_CYCLES, SCALESIM_PORT_LATENCY_CYCLES]
+    # prefetch_active_buffer requests the first fill's lines at cycles -n - 1 .. -2 (n lines, latency
+    # 1: "-1 * (num_lines - start_cycle - (i - latency))"), so its last line is served at cycle -1
+    chain = [-1, -1]
     stall = freed = drain_end = 0
     full_word = full_line = None  # the word that last found the buffer full, and its line
     i = 0
@@ -430,14 +461,14 @@ def _stalls(read_events: list[tuple[int, int, int]], outputs: _Outputs, ofmap_bu
         while i < len(read_events) and read_events[i][0] == line:
             _, a_misses, b_misses = read_events[i]
             for op, count in ((0, a_misses), (1, b_misses)):
-                offset = SCALESIM_PORT_LATENCY_CYCLES
+                offset = SCALESIM_HIT_LATENCY_CYCLES
                 for _ in range(count):
                     chain[op] += prefetch_cycles_per_operand[op]
                     potential = chain[op] - (cycle + offset)
                     offset += potential
                     if potential > 0:
                         offset += potential
-                delay = max(delay, offset - SCALESIM_PORT_LATENCY_CYCLES)
+                delay = max(delay, offset - SCALESIM_HIT_LATENCY_CYCLES)
             i += 1
         if write_at == line:
             if kind == "full":
@@ -445,7 +476,7 @@ def _stalls(read_events: list[tuple[int, int, int]], outputs: _Outputs, ofmap_bu
                 full_word, full_line = freed + ofmap_buffer_words, line
             else:
                 start = drain_end if kind == "drain at end" else max(cycle, drain_end)
-                drain_end = start + drain_lines - 1  # write_port: no latency on the drain (measured)
+                drain_end = start + drain_lines - 1 + SCALESIM_WRITE_PORT_LATENCY_CYCLES
                 freed += drain_lines * bandwidth_words_per_cycle
                 full_word = full_line = None
         stall += delay

@@ -14,10 +14,9 @@ Measured agreement of ``accel_sim.memory_scalesim`` on all 234 rows (asserted be
 * DRAM writes: ``M N`` (OS) / ``M N Rf`` (WS / IS); SCALE-Sim also counts some empty slots of the
   partial write lines it forces out at each drain: worst 7 of 568 words (1.23 %, 17x33x19 os, 1 kB,
   8 words/cycle); of a row's DRAM words (reads + writes) at most 0.40 %.
-* Total cycles: exact on the 132 rows where everything fits (stall 0) and on 21 more; worst
-  2.63 % (64x384x64 is, 4 kB, 22 words/cycle: 2,809 against 2,885), 2.51 % in the first set
-  (64x64x144 os, 1 kB, 1 word/cycle). The remaining error is the interpolated line of a prefetch
-  inside a streamed fold and the write drain's partial lines.
+* Total cycles: exact on the 132 rows where everything fits (stall 0) and on 87 of the 102 that
+  spill (43 of 48 in the first set, 44 of 54 held out); worst 2.63 % (64x384x64 is, 4 kB, 22
+  words/cycle: 2,809 against 2,885), 1.13 % in the first set (70x40x90 ws, 1 kB, 1 word/cycle).
 """
 
 import csv
