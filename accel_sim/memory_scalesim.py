@@ -155,19 +155,36 @@ class OperandImage:
         return before + within
 
 
-    def skewed_line_reaching(self, top: int, width: int, threshold: int) -> int:
+    def skewed_line_reaching(self, top: int, width: int, threshold: int, first: int, last: int) -> int:
         """The first line ``t`` of the skewed walk over the block of rows ``top ..`` (``width``
-        valid columns) that asks for a word of rank >= ``threshold``: line ``t``'s last word (in
-        rank order) is its lowest row's, ``(top + max(0, t - width + 1), min(t, width - 1))``."""
-        lo, hi = 0, self.block_rows + width - 2
-        while lo < hi:
+        valid columns; ranks ``first`` .. ``last``) that asks for a word of rank >= ``threshold``:
+        line ``t``'s last word (in rank order) is its lowest row's, ``(top + max(0, t - width + 1),
+        min(t, width - 1))``. Searched from the line a steady walk would reach it at."""
+        lines = self.block_rows + width - 1
+
+        def reaches(t: int) -> bool:
+            low_row = max(0, t - width + 1)
+            return self.rank(top + low_row, t - low_row) >= threshold
+
+        guess = min(lines - 1, max(0, (threshold - first) * lines // max(1, last - first + 1)))
+        gap = 1  # gallop from the guess to a bracket (lo, hi]: lo does not reach (or is -1), hi does
+        if reaches(guess):
+            hi = guess
+            while hi - gap >= 0 and reaches(hi - gap):
+                hi, gap = hi - gap, gap * 2
+            lo = max(-1, hi - gap)
+        else:
+            lo = guess
+            while lo + gap < lines - 1 and not reaches(lo + gap):
+                lo, gap = lo + gap, gap * 2
+            hi = min(lines - 1, lo + gap)
+        while hi - lo > 1:
             mid = (lo + hi) // 2
-            low_row = max(0, mid - width + 1)
-            if self.rank(top + low_row, mid - low_row) >= threshold:
+            if reaches(mid):
                 hi = mid
             else:
-                lo = mid + 1
-        return lo
+                lo = mid
+        return hi
 
 
 def _images(m: int, n: int, k: int, rows: int, cols: int, dataflow: str) -> tuple[OperandImage, OperandImage]:
@@ -286,7 +303,8 @@ def read_misses(image: OperandImage, runs, buffer_words: int) -> list[tuple[int,
             else:  # each move when the walk first asks for a word of the set past the window
                 for i in range(moves):
                     threshold = (a + window + i * step - offset) * set_words
-                    misses.append((first_line + image.skewed_line_reaching(block.top, block.width, threshold), 1))
+                    misses.append((first_line + image.skewed_line_reaching(block.top, block.width, threshold,
+                                                                           block.first, block.last), 1))
             start = (start + moves * step) % sets
 
     for fold in runs:
