@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from accel_sim.memory import gemm_fold_schedule, pipelined_cycles
-from accel_sim.memory_scalesim import gemm_memory_scalesim, prefetch_image_words
+from accel_sim.memory_scalesim import OperandImage, _skew_line_of, gemm_memory_scalesim, prefetch_image_words
 from accel_sim.systolic import fold_counts, map_gemm
 
 DATA = Path(__file__).parent / "data" / "scalesim"
@@ -197,3 +197,27 @@ def test_hand_worked_gemm_under_both_models():
     os_row = next(r for r in ROWS if r["name"] == "hand-worked in docs/scalesim.md" and r["dataflow"] == "os"
                   and r["sram_kb"] == "1" and r["bandwidth_words_per_cycle"] == "8")
     assert _ours(os_row).total_cycles == 194
+
+
+def test_closed_form_walks_agree_with_counting():
+    """The closed forms the model steps with, against counting element by element on small
+    blocks: an image's rank (the roll-out along anti-diagonals, padded last block), the first line
+    of a skewed walk reaching a rank, and the line of the x-th output word of a skewed block."""
+    for blocks, block_rows, width, last_width in ((1, 5, 4, 4), (3, 7, 4, 2), (2, 3, 6, 1), (4, 9, 3, 3)):
+        image = OperandImage(blocks, block_rows, width, last_width, rolled=True)
+        height = blocks * block_rows
+        order = [(r, d - r) for d in range(height + width - 1) for r in range(min(d, height - 1), -1, -1)
+                 if d - r < width and (r < (blocks - 1) * block_rows or d - r < last_width)]
+        assert [image.rank(r, c) for r, c in order] == list(range(len(order))) == list(range(image.valid_words))
+        for block in range(blocks):
+            w = width if block < blocks - 1 else last_width
+            top, lines = block * block_rows, block_rows + w - 1
+            first, last = image.rank(top, 0), image.rank(top + block_rows - 1, w - 1)
+            walk = [max(image.rank(top + t - c, c) for c in range(w) if 0 <= t - c < block_rows) for t in range(lines)]
+            for threshold in range(first, last + 1):
+                expected = next(t for t in range(lines) if walk[t] >= threshold)
+                assert image.skewed_line_reaching(top, w, threshold, first, last) == expected
+    for height in range(1, 9):
+        for width in range(1, 9):
+            line_of_word = sorted(r + c for r in range(height) for c in range(width))
+            assert [_skew_line_of(x, height, width) for x in range(1, height * width + 1)] == line_of_word
