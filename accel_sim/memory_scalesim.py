@@ -114,14 +114,16 @@ def _ramp(x: int, width: int) -> int:
     """sum over c in [0, width) of max(0, x - c)."""
     if x <= 0:
         return 0
-    t = min(width, x)
+    t = width if width < x else x
     return t * x - t * (t - 1) // 2
 
 
 def _staircase(x: int, width: int, height: int) -> int:
     """sum over c in [0, width) of clamp(x - c, 0, height): the elements (r, c) of a
     ``height x width`` matrix with ``r + c < x``."""
-    return _ramp(x, width) - _ramp(x - height, width)
+    if x <= 0:
+        return 0
+    return _ramp(x, width) - (_ramp(x - height, width) if x > height else 0)
 
 
 @dataclass(frozen=True)
@@ -148,9 +150,10 @@ class OperandImage:
         if not self.rolled:
             return r * self.width + c - max(0, r - last_row) * pad
         d = r + c  # anti-diagonal d lists rows min(d, height - 1) down to max(0, d - width + 1)
-        before = _staircase(d, self.width, height) - _staircase(d - last_row - self.last_width, pad, height - last_row)
+        before = _staircase(d, self.width, height)
         within = min(d, height - 1) - r
-        if pad:
+        if pad:  # less the padding slots of the last block on the diagonals before d and on d
+            before -= _staircase(d - last_row - self.last_width, pad, height - last_row)
             within -= max(0, min(d, height - 1, d - self.last_width) - max(r + 1, last_row) + 1)
         return before + within
 
