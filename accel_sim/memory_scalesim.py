@@ -146,7 +146,8 @@ class OperandImage:
     def rank(self, r: int, c: int) -> int:
         """Position of element (r, c) among the image's valid words, in fetch order (the order
         ``prepare_hashed_buffer`` groups them into sets)."""
-        height, last_row, pad = self.blocks * self.block_rows, (self.blocks - 1) * self.block_rows, self.width - self.last_width
+        height, last_row = self.blocks * self.block_rows, (self.blocks - 1) * self.block_rows
+        pad = self.width - self.last_width
         if not self.rolled:
             return r * self.width + c - max(0, r - last_row) * pad
         d = r + c  # anti-diagonal d lists rows min(d, height - 1) down to max(0, d - width + 1)
@@ -509,7 +510,9 @@ def gemm_memory_scalesim(m: int, n: int, k: int, *, rows: int, cols: int, datafl
                          bandwidth_words_per_cycle: int) -> ScalesimMemory:
     """DRAM words and cycles of ``out[m x n] = A[m x k] . B[k x n]`` under SCALE-Sim's USER
     bandwidth mode (module docstring). Each SRAM has its own port of ``bandwidth_words_per_cycle``
-    (SCALE-Sim gives IFMAP, filter and OFMAP a port each)."""
+    (SCALE-Sim gives IFMAP, filter and OFMAP a port each). Cached by its arguments: a training
+    step prices the same GEMM shape several times. Its cost grows with the number of refetches
+    (buffers far below the operands: docs/scalesim.md, Speed)."""
     compute = gemm_cycles(m, n, k, rows=rows, cols=cols, dataflow=dataflow)
     if compute == 0:
         return ScalesimMemory(0, 0, 0, 0, 0, 0, True)
@@ -529,6 +532,6 @@ def gemm_memory_scalesim(m: int, n: int, k: int, *, rows: int, cols: int, datafl
     writes = outputs.total()
     read_events = [(line, a, b) for line, (a, b) in sorted(events.items())]
     fits = not read_events and writes <= ofmap_buffer_words
-    stall = 0 if fits else _stalls(read_events, outputs, ofmap_buffer_words,
-                                   (prefetch_cycles(ifmap_buffer_words, bw), prefetch_cycles(filter_buffer_words, bw)), bw)
+    chains = (prefetch_cycles(ifmap_buffer_words, bw), prefetch_cycles(filter_buffer_words, bw))
+    stall = 0 if fits else _stalls(read_events, outputs, ofmap_buffer_words, chains, bw)
     return ScalesimMemory(words[0], words[1], writes, compute, stall, compute + stall, fits)

@@ -11,7 +11,7 @@ script runs only there (it imports nothing of the project)::
     $SCALESIM_VENV/bin/python scripts/record_scalesim.py mobilenetv2  # ~150 s, timed
     $SCALESIM_VENV/bin/python scripts/record_scalesim.py accesses     # ~5 s
     $SCALESIM_VENV/bin/python scripts/record_scalesim.py memory       # ~30 s
-    $SCALESIM_VENV/bin/python scripts/record_scalesim.py memory-spill # minutes, see below
+    $SCALESIM_VENV/bin/python scripts/record_scalesim.py memory-spill # ~95 s
 
 ``gemm`` writes ``tests/data/scalesim/gemm_cycles.csv``: every shape of ``GEMM_SHAPES`` under the
 three dataflows on the 32x64 array, and every shape of ``SMALL_ARRAY_SHAPES`` on 8x16 and 16x8
