@@ -58,6 +58,7 @@ overflows the OFMAP SRAM (a drain's forced partial lines are credited as whole l
 
 from __future__ import annotations
 
+import collections
 import functools
 import math
 from dataclasses import dataclass
@@ -398,6 +399,16 @@ class _Outputs:
         row0, height, width = self._fold(fr, fc)
         return (fc * self.row_folds + fr) * self.lines + self.wait + row0 + _skew_line_of(x, height, width)
 
+    def words_before(self, line: int) -> int:
+        """Output words written on the demand lines before ``line``."""
+        fold, j = divmod(line, self.lines)
+        fc, fr = divmod(fold, self.row_folds)
+        if fc >= self.col_folds:
+            return self.total()
+        per_col = self.spatial_rows if self.flipped else self.block_rows * self.row_folds
+        row0, height, width = self._fold(fr, fc)
+        return fc * self.cols * per_col + fr * self.block_rows * width + _staircase(j - self.wait - row0, width, height)
+
     def next_write_line(self, line: int) -> int | None:
         """The first line at or after ``line`` that writes an output word (None: none left)."""
         fold, j = divmod(line, self.lines)
@@ -422,11 +433,13 @@ def _stalls(read_events: list[tuple[int, int, int]], outputs: _Outputs, ofmap_bu
       cycle 0), whenever it is asked for; a miss at cycle ``c`` with the chain at ``L`` moves the
       line's offset (from the hit latency 1) by ``L - c - offset``, and by that again when
       positive (the stall is added twice: ``read_buffer.py`` lines 361-364).
-    * Writes (``write_buffer.service_writes``): the OFMAP SRAM of ``W`` words starts draining
-      ``D = W - ceil(W / 2)`` words, ``ceil(D / bw)`` lines (cycles; no write-port latency), when it holds
-      more than ``D`` and no drain is running; the drained words are free at once; a word arriving
-      to a full buffer during a drain waits for the drain's end. The last drain
-      (``empty_all_buffers``) is after the last line and costs nothing."""
+    * Writes (``write_buffer.service_writes``): the OFMAP SRAM of ``W`` words starts a drain of
+      ``ceil(D / bw)`` lines (cycles; no write-port latency), ``D = W - ceil(W / 2)``, when a word
+      arrives while it holds more than ``D`` and no drain runs; the words written come in
+      ``bw``-word lines, and each drain start first forces the partial line out as a line of its
+      own. The drain frees its lines at once, ``bw`` words each but its last line's words only
+      (``empty_drain_buf``). A word that finds the buffer full during a drain waits for the
+      drain's end. The last drain (``empty_all_buffers``) is after the last line and costs nothing."""
     drain_words = ofmap_buffer_words - math.ceil(ofmap_buffer_words * SCALESIM_ACTIVE_FRACTION)
     drain_lines = math.ceil(drain_words / bandwidth_words_per_cycle) if drain_words else 0
     total_writes = outputs.total()
@@ -436,6 +449,33 @@ def _stalls(read_events: list[tuple[int, int, int]], outputs: _Outputs, ofmap_bu
     stall = freed = drain_end = 0
     full_word = full_line = None  # the word that last found the buffer full, and its line
     i = 0
+    bw = bandwidth_words_per_cycle
+    forced = 0  # words already cut into lines (up to the last drain's start)
+    queue: collections.deque[list[int]] = collections.deque()  # undrained lines: [full lines, partial words]
+
+    def start_drain(word: int) -> int:
+        """Words a drain starting at the ``word``-th write frees (``empty_drain_buf``)."""
+        nonlocal forced
+        queue.append([(word - forced) // bw, (word - forced) % bw])
+        forced = word
+        lines_left, credit = drain_lines, 0
+        while lines_left and queue:
+            segment = queue[0]
+            take = min(lines_left, segment[0])
+            segment[0] -= take
+            lines_left -= take
+            credit += take * bw
+            last = bw if take else 0
+            if lines_left and segment[0] == 0 and segment[1]:
+                lines_left -= 1
+                credit += bw
+                last = segment[1]
+                segment[1] = 0
+            if segment == [0, 0]:
+                queue.popleft()
+            if not lines_left or not queue:
+                credit -= bw - last  # the last line counts its words only
+        return credit
 
     memo: dict[tuple, tuple[int | None, int | None]] = {}
 
@@ -463,15 +503,18 @@ def _stalls(read_events: list[tuple[int, int, int]], outputs: _Outputs, ofmap_bu
             return None, ""
         if full_word is not None:  # the next word to arrive starts the next drain
             return trigger, "drain at end" if trigger == full_line else "drain"
-        if trigger + stall >= drain_end:
+        if trigger >= next_line and trigger + stall >= drain_end:
             return trigger, "drain"
+        # the buffer passes D while a drain runs (or passed it on a line already served): the next
+        # drain starts with the first word after the running one ends, unless the buffer fills first
         if full is not None and full < drain_end - stall:
             return full, "full"
-        free_line = outputs.next_write_line(max(trigger, drain_end - stall))
+        free_line = outputs.next_write_line(max(trigger, next_line, drain_end - stall))
         if full is not None and (free_line is None or full < free_line):
             return full, "full"
         return free_line, "drain"
 
+    next_line = 0  # every line before it is served
     while True:
         write_at, kind = next_write_event()
         read_at = read_events[i][0] if i < len(read_events) else None
@@ -498,10 +541,17 @@ def _stalls(read_events: list[tuple[int, int, int]], outputs: _Outputs, ofmap_bu
                 full_word, full_line = freed + ofmap_buffer_words, line
             else:
                 start = drain_end if kind == "drain at end" else max(cycle, drain_end)
+                if full_word is not None:
+                    word = full_word + 1
+                elif line == lines_of_state()[0] and line >= next_line and cycle >= drain_end:
+                    word = freed + drain_words + 1
+                else:
+                    word = outputs.words_before(line) + 1
                 drain_end = start + drain_lines - 1 + SCALESIM_WRITE_PORT_LATENCY_CYCLES
-                freed += drain_lines * bandwidth_words_per_cycle
+                freed += start_drain(word)
                 full_word = full_line = None
         stall += delay
+        next_line = line + 1
 
 
 @functools.lru_cache(maxsize=4096)

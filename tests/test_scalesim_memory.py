@@ -14,9 +14,8 @@ Measured agreement of ``accel_sim.memory_scalesim`` on all 234 rows (asserted be
 * DRAM writes: ``M N`` (OS) / ``M N Rf`` (WS / IS); SCALE-Sim also counts some empty slots of the
   partial write lines it forces out at each drain: worst 7 of 568 words (1.23 %, 17x33x19 os, 1 kB,
   8 words/cycle); of a row's DRAM words (reads + writes) at most 0.40 %.
-* Total cycles: exact on the 132 rows where everything fits (stall 0) and on 87 of the 102 that
-  spill (43 of 48 in the first set, 44 of 54 held out); worst 2.63 % (64x384x64 is, 4 kB, 22
-  words/cycle: 2,809 against 2,885), 1.13 % in the first set (70x40x90 ws, 1 kB, 1 word/cycle).
+* Total cycles and stall cycles: exact on every row (132 rows where everything fits, stall 0;
+  102 that spill or overflow the OFMAP SRAM).
 """
 
 import csv
@@ -78,14 +77,14 @@ def test_fits_regime_matches_scalesim_exactly(row):
 
 @pytest.mark.parametrize("row", ROWS + HELD_OUT, ids=_id)
 def test_every_recorded_row_within_5_percent(row):
-    """Reads per operand exact; writes short of SCALE-Sim's by its empty write-line slots only;
-    total cycles within 5 % (worst 2.63 %, see the next test)."""
+    """Reads per operand exact; writes short of SCALE-Sim's by its empty write-line slots only
+    (within 5 %; worst 1.23 %, see the next test); stall and total cycles exact."""
     got = _scalesim_mode(row)
-    ifmap, filt, ofmap, total = _ints(row, "dram_ifmap_read_words", "dram_filter_read_words",
-                                      "dram_ofmap_write_words", "total_cycles")
+    ifmap, filt, ofmap, total, stall = _ints(row, "dram_ifmap_read_words", "dram_filter_read_words",
+                                             "dram_ofmap_write_words", "total_cycles", "stall_cycles")
     assert (got.ifmap_read_words, got.filter_read_words) == (ifmap, filt)
     assert got.ofmap_write_words <= ofmap <= got.ofmap_write_words * 1.05
-    assert abs(got.total_cycles - (total + 1)) <= 0.05 * (total + 1)
+    assert (got.total_cycles, got.stall_cycles) == (total + 1, stall)  # "+ 1": zero-based
 
 
 def test_worst_rows_are_the_stated_ones():
@@ -100,9 +99,9 @@ def test_worst_rows_are_the_stated_ones():
         worst_cycles = max(worst_cycles, (abs(got.total_cycles - total - 1) / (total + 1), _id(row)))
         worst_writes = max(worst_writes, ((ofmap - got.ofmap_write_words) / ofmap, _id(row)))
         worst_words = max(worst_words, ((ifmap + filt + ofmap - words) / (ifmap + filt + ofmap), _id(row)))
-    print(f"\nworst total cycles {worst_cycles[0]:.2%} ({worst_cycles[1]}), writes {worst_writes[0]:.2%} "
+    print(f"\nworst total cycles {worst_cycles[0]:.2%}, writes {worst_writes[0]:.2%} "
           f"({worst_writes[1]}), DRAM words {worst_words[0]:.2%} ({worst_words[1]})")
-    assert worst_cycles[1] == "64x384x64-32x64-is-4kB-bw22" and 0.026 < worst_cycles[0] < 0.027
+    assert worst_cycles[0] == 0
     assert worst_writes[1] == "17x33x19-8x16-os-1kB-bw8" and 0.012 < worst_writes[0] < 0.0125
     assert worst_words[0] < 0.0041
 
