@@ -34,9 +34,9 @@ What SCALE-Sim does, and what is taken from it:
   SCALE-Sim adds that wait to the line's offset twice (``read_buffer.service_reads``).
 * **Writes.** Every word the array writes to the OFMAP SRAM goes to DRAM once: ``M N`` under OS,
   ``M N Rf`` under WS / IS (every row fold's partial sums are written out and never read back).
-  The OFMAP SRAM drains half its words (``ceil(half / bw)`` cycles) once it holds more than
-  half and no drain runs; a word that finds it full during a drain waits for the drain's end
-  (``_stalls``). SCALE-Sim also counts some empty slots of the partial ``bw``-word write lines it
+  The OFMAP SRAM drains ``ceil(half / bw)`` lines (cycles) once it holds more than half and no
+  drain runs, crediting their words at once (each line ``bw`` words, the last its own count);
+  a word that finds it full during a drain waits for the drain's end (``_stalls``). SCALE-Sim also counts some empty slots of the partial ``bw``-word write lines it
   forces out at each drain; they are left out (at most 1.23 % of a recorded row's writes, 0.40 %
   of its DRAM words). The final drain happens after the last compute cycle and is not in
   "Total Cycles".
@@ -49,11 +49,9 @@ Not a single closed form over the GEMM: which refetch costs a lap depends on whe
 stands when each fold begins, which depends on every earlier fold (the window's start modulo the
 image's sets), so the model walks the folds (O(1) per fold of a streamed operand, O(1) per fold of
 a stationary operand that lies inside the window, else O(rows)) and the drain / miss events (O(1)
-each), each step in closed form. Measured agreement (tests/test_scalesim_memory.py, 234 rows):
-DRAM reads per operand exact on every row; writes within 1.23 %; total cycles exact on the 132
-rows where everything fits (no stall) and on 87 of the 102 where something spills, within 2.63 %
-on every row. The remaining cycle error is in the OFMAP drains' timing: every row it misses
-overflows the OFMAP SRAM (a drain's forced partial lines are credited as whole lines here).
+each), each step in closed form. Measured agreement (tests/test_scalesim_memory.py, 234 rows, 102
+of them spilling or overflowing the OFMAP SRAM): DRAM reads per operand, stall cycles and total
+cycles exact on every row; writes within 1.23 % (the empty write-line slots above).
 """
 
 from __future__ import annotations
