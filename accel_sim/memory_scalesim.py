@@ -421,8 +421,8 @@ class _Outputs:
 
 
 def _stalls(read_events: list[tuple[int, int, int]], outputs: _Outputs, ofmap_buffer_words: int,
-            prefetch_cycles_per_operand: tuple[int, int], bandwidth_words_per_cycle: int) -> int:
-    """Stall cycles of ``double_buffered_scratchpad_mem.service_memory_requests``: demand line ``i``
+            prefetch_cycles_per_operand: tuple[int, int], bandwidth_words_per_cycle: int) -> tuple[int, int]:
+    """(Stall cycles, DRAM words written) of ``double_buffered_scratchpad_mem.service_memory_requests``: demand line ``i``
     is served at cycle ``i + stalls so far``, and the line stalls by the largest of its three
     buffers' delays.
 
@@ -454,8 +454,9 @@ def _stalls(read_events: list[tuple[int, int, int]], outputs: _Outputs, ofmap_bu
     def start_drain(word: int) -> int:
         """Words a drain starting at the ``word``-th write frees (``empty_drain_buf``)."""
         nonlocal forced
-        queue.append([(word - forced) // bw, (word - forced) % bw])
-        forced = word
+        if word > forced:
+            queue.append([(word - forced) // bw, (word - forced) % bw])
+            forced = word
         lines_left, credit = drain_lines, 0
         while lines_left and queue:
             segment = queue[0]
@@ -474,6 +475,21 @@ def _stalls(read_events: list[tuple[int, int, int]], outputs: _Outputs, ofmap_bu
             if not lines_left or not queue:
                 credit -= bw - last  # the last line counts its words only
         return credit
+
+    def final_drains() -> int:
+        """Words ``empty_all_buffers`` writes after the last line: the partial line forced out,
+        then every undrained line, ``drain_lines`` at a time, each drain crediting its lines as
+        ``bw`` words but its last line's words only."""
+        nonlocal forced
+        if drain_lines == 0:  # a buffer of one word: no drain ever runs; count every word once
+            return total_writes
+        if total_writes > forced:
+            queue.append([(total_writes - forced) // bw, (total_writes - forced) % bw])
+            forced = total_writes
+        written = 0
+        while queue:
+            written += start_drain(forced)  # a drain of what is left, nothing new forced out
+        return written
 
     memo: dict[tuple, tuple[int | None, int | None]] = {}
 
@@ -517,7 +533,7 @@ def _stalls(read_events: list[tuple[int, int, int]], outputs: _Outputs, ofmap_bu
         write_at, kind = next_write_event()
         read_at = read_events[i][0] if i < len(read_events) else None
         if write_at is None and read_at is None:
-            return stall
+            return stall, freed + final_drains()
         line = read_at if write_at is None or (read_at is not None and read_at < write_at) else write_at
         cycle = line + stall
         delay = 0
@@ -581,5 +597,5 @@ def gemm_memory_scalesim(m: int, n: int, k: int, *, rows: int, cols: int, datafl
     read_events = [(line, a, b) for line, (a, b) in sorted(events.items())]
     fits = not read_events and writes <= ofmap_buffer_words
     chains = (prefetch_cycles(ifmap_buffer_words, bw), prefetch_cycles(filter_buffer_words, bw))
-    stall = 0 if fits else _stalls(read_events, outputs, ofmap_buffer_words, chains, bw)
-    return ScalesimMemory(words[0], words[1], writes, compute, stall, compute + stall, fits)
+    stall, written = _stalls(read_events, outputs, ofmap_buffer_words, chains, bw)
+    return ScalesimMemory(words[0], words[1], written, compute, stall, compute + stall, fits)
