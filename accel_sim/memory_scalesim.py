@@ -34,12 +34,13 @@ What SCALE-Sim does, and what is taken from it:
   SCALE-Sim adds that wait to the line's offset twice (``read_buffer.service_reads``).
 * **Writes.** Every word the array writes to the OFMAP SRAM goes to DRAM once: ``M N`` under OS,
   ``M N Rf`` under WS / IS (every row fold's partial sums are written out and never read back).
-  The OFMAP SRAM drains ``ceil(half / bw)`` lines (cycles) once it holds more than half and no
-  drain runs, crediting their words at once (each line ``bw`` words, the last its own count);
-  a word that finds it full during a drain waits for the drain's end (``_stalls``). SCALE-Sim also counts some empty slots of the partial ``bw``-word write lines it
-  forces out at each drain; they are left out (at most 1.23 % of a recorded row's writes, 0.40 %
-  of its DRAM words). The final drain happens after the last compute cycle and is not in
-  "Total Cycles".
+  The words form ``bw``-word lines; the OFMAP SRAM drains ``ceil(half / bw)`` lines (cycles) once
+  it holds more than half and no drain runs, first forcing its partial line out as a line of its
+  own, and credits the drained lines at once, ``bw`` words each but the last its own count; so a
+  forced partial line drained before the last counts its empty slots as written words (up to 7
+  of 568 in the recording). A word that finds the SRAM full during a drain waits for the drain's
+  end (``_stalls``). The final drains (``empty_all_buffers``) happen after the last compute cycle
+  and are not in "Total Cycles".
 * **Cycles.** "Total Cycles" = the compute lines (``accel_sim.systolic.gemm_cycles``) + stalls,
   reported as a zero-based index (one less); we count cycles, as ``accel_sim.systolic`` does.
   Demand line ``i`` is served at cycle ``i +`` the stalls so far, and stalls by the largest of
@@ -50,8 +51,8 @@ stands when each fold begins, which depends on every earlier fold (the window's 
 image's sets), so the model walks the folds (O(1) per fold of a streamed operand, O(1) per fold of
 a stationary operand that lies inside the window, else O(rows)) and the drain / miss events (O(1)
 each), each step in closed form. Measured agreement (tests/test_scalesim_memory.py, 234 rows, 102
-of them spilling or overflowing the OFMAP SRAM): DRAM reads per operand, stall cycles and total
-cycles exact on every row; writes within 1.23 % (the empty write-line slots above).
+of them spilling or overflowing the OFMAP SRAM): DRAM reads per operand, DRAM writes, stall
+cycles and total cycles exact on every row.
 """
 
 from __future__ import annotations
