@@ -158,7 +158,6 @@ class OperandImage:
             within -= max(0, min(d, height - 1, d - self.last_width) - max(r + 1, last_row) + 1)
         return before + within
 
-
     def skewed_line_reaching(self, top: int, width: int, threshold: int, first: int, last: int) -> int:
         """The first line ``t`` of the skewed walk over the block of rows ``top ..`` (``width``
         valid columns; ranks ``first`` .. ``last``) that asks for a word of rank >= ``threshold``:
@@ -235,16 +234,15 @@ class _RowsFold(NamedTuple):
 
 
 def _demand_runs(image: OperandImage, operand: str, m: int, n: int, k: int, rows: int, cols: int, dataflow: str):
-    """Per fold, in SCALE-Sim's fold order (each column fold, every row fold inside it), the runs
-    of the operand's demand: ``(first rank, last rank, first line, last line)``, each run a walk
-    forward through the image (``create_*_demand_mat``).
+    """Per fold, in SCALE-Sim's fold order (each column fold, every row fold inside it), the
+    operand's demand (``create_*_demand_mat``):
 
-    * Streamed operands (OS both, WS IFMAP, IS filter): the fold's block, skewed over the array
-      (``skew_matrix``); line ``t`` asks for anti-diagonal ``t`` of the block, so the fold walks
-      its block of the rolled image forward in one run, from its first element (line ``wait``)
-      to its last (line ``wait + rows - 1 + width - 1``).
-    * Stationary operands (WS filter, IS IFMAP): ``rows`` lines, one row of the block each, the
-      block's rows in reverse (``np.flip``: the top row is pushed in last); each row is a run."""
+    * Streamed operands (OS both, WS IFMAP, IS filter): a ``_SkewedFold``, the fold's block skewed
+      over the array (``skew_matrix``); line ``t`` asks for anti-diagonal ``t`` of the block, so
+      the fold walks its block of the rolled image forward, from its first element (line
+      ``wait``) to its last (line ``wait + rows - 1 + width - 1``).
+    * Stationary operands (WS filter, IS IFMAP): a ``_RowsFold``, ``rows`` lines, one row of the
+      block each, the block's rows in reverse (``np.flip``: the top row is pushed in last)."""
     s_r, s_c, _ = map_gemm(m, n, k, dataflow)
     row_folds, col_folds = fold_counts(s_r, s_c, rows=rows, cols=cols)
     lines = fold_lines(m, n, k, rows=rows, cols=cols, dataflow=dataflow)
@@ -279,7 +277,7 @@ def read_misses(image: OperandImage, runs, buffer_words: int) -> list[tuple[int,
     (``new_prefetch``), never back: a demand behind the window costs a lap of the image. A run
     walked forward from set ``a`` to set ``b`` needs the window first at ``a`` and then, moving on
     from there, at ``b`` (every set between is then passed in order). The line of a prefetch inside
-    streamed fold is the first line of its skewed walk that asks for a word of the set past the
+    a streamed fold is the first line of its skewed walk that asks for a word of the set past the
     window (``OperandImage.skewed_line_reaching``)."""
     active, prefetch = _halves(buffer_words)
     set_words = math.ceil(buffer_words / SCALESIM_SETS_PER_BUFFER)
