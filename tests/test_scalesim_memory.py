@@ -8,7 +8,8 @@ tests/data/scalesim/gemm_memory_spill.csv (a held-out set recorded after the spi
 written: 6 batch-1 MobileNetV2-layer / edge GEMMs on 32x64 x 3 dataflows x (2 kB, 4 words/cycle),
 (4 kB, 22), (16 kB, 2): 54 rows, all of them spilling).
 
-Measured agreement of ``accel_sim.memory_scalesim`` on all 234 rows (asserted below):
+Measured agreement of ``accel_sim.memory_scalesim`` on all 234 rows (asserted below; also on
+the six larger GEMMs of issue 16's table):
 
 * DRAM reads per operand: exact on every row (first fill + refetches x prefetch half).
 * DRAM writes: exact on every row: ``M N`` (OS) / ``M N Rf`` (WS / IS) words and the empty slots
@@ -221,3 +222,23 @@ def test_closed_form_walks_agree_with_counting():
         for width in range(1, 9):
             line_of_word = sorted(r + c for r in range(height) for c in range(width))
             assert [_skew_line_of(x, height, width) for x in range(1, height * width + 1)] == line_of_word
+
+
+def test_the_issues_table_reproduced():
+    """Issue 16's table of SCALE-Sim 3.0 figures (USER mode, 32x64 array, SRAMs of 64 / 64 / 32 kB
+    at SCALE-Sim's 1-byte words, i.e. 65,536 / 65,536 / 32,768 words, 22 words per cycle),
+    recorded independently of this file's data: DRAM words read (A + B) and written, and "Total
+    Cycles" (zero-based: one less than our count), for GEMMs up to 128 x 512 x 2048."""
+    issue = {  # (M, N, K, dataflow): (read words, written words, SCALE-Sim "Total Cycles")
+        (256, 100, 300, "ws"): (295_020, 256_000, 13_294),
+        (256, 100, 300, "os"): (196_680, 25_600, 7_039),
+        (1024, 64, 576, "ws"): (9_506_200, 1_179_923, 434_861),
+        (1024, 64, 576, "os"): (9_538_980, 65_536, 379_373),
+        (128, 512, 2048, "ws"): (56_643_840, 4_196_210, 1_813_592),
+        (64, 100, 1280, "ws"): (5_539_820, 256_000, 222_252),
+    }
+    for (m, n, k, dataflow), (reads, writes, total) in issue.items():
+        got = gemm_memory_scalesim(m, n, k, rows=32, cols=64, dataflow=dataflow, ifmap_buffer_words=65_536,
+                                   filter_buffer_words=65_536, ofmap_buffer_words=32_768, bandwidth_words_per_cycle=22)
+        assert (got.ifmap_read_words + got.filter_read_words, got.ofmap_write_words, got.total_cycles) == \
+            (reads, writes, total + 1), (m, n, k, dataflow)
