@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from accel_sim.hardware import HardwareConfig
 from accel_sim.lifetimes import peak_memory
-from accel_sim.pricing import price_work
+from accel_sim.pricing import GemmTooLargeError, check_gemm_fits, price_work
 from accel_sim.report import CostReport, OpCost, op_energy
 from accel_sim.trace_schema import OpRecord, Trace
 from accel_sim.words import stated_bytes_at_word, storages_at_word, tensor_bytes_at_word
@@ -29,9 +29,22 @@ def _work_op(op: OpRecord) -> str:
     return ""
 
 
+def check_trace_fits(trace: Trace, hw: HardwareConfig) -> None:
+    """Raise ``GemmTooLargeError`` naming the op if any GEMM of ``trace`` is beyond what the fold
+    model prices on ``hw`` (``accel_sim.pricing.MAX_FOLDS_PER_OP``); checked before any pricing."""
+    for op in trace.ops:
+        if op.work.kind == "gemm":
+            try:
+                check_gemm_fits(op.work, hw)
+            except GemmTooLargeError as e:
+                raise GemmTooLargeError(f"op {op.idx} ({op.aten}, layer {op.layer!r}): {e}") from None
+
+
 def simulate(trace: Trace, hw: HardwareConfig | None = None) -> CostReport:
-    """Price ``trace`` on ``hw`` (default: ``HardwareConfig()``, the paper's array)."""
+    """Price ``trace`` on ``hw`` (default: ``HardwareConfig()``, the paper's array). Raises
+    ``GemmTooLargeError`` before pricing anything if a GEMM is too large for the fold model."""
     hw = hw if hw is not None else HardwareConfig()
+    check_trace_fits(trace, hw)
     tensors = {t.id: t for t in trace.header.tensors}
     tensor_bytes = tensor_bytes_at_word(trace.header.tensors, hw.word_bytes)
     costs = []

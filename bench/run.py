@@ -311,7 +311,9 @@ def _comm_method(name: str) -> MethodConfig:
 
 def model_closed_form_bytes(model_name: str | ModelSpec, method: MethodConfig, hp: Hparams, *, num_classes: int,
                             image_size: int, rounds: int, num_clients: int, seed: int) -> dict[str, int]:
-    """``closed_form_bytes`` of the FL code for a whole run, from the prepared model's shapes."""
+    """``closed_form_bytes`` of the FL code for a whole run, from the prepared model's shapes
+    (``closed_form_sizes``: per sharing layer, so double head's gradual sharing and local head count
+    as the ledger does)."""
     torch.manual_seed(seed)
     model = prepare_model(model_spec.build(as_spec(model_name, image_size), num_classes=num_classes,
                                            spherefed=method.spherefed), method, seed=seed)

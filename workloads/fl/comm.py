@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 import torch
+from torch import nn
 
 from workloads.fl.hparams import Hparams
 from workloads.fl.methods import CALIBRATIONS, MethodConfig
@@ -84,17 +85,21 @@ def calibration_stats_bytes(calibration: str, *, feature_dim: int, num_classes: 
     return CALIBRATIONS[calibration].upload_bytes(feature_dim=feature_dim, num_classes=num_classes, hp=hp)
 
 
-def closed_form_sizes(model: torch.nn.Module) -> dict:
-    """The model sizes ``closed_form_bytes`` takes, from a prepared model (``prepare_model``): the
-    shared (not frozen) state of each sharing layer, the shared classifier, the trainable shared
-    parameters (a double-head client's local head excluded: it never leaves the client), l and C."""
+def closed_form_sizes(model: nn.Module) -> dict[str, object]:
+    """The sizes ``closed_form_bytes`` takes, read from a *prepared* model (after the method's
+    ``prepare_model``: a double-head model has its local head, a SphereFed one its frozen
+    classifier): ``layer_bytes`` per sharing layer (``sharing_layers``: shallow to deep, the local
+    head left out, frozen state left out, empty layers dropped), ``head_bytes`` of the shared
+    classifier, ``trainable_bytes`` of the trainable shared parameters, ``feature_dim`` and
+    ``num_classes``. The one place these are built, for every caller (``workloads.fl.run``,
+    ``bench.run``), so that the closed form cannot count what the ledger never sends."""
     frozen, state = frozen_keys(model), model.state_dict()
     layers = [sum(tensor_bytes(state[k]) for k in layer if k not in frozen) for layer in sharing_layers(model)]
     head = sum(tensor_bytes(state[k]) for k in state if k.split(".")[0] == "classifier" and k not in frozen)
     trainable = sum(tensor_bytes(p) for n, p in model.named_parameters()
                     if p.requires_grad and n.split(".")[0] != LOCAL_HEAD)
-    return dict(layer_bytes=[b for b in layers if b], head_bytes=head, trainable_bytes=trainable,
-                feature_dim=model.classifier.in_features, num_classes=model.classifier.out_features)
+    return {"layer_bytes": [b for b in layers if b], "head_bytes": head, "trainable_bytes": trainable,
+            "feature_dim": model.classifier.in_features, "num_classes": model.classifier.out_features}
 
 
 def closed_form_bytes(method: MethodConfig, hp: Hparams, *, rounds: int, clients_per_round: int,
@@ -107,11 +112,12 @@ def closed_form_bytes(method: MethodConfig, hp: Hparams, *, rounds: int, clients
     sum matters); ``head_bytes``: bytes of the shared classifier (0 when frozen);
     ``trainable_bytes``: bytes of the trainable shared parameters (FedCos's d_t).
 
-    Per round and sampled client: down = the layers the method shares that round
-    (``shared_layer_count``: all, or layers 1..p(t) for double head with gradual sharing, Li et al.
-    Alg. 2) (+ d_t for FedCos from round 2), up = the same + 8 B sample count + 8 B per upload
-    extra (FedNova's a_i). ``closed_form_sizes`` builds the sizes from a prepared model. Calibration: every client downloads the
-    feature extractor and uploads its statistics once.
+    Per round and sampled client: down = the layers the method shares that round (its
+    ``shared_layer_count``: all; double head with gradual sharing layers 1..p(t) in round t, Li et
+    al., "More Industry-friendly: Federated Learning with High Efficient Design", Alg. 2; its local
+    head is never sent) (+ d_t for FedCos from round 2), up = the same + 8 B sample count + 8 B per
+    upload extra (FedNova's a_i). Calibration: every client downloads the feature extractor and
+    uploads what the calibration says it sends (``upload_bytes``) once.
     """
     down = up = 0
     for t in range(1, rounds + 1):
