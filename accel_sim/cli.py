@@ -85,7 +85,7 @@ def layer_table(report: CostReport) -> str:
     lines += [
         "-" * len(header),
         f"trace: model={report.model or '?'} method={report.method or '?'} batch={report.batch_size} ops={s['ops']}",
-        f"latency: {s['total_cycles']:,} cycles = {s['seconds'] * 1e3:.3f} ms at {clock / 1e6:g} MHz "
+        f"latency: {s['total_cycles']:,} cycles = {s['latency_s'] * 1e3:.3f} ms at {clock / 1e6:g} MHz "
         f"(compute {s['compute_cycles']:,}, memory stall {s['stall_cycles']:,}, memory model {s['memory_model']}); "
         f"utilization {s['utilization']:.1%}",
         f"energy: {s['energy_j'] * 1e3:.3f} mJ ("
@@ -93,8 +93,8 @@ def layer_table(report: CostReport) -> str:
         "by phase: " + ", ".join(f"{k} {v['total_cycles']:,} cycles {v['energy_j'] * 1e3:.3f} mJ"
                                  for k, v in s["by_phase"].items()),
         f"DRAM traffic: read {s['dram_read_bytes'] / 1e6:.1f} MB, write {s['dram_write_bytes'] / 1e6:.1f} MB",
-        f"peak memory: {s['peak_bytes'] / 1e6:.3f} MB (op {s['peak_at_op']}): "
-        + ", ".join(f"{k} {v / 1e6:.3f}" for k, v in s["peak_by_kind_bytes"].items() if v),
+        f"peak memory: {s['peak_memory_bytes'] / 1e6:.3f} MB (op {s['peak_memory_at_op']}): "
+        + ", ".join(f"{k} {v / 1e6:.3f}" for k, v in s["peak_memory_by_kind_bytes"].items() if v),
     ]
     unsupported = report.unsupported_ops()
     if unsupported:

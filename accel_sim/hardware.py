@@ -168,8 +168,9 @@ class HardwareConfig:
     clock_hz: float = 100e6
     """Clock (paper: "The hardware system runs at 100 MHz")."""
     word_bytes: int = 4
-    """Bytes per operand word. The paper's MACs are floating point; we assume FP32 (PyTorch's
-    default training dtype; the trace's tensors are float32)."""
+    """Bytes per operand word: the size of a float32 value of the trace on the accelerator, applied
+    to every byte figure (``accel_sim.words``). The paper's MACs are floating point; we assume FP32
+    (PyTorch's default training dtype; the trace's tensors are float32)."""
 
     # --- not published: dataflow per GEMM role ------------------------------------------------
     dataflow_fwd: str = "ws"

@@ -43,18 +43,19 @@ from accel_sim.rounds import DEFAULT_TARGET_FRACTION, SystemModel, default_targe
 from bench import compare_hw, formulas
 from bench.breakdown import breakdown, energy_by_kind
 from bench.plots import plot_run
+from bench.paper import PAPER_CLAIMS, saving_pct
 from bench.results import (BREAKDOWN_CSV, COST_COLUMNS, FORMAT_NAME, FORMAT_VERSION, LAYERS_COLUMNS, LAYERS_CSV,
                            OPS_COLUMNS, OPS_CSV, ROUNDS_CSV, ROUNDS_CSV_COLUMNS, ResultsError, check_out_dir,
                            write_json, write_run_dir)
 from bench.traces import local_training_trace
 from bench.tta import format_time_to_accuracy, plot_time_to_accuracy
-from workloads.fl.calibration_cost import CALIBRATIONS, TRAINED_WITH, calibration_cost
+from workloads.fl.calibration_cost import TRAINED_WITH, calibration_cost
 from workloads.fl.comm import closed_form_bytes, closed_form_sizes, ledger_totals
 from workloads.fl.data import Dataset, load_dataset, subset
 from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.local import prepare_model
 from workloads.fl.loop import run_method
-from workloads.fl.methods import MethodConfig, parse_method
+from workloads.fl.methods import CALIBRATIONS, MethodConfig, parse_method
 from workloads.fl.round_cost import RunPricer, RunSpec, client_devices, price_run
 from workloads.fl.run import DEFAULT_SYSTEM, load_preset, make_partition, method_hparams
 from workloads.fl.step_cost import simulate_complete
@@ -70,11 +71,6 @@ PAPER_CLIENTS = 10  # Sec. 5.1
 PAPER_ROUNDS = 100  # Table 16
 PAPER_DATASET = "cifar100"
 PAPER_TRAIN_SAMPLES = 50_000  # CIFAR-100 train split
-PAPER_CLAIMS = (  # SphereFed Sec. 5.4 ("up to", over ConvNet, ResNet and MobileNetV2 on CIFAR-100)
-    ("peak memory saved by SphereFed vs FedAvg (Fig. 5 b)", "training", "peak_memory_bytes", "fedavg", "spherefed", 10.5),
-    ("one-round latency saved by SphereFed vs FedAvg (Fig. 5 c)", "training", "round_latency_s", "fedavg", "spherefed", 13.6),
-    ("calibration latency saved by FFC vs CCVR (Fig. 5 d)", "calibration", "latency_s", "ccvr", "ffc", 9.1),
-)
 WHY_DIFFERENT = (
     "Our figures price the real autograd graph of one step on the modeled array: SphereFed removes "
     "only the classifier's weight gradient and momentum (l x C = 0.05% of a MobileNetV2 step's MACs) "
@@ -153,7 +149,7 @@ def _split_methods(methods) -> tuple[list[str], list[str]]:
             continue
         method = parse_method(name)
         if method.calibration:
-            raise ValueError(f"method {name!r}: give calibrations on their own ({', '.join(CALIBRATIONS)}): "
+            raise ValueError(f"method {name!r}: give calibrations on their own ({', '.join(sorted(CALIBRATIONS))}): "
                              f"CCVR is priced on FedAvg, FFC on SphereFed")
         training.append(name)
     if training and "fedavg" not in training:
@@ -277,9 +273,9 @@ def training_figures(model: str, methods, cfg: RunConfig, hw: HardwareConfig, pr
                                      image_size=PAPER_IMAGE_SIZE, seed=cfg.seed)
         report = simulate_complete(trace, hw, f"{model} {method} training step")
         figures[method] = {
-            "step_cycles": report.total_cycles, "step_latency_s": report.seconds,
-            "steps_per_round": steps_per_round, "round_latency_s": report.seconds * steps_per_round,
-            "peak_memory_bytes": report.peak_bytes, "peak_memory_breakdown_bytes": dict(report.peak.by_kind_bytes),
+            "step_cycles": report.total_cycles, "step_latency_s": report.latency_s,
+            "steps_per_round": steps_per_round, "round_latency_s": report.latency_s * steps_per_round,
+            "peak_memory_bytes": report.peak_memory_bytes, "peak_memory_by_kind_bytes": dict(report.peak.by_kind_bytes),
             "macs": report.macs, "unsupported_ops": report.unsupported_ops(),
             "step_energy_j": report.energy_j, "round_energy_j": report.energy_j * steps_per_round,
             "step_energy_by_component_j": report.energy.by_component_j(),
@@ -399,10 +395,6 @@ def time_to_accuracy_figures(round_rows: list[dict], target_pct: float | None) -
     return {"target_accuracy_pct": 100 * target, "rule": rule,
             "methods": {m: {"reached": t.reached, "round": t.round, "wall_s": t.wall_s, "device_s": t.device_s,
                             "energy_j": t.energy_j, "bytes": t.bytes} for m, t in reached.items()}}
-
-
-def saving_pct(baseline: float, other: float) -> float:
-    return 100.0 * (1.0 - other / baseline)
 
 
 def paper_vs_model(models: dict) -> list[dict]:

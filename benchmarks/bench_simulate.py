@@ -91,9 +91,9 @@ def main() -> int:
               f"{min(cpu_times) * 1e3:.1f} ms (what other jobs on a shared machine do not inflate)")
         print(f"  simulate() + energy_j, by_phase(), by_layer(): best {min(with_queries) * 1e3:.1f} ms, median "
               f"{statistics.median(with_queries) * 1e3:.1f} ms (target < 200 ms)")
-        print(f"  result: {report.total_cycles:,} cycles = {report.seconds * 1e3:.1f} ms at 100 MHz "
+        print(f"  result: {report.total_cycles:,} cycles = {report.latency_s * 1e3:.1f} ms at 100 MHz "
               f"(stall {report.totals.stall_cycles:,}), DRAM read {report.totals.read_bytes / 1e6:.1f} MB, "
-              f"write {report.totals.write_bytes / 1e6:.1f} MB, peak {report.peak_bytes / 1e6:.1f} MB, "
+              f"write {report.totals.write_bytes / 1e6:.1f} MB, peak {report.peak_memory_bytes / 1e6:.1f} MB, "
               f"utilization {report.utilization():.1%}")
         parts = ", ".join(f"{k} {v * 1e3:.1f}" for k, v in report.energy.by_component_j().items())
         print(f"  energy: {report.energy_j * 1e3:.1f} mJ ({parts} mJ)")

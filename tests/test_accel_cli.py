@@ -75,7 +75,12 @@ def test_simulate_table_and_json(tmp_path, capsys):
     assert "NOT PRICED (unsupported ops, 0 cycles): aten.fancy_new_op.default x1" in text
     assert main(["simulate", str(path), "--json", "--hw", str(ROOT / "configs/hw/paper_default.toml")]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["peak_bytes"] == 224 and out["unsupported_ops"] == {"aten.fancy_new_op.default": 1}
+    assert out["peak_memory_bytes"] == 224 and out["unsupported_ops"] == {"aten.fancy_new_op.default": 1}
+    # one spelling per quantity (docs/results.md, version 3): modeled latency in seconds, peak memory
+    assert out["latency_s"] == pytest.approx(out["total_cycles"] / 100e6)
+    assert out["peak_memory_at_op"] == 5 and out["peak_memory_by_kind_bytes"]["gradient"] == 60
+    assert out["peak_memory_live_storages"][0] == 0  # W, 60 B, the largest live storage (ids by size, then id)
+    assert not {"seconds", "peak_bytes", "peak_at_op", "peak_by_kind_bytes", "peak_live_storages"} & set(out)
     assert out["total_cycles"] == sum(v["total_cycles"] for v in out["by_layer"].values())
     # energy at the top level, per phase and per layer, split by component
     components = ["mac", "sram", "dram", "special_unit", "static"]
