@@ -18,8 +18,9 @@ import os
 import signal
 import time
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -113,34 +114,60 @@ def threads_per_worker(workers: int) -> int | None:
     return max(1, available_cpus() // workers) if workers > 1 else None
 
 
-def run_jobs(jobs: Sequence[Job], inputs: RunInputs, *, workers: int, progress: Callable[[str], None],
-             bars: bool) -> list[JobResult]:
-    """Every job's result, in ``jobs``' order: one after another (``workers == 1``, sharing one
-    ``RunPricer``, progress bars when ``bars``) or in ``workers`` spawned processes of
-    ``available_cpus() // workers`` torch threads each (a line per finished job)."""
+@contextmanager
+def started(jobs: Sequence[Job], inputs: RunInputs, *, workers: int, progress: Callable[[str], None],
+            bars: bool) -> Iterator[Callable[[], list[JobResult]]]:
+    """Start ``jobs``; yields a function that returns every job's result in ``jobs``' order.
+
+    ``workers == 1``: the runs go one after another in this process when the results are asked for
+    (sharing one ``RunPricer``, progress bars when ``bars``). More: they start at once in
+    ``workers`` spawned processes of ``threads_per_worker(workers)`` torch threads each, so this
+    process can do other work meanwhile (a line per finished run); leaving the block early (an
+    error, an interrupt) stops them."""
     if workers <= 1:
-        pricer = RunPricer(inputs.run_spec())
-        return [run_job(job, inputs, pricer=pricer, bars=bars) for job in jobs]
+        def one_after_another() -> list[JobResult]:
+            pricer = RunPricer(inputs.run_spec())
+            results = []
+            for job in jobs:
+                progress(f"{inputs.spec.name}: federated run {job.name} on {inputs.fl.dataset} ({inputs.fl.rounds} "
+                         "round(s)), every round priced")
+                results.append(run_job(job, inputs, pricer=pricer, bars=bars))
+            return results
+
+        yield one_after_another
+        return
     threads = threads_per_worker(workers)
-    progress(f"{inputs.spec.name}: {len(jobs)} federated runs ({', '.join(j.name for j in jobs)}) side by side in "
-             f"{workers} worker processes, {threads} thread(s) each, every round priced")
+    progress(f"{inputs.spec.name}: {len(jobs)} federated runs on {inputs.fl.dataset} ({', '.join(j.name for j in jobs)}; "
+             f"{inputs.fl.rounds} round(s)) side by side in {workers} worker processes, {threads} thread(s) each, "
+             "every round priced")
     context = multiprocessing.get_context("spawn")  # no fork of a process that holds torch's thread pools
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_ignore_interrupts)
-    try:
-        futures = [pool.submit(run_job, job, inputs, threads=threads) for job in jobs]
+    futures = [pool.submit(run_job, job, inputs, threads=threads) for job in jobs]
+
+    def collect() -> list[JobResult]:
         results = []
         for job, future in zip(jobs, futures):
             result = future.result()
             progress(f"{inputs.spec.name}: {job.name} done, {100 * result.accuracy:.1f} % test accuracy after "
                      f"{inputs.fl.rounds} round(s) ({result.wall_s:.0f} s)")
             results.append(result)
-    except BaseException:  # a failed job or an interrupt: stop the others now, not after their runs
-        for process in list(getattr(pool, "_processes", {}).values()):
+        return results
+
+    try:
+        yield collect
+    except BaseException:  # a failed run or an interrupt: stop the others now, not after their runs
+        for process in list((getattr(pool, "_processes", None) or {}).values()):
             process.terminate()
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown()
-    return results
+
+
+def run_jobs(jobs: Sequence[Job], inputs: RunInputs, *, workers: int, progress: Callable[[str], None],
+             bars: bool) -> list[JobResult]:
+    """Every job's result, in ``jobs``' order (``started``, nothing else done meanwhile)."""
+    with started(jobs, inputs, workers=workers, progress=progress, bars=bars) as results:
+        return results()
 
 
 def _ignore_interrupts() -> None:

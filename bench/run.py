@@ -40,7 +40,7 @@ import torch
 from accel_sim.hardware import HardwareConfig, HardwareConfigError, load_hardware_config
 from accel_sim.rounds import DEFAULT_TARGET_FRACTION, SystemModel, default_target, load_system_model, time_to_accuracy
 from bench import compare_hw, formulas
-from bench.accuracy_jobs import Job, RunInputs, resolve_workers, run_jobs, threads_per_worker
+from bench.accuracy_jobs import Job, JobResult, RunInputs, resolve_workers, started, threads_per_worker
 from bench.breakdown import breakdown, energy_by_kind
 from bench.plots import plot_run
 from bench.results import (BREAKDOWN_CSV, COST_COLUMNS, FORMAT_NAME, FORMAT_VERSION, LAYERS_COLUMNS, LAYERS_CSV,
@@ -364,25 +364,26 @@ def run_pairs(names) -> list[tuple[str, str | None]]:
     return pairs + [(TRAINED_WITH[c], c) for c in calibrations if TRAINED_WITH[c] not in training]
 
 
-def accuracy_figures(model: str, names, preset: Preset, data, cfg: RunConfig, hw: HardwareConfig,
-                     system: SystemModel, progress, bars: bool, workers: int = 1) -> tuple[dict, dict, list[dict]]:
-    """Accuracy per method from federated runs (calibrations reuse their base run; the runs side by
-    side in ``workers`` processes, ``bench.accuracy_jobs``), every round priced (``rounds.csv``
-    rows, labelled with ``names``), and the ledger check: every run's ledger total against
-    ``closed_form_bytes`` at the run's own settings."""
+def accuracy_runs(model: str, names, preset: Preset, data, cfg: RunConfig, hw: HardwareConfig,
+                  system: SystemModel) -> tuple[RunInputs, list[Job]]:
+    """The federated runs that give ``names``' accuracies, and what they share."""
     train, test = data
     fl = replace(preset.fl, model=model, seed=cfg.seed)
-    image_size = int(train.x.shape[-1])
-    spec = cfg.spec(model, tuple(train.x.shape[1:]))
-    inputs = RunInputs(spec, fl, train, test, tuple(make_partition(train.y.numpy(), fl)), hw, system,
+    inputs = RunInputs(cfg.spec(model, tuple(train.x.shape[1:])), fl, train, test,
+                       tuple(make_partition(train.y.numpy(), fl)), hw, system,
                        client_devices(system, hw, fl.num_clients, seed=cfg.seed), cfg.seed)
-    training = [n for n in names if n not in CALIBRATIONS]
     jobs = [Job(base, calib, preset.hparams(parse_method(f"{base}+{calib}" if calib else base)))
             for base, calib in run_pairs(names)]
-    if workers == 1:
-        for job in jobs:
-            progress(f"{model}: federated run {job.name} on {fl.dataset} ({fl.rounds} round(s)), every round priced")
-    results = run_jobs(jobs, inputs, workers=workers, progress=progress, bars=bars)
+    return inputs, jobs
+
+
+def accuracy_figures(names, inputs: RunInputs, jobs: list[Job], results: list[JobResult]
+                     ) -> tuple[dict, dict, list[dict]]:
+    """Accuracy per method from the runs' results (calibrations reuse their base run), every round
+    priced (``rounds.csv`` rows, labelled with ``names``), and the ledger check: every run's ledger
+    total against ``closed_form_bytes`` at the run's own settings."""
+    training = [n for n in names if n not in CALIBRATIONS]
+    fl, num_classes = inputs.fl, inputs.train.num_classes
     accuracy, ledger, rounds = {}, {}, {}
     for job, result in zip(jobs, results):
         if job.calibration:
@@ -392,12 +393,12 @@ def accuracy_figures(model: str, names, preset: Preset, data, cfg: RunConfig, hw
             before = result.accuracy_before_calibration if job.calibration else result.accuracy
             accuracy[job.base] = {"accuracy_pct": 100 * before}
             rounds[job.base] = [row for row in result.rows if row["stage"] == "train"]
-        closed = model_closed_form_bytes(spec, parse_method(job.name), job.hp, num_classes=train.num_classes,
-                                         image_size=image_size, rounds=fl.rounds, num_clients=fl.num_clients,
-                                         seed=cfg.seed)
+        closed = model_closed_form_bytes(inputs.spec, parse_method(job.name), job.hp, num_classes=num_classes,
+                                         image_size=int(inputs.train.x.shape[-1]), rounds=fl.rounds,
+                                         num_clients=fl.num_clients, seed=inputs.seed)
         ledger[job.name] = {"ledger_total_bytes": result.ledger_total_bytes,
                             "closed_form_total_bytes": closed["total_bytes"]}
-    round_rows = [{"model": model, **row, "method": name} for name in names for row in rounds[name]]
+    round_rows = [{"model": fl.model, **row, "method": name} for name in names for row in rounds[name]]
     return {n: accuracy[n] for n in names}, ledger, round_rows
 
 
@@ -515,15 +516,18 @@ def run_study(cfg: RunConfig, hw: HardwareConfig, preset: Preset, system: System
     workers = resolve_workers(cfg.workers, len(run_pairs(training + calibrations)))
     models, all_ops, ledgers, all_rounds = {}, [], {}, []
     for model in cfg.models:
-        train_figs, op_rows = training_figures(model, training, cfg, hw, progress)
+        inputs, jobs = accuracy_runs(model, training + calibrations, preset, data, cfg, hw, system)
+        with started(jobs, inputs, workers=workers, progress=progress, bars=bars) as results:
+            # with workers, the federated runs train in their processes while this one prices
+            train_figs, op_rows = training_figures(model, training, cfg, hw, progress)
+            calibration = calibration_figures(model, calibrations, hw, progress, spec=cfg.spec(model),
+                                              num_classes=cfg.classes)
+            accuracy, ledgers[model], round_rows = accuracy_figures(training + calibrations, inputs, jobs, results())
         all_ops += op_rows
-        accuracy, ledgers[model], round_rows = accuracy_figures(model, training + calibrations, preset, data, cfg,
-                                                                hw, system, progress, bars, workers)
         all_rounds += round_rows
         models[model] = {
             "training": train_figs,
-            "calibration": calibration_figures(model, calibrations, hw, progress, spec=cfg.spec(model),
-                                               num_classes=cfg.classes),
+            "calibration": calibration,
             # FedAvg's bytes are always there: Fig. 5 (a) is normalized to them (closed forms, no training)
             "communication": communication_figures(model, list(dict.fromkeys(["fedavg", *training, *calibrations])),
                                                     cfg),
