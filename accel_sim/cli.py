@@ -7,8 +7,10 @@ buffers, DRAM bandwidth and ``memory_model`` (``memory_model``, ``dram_read_byte
 ``--rows`` / ``--cols`` override the hardware's array and ``--dataflow`` its dataflow). ``simulate trace.jsonl [--hw hw.toml] [--json]`` prices a trace and prints
 a per-layer table and the totals (latency in cycles and ms, energy in mJ, peak memory in MB = 10^6
 bytes), or JSON with ``--json`` (``energy_j`` and ``energy_by_component_j`` at the top level, per
-phase and per layer). A malformed trace or hardware config prints its error (file, line / field)
-and exits with status 2; nothing else is written.
+phase and per layer). A malformed trace or hardware config (binary, truncated, a field of the
+wrong type or out of its range: ``accel_sim.trace_schema``, ``accel_sim.hardware.FIELD_BOUNDS``),
+an empty ``--hw ""``, or a GEMM beyond the fold model (``accel_sim.pricing.MAX_FOLDS_PER_OP``)
+prints one line naming the file and what is wrong, and exits with status 2; nothing is written.
 """
 
 from __future__ import annotations
@@ -18,43 +20,47 @@ import json
 import sys
 from typing import Sequence
 
-from accel_sim.hardware import HardwareConfig, HardwareConfigError, load_hardware_config
-from accel_sim.pricing import price_gemm
+from accel_sim.hardware import FIELD_BOUNDS, HardwareConfig, HardwareConfigError, load_hardware_config
+from accel_sim.pricing import GemmTooLargeError, price_gemm
 from accel_sim.report import CostReport
-from accel_sim.simulate import simulate
+from accel_sim.simulate import check_trace_fits, simulate
 from accel_sim.systolic import DATAFLOWS, gemm_summary
-from accel_sim.trace_schema import GemmWork, TraceFormatError, load_trace
+from accel_sim.trace_schema import MAX_DIM, GemmWork, TraceFormatError, load_trace
 
 EXIT_BAD_INPUT = 2
 
 
-def _nonneg_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {value}")
-    return value
+def _int_in(low: int, high: int):
+    """An argparse type: an integer in ``[low, high]``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer in [{low}, {high}], got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"expected an integer in [{low}, {high}], got {value}")
+        return value
+
+    return parse
 
 
-def _positive_int(text: str) -> int:
-    value = _nonneg_int(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError("expected a positive integer, got 0")
-    return value
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line (the usage itself is one ``--help`` away); subcommands inherit it."""
+
+    def error(self, message: str):
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m accel_sim", description=__doc__.split("\n\n")[0])
+    parser = _Parser(prog="python -m accel_sim", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     gemm = sub.add_parser("gemm", help="compute cycles of one GEMM out[M x N] = A[M x K] . B[K x N]")
-    gemm.add_argument("m", type=_nonneg_int, metavar="M")
-    gemm.add_argument("n", type=_nonneg_int, metavar="N")
-    gemm.add_argument("k", type=_nonneg_int, metavar="K")
+    for dim in ("M", "N", "K"):
+        gemm.add_argument(dim.lower(), type=_int_in(0, MAX_DIM), metavar=dim)
     gemm.add_argument("--dataflow", choices=DATAFLOWS, default="ws")
-    gemm.add_argument("--rows", type=_positive_int, help="array rows (default: the hardware's)")
-    gemm.add_argument("--cols", type=_positive_int, help="array columns (default: the hardware's)")
+    gemm.add_argument("--rows", type=_int_in(*FIELD_BOUNDS["rows"]), help="array rows (default: the hardware's)")
+    gemm.add_argument("--cols", type=_int_in(*FIELD_BOUNDS["cols"]), help="array columns (default: the hardware's)")
     gemm.add_argument("--hw", help="hardware config TOML for the memory figures (default: the paper's array)")
     sim = sub.add_parser("simulate", help="price a trace file on the modeled accelerator")
     sim.add_argument("trace", help="trace file (JSON Lines, accel_sim/trace_schema.py)")
@@ -79,7 +85,7 @@ def layer_table(report: CostReport) -> str:
     lines += [
         "-" * len(header),
         f"trace: model={report.model or '?'} method={report.method or '?'} batch={report.batch_size} ops={s['ops']}",
-        f"latency: {s['total_cycles']:,} cycles = {s['seconds'] * 1e3:.3f} ms at {clock / 1e6:g} MHz "
+        f"latency: {s['total_cycles']:,} cycles = {s['latency_s'] * 1e3:.3f} ms at {clock / 1e6:g} MHz "
         f"(compute {s['compute_cycles']:,}, memory stall {s['stall_cycles']:,}, memory model {s['memory_model']}); "
         f"utilization {s['utilization']:.1%}",
         f"energy: {s['energy_j'] * 1e3:.3f} mJ ("
@@ -87,8 +93,8 @@ def layer_table(report: CostReport) -> str:
         "by phase: " + ", ".join(f"{k} {v['total_cycles']:,} cycles {v['energy_j'] * 1e3:.3f} mJ"
                                  for k, v in s["by_phase"].items()),
         f"DRAM traffic: read {s['dram_read_bytes'] / 1e6:.1f} MB, write {s['dram_write_bytes'] / 1e6:.1f} MB",
-        f"peak memory: {s['peak_bytes'] / 1e6:.3f} MB (op {s['peak_at_op']}): "
-        + ", ".join(f"{k} {v / 1e6:.3f}" for k, v in s["peak_by_kind_bytes"].items() if v),
+        f"peak memory: {s['peak_memory_bytes'] / 1e6:.3f} MB (op {s['peak_memory_at_op']}): "
+        + ", ".join(f"{k} {v / 1e6:.3f}" for k, v in s["peak_memory_by_kind_bytes"].items() if v),
     ]
     unsupported = report.unsupported_ops()
     if unsupported:
@@ -112,21 +118,31 @@ def gemm_report(m: int, n: int, k: int, *, dataflow: str, hw: HardwareConfig) ->
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command == "gemm":
-        try:
-            hw = load_hardware_config(args.hw) if args.hw else HardwareConfig()
-        except HardwareConfigError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return EXIT_BAD_INPUT
-        print(json.dumps(gemm_report(args.m, args.n, args.k, dataflow=args.dataflow, hw=hw.with_(
-            rows=args.rows or hw.rows, cols=args.cols or hw.cols)), indent=2))
-        return 0
+    # an empty name is an error, not the defaults: only a left-out --hw means the paper's array
+    if args.hw is not None and not args.hw.strip():
+        print("error: --hw is empty: give a hardware config TOML file, or leave --hw out for the paper's array",
+              file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.command == "simulate" and not args.trace.strip():
+        print("error: the trace file name is empty: give a trace file (JSON Lines, docs/trace.md)", file=sys.stderr)
+        return EXIT_BAD_INPUT
     try:
-        hw = load_hardware_config(args.hw) if args.hw else HardwareConfig()
-        trace = load_trace(args.trace)
-    except (TraceFormatError, HardwareConfigError) as e:
+        hw = load_hardware_config(args.hw) if args.hw is not None else HardwareConfig()
+        if args.command == "gemm":
+            hw = hw.with_(rows=args.rows or hw.rows, cols=args.cols or hw.cols)
+            report = gemm_report(args.m, args.n, args.k, dataflow=args.dataflow, hw=hw)
+        else:
+            trace = load_trace(args.trace)
+            try:
+                check_trace_fits(trace, hw)
+            except GemmTooLargeError as e:
+                raise GemmTooLargeError(f"{args.trace}: {e}") from None
+    except (TraceFormatError, HardwareConfigError, GemmTooLargeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if args.command == "gemm":
+        print(json.dumps(report, indent=2))
+        return 0
     report = simulate(trace, hw)
     if args.json:
         print(json.dumps({**report.summary(), "by_layer": {k: v.as_dict() for k, v in report.by_layer().items()}}, indent=2))

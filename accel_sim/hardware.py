@@ -56,6 +56,31 @@ MEMORY_MODELS = ("ours", "scalesim")
 """
 
 
+FIELD_BOUNDS: dict[str, tuple[float, float]] = {
+    "rows": (1, 65536),
+    "cols": (1, 65536),
+    "clock_hz": (1e3, 1e11),
+    "word_bytes": (1, 16),
+    "a_buffer_bytes": (1, 2**40),
+    "b_buffer_bytes": (1, 2**40),
+    "out_buffer_bytes": (1, 2**40),
+    "dram_peak_bytes_per_s": (1e3, 1e15),
+    "dram_efficiency": (1e-3, 1.0),
+    "dram_latency_cycles": (0, 2**30),
+    "linalg_efficiency": (1e-3, 1.0),
+}
+"""Allowed range of each numeric field (an int lower bound: the field is an integer), inclusive.
+Our choice, not a published figure: each range holds every accelerator we know of by orders of
+magnitude (TPU v1's 256 x 256 array, 700 MHz, HBM's ~1e12 B/s) and keeps the cost model's figures
+exact and finite (integer cycles and bytes below 2^63 for traces within ``trace_schema``'s bounds,
+finite seconds and joules): an array side of 2^63 or a clock of 1e-300 Hz is rejected naming the
+field and the range, not priced as "inf ms"."""
+SPECIAL_UNIT_BOUNDS = (1e-3, 1e6)
+"""Elements per cycle of each special-unit kind (``[special_unit]``)."""
+ENERGY_BOUNDS = (0.0, 1e6)
+"""Each ``[energy]`` figure (pJ per event; watts for ``static_w``)."""
+
+
 class HardwareConfigError(ValueError):
     """A hardware config with an unknown key or an impossible value. The message names the field."""
 
@@ -86,7 +111,7 @@ class SpecialUnit:
 
     def __post_init__(self) -> None:
         for f in fields(self):
-            _check_positive_number(f"special_unit.{f.name}", getattr(self, f.name))
+            _check_number_in(f"special_unit.{f.name}", getattr(self, f.name), *SPECIAL_UNIT_BOUNDS)
 
     def elements_per_cycle(self, op: str) -> float:
         return getattr(self, op)
@@ -127,7 +152,7 @@ class EnergyCosts:
 
     def __post_init__(self) -> None:
         for f in fields(self):
-            _check_nonneg_number(f"energy.{f.name}", getattr(self, f.name))
+            _check_number_in(f"energy.{f.name}", getattr(self, f.name), *ENERGY_BOUNDS)
 
 
 @dataclass(frozen=True)
@@ -143,8 +168,9 @@ class HardwareConfig:
     clock_hz: float = 100e6
     """Clock (paper: "The hardware system runs at 100 MHz")."""
     word_bytes: int = 4
-    """Bytes per operand word. The paper's MACs are floating point; we assume FP32 (PyTorch's
-    default training dtype; the trace's tensors are float32)."""
+    """Bytes per operand word: the size of a float32 value of the trace on the accelerator, applied
+    to every byte figure (``accel_sim.words``). The paper's MACs are floating point; we assume FP32
+    (PyTorch's default training dtype; the trace's tensors are float32)."""
 
     # --- not published: dataflow per GEMM role ------------------------------------------------
     dataflow_fwd: str = "ws"
@@ -197,16 +223,12 @@ class HardwareConfig:
     energy: EnergyCosts = field(default_factory=EnergyCosts)
 
     def __post_init__(self) -> None:
-        for name in ("rows", "cols", "word_bytes", "a_buffer_bytes", "b_buffer_bytes", "out_buffer_bytes"):
-            _check_positive_int(name, getattr(self, name))
-        _check_nonneg_int("dram_latency_cycles", self.dram_latency_cycles)
-        for name in ("clock_hz", "dram_peak_bytes_per_s"):
-            _check_positive_number(name, getattr(self, name))
-        for name in ("dram_efficiency", "linalg_efficiency"):
+        for name, (low, high) in FIELD_BOUNDS.items():
             value = getattr(self, name)
-            _check_positive_number(name, value)
-            if value > 1:
-                raise HardwareConfigError(f"hardware field '{name}' must be in (0, 1], got {value!r}")
+            if isinstance(low, int):
+                _check_int_in(name, value, low, high)
+            else:
+                _check_number_in(name, value, low, high)
         for name in ("dataflow_fwd", "dataflow_dx", "dataflow_dw"):
             _check_choice(name, getattr(self, name), DATAFLOWS)
         _check_choice("grouped_mapping", self.grouped_mapping, GROUPED_MAPPINGS)
@@ -246,24 +268,24 @@ class HardwareConfig:
         return replace(self, **changes)
 
 
-def _check_positive_int(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise HardwareConfigError(f"hardware field '{name}' must be a positive integer, got {value!r}")
+def _bound_text(value: float) -> str:
+    """``65536``, ``2^40``, ``1e+11``: a bound as the error message prints it."""
+    if isinstance(value, int) and value >= 2**20 and value & (value - 1) == 0:
+        return f"2^{value.bit_length() - 1}"
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def _check_nonneg_int(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise HardwareConfigError(f"hardware field '{name}' must be an integer >= 0, got {value!r}")
+def _check_int_in(name: str, value: Any, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise HardwareConfigError(
+            f"hardware field '{name}' must be an integer in [{low}, {_bound_text(high)}], got {value!r}")
 
 
-def _check_positive_number(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise HardwareConfigError(f"hardware field '{name}' must be a positive number, got {value!r}")
-
-
-def _check_nonneg_number(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise HardwareConfigError(f"hardware field '{name}' must be a finite number >= 0, got {value!r}")
+def _check_number_in(name: str, value: Any, low: float, high: float) -> None:
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or not low <= value <= high):
+        raise HardwareConfigError(
+            f"hardware field '{name}' must be a number in [{_bound_text(low)}, {_bound_text(high)}], got {value!r}")
 
 
 def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:

@@ -20,9 +20,9 @@ from accel_sim.trace_schema import STORAGE_KINDS, OpRecord, StorageInfo
 
 @dataclass(frozen=True)
 class PeakMemory:
-    peak_bytes: int
+    peak_memory_bytes: int
     at_op: int  # index of the op during which the peak occurs; -1 = before the first op
-    by_kind_bytes: Mapping[str, int]  # every STORAGE_KINDS key, summing to peak_bytes
+    by_kind_bytes: Mapping[str, int]  # every STORAGE_KINDS key, summing to peak_memory_bytes
     live_storages: tuple[int, ...]  # ids of the storages live at the peak, largest first
     live_bytes_per_op: tuple[int, ...]  # live bytes during each op
 

@@ -102,39 +102,80 @@ def gemm_fold_schedule(
     if m == 0 or n == 0 or k == 0:
         empty = np.zeros(0, dtype=np.int64)
         return FoldSchedule(*[empty] * len(fields(FoldSchedule)))
-    s_r, s_c, t = map_gemm(m, n, k, dataflow)
-    row_folds, col_folds = fold_counts(s_r, s_c, rows=rows, cols=cols)
-    fr = np.tile(np.arange(row_folds, dtype=np.int64), col_folds)
-    fc = np.repeat(np.arange(col_folds, dtype=np.int64), row_folds)
-    r = np.minimum(rows, s_r - fr * rows)
-    c = np.minimum(cols, s_c - fc * cols)
-    first_col_fold = fc == 0
-    a_half, b_half, out_half = a_buffer_bytes // 2, b_buffer_bytes // 2, out_buffer_bytes // 2
-    b_bytes = word_bytes * b_density  # bytes per (dense) word of B
-    if dataflow == "os":
-        a_words = r * t if m * k * word_bytes > a_half else r * t * first_col_fold
-        b_words = c * t * (fr == 0) if min(cols, s_c) * t * b_bytes <= b_half else c * t
-        loads = a_words * word_bytes + b_words * b_bytes
-        stores = r * c * word_bytes
-        sram = (r * t * word_bytes, c * t * b_bytes, 0 * r, stores)  # A, B, partial sums, outputs
-    else:
-        # WS: B stationary, A^T streamed; IS: A^T stationary, B streamed
-        stationary_bytes, streamed_bytes, streamed_half = (
-            (b_bytes, word_bytes, a_half) if dataflow == "ws" else (word_bytes, b_bytes, b_half)
-        )
-        streamed = r * t if s_r * t * streamed_bytes > streamed_half else r * t * first_col_fold
-        psum = c * t
-        if min(cols, s_c) * t * word_bytes <= out_half:
-            stores, reads = psum * (fr == row_folds - 1), 0
-        else:
-            stores, reads = psum, psum * (fr > 0)
-        loads = r * c * stationary_bytes + streamed * streamed_bytes + reads * word_bytes
-        stores = stores * word_bytes
-        stationary_sram, streamed_sram = r * c * stationary_bytes, r * t * streamed_bytes
-        a_sram, b_sram = (streamed_sram, stationary_sram) if dataflow == "ws" else (stationary_sram, streamed_sram)
-        sram = (a_sram, b_sram, psum * (fr > 0) * word_bytes, psum * word_bytes)
-    compute = np.full(fr.shape, fold_cycles(t, rows=rows, cols=cols, dataflow=dataflow), dtype=np.int64)
+    folds = _Folds.of(m, n, k, rows=rows, cols=cols, dataflow=dataflow)
+    buffers = _Buffers(a_buffer_bytes // 2, b_buffer_bytes // 2, out_buffer_bytes // 2)
+    family = output_stationary_traffic if dataflow == "os" else stationary_operand_traffic
+    loads, stores, sram = family(folds, buffers, m=m, k=k, dataflow=dataflow, word_bytes=word_bytes,
+                                 b_bytes=word_bytes * b_density)
+    compute = np.full(folds.fr.shape, fold_cycles(folds.t, rows=rows, cols=cols, dataflow=dataflow), dtype=np.int64)
     return FoldSchedule(compute, *(np.asarray(x, dtype=np.float64) for x in (loads, stores, *sram)))
+
+
+@dataclass(frozen=True)
+class _Folds:
+    """The folds of one GEMM in SCALE-Sim's order: per fold its row / column fold index (``fr``,
+    ``fc``) and the rows / columns of the array it uses (``r``, ``c``)."""
+
+    s_r: int
+    s_c: int
+    t: int
+    row_folds: int
+    cols: int
+    fr: np.ndarray
+    fc: np.ndarray
+    r: np.ndarray
+    c: np.ndarray
+
+    @staticmethod
+    def of(m: int, n: int, k: int, *, rows: int, cols: int, dataflow: str) -> "_Folds":
+        s_r, s_c, t = map_gemm(m, n, k, dataflow)
+        row_folds, col_folds = fold_counts(s_r, s_c, rows=rows, cols=cols)
+        fr = np.tile(np.arange(row_folds, dtype=np.int64), col_folds)
+        fc = np.repeat(np.arange(col_folds, dtype=np.int64), row_folds)
+        return _Folds(s_r, s_c, t, row_folds, cols, fr, fc,
+                      np.minimum(rows, s_r - fr * rows), np.minimum(cols, s_c - fc * cols))
+
+
+@dataclass(frozen=True)
+class _Buffers:
+    """Bytes of the active half of each double-buffered on-chip buffer."""
+
+    a_half: int
+    b_half: int
+    out_half: int
+
+
+def output_stationary_traffic(f: _Folds, buf: _Buffers, *, m: int, k: int, dataflow: str, word_bytes: int,
+                              b_bytes: float):
+    """OS: per-fold DRAM loads and stores and on-chip (A, B, partial-sum, output) bytes; outputs
+    complete inside the fold (module docstring). ``b_bytes``: bytes per dense word of B."""
+    r, c, t = f.r, f.c, f.t
+    a_words = r * t if m * k * word_bytes > buf.a_half else r * t * (f.fc == 0)
+    b_words = c * t * (f.fr == 0) if min(f.cols, f.s_c) * t * b_bytes <= buf.b_half else c * t
+    loads = a_words * word_bytes + b_words * b_bytes
+    stores = r * c * word_bytes
+    return loads, stores, (r * t * word_bytes, c * t * b_bytes, 0 * r, stores)
+
+
+def stationary_operand_traffic(f: _Folds, buf: _Buffers, *, m: int, k: int, dataflow: str, word_bytes: int,
+                               b_bytes: float):
+    """WS (B stationary, A^T streamed) and IS (A^T stationary, B streamed): per-fold DRAM loads and
+    stores and on-chip bytes; partial sums accumulate over the row folds, kept on chip when
+    ``cols x T`` words fit the output buffer's active half, else spilled (module docstring)."""
+    r, c, t = f.r, f.c, f.t
+    stationary_bytes, streamed_bytes, streamed_half = (
+        (b_bytes, word_bytes, buf.a_half) if dataflow == "ws" else (word_bytes, b_bytes, buf.b_half)
+    )
+    streamed = r * t if f.s_r * t * streamed_bytes > streamed_half else r * t * (f.fc == 0)
+    psum = c * t
+    if min(f.cols, f.s_c) * t * word_bytes <= buf.out_half:
+        stores, reads = psum * (f.fr == f.row_folds - 1), 0
+    else:
+        stores, reads = psum, psum * (f.fr > 0)
+    loads = r * c * stationary_bytes + streamed * streamed_bytes + reads * word_bytes
+    stationary_sram, streamed_sram = r * c * stationary_bytes, r * t * streamed_bytes
+    a_sram, b_sram = (streamed_sram, stationary_sram) if dataflow == "ws" else (stationary_sram, streamed_sram)
+    return loads, stores * word_bytes, (a_sram, b_sram, psum * (f.fr > 0) * word_bytes, psum * word_bytes)
 
 
 @dataclass(frozen=True)

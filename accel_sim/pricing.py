@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from accel_sim.hardware import HardwareConfig
 from accel_sim.memory import FoldSchedule, Timing, gemm_fold_schedule, pipelined_cycles, streaming_cycles
 from accel_sim.memory_scalesim import gemm_memory_scalesim
-from accel_sim.trace_schema import GemmWork, LinalgWork, VectorWork, Work
+from accel_sim.systolic import fold_counts, map_gemm
+from accel_sim.trace_schema import MAX_DIM, MAX_GROUPS, GemmWork, LinalgWork, VectorWork, Work
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,48 @@ def gemm_parts(work: GemmWork, hw: HardwareConfig, dataflow: str) -> list[tuple[
     return parts
 
 
+MAX_FOLDS_PER_OP = 2**22
+"""The most folds one op's GEMM may take on the array (all its groups together). The fold model
+(``accel_sim.memory``) holds a few numbers per fold in memory, and this bound (with
+``trace_schema.MAX_DIM`` on the streamed length) keeps an op's cycle sum below 2^63 in numpy's
+int64. At the bound one GEMM takes ~5 s and ~0.6 GB to price (``python -m accel_sim gemm 131072
+65536 2 --dataflow os``, 2^22 folds). MobileNetV2 at batch 64 (CIFAR 32 x 32) on the paper's
+32 x 64 array: at most 960 folds per op with its dataflows, 294,912 with every role output
+stationary (a depthwise conv, 2,048 row folds x 144 groups); the fold count grows with the batch,
+so a bigger batch with that dataflow is rejected from about batch 900 on."""
+
+
+class GemmTooLargeError(ValueError):
+    """A GEMM whose fold count on this hardware exceeds ``MAX_FOLDS_PER_OP``."""
+
+
+def gemm_folds(work: GemmWork, hw: HardwareConfig) -> int:
+    """Folds the array runs for ``work`` (every part of ``gemm_parts`` times its repeats)."""
+    dataflow = hw.dataflow(work.role)
+    total = 0
+    for m, n, k, _, times in gemm_parts(work, hw, dataflow):
+        if min(m, n, k) > 0:
+            s_r, s_c, _t = map_gemm(m, n, k, dataflow)
+            row_folds, col_folds = fold_counts(s_r, s_c, rows=hw.rows, cols=hw.cols)
+            total += times * row_folds * col_folds
+    return total
+
+
+def check_gemm_fits(work: GemmWork, hw: HardwareConfig) -> None:
+    """Raise ``GemmTooLargeError`` (one line: the GEMM, its folds, the bound) if the fold model
+    cannot price ``work`` on ``hw``."""
+    if max(work.m, work.n, work.k) > MAX_DIM or work.groups > MAX_GROUPS:
+        raise GemmTooLargeError(f"GEMM m={work.m} n={work.n} k={work.k} groups={work.groups}: dimensions must be "
+                                f"at most 2^40 and groups at most 2^24 (accel_sim.trace_schema)")
+    folds = gemm_folds(work, hw)
+    if folds > MAX_FOLDS_PER_OP:
+        raise GemmTooLargeError(
+            f"GEMM m={work.m} n={work.n} k={work.k} groups={work.groups} takes {folds:,} folds on a "
+            f"{hw.rows} x {hw.cols} array ({hw.dataflow(work.role)}); the fold model prices at most "
+            f"{MAX_FOLDS_PER_OP:,} (2^22) per op"
+        )
+
+
 def gemm_schedule(work: GemmWork, hw: HardwareConfig, dataflow: str) -> FoldSchedule:
     """The fold sequence the array runs for a (possibly grouped) GEMM."""
 
@@ -109,6 +152,7 @@ def scalesim_timing(work: GemmWork, hw: HardwareConfig, dataflow: str) -> Timing
 
 
 def price_gemm(work: GemmWork, hw: HardwareConfig) -> WorkCost:
+    check_gemm_fits(work, hw)
     dataflow = hw.dataflow(work.role)
     schedule = gemm_schedule(work, hw, dataflow)
     if hw.memory_model == "scalesim":

@@ -111,7 +111,7 @@ class CostReport:
         return sum(c.total_cycles for c in self.ops)
 
     @property
-    def seconds(self) -> float:
+    def latency_s(self) -> float:
         """Latency of the whole trace: total cycles / clock."""
         return self.total_cycles / self.hw.clock_hz
 
@@ -120,8 +120,8 @@ class CostReport:
         return sum(c.macs for c in self.ops)
 
     @property
-    def peak_bytes(self) -> int:
-        return self.peak.peak_bytes
+    def peak_memory_bytes(self) -> int:
+        return self.peak.peak_memory_bytes
 
     @property
     def energy(self) -> Energy:
@@ -191,7 +191,7 @@ class CostReport:
             "compute_cycles": t.compute_cycles,
             "stall_cycles": t.stall_cycles,
             "total_cycles": t.total_cycles,
-            "seconds": self.seconds,
+            "latency_s": self.latency_s,
             "utilization": self.utilization(),
             "dram_read_bytes": t.read_bytes,
             "dram_write_bytes": t.write_bytes,
@@ -200,10 +200,10 @@ class CostReport:
             "special_unit_elements": t.special_unit_elements,
             "energy_j": t.energy_j,
             "energy_by_component_j": t.energy.by_component_j(),
-            "peak_bytes": self.peak.peak_bytes,
-            "peak_at_op": self.peak.at_op,
-            "peak_by_kind_bytes": dict(self.peak.by_kind_bytes),
-            "peak_live_storages": list(self.peak.live_storages),
+            "peak_memory_bytes": self.peak.peak_memory_bytes,
+            "peak_memory_at_op": self.peak.at_op,
+            "peak_memory_by_kind_bytes": dict(self.peak.by_kind_bytes),
+            "peak_memory_live_storages": list(self.peak.live_storages),
             "by_phase": {k: v.as_dict() for k, v in self.by_phase().items()},
             "unsupported_ops": self.unsupported_ops(),
             "hardware": asdict(self.hw),

@@ -38,6 +38,16 @@ from accel_sim.tomlfile import read_toml
 
 SPEED_DISTRIBUTIONS = ("none", "lognormal", "uniform")
 
+# Allowed ranges (inclusive; our choice): any real link or device by orders of magnitude, and
+# round times that stay finite (a bandwidth of 1e-300 B/s would make every round "inf s").
+LINK_BANDWIDTH_BOUNDS = (1.0, 1e15)
+"""Bytes per second of a link (``inf`` also allowed: no transfer time)."""
+LINK_LATENCY_BOUNDS = (0.0, 1e6)
+"""Seconds per transfer."""
+SPEED_BOUNDS = {"speed_sigma": (0.0, 5.0), "speed_low": (1e-3, 1e3), "speed_high": (1e-3, 1e3)}
+"""The speed distributions' parameters (``speed_sigma``: of ``log s_k``; a factor ``s_k``
+within ``exp(+-5 sigma)`` stays finite)."""
+
 
 class SystemModelError(ValueError):
     """A system-model TOML with an unknown key or an impossible value; the message names it."""
@@ -52,13 +62,16 @@ class Link:
     latency_s: float
 
     def __post_init__(self) -> None:
+        low, high = LINK_BANDWIDTH_BOUNDS
         for name in ("downlink_bytes_per_s", "uplink_bytes_per_s"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or value <= 0:
-                raise SystemModelError(f"link {name} must be a positive number (inf allowed), got {value!r}")
+            if (isinstance(value, bool) or not isinstance(value, (int, float))
+                    or not (low <= value <= high or value == math.inf)):
+                raise SystemModelError(f"link {name} must be a number in [{low:g}, {high:g}] or inf, got {value!r}")
+        low, high = LINK_LATENCY_BOUNDS
         if (isinstance(self.latency_s, bool) or not isinstance(self.latency_s, (int, float))
-                or not math.isfinite(self.latency_s) or self.latency_s < 0):
-            raise SystemModelError(f"link latency_s must be a finite number >= 0, got {self.latency_s!r}")
+                or not low <= self.latency_s <= high):
+            raise SystemModelError(f"link latency_s must be a number in [{low:g}, {high:g}], got {self.latency_s!r}")
 
     def download_s(self, nbytes: int) -> float:
         """``latency + bytes / downlink bandwidth`` (0 for nothing to send)."""
@@ -249,12 +262,10 @@ class SystemModel:
         if self.speed not in SPEED_DISTRIBUTIONS:
             raise SystemModelError(f"system field 'speed' is {self.speed!r}; expected one of "
                                    f"{', '.join(SPEED_DISTRIBUTIONS)}")
-        for name in ("speed_sigma", "speed_low", "speed_high"):
+        for name, (low, high) in SPEED_BOUNDS.items():
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                    or value < 0 or (name != "speed_sigma" and value == 0):
-                raise SystemModelError(f"system field '{name}' must be a finite number "
-                                       f"{'>= 0' if name == 'speed_sigma' else '> 0'}, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+                raise SystemModelError(f"system field '{name}' must be a number in [{low:g}, {high:g}], got {value!r}")
         if self.speed_low > self.speed_high:
             raise SystemModelError(f"system field 'speed_low' ({self.speed_low}) exceeds 'speed_high' "
                                    f"({self.speed_high})")

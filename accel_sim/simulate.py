@@ -6,16 +6,18 @@ cycles. Each op is priced by ``accel_sim.pricing``; vector and linear-algebra op
 bytes of their input and output tensors (each distinct tensor once), or the bytes a vector op
 states it touches (``VectorWork.read_bytes`` / ``write_bytes``); peak memory comes from the
 storage lifetimes (``accel_sim.lifetimes``); every op's energy from its event counts
-(``accel_sim.energy``).
+(``accel_sim.energy``). Every byte figure, GEMM or not, and peak memory follow the hardware's
+``word_bytes`` by one rule (``accel_sim.words``).
 """
 
 from __future__ import annotations
 
 from accel_sim.hardware import HardwareConfig
 from accel_sim.lifetimes import peak_memory
-from accel_sim.pricing import price_work
+from accel_sim.pricing import GemmTooLargeError, check_gemm_fits, price_work
 from accel_sim.report import CostReport, OpCost, op_energy
 from accel_sim.trace_schema import OpRecord, Trace
+from accel_sim.words import stated_bytes_at_word, storages_at_word, tensor_bytes_at_word
 
 
 def _work_op(op: OpRecord) -> str:
@@ -27,10 +29,24 @@ def _work_op(op: OpRecord) -> str:
     return ""
 
 
+def check_trace_fits(trace: Trace, hw: HardwareConfig) -> None:
+    """Raise ``GemmTooLargeError`` naming the op if any GEMM of ``trace`` is beyond what the fold
+    model prices on ``hw`` (``accel_sim.pricing.MAX_FOLDS_PER_OP``); checked before any pricing."""
+    for op in trace.ops:
+        if op.work.kind == "gemm":
+            try:
+                check_gemm_fits(op.work, hw)
+            except GemmTooLargeError as e:
+                raise GemmTooLargeError(f"op {op.idx} ({op.aten}, layer {op.layer!r}): {e}") from None
+
+
 def simulate(trace: Trace, hw: HardwareConfig | None = None) -> CostReport:
-    """Price ``trace`` on ``hw`` (default: ``HardwareConfig()``, the paper's array)."""
+    """Price ``trace`` on ``hw`` (default: ``HardwareConfig()``, the paper's array). Raises
+    ``GemmTooLargeError`` before pricing anything if a GEMM is too large for the fold model."""
     hw = hw if hw is not None else HardwareConfig()
-    tensor_bytes = {t.id: t.bytes for t in trace.header.tensors}
+    check_trace_fits(trace, hw)
+    tensors = {t.id: t for t in trace.header.tensors}
+    tensor_bytes = tensor_bytes_at_word(trace.header.tensors, hw.word_bytes)
     costs = []
     for op in trace.ops:
         kind = op.work.kind
@@ -39,8 +55,10 @@ def simulate(trace: Trace, hw: HardwareConfig | None = None) -> CostReport:
             read = sum(tensor_bytes[i] for i in dict.fromkeys(op.inputs))
             write = sum(tensor_bytes[i] for i in dict.fromkeys(op.outputs))
             if kind == "vector":  # an op that touches only part of its tensors says so
-                read = read if op.work.read_bytes is None else op.work.read_bytes
-                write = write if op.work.write_bytes is None else op.work.write_bytes
+                if op.work.read_bytes is not None:
+                    read = stated_bytes_at_word(op.work.read_bytes, op.inputs, tensors, hw.word_bytes)
+                if op.work.write_bytes is not None:
+                    write = stated_bytes_at_word(op.work.write_bytes, op.outputs, tensors, hw.word_bytes)
         cost = price_work(op.work, hw, read, write)
         t = cost.timing
         costs.append(
@@ -76,5 +94,5 @@ def simulate(trace: Trace, hw: HardwareConfig | None = None) -> CostReport:
         method=header.method,
         batch_size=header.batch_size,
         ops=tuple(costs),
-        peak=peak_memory(header.storages, trace.ops),
+        peak=peak_memory(storages_at_word(header.storages, header.tensors, hw.word_bytes), trace.ops),
     )

@@ -1,5 +1,6 @@
 """Reading a TOML file of the project's (hardware config, system model): one error, naming the
-file, for a missing file, bad TOML or bytes that are not text."""
+file, for an empty name, a folder, a missing or unreadable file, bad TOML, bytes that are not
+text, or nesting too deep for the parser."""
 
 from __future__ import annotations
 
@@ -11,10 +12,20 @@ from typing import Any
 def read_toml(path: str | Path, error: type[Exception], what: str) -> dict[str, Any]:
     """The top-level table of the TOML file ``path``; raises ``error`` naming the file otherwise
     (``what`` names the kind of file: "hardware config", "system-model")."""
+    if not str(path).strip():
+        raise error(f"the {what} file name is empty: give a TOML file, or leave the option out for the defaults")
     path = Path(path)
+    if path.is_dir():
+        raise error(f"{path}: is a folder, not a {what} file")
     if not path.is_file():
         raise error(f"{path}: no such {what} file")
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+    except OSError as e:
+        raise error(f"{path}: cannot read the {what} file ({e.strerror or e})") from None
+    except UnicodeDecodeError as e:
+        raise error(f"{path}: not valid TOML: byte {e.object[e.start]:#04x} at offset {e.start} is not UTF-8 text") from None
+    except RecursionError:
+        raise error(f"{path}: not a {what} file: nested too deeply") from None
+    except (tomllib.TOMLDecodeError, ValueError) as e:  # ValueError: an integer too long to convert
         raise error(f"{path}: not valid TOML ({e})") from None

@@ -93,6 +93,6 @@ def price(model: nn.Module, example_input: torch.Tensor, target: torch.Tensor | 
     trace = local_step_trace(lambda: wrapped, cfg, hp or Hparams(), batch_size=batch, input_shape=shape, seed=seed,
                              model_name=name, meta={"classes": num_classes})
     report = simulate_complete(trace, hardware, f"{name} {cfg.name} training step")
-    return PriceReport(method=cfg.name, batch_size=batch, latency_s=report.seconds, cycles=report.total_cycles,
-                       energy_j=report.energy_j, peak_memory_bytes=report.peak_bytes, macs=report.macs,
+    return PriceReport(method=cfg.name, batch_size=batch, latency_s=report.latency_s, cycles=report.total_cycles,
+                       energy_j=report.energy_j, peak_memory_bytes=report.peak_memory_bytes, macs=report.macs,
                        layers=layer_table(report), report=report, trace=trace)

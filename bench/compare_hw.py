@@ -65,9 +65,9 @@ def hardware_figures(model: str, spec: ModelSpec, training, calibrations, *, bat
         for label, hw in hws.items():
             report = simulate_complete(trace, hw, f"{model} {method} training step on {label}")
             out[label]["training"][method] = {
-                "step_cycles": report.total_cycles, "step_latency_s": report.seconds,
-                "steps_per_round": steps_per_round, "round_latency_s": report.seconds * steps_per_round,
-                "peak_memory_bytes": report.peak_bytes, "step_energy_j": report.energy_j,
+                "step_cycles": report.total_cycles, "step_latency_s": report.latency_s,
+                "steps_per_round": steps_per_round, "round_latency_s": report.latency_s * steps_per_round,
+                "peak_memory_bytes": report.peak_memory_bytes, "step_energy_j": report.energy_j,
                 "round_energy_j": report.energy_j * steps_per_round, "macs": report.macs}
     for calibration in calibrations:
         for label, hw in hws.items():

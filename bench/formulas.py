@@ -55,6 +55,8 @@ import math
 import sys
 from dataclasses import dataclass, fields
 
+from accel_sim.linalg_macs import cholesky_macs, solve_macs
+
 DECIMAL_MB_BYTES = 1_000_000
 GIGA = 1_000_000_000
 SGD_UPDATE_MACS_PER_WEIGHT = 3  # torch.optim.SGD: g += wd*w; buf = mu*buf + g; w -= lr*buf
@@ -107,11 +109,10 @@ class Convention:
 
 OURS = Convention("ours", 2, ("dw",), ("fwd", "dw"), True)
 PAPER_READING = Convention("paper-reading", 1, ("fwd", "dx", "dw"), ("fwd", "dx", "dw"), False)
-CONVENTIONS = {c.name: c for c in (OURS, PAPER_READING)}
 
 
 @dataclass(frozen=True)
-class Work:
+class ClassifierOp:
     """One classifier-related operation: ``side`` is "client" (all clients together) or "server"."""
 
     operation: str
@@ -155,13 +156,20 @@ def ffc_comm_bytes_per_client(feature_dim: int, num_classes: int, word_bytes: in
 
 def comm_bytes_per_client(method: str, s: Table1Setup) -> int:
     """Per-client classifier communication of a Table 1 method over the whole run."""
-    if method == "fedavg":
-        return fedavg_comm_bytes_per_client(s.feature_dim, s.num_classes, s.rounds, s.word_bytes)
-    if method == "ccvr":
-        return ccvr_comm_bytes_per_client(s.feature_dim, s.num_classes, s.rounds, s.word_bytes)
-    if method == "spherefed":
-        return ffc_comm_bytes_per_client(s.feature_dim, s.num_classes, s.word_bytes)
-    raise ValueError(f"unknown Table 1 method {method!r}; choose one of {sorted(TABLE1_METHODS)}")
+    return _table1_form(TABLE1_COMM, method)(s)
+
+
+TABLE1_COMM = {  # Table 1 row -> its per-client communication
+    "fedavg": lambda s: fedavg_comm_bytes_per_client(s.feature_dim, s.num_classes, s.rounds, s.word_bytes),
+    "ccvr": lambda s: ccvr_comm_bytes_per_client(s.feature_dim, s.num_classes, s.rounds, s.word_bytes),
+    "spherefed": lambda s: ffc_comm_bytes_per_client(s.feature_dim, s.num_classes, s.word_bytes),
+}
+
+
+def _table1_form(forms: dict, method: str):
+    if method not in forms:
+        raise ValueError(f"unknown Table 1 method {method!r}; choose one of {sorted(forms)}")
+    return forms[method]
 
 
 def total_comm_bytes(method: str, s: Table1Setup) -> int:
@@ -210,78 +218,64 @@ def ffc_client_macs(feature_dim: int, num_classes: int, samples: int) -> int:
     return samples * feature_dim * (feature_dim + num_classes)
 
 
-def cholesky_macs(n: int) -> int:
-    """Cholesky factorization of an n x n SPD matrix: n^3/6 MACs (n^3/3 flops, Golub & Van Loan Alg. 4.2.1)."""
-    return n**3 // 6
-
-
-def linear_solve_macs(n: int, nrhs: int) -> int:
-    """Solve A X = B, A n x n, B n x nrhs, by LU: n^3/3 MACs + n^2 per right-hand side.
-
-    LU with partial pivoting is 2n^3/3 flops, forward + back substitution 2n^2 flops per column
-    (Golub & Van Loan, Sec. 3.1-3.2); torch.linalg.solve does this. Eq. (10) writes an inverse;
-    forming it explicitly would cost n^3 MACs instead of n^3/3.
-    """
-    return n**3 // 3 + n * n * nrhs
-
-
 # ---- computation per method (Table 1, "Computation" columns) ----------------------------------
 
 
-def _training_work(s: Table1Setup, conv: Convention) -> tuple[Work, ...]:
+def _training_work(s: Table1Setup, conv: Convention) -> tuple[ClassifierOp, ...]:
     """FedAvg's classifier work over R rounds of E local epochs (Table 1 row FedAvg)."""
     l, c = s.feature_dim, s.num_classes
     sample_passes = s.train_samples * s.local_epochs * s.rounds
     work = [
-        Work(f"classifier {role} GEMM", "client", classifier_gemm_macs(l, c, sample_passes))
+        ClassifierOp(f"classifier {role} GEMM", "client", classifier_gemm_macs(l, c, sample_passes))
         for role in conv.local_training_gemms
     ]
     if conv.count_sgd_updates:
         steps = local_steps_per_epoch(s.train_samples, s.num_clients, s.batch_size) * s.local_epochs * s.rounds
-        work.append(Work("SGD update of W", "client", sgd_update_macs(l * c, steps)))
-    work.append(Work("average W", "server", s.rounds * weighted_average_macs(l * c, s.num_clients)))
+        work.append(ClassifierOp("SGD update of W", "client", sgd_update_macs(l * c, steps)))
+    work.append(ClassifierOp("average W", "server", s.rounds * weighted_average_macs(l * c, s.num_clients)))
     return tuple(work)
 
 
-def _ccvr_calibration_work(s: Table1Setup, conv: Convention) -> tuple[Work, ...]:
+def _ccvr_calibration_work(s: Table1Setup, conv: Convention) -> tuple[ClassifierOp, ...]:
     """CCVR after FedAvg: GMM fitting on clients, pooling, sampling and fine-tuning on the server."""
     l, c = s.feature_dim, s.num_classes
     virtual = s.virtual_per_class * c
     work = [
-        Work("GMM fitting (class means, covariances)", "client", feature_statistics_macs(l, s.train_samples)),
-        Work("pool client statistics", "server", s.num_clients * c * l * (l + 1)),
-        Work("sampling: Cholesky per class", "server", c * cholesky_macs(l)),
-        Work("sampling: mu + L.eps per virtual feature", "server", virtual * l * l),
+        ClassifierOp("GMM fitting (class means, covariances)", "client", feature_statistics_macs(l, s.train_samples)),
+        ClassifierOp("pool client statistics", "server", s.num_clients * c * l * (l + 1)),
+        ClassifierOp("sampling: Cholesky per class", "server", c * cholesky_macs(l)),
+        ClassifierOp("sampling: mu + L.eps per virtual feature", "server", virtual * l * l),
     ]
     work += [
-        Work(f"fine-tuning {role} GEMM", "server", classifier_gemm_macs(l, c, virtual * s.finetune_epochs))
+        ClassifierOp(f"fine-tuning {role} GEMM", "server", classifier_gemm_macs(l, c, virtual * s.finetune_epochs))
         for role in conv.finetune_gemms
     ]
     if conv.count_sgd_updates:
         steps = math.ceil(virtual / s.batch_size) * s.finetune_epochs
-        work.append(Work("fine-tuning SGD update", "server", sgd_update_macs(l * c, steps)))
+        work.append(ClassifierOp("fine-tuning SGD update", "server", sgd_update_macs(l * c, steps)))
     return tuple(work)
 
 
-def _ffc_work(s: Table1Setup) -> tuple[Work, ...]:
+def _ffc_work(s: Table1Setup) -> tuple[ClassifierOp, ...]:
     """SphereFed + FFC: Eq. (9) on clients, Eq. (10) (sum, then solve) on the server; no training work."""
     l, c = s.feature_dim, s.num_classes
     return (
-        Work("Eq. (9): U, V", "client", ffc_client_macs(l, c, s.train_samples)),
-        Work("Eq. (10): sum U, V", "server", (s.num_clients - 1) * l * (l + c)),
-        Work("Eq. (10): solve", "server", linear_solve_macs(l, c)),
+        ClassifierOp("Eq. (9): U, V", "client", ffc_client_macs(l, c, s.train_samples)),
+        ClassifierOp("Eq. (10): sum U, V", "server", (s.num_clients - 1) * l * (l + c)),
+        ClassifierOp("Eq. (10): solve", "server", solve_macs(l, c)),
     )
 
 
-def classifier_work(method: str, s: Table1Setup, conv: Convention = OURS) -> tuple[Work, ...]:
+def classifier_work(method: str, s: Table1Setup, conv: Convention = OURS) -> tuple[ClassifierOp, ...]:
     """Every classifier-related operation of a Table 1 method, in MACs, under a counting convention."""
-    if method == "fedavg":
-        return _training_work(s, conv)
-    if method == "ccvr":
-        return _training_work(s, conv) + _ccvr_calibration_work(s, conv)
-    if method == "spherefed":
-        return _ffc_work(s)
-    raise ValueError(f"unknown Table 1 method {method!r}; choose one of {sorted(TABLE1_METHODS)}")
+    return _table1_form(TABLE1_WORK, method)(s, conv)
+
+
+TABLE1_WORK = {  # Table 1 row -> its classifier work
+    "fedavg": _training_work,
+    "ccvr": lambda s, conv: _training_work(s, conv) + _ccvr_calibration_work(s, conv),
+    "spherefed": lambda s, conv: _ffc_work(s),
+}
 
 
 def classifier_flops(method: str, s: Table1Setup, conv: Convention = OURS) -> int:

@@ -16,7 +16,7 @@ A grid file (TOML) names a runner, the settings shared by every run, and the axe
 Every point of the cartesian product of the axes (in file order), merged over ``fixed``, is one
 run. Its id is a hash of its resolved config, so the same point always lands in the same folder:
 
-    DIR/runs/<run_id>/      the runner's files plus point.json (config, metrics, seconds, start/end time)
+    DIR/runs/<run_id>/      the runner's files plus point.json (config, metrics, elapsed_s, start/end time)
     DIR/failed/<run_id>.json  the error and traceback of a run that raised
     DIR/locks/<run_id>.lock   held while a run is in progress (pid and host inside)
     DIR/runs.csv, DIR/table_*.csv   the aggregated tables (see ``aggregate``)
@@ -63,6 +63,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from accel_sim.tomlfile import read_toml
+from bench.results import FORMAT_VERSION, ResultsError
 from workloads import cli
 from workloads.atomic import atomic_write, atomic_write_text
 
@@ -100,7 +101,7 @@ class PointResult:
     run_id: str
     status: str  # "done" (ran now), "skipped" (finished earlier), "failed", "failed-earlier", "busy"
     config: dict[str, Any]
-    seconds: float = 0.0
+    elapsed_s: float = 0.0
     error: str = ""
 
 
@@ -282,13 +283,13 @@ def execute_point(runner_spec: str, config: dict[str, Any], out_root: str, cpus:
         finally:
             if previous_threads is not None:
                 _set_threads(previous_threads)
-        seconds = time.perf_counter() - start
-        _write_json(tmp / "point.json", {"run_id": rid, "config": config, "metrics": metrics or {},
-                                         "seconds": seconds, "start_unix_s": start_unix_s,
-                                         "end_unix_s": start_unix_s + seconds})
+        elapsed_s = time.perf_counter() - start
+        _write_json(tmp / "point.json", {"version": FORMAT_VERSION, "run_id": rid, "config": config, "metrics": metrics or {},
+                                         "elapsed_s": elapsed_s, "start_unix_s": start_unix_s,
+                                         "end_unix_s": start_unix_s + elapsed_s})
         tmp.rename(final)
         failed.unlink(missing_ok=True)
-        return PointResult(rid, "done", config, seconds=seconds)
+        return PointResult(rid, "done", config, elapsed_s=elapsed_s)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         lock.unlink(missing_ok=True)
@@ -428,10 +429,13 @@ def collect(out: str | Path) -> list[dict[str, Any]]:
     rows = []
     for point in sorted(Path(out).glob("runs/*/point.json")):
         data = read_record(point)
-        if data is None or not {"config", "metrics", "seconds"} <= set(data):
-            continue
+        if data is None or not {"config", "metrics", "elapsed_s"} <= set(data):
+            continue  # unreadable (said so): the point runs again on the next run of the grid
+        if data.get("version") != FORMAT_VERSION:
+            raise ResultsError(f"{point} has results format version {data.get('version')!r}; this code reads "
+                               f"{FORMAT_VERSION} (docs/results.md): run the grid into a new --out")
         rows.append({"run_id": data["run_id"], **_flat("", data["config"]), **_flat("metric", data["metrics"]),
-                     "seconds": data["seconds"]})
+                     "elapsed_s": data["elapsed_s"]})
     return rows
 
 
@@ -454,7 +458,7 @@ def aggregate(out: str | Path, *, across: str = "seed") -> Path | None:
     out = Path(out)
     _write_csv(df, out / "runs.csv")
     metrics = [c for c in df.columns if c.startswith("metric.") and pd.api.types.is_numeric_dtype(df[c])]
-    group = [c for c in df.columns if c not in metrics and c not in ("run_id", "seconds", across)]
+    group = [c for c in df.columns if c not in metrics and c not in ("run_id", "elapsed_s", across)]
     if metrics and group:
         table = df.groupby(group, dropna=False)[metrics].agg(["mean", "std", "count"])
         table.columns = [f"{m}.{stat}" for m, stat in table.columns]
@@ -479,7 +483,7 @@ def table2_long(df, metrics: list[str], across: str = "seed"):
     if not named:
         return None
     setting_cols = [c for c in df.columns
-                    if c not in metrics and c not in ("run_id", "seconds", across, "model", "methods")
+                    if c not in metrics and c not in ("run_id", "elapsed_s", across, "model", "methods")
                     and not c.startswith("metric.")]
     records = []
     for _, row in df.iterrows():
@@ -555,13 +559,13 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(args.out or f"results/grid-{spec.name}")
 
         def show(result: PointResult, i: int, total: int) -> None:
-            extra = f" ({result.seconds:.1f} s)" if result.status == "done" else ""
+            extra = f" ({result.elapsed_s:.1f} s)" if result.status == "done" else ""
             extra += f": {result.error}" if result.error else ""
             print(f"[{i}/{total}] {result.run_id} {result.status}{extra}", file=sys.stderr, flush=True)
 
         report = run_grid(spec, out, backend=args.backend, resources=resources, retry_failed=args.retry_failed,
                           address=args.address, progress=show)
-    except GridError as e:
+    except (GridError, ResultsError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     counts = {s: report.count(s) for s in ("done", "skipped", "failed", "failed-earlier", "busy")}

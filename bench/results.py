@@ -30,7 +30,10 @@ from workloads import cli
 from workloads.atomic import atomic_write_dir, atomic_write_text
 
 FORMAT_NAME = "fl-accel-bench-results"
-FORMAT_VERSION = 2  # 2: energy (summary, ops.csv, layers.csv), breakdown.csv, rounds.csv, time_to_accuracy
+FORMAT_VERSION = 3
+"""Version of every file bench writes: a run folder's summary.json, bench.sweep's sweep.json, a grid's
+point.json. 2: energy (summary, ops.csv, layers.csv), breakdown.csv, rounds.csv, time_to_accuracy.
+3: one spelling per quantity (docs/results.md, "changes in version 3")."""
 SUMMARY = "summary.json"
 OPS_CSV = "ops.csv"
 LAYERS_CSV = "layers.csv"

@@ -27,7 +27,6 @@ at the end. All arguments are checked, and the dataset loaded, before any work.
 
 from __future__ import annotations
 
-import functools
 import math
 import shlex
 import sys
@@ -40,22 +39,22 @@ import torch
 from accel_sim.hardware import HardwareConfig, HardwareConfigError, load_hardware_config
 from accel_sim.rounds import DEFAULT_TARGET_FRACTION, SystemModel, default_target, load_system_model, time_to_accuracy
 from bench import compare_hw, formulas
+from bench.accuracy_jobs import Job, JobResult, RunInputs, resolve_workers, started, threads_per_worker
 from bench.breakdown import breakdown, energy_by_kind
 from bench.plots import plot_run
+from bench.paper import PAPER_CLAIMS, saving_pct
 from bench.results import (BREAKDOWN_CSV, COST_COLUMNS, FORMAT_NAME, FORMAT_VERSION, LAYERS_COLUMNS, LAYERS_CSV,
                            OPS_COLUMNS, OPS_CSV, ROUNDS_CSV, ROUNDS_CSV_COLUMNS, ResultsError, check_out_dir,
                            write_json, write_run_dir)
 from bench.traces import local_training_trace
 from bench.tta import format_time_to_accuracy, plot_time_to_accuracy
-from workloads.fl.calibration_cost import CALIBRATIONS, TRAINED_WITH, calibration_cost
-from workloads.fl.comm import closed_form_bytes, ledger_totals, tensor_bytes
+from workloads.fl.calibration_cost import TRAINED_WITH, calibration_cost
+from workloads.fl.comm import closed_form_bytes, closed_form_sizes
 from workloads.fl.data import Dataset, load_dataset, subset
 from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.local import prepare_model
-from workloads.fl.loop import run_method
-from workloads.fl.methods import MethodConfig, parse_method
-from workloads.fl.methods.base import frozen_keys
-from workloads.fl.round_cost import RunPricer, RunSpec, client_devices, price_run
+from workloads.fl.methods import CALIBRATIONS, MethodConfig, parse_method
+from workloads.fl.round_cost import client_devices
 from workloads.fl.run import DEFAULT_SYSTEM, load_preset, make_partition, method_hparams
 from workloads.fl.step_cost import simulate_complete
 from workloads import cli, model_spec
@@ -70,11 +69,6 @@ PAPER_CLIENTS = 10  # Sec. 5.1
 PAPER_ROUNDS = 100  # Table 16
 PAPER_DATASET = "cifar100"
 PAPER_TRAIN_SAMPLES = 50_000  # CIFAR-100 train split
-PAPER_CLAIMS = (  # SphereFed Sec. 5.4 ("up to", over ConvNet, ResNet and MobileNetV2 on CIFAR-100)
-    ("peak memory saved by SphereFed vs FedAvg (Fig. 5 b)", "training", "peak_memory_bytes", "fedavg", "spherefed", 10.5),
-    ("one-round latency saved by SphereFed vs FedAvg (Fig. 5 c)", "training", "round_latency_s", "fedavg", "spherefed", 13.6),
-    ("calibration latency saved by FFC vs CCVR (Fig. 5 d)", "calibration", "latency_s", "ccvr", "ffc", 9.1),
-)
 WHY_DIFFERENT = (
     "Our figures price the real autograd graph of one step on the modeled array: SphereFed removes "
     "only the classifier's weight gradient and momentum (l x C = 0.05% of a MobileNetV2 step's MACs) "
@@ -135,6 +129,7 @@ class RunConfig:
     classifier: str | None = None  # the nn.Linear the methods act on (user models; None: the last one)
     classes: int = PAPER_CLASSES  # C of the priced figures (the accuracy run has its dataset's)
     compare_hw: tuple[str, ...] = ()  # every --hw when several are given (bench/compare_hw.py); the first is hw_path
+    workers: int | None = None  # accuracy runs side by side (bench/accuracy_jobs.py); None: one per run, <= cores
 
     def spec(self, model: str, input_shape: tuple[int, ...] | None = None) -> ModelSpec:
         """``model`` at ``input_shape`` (default: --input-shape, else 3x32x32) with --classifier."""
@@ -153,7 +148,7 @@ def _split_methods(methods) -> tuple[list[str], list[str]]:
             continue
         method = parse_method(name)
         if method.calibration:
-            raise ValueError(f"method {name!r}: give calibrations on their own ({', '.join(CALIBRATIONS)}): "
+            raise ValueError(f"method {name!r}: give calibrations on their own ({', '.join(sorted(CALIBRATIONS))}): "
                              f"CCVR is priced on FedAvg, FFC on SphereFed")
         training.append(name)
     if training and "fedavg" not in training:
@@ -195,6 +190,9 @@ def parse_args(argv=None) -> RunConfig:
     p.add_argument("--classifier", metavar="DOTTED.NAME", help="the nn.Linear the methods act on (default: the last)")
     p.add_argument("--classes", type=cli.int_in(1, cli.CLASSES_MAX), default=PAPER_CLASSES,
                    help=f"classes of the priced figures (default 100, at most {cli.CLASSES_MAX:,})")
+    p.add_argument("--workers", type=cli.int_in(1, 1024), metavar="N",
+                   help="federated runs side by side in N processes, each with cores/N torch threads (default: one "
+                        "per run, at most one per core; 1: one after another in this process)")
     a = p.parse_args(argv)
     if a.model and a.models:
         p.error(f"give either --model {a.model} or --models {' '.join(a.models)}, not both")
@@ -209,7 +207,7 @@ def parse_args(argv=None) -> RunConfig:
     hws = tuple(a.hw or ())
     return RunConfig(models, tuple(a.methods), a.batch_size, a.seed, a.preset, a.data_dir, hws[0] if hws else None,
                      out, a.overwrite, a.alpha, a.target, a.system, shape, a.classifier, a.classes,
-                     hws if len(hws) > 1 else ())
+                     hws if len(hws) > 1 else (), a.workers)
 
 
 def validate(cfg: RunConfig) -> tuple[HardwareConfig, Preset, SystemModel]:
@@ -218,6 +216,8 @@ def validate(cfg: RunConfig) -> tuple[HardwareConfig, Preset, SystemModel]:
     check_models(cfg, classes=cfg.classes, input_shape=cfg.spec("").input_shape)
     if cfg.batch_size < 1:
         raise ValueError(f"--batch-size must be at least 1, got {cfg.batch_size}")
+    if cfg.workers is not None and cfg.workers < 1:
+        raise ValueError(f"--workers must be at least 1, got {cfg.workers}")
     if cfg.alpha is not None and not cfg.alpha > 0:
         raise ValueError(f"--alpha must be positive, got {cfg.alpha}")
     if cfg.target_accuracy_pct is not None and not 0 < cfg.target_accuracy_pct <= 100:
@@ -281,9 +281,9 @@ def training_figures(model: str, methods, cfg: RunConfig, hw: HardwareConfig, pr
                                      image_size=PAPER_IMAGE_SIZE, seed=cfg.seed)
         report = simulate_complete(trace, hw, f"{model} {method} training step")
         figures[method] = {
-            "step_cycles": report.total_cycles, "step_latency_s": report.seconds,
-            "steps_per_round": steps_per_round, "round_latency_s": report.seconds * steps_per_round,
-            "peak_memory_bytes": report.peak_bytes, "peak_memory_breakdown_bytes": dict(report.peak.by_kind_bytes),
+            "step_cycles": report.total_cycles, "step_latency_s": report.latency_s,
+            "steps_per_round": steps_per_round, "round_latency_s": report.latency_s * steps_per_round,
+            "peak_memory_bytes": report.peak_memory_bytes, "peak_memory_by_kind_bytes": dict(report.peak.by_kind_bytes),
             "macs": report.macs, "unsupported_ops": report.unsupported_ops(),
             "step_energy_j": report.energy_j, "round_energy_j": report.energy_j * steps_per_round,
             "step_energy_by_component_j": report.energy.by_component_j(),
@@ -319,19 +319,14 @@ def _comm_method(name: str) -> MethodConfig:
 
 def model_closed_form_bytes(model_name: str | ModelSpec, method: MethodConfig, hp: Hparams, *, num_classes: int,
                             image_size: int, rounds: int, num_clients: int, seed: int) -> dict[str, int]:
-    """``closed_form_bytes`` of the FL code for a whole run, from the prepared model's shapes."""
+    """``closed_form_bytes`` of the FL code for a whole run, from the prepared model's shapes
+    (``closed_form_sizes``: per sharing layer, so double head's gradual sharing and local head count
+    as the ledger does)."""
     torch.manual_seed(seed)
     model = prepare_model(model_spec.build(as_spec(model_name, image_size), num_classes=num_classes,
                                            spherefed=method.spherefed), method, seed=seed)
-    state, frozen = model.state_dict(), frozen_keys(model)
-    shared = {k: v for k, v in state.items() if k not in frozen}
-    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
-    return closed_form_bytes(
-        method, hp, rounds=rounds, clients_per_round=num_clients, num_clients=num_clients,
-        layer_bytes=[sum(tensor_bytes(v) for v in shared.values())],
-        head_bytes=sum(tensor_bytes(v) for k, v in shared.items() if k.startswith("classifier.")),
-        trainable_bytes=sum(tensor_bytes(v) for k, v in shared.items() if k in trainable),
-        feature_dim=model.feature_dim, num_classes=num_classes)
+    return closed_form_bytes(method, hp, rounds=rounds, clients_per_round=num_clients, num_clients=num_clients,
+                             **closed_form_sizes(model))
 
 
 def communication_figures(model: str, names, cfg: RunConfig) -> dict:
@@ -352,50 +347,51 @@ def communication_figures(model: str, names, cfg: RunConfig) -> dict:
     return out
 
 
-def accuracy_figures(model: str, names, preset: Preset, data, cfg: RunConfig, hw: HardwareConfig,
-                     system: SystemModel, progress, bars: bool) -> tuple[dict, dict, list[dict]]:
-    """Accuracy per method from federated runs (calibrations reuse their base run), every round
-    priced (``rounds.csv`` rows, labelled with ``names``), and the ledger check: every run's ledger
-    total against ``closed_form_bytes`` at the run's own settings."""
-    train, test = data
-    fl = replace(preset.fl, model=model, seed=cfg.seed)
-    image_size = int(train.x.shape[-1])
-    parts = make_partition(train.y.numpy(), fl)
-    labels = [train.y.numpy()[p] for p in parts]
-    devices = client_devices(system, hw, fl.num_clients, seed=cfg.seed)
-
-    spec = cfg.spec(model, tuple(train.x.shape[1:]))
-
-    def build(spherefed: bool):
-        return model_spec.build(spec, num_classes=train.num_classes, norm=fl.norm, spherefed=spherefed)
-
-    pricer = RunPricer(RunSpec(build, model, tuple(train.x.shape[1:]), train.num_classes, cfg.seed))
+def run_pairs(names) -> list[tuple[str, str | None]]:
+    """The federated runs that give ``names``' accuracies: each training method with the calibration
+    that reuses its run (CCVR on FedAvg, FFC on SphereFed), and a calibration's base run where its
+    base is not asked for."""
     training = [n for n in names if n not in CALIBRATIONS]
     calibrations = [n for n in names if n in CALIBRATIONS]
-    jobs = [(t, next((c for c in calibrations if TRAINED_WITH[c] == t), None)) for t in training]
-    jobs += [(TRAINED_WITH[c], c) for c in calibrations if TRAINED_WITH[c] not in training]
+    pairs = [(t, next((c for c in calibrations if TRAINED_WITH[c] == t), None)) for t in training]
+    return pairs + [(TRAINED_WITH[c], c) for c in calibrations if TRAINED_WITH[c] not in training]
+
+
+def accuracy_runs(model: str, names, preset: Preset, data, cfg: RunConfig, hw: HardwareConfig,
+                  system: SystemModel) -> tuple[RunInputs, list[Job]]:
+    """The federated runs that give ``names``' accuracies, and what they share."""
+    train, test = data
+    fl = replace(preset.fl, model=model, seed=cfg.seed)
+    inputs = RunInputs(cfg.spec(model, tuple(train.x.shape[1:])), fl, train, test,
+                       tuple(make_partition(train.y.numpy(), fl)), hw, system,
+                       client_devices(system, hw, fl.num_clients, seed=cfg.seed), cfg.seed)
+    jobs = [Job(base, calib, preset.hparams(parse_method(f"{base}+{calib}" if calib else base)))
+            for base, calib in run_pairs(names)]
+    return inputs, jobs
+
+
+def accuracy_figures(names, inputs: RunInputs, jobs: list[Job], results: list[JobResult]
+                     ) -> tuple[dict, dict, list[dict]]:
+    """Accuracy per method from the runs' results (calibrations reuse their base run), every round
+    priced (``rounds.csv`` rows, labelled with ``names``), and the ledger check: every run's ledger
+    total against ``closed_form_bytes`` at the run's own settings."""
+    training = [n for n in names if n not in CALIBRATIONS]
+    fl, num_classes = inputs.fl, inputs.train.num_classes
     accuracy, ledger, rounds = {}, {}, {}
-    for base, calib in jobs:
-        run_name = f"{base}+{calib}" if calib else base
-        method = parse_method(run_name)
-        hp = preset.hparams(method)
-        progress(f"{model}: federated run {run_name} on {fl.dataset} ({fl.rounds} round(s)), every round priced")
-        result = run_method(method, model_fn=functools.partial(build, method.spherefed), train=train, test=test,
-                            parts=parts, cfg=fl, hp=hp, progress=bars)
-        rows = price_run(result, method, hp, pricer=pricer, client_labels=labels, hw=hw, system=system,
-                         devices=devices)
-        if calib:
-            accuracy[calib] = {"accuracy_pct": 100 * result.accuracy}
-            rounds[calib] = rows
-        if base in training:
-            before = result.accuracy_before_calibration if calib else result.accuracy
-            accuracy[base] = {"accuracy_pct": 100 * before}
-            rounds[base] = [row for row in rows if row["stage"] == "train"]
-        closed = model_closed_form_bytes(spec, method, hp, num_classes=train.num_classes, image_size=image_size,
-                                         rounds=fl.rounds, num_clients=fl.num_clients, seed=cfg.seed)
-        ledger[run_name] = {"ledger_total_bytes": ledger_totals(result.transfers)["total_bytes"],
+    for job, result in zip(jobs, results):
+        if job.calibration:
+            accuracy[job.calibration] = {"accuracy_pct": 100 * result.accuracy}
+            rounds[job.calibration] = result.rows
+        if job.base in training:
+            before = result.accuracy_before_calibration if job.calibration else result.accuracy
+            accuracy[job.base] = {"accuracy_pct": 100 * before}
+            rounds[job.base] = [row for row in result.rows if row["stage"] == "train"]
+        closed = model_closed_form_bytes(inputs.spec, parse_method(job.name), job.hp, num_classes=num_classes,
+                                         image_size=int(inputs.train.x.shape[-1]), rounds=fl.rounds,
+                                         num_clients=fl.num_clients, seed=inputs.seed)
+        ledger[job.name] = {"ledger_total_bytes": result.ledger_total_bytes,
                             "closed_form_total_bytes": closed["total_bytes"]}
-    round_rows = [{"model": model, **row, "method": name} for name in names for row in rounds[name]]
+    round_rows = [{"model": fl.model, **row, "method": name} for name in names for row in rounds[name]]
     return {n: accuracy[n] for n in names}, ledger, round_rows
 
 
@@ -408,10 +404,6 @@ def time_to_accuracy_figures(round_rows: list[dict], target_pct: float | None) -
     return {"target_accuracy_pct": 100 * target, "rule": rule,
             "methods": {m: {"reached": t.reached, "round": t.round, "wall_s": t.wall_s, "device_s": t.device_s,
                             "energy_j": t.energy_j, "bytes": t.bytes} for m, t in reached.items()}}
-
-
-def saving_pct(baseline: float, other: float) -> float:
-    return 100.0 * (1.0 - other / baseline)
 
 
 def paper_vs_model(models: dict) -> list[dict]:
@@ -510,17 +502,21 @@ def run_study(cfg: RunConfig, hw: HardwareConfig, preset: Preset, system: System
     bars = progress is not None
     progress = progress or (lambda msg: None)
     training, calibrations = _split_methods(cfg.methods)
+    workers = resolve_workers(cfg.workers, len(run_pairs(training + calibrations)))
     models, all_ops, ledgers, all_rounds = {}, [], {}, []
     for model in cfg.models:
-        train_figs, op_rows = training_figures(model, training, cfg, hw, progress)
+        inputs, jobs = accuracy_runs(model, training + calibrations, preset, data, cfg, hw, system)
+        with started(jobs, inputs, workers=workers, progress=progress, bars=bars) as results:
+            # with workers, the federated runs train in their processes while this one prices
+            train_figs, op_rows = training_figures(model, training, cfg, hw, progress)
+            calibration = calibration_figures(model, calibrations, hw, progress, spec=cfg.spec(model),
+                                              num_classes=cfg.classes)
+            accuracy, ledgers[model], round_rows = accuracy_figures(training + calibrations, inputs, jobs, results())
         all_ops += op_rows
-        accuracy, ledgers[model], round_rows = accuracy_figures(model, training + calibrations, preset, data, cfg,
-                                                                hw, system, progress, bars)
         all_rounds += round_rows
         models[model] = {
             "training": train_figs,
-            "calibration": calibration_figures(model, calibrations, hw, progress, spec=cfg.spec(model),
-                                               num_classes=cfg.classes),
+            "calibration": calibration,
             # FedAvg's bytes are always there: Fig. 5 (a) is normalized to them (closed forms, no training)
             "communication": communication_figures(model, list(dict.fromkeys(["fedavg", *training, *calibrations])),
                                                     cfg),
@@ -538,7 +534,8 @@ def run_study(cfg: RunConfig, hw: HardwareConfig, preset: Preset, system: System
                           f"{hw.dataflow_fwd}/{hw.dataflow_dx}/{hw.dataflow_dw}",
         "models": models,
         "accuracy_setting": {"preset": preset.name, "fl": asdict(preset.fl), "hparams": asdict(preset.hp),
-                             "overrides": preset.overrides, "note": preset.note, "train_note": data[0].note},
+                             "overrides": preset.overrides, "note": preset.note, "train_note": data[0].note,
+                             "workers": workers, "threads": threads_per_worker(workers) or torch.get_num_threads()},
         "system": asdict(system),
         "ledger_check": ledgers,
         "table1": [asdict(r) for r in formulas.table1(formulas.Table1Setup())],
@@ -590,7 +587,7 @@ def headline_metrics(summary: dict) -> dict[str, float]:
 
 
 GRID_KEYS = {"model", "methods", "batch_size", "seed", "preset", "data_dir", "hw", "alpha", "target", "system",
-             "input_shape", "classifier", "classes"}
+             "input_shape", "classifier", "classes", "workers"}
 
 
 def run_point(config: dict, out_dir: Path) -> dict[str, float]:
@@ -601,7 +598,8 @@ def run_point(config: dict, out_dir: Path) -> dict[str, float]:
         raise ValueError(f"unknown grid setting(s) {sorted(unknown)} for bench.run; use {sorted(GRID_KEYS)}")
     if "model" not in config:
         raise ValueError("a bench.run grid point needs 'model'")
-    argv = ["--model", str(config["model"]), "--out", str(out_dir)]
+    # a grid gives each point its cores (--resources-per-run): its runs go one after another unless it sets workers
+    argv = ["--model", str(config["model"]), "--out", str(out_dir), "--workers", str(config.get("workers", 1))]
     for key in ("batch_size", "seed", "preset", "data_dir", "hw", "alpha", "target", "system", "input_shape",
                 "classifier", "classes"):
         if key in config:

@@ -12,11 +12,12 @@ Parameters (SphereFed appendix 0.E publishes only the 32x64 array and 100 MHz):
 * ``dram_gbps``: peak DRAM bandwidth (VC707 DDR3-1600 SODIMM: 12.8 GB/s);
 * ``special_unit_scale``: every special-unit throughput times this factor;
 * ``dataflow``: fwd/dx/dw dataflows (default ws/ws/os; all-os, all-ws, all-is);
-* ``depthwise_mapping``: how grouped GEMMs are mapped (``grouped_mapping``);
+* ``grouped_mapping``: how grouped (depthwise) GEMMs are mapped (``HardwareConfig.grouped_mapping``);
 * ``memory_model``: how GEMM DRAM traffic and stalls are priced (``ours`` or SCALE-Sim's,
   ``accel_sim.hardware.MEMORY_MODELS``, docs/scalesim.md);
 * ``batch_size``: the local batch (recaptured: the trace changes);
-* ``word_bytes``: bytes per word, for DRAM traffic and for every floating-point storage;
+* ``word_bytes``: bytes per float32 value on the accelerator: every byte figure of the trace, DRAM
+  and on-chip traffic of every kind of work and peak memory, scales with it (``accel_sim.words``);
 * ``energy``: each ``[energy]`` figure (``accel_sim.hardware.EnergyCosts``) halved and doubled,
   one at a time (``mac_pj x0.5``, ...): moves only the energy saving (the paper reports no energy).
 
@@ -39,17 +40,16 @@ import pandas as pd  # noqa: E402
 
 from accel_sim.hardware import (MEMORY_MODELS, EnergyCosts, HardwareConfig, HardwareConfigError,  # noqa: E402
                                 SpecialUnit, load_hardware_config)
+from bench.paper import LATENCY_SAVING, MEMORY_SAVING, saving_pct  # noqa: E402
+from bench.results import FORMAT_VERSION, ResultsError, check_out_dir, write_json, write_run_dir  # noqa: E402
 from workloads import cli  # noqa: E402
-from bench.results import ResultsError, check_out_dir, write_json, write_run_dir  # noqa: E402
 from workloads.provenance import git_commit  # noqa: E402
-from bench.traces import local_training_trace, peak_memory_at_word_bytes  # noqa: E402
+from bench.traces import local_training_trace  # noqa: E402
 from workloads.fl.step_cost import simulate_complete  # noqa: E402
 
-PAPER_UP_TO_LATENCY_SAVING_PCT = 13.6  # SphereFed Sec. 5.4, Fig. 5 (c)
-PAPER_UP_TO_MEMORY_SAVING_PCT = 10.5  # SphereFed Sec. 5.4, Fig. 5 (b)
 SWEEP_CSV = "sweep.csv"
 SWEEP_COLUMNS = ("model", "parameter", "value", "is_base", "fedavg_cycles", "spherefed_cycles",
-                 "latency_saving_pct", "fedavg_peak_bytes", "spherefed_peak_bytes", "memory_saving_pct",
+                 "latency_saving_pct", "fedavg_peak_memory_bytes", "spherefed_peak_memory_bytes", "memory_saving_pct",
                  "fedavg_energy_j", "spherefed_energy_j", "energy_saving_pct")
 ENERGY_FACTORS = (0.5, 2.0)
 
@@ -97,7 +97,7 @@ HW_PARAMETERS = {
                     lambda hw: 1.0),
         HwParameter("dataflow", ("ws/ws/os", "os/os/os", "ws/ws/ws", "is/is/is"), _dataflows,
                     lambda hw: f"{hw.dataflow_fwd}/{hw.dataflow_dx}/{hw.dataflow_dw}"),
-        HwParameter("depthwise_mapping", ("per_group", "block_diagonal"),
+        HwParameter("grouped_mapping", ("per_group", "block_diagonal"),
                     lambda hw, v: hw.with_(grouped_mapping=v), lambda hw: hw.grouped_mapping),
         HwParameter("memory_model", MEMORY_MODELS,
                     lambda hw, v: hw.with_(memory_model=v), lambda hw: hw.memory_model),
@@ -108,19 +108,14 @@ HW_PARAMETERS = {
 BATCH_SIZES = (16, 32, 64, 128)
 
 
-def saving_pct(baseline: float, other: float) -> float:
-    """Percent saved by ``other`` against ``baseline``: 100 x (1 - other / baseline)."""
-    return 100.0 * (1.0 - other / baseline)
-
-
 def _row(model, parameter, value, is_base, traces, hw) -> dict:
     reports = {m: simulate_complete(t, hw, f"{model} {m} training step") for m, t in traces.items()}
-    peaks = {m: peak_memory_at_word_bytes(t, hw.word_bytes).peak_bytes for m, t in traces.items()}
+    peaks = {m: r.peak_memory_bytes for m, r in reports.items()}  # at hw.word_bytes, as every byte figure
     return {
         "model": model, "parameter": parameter, "value": str(value), "is_base": is_base,
         "fedavg_cycles": reports["fedavg"].total_cycles, "spherefed_cycles": reports["spherefed"].total_cycles,
         "latency_saving_pct": saving_pct(reports["fedavg"].total_cycles, reports["spherefed"].total_cycles),
-        "fedavg_peak_bytes": peaks["fedavg"], "spherefed_peak_bytes": peaks["spherefed"],
+        "fedavg_peak_memory_bytes": peaks["fedavg"], "spherefed_peak_memory_bytes": peaks["spherefed"],
         "memory_saving_pct": saving_pct(peaks["fedavg"], peaks["spherefed"]),
         "fedavg_energy_j": reports["fedavg"].energy_j, "spherefed_energy_j": reports["spherefed"].energy_j,
         "energy_saving_pct": saving_pct(reports["fedavg"].energy_j, reports["spherefed"].energy_j),
@@ -159,8 +154,8 @@ def plot_sweep(frame: pd.DataFrame):
     for col, parameter in enumerate(parameters):
         part = frame[frame["parameter"] == parameter]
         for row, (metric, paper, label) in enumerate((
-            ("latency_saving_pct", PAPER_UP_TO_LATENCY_SAVING_PCT, "latency saving (%)"),
-            ("memory_saving_pct", PAPER_UP_TO_MEMORY_SAVING_PCT, "peak-memory saving (%)"),
+            ("latency_saving_pct", LATENCY_SAVING.up_to_pct, "latency saving (%)"),
+            ("memory_saving_pct", MEMORY_SAVING.up_to_pct, "peak-memory saving (%)"),
             ("energy_saving_pct", None, "energy saving (%)"),
         )):
             ax = axes[row][col]
@@ -215,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     def build(tmp: Path) -> None:
         frame.to_csv(tmp / SWEEP_CSV, index=False)
         write_json(tmp / "sweep.json", {
-            "command": shlex.join(["python", "-m", "bench.sweep", *(argv if argv is not None else sys.argv[1:])]),
+            "version": FORMAT_VERSION, "command": shlex.join(["python", "-m", "bench.sweep", *(argv if argv is not None else sys.argv[1:])]),
             "git_commit": git_commit(), "models": args.models, "batch_size": args.batch_size,
             "batch_sizes": args.batch_sizes,
             "hardware": asdict(base),

@@ -8,16 +8,11 @@ Table 16) and a batch at CIFAR-100's shapes (3x32x32, 100 classes, B = 64) unles
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from accel_sim.lifetimes import PeakMemory, peak_memory
 from accel_sim.trace_schema import Trace
 from workloads.fl.hparams import Hparams
 from workloads.fl.methods import parse_method
 from workloads.fl.step_cost import local_step_trace
 from workloads.model_spec import ModelSpec, as_spec, build
-
-TRACE_WORD_BYTES = 4  # traces are captured in float32
 
 
 def local_training_trace(model_name: str | ModelSpec, method_name: str, *, batch_size: int = 64,
@@ -32,17 +27,3 @@ def local_training_trace(model_name: str | ModelSpec, method_name: str, *, batch
         lambda: build(spec, num_classes=num_classes, norm=norm, spherefed=method.spherefed),
         method, hp or Hparams(), batch_size=batch_size, input_shape=spec.input_shape, seed=seed,
         model_name=spec.name, meta={"classes": num_classes, "image_size": spec.input_shape[-1], "norm": norm})
-
-
-def peak_memory_at_word_bytes(trace: Trace, word_bytes: int) -> PeakMemory:
-    """Peak memory if every floating-point storage held ``word_bytes``-byte words instead of 4.
-
-    Integer storages (labels, max-pool indices) keep their size. Used by the word-size sweep; at
-    4 it is the trace's own peak.
-    """
-    float_storages = {t.storage for t in trace.header.tensors if t.dtype.startswith("float")}
-    storages = [
-        replace(s, bytes=s.bytes * word_bytes // TRACE_WORD_BYTES) if s.id in float_storages else s
-        for s in trace.header.storages
-    ]
-    return peak_memory(storages, trace.ops)

@@ -58,9 +58,9 @@ def time_command(grid: str, backend: str, out: Path) -> Timing:
     first, last = min(p["start_unix_s"] for p in points), max(p["end_unix_s"] for p in points)
     by_model: dict[str, list[float]] = {}
     for p in points:
-        by_model.setdefault(str(p["config"].get("model", "all")), []).append(p["seconds"])
+        by_model.setdefault(str(p["config"].get("model", "all")), []).append(p["elapsed_s"])
     return Timing(wall_s=wall_s, before_first_run_s=first - start_unix_s, run_span_s=last - first,
-                  after_last_run_s=start_unix_s + wall_s - last, run_sum_s=sum(p["seconds"] for p in points),
+                  after_last_run_s=start_unix_s + wall_s - last, run_sum_s=sum(p["elapsed_s"] for p in points),
                   runs=len(points), run_mean_s_by_model={m: statistics.mean(v) for m, v in sorted(by_model.items())})
 
 

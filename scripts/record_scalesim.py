@@ -11,6 +11,7 @@ script runs only there (it imports nothing of the project)::
     $SCALESIM_VENV/bin/python scripts/record_scalesim.py mobilenetv2  # ~150 s, timed
     $SCALESIM_VENV/bin/python scripts/record_scalesim.py accesses     # ~5 s
     $SCALESIM_VENV/bin/python scripts/record_scalesim.py memory       # ~30 s
+    $SCALESIM_VENV/bin/python scripts/record_scalesim.py memory-spill # ~95 s
 
 ``gemm`` writes ``tests/data/scalesim/gemm_cycles.csv``: every shape of ``GEMM_SHAPES`` under the
 three dataflows on the 32x64 array, and every shape of ``SMALL_ARRAY_SHAPES`` on 8x16 and 16x8
@@ -30,6 +31,10 @@ mode (stalls on; every DRAM port at the given words per cycle) for ``MEMORY_SHAP
 bandwidths of ``MEMORY_BANDWIDTHS``, one SCALE-Sim run per GEMM: DRAM read / write words per
 operand, SRAM words, stall and total cycles (``docs/scalesim.md`` compares them with
 ``accel_sim.memory_scalesim`` and ``accel_sim.memory``).
+
+``memory-spill`` writes ``tests/data/scalesim/gemm_memory_spill.csv``: the same figures for
+``MEMORY_SPILL_SHAPES`` (batch-1 MobileNetV2 layers) on 32x64 under each of
+``MEMORY_SPILL_CONFIGS`` (SRAM kB, words per cycle), a held-out check of the spill regime.
 
 ``mobilenetv2`` times SCALE-Sim (wall seconds, measured once) on the forward GEMMs of the CIFAR
 MobileNetV2 (paper appendix 0.F.1, Tab. 14; 32x32 input, batch 1) on the 32x64 array under the
@@ -433,6 +438,44 @@ def cmd_memory(out_dir: Path) -> int:
     return 0
 
 
+# Held-out spill set (``memory-spill``): recorded after accel_sim.memory_scalesim's spill model
+# was fitted to gemm_memory_user.csv, to check it on shapes, SRAM sizes and bandwidths it was not
+# developed on. Batch-1 CIFAR MobileNetV2 layers (im2col GEMMs) and one odd edge shape on the
+# paper's 32x64 array; every operand larger than the active half of at least one SRAM size.
+MEMORY_SPILL_SHAPES = (
+    Gemm(256, 96, 16, "mobilenetv2", "expand 16->96 k1 @16x16"),
+    Gemm(256, 24, 96, "mobilenetv2", "project 96->24 k1 @16x16"),
+    Gemm(1024, 32, 27, "mobilenetv2", "stem conv 3x3 3->32 @32x32"),
+    Gemm(64, 384, 64, "mobilenetv2", "expand 64->384 k1 @8x8"),
+    Gemm(1024, 1, 9, "mobilenetv2", "depthwise, one channel @32x32"),
+    Gemm(100, 130, 70, "edge"),
+)
+MEMORY_SPILL_CONFIGS = ((2, 4), (4, 22), (16, 2))  # (SRAM kB, DRAM words per cycle); 22: the default hardware's
+
+
+def cmd_memory_spill(out_dir: Path) -> int:
+    """Record the held-out spill set (MEMORY_SPILL_SHAPES on 32x64, every dataflow, each of
+    MEMORY_SPILL_CONFIGS) in USER bandwidth mode, with the columns of ``memory``."""
+    keep = ("total_cycles", "stall_cycles", "total_cycles_incl_prefetch", "dram_ifmap_read_words",
+            "dram_filter_read_words", "dram_ofmap_write_words", "sram_ifmap_read_words",
+            "sram_filter_read_words", "sram_ofmap_write_words")
+    recorded, total_s = [], 0.0
+    for sram_kb, bandwidth in MEMORY_SPILL_CONFIGS:
+        for dataflow in DATAFLOWS:
+            for gemm in MEMORY_SPILL_SHAPES:
+                (r,), wall_s = run_scalesim([gemm], rows=32, cols=64, dataflow=dataflow,
+                                            sram_kb=sram_kb, bandwidth_words_per_cycle=bandwidth)
+                recorded.append({**{key: r[key] for key in ("m", "n", "k", "rows", "cols", "dataflow")},
+                                 "sram_kb": sram_kb, "bandwidth_words_per_cycle": bandwidth,
+                                 **{key: r[key] for key in keep}, "kind": gemm.kind, "name": gemm.name})
+                total_s += wall_s
+        print(f"SRAM {sram_kb} kB, {bandwidth} words/cycle: {len(MEMORY_SPILL_SHAPES)} GEMMs x 3, "
+              f"{total_s:.1f} s so far", flush=True)
+    write_atomically(out_dir / "gemm_memory_spill.csv", to_csv(recorded))
+    print(f"wrote {len(recorded)} rows to {out_dir / 'gemm_memory_spill.csv'} in {total_s:.1f} s ({versions()})")
+    return 0
+
+
 @dataclass(frozen=True)
 class ConvLayer:
     """One conv / linear layer of the forward pass at batch 1 and its im2col GEMM."""
@@ -565,9 +608,10 @@ def cmd_mobilenetv2(out_dir: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=["gemm", "accesses", "memory", "mobilenetv2"],
+    parser.add_argument("command", choices=["gemm", "accesses", "memory", "memory-spill", "mobilenetv2"],
                         help="gemm: record the golden GEMM set; accesses: record SRAM / DRAM "
                              "accesses; memory: record DRAM traffic and stalls in USER bandwidth mode; "
+                             "memory-spill: the held-out spill set in that mode; "
                              "mobilenetv2: time the forward GEMMs")
     parser.add_argument("--out-dir", type=Path, default=DEFAULT_OUT_DIR,
                         help=f"where to write (default {DEFAULT_OUT_DIR})")
@@ -577,7 +621,8 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         parser.exit(2, "error: SCALE-Sim is not importable; run this script with the SCALE-Sim "
                        "venv's python (see the top of scripts/record_scalesim.py)\n")
-    commands = {"gemm": cmd_gemm, "accesses": cmd_accesses, "memory": cmd_memory, "mobilenetv2": cmd_mobilenetv2}
+    commands = {"gemm": cmd_gemm, "accesses": cmd_accesses, "memory": cmd_memory, "memory-spill": cmd_memory_spill,
+                "mobilenetv2": cmd_mobilenetv2}
     return commands[args.command](args.out_dir)
 
 

@@ -19,6 +19,7 @@ import workloads.trace as wtrace
 from workloads.fl import capture
 from accel_sim.trace_schema import load_trace
 from workloads.model_spec import ModelSpec, build
+from workloads.models import MODELS
 
 REPO = Path(__file__).resolve().parents[1]
 USER_NETS = textwrap.dedent('''
@@ -225,6 +226,26 @@ def test_torchvision_resnet18_forward_macs_equal_fvcore():
     counts = FlopCountAnalysis(reference, x).unsupported_ops_warnings(False).uncalled_modules_warnings(False)
     by_op = counts.by_operator()  # fvcore counts one MAC as one "flop"; the bias add is not counted
     assert ours == by_op["conv"] + by_op["linear"]
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_paper_model_forward_macs_equal_fvcore(name):
+    """Every model of workloads.models: the traced forward GEMM MACs of one CIFAR sample equal
+    fvcore's conv + linear count (fvcore counts one MAC as one "flop", no bias adds)."""
+    from fvcore.nn import FlopCountAnalysis
+
+    from workloads.models import build_model
+    from workloads.trace import capture, macs
+
+    x = torch.zeros(1, 3, 32, 32)
+    counts = FlopCountAnalysis(build_model(name, num_classes=100).eval(), x)
+    by_op = counts.unsupported_ops_warnings(False).uncalled_modules_warnings(False).by_operator()
+    meta = build_model(name, num_classes=100).eval().to("meta")
+    ours = macs(capture(meta, x.to("meta"), model=meta).trace, phase="fwd")
+    assert ours == by_op["conv"] + by_op["linear"]
+    if name == "mobilenetv2":  # the SCALE-Sim recording's MACs, a third count of the same GEMMs
+        timing = json.loads((REPO / "tests/data/scalesim/mobilenetv2_fwd_timing.json").read_text())
+        assert ours == timing["macs"] == 91_270_144
 
 
 @pytest.mark.skipif(importlib.util.find_spec("timm") is None,

@@ -119,8 +119,8 @@ def test_mac_only_energy_is_macs_times_a_picojoule(captured_report_inputs):
 
 def test_static_only_energy_is_latency(captured_report_inputs):
     report = simulate(captured_report_inputs, HardwareConfig(energy=replace(ZERO, static_w=1.0)))
-    assert report.seconds > 0
-    assert report.energy_j == report.seconds
+    assert report.latency_s > 0
+    assert report.energy_j == report.latency_s
 
 
 def test_default_energy_splits_on_a_captured_step(captured_report_inputs):
@@ -130,7 +130,7 @@ def test_default_energy_splits_on_a_captured_step(captured_report_inputs):
     # the parts are the counts times the default per-event figures
     t, costs = report.totals, HardwareConfig().energy
     assert parts["dram"] == pytest.approx((t.read_bytes + t.write_bytes) * costs.dram_pj_per_byte * 1e-12)
-    assert parts["static"] == pytest.approx(report.seconds * costs.static_w)
+    assert parts["static"] == pytest.approx(report.latency_s * costs.static_w)
 
 
 positive = st.floats(min_value=1e-3, max_value=1e3, allow_nan=False, allow_infinity=False)

@@ -3,13 +3,11 @@
 import pytest
 
 from fl_standins import TinyNet, blobs
-from workloads.fl.comm import calibration_stats_bytes, closed_form_bytes, ledger_totals
+from workloads.fl.comm import calibration_stats_bytes, closed_form_bytes, closed_form_sizes, ledger_totals
 from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.local import prepare_model
 from workloads.fl.loop import run_method
 from workloads.fl.methods import parse_method
-from workloads.fl.methods.base import frozen_keys
-from workloads.fl.methods.doublehead import sharing_layers
 from workloads.fl.partition import dirichlet_partition
 
 TRAIN, TEST = blobs(160), blobs(40, seed=1)
@@ -20,17 +18,23 @@ HP = Hparams(lr=0.05, local_epochs=1, batch_size=32, share_every_rounds=2, ccvr_
 
 
 def sizes(method):
-    """Sizes for the closed form, from the prepared model's parameter shapes."""
-    model = prepare_model(TinyNet(spherefed=method.spherefed), method, seed=0)
-    frozen = frozen_keys(model)
-    nbytes = lambda t: t.numel() * t.element_size()
-    state = model.state_dict()
-    layer_bytes = [sum(nbytes(state[k]) for k in layer if k not in frozen) for layer in sharing_layers(model)]
-    head = sum(nbytes(state[k]) for k in state if k.startswith("classifier.") and k not in frozen)
-    trainable = sum(nbytes(p) for n, p in model.named_parameters()
-                    if p.requires_grad and not n.startswith("local_classifier."))
-    return dict(layer_bytes=[b for b in layer_bytes if b], head_bytes=head, trainable_bytes=trainable,
-                feature_dim=12, num_classes=4)
+    """Sizes for the closed form, from the prepared model: ``closed_form_sizes``, the one builder
+    ``workloads.fl.run`` and ``bench.run`` use."""
+    return closed_form_sizes(prepare_model(TinyNet(spherefed=method.spherefed), method, seed=0))
+
+
+def test_closed_form_sizes_by_hand():
+    # double head on TinyNet (float32): layers split at each Linear, BatchNorm joins the one before:
+    # body.1 Linear 12x12 + 12 = 156 floats + BatchNorm1d(12) 4 x 12 floats + num_batches_tracked
+    # (int64, 8 B) = 624 + 192 + 8 = 824 B; body.4 Linear 156 floats = 624 B; classifier 4 x 12 =
+    # 192 B; the local head (another 192 B) is never sent, so it is in no layer and not trainable
+    # shared state: trainable = 624 + 2 x 48 (BN weight, bias) + 624 + 192 = 1536 B.
+    model = prepare_model(TinyNet(), parse_method("doublehead"), seed=0)
+    assert closed_form_sizes(model) == {"layer_bytes": [824, 624, 192], "head_bytes": 192, "trainable_bytes": 1536,
+                                        "feature_dim": 12, "num_classes": 4}
+    # SphereFed: the frozen classifier is rebuilt from the seed, never sent
+    sphere = closed_form_sizes(prepare_model(TinyNet(spherefed=True), parse_method("spherefed"), seed=0))
+    assert (sphere["layer_bytes"], sphere["head_bytes"], sphere["trainable_bytes"]) == ([824, 624], 0, 1344)
 
 
 @pytest.mark.parametrize("name", ["fedavg", "spherefed+ffc", "fedprox+ccvr", "fednova", "fedcos",
@@ -63,3 +67,34 @@ def test_calibration_bytes_match_sphere_fed_table1_sizes():
     assert calibration_stats_bytes("ffc", feature_dim=1280, num_classes=100, hp=hp32) == 7_065_600
     # we send CCVR statistics in float64, plus the C counts
     assert calibration_stats_bytes("ccvr", feature_dim=1280, num_classes=100, hp=hp32) == (100 + 163_968_000) * 8
+
+
+def test_bench_closed_form_equals_the_ledger_for_double_head():
+    """Issue 14: ``bench.run --methods ... doublehead`` warned that the ledger disagrees with the
+    closed form. The closed form was right; bench fed it the whole model as one layer, local head
+    included, so gradual sharing (layers 1..p(t) in round t) and the never-sent local head were
+    ignored. ConvNet, two rounds, one more layer shared each round."""
+    import numpy as np
+    import torch
+
+    from bench.run import model_closed_form_bytes
+    from workloads import model_spec
+    from workloads.fl.data import Dataset
+
+    g = torch.Generator().manual_seed(0)
+    train, test = (Dataset("noise", torch.randn(n, 3, 16, 16, generator=g), torch.arange(n) % 10, 10, "noise")
+                   for n in (16, 8))
+    cfg = FLConfig(dataset="noise", num_clients=2, rounds=2, participation=1.0, model="convnet")
+    hp = Hparams(lr=0.01, local_epochs=1, batch_size=8, share_every_rounds=1)
+    method = parse_method("doublehead")
+    result = run_method(method, model_fn=lambda: model_spec.build(model_spec.as_spec("convnet", 16), num_classes=10,
+                                                                  spherefed=False),
+                        train=train, test=test, parts=[np.arange(0, 8), np.arange(8, 16)], cfg=cfg, hp=hp)
+    closed = model_closed_form_bytes("convnet", method, hp, num_classes=10, image_size=16, rounds=2, num_clients=2,
+                                     seed=cfg.seed)
+    ledger = ledger_totals(result.transfers)
+    assert {k: ledger[k] for k in closed} == closed
+    # 2 clients download layer 1 in round 1 and layers 1, 2 in round 2; not the whole model twice
+    layers = closed_form_sizes(prepare_model(model_spec.build(model_spec.as_spec("convnet", 16), num_classes=10,
+                                                              spherefed=False), method, seed=0))["layer_bytes"]
+    assert len(layers) == 8 and closed["down_bytes"] == 2 * (2 * layers[0] + layers[1]) < 2 * 2 * sum(layers) / 10

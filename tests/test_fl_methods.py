@@ -7,7 +7,7 @@ from fl_standins import TinyNet, blobs
 from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.local import client_trainer, prepare_model
 from workloads.fl.loop import NonFiniteLossError, cosine_lr, run_method, sample_clients
-from workloads.fl.methods import METHODS, MethodConfig, parse_method
+from workloads.fl.methods import NAME_PARTS, MethodConfig, parse_method
 from workloads.fl.methods.doublehead import double_head_predict, sharing_layers, sharing_phase
 from workloads.fl.methods.fedcos import cosine_penalty
 from workloads.fl.methods.spherefed import orthonormal_classifier
@@ -153,7 +153,7 @@ def test_method_names():
     assert parse_method("spherefed+ffc").name == "fedavg+spherefed+ffc"
     assert parse_method("ccvr") == MethodConfig("fedavg", False, "ccvr")
     assert {"fedavg", "fedprox", "fednova", "fedopt", "fedavgm", "fedcos", "fedbabu", "doublehead",
-            "spherefed", "ffc", "ccvr"} == set(METHODS)
+            "spherefed", "ffc", "ccvr"} == set(NAME_PARTS)
     for bad in ("fedsgd", "fedavg+fedprox", "ffc+ccvr", "fedbabu+spherefed", ""):
         with pytest.raises(ValueError):
             parse_method(bad)

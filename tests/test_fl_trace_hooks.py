@@ -7,7 +7,7 @@ from accel_sim.simulate import simulate
 
 from workloads.fl.hparams import Hparams
 from workloads.fl.local import client_trainer, per_sample_loss, prepare_model
-from workloads.fl.methods import CALIBRATIONS, METHODS, parse_method
+from workloads.fl.methods import CALIBRATIONS, NAME_PARTS, parse_method
 from workloads.models import build_model
 from workloads.trace import capture
 
@@ -79,7 +79,7 @@ def test_calibration_hooks_capture_on_meta(name):
     assert ("linalg" in kinds) if name.endswith("ffc") else ("gemm" in kinds)
 
 
-STEP_METHODS = [name for name, role in METHODS.items() if role != "calibration"]  # 8 algorithms + spherefed
+STEP_METHODS = [name for name, role in NAME_PARTS.items() if role != "calibration"]  # 8 algorithms + spherefed
 CALIBRATED = [f"{base}{name}" for name in CALIBRATIONS for base in ("", "spherefed+")]
 
 

@@ -38,7 +38,7 @@ HW = ROOT / "configs" / "hw" / "paper_default.toml"
 
 def _client(k: int, train_s: float, energy_j: float, static_w: float, down: int, up: int) -> dict:
     return client_metrics(k, TrainCost(steps=3, train_s=train_s, step_s=train_s / 3, energy_j=energy_j,
-                                       static_w=static_w, peak_bytes=100 * (k + 1)), down_bytes=down, up_bytes=up)
+                                       static_w=static_w, peak_memory_bytes=100 * (k + 1)), down_bytes=down, up_bytes=up)
 
 
 RUN = FlowerRun("small", "convnet", ("fedavg", "fedavg+spherefed", "fedprox"), num_clients=20, rounds=2, seed=0)
@@ -97,8 +97,8 @@ def test_step_latency_through_flower_equals_bench(replies):
     trace = local_training_trace(RUN.model, name, batch_size=hp.batch_size, num_classes=10, image_size=16, hp=hp)
     report = simulate_complete(trace, load_hardware_config(HW), name)
     m = priced.content["metrics"]
-    assert m["accel_step_s"] == report.seconds
-    assert m["accel_peak_bytes"] == report.peak_bytes  # the full batch's step is the largest
+    assert m["accel_step_s"] == report.latency_s
+    assert m["accel_peak_memory_bytes"] == report.peak_memory_bytes  # the full batch's step is the largest
     assert m["accel_client"] == CLIENT
     # local epochs of full batches and one trailing partial batch (cheaper) per epoch
     assert m["accel_step_s"] < m["accel_train_s"] < m["accel_steps"] * m["accel_step_s"]

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _client(k: int, train_s: float, energy_j: float, static_w: float, down: int, up: int) -> dict:
     return client_metrics(k, TrainCost(steps=3, train_s=train_s, step_s=train_s / 3, energy_j=energy_j,
-                                       static_w=static_w, peak_bytes=100 * (k + 1)), down_bytes=down, up_bytes=up)
+                                       static_w=static_w, peak_memory_bytes=100 * (k + 1)), down_bytes=down, up_bytes=up)
 
 
 def test_round_metrics_hand_case():
@@ -42,7 +42,7 @@ def test_round_metrics_hand_case():
     assert (m["accel_round_down_bytes"], m["accel_round_up_bytes"]) == (2000, 1000)
     assert (m["accel_clients"], m["accel_slowest_client"], m["accel_server_s"]) == (2, 0, 0.25)
     assert m["accel_clients_compute_s"] == [2.0, 2.0] and m["accel_clients_client_round_s"] == [5.0, 5.0]
-    assert m["accel_clients_energy_j"] == [5.0, 4.0] and m["accel_clients_peak_bytes"] == [100, 200]
+    assert m["accel_clients_energy_j"] == [5.0, 4.0] and m["accel_clients_peak_memory_bytes"] == [100, 200]
     assert set(m) == set(ROUND_KEYS) and set(clients[0]) == set(CLIENT_KEYS)
 
 
@@ -112,7 +112,7 @@ def test_meter_leaves_weights_and_random_stream_untouched(monkeypatch):
     by_batch = {meter.batches[k]: p.latency_s for k, p in meter.prices.items()}
     assert cost.step_s == by_batch[4]
     assert cost.train_s == math.fsum([by_batch[4], by_batch[4], by_batch[2]])
-    assert cost.peak_bytes == max(p.peak_memory_bytes for p in meter.prices.values()) > 0
+    assert cost.peak_memory_bytes == max(p.peak_memory_bytes for p in meter.prices.values()) > 0
 
 
 def test_key_separates_programs_one_factory_builds(monkeypatch):

@@ -16,6 +16,7 @@ from bench.grid import (
     BACKENDS,
     GridError,
     Resources,
+    collect,
     load_grid,
     locate_runner,
     parse_grid,
@@ -23,6 +24,7 @@ from bench.grid import (
     run_grid,
     run_id,
 )
+from bench.results import FORMAT_VERSION, ResultsError
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNNER = "tests.grid_runners:train_tiny"
@@ -95,12 +97,21 @@ def test_point_json_times_the_run_itself(tmp_path):
     assert len(points) == 2
     for p in points:
         # the runner sleeps 0.2 s, so its own time is at least that; start and end are wall-clock
-        # times inside the command, one after the other, and their difference is `seconds`
-        assert p["seconds"] >= 0.2
+        # times inside the command, one after the other, and their difference is `elapsed_s`
+        assert p["elapsed_s"] >= 0.2 and "seconds" not in p and p["version"] == FORMAT_VERSION == 3
         assert before <= p["start_unix_s"] < p["end_unix_s"] <= after
-        assert p["end_unix_s"] - p["start_unix_s"] == pytest.approx(p["seconds"], abs=1e-6)
+        assert p["end_unix_s"] - p["start_unix_s"] == pytest.approx(p["elapsed_s"], abs=1e-6)
     first, second = sorted(points, key=lambda p: p["start_unix_s"])
     assert first["end_unix_s"] <= second["start_unix_s"]  # the local backend runs one after another
+    assert all("elapsed_s" in row and "seconds" not in row for row in collect(tmp_path))
+
+
+def test_collect_refuses_a_point_of_another_format_version(tmp_path):
+    point = tmp_path / "runs" / "abc" / "point.json"
+    point.parent.mkdir(parents=True)
+    point.write_text(json.dumps({"run_id": "abc", "config": {}, "metrics": {}, "seconds": 1.0}))  # version 2
+    with pytest.raises(ResultsError, match="version None.*reads 3"):
+        collect(tmp_path)
 
 
 def test_the_benchmark_grid_is_the_small_grid_with_six_seeds():

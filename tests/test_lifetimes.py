@@ -27,14 +27,14 @@ def test_hand_computed():
     )
     peak = peak_memory(storages, ops)
     assert peak.live_bytes_per_op == (440, 490, 470, 120)
-    assert (peak.peak_bytes, peak.at_op) == (490, 1)
+    assert (peak.peak_memory_bytes, peak.at_op) == (490, 1)
     assert peak.live_storages == (2, 0, 3, 1)  # largest first
     assert peak.by_kind_bytes == {**{k: 0 for k in STORAGE_KINDS}, "weight": 100, "input": 40, "activation": 300, "workspace": 50}
 
 
 def test_no_ops_peak_is_the_initial_state():
     peak = peak_memory((StorageInfo(0, 8, "weight", True), StorageInfo(1, 99, "activation")), ())
-    assert (peak.peak_bytes, peak.at_op, peak.live_storages) == (8, -1, (0,))
+    assert (peak.peak_memory_bytes, peak.at_op, peak.live_storages) == (8, -1, (0,))
 
 
 # ----------------------------------------------------------------------------- properties
@@ -74,11 +74,11 @@ def test_peak_is_the_largest_live_set_and_at_most_everything(case):
     live = [brute_force_live(storages, intervals, i) for i in range(len(ops))]
     start = sum(s.bytes for s in storages if s.live_at_start)
     assert list(peak.live_bytes_per_op) == live
-    assert peak.peak_bytes >= max(live)
-    assert peak.peak_bytes == max([start, *live])
-    assert peak.peak_bytes <= sum(s.bytes for s in storages)
-    assert sum(peak.by_kind_bytes.values()) == peak.peak_bytes
-    assert sum(storages[s].bytes for s in peak.live_storages) == peak.peak_bytes
+    assert peak.peak_memory_bytes >= max(live)
+    assert peak.peak_memory_bytes == max([start, *live])
+    assert peak.peak_memory_bytes <= sum(s.bytes for s in storages)
+    assert sum(peak.by_kind_bytes.values()) == peak.peak_memory_bytes
+    assert sum(storages[s].bytes for s in peak.live_storages) == peak.peak_memory_bytes
 
 
 @settings(max_examples=150, deadline=None)
@@ -92,5 +92,5 @@ def test_renumbering_storages_changes_nothing(case, rnd):
     rnd.shuffle(renamed_storages)
     renamed_ops = [op(o.idx, [rename[a] for a in o.allocs], [rename[f] for f in o.frees]) for o in ops]
     a, b = peak_memory(storages, ops), peak_memory(renamed_storages, renamed_ops)
-    assert (a.peak_bytes, a.at_op, a.by_kind_bytes, a.live_bytes_per_op) == (b.peak_bytes, b.at_op, b.by_kind_bytes, b.live_bytes_per_op)
+    assert (a.peak_memory_bytes, a.at_op, a.by_kind_bytes, a.live_bytes_per_op) == (b.peak_memory_bytes, b.at_op, b.by_kind_bytes, b.live_bytes_per_op)
     assert sorted(rename[s] for s in a.live_storages) == sorted(b.live_storages)

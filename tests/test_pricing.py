@@ -209,3 +209,38 @@ def test_scalesim_memory_model_prices_gemms_and_their_energy():
         dram_bytes = report.totals.read_bytes + report.totals.write_bytes
         assert math.isclose(report.energy.dram_j, hw.energy.dram_pj_per_byte * dram_bytes * 1e-12)
         assert report.summary()["memory_model"] == model
+
+
+@settings(max_examples=60, deadline=None)
+@given(m=st.integers(0, 200), n=st.integers(0, 200), k=st.integers(0, 200), groups=st.integers(1, 12),
+       rows=st.integers(1, 9), cols=st.integers(1, 9), dataflow=st.sampled_from(["os", "ws", "is"]),
+       mapping=st.sampled_from(["per_group", "block_diagonal"]))
+def test_gemm_folds_counts_the_schedule(m, n, k, groups, rows, cols, dataflow, mapping):
+    """``gemm_folds`` (what the size check counts, without building anything) is the length of the
+    fold schedule the pricing builds."""
+    from accel_sim.pricing import gemm_folds, gemm_schedule
+
+    hw = HardwareConfig(rows=rows, cols=cols, dataflow_fwd=dataflow, grouped_mapping=mapping)
+    work = GemmWork(m, n, k, groups=groups)
+    assert gemm_folds(work, hw) == gemm_schedule(work, hw, dataflow).compute_cycles.size
+
+
+def test_gemm_beyond_the_fold_model_is_refused_before_pricing():
+    import pytest
+
+    from accel_sim.pricing import MAX_FOLDS_PER_OP, GemmTooLargeError, gemm_folds, price_gemm
+    from accel_sim.trace_schema import OpRecord, Trace
+
+    hw = HardwareConfig()  # 32 x 64, WS forward: (S_R, S_C) = (k, n)
+    at_bound = GemmWork(1, 64 * 2**11, 32 * 2**11)  # 2^11 x 2^11 = 2^22 folds: allowed
+    assert gemm_folds(at_bound, hw) == MAX_FOLDS_PER_OP
+    over = GemmWork(1, 64 * 2**11, 32 * 2**11 + 1)  # 2^11 + 1 row folds
+    assert gemm_folds(over, hw) == MAX_FOLDS_PER_OP + 2**11
+    with pytest.raises(GemmTooLargeError, match="takes 4,196,352 folds on a 32 x 64 array"):
+        price_gemm(over, hw)
+    with pytest.raises(GemmTooLargeError, match="dimensions must be at most 2\\^40"):
+        price_gemm(GemmWork(10**30, 1, 1), hw)  # built in Python, not read from a file
+    trace = small_trace()
+    bad = Trace(trace.header, trace.ops[:3] + (OpRecord(3, "aten.mm.default", "big", "fwd", over),))
+    with pytest.raises(GemmTooLargeError, match="^op 3 \\(aten.mm.default, layer 'big'\\): GEMM"):
+        simulate(bad, hw)

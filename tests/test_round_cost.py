@@ -56,7 +56,7 @@ def test_steady_state_step_equals_a_captured_step_after_a_warm_up():
     key = lambda t: [(o.aten, o.phase, o.layer, o.work) for o in t.ops]  # noqa: E731
     assert key(warm) == key(steady)
     a, b = simulate(warm, HW), simulate(steady, HW)
-    assert (a.total_cycles, a.energy_j, a.peak_bytes) == (b.total_cycles, b.energy_j, b.peak_bytes)
+    assert (a.total_cycles, a.energy_j, a.peak_memory_bytes) == (b.total_cycles, b.energy_j, b.peak_memory_bytes)
 
 
 def test_client_with_fewer_samples_than_the_batch_is_priced_at_its_real_batch():

@@ -109,6 +109,13 @@ def test_system_model_links_cycle_and_speed_factors_are_seeded():
     ({"devices": {"client_hw": [""]}}, "client_hw"),
     ({"network": {}}, "network"),
     ({"links": {"downlink_bytes_per_s": []}}, "downlink_bytes_per_s"),
+    # numbers beyond what the round model represents (issue 14): named with their range
+    ({"links": {"downlink_bytes_per_s": 1e-300}}, r"downlink_bytes_per_s must be a number in \[1, 1e\+15\] or inf, got 1e-300"),
+    ({"links": {"uplink_bytes_per_s": math.nan}}, r"uplink_bytes_per_s must be a number in \[1, 1e\+15\] or inf, got nan"),
+    ({"links": {"latency_s": 1e300}}, r"latency_s must be a number in \[0, 1e\+06\], got 1e\+300"),
+    ({"links": {"latency_s": "0.05"}}, r"latency_s must be a number in \[0, 1e\+06\], got '0.05'"),
+    ({"devices": {"speed_sigma": 1e308}}, r"'speed_sigma' must be a number in \[0, 5\], got 1e\+308"),
+    ({"devices": {"speed_low": 0.0}}, r"'speed_low' must be a number in \[0.001, 1000\], got 0.0"),
 ])
 def test_system_model_rejects_bad_values_by_name(data, name):
     with pytest.raises(SystemModelError, match=name):

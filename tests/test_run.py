@@ -61,9 +61,9 @@ def test_smoke_run_figures_hold_together(smoke):
     assert t["fedavg"]["round_latency_s"] == pytest.approx(6250 * t["fedavg"]["step_latency_s"])
     # SphereFed: no classifier gradient, so lower peak memory; breakdown sums to the peak
     assert t["spherefed"]["peak_memory_bytes"] < t["fedavg"]["peak_memory_bytes"]
-    assert t["spherefed"]["peak_memory_breakdown_bytes"]["gradient"] < t["fedavg"]["peak_memory_breakdown_bytes"]["gradient"]
+    assert t["spherefed"]["peak_memory_by_kind_bytes"]["gradient"] < t["fedavg"]["peak_memory_by_kind_bytes"]["gradient"]
     for v in t.values():
-        assert sum(v["peak_memory_breakdown_bytes"].values()) == v["peak_memory_bytes"]
+        assert sum(v["peak_memory_by_kind_bytes"].values()) == v["peak_memory_bytes"]
         assert v["round_energy_j"] == pytest.approx(6250 * v["step_energy_j"])
         assert sum(v["step_energy_by_component_j"].values()) == pytest.approx(v["step_energy_j"])
         assert sum(v["step_energy_by_kind_j"].values()) == pytest.approx(v["step_energy_j"])

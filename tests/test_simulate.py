@@ -9,7 +9,7 @@ from accel_sim.hardware import HardwareConfig
 from accel_sim.pricing import price_work
 from accel_sim.simulate import simulate
 from accel_sim.systolic import gemm_cycles
-from accel_sim.trace_schema import OpRecord, StorageInfo, TensorInfo, Trace, TraceHeader
+from accel_sim.trace_schema import OpRecord, StorageInfo, TensorInfo, Trace, TraceHeader, VectorWork
 from tests.accel_traces import small_trace
 
 HW = HardwareConfig(rows=4, cols=4)
@@ -51,7 +51,7 @@ def test_totals_and_queries_add_up():
     assert list(report.by_phase()) == ["fwd", "bwd", "update", "calibration"]
     assert report.by_layer()["fc"].ops == 3
     assert report.macs == 30 + 30 + 18
-    assert report.seconds == pytest.approx(total / 100e6)
+    assert report.latency_s == pytest.approx(total / 100e6)
     assert report.utilization() == pytest.approx(report.macs / (total * 16))
     frame = pd.DataFrame(report.rows())
     assert len(frame) == 9 and frame["total_cycles"].sum() == total
@@ -62,14 +62,14 @@ def test_peak_memory_in_report():
     report = simulate(small_trace(), HW)
     # live: W 60 + x 24 always; during op 4: y 40 + loss 4 + dy 40 -> 168; during op 5: + dW 60,
     # loss freed after op 4 -> 60 + 24 + 40 + 40 + 60 = 224; later ops: W, x, dW, solve 36 = 180
-    assert (report.peak_bytes, report.peak.at_op) == (224, 5)
+    assert (report.peak_memory_bytes, report.peak.at_op) == (224, 5)
     assert report.peak.by_kind_bytes["gradient"] == 60
 
 
 def test_hardware_changes_the_price_not_the_work():
     slow = simulate(small_trace(), HW.with_(dram_peak_bytes_per_s=1e8))
     fast = simulate(small_trace(), HW)
-    assert slow.macs == fast.macs and slow.peak_bytes == fast.peak_bytes
+    assert slow.macs == fast.macs and slow.peak_memory_bytes == fast.peak_memory_bytes
     assert slow.total_cycles > fast.total_cycles
     assert sum(c.compute_cycles for c in slow.ops) == sum(c.compute_cycles for c in fast.ops)
 
@@ -93,8 +93,62 @@ def test_renumbering_tensor_and_storage_ids_changes_nothing():
     )
     a, b = simulate(trace, HW), simulate(Trace(header, ops), HW)
     assert a.ops == b.ops
-    assert (a.peak_bytes, a.peak.at_op, a.peak.by_kind_bytes) == (b.peak_bytes, b.peak.at_op, b.peak.by_kind_bytes)
+    assert (a.peak_memory_bytes, a.peak.at_op, a.peak.by_kind_bytes) == (b.peak_memory_bytes, b.peak.at_op, b.peak.by_kind_bytes)
 
 
 def test_default_hardware_is_the_paper():
     assert simulate(small_trace()).hw == HardwareConfig()
+
+
+def _with_ops(trace: Trace, tensors: tuple, storages: tuple, ops: tuple) -> Trace:
+    h = trace.header
+    header = TraceHeader(h.model, h.method, h.batch_size, h.storages + storages, h.tensors + tensors)
+    return Trace(header, trace.ops + ops)
+
+
+def _byte_figures(report) -> list:
+    """Every byte figure of a report: per op DRAM and on-chip traffic, peak and its breakdown."""
+    per_op = [(c.read_bytes, c.write_bytes, c.sram_read_bytes, c.sram_write_bytes) for c in report.ops]
+    return [*per_op, report.peak_memory_bytes, dict(report.peak.by_kind_bytes), report.peak.live_bytes_per_op]
+
+
+def _halved(figures):
+    if isinstance(figures, dict):
+        return {k: v // 2 for k, v in figures.items()}
+    if isinstance(figures, (tuple, list)):
+        return type(figures)(_halved(f) for f in figures)
+    return figures // 2
+
+
+def test_word_size_2_halves_every_byte_figure_of_a_float32_trace():
+    # small_trace (GEMMs, vector, linalg, float32 only) plus an index_add-like op that states its
+    # bytes (48 read, 16 written) on a float32 accumulator (storage 8, 40 B)
+    trace = _with_ops(small_trace(), (TensorInfo(8, 8, (2, 5), "float32", 40, "workspace"),),
+                      (StorageInfo(8, 40, "workspace"),),
+                      (OpRecord(9, "aten.index_add_.default", "", "calibration",
+                                VectorWork("elementwise", 4, read_bytes=48, write_bytes=16), (8, 6), (8,),
+                                allocs=(8,)),))
+    # buffers far larger than any operand: the fold model's reuse is the same at both word sizes
+    hw4 = HW.with_(a_buffer_bytes=1 << 20, b_buffer_bytes=1 << 20, out_buffer_bytes=1 << 20)
+    at4, at2 = simulate(trace, hw4), simulate(trace, hw4.with_(word_bytes=2))
+    figures4 = _byte_figures(at4)
+    # peak still during op 5 (224 B); during op 9: W 60 + x 24 + dW 60 + solve 36 + accumulator 40 = 220
+    assert all(v % 2 == 0 for op in figures4[:-3] for v in op)
+    assert (at4.peak_memory_bytes, at4.peak.live_bytes_per_op[9]) == (224, 220)
+    assert _byte_figures(at2) == _halved(figures4)
+    assert at4.ops[9].read_bytes == 48 and at2.ops[9].read_bytes == 24
+    assert at2.macs == at4.macs
+
+
+def test_word_size_keeps_integer_tensors():
+    # a gather-like op: reads an int64 index (8 B) and 2 float32 values (8 B), writes 8 B float32
+    trace = _with_ops(small_trace(), (TensorInfo(8, 8, (1,), "int64", 8, "input"),
+                                      TensorInfo(9, 9, (2,), "float32", 8, "workspace")),
+                      (StorageInfo(8, 8, "input", True), StorageInfo(9, 8, "workspace")),
+                      (OpRecord(9, "aten.index.Tensor", "", "calibration",
+                                VectorWork("copy", 2, read_bytes=16, write_bytes=8), (0, 8), (9,), allocs=(9,)),))
+    at2 = simulate(trace, HW.with_(word_bytes=2))
+    # read: 8 B of index kept + 8 B of float32 halved = 12; write: 8 B float32 halved = 4
+    assert (at2.ops[9].read_bytes, at2.ops[9].write_bytes) == (12, 4)
+    # peak (op 5 as before): float32 storages halved (224 / 2 = 112) + the int64 index, live from the start: 8
+    assert at2.peak_memory_bytes == 120

@@ -1,10 +1,14 @@
 """bench.sweep on the small ConvNet at tiny batches (the properties do not depend on the size)."""
 
+import json
+
 import pandas as pd
 import pytest
 
 from accel_sim.hardware import HardwareConfig
 from bench import sweep
+from bench.paper import saving_pct
+from bench.results import FORMAT_VERSION
 
 
 @pytest.fixture(scope="module")
@@ -14,26 +18,26 @@ def frame():
 
 def test_saving_pct_hand_case():
     # 1 - 150 / 200 = 0.25 -> 25 %
-    assert sweep.saving_pct(200, 150) == pytest.approx(25.0)
-    assert sweep.saving_pct(200, 220) == pytest.approx(-10.0)
+    assert saving_pct(200, 150) == pytest.approx(25.0)
+    assert saving_pct(200, 220) == pytest.approx(-10.0)
 
 
 def test_one_base_value_per_parameter(frame):
     assert set(frame["parameter"]) == set(sweep.HW_PARAMETERS) | {"batch_size"}
     assert (frame.groupby("parameter")["is_base"].sum() == 1).all()
-    assert frame[["fedavg_cycles", "spherefed_cycles", "fedavg_peak_bytes"]].gt(0).all().all()
+    assert frame[["fedavg_cycles", "spherefed_cycles", "fedavg_peak_memory_bytes"]].gt(0).all().all()
 
 
 def test_hardware_cannot_change_liveness(frame):
     # Peak memory comes from tensor lifetimes: only batch size and word size change it.
     hw_rows = frame[~frame["parameter"].isin(["batch_size", "word_bytes"])]
-    assert hw_rows["fedavg_peak_bytes"].nunique() == 1
-    assert hw_rows["spherefed_peak_bytes"].nunique() == 1
+    assert hw_rows["fedavg_peak_memory_bytes"].nunique() == 1
+    assert hw_rows["spherefed_peak_memory_bytes"].nunique() == 1
     # Halving the word halves every float storage; integer ones (labels, max-pool indices) keep
     # their size, so the peak lands between half and all of the 4-byte peak.
     words = frame[frame["parameter"] == "word_bytes"].set_index("value")
     for method in ("fedavg", "spherefed"):
-        p2, p4 = words.loc["2", f"{method}_peak_bytes"], words.loc["4", f"{method}_peak_bytes"]
+        p2, p4 = words.loc["2", f"{method}_peak_memory_bytes"], words.loc["4", f"{method}_peak_memory_bytes"]
         assert p4 / 2 <= p2 < p4
 
 
@@ -45,7 +49,7 @@ def test_more_dram_bandwidth_never_slows_a_step(frame):
 
 def test_spherefed_never_needs_more_memory_than_fedavg(frame):
     # its classifier has no gradient and no momentum buffer
-    assert (frame["spherefed_peak_bytes"] < frame["fedavg_peak_bytes"]).all()
+    assert (frame["spherefed_peak_memory_bytes"] < frame["fedavg_peak_memory_bytes"]).all()
 
 
 def test_cli_writes_csv_json_png(tmp_path, capsys):
@@ -55,6 +59,11 @@ def test_cli_writes_csv_json_png(tmp_path, capsys):
     assert sorted(p.name for p in out.iterdir()) == ["sweep.csv", "sweep.json", "sweep.png"]
     table = pd.read_csv(out / "sweep.csv")
     assert list(table.columns) == list(sweep.SWEEP_COLUMNS) and table.notna().all().all()
+    # results format version 3 spellings (docs/results.md): peak memory, the hardware field swept
+    assert {"fedavg_peak_memory_bytes", "spherefed_peak_memory_bytes"} <= set(table.columns)
+    assert not any("peak_bytes" in c for c in table.columns)
+    assert "grouped_mapping" in set(table["parameter"]) and "depthwise_mapping" not in set(table["parameter"])
+    assert json.loads((out / "sweep.json").read_text())["version"] == FORMAT_VERSION == 3
     assert sweep.main(argv) == 2  # refuses to mix with the existing folder
     assert "--overwrite" in capsys.readouterr().err
 
@@ -75,7 +84,7 @@ def test_energy_figures_move_energy_only(frame):
         "mac_pj", "sram_pj_per_byte", "dram_pj_per_byte", "special_unit_pj_per_element", "static_w")
         for f in ("0.5", "2")]
     # cycles and memory do not depend on the energy figures
-    for column in ("fedavg_cycles", "spherefed_cycles", "fedavg_peak_bytes"):
+    for column in ("fedavg_cycles", "spherefed_cycles", "fedavg_peak_memory_bytes"):
         assert energy[column].nunique() == 1
     # energy is linear in each figure: doubling one adds what halving it removes, twice over
     base = energy.loc["default"]

@@ -12,16 +12,24 @@ from torch.distributed._tools.mem_tracker import MemTracker
 from torch.profiler import ProfilerActivity, profile
 
 from accel_sim.trace_schema import GemmWork, VectorWork, dump_trace, load_trace
+from accel_sim.lifetimes import live_bytes_per_op, peak_memory
 from workloads.fl.capture import method_setup
 from workloads.trace import (
     _optimizer_for,
     capture,
     capture_training_step,
     layer_scope,
-    live_bytes,
-    peak_live_bytes,
     training_step,
 )
+
+
+def live_bytes_per_op_of(trace) -> list[int]:
+    """Bytes live during each op (accel_sim.lifetimes, the one lifetime accounting)."""
+    return list(live_bytes_per_op(trace.header.storages, trace.ops)[1])
+
+
+def peak_memory_bytes_of(trace) -> int:
+    return peak_memory(trace.header.storages, trace.ops).peak_memory_bytes
 
 
 def _three_ops(x):
@@ -40,8 +48,8 @@ def test_lifetimes_hand_computed():
     # a dies at `del a`, after add ran, before sum; b dies when the function returns
     assert [[size[s] for s in o.frees] for o in trace.ops] == [[], [40], [40]]
     # x + a + b = 120 while add runs; x + b + sum = 84 while sum runs
-    assert live_bytes(trace) == [80, 120, 84]
-    assert peak_live_bytes(trace) == 120
+    assert live_bytes_per_op_of(trace) == [80, 120, 84]
+    assert peak_memory_bytes_of(trace) == 120
     kinds = {s.id: (s.kind, s.live_at_start) for s in trace.header.storages}
     assert sorted(kinds.values()) == [("activation", False)] * 3 + [("input", True)]
 
@@ -141,10 +149,10 @@ def test_peak_equals_memtracker_on_a_real_cpu_step():
     tracker.track_external(step_model, step_opt, x, y)
     with tracker:
         training_step(step_model, x, y, loss_fn, step_opt)
-    assert peak_live_bytes(trace) == tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"]
+    assert peak_memory_bytes_of(trace) == tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"]
 
 
-def _allocator_peak_bytes(model, opt, loss_fn, x, y) -> int:
+def _allocator_peak_memory_bytes(model, opt, loss_fn, x, y) -> int:
     """Peak bytes of the CPU allocator over one step (profiler allocation events), counting what
     was live before it: parameters, buffers, momentum buffers and the batch."""
     training_step(model, x, y, loss_fn, opt)
@@ -178,8 +186,8 @@ def test_peak_close_to_the_cpu_allocator(method):
     x, y = torch.randn(4, 3, 16, 16), torch.arange(4)
     trace = capture_training_step(model, x, y, loss_fn=loss_fn, optimizer=opt, device="cpu")
     step_model = copy.deepcopy(model)
-    allocator = _allocator_peak_bytes(step_model, _optimizer_for(step_model, model, opt), loss_fn, x, y)
-    assert peak_live_bytes(trace) <= allocator <= peak_live_bytes(trace) * 1.01
+    allocator = _allocator_peak_memory_bytes(step_model, _optimizer_for(step_model, model, opt), loss_fn, x, y)
+    assert peak_memory_bytes_of(trace) <= allocator <= peak_memory_bytes_of(trace) * 1.01
 
 
 def _signature(trace):
@@ -201,7 +209,7 @@ def test_meta_and_cpu_capture_the_same_step(method, norm):
     assert [(o.allocs, o.frees) for o in cpu.ops] == [(o.allocs, o.frees) for o in meta.ops]
     differ = [(c, m) for c, m in zip(cpu.header.storages, meta.header.storages) if c != m]
     if method == "fedavg":
-        assert not differ and live_bytes(cpu) == live_bytes(meta)
+        assert not differ and live_bytes_per_op_of(cpu) == live_bytes_per_op_of(meta)
     else:
         # one real difference: the CPU mse_loss kernel returns the scalar loss as a view into the
         # [B, C] buffer it reduced (80 bytes at B=2, C=10); the meta kernel allocates 4 bytes
@@ -215,7 +223,7 @@ def test_meta_and_cpu_agree_on_depthwise_steps():
     cpu = capture_training_step(model, x, y, loss_fn=F.cross_entropy, optimizer=opt, device="cpu")
     meta = capture_training_step(model, x, y, loss_fn=F.cross_entropy, optimizer=opt, device="meta")
     assert _signature(cpu) == _signature(meta)
-    assert live_bytes(cpu) == live_bytes(meta)
+    assert live_bytes_per_op_of(cpu) == live_bytes_per_op_of(meta)
 
 
 def test_round_trip_through_the_file(tmp_path):

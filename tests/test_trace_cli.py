@@ -21,7 +21,7 @@ def test_cli_writes_a_loadable_trace(tmp_path, capsys):
     assert (trace.header.model, trace.header.method, trace.header.batch_size) == ("convnet", "spherefed", 2)
     assert trace.header.meta["classes"] == 10 and trace.header.meta["device"] == "meta"
     assert f"bwd {macs(trace, phase='bwd'):,}" in printed
-    assert "unsupported ops: none" in printed and "peak live bytes" in printed
+    assert "unsupported ops: none" in printed and "peak memory bytes" in printed
     assert not list(tmp_path.glob("*.tmp"))
 
 

@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 from torch.utils.flop_counter import FlopCounterMode
 
 from accel_sim.trace_schema import GemmWork, LinalgWork, VectorWork
-from workloads.lowering import LOWERINGS, cholesky_macs, conv_gemms, lu_macs, triangular_solve_macs
+from accel_sim.linalg_macs import cholesky_macs, lu_macs, solve_macs, triangular_solve_macs
+from workloads.lowering import LOWERINGS, conv_gemms
 from workloads.trace import capture, macs, summary
 
 
@@ -98,6 +99,7 @@ def test_linalg_mac_formulas_match_naive_loops():
         assert cholesky_macs(n) == _naive_cholesky_macs(n)
         assert lu_macs(n) == _naive_lu_macs(n)
         assert triangular_solve_macs(n, 3) == 3 * _naive_triangular_macs(n)
+        assert solve_macs(n, 2) == _naive_lu_macs(n) + 2 * 2 * _naive_triangular_macs(n)  # LU, then L y = b, U x = y
     assert cholesky_macs(3) == 4  # (27 - 3) / 6
 
 

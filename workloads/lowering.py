@@ -37,6 +37,7 @@ from typing import Any, Callable
 import torch
 from torch.utils._pytree import tree_leaves
 
+from accel_sim.linalg_macs import cholesky_macs, lu_macs, solve_macs, triangular_solve_macs
 from accel_sim.trace_schema import GemmWork, LinalgWork, NoWork, UnsupportedWork, VectorWork, Work
 
 
@@ -180,25 +181,6 @@ def lower_convolution_backward(call: OpCall) -> tuple[Piece, ...]:
 # ----------------------------------------------------------------------------- linear algebra
 
 
-def cholesky_macs(n: int) -> int:
-    """Multiply-adds of an n x n Cholesky factorization (column j: j MACs for the diagonal and j
-    for each of the n-1-j entries below it): sum_j j.(n-j) = (n^3 - n)/6. Square roots and the
-    n(n-1)/2 divisions are not MACs. (Golub & Van Loan, Matrix Computations, Alg. 4.2.1.)"""
-    return (n**3 - n) // 6
-
-
-def lu_macs(n: int) -> int:
-    """Multiply-adds of an n x n LU factorization (step k updates an (n-1-k)^2 trailing block):
-    sum_{k<n} (n-1-k)^2 = (n-1).n.(2n-1)/6. (Golub & Van Loan, Alg. 3.2.1.)"""
-    return (n - 1) * n * (2 * n - 1) // 6
-
-
-def triangular_solve_macs(n: int, nrhs: int) -> int:
-    """Multiply-adds of one n x n triangular solve per right-hand side (unknown i needs i MACs):
-    n(n-1)/2 each; the n divisions are not MACs. (Golub & Van Loan, Alg. 3.1.1.)"""
-    return nrhs * n * (n - 1) // 2
-
-
 def _n_nrhs(a: torch.Tensor, b: torch.Tensor | None) -> tuple[int, int, int]:
     """(n, right-hand sides, batch) of ``a [..., n, n]`` and ``b [..., n, nrhs]`` or ``[..., n]``."""
     n = a.shape[-1]
@@ -223,9 +205,9 @@ def lower_lu(call: OpCall) -> Work:
 
 def lower_solve(call: OpCall) -> Work:
     """``_linalg_solve_ex(a, b)``: LU of ``a`` then a forward and a back substitution per
-    right-hand side: ``lu_macs(n) + 2 triangular_solve_macs(n, nrhs)``."""
+    right-hand side: ``solve_macs(n, nrhs)``."""
     n, nrhs, batch = _n_nrhs(call.args[0], call.args[1])
-    return LinalgWork("solve", n, nrhs, batch * (lu_macs(n) + 2 * triangular_solve_macs(n, nrhs)))
+    return LinalgWork("solve", n, nrhs, batch * solve_macs(n, nrhs))
 
 
 def lower_lu_solve(call: OpCall) -> Work:
@@ -249,7 +231,7 @@ def lower_triangular_solve(call: OpCall) -> Work:
 def lower_inverse(call: OpCall) -> Work:
     """``linalg_inv_ex(a)``: a solve with the n columns of the identity as right-hand sides."""
     n, _, batch = _n_nrhs(call.args[0], None)
-    return LinalgWork("inverse", n, n, batch * (lu_macs(n) + 2 * triangular_solve_macs(n, n)))
+    return LinalgWork("inverse", n, n, batch * solve_macs(n, n))
 
 
 # ----------------------------------------------------------------------------- vector and metadata

@@ -52,6 +52,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from accel_sim.lifetimes import peak_memory
 from accel_sim.trace_schema import (
     PHASES,
     GemmWork,
@@ -516,24 +517,6 @@ def capture_training_step(
 # ----------------------------------------------------------------------------- queries
 
 
-def live_bytes(trace: Trace) -> list[int]:
-    """Bytes of live storages while each op runs: after its ``allocs``, before its ``frees``
-    (the schema's lifetime rule). Storages ``live_at_start`` count from the start."""
-    size = {s.id: s.bytes for s in trace.header.storages}
-    live = sum(s.bytes for s in trace.header.storages if s.live_at_start)
-    timeline = []
-    for op in trace.ops:
-        live += sum(size[s] for s in op.allocs)
-        timeline.append(live)
-        live -= sum(size[s] for s in op.frees)
-    return timeline
-
-
-def peak_live_bytes(trace: Trace) -> int:
-    """The largest number of bytes live at once (``live_bytes``)."""
-    return max(live_bytes(trace), default=sum(s.bytes for s in trace.header.storages if s.live_at_start))
-
-
 def macs(trace: Trace, *, phase: str | None = None, role: str | None = None, layer: str | None = None) -> int:
     """Multiply-accumulates of GEMM and linear-algebra work, optionally of one phase, GEMM role
     or layer. (Print FLOPs, if at all, as 2 x this.)"""
@@ -554,7 +537,8 @@ def vector_elements(trace: Trace, *, phase: str | None = None) -> int:
 
 
 def summary(trace: Trace) -> str:
-    """A few lines for people: op count, MACs per phase, unsupported ops, peak live bytes."""
+    """A few lines for people: op count, MACs per phase, unsupported ops, peak memory (as
+    ``accel_sim.lifetimes.peak_memory`` accounts it)."""
     h = trace.header
     lines = [
         f"{h.model or '?'} / {h.method or '?'}, batch {h.batch_size}: {len(trace.ops)} ops, "
@@ -569,7 +553,7 @@ def summary(trace: Trace) -> str:
     lines.append(
         "unsupported ops: " + (", ".join(f"{k} x{v}" for k, v in sorted(unsupported.items())) if unsupported else "none")
     )
-    lines.append(f"peak live bytes: {peak_live_bytes(trace):,}")
+    lines.append(f"peak memory bytes: {peak_memory(h.storages, trace.ops).peak_memory_bytes:,}")
     return "\n".join(lines)
 
 

@@ -36,15 +36,14 @@ import torch.nn.functional as F
 
 from accel_sim.hardware import HardwareConfig
 from workloads.fl.hparams import Hparams
-from workloads.fl.methods.ccvr import ccvr_client_statistics, pool_class_statistics, retrain_classifier, \
-    sample_virtual_features
-from workloads.fl.methods.ffc import FFC, ffc_client_statistics
+from workloads.fl.methods import CALIBRATIONS
+from workloads.fl.methods.ccvr import pool_class_statistics, retrain_classifier, sample_virtual_features
+from workloads.fl.methods.ffc import FFC
 from workloads.fl.step_cost import simulate_complete
 from workloads.model_spec import ModelSpec, as_spec, example_batch
 from workloads.fl.capture import method_setup
 from workloads.trace import capture
 
-CALIBRATIONS = ("ccvr", "ffc")
 TRAINED_WITH = {"ccvr": "fedavg", "ffc": "spherefed"}  # Fig. 5 (d): CCVR on FedAvg, FFC on SphereFed
 
 
@@ -129,21 +128,23 @@ def _client_batch_costs(calibration: str, model_name: str | ModelSpec, batch: in
     model, _ = method_setup(TRAINED_WITH[calibration], model_name, num_classes=num_classes,
                             image_size=image_size, norm="bn")
     model = model.to("meta").eval()
-    if calibration == "ffc":
-        stats_fn = lambda batches: ffc_client_statistics(model, batches, num_classes=num_classes, hp=hp)  # noqa: E731
-    else:
-        stats_fn = lambda batches: ccvr_client_statistics(model, batches, num_classes=num_classes)  # noqa: E731
+    calib = CALIBRATIONS[calibration]
+
+    def stats_fn(batches):
+        return calib.client_statistics(model, batches, num_classes=num_classes, hp=hp)
+
     x = example_batch(as_spec(model_name, image_size), batch)
     y = torch.zeros(batch, dtype=torch.long, device="meta")
     return _cost(stats_fn, [(x, y)], hw=hw, model=model), _cost(stats_fn, [(x, y), (x, y)], hw=hw, model=model)
 
 
 def client_batches(calibration: str, class_counts: Sequence[int], batch_size: int) -> int:
-    """Batches a client's statistics run over: FFC ``ceil(n_k / B)`` over all its samples, CCVR
-    ``sum_c ceil(n_kc / B)`` over single-class batches (``workloads.fl.methods.ccvr.class_batches``)."""
-    if calibration == "ffc":
-        return math.ceil(sum(class_counts) / batch_size)
-    return sum(math.ceil(n / batch_size) for n in class_counts)
+    """Batches a client's statistics run over: ``ceil(n_k / B)`` over all its samples (FFC), or
+    ``sum_c ceil(n_kc / B)`` for a calibration that needs single-class batches (CCVR,
+    ``workloads.fl.methods.ccvr.class_batches``)."""
+    if CALIBRATIONS[calibration].single_class_batches:
+        return sum(math.ceil(n / batch_size) for n in class_counts)
+    return math.ceil(sum(class_counts) / batch_size)
 
 
 def client_cost(calibration: str, model_name: str | ModelSpec, *, class_counts: Sequence[int], num_classes: int,
@@ -160,12 +161,12 @@ def client_cost(calibration: str, model_name: str | ModelSpec, *, class_counts: 
 def average_client_cost(calibration: str, model_name: str | ModelSpec, *, samples: int, num_classes: int, image_size: int,
                         hp: Hparams, hw: HardwareConfig) -> Cost:
     """The average client's statistics over ``samples`` local samples, classes balanced (Fig. 5 d)."""
-    if calibration == "ffc":
-        batch, n_batches = hp.batch_size, math.ceil(samples / hp.batch_size)
-    else:
+    if CALIBRATIONS[calibration].single_class_batches:
         per_class = max(1, samples // num_classes)
         batch = min(hp.batch_size, per_class)
         n_batches = num_classes * math.ceil(per_class / batch)
+    else:
+        batch, n_batches = hp.batch_size, math.ceil(samples / hp.batch_size)
     one, two = _client_batch_costs(calibration, model_name, batch, num_classes, image_size, hp, hw)
     return extrapolate(one, two, n_batches)
 
@@ -222,7 +223,7 @@ def calibration_cost(calibration: str, model_name: str | ModelSpec, *, train_sam
                      num_classes: int, image_size: int, hp: Hparams, hw: HardwareConfig) -> CalibrationCost:
     """Average client plus server cost of one calibration (``"ccvr"`` or ``"ffc"``)."""
     if calibration not in CALIBRATIONS:
-        raise ValueError(f"unknown calibration {calibration!r}; choose one of {', '.join(CALIBRATIONS)}")
+        raise ValueError(f"unknown calibration {calibration!r}; choose one of {', '.join(sorted(CALIBRATIONS))}")
     model, _ = method_setup("fedavg", model_name, num_classes=num_classes, image_size=image_size, norm="bn")
     client = average_client_cost(calibration, model_name, samples=train_samples // num_clients,
                                  num_classes=num_classes, image_size=image_size, hp=hp, hw=hw)

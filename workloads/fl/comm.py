@@ -24,14 +24,16 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 import torch
+from torch import nn
 
 from workloads.fl.hparams import Hparams
-from workloads.fl.methods import MethodConfig
-from workloads.fl.methods.doublehead import sharing_phase
+from workloads.fl.methods import CALIBRATIONS, MethodConfig
+from workloads.fl.methods.base import frozen_keys
+from workloads.fl.methods.doublehead import LOCAL_HEAD, sharing_layers
 
 METADATA_BYTES = 8  # num_examples as int64
 FEDNOVA_A_BYTES = 8  # a_i as float64
-GROUPS = ("feature_extractor", "classifier", "metadata", "fedcos_direction", "calibration_statistics")
+UPLOAD_EXTRA_BYTES = 8  # each of a method's upload extras (``upload_extras``) is one float64 scalar
 
 
 @dataclass(frozen=True)
@@ -76,18 +78,28 @@ def ledger_totals(transfers: Iterable[Transfer]) -> dict:
 
 
 def calibration_stats_bytes(calibration: str, *, feature_dim: int, num_classes: int, hp: Hparams) -> int:
-    """Bytes one client uploads for the calibration.
+    """Bytes one client uploads for the calibration: what the calibration says it sends
+    (``FFC.upload_bytes``, ``CCVR.upload_bytes``)."""
+    if calibration not in CALIBRATIONS:
+        raise ValueError(f"unknown calibration {calibration!r}; choose one of {', '.join(sorted(CALIBRATIONS))}")
+    return CALIBRATIONS[calibration].upload_bytes(feature_dim=feature_dim, num_classes=num_classes, hp=hp)
 
-    FFC: V (l x l) + U (l x C) in ``hp.ffc_stats_dtype`` = l (l + C) values (SphereFed Sec. 4.3).
-    CCVR: counts (C) + means (C x l) + covariances (C x l x l), float64, all classes (Tab. 1).
-    """
-    l, c = feature_dim, num_classes
-    if calibration == "ffc":
-        itemsize = 8 if hp.ffc_stats_dtype == "float64" else 4
-        return l * (l + c) * itemsize
-    if calibration == "ccvr":
-        return (c + c * l + c * l * l) * 8
-    raise ValueError(f"unknown calibration {calibration!r}")
+
+def closed_form_sizes(model: nn.Module) -> dict[str, object]:
+    """The sizes ``closed_form_bytes`` takes, read from a *prepared* model (after the method's
+    ``prepare_model``: a double-head model has its local head, a SphereFed one its frozen
+    classifier): ``layer_bytes`` per sharing layer (``sharing_layers``: shallow to deep, the local
+    head left out, frozen state left out, empty layers dropped), ``head_bytes`` of the shared
+    classifier, ``trainable_bytes`` of the trainable shared parameters, ``feature_dim`` and
+    ``num_classes``. The one place these are built, for every caller (``workloads.fl.run``,
+    ``bench.run``), so that the closed form cannot count what the ledger never sends."""
+    frozen, state = frozen_keys(model), model.state_dict()
+    layers = [sum(tensor_bytes(state[k]) for k in layer if k not in frozen) for layer in sharing_layers(model)]
+    head = sum(tensor_bytes(state[k]) for k in state if k.split(".")[0] == "classifier" and k not in frozen)
+    trainable = sum(tensor_bytes(p) for n, p in model.named_parameters()
+                    if p.requires_grad and n.split(".")[0] != LOCAL_HEAD)
+    return {"layer_bytes": [b for b in layers if b], "head_bytes": head, "trainable_bytes": trainable,
+            "feature_dim": model.classifier.in_features, "num_classes": model.classifier.out_features}
 
 
 def closed_form_bytes(method: MethodConfig, hp: Hparams, *, rounds: int, clients_per_round: int,
@@ -100,19 +112,18 @@ def closed_form_bytes(method: MethodConfig, hp: Hparams, *, rounds: int, clients
     sum matters); ``head_bytes``: bytes of the shared classifier (0 when frozen);
     ``trainable_bytes``: bytes of the trainable shared parameters (FedCos's d_t).
 
-    Per round and sampled client: down = shared model (+ d_t for FedCos from round 2),
-    up = shared model + 8 B sample count (+ 8 B a_i for FedNova). Double head with gradual
-    sharing sends layers 1..p(t) in round t (002, Alg. 2). Calibration: every client downloads the
-    feature extractor and uploads its statistics once.
+    Per round and sampled client: down = the layers the method shares that round (its
+    ``shared_layer_count``: all; double head with gradual sharing layers 1..p(t) in round t, Li et
+    al., "More Industry-friendly: Federated Learning with High Efficient Design", Alg. 2; its local
+    head is never sent) (+ d_t for FedCos from round 2), up = the same + 8 B sample count + 8 B per
+    upload extra (FedNova's a_i). Calibration: every client downloads the feature extractor and
+    uploads what the calibration says it sends (``upload_bytes``) once.
     """
     down = up = 0
     for t in range(1, rounds + 1):
-        if method.algorithm == "doublehead":
-            shared = sum(layer_bytes[:sharing_phase(t, hp.share_every_rounds, len(layer_bytes))])
-        else:
-            shared = sum(layer_bytes)
+        shared = sum(layer_bytes[:method.algo.shared_layer_count(t, hp, len(layer_bytes))])
         down_t = shared + (trainable_bytes if method.algo.needs_direction and t > 1 else 0)
-        up_t = shared + METADATA_BYTES + (FEDNOVA_A_BYTES if method.algorithm == "fednova" else 0)
+        up_t = shared + METADATA_BYTES + UPLOAD_EXTRA_BYTES * len(method.algo.upload_extras)
         down += clients_per_round * down_t
         up += clients_per_round * up_t
     if method.calibration:

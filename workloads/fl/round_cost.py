@@ -146,7 +146,7 @@ class RunPricer:
                        for i in range(num_updates)]
             server = method.algo.aggregate(ServerState(weights=weights), updates, hp, keys)
             captured = capture(method.algo.aggregate, server, updates, hp, keys, default_phase="aggregation")
-            self._aggregations[key] = simulate_complete(captured.trace, hw, f"{method.name} aggregation").seconds
+            self._aggregations[key] = simulate_complete(captured.trace, hw, f"{method.name} aggregation").latency_s
         return self._aggregations[key]
 
 

@@ -49,7 +49,7 @@ from accel_sim.rounds import ROUNDS_COLUMNS
 from accel_sim.tomlfile import read_toml
 from workloads import cli
 from workloads.atomic import atomic_write_dir, atomic_write_text
-from workloads.fl.comm import closed_form_bytes, ledger_totals, tensor_bytes
+from workloads.fl.comm import closed_form_bytes, closed_form_sizes, ledger_totals
 from workloads.fl.hparams import FLConfig, Hparams, from_mapping, override
 from workloads.fl.methods import MethodConfig, parse_method
 from workloads.provenance import git_commit
@@ -143,19 +143,8 @@ def _csv(rows: list[list[Any]]) -> str:
 
 def closed_form_for(method: MethodConfig, model, hp: Hparams, cfg: FLConfig, clients_per_round: int) -> dict:
     """The closed-form totals of ``comm.closed_form_bytes`` for this run's model."""
-    from workloads.fl.methods.base import frozen_keys
-    from workloads.fl.methods.doublehead import sharing_layers
-
-    frozen, state = frozen_keys(model), model.state_dict()
-    layers = [sum(tensor_bytes(state[k]) for k in layer if k not in frozen) for layer in sharing_layers(model)]
-    head = sum(tensor_bytes(state[k]) for k in state if k.split(".")[0] == "classifier" and k not in frozen)
-    trainable = sum(tensor_bytes(p) for n, p in model.named_parameters()
-                    if p.requires_grad and n.split(".")[0] != "local_classifier")
     return closed_form_bytes(method, hp, rounds=cfg.rounds, clients_per_round=clients_per_round,
-                             num_clients=cfg.num_clients, layer_bytes=[b for b in layers if b],
-                             head_bytes=head, trainable_bytes=trainable,
-                             feature_dim=model.classifier.in_features,
-                             num_classes=model.classifier.out_features)
+                             num_clients=cfg.num_clients, **closed_form_sizes(model))
 
 
 def parser() -> argparse.ArgumentParser:

@@ -80,4 +80,4 @@ class StepPrice:
 
     @staticmethod
     def of(report: CostReport) -> "StepPrice":
-        return StepPrice(report.seconds, report.energy_j, report.peak_bytes)
+        return StepPrice(report.latency_s, report.energy_j, report.peak_memory_bytes)

@@ -26,11 +26,11 @@ from workloads.atomic import atomic_write_text
 from workloads.fl.flower.meter import TrainCost
 
 CLIENT_KEYS = ("accel_client", "accel_steps", "accel_train_s", "accel_step_s", "accel_energy_j", "accel_static_w",
-               "accel_peak_bytes", "accel_down_bytes", "accel_up_bytes")
+               "accel_peak_memory_bytes", "accel_down_bytes", "accel_up_bytes")
 """Metrics one client adds to its train reply (units in the names)."""
 
 CLIENT_COLUMNS = ("method", "round", "client", "steps", "step_s", "train_s", "compute_s", "client_round_s", "energy_j",
-                  "peak_bytes", "down_bytes", "up_bytes")
+                  "peak_memory_bytes", "down_bytes", "up_bytes")
 """Columns of ``clients.csv``: one row per sampled client and round. ``train_s``: modeled local
 training at the accelerator's speed; ``compute_s``: that divided by the client's speed factor;
 ``client_round_s``: download + compute + upload over its link; ``energy_j``: at its speed."""
@@ -46,7 +46,7 @@ def client_metrics(client: int, cost: TrainCost, *, down_bytes: int, up_bytes: i
     """The ``CLIENT_KEYS`` of one client's train reply."""
     return {"accel_client": client, "accel_steps": cost.steps, "accel_train_s": cost.train_s,
             "accel_step_s": cost.step_s, "accel_energy_j": cost.energy_j, "accel_static_w": cost.static_w,
-            "accel_peak_bytes": cost.peak_bytes, "accel_down_bytes": down_bytes, "accel_up_bytes": up_bytes}
+            "accel_peak_memory_bytes": cost.peak_memory_bytes, "accel_down_bytes": down_bytes, "accel_up_bytes": up_bytes}
 
 
 def client_round(metrics: Mapping[str, float], system: SystemModel, speed: float) -> ClientRound:
@@ -73,7 +73,7 @@ def round_metrics(clients: Sequence[Mapping[str, float]], system: SystemModel, s
         "client": [w.client for w in work], "steps": [int(m["accel_steps"]) for m in clients],
         "step_s": [float(m["accel_step_s"]) for m in clients], "train_s": [float(m["accel_train_s"]) for m in clients],
         "compute_s": [w.compute_s for w in work], "client_round_s": [client_round_s(w) for w in work],
-        "energy_j": [w.energy_j for w in work], "peak_bytes": [int(m["accel_peak_bytes"]) for m in clients],
+        "energy_j": [w.energy_j for w in work], "peak_memory_bytes": [int(m["accel_peak_memory_bytes"]) for m in clients],
         "down_bytes": [w.down_bytes for w in work], "up_bytes": [w.up_bytes for w in work]}
     return {"accel_clients": len(clients), "accel_round_wall_s": cost.round_wall_s, "accel_server_s": cost.server_s,
             "accel_round_device_s": cost.device_s, "accel_round_energy_j": cost.energy_j,

@@ -114,7 +114,7 @@ class StepMeter:
             step_s=self.prices[largest].latency_s,
             energy_j=math.fsum(n * self.prices[k].energy_j for k, n in self.counts.items()),
             static_w=self.hw.energy.static_w,
-            peak_bytes=max(self.prices[k].peak_memory_bytes for k in self.counts),
+            peak_memory_bytes=max(self.prices[k].peak_memory_bytes for k in self.counts),
         )
 
 
@@ -124,8 +124,8 @@ class TrainCost:
 
     ``train_s``: the sum over steps of each step's modeled latency; ``step_s``: one step at the
     largest batch the client ran (its configured batch size; a trailing partial batch is smaller);
-    ``energy_j``: dynamic energy plus ``static_w`` x ``train_s``; ``peak_bytes``: the largest
-    step's peak live bytes.
+    ``energy_j``: dynamic energy plus ``static_w`` x ``train_s``; ``peak_memory_bytes``: the largest
+    step's peak memory bytes.
     """
 
     steps: int
@@ -133,7 +133,7 @@ class TrainCost:
     step_s: float
     energy_j: float
     static_w: float
-    peak_bytes: int
+    peak_memory_bytes: int
 
 
 @contextmanager

@@ -3,7 +3,8 @@
 A method name is a base algorithm, optionally followed by modifiers joined with ``+``:
 ``fedavg``, ``fedprox+spherefed``, ``fedopt+spherefed+ffc``, ``fedavg+ccvr``. ``spherefed``,
 ``ffc`` and ``ccvr`` alone mean FedAvg with them (``spherefed+ffc`` is the paper's "Ours" on
-FedAvg). ``METHODS`` lists every name that may appear in such a string.
+FedAvg). ``NAME_PARTS`` maps every name that may appear in such a string to what it is
+(``algorithm``, ``modifier`` or ``calibration``).
 """
 
 from __future__ import annotations
@@ -30,10 +31,9 @@ ALGORITHMS = {
     "fedbabu": FedBABU(),
     "doublehead": DoubleHead(),
 }
-MODIFIERS = ("spherefed",)
 CALIBRATIONS = {"ffc": FFC(), "ccvr": CCVR()}
-METHODS = {**{name: "algorithm" for name in ALGORITHMS}, "spherefed": "modifier",
-           **{name: "calibration" for name in CALIBRATIONS}}
+NAME_PARTS = {**{name: "algorithm" for name in ALGORITHMS}, "spherefed": "modifier",
+              **{name: "calibration" for name in CALIBRATIONS}}
 
 
 @dataclass(frozen=True)
@@ -59,12 +59,12 @@ class MethodConfig:
 def parse_method(text: str) -> MethodConfig:
     """``"fedprox+spherefed+ffc"`` -> MethodConfig("fedprox", True, "ffc"); clear errors otherwise."""
     parts = [p.strip().lower() for p in text.split("+") if p.strip()]
-    unknown = [p for p in parts if p not in METHODS]
+    unknown = [p for p in parts if p not in NAME_PARTS]
     if not parts or unknown:
         raise ValueError(f"unknown method name(s) {unknown or [text]} in {text!r}; known: "
-                         f"{sorted(METHODS)} (compose as base+spherefed+ffc|ccvr)")
-    algos = [p for p in parts if METHODS[p] == "algorithm"]
-    calibs = [p for p in parts if METHODS[p] == "calibration"]
+                         f"{sorted(NAME_PARTS)} (compose as base+spherefed+ffc|ccvr)")
+    algos = [p for p in parts if NAME_PARTS[p] == "algorithm"]
+    calibs = [p for p in parts if NAME_PARTS[p] == "calibration"]
     if len(algos) > 1 or len(calibs) > 1 or parts.count("spherefed") > 1:
         raise ValueError(f"{text!r}: at most one base algorithm, one calibration and one spherefed")
     cfg = MethodConfig(algos[0] if algos else "fedavg", "spherefed" in parts,

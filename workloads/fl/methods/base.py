@@ -72,6 +72,10 @@ class FedAvg:
     anchored = False  # the penalty reads w_t (FedProx, FedCos): clients keep a copy of it
     upload_extras: tuple[str, ...] = ()  # scalars sent beside num_examples (FedNova: a_i)
 
+    def shared_layer_count(self, round: int, hp: Hparams, num_layers: int) -> int:
+        """How many of the model's sharing layers (shallow to deep) round ``round`` sends: all."""
+        return num_layers
+
     def prepare_model(self, model: nn.Module, *, seed: int) -> nn.Module:
         return model
 

@@ -134,6 +134,12 @@ def retrain_classifier(weight: torch.Tensor, feats, labels, sample_weights, *,
 
 class CCVR:
     name = "ccvr"
+    single_class_batches = True  # the statistics need batches that each hold one class (class_batches)
+
+    def upload_bytes(self, *, feature_dim: int, num_classes: int, hp: Hparams) -> int:
+        """Counts (C) + means (C x l) + covariances (C x l x l), float64, every class (SphereFed Tab. 1)."""
+        l, c = feature_dim, num_classes
+        return (c + c * l + c * l * l) * torch.float64.itemsize
 
     def client_statistics(self, model, batches, *, num_classes, hp):
         return ccvr_client_statistics(model, batches, num_classes=num_classes)

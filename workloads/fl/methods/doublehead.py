@@ -79,8 +79,12 @@ class DoubleHead(FedAvg):
         z = model.features(x)
         return [model.classifier(z), model.local_classifier(z)]
 
+    def shared_layer_count(self, round: int, hp: Hparams, num_layers: int) -> int:
+        """Alg. 2: layers 1..p(t) are shared in round t (``sharing_phase``)."""
+        return sharing_phase(round, hp.share_every_rounds, num_layers)
+
     def shared_keys(self, model: nn.Module, round: int, hp: Hparams) -> list[str]:
         layers = sharing_layers(model)
-        phase = sharing_phase(round, hp.share_every_rounds, len(layers))
+        phase = self.shared_layer_count(round, hp, len(layers))
         frozen = frozen_keys(model)
         return [k for layer in layers[:phase] for k in layer if k not in frozen]

@@ -57,6 +57,11 @@ def ffc_solve(v_sum: torch.Tensor, u_sum: torch.Tensor, *, ridge: float) -> torc
 
 class FFC:
     name = "ffc"
+    single_class_batches = False  # the statistics run over a client's samples in batches of B
+
+    def upload_bytes(self, *, feature_dim: int, num_classes: int, hp: Hparams) -> int:
+        """V (l x l) + U (l x C) in ``hp.ffc_stats_dtype``: l (l + C) values (SphereFed Sec. 4.3)."""
+        return feature_dim * (feature_dim + num_classes) * getattr(torch, hp.ffc_stats_dtype).itemsize
 
     def client_statistics(self, model, batches, *, num_classes, hp):
         return ffc_client_statistics(model, batches, num_classes=num_classes, hp=hp)
