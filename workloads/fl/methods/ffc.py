@@ -58,6 +58,10 @@ def ffc_solve(v_sum: torch.Tensor, u_sum: torch.Tensor, *, ridge: float) -> torc
 class FFC:
     name = "ffc"
 
+    def client_batches(self, x, y, batch_size: int):
+        """Consecutive batches of the client's samples in their order."""
+        return ((x[s:s + batch_size], y[s:s + batch_size]) for s in range(0, len(y), batch_size))
+
     def client_statistics(self, model, batches, *, num_classes, hp):
         return ffc_client_statistics(model, batches, num_classes=num_classes, hp=hp)
 
