@@ -173,3 +173,27 @@ def random_crop_flip(x: torch.Tensor, generator: torch.Generator, padding: int =
     col_idx = torch.where(flip[:, None], col_idx.flip(1), col_idx)
     return padded[torch.arange(b, device=dev)[:, None, None, None], torch.arange(c, device=dev)[None, :, None, None],
                   row_idx[:, None, :, None], col_idx[:, None, None, :]]
+
+
+def add_execution_args(parser, *, options: bool = True) -> None:
+    """``--device`` (and, with ``options``, the data-path and throughput flags) on ``parser``."""
+    parser.add_argument("--device", default="auto", help=f"where the federated runs train: {DEVICE_CHOICES} "
+                        "(default auto: CUDA when torch sees one, else the CPU)")
+    if not options:
+        return
+    parser.add_argument("--augment", action="store_true",
+                        help="random crop (4-pixel padding) + horizontal flip of every training batch, "
+                        "seeded, on the device (our option; the paper is silent; default off)")
+    parser.add_argument("--channels-last", action="store_true", help="NHWC memory format (throughput; default off)")
+    parser.add_argument("--bf16", action="store_true",
+                        help="bfloat16 autocast of forward and loss (throughput; changes numerics; default off)")
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile the client model's forward (throughput; default off)")
+
+
+def execution_from_args(args) -> Execution:
+    """The ``Execution`` of parsed ``add_execution_args`` flags; the device is resolved now, so a
+    CUDA device that is not there fails before any work starts."""
+    return Execution(device=resolve_device(args.device), augment=getattr(args, "augment", False),
+                     channels_last=getattr(args, "channels_last", False), bf16=getattr(args, "bf16", False),
+                     compile=getattr(args, "compile", False))
