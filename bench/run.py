@@ -53,6 +53,7 @@ from workloads.fl.comm import closed_form_bytes, ledger_totals, tensor_bytes
 from workloads.fl.data import Dataset, load_dataset, subset
 from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.local import prepare_model
+from workloads.fl.execution import Execution, add_execution_args, resolve_device
 from workloads.fl.loop import run_method
 from workloads.fl.methods import MethodConfig, parse_method
 from workloads.fl.methods.base import frozen_keys
@@ -136,6 +137,7 @@ class RunConfig:
     classifier: str | None = None  # the nn.Linear the methods act on (user models; None: the last one)
     classes: int = PAPER_CLASSES  # C of the priced figures (the accuracy run has its dataset's)
     compare_hw: tuple[str, ...] = ()  # every --hw when several are given (bench/compare_hw.py); the first is hw_path
+    device: str = "auto"  # where the accuracy runs train (workloads.fl.execution.resolve_device)
 
     def spec(self, model: str, input_shape: tuple[int, ...] | None = None) -> ModelSpec:
         """``model`` at ``input_shape`` (default: --input-shape, else 3x32x32) with --classifier."""
@@ -194,6 +196,7 @@ def parse_args(argv=None) -> RunConfig:
                         "preset's size trained)")
     p.add_argument("--classifier", metavar="DOTTED.NAME", help="the nn.Linear the methods act on (default: the last)")
     p.add_argument("--classes", type=int, default=PAPER_CLASSES, help="classes of the priced figures (default 100)")
+    add_execution_args(p, options=False)
     a = p.parse_args(argv)
     models = tuple(a.models or ([a.model] if a.model else []))
     if not models:
@@ -206,12 +209,13 @@ def parse_args(argv=None) -> RunConfig:
     hws = tuple(a.hw or ())
     return RunConfig(models, tuple(a.methods), a.batch_size, a.seed, a.preset, a.data_dir, hws[0] if hws else None,
                      out, a.overwrite, a.alpha, a.target, a.system, shape, a.classifier, a.classes,
-                     hws if len(hws) > 1 else ())
+                     hws if len(hws) > 1 else (), a.device)
 
 
 def validate(cfg: RunConfig) -> tuple[HardwareConfig, Preset, SystemModel]:
     """Every check that needs no heavy work; raises ValueError / HardwareConfigError / ResultsError."""
     _split_methods(cfg.methods)
+    resolve_device(cfg.device)
     check_models(cfg, classes=cfg.classes, input_shape=cfg.spec("").input_shape)
     if cfg.batch_size < 1:
         raise ValueError(f"--batch-size must be at least 1, got {cfg.batch_size}")
@@ -378,7 +382,8 @@ def accuracy_figures(model: str, names, preset: Preset, data, cfg: RunConfig, hw
         hp = preset.hparams(method)
         progress(f"{model}: federated run {run_name} on {fl.dataset} ({fl.rounds} round(s)), every round priced")
         result = run_method(method, model_fn=functools.partial(build, method.spherefed), train=train, test=test,
-                            parts=parts, cfg=fl, hp=hp, progress=bars)
+                            parts=parts, cfg=fl, hp=hp, execution=Execution(resolve_device(cfg.device)),
+                            progress=bars)
         rows = price_run(result, method, hp, pricer=pricer, client_labels=labels, hw=hw, system=system,
                          devices=devices)
         if calib:
@@ -530,6 +535,7 @@ def run_study(cfg: RunConfig, hw: HardwareConfig, preset: Preset, system: System
         "format": FORMAT_NAME, "version": FORMAT_VERSION,
         "command": shlex.join(["python", "-m", "bench.run", *argv]),
         "git_commit": git_commit(), "config": asdict(cfg), "hardware": asdict(hw),
+        "execution": Execution(resolve_device(cfg.device)).describe(),
         "hardware_label": f"{hw.rows}x{hw.cols} array, {hw.clock_hz / 1e6:g} MHz, "
                           f"DRAM {hw.dram_peak_bytes_per_s / 1e9:g} GB/s peak, dataflow "
                           f"{hw.dataflow_fwd}/{hw.dataflow_dx}/{hw.dataflow_dw}",
@@ -587,7 +593,7 @@ def headline_metrics(summary: dict) -> dict[str, float]:
 
 
 GRID_KEYS = {"model", "methods", "batch_size", "seed", "preset", "data_dir", "hw", "alpha", "target", "system",
-             "input_shape", "classifier", "classes"}
+             "input_shape", "classifier", "classes", "device"}
 
 
 def run_point(config: dict, out_dir: Path) -> dict[str, float]:
@@ -600,7 +606,7 @@ def run_point(config: dict, out_dir: Path) -> dict[str, float]:
         raise ValueError("a bench.run grid point needs 'model'")
     argv = ["--model", str(config["model"]), "--out", str(out_dir)]
     for key in ("batch_size", "seed", "preset", "data_dir", "hw", "alpha", "target", "system", "input_shape",
-                "classifier", "classes"):
+                "classifier", "classes", "device"):
         if key in config:
             value = config[key]
             if key == "hw" and isinstance(value, list):  # several accelerators side by side
