@@ -111,7 +111,8 @@ class PixelNet(TinyNet):
         self.body[1] = torch.nn.Linear(48, self.feature_dim)
 
 
-def test_uint8_storage_is_exact_and_gives_the_float_paths_results():
+def test_uint8_storage_is_exact_and_gives_the_float_paths_results(monkeypatch):
+    monkeypatch.setattr("workloads.fl.execution.UINT8_DEVICE_TYPES", {"cuda", "cpu"})  # as on a GPU
     train, pixels = cifar_like(120, 0)
     test, _ = cifar_like(40, 1)
     held = DeviceData.from_dataset(train, "cpu")
@@ -124,8 +125,11 @@ def test_uint8_storage_is_exact_and_gives_the_float_paths_results():
              run(name, train=as_float(train), test=as_float(test), model_fn=lambda: PixelNet(sf)))
 
 
-def test_a_resized_split_is_kept_as_float():
+def test_a_resized_split_is_kept_as_float(monkeypatch):
     train, _ = cifar_like(8, 0)
+    assert not DeviceData.from_dataset(train, "cpu").uint8  # the CPU uses the loaded float32 as it is
+    monkeypatch.setattr("workloads.fl.execution.UINT8_DEVICE_TYPES", {"cuda", "cpu"})
+    assert DeviceData.from_dataset(train, "cpu").uint8
     blurred = Dataset("cifar10", train.x * 0.999, train.y, 4, "not exact uint8")
     assert not DeviceData.from_dataset(blurred, "cpu").uint8
 

@@ -5,11 +5,14 @@ options. None of this changes what a method computes, except the options marked 
   torch sees one, else the CPU. Under Ray with ``num_gpus=1`` the worker sees only the GPU Ray
   assigned (``CUDA_VISIBLE_DEVICES``), so ``auto`` and ``cuda`` pick exactly that one. Asking for a
   CUDA device torch cannot see is a ``ValueError`` raised before any work starts.
-* ``DeviceData``: one split held once on the run's device. Pixels that ``workloads.fl.data``
-  loaded from uint8 files at their native size (CIFAR, TinyImageNet) are stored back as uint8
-  (4x less memory) when decoding them reproduces the loaded float32 tensor bit for bit (checked
-  for every sample at load, so the stored form can never change a result); anything else (a
-  resized split, digits, a synthetic set) is stored as the float32 it was loaded as. Batches are
+* ``DeviceData``: one split held once on the run's device. On a GPU, pixels that
+  ``workloads.fl.data`` loaded from uint8 files at their native size (CIFAR, TinyImageNet) are
+  stored back as uint8 (4x less device memory) when decoding them reproduces the loaded float32
+  tensor bit for bit (checked for every sample at load, so the stored form can never change a
+  result); anything else (a resized split, digits, a synthetic set) is stored as the float32 it
+  was loaded as. On the CPU the loaded float32 tensor itself is used (no copy, and no decoding
+  per batch: ``benchmarks/bench_device.py`` measures gathering float32 faster there than
+  gathering and decoding uint8). Batches are
   gathered by index on the device and decoded there, ``(u / 255 - mean[c]) / std[c]``, the very
   float32 operations of ``workloads.fl.data._to_tensor``.
 * ``random_crop_flip``: the CIFAR augmentation of He et al. ("Deep Residual Learning for Image
@@ -34,6 +37,7 @@ from workloads.fl.data import NORMALIZATION, Dataset
 DEVICE_CHOICES = "auto, cpu, cuda or cuda:N"
 CROP_PADDING_PX = 4  # He et al. 2016, Sec. 4.2
 _CHECK_CHUNK = 4096  # samples decoded at a time when checking the uint8 form
+UINT8_DEVICE_TYPES = {"cuda"}  # device types whose DeviceData store exact uint8 images as uint8
 
 
 @dataclass(frozen=True)
@@ -118,7 +122,7 @@ class DeviceData:
     def from_dataset(cls, data: Dataset, device: torch.device | str) -> "DeviceData":
         device = torch.device(device)
         y = data.y.to(device)
-        pixels = _as_uint8(data)
+        pixels = exact_uint8(data) if device.type in UINT8_DEVICE_TYPES else None
         if pixels is None:
             return cls(data.x.to(device), y)
         norm = NORMALIZATION[data.name]
@@ -140,7 +144,7 @@ class DeviceData:
         return self.decode(raw)
 
 
-def _as_uint8(data: Dataset) -> torch.Tensor | None:
+def exact_uint8(data: Dataset) -> torch.Tensor | None:
     """The uint8 pixels that decode to exactly ``data.x``, or None when there are none."""
     norm = NORMALIZATION.get(data.name)
     x = data.x
