@@ -55,7 +55,7 @@ def test_cli_writes_results(tmp_path):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
-def test_cli_asks_for_cuda_where_there_is_none(tmp_path, capsys):
+def test_cli_refuses_a_missing_device(tmp_path, capsys):
     preset = tmp_path / "tiny.toml"
     preset.write_text(TINY)
     assert main(["--preset", str(preset), "--out", str(tmp_path / "o"), "--device", "cuda"]) == 2
@@ -132,6 +132,14 @@ def test_per_model_paper_presets_follow_table_16(preset, model, base, lr, ours_l
         assert (method_hparams(parse_method(base), hp, overrides).prox_mu, ours.prox_mu) == (0.001, 0.0001)
     if base == "fedopt":
         assert (ours.server_lr, ours.server_momentum) == (1.0, 0.3)
+
+
+def test_cli_resume_without_checkpoints_is_refused(tmp_path, capsys):
+    preset = tmp_path / "tiny.toml"
+    preset.write_text(TINY)
+    assert main(["--preset", str(preset), "--out", str(tmp_path / "o"), "--resume"]) == 2
+    assert "nothing to resume" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
 
 
 def test_cli_resume_after_an_interruption_gives_the_uninterrupted_results(tmp_path, monkeypatch):

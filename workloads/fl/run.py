@@ -210,6 +210,9 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
     methods = [parse_method(m) for m in (args.methods.split(",") if args.methods else default_methods)]
     method_hps = {m.name: method_hparams(m, hp0, overrides) for m in methods}
     out = Path(args.out or f"results/fl/{name}-seed{cfg.seed}")
+    if args.resume and not (out / "checkpoints").is_dir():
+        raise ValueError(f"--resume: no checkpoints under {out / 'checkpoints'} (nothing to resume: "
+                         "check --out, or run without --resume)")
     hw = load_hardware_config(args.hw) if args.hw else HardwareConfig()
     system = load_system_model(args.system)
     devices = client_devices(system, hw, cfg.num_clients, seed=cfg.seed)
