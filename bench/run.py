@@ -380,10 +380,12 @@ def accuracy_figures(model: str, names, preset: Preset, data, cfg: RunConfig, hw
         run_name = f"{base}+{calib}" if calib else base
         method = parse_method(run_name)
         hp = preset.hparams(method)
-        progress(f"{model}: federated run {run_name} on {fl.dataset} ({fl.rounds} round(s)), every round priced")
+        execution = Execution(resolve_device(cfg.device))
+        progress(f"{model}: federated run {run_name} on {fl.dataset} ({fl.rounds} round(s)) on {execution.device}, "
+                 "every round priced")
         result = run_method(method, model_fn=functools.partial(build, method.spherefed), train=train, test=test,
-                            parts=parts, cfg=fl, hp=hp, execution=Execution(resolve_device(cfg.device)),
-                            progress=bars)
+                            parts=parts, cfg=fl, hp=hp, execution=execution, progress=bars,
+                            forecast=progress if bars else None)
         rows = price_run(result, method, hp, pricer=pricer, client_labels=labels, hw=hw, system=system,
                          devices=devices)
         if calib:
