@@ -14,7 +14,8 @@ for every method) and ``[methods.<name>]`` (overrides, applied in this order: th
 
 Writes into ``--out`` (default ``results/fl/<preset>-seed<seed>``), each file to a temporary name
 then renamed: ``results.json`` (accuracy per method, per-round history, ledger totals beside the
-closed forms, resolved config, command, git commit, dataset note), ``accuracy.csv``,
+closed forms, measured and projected wall time, resolved config, ``execution`` (device and its
+name, speed and augmentation options), command, git commit, dataset note), ``accuracy.csv``,
 ``ledger.csv`` (every transfer), ``partition.csv`` (samples per client per class) and
 ``rounds.csv`` (every round of every method priced on the modeled accelerator: wall time, device
 time, energy, bytes, accuracy; ``workloads.fl.round_cost``, docs/rounds.md) under the hardware of
