@@ -222,7 +222,7 @@ def run_method(method: MethodConfig, *, model_fn: Callable[[], nn.Module], train
     round t's checkpoint is written (a test interrupts a run there).
     """
     setup = _set_up(method, model_fn, train, test, parts, cfg, hp, execution)
-    fingerprint = _fingerprint(setup, parts)
+    fingerprint = _fingerprint(setup, parts) if checkpoint is not None else ""
     state = _initial_state(setup)
     if resume and checkpoint is not None and Path(checkpoint).is_file():
         state = load_checkpoint(checkpoint, fingerprint, setup.execution.torch_device)
