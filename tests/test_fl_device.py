@@ -186,10 +186,11 @@ def test_resume_after_an_interrupted_round_gives_identical_results(tmp_path, nam
         run(name, cfg=cfg, hp=Hparams(**{**HP.__dict__, "lr": 0.01}), checkpoint=ckpt, resume=True)
 
 
-def test_forecast_changes_nothing_and_counts_the_runs_samples():
+@pytest.mark.parametrize("name", ["fedavg", "doublehead"])  # doublehead: clients keep a local head
+def test_forecast_changes_nothing_and_counts_the_runs_samples(name):
     lines = []
-    forecast = run("fedavg", forecast=lines.append)
-    same(run("fedavg"), forecast)
+    forecast = run(name, forecast=lines.append)
+    same(run(name), forecast)
     assert forecast.samples_trained == planned_samples(PARTS, CFG, HP) and forecast.projected_wall_s > 0
     assert len(lines) == 1 and f"{forecast.samples_trained:,} samples" in lines[0]
 
