@@ -54,7 +54,7 @@ from workloads.fl.data import Dataset, load_dataset, subset
 from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.local import prepare_model
 from workloads.fl.execution import Execution, add_execution_args, resolve_device
-from workloads.fl.loop import run_method
+from workloads.fl.loop import forecast, run_method
 from workloads.fl.methods import MethodConfig, parse_method
 from workloads.fl.methods.base import frozen_keys
 from workloads.fl.round_cost import RunPricer, RunSpec, client_devices, price_run
@@ -383,9 +383,11 @@ def accuracy_figures(model: str, names, preset: Preset, data, cfg: RunConfig, hw
         execution = Execution(resolve_device(cfg.device))
         progress(f"{model}: federated run {run_name} on {fl.dataset} ({fl.rounds} round(s)) on {execution.device}, "
                  "every round priced")
+        if bars:  # know before you wait (grid points run silently)
+            progress(forecast(method, model_fn=functools.partial(build, method.spherefed), train=train, parts=parts,
+                              cfg=fl, hp=hp, execution=execution).line())
         result = run_method(method, model_fn=functools.partial(build, method.spherefed), train=train, test=test,
-                            parts=parts, cfg=fl, hp=hp, execution=execution, progress=bars,
-                            forecast=progress if bars else None)
+                            parts=parts, cfg=fl, hp=hp, execution=execution, progress=bars)
         rows = price_run(result, method, hp, pricer=pricer, client_labels=labels, hw=hw, system=system,
                          devices=devices)
         if calib:

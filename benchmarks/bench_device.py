@@ -43,7 +43,7 @@ import torch.nn.functional as F
 from workloads.fl.data import NORMALIZATION, Dataset, load_dataset
 from workloads.fl.execution import DeviceData, Execution, device_name, exact_uint8, resolve_device, synchronize
 from workloads.fl.hparams import FLConfig, Hparams
-from workloads.fl.loop import run_method, step_rate
+from workloads.fl.loop import forecast, run_method, step_rate
 from workloads.fl.methods import parse_method
 from workloads.fl.partition import dirichlet_partition
 from workloads.models import build_model
@@ -130,14 +130,15 @@ def small_run(device: torch.device) -> dict[str, float]:
     parts = dirichlet_partition(train.y.numpy(), 5, 0.5, seed=0)
     hp = Hparams(lr=0.05, local_epochs=1, batch_size=32)
     cfg = FLConfig(dataset="digits", num_clients=5, rounds=3)
-    lines = []
+    method, ex = parse_method("fedavg"), Execution(device=str(device))
+    model_fn = lambda: build_model("convnet", num_classes=10, image_size=16)  # noqa: E731
+    projection = forecast(method, model_fn=model_fn, train=train, parts=parts, cfg=cfg, hp=hp, execution=ex)
     start = time.perf_counter()
-    r = run_method(parse_method("fedavg"), model_fn=lambda: build_model("convnet", num_classes=10, image_size=16),
-                   train=train, test=test, parts=parts, cfg=cfg, hp=hp, execution=Execution(device=str(device)),
-                   forecast=lines.append)
+    r = run_method(method, model_fn=model_fn, train=train, test=test, parts=parts, cfg=cfg, hp=hp, execution=ex)
     measured = time.perf_counter() - start
-    return {"projected_s": r.projected_wall_s, "measured_s": measured, "samples": r.samples_trained,
-            "forecast_line": lines[0]}
+    assert r.samples_trained == projection.samples
+    return {"projected_s": projection.wall_s, "measured_s": measured, "samples": r.samples_trained,
+            "forecast_line": projection.line()}
 
 
 def main() -> None:

@@ -76,7 +76,6 @@ class RunResult:
     transfers: tuple[Transfer, ...]
     samples_trained: int  # local training samples processed over the run
     weights: dict = field(repr=False, compare=False, default_factory=dict)  # final global state
-    projected_wall_s: float | None = field(compare=False, default=None)  # forecast before round 1
     resumed_after_round: int = field(compare=False, default=0)  # 0: started from round 1
 
 
@@ -211,14 +210,12 @@ def run_method(method: MethodConfig, *, model_fn: Callable[[], nn.Module], train
                parts: Sequence[np.ndarray], cfg: FLConfig, hp: Hparams,
                execution: Execution = Execution(), progress: bool = False,
                checkpoint: str | Path | None = None, resume: bool = False,
-               forecast: Callable[[str], None] | None = None,
                after_round: Callable[[int], None] | None = None) -> RunResult:
     """Run ``method`` on ``train`` split by ``parts`` (one index array per client).
 
     ``model_fn()`` builds the (unprepared) model; it is called on the CPU under
     ``torch.manual_seed(seed)`` so every method starts from the same initial weights on any device.
-    ``forecast``: when given, a few local steps are timed first and the projected wall time of
-    the run's local training is passed to it as one line. ``after_round(t)`` is called after
+    ``after_round(t)`` is called after
     round t's checkpoint is written (a test interrupts a run there).
     """
     setup = _set_up(method, model_fn, train, test, parts, cfg, hp, execution)
@@ -227,7 +224,6 @@ def run_method(method: MethodConfig, *, model_fn: Callable[[], nn.Module], train
     if resume and checkpoint is not None and Path(checkpoint).is_file():
         state = load_checkpoint(checkpoint, fingerprint, setup.execution.torch_device)
     resumed_after = state.round
-    projected = _forecast(setup, parts, forecast) if forecast is not None and state.round < cfg.rounds else None
     bar = tqdm(total=cfg.rounds, initial=state.round, desc=method.name, unit="round", file=sys.stderr,
                disable=not progress)
     for t in range(state.round + 1, cfg.rounds + 1):
@@ -240,7 +236,7 @@ def run_method(method: MethodConfig, *, model_fn: Callable[[], nn.Module], train
         if after_round is not None:
             after_round(t)
     bar.close()
-    return _finish(setup, state, projected, resumed_after)
+    return _finish(setup, state, resumed_after)
 
 
 def _set_up(method, model_fn, train, test, parts, cfg, hp, execution: Execution) -> _Setup:
@@ -326,7 +322,7 @@ def _client_update(setup: _Setup, server: ServerState, own_state: dict, shared: 
     return ClientUpdate(k, up, len(idx), steps), loss, local
 
 
-def _finish(setup: _Setup, state: LoopState, projected: float | None, resumed_after: int) -> RunResult:
+def _finish(setup: _Setup, state: LoopState, resumed_after: int) -> RunResult:
     """The optional calibration, then the result."""
     setup.global_model.load_state_dict(state.server.weights)
     accuracy, before, transfers = state.history[-1]["accuracy"], None, list(state.transfers)
@@ -335,7 +331,7 @@ def _finish(setup: _Setup, state: LoopState, projected: float | None, resumed_af
         accuracy = _calibrate(setup, round=setup.cfg.rounds + 1, transfers=transfers)
     final = {k: v.detach().clone() for k, v in setup.global_model.state_dict().items()}
     return RunResult(setup.method.name, accuracy, before, state.history, tuple(transfers), state.samples, final,
-                     projected, resumed_after)
+                     resumed_after)
 
 
 def _calibrate(setup: _Setup, *, round: int, transfers: list) -> float:
@@ -365,17 +361,42 @@ def _calibrate(setup: _Setup, *, round: int, transfers: list) -> float:
 # --------------------------------------------------------------------------- know before you wait
 
 
-def _forecast(setup: _Setup, parts, report: Callable[[str], None]) -> float:
-    """Time ``FORECAST_STEPS`` local steps of client 0's first samples (after one warm-up step)
-    and project the local training of the whole run. The client model's state is overwritten by
-    the next client download and no seeded generator is touched, so the run is unchanged."""
-    hp, ex = setup.hp, setup.execution
-    rate = step_rate(setup.client_model, setup.method, hp, setup.train, setup.client_idx[0], ex)
-    total = planned_samples(parts, setup.cfg, hp)
-    projected = total / rate
-    report(f"{setup.method.name}: projected local training {_duration(projected)} "
-           f"({total:,} samples at {rate:,.0f} samples/s on {ex.device}; evaluation not included)")
-    return projected
+@dataclass(frozen=True)
+class Forecast:
+    """The projected wall time of a run's local training, from a few timed steps."""
+
+    method: str
+    samples: int  # local training samples of the whole run (``planned_samples``)
+    samples_per_s: float  # measured on FORECAST_STEPS steps of a fresh model
+    device: str
+
+    @property
+    def wall_s(self) -> float:
+        return self.samples / self.samples_per_s
+
+    def line(self) -> str:
+        return (f"{self.method}: projected local training {duration_text(self.wall_s)} ({self.samples:,} samples "
+                f"at {self.samples_per_s:,.0f} samples/s on {self.device}; evaluation not included)")
+
+
+def forecast(method: MethodConfig, *, model_fn: Callable[[], nn.Module], train, parts: Sequence[np.ndarray],
+             cfg: FLConfig, hp: Hparams, execution: Execution = Execution()) -> Forecast:
+    """Time ``FORECAST_STEPS`` local steps (after one warm-up step, where ``compile`` compiles) of
+    the model ``run_method`` would build, on the first client's first batch, and project the local
+    training of the whole run. Touches no state of a later ``run_method`` (it re-seeds)."""
+    device = execution.torch_device
+    with torch.device("cpu"):
+        torch.manual_seed(cfg.seed)
+        model = prepare_model(model_fn(), method, seed=cfg.seed)
+    model = model.to(device)
+    if execution.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    if execution.compile:
+        model.compile()
+    model.train()
+    idx = torch.as_tensor(np.asarray(parts[0]), dtype=torch.long, device=device)
+    rate = step_rate(model, method, hp, DeviceData.from_dataset(train, device), idx, execution)
+    return Forecast(method.name, planned_samples(parts, cfg, hp), rate, execution.device)
 
 
 def step_rate(model: nn.Module, method: MethodConfig, hp: Hparams, data: DeviceData, idx: torch.Tensor,
@@ -395,7 +416,7 @@ def step_rate(model: nn.Module, method: MethodConfig, hp: Hparams, data: DeviceD
     return steps * len(batch) / (time.perf_counter() - start)
 
 
-def _duration(seconds: float) -> str:
+def duration_text(seconds: float) -> str:
     if seconds < 120:
         return f"{seconds:.1f} s"
     if seconds < 7200:

@@ -20,8 +20,9 @@ name, speed and augmentation options), command, git commit, dataset note), ``acc
 ``rounds.csv`` (every round of every method priced on the modeled accelerator: wall time, device
 time, energy, bytes, accuracy; ``workloads.fl.round_cost``, docs/rounds.md) under the hardware of
 ``--hw`` and the links and devices of ``--system`` (default ``configs/system/default.toml``).
-Before each method's rounds a few local steps are timed and the projected wall time of its local
-training is printed; the progress bar shows the ETA by round. After every round the loop's state
+Before any training a few local steps of every method are timed and the projected wall time of
+each method's local training and of the whole run is printed; the progress bar shows the ETA by
+round. After every round the loop's state
 is checkpointed under ``--out``/checkpoints/ (removed when the run's files are written);
 ``--resume`` continues an interrupted run from the last completed round of each method, with
 results identical to an uninterrupted run (docs/fl.md). Errors (unknown method, bad preset value, missing data, bad hardware or system file) print one
@@ -194,7 +195,7 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
     from accel_sim.rounds import load_system_model
     from workloads.fl.data import load_dataset, subset
     from workloads.fl.local import prepare_model
-    from workloads.fl.loop import evaluate, run_method, sample_clients
+    from workloads.fl.loop import duration_text, evaluate, forecast, run_method, sample_clients
     from workloads.fl.partition import save_partition_summary
     from workloads.fl.round_cost import RunPricer, RunSpec, client_devices, price_run
     from workloads import model_spec
@@ -237,14 +238,20 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
     results, ledger_rows, round_rows = {}, [["method", "round", "client", "direction", "group", "bytes"]], []
     print(f"device: {execution.device} ({execution.describe()['device_name']})", file=sys.stderr)
     checkpoints = out / "checkpoints"
+    forecasts = {}  # know before you wait: a few timed steps per method, before any training
+    for method in methods:
+        forecasts[method.name] = forecast(method, model_fn=functools.partial(build, method.spherefed), train=train,
+                                          parts=parts, cfg=cfg, hp=method_hps[method.name], execution=execution)
+        print(forecasts[method.name].line(), file=sys.stderr, flush=True)
+    print(f"projected local training of the whole run: {duration_text(sum(f.wall_s for f in forecasts.values()))}"
+          + (" (before resuming: completed rounds will be skipped)" if args.resume else ""), file=sys.stderr, flush=True)
     for method in methods:
         hp = method_hparams(method, hp0, overrides)
         start = time.perf_counter()
         r = run_method(method, model_fn=functools.partial(build, method.spherefed), train=train, test=test,
                        parts=parts, cfg=cfg, hp=hp, execution=execution,
                        progress=args.progress or sys.stderr.isatty(),
-                       checkpoint=checkpoints / f"{method.name.replace('+', '_')}.pt", resume=args.resume,
-                       forecast=lambda line: print(line, file=sys.stderr, flush=True))
+                       checkpoint=checkpoints / f"{method.name.replace('+', '_')}.pt", resume=args.resume)
         elapsed = time.perf_counter() - start
         start = time.perf_counter()
         rows = price_run(r, method, hp, pricer=pricer, client_labels=client_labels, hw=hw, system=system,
@@ -260,7 +267,7 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
             "accuracy": r.accuracy, "accuracy_before_calibration": r.accuracy_before_calibration,
             "val_accuracy": val_accuracy,
             "wall_s": round(elapsed, 3), "pricing_wall_s": round(pricing_s, 3),
-            "projected_wall_s": None if r.projected_wall_s is None else round(r.projected_wall_s, 3),
+            "projected_wall_s": round(forecasts[method.name].wall_s, 3),
             "resumed_after_round": r.resumed_after_round,
             "samples_trained": r.samples_trained,
             "modeled": {key: rows[-1][key] for key in ("cum_wall_s", "cum_device_s", "cum_energy_j", "cum_bytes")},
