@@ -215,8 +215,7 @@ def run_method(method: MethodConfig, *, model_fn: Callable[[], nn.Module], train
 
     ``model_fn()`` builds the (unprepared) model; it is called on the CPU under
     ``torch.manual_seed(seed)`` so every method starts from the same initial weights on any device.
-    ``after_round(t)`` is called after
-    round t's checkpoint is written (a test interrupts a run there).
+    ``after_round(t)`` is called after round t's checkpoint is written (a test interrupts a run there).
     """
     setup = _set_up(method, model_fn, train, test, parts, cfg, hp, execution)
     fingerprint = _fingerprint(setup, parts) if checkpoint is not None else ""
@@ -242,12 +241,7 @@ def run_method(method: MethodConfig, *, model_fn: Callable[[], nn.Module], train
 def _set_up(method, model_fn, train, test, parts, cfg, hp, execution: Execution) -> _Setup:
     """Models built on the CPU from the seed, then moved; data held on the device once."""
     device = execution.torch_device
-    with torch.device("cpu"):
-        torch.manual_seed(cfg.seed)
-        global_model = prepare_model(model_fn(), method, seed=cfg.seed)
-    global_model = global_model.to(device)
-    if execution.channels_last:
-        global_model = global_model.to(memory_format=torch.channels_last)
+    global_model = build_on_device(method, model_fn, cfg.seed, execution)
     client_model = copy.deepcopy(global_model)  # clients rebuild the same model from the seed
     client_model.train()
     if execution.compile:
@@ -258,6 +252,17 @@ def _set_up(method, model_fn, train, test, parts, cfg, hp, execution: Execution)
     return _Setup(method, cfg, hp, execution, global_model, client_model, frozen_keys(client_model),
                   set(trainable_keys(client_model)), DeviceData.from_dataset(train, device),
                   DeviceData.from_dataset(test, device), client_idx)
+
+
+def build_on_device(method: MethodConfig, model_fn: Callable[[], nn.Module], seed: int,
+                    execution: Execution) -> nn.Module:
+    """The prepared model, built on the CPU under ``torch.manual_seed(seed)`` (the same weights
+    whatever the device), then moved to the run's device (NHWC with ``channels_last``)."""
+    with torch.device("cpu"):
+        torch.manual_seed(seed)
+        model = prepare_model(model_fn(), method, seed=seed)
+    model = model.to(execution.torch_device)
+    return model.to(memory_format=torch.channels_last) if execution.channels_last else model
 
 
 def _initial_state(setup: _Setup) -> LoopState:
@@ -385,12 +390,7 @@ def forecast(method: MethodConfig, *, model_fn: Callable[[], nn.Module], train, 
     the model ``run_method`` would build, on the first client's first batch, and project the local
     training of the whole run. Touches no state of a later ``run_method`` (it re-seeds)."""
     device = execution.torch_device
-    with torch.device("cpu"):
-        torch.manual_seed(cfg.seed)
-        model = prepare_model(model_fn(), method, seed=cfg.seed)
-    model = model.to(device)
-    if execution.channels_last:
-        model = model.to(memory_format=torch.channels_last)
+    model = build_on_device(method, model_fn, cfg.seed, execution)
     if execution.compile:
         model.compile()
     model.train()
