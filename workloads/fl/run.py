@@ -4,6 +4,8 @@
                                [--data-dir DIR] [--rounds N] [--out DIR] [--threads N] [--progress]
                                [--hw HW.toml] [--system SYSTEM.toml]
                                [--model NAME|package.module:factory] [--classifier DOTTED.NAME]
+                               [--device auto|cpu|cuda|cuda:N] [--augment] [--channels-last] [--bf16]
+                               [--compile] [--resume]
 
 ``--preset`` is a name under ``configs/presets/`` or a path to a TOML file with tables
 ``[run]`` (``FLConfig`` fields plus ``methods``, the default method list), ``[hparams]`` (defaults
@@ -12,12 +14,18 @@ for every method) and ``[methods.<name>]`` (overrides, applied in this order: th
 
 Writes into ``--out`` (default ``results/fl/<preset>-seed<seed>``), each file to a temporary name
 then renamed: ``results.json`` (accuracy per method, per-round history, ledger totals beside the
-closed forms, resolved config, command, git commit, dataset note), ``accuracy.csv``,
+closed forms, measured and projected wall time, resolved config, ``execution`` (device and its
+name, speed and augmentation options), command, git commit, dataset note), ``accuracy.csv``,
 ``ledger.csv`` (every transfer), ``partition.csv`` (samples per client per class) and
 ``rounds.csv`` (every round of every method priced on the modeled accelerator: wall time, device
 time, energy, bytes, accuracy; ``workloads.fl.round_cost``, docs/rounds.md) under the hardware of
 ``--hw`` and the links and devices of ``--system`` (default ``configs/system/default.toml``).
-Errors (unknown method, bad preset value, missing data, bad hardware or system file) print one
+Before any training a few local steps of every method are timed and the projected wall time of
+each method's local training and of the whole run is printed; the progress bar shows the ETA by
+round. After every round the loop's state
+is checkpointed under ``--out``/checkpoints/ (removed when the run's files are written);
+``--resume`` continues an interrupted run from the last completed round of each method, with
+results identical to an uninterrupted run (docs/fl.md). Errors (unknown method, bad preset value, missing data, bad hardware or system file) print one
 message and exit with 2.
 
 Validation hold-out: ``holdout_fraction`` in ``[run]`` (or ``--holdout``) sets aside that fraction
@@ -33,6 +41,7 @@ import csv
 import functools
 import io
 import json
+import shutil
 import sys
 import time
 import tomllib
@@ -45,6 +54,7 @@ import numpy as np
 from accel_sim.rounds import ROUNDS_COLUMNS
 from workloads.atomic import atomic_write_text
 from workloads.fl.comm import closed_form_bytes, closed_form_sizes, ledger_totals
+from workloads.fl.execution import add_execution_args, execution_from_args
 from workloads.fl.hparams import FLConfig, Hparams, from_mapping, override
 from workloads.fl.methods import MethodConfig, parse_method
 from workloads.provenance import git_commit
@@ -152,6 +162,9 @@ def parser() -> argparse.ArgumentParser:
                    help="the nn.Linear of a user model the methods act on (default: its last nn.Linear)")
     p.add_argument("--system", default=str(DEFAULT_SYSTEM),
                    help="system-model TOML: clients' links and devices (default configs/system/default.toml)")
+    add_execution_args(p)
+    p.add_argument("--resume", action="store_true",
+                   help="continue from the checkpoints under --out/checkpoints/ of an interrupted run")
     return p
 
 
@@ -171,7 +184,7 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
     from accel_sim.rounds import load_system_model
     from workloads.fl.data import load_dataset, subset
     from workloads.fl.local import prepare_model
-    from workloads.fl.loop import evaluate, run_method, sample_clients
+    from workloads.fl.loop import duration_text, evaluate, forecast, run_method, sample_clients
     from workloads.fl.partition import save_partition_summary
     from workloads.fl.round_cost import RunPricer, RunSpec, client_devices, price_run
     from workloads import model_spec
@@ -180,6 +193,7 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
         if args.threads < 1:
             raise ValueError(f"--threads must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
+    execution = execution_from_args(args)
     name, cfg, default_methods, hp0, overrides = load_preset(args.preset)
     changes = {k: v for k, v in (("seed", args.seed), ("rounds", args.rounds), ("holdout_fraction", args.holdout),
                                  ("model", args.model)) if v is not None}
@@ -187,6 +201,9 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
     methods = [parse_method(m) for m in (args.methods.split(",") if args.methods else default_methods)]
     method_hps = {m.name: method_hparams(m, hp0, overrides) for m in methods}
     out = Path(args.out or f"results/fl/{name}-seed{cfg.seed}")
+    if args.resume and not (out / "checkpoints").is_dir():
+        raise ValueError(f"--resume: no checkpoints under {out / 'checkpoints'} (nothing to resume: "
+                         "check --out, or run without --resume)")
     hw = load_hardware_config(args.hw) if args.hw else HardwareConfig()
     system = load_system_model(args.system)
     devices = client_devices(system, hw, cfg.num_clients, seed=cfg.seed)
@@ -208,12 +225,22 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
     pricer = RunPricer(RunSpec(build, cfg.model, tuple(train.x.shape[1:]), train.num_classes, cfg.seed))
     client_labels = [labels[p] for p in parts]
     results, ledger_rows, round_rows = {}, [["method", "round", "client", "direction", "group", "bytes"]], []
+    print(f"device: {execution.device} ({execution.describe()['device_name']})", file=sys.stderr)
+    checkpoints = out / "checkpoints"
+    forecasts = {}  # know before you wait: a few timed steps per method, before any training
+    for method in methods:
+        forecasts[method.name] = forecast(method, model_fn=functools.partial(build, method.spherefed), train=train,
+                                          parts=parts, cfg=cfg, hp=method_hps[method.name], execution=execution)
+        print(forecasts[method.name].line(), file=sys.stderr, flush=True)
+    print(f"projected local training of the whole run: {duration_text(sum(f.wall_s for f in forecasts.values()))}"
+          + (" (before resuming: completed rounds will be skipped)" if args.resume else ""), file=sys.stderr, flush=True)
     for method in methods:
         hp = method_hparams(method, hp0, overrides)
         start = time.perf_counter()
         r = run_method(method, model_fn=functools.partial(build, method.spherefed), train=train, test=test,
-                       parts=parts, cfg=cfg, hp=hp,
-                       progress=args.progress or sys.stderr.isatty())
+                       parts=parts, cfg=cfg, hp=hp, execution=execution,
+                       progress=args.progress or sys.stderr.isatty(),
+                       checkpoint=checkpoints / f"{method.name.replace('+', '_')}.pt", resume=args.resume)
         elapsed = time.perf_counter() - start
         start = time.perf_counter()
         rows = price_run(r, method, hp, pricer=pricer, client_labels=client_labels, hw=hw, system=system,
@@ -229,6 +256,8 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
             "accuracy": r.accuracy, "accuracy_before_calibration": r.accuracy_before_calibration,
             "val_accuracy": val_accuracy,
             "wall_s": round(elapsed, 3), "pricing_wall_s": round(pricing_s, 3),
+            "projected_wall_s": round(forecasts[method.name].wall_s, 3),
+            "resumed_after_round": r.resumed_after_round,
             "samples_trained": r.samples_trained,
             "modeled": {key: rows[-1][key] for key in ("cum_wall_s", "cum_device_s", "cum_energy_j", "cum_bytes")},
             "comm": ledger_totals(r.transfers),
@@ -242,7 +271,7 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
               f"{rows[-1]['cum_energy_j']:.3g} J  ({elapsed:.1f} s run + {pricing_s:.1f} s pricing)", file=sys.stderr)
     doc = {"preset": name, "command": "python -m workloads.fl.run " + " ".join(argv),
            "git_commit": git_commit(), "torch": torch.__version__,
-           "torch_threads": torch.get_num_threads(), "dataset_note": train.note,
+           "torch_threads": torch.get_num_threads(), "execution": execution.describe(), "dataset_note": train.note,
            "test_note": test.note, "config": asdict(cfg), "hparams": {k: asdict(v) for k, v in method_hps.items()},
            "hardware": asdict(hw), "system": asdict(system),
            "holdout": {"fraction": cfg.holdout_fraction, "val_samples": 0 if val is None else len(val),
@@ -257,6 +286,7 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
     atomic_write_text(out / "rounds.csv", _csv([list(ROUNDS_COLUMNS)]
                                                + [[row[c] for c in ROUNDS_COLUMNS] for row in round_rows]))
     atomic_write_text(out / "results.json", json.dumps(doc, indent=1) + "\n")
+    shutil.rmtree(checkpoints, ignore_errors=True)  # the run is complete: nothing to resume
     print(f"wrote {out}/results.json, accuracy.csv, ledger.csv, partition.csv, rounds.csv", file=sys.stderr)
     return 0
 
