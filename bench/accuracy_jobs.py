@@ -16,6 +16,7 @@ import functools
 import multiprocessing
 import os
 import signal
+import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
@@ -31,7 +32,8 @@ from workloads import model_spec
 from workloads.fl.comm import ledger_totals
 from workloads.fl.data import Dataset
 from workloads.fl.hparams import FLConfig, Hparams
-from workloads.fl.loop import run_method
+from workloads.fl.execution import Execution
+from workloads.fl.loop import forecast, run_method
 from workloads.fl.methods import parse_method
 from workloads.fl.round_cost import Device, RunPricer, RunSpec, price_run
 from workloads.model_spec import ModelSpec
@@ -50,6 +52,7 @@ class RunInputs:
     system: SystemModel
     devices: tuple[Device, ...]
     seed: int
+    execution: Execution = Execution()  # where the runs train (workloads.fl.execution)
 
     def build(self, spherefed: bool):
         return model_spec.build(self.spec, num_classes=self.train.num_classes, norm=self.fl.norm, spherefed=spherefed)
@@ -81,15 +84,20 @@ class JobResult:
 
 
 def run_job(job: Job, inputs: RunInputs, *, pricer: RunPricer | None = None, bars: bool = False,
-            threads: int | None = None) -> JobResult:
-    """One federated run of ``job`` and its priced rounds (module-level: worker processes call it)."""
+            announce: bool = False, threads: int | None = None) -> JobResult:
+    """One federated run of ``job`` and its priced rounds (module-level: worker processes call it).
+    ``announce``: first print the run's projected local-training time on stderr (``loop.forecast``)."""
     if threads is not None:
         torch.set_num_threads(threads)
     start = time.perf_counter()
     method = parse_method(job.name)
     labels = [inputs.train.y.numpy()[p] for p in inputs.parts]
-    result = run_method(method, model_fn=functools.partial(inputs.build, method.spherefed), train=inputs.train,
-                        test=inputs.test, parts=inputs.parts, cfg=inputs.fl, hp=job.hp, progress=bars)
+    model_fn = functools.partial(inputs.build, method.spherefed)
+    if announce:  # know before you wait
+        print(forecast(method, model_fn=model_fn, train=inputs.train, parts=inputs.parts, cfg=inputs.fl, hp=job.hp,
+                       execution=inputs.execution).line(), file=sys.stderr, flush=True)
+    result = run_method(method, model_fn=model_fn, train=inputs.train, test=inputs.test, parts=inputs.parts,
+                        cfg=inputs.fl, hp=job.hp, execution=inputs.execution, progress=bars)
     rows = price_run(result, method, job.hp, pricer=pricer or RunPricer(inputs.run_spec()), client_labels=labels,
                      hw=inputs.hw, system=inputs.system, devices=inputs.devices)
     return JobResult(result.accuracy, result.accuracy_before_calibration, rows,
@@ -104,9 +112,12 @@ def available_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def resolve_workers(workers: int | None, n_jobs: int) -> int:
-    """``workers`` (None: one per job, at most one per core), never more than the jobs."""
-    return max(1, min(n_jobs, available_cpus() if workers is None else workers))
+def resolve_workers(workers: int | None, n_jobs: int, device: str = "cpu") -> int:
+    """``workers`` (None: on the CPU one per job, at most one per core; on a GPU one, the runs share
+    it one after another), never more than the jobs."""
+    if workers is None:
+        workers = available_cpus() if device == "cpu" else 1
+    return max(1, min(n_jobs, workers))
 
 
 def threads_per_worker(workers: int) -> int | None:
@@ -130,8 +141,8 @@ def started(jobs: Sequence[Job], inputs: RunInputs, *, workers: int, progress: C
             results = []
             for job in jobs:
                 progress(f"{inputs.spec.name}: federated run {job.name} on {inputs.fl.dataset} ({inputs.fl.rounds} "
-                         "round(s)), every round priced")
-                results.append(run_job(job, inputs, pricer=pricer, bars=bars))
+                         f"round(s)) on {inputs.execution.device}, every round priced")
+                results.append(run_job(job, inputs, pricer=pricer, bars=bars, announce=bars))
             return results
 
         yield one_after_another
@@ -142,7 +153,7 @@ def started(jobs: Sequence[Job], inputs: RunInputs, *, workers: int, progress: C
              "every round priced")
     context = multiprocessing.get_context("spawn")  # no fork of a process that holds torch's thread pools
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_ignore_interrupts)
-    futures = [pool.submit(run_job, job, inputs, threads=threads) for job in jobs]
+    futures = [pool.submit(run_job, job, inputs, announce=bars, threads=threads) for job in jobs]
 
     def collect() -> list[JobResult]:
         results = []

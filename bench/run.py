@@ -53,6 +53,7 @@ from workloads.fl.comm import closed_form_bytes, closed_form_sizes
 from workloads.fl.data import Dataset, load_dataset, subset
 from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.local import prepare_model
+from workloads.fl.execution import Execution, add_execution_args, resolve_device
 from workloads.fl.methods import CALIBRATIONS, MethodConfig, parse_method
 from workloads.fl.round_cost import client_devices
 from workloads.fl.run import DEFAULT_SYSTEM, load_preset, make_partition, method_hparams
@@ -130,6 +131,7 @@ class RunConfig:
     classes: int = PAPER_CLASSES  # C of the priced figures (the accuracy run has its dataset's)
     compare_hw: tuple[str, ...] = ()  # every --hw when several are given (bench/compare_hw.py); the first is hw_path
     workers: int | None = None  # accuracy runs side by side (bench/accuracy_jobs.py); None: one per run, <= cores
+    device: str = "auto"  # where the accuracy runs train (workloads.fl.execution.resolve_device)
 
     def spec(self, model: str, input_shape: tuple[int, ...] | None = None) -> ModelSpec:
         """``model`` at ``input_shape`` (default: --input-shape, else 3x32x32) with --classifier."""
@@ -193,6 +195,7 @@ def parse_args(argv=None) -> RunConfig:
     p.add_argument("--workers", type=cli.int_in(1, 1024), metavar="N",
                    help="federated runs side by side in N processes, each with cores/N torch threads (default: one "
                         "per run, at most one per core; 1: one after another in this process)")
+    add_execution_args(p, options=False)
     a = p.parse_args(argv)
     if a.model and a.models:
         p.error(f"give either --model {a.model} or --models {' '.join(a.models)}, not both")
@@ -207,12 +210,13 @@ def parse_args(argv=None) -> RunConfig:
     hws = tuple(a.hw or ())
     return RunConfig(models, tuple(a.methods), a.batch_size, a.seed, a.preset, a.data_dir, hws[0] if hws else None,
                      out, a.overwrite, a.alpha, a.target, a.system, shape, a.classifier, a.classes,
-                     hws if len(hws) > 1 else (), a.workers)
+                     hws if len(hws) > 1 else (), a.workers, a.device)
 
 
 def validate(cfg: RunConfig) -> tuple[HardwareConfig, Preset, SystemModel]:
     """Every check that needs no heavy work; raises ValueError / HardwareConfigError / ResultsError."""
     _split_methods(cfg.methods)
+    resolve_device(cfg.device)
     check_models(cfg, classes=cfg.classes, input_shape=cfg.spec("").input_shape)
     if cfg.batch_size < 1:
         raise ValueError(f"--batch-size must be at least 1, got {cfg.batch_size}")
@@ -364,7 +368,8 @@ def accuracy_runs(model: str, names, preset: Preset, data, cfg: RunConfig, hw: H
     fl = replace(preset.fl, model=model, seed=cfg.seed)
     inputs = RunInputs(cfg.spec(model, tuple(train.x.shape[1:])), fl, train, test,
                        tuple(make_partition(train.y.numpy(), fl)), hw, system,
-                       client_devices(system, hw, fl.num_clients, seed=cfg.seed), cfg.seed)
+                       client_devices(system, hw, fl.num_clients, seed=cfg.seed), cfg.seed,
+                       Execution(resolve_device(cfg.device)))
     jobs = [Job(base, calib, preset.hparams(parse_method(f"{base}+{calib}" if calib else base)))
             for base, calib in run_pairs(names)]
     return inputs, jobs
@@ -502,7 +507,7 @@ def run_study(cfg: RunConfig, hw: HardwareConfig, preset: Preset, system: System
     bars = progress is not None
     progress = progress or (lambda msg: None)
     training, calibrations = _split_methods(cfg.methods)
-    workers = resolve_workers(cfg.workers, len(run_pairs(training + calibrations)))
+    workers = resolve_workers(cfg.workers, len(run_pairs(training + calibrations)), resolve_device(cfg.device))
     models, all_ops, ledgers, all_rounds = {}, [], {}, []
     for model in cfg.models:
         inputs, jobs = accuracy_runs(model, training + calibrations, preset, data, cfg, hw, system)
@@ -529,6 +534,7 @@ def run_study(cfg: RunConfig, hw: HardwareConfig, preset: Preset, system: System
         "format": FORMAT_NAME, "version": FORMAT_VERSION,
         "command": shlex.join(["python", "-m", "bench.run", *argv]),
         "git_commit": git_commit(), "config": asdict(cfg), "hardware": asdict(hw),
+        "execution": Execution(resolve_device(cfg.device)).describe(),
         "hardware_label": f"{hw.rows}x{hw.cols} array, {hw.clock_hz / 1e6:g} MHz, "
                           f"DRAM {hw.dram_peak_bytes_per_s / 1e9:g} GB/s peak, dataflow "
                           f"{hw.dataflow_fwd}/{hw.dataflow_dx}/{hw.dataflow_dw}",
@@ -587,7 +593,7 @@ def headline_metrics(summary: dict) -> dict[str, float]:
 
 
 GRID_KEYS = {"model", "methods", "batch_size", "seed", "preset", "data_dir", "hw", "alpha", "target", "system",
-             "input_shape", "classifier", "classes", "workers"}
+             "input_shape", "classifier", "classes", "workers", "device"}
 
 
 def run_point(config: dict, out_dir: Path) -> dict[str, float]:
@@ -601,7 +607,7 @@ def run_point(config: dict, out_dir: Path) -> dict[str, float]:
     # a grid gives each point its cores (--resources-per-run): its runs go one after another unless it sets workers
     argv = ["--model", str(config["model"]), "--out", str(out_dir), "--workers", str(config.get("workers", 1))]
     for key in ("batch_size", "seed", "preset", "data_dir", "hw", "alpha", "target", "system", "input_shape",
-                "classifier", "classes"):
+                "classifier", "classes", "device"):
         if key in config:
             value = config[key]
             if key == "hw" and isinstance(value, list):  # several accelerators side by side

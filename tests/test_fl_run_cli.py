@@ -41,7 +41,8 @@ def test_cli_writes_results(tmp_path):
     (tmp_path / "out" / "foreign.txt").write_text("not ours")
     threads = torch.get_num_threads()
     try:
-        assert main(["--preset", str(preset), "--out", str(tmp_path / "out"), "--threads", "1", "--overwrite"]) == 0
+        assert main(["--preset", str(preset), "--out", str(tmp_path / "out"), "--threads", "1", "--device", "cpu",
+                     "--overwrite"]) == 0
     finally:
         torch.set_num_threads(threads)
     names = sorted(p.name for p in (tmp_path / "out").iterdir())
@@ -60,6 +61,21 @@ def test_cli_writes_results(tmp_path):
     for name in ("accuracy.csv", "ledger.csv", "partition.csv"):
         assert (tmp_path / "out" / name).stat().st_size > 0
     assert not list((tmp_path / "out").glob(".*tmp"))
+    assert doc["execution"]["device"] == "cpu" and doc["execution"]["augment"] is False
+    assert not (tmp_path / "out" / "checkpoints").exists()  # removed once the run's files are written
+    assert all(m["projected_wall_s"] > 0 and m["resumed_after_round"] == 0 for m in doc["methods"].values())
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cli_refuses_a_missing_device(tmp_path, capsys):
+    preset = tmp_path / "tiny.toml"
+    preset.write_text(TINY)
+    assert main(["--preset", str(preset), "--out", str(tmp_path / "o"), "--device", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no CUDA device" in err and "--device cpu" in err
+    assert not (tmp_path / "o").exists()
+    assert main(["--preset", str(preset), "--out", str(tmp_path / "o"), "--device", "tpu"]) == 2
+    assert "not a device" in capsys.readouterr().err
 
 
 def test_cli_rejects_bad_input(tmp_path, capsys):
@@ -128,3 +144,42 @@ def test_per_model_paper_presets_follow_table_16(preset, model, base, lr, ours_l
         assert (method_hparams(parse_method(base), hp, overrides).prox_mu, ours.prox_mu) == (0.001, 0.0001)
     if base == "fedopt":
         assert (ours.server_lr, ours.server_momentum) == (1.0, 0.3)
+
+
+def test_cli_resume_without_checkpoints_is_refused(tmp_path, capsys):
+    preset = tmp_path / "tiny.toml"
+    preset.write_text(TINY)
+    assert main(["--preset", str(preset), "--out", str(tmp_path / "o"), "--resume"]) == 2
+    assert "nothing to resume" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_cli_resume_after_an_interruption_gives_the_uninterrupted_results(tmp_path, monkeypatch):
+    import workloads.fl.loop as loop
+
+    preset = tmp_path / "tiny.toml"
+    preset.write_text(TINY.replace("rounds = 1", "rounds = 2\nmax_train_samples = 300\nmax_test_samples = 100"))
+    args = ["--preset", str(preset), "--methods", "fedavg", "--threads", "1", "--device", "cpu"]
+    threads = torch.get_num_threads()
+    real = loop.run_method
+
+    def interrupted(*a, **kw):
+        def stop(t):
+            if t == 1:
+                raise KeyboardInterrupt
+        return real(*a, **kw, after_round=stop)
+
+    try:
+        assert main(args + ["--out", str(tmp_path / "whole")]) == 0
+        monkeypatch.setattr(loop, "run_method", interrupted)
+        assert main(args + ["--out", str(tmp_path / "cut")]) == 130  # Ctrl-C: one line, exit 130 (workloads.cli)
+        assert (tmp_path / "cut" / "checkpoints" / "fedavg.pt").is_file()
+        monkeypatch.setattr(loop, "run_method", real)
+        assert main(args + ["--out", str(tmp_path / "cut"), "--resume"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    whole, cut = (json.loads((tmp_path / d / "results.json").read_text())["methods"]["fedavg"] for d in ("whole", "cut"))
+    assert cut["resumed_after_round"] == 1 and whole["resumed_after_round"] == 0
+    for key in ("accuracy", "history", "comm", "samples_trained"):
+        assert cut[key] == whole[key], key
+    assert (tmp_path / "cut" / "ledger.csv").read_text() == (tmp_path / "whole" / "ledger.csv").read_text()

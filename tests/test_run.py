@@ -52,6 +52,16 @@ def test_smoke_run_writes_every_file(smoke):
     assert summary["git_commit"] and summary["command"].startswith("python -m bench.run")
 
 
+def test_smoke_run_records_its_device(smoke):
+    import json
+
+    import torch
+
+    doc = json.loads((smoke[1] / "summary.json").read_text())
+    assert doc["config"]["device"] == "auto"  # as asked; resolved:
+    assert doc["execution"]["device"] == ("cuda:0" if torch.cuda.is_available() else "cpu")
+
+
 def test_smoke_run_figures_hold_together(smoke):
     _, out = smoke
     m = results.load_summary(out)["models"]["convnet"]
@@ -132,6 +142,7 @@ def test_existing_out_is_refused_before_work(smoke, capsys):
     (["--model", "convnet", "--system", "/no/such/system.toml"], "no such system-model file"),
     (["--model", "convnet", "--data-dir", "/no/such/dir"], "--data-dir /no/such/dir does not exist"),
     (["--model", "convnet", "--batch-size", "0"], "argument --batch-size: 0 is out of range"),
+    (["--model", "convnet", "--device", "tpu"], "not a device"),
 ])
 def test_bad_input_is_one_clear_error(tmp_path, argv, message, capsys):
     assert run.main([*argv, "--out", str(tmp_path / "r")]) == 2
@@ -210,3 +221,10 @@ def test_any_method_set_plots_what_it_has(tmp_path):
     m = results.load_summary(out)["models"]["convnet"]
     assert m["training"] == {} and set(m["calibration"]) == {"ccvr", "ffc"}
     assert set(m["communication"]) == {"fedavg", "ccvr", "ffc"}
+
+
+def test_grid_point_device_reaches_the_run(tmp_path):
+    # a grid point's device goes through bench.run's flag (checked before any work)
+    with pytest.raises(ValueError, match="'tpu' is not a device"):
+        run.run_point({"model": "convnet", "device": "tpu"}, tmp_path)
+    assert list(tmp_path.iterdir()) == []

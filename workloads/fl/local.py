@@ -16,6 +16,7 @@ hp=hp)``.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Callable, Mapping
 
 import torch
@@ -51,8 +52,9 @@ class ClientTrainer:
     """One client's local optimizer and loss; ``step(x, y)`` is one SGD step."""
 
     def __init__(self, model: nn.Module, method: MethodConfig, hp: Hparams, ctx: RoundContext,
-                 lr: float) -> None:
+                 lr: float, autocast_dtype: torch.dtype | None = None) -> None:
         self.model = model
+        self.autocast_dtype = autocast_dtype  # bfloat16: forward and loss under torch.autocast
         self.algorithm = method.algo
         self.loss_fn = loss_function(method)
         self.hp = hp
@@ -64,10 +66,11 @@ class ClientTrainer:
     def step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """zero_grad, forward, loss (+ penalty), backward, optimizer step; returns the loss."""
         self.optimizer.zero_grad(set_to_none=True)
-        outputs = self.algorithm.head_outputs(self.model, x)
-        loss = self.loss_fn(outputs[0], y)
-        for extra in outputs[1:]:
-            loss = loss + self.loss_fn(extra, y)
+        with self._autocast(x):
+            outputs = self.algorithm.head_outputs(self.model, x)
+            loss = self.loss_fn(outputs[0], y)
+            for extra in outputs[1:]:
+                loss = loss + self.loss_fn(extra, y)
         penalty = self.algorithm.penalty(self.model, self.ctx, self.hp)
         if penalty is not None:
             loss = loss + penalty
@@ -75,10 +78,16 @@ class ClientTrainer:
         self.optimizer.step()
         return loss.detach()
 
+    def _autocast(self, x: torch.Tensor):
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=x.device.type, dtype=self.autocast_dtype)
+
 
 def client_trainer(model: nn.Module, global_state: Mapping[str, torch.Tensor], hp: Hparams,
                    method: MethodConfig, *, round: int = 1, lr: float | None = None,
-                   direction: Mapping[str, torch.Tensor] | None = None) -> ClientTrainer:
+                   direction: Mapping[str, torch.Tensor] | None = None,
+                   autocast_dtype: torch.dtype | None = None) -> ClientTrainer:
     """A trainer for ``model``, which must already hold the client's starting weights.
 
     ``global_state`` is what the client downloaded (w_t): FedProx and FedCos anchor their penalty
@@ -90,4 +99,4 @@ def client_trainer(model: nn.Module, global_state: Mapping[str, torch.Tensor], h
         anchors = {name: global_state[name].detach().clone()
                    for name, p in model.named_parameters() if p.requires_grad}
     ctx = RoundContext(round=round, global_params=anchors, direction=direction)
-    return ClientTrainer(model, method, hp, ctx, hp.lr if lr is None else lr)
+    return ClientTrainer(model, method, hp, ctx, hp.lr if lr is None else lr, autocast_dtype)

@@ -10,9 +10,22 @@ sends the shared state back with its sample count; the algorithm aggregates. Aft
 optional calibration runs over all K clients. The global model is evaluated on the global test
 set every ``eval_every`` rounds and after the last round (and after the calibration).
 
-Same seed, same results: the model is initialized under ``torch.manual_seed(seed)``, client
-sampling uses ``numpy.random.default_rng([seed, t])``, each client's shuffling a torch generator
-seeded from ``(seed, t, k)``, CCVR's sampling one seeded from ``(seed, R + 1)``.
+Same seed, same results: the model is built and prepared on the CPU under
+``torch.manual_seed(seed)`` (the same initial weights whatever the run's device) and then moved to
+the run's device; client sampling uses ``numpy.random.default_rng([seed, t])``; each client's
+shuffling a CPU torch generator seeded from ``(seed, t, k)`` (so the sample order is the same on
+every device), its augmentation (when on) a generator on the run's device seeded from
+``(seed, t, k, 1)``; the calibration one on the run's device seeded from ``(seed, R + 1)``.
+
+Device: everything of a round (models, batches, client updates, aggregation, calibration
+statistics, evaluation) lives on ``execution.device``; the data are held there once
+(``execution.DeviceData``) and batches are gathered by index there. Only the shuffling order is
+drawn on the CPU and copied over once per local epoch.
+
+Resume: with ``checkpoint=PATH`` the loop's state after every round (``LoopState``: server state,
+clients' local parts, ledger, history, samples, torch's RNG states) is written atomically to PATH;
+with ``resume=True`` a run starts from the last completed round found there and gives results
+identical to an uninterrupted run (nothing of a round depends on anything else).
 
 A trailing mini-batch of a single sample is skipped (BatchNorm cannot train on one sample);
 every other partial batch is used.
@@ -21,9 +34,14 @@ every other partial batch is used.
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 import math
+import os
 import sys
-from dataclasses import dataclass, field
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
@@ -33,12 +51,16 @@ from tqdm import tqdm
 
 from workloads.fl.comm import (FEDNOVA_A_BYTES, METADATA_BYTES, Transfer, grouped_bytes,
                                tensor_bytes)
+from workloads.fl.execution import DeviceData, Execution, synchronize
 from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.local import client_trainer, per_sample_loss, prepare_model
 from workloads.fl.methods import MethodConfig
 from workloads.fl.methods.base import ClientUpdate, ServerState, frozen_keys, trainable_keys
-from workloads.fl.methods.ccvr import class_batches
 from workloads.fl.methods.doublehead import LOCAL_HEAD
+
+CHECKPOINT_FORMAT = 1
+AUGMENT_STREAM = 1  # last part of the augmentation generator's seed (seed, t, k, 1)
+FORECAST_STEPS = 3  # timed local steps behind the projected wall time (after one warm-up step)
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -54,6 +76,36 @@ class RunResult:
     transfers: tuple[Transfer, ...]
     samples_trained: int  # local training samples processed over the run
     weights: dict = field(repr=False, compare=False, default_factory=dict)  # final global state
+    resumed_after_round: int = field(compare=False, default=0)  # 0: started from round 1
+
+
+@dataclass(frozen=True)
+class LoopState:
+    """What round t leaves for round t + 1 (and what a checkpoint holds)."""
+
+    round: int  # the last completed round, 0 before the first
+    server: ServerState
+    memory: dict[int, dict[str, torch.Tensor]]  # client-side state never sent (double head)
+    transfers: tuple[Transfer, ...]
+    history: tuple[dict, ...]
+    samples: int
+
+
+@dataclass(frozen=True)
+class _Setup:
+    """What stays fixed for a whole run of one method."""
+
+    method: MethodConfig
+    cfg: FLConfig
+    hp: Hparams
+    execution: Execution
+    global_model: nn.Module
+    client_model: nn.Module
+    frozen: set
+    params: set
+    train: DeviceData
+    test: DeviceData
+    client_idx: tuple[torch.Tensor, ...]  # per client: indices into train, on the device
 
 
 def cosine_lr(lr: float, lr_min: float, round: int, rounds: int) -> float:
@@ -85,29 +137,61 @@ def batch_starts(n: int, batch_size: int) -> list[int]:
     return starts
 
 
+def epoch_samples(n: int, batch_size: int) -> int:
+    """Samples one local epoch over ``n`` samples trains on (all but a skipped trailing single)."""
+    return sum(min(batch_size, n - s) for s in batch_starts(n, batch_size))
+
+
+def planned_samples(parts: Sequence[np.ndarray], cfg: FLConfig, hp: Hparams) -> int:
+    """Local training samples of a whole run (what ``RunResult.samples_trained`` will be)."""
+    return sum(hp.local_epochs * epoch_samples(len(parts[k]), hp.batch_size)
+               for t in range(1, cfg.rounds + 1)
+               for k in sample_clients(len(parts), cfg.participation, seed=cfg.seed, round=t))
+
+
 @torch.no_grad()
-def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1024) -> float:
-    """Top-1 accuracy of ``model`` (eval mode) on (x, y)."""
+def top1(model: nn.Module, batches) -> float:
+    """Top-1 accuracy of ``model`` (eval mode) over ``batches`` of (x, y)."""
     was_training = model.training
     model.eval()
-    correct = 0
-    for s in range(0, len(y), batch_size):
-        correct += int((model(x[s:s + batch_size]).argmax(1) == y[s:s + batch_size]).sum())
+    correct = total = 0
+    for x, y in batches:
+        correct += int((model(x).argmax(1) == y).sum())
+        total += len(y)
     model.train(was_training)
-    return correct / len(y)
+    return correct / total
 
 
-def train_client(trainer, x: torch.Tensor, y: torch.Tensor, hp: Hparams, *, seed: int,
-                 where: str) -> tuple[int, float]:
-    """Local epochs of SGD steps; returns (steps, mean loss). NaN/inf -> NonFiniteLossError."""
-    gen = torch.Generator().manual_seed(seed)
-    n, steps, loss_sum = len(y), 0, torch.zeros(())
+def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1024) -> float:
+    """Top-1 accuracy of ``model`` (eval mode) on (x, y)."""
+    return top1(model, ((x[s:s + batch_size], y[s:s + batch_size]) for s in range(0, len(y), batch_size)))
+
+
+def evaluate_on(model: nn.Module, data: DeviceData, *, channels_last: bool = False, batch_size: int = 1024) -> float:
+    """``evaluate`` over a split held on the device (decoded batch by batch)."""
+    order = torch.arange(len(data), device=data.y.device)
+    return top1(model, ((_memory_format(data.take(order[s:s + batch_size]), channels_last), data.y[s:s + batch_size])
+                        for s in range(0, len(data), batch_size)))
+
+
+def _memory_format(x: torch.Tensor, channels_last: bool) -> torch.Tensor:
+    return x.contiguous(memory_format=torch.channels_last) if channels_last and x.dim() == 4 else x
+
+
+def train_client(trainer, data: DeviceData, idx: torch.Tensor, hp: Hparams, *, seed: int, where: str,
+                 augment: torch.Generator | None = None, channels_last: bool = False) -> tuple[int, float]:
+    """Local epochs of SGD steps over samples ``idx`` of ``data``; returns (steps, mean loss).
+    NaN/inf -> NonFiniteLossError. The shuffling order is drawn on the CPU from ``seed``."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    n, steps = len(idx), 0
+    loss_sum = torch.zeros((), device=idx.device)
     starts = batch_starts(n, hp.batch_size)
     for epoch in range(hp.local_epochs):
-        order = torch.randperm(n, generator=gen)
+        order = idx[torch.randperm(n, generator=gen, device="cpu").to(idx.device)]
         for s in starts:
-            idx = order[s:s + hp.batch_size]
-            loss_sum = loss_sum + trainer.step(x[idx], y[idx])
+            batch = order[s:s + hp.batch_size]
+            x = _memory_format(data.take(batch, generator=augment), channels_last)
+            loss_sum = loss_sum + trainer.step(x, data.y[batch])
         steps += len(starts)
         if not torch.isfinite(loss_sum):
             raise NonFiniteLossError(f"non-finite loss in {where}, local epoch {epoch + 1}: lower "
@@ -119,103 +203,275 @@ def _record(transfers: list, round: int, client: int, direction: str, sizes: dic
     transfers.extend(Transfer(round, client, direction, g, b) for g, b in sorted(sizes.items()))
 
 
+# --------------------------------------------------------------------------- the run, step by step
+
+
 def run_method(method: MethodConfig, *, model_fn: Callable[[], nn.Module], train, test,
                parts: Sequence[np.ndarray], cfg: FLConfig, hp: Hparams,
-               progress: bool = False) -> RunResult:
+               execution: Execution = Execution(), progress: bool = False,
+               checkpoint: str | Path | None = None, resume: bool = False,
+               after_round: Callable[[int], None] | None = None) -> RunResult:
     """Run ``method`` on ``train`` split by ``parts`` (one index array per client).
 
-    ``model_fn()`` builds the (unprepared) model; it is called under ``torch.manual_seed(seed)``
-    so every method starts from the same initial weights.
+    ``model_fn()`` builds the (unprepared) model; it is called on the CPU under
+    ``torch.manual_seed(seed)`` so every method starts from the same initial weights on any device.
+    ``after_round(t)`` is called after round t's checkpoint is written (a test interrupts a run there).
     """
-    algo, seed, rounds = method.algo, cfg.seed, cfg.rounds
-    torch.manual_seed(seed)
-    global_model = prepare_model(model_fn(), method, seed=seed)
+    setup = _set_up(method, model_fn, train, test, parts, cfg, hp, execution)
+    fingerprint = _fingerprint(setup, parts) if checkpoint is not None else ""
+    state = _initial_state(setup)
+    if resume and checkpoint is not None and Path(checkpoint).is_file():
+        state = load_checkpoint(checkpoint, fingerprint, setup.execution.torch_device)
+    resumed_after = state.round
+    bar = tqdm(total=cfg.rounds, initial=state.round, desc=method.name, unit="round", file=sys.stderr,
+               disable=not progress)
+    for t in range(state.round + 1, cfg.rounds + 1):
+        state = _federated_round(setup, state, t)
+        if state.history[-1]["accuracy"] is not None:
+            bar.set_postfix(acc=f"{state.history[-1]['accuracy']:.3f}", loss=f"{state.history[-1]['mean_loss']:.3f}")
+        bar.update(1)
+        if checkpoint is not None:
+            save_checkpoint(checkpoint, state, fingerprint)
+        if after_round is not None:
+            after_round(t)
+    bar.close()
+    return _finish(setup, state, resumed_after)
+
+
+def _set_up(method, model_fn, train, test, parts, cfg, hp, execution: Execution) -> _Setup:
+    """Models built on the CPU from the seed, then moved; data held on the device once."""
+    device = execution.torch_device
+    global_model = build_on_device(method, model_fn, cfg.seed, execution)
     client_model = copy.deepcopy(global_model)  # clients rebuild the same model from the seed
     client_model.train()
-    server = ServerState(weights={k: v.detach().clone() for k, v in global_model.state_dict().items()})
-    frozen = frozen_keys(client_model)
-    params = set(trainable_keys(client_model))
-    client_data = [(train.x[torch.as_tensor(p, dtype=torch.long)],
-                    train.y[torch.as_tensor(p, dtype=torch.long)]) for p in parts]
-    if any(len(y) == 0 for _, y in client_data):
+    if execution.compile:
+        client_model.compile()
+    if any(len(p) == 0 for p in parts):
         raise ValueError("every client needs at least one training sample; check the partition")
-    memory: dict[int, dict[str, torch.Tensor]] = {}  # client-side state never sent
-    transfers: list[Transfer] = []
-    history: list[dict] = []
-    samples = 0
-    bar = tqdm(range(1, rounds + 1), desc=method.name, file=sys.stderr, disable=not progress)
-    for t in bar:
-        lr = cosine_lr(hp.lr, hp.lr_min, t, rounds)
-        clients = sample_clients(len(parts), cfg.participation, seed=seed, round=t)
-        shared = algo.shared_keys(client_model, t, hp)
-        shared_set = set(shared)
-        direction = None
-        if algo.needs_direction and server.prev_weights is not None:
-            direction = {k: server.weights[k] - server.prev_weights[k] for k in shared if k in params}
-        updates, losses = [], []
-        for k in clients:
-            down = {key: server.weights[key] for key in shared}
-            _record(transfers, t, k, "down", grouped_bytes(down))
-            if direction is not None:
-                _record(transfers, t, k, "down", grouped_bytes(direction, "fedcos_direction"))
-            own = {key: v for key, v in memory.get(k, {}).items() if key not in shared_set}
-            client_model.load_state_dict({**server.weights, **own, **down})
-            trainer = client_trainer(client_model, down, hp, method, round=t, lr=lr, direction=direction)
-            x, y = client_data[k]
-            steps, loss = train_client(trainer, x, y, hp, seed=derived_seed(seed, t, k),
-                                       where=f"round {t}, client {k} ({method.name})")
-            samples += hp.local_epochs * sum(min(hp.batch_size, len(y) - s)
-                                             for s in batch_starts(len(y), hp.batch_size))
-            state = client_model.state_dict()
-            up = {key: state[key].detach().clone() for key in shared}
-            local = {key: v.detach().clone() for key, v in state.items()
-                     if key not in shared_set and key not in frozen}
-            if local:
-                memory[k] = local
-            metadata = METADATA_BYTES + (FEDNOVA_A_BYTES if "fednova_a" in algo.upload_extras else 0)
-            _record(transfers, t, k, "up", {**grouped_bytes(up), "metadata": metadata})
-            updates.append(ClientUpdate(k, up, len(y), steps))
-            losses.append(loss)
-        server = algo.aggregate(server, updates, hp, [k for k in shared if k in params])
-        acc = None
-        if t == rounds or (cfg.eval_every and t % cfg.eval_every == 0):
-            global_model.load_state_dict(server.weights)
-            acc = evaluate(global_model, test.x, test.y)
-            bar.set_postfix(acc=f"{acc:.3f}")
-        history.append({"round": t, "lr": lr, "clients": clients,
-                        "mean_loss": float(np.mean(losses)), "accuracy": acc})
-    accuracy = history[-1]["accuracy"]
-    before = None
-    if method.calib is not None:
+    client_idx = tuple(torch.as_tensor(np.asarray(p), dtype=torch.long, device=device) for p in parts)
+    return _Setup(method, cfg, hp, execution, global_model, client_model, frozen_keys(client_model),
+                  set(trainable_keys(client_model)), DeviceData.from_dataset(train, device),
+                  DeviceData.from_dataset(test, device), client_idx)
+
+
+def build_on_device(method: MethodConfig, model_fn: Callable[[], nn.Module], seed: int,
+                    execution: Execution) -> nn.Module:
+    """The prepared model, built on the CPU under ``torch.manual_seed(seed)`` (the same weights
+    whatever the device), then moved to the run's device (NHWC with ``channels_last``)."""
+    with torch.device("cpu"):
+        torch.manual_seed(seed)
+        model = prepare_model(model_fn(), method, seed=seed)
+    model = model.to(execution.torch_device)
+    return model.to(memory_format=torch.channels_last) if execution.channels_last else model
+
+
+def _initial_state(setup: _Setup) -> LoopState:
+    weights = {k: v.detach().clone() for k, v in setup.global_model.state_dict().items()}
+    return LoopState(0, ServerState(weights=weights), {}, (), (), 0)
+
+
+def _federated_round(setup: _Setup, state: LoopState, t: int) -> LoopState:
+    """Round t: sample, train every sampled client from the global state, aggregate, evaluate."""
+    method, cfg, hp = setup.method, setup.cfg, setup.hp
+    algo, server = method.algo, state.server
+    lr = cosine_lr(hp.lr, hp.lr_min, t, cfg.rounds)
+    clients = sample_clients(len(setup.client_idx), cfg.participation, seed=cfg.seed, round=t)
+    shared = algo.shared_keys(setup.client_model, t, hp)
+    direction = None
+    if algo.needs_direction and server.prev_weights is not None:
+        direction = {k: server.weights[k] - server.prev_weights[k] for k in shared if k in setup.params}
+    transfers, memory, updates, losses, samples = list(state.transfers), dict(state.memory), [], [], state.samples
+    for k in clients:
+        update, loss, local = _client_update(setup, server, memory.get(k, {}), shared, direction, t, k, lr,
+                                             transfers)
+        if local:
+            memory[k] = local
+        updates.append(update)
+        losses.append(loss)
+        samples += hp.local_epochs * epoch_samples(len(setup.client_idx[k]), hp.batch_size)
+    server = algo.aggregate(server, updates, hp, [k for k in shared if k in setup.params])
+    acc = None
+    if t == cfg.rounds or (cfg.eval_every and t % cfg.eval_every == 0):
+        setup.global_model.load_state_dict(server.weights)
+        acc = evaluate_on(setup.global_model, setup.test, channels_last=setup.execution.channels_last)
+    entry = {"round": t, "lr": lr, "clients": clients, "mean_loss": float(np.mean(losses)), "accuracy": acc}
+    return LoopState(t, server, memory, tuple(transfers), state.history + (entry,), samples)
+
+
+def _client_update(setup: _Setup, server: ServerState, own_state: dict, shared: list[str], direction,
+                   t: int, k: int, lr: float, transfers: list) -> tuple[ClientUpdate, float, dict]:
+    """Client k in round t: download, train locally, upload. Returns (update, mean loss, the
+    client's local parts to keep) and appends its transfers to the ledger."""
+    method, hp, ex = setup.method, setup.hp, setup.execution
+    shared_set = set(shared)
+    down = {key: server.weights[key] for key in shared}
+    _record(transfers, t, k, "down", grouped_bytes(down))
+    if direction is not None:
+        _record(transfers, t, k, "down", grouped_bytes(direction, "fedcos_direction"))
+    own = {key: v for key, v in own_state.items() if key not in shared_set}
+    setup.client_model.load_state_dict({**server.weights, **own, **down})
+    trainer = client_trainer(setup.client_model, down, hp, method, round=t, lr=lr, direction=direction,
+                             autocast_dtype=ex.autocast_dtype)
+    augment = None
+    if ex.augment:
+        augment = torch.Generator(device=ex.torch_device).manual_seed(derived_seed(setup.cfg.seed, t, k, AUGMENT_STREAM))
+    idx = setup.client_idx[k]
+    steps, loss = train_client(trainer, setup.train, idx, hp, seed=derived_seed(setup.cfg.seed, t, k),
+                               where=f"round {t}, client {k} ({method.name})", augment=augment,
+                               channels_last=ex.channels_last)
+    state = setup.client_model.state_dict()
+    up = {key: state[key].detach().clone() for key in shared}
+    local = {key: v.detach().clone() for key, v in state.items() if key not in shared_set and key not in setup.frozen}
+    metadata = METADATA_BYTES + (FEDNOVA_A_BYTES if "fednova_a" in method.algo.upload_extras else 0)
+    _record(transfers, t, k, "up", {**grouped_bytes(up), "metadata": metadata})
+    return ClientUpdate(k, up, len(idx), steps), loss, local
+
+
+def _finish(setup: _Setup, state: LoopState, resumed_after: int) -> RunResult:
+    """The optional calibration, then the result."""
+    setup.global_model.load_state_dict(state.server.weights)
+    accuracy, before, transfers = state.history[-1]["accuracy"], None, list(state.transfers)
+    if setup.method.calib is not None:
         before = accuracy
-        accuracy = _calibrate(method, global_model, client_data, test, hp, seed=seed,
-                              round=rounds + 1, transfers=transfers)
-    final = {k: v.detach().clone() for k, v in global_model.state_dict().items()}
-    return RunResult(method.name, accuracy, before, tuple(history), tuple(transfers), samples, final)
+        accuracy = _calibrate(setup, round=setup.cfg.rounds + 1, transfers=transfers)
+    final = {k: v.detach().clone() for k, v in setup.global_model.state_dict().items()}
+    return RunResult(setup.method.name, accuracy, before, state.history, tuple(transfers), state.samples, final,
+                     resumed_after)
 
 
-def _calibrate(method: MethodConfig, model: nn.Module, client_data, test, hp: Hparams, *,
-               seed: int, round: int, transfers: list) -> float:
+def _calibrate(setup: _Setup, *, round: int, transfers: list) -> float:
     """Every client downloads the final feature extractor and sends its statistics; the server
     replaces the classifier by the calibrated one. Returns the calibrated accuracy."""
-    calib = method.calib
+    calib, model, hp = setup.method.calib, setup.global_model, setup.hp
     model.eval()
     extractor = {k: v for k, v in model.state_dict().items()
                  if k.split(".")[0] not in ("classifier", LOCAL_HEAD)}
     num_classes = model.classifier.out_features
     stats = []
-    for k, (x, y) in enumerate(client_data):
+    for k, idx in enumerate(setup.client_idx):
         _record(transfers, round, k, "down", grouped_bytes(extractor))
-        if calib.name == "ccvr":
-            batches = class_batches(x, y, hp.batch_size)
-        else:
-            batches = ((x[s:s + hp.batch_size], y[s:s + hp.batch_size]) for s in range(0, len(y), hp.batch_size))
-        s = calib.client_statistics(model, batches, num_classes=num_classes, hp=hp)
+        x = _memory_format(setup.train.take(idx), setup.execution.channels_last)
+        s = calib.client_statistics(model, calib.client_batches(x, setup.train.y[idx], hp.batch_size),
+                                    num_classes=num_classes, hp=hp)
         _record(transfers, round, k, "up", {"calibration_statistics": sum(tensor_bytes(v) for v in s.values())})
         stats.append(s)
-    gen = torch.Generator().manual_seed(derived_seed(seed, round))
+    gen = torch.Generator(device=setup.execution.torch_device).manual_seed(derived_seed(setup.cfg.seed, round))
     weight = calib.server_calibrate(stats, classifier_weight=model.classifier.weight.detach(),
-                                    loss_fn=per_sample_loss(method), hp=hp, generator=gen)
+                                    loss_fn=per_sample_loss(setup.method), hp=hp, generator=gen)
     with torch.no_grad():
         model.classifier.weight.copy_(weight)
-    return evaluate(model, test.x, test.y)
+    return evaluate_on(model, setup.test, channels_last=setup.execution.channels_last)
+
+
+# --------------------------------------------------------------------------- know before you wait
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """The projected wall time of a run's local training, from a few timed steps."""
+
+    method: str
+    samples: int  # local training samples of the whole run (``planned_samples``)
+    samples_per_s: float  # measured on FORECAST_STEPS steps of a fresh model
+    device: str
+
+    @property
+    def wall_s(self) -> float:
+        return self.samples / self.samples_per_s
+
+    def line(self) -> str:
+        return (f"{self.method}: projected local training {duration_text(self.wall_s)} ({self.samples:,} samples "
+                f"at {self.samples_per_s:,.0f} samples/s on {self.device}; evaluation not included)")
+
+
+def forecast(method: MethodConfig, *, model_fn: Callable[[], nn.Module], train, parts: Sequence[np.ndarray],
+             cfg: FLConfig, hp: Hparams, execution: Execution = Execution()) -> Forecast:
+    """Time ``FORECAST_STEPS`` local steps (after one warm-up step, where ``compile`` compiles) of
+    the model ``run_method`` would build, on the first client's first batch, and project the local
+    training of the whole run. Touches no state of a later ``run_method`` (it re-seeds)."""
+    device = execution.torch_device
+    model = build_on_device(method, model_fn, cfg.seed, execution)
+    if execution.compile:
+        model.compile()
+    model.train()
+    idx = torch.as_tensor(np.asarray(parts[0]), dtype=torch.long, device=device)
+    rate = step_rate(model, method, hp, DeviceData.from_dataset(train, device), idx, execution)
+    return Forecast(method.name, planned_samples(parts, cfg, hp), rate, execution.device)
+
+
+def step_rate(model: nn.Module, method: MethodConfig, hp: Hparams, data: DeviceData, idx: torch.Tensor,
+              execution: Execution, steps: int = FORECAST_STEPS) -> float:
+    """Training samples/s of ``steps`` local steps on ``model`` (changed by them) after one warm-up step."""
+    batch = idx[:hp.batch_size]
+    x = _memory_format(data.take(batch), execution.channels_last)
+    y = data.y[batch]
+    anchor = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    trainer = client_trainer(model, anchor, hp, method, lr=hp.lr, autocast_dtype=execution.autocast_dtype)
+    trainer.step(x, y)
+    synchronize(execution.torch_device)
+    start = time.perf_counter()
+    for _ in range(steps):
+        trainer.step(x, y)
+    synchronize(execution.torch_device)
+    return steps * len(batch) / (time.perf_counter() - start)
+
+
+def duration_text(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+def _fingerprint(setup: _Setup, parts) -> str:
+    """What a checkpoint must agree with: method, config, hyper-parameters, execution options
+    (device type, not index), the partition and the initial weights."""
+    h = hashlib.sha256()
+    ex = asdict(setup.execution)
+    ex["device"] = setup.execution.torch_device.type
+    h.update(json.dumps({"method": setup.method.name, "cfg": asdict(setup.cfg), "hp": asdict(setup.hp),
+                         "execution": ex}, sort_keys=True, default=str).encode())
+    for p in parts:
+        h.update(np.asarray(p, dtype=np.int64).tobytes() + b"|")
+    for key, v in setup.global_model.state_dict().items():
+        h.update(key.encode() + v.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def save_checkpoint(path: str | Path, state: LoopState, fingerprint: str) -> None:
+    """``state`` and torch's RNG states to ``path`` (written to a temporary name, then renamed)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"format": CHECKPOINT_FORMAT, "fingerprint": fingerprint, "round": state.round,
+           "server": {"weights": state.server.weights, "prev_weights": state.server.prev_weights,
+                      "momentum": state.server.momentum},
+           "memory": state.memory, "transfers": [tuple(asdict(t).values()) for t in state.transfers],
+           "history": list(state.history), "samples": state.samples, "torch_rng": torch.get_rng_state(),
+           "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None}
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    torch.save(doc, tmp)
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: str | Path, fingerprint: str, device: torch.device) -> LoopState:
+    """The ``LoopState`` saved at ``path``; restores torch's RNG states. A checkpoint of another
+    run (method, config, partition, model, options) is a one-line ValueError."""
+    try:
+        doc = torch.load(path, map_location=device, weights_only=True)
+    except Exception as err:  # noqa: BLE001 - torch reports damage through many exception types
+        raise ValueError(f"checkpoint {path} is unreadable ({type(err).__name__}: {err}); delete it to start over") from err
+    if not isinstance(doc, dict) or doc.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError(f"checkpoint {path} is not a format-{CHECKPOINT_FORMAT} loop checkpoint; delete it to start over")
+    if doc["fingerprint"] != fingerprint:
+        raise ValueError(f"checkpoint {path} belongs to another run (method, config, partition, model or "
+                         "options differ); resume with the same settings or delete it")
+    torch.set_rng_state(doc["torch_rng"].cpu())
+    if doc["cuda_rng"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([s.cpu() for s in doc["cuda_rng"]])
+    server = ServerState(**doc["server"])
+    transfers = tuple(Transfer(*row) for row in doc["transfers"])
+    return LoopState(doc["round"], server, doc["memory"], transfers, tuple(doc["history"]), doc["samples"])

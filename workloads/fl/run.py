@@ -4,6 +4,8 @@
                                [--data-dir DIR] [--rounds N] [--out DIR] [--threads N] [--progress]
                                [--overwrite] [--hw HW.toml] [--system SYSTEM.toml]
                                [--model NAME|package.module:factory] [--classifier DOTTED.NAME]
+                               [--device auto|cpu|cuda|cuda:N] [--augment] [--channels-last] [--bf16]
+                               [--compile] [--resume]
 
 ``--preset`` is a name under ``configs/presets/`` or a path to a TOML file with tables
 ``[run]`` (``FLConfig`` fields plus ``methods``, the default method list), ``[hparams]`` (defaults
@@ -11,13 +13,20 @@ for every method) and ``[methods.<name>]`` (overrides, applied in this order: th
 ``spherefed`` for any SphereFed variant, the calibration, then the full method name).
 
 Writes ``--out`` (default ``results/fl/<preset>-seed<seed>``) as a whole: a temporary folder beside
-it, renamed at the end, so ``--out`` is complete or absent; an existing ``--out`` is only replaced
+it, renamed at the end, so the results files are complete or absent; an existing ``--out`` is only replaced
 with ``--overwrite``. It holds ``results.json`` (accuracy per method, per-round history, ledger totals beside the
-closed forms, resolved config, command, git commit, dataset note), ``accuracy.csv``,
+closed forms, measured and projected wall time, resolved config, ``execution`` (device and its
+name, speed and augmentation options), command, git commit, dataset note), ``accuracy.csv``,
 ``ledger.csv`` (every transfer), ``partition.csv`` (samples per client per class) and
 ``rounds.csv`` (every round of every method priced on the modeled accelerator: wall time, device
 time, energy, bytes, accuracy; ``workloads.fl.round_cost``, docs/rounds.md) under the hardware of
 ``--hw`` and the links and devices of ``--system`` (default ``configs/system/default.toml``).
+Before any training a few local steps of every method are timed and the projected wall time of
+each method's local training and of the whole run is printed; the progress bar shows the ETA by
+round. After every round the loop's state is checkpointed under ``--out``/checkpoints/ (gone when
+the run's folder is written); ``--resume`` continues an interrupted run from the last completed
+round of each method, with results identical to an uninterrupted run (docs/fl.md).
+
 Errors (unknown method, bad flag or preset value, unwritable or existing ``--out``, missing data,
 bad hardware or system file) are found before any training, print one line and exit with 2;
 Ctrl-C or SIGTERM print one line and exit with 130 (``workloads.cli``). ``_main`` runs four named
@@ -50,6 +59,7 @@ from accel_sim.tomlfile import read_toml
 from workloads import cli
 from workloads.atomic import atomic_write_dir, atomic_write_text
 from workloads.fl.comm import closed_form_bytes, closed_form_sizes, ledger_totals
+from workloads.fl.execution import add_execution_args, execution_from_args
 from workloads.fl.hparams import FLConfig, Hparams, from_mapping, override
 from workloads.fl.methods import MethodConfig, parse_method
 from workloads.provenance import git_commit
@@ -169,10 +179,14 @@ def parser() -> argparse.ArgumentParser:
                    help="the nn.Linear of a user model the methods act on (default: its last nn.Linear)")
     p.add_argument("--system", default=str(DEFAULT_SYSTEM),
                    help="system-model TOML: clients' links and devices (default configs/system/default.toml)")
+    add_execution_args(p)
+    p.add_argument("--resume", action="store_true",
+                   help="continue from the checkpoints under --out/checkpoints/ of an interrupted run")
     return p
 
 
-@cli.command("interrupted; nothing written (--out appears only when complete)")
+@cli.command("interrupted; the results are written only when complete (completed rounds are checkpointed "
+             "under --out/checkpoints/: rerun with --resume to continue)")
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
@@ -199,6 +213,8 @@ class Setup:
     devices: Any  # per-client devices (workloads.fl.round_cost.client_devices)
     progress: bool
     command: str
+    execution: Any  # workloads.fl.execution.Execution: device, speed and augmentation options
+    resume: bool
 
 
 @dataclass(frozen=True)
@@ -223,13 +239,20 @@ def validate(args: argparse.Namespace, argv: list[str]) -> Setup:
     from accel_sim.rounds import load_system_model
     from workloads.fl.round_cost import client_devices
 
+    execution = execution_from_args(args)
     name, cfg, default_methods, hp0, overrides = load_preset(args.preset)
     changes = {k: v for k, v in (("seed", args.seed), ("rounds", args.rounds), ("holdout_fraction", args.holdout),
                                  ("model", args.model)) if v is not None}
     cfg = FLConfig(**{**asdict(cfg), **changes})
     methods = tuple(parse_method(m) for m in (args.methods.split(",") if args.methods else default_methods))
     out = Path(args.out or f"results/fl/{name}-seed{cfg.seed}")
-    cli.check_out_dir(out, overwrite=args.overwrite)
+    if args.resume:  # --out holds the interrupted run's checkpoints; the folder is replaced when complete
+        if not (out / "checkpoints").is_dir():
+            raise ValueError(f"--resume: no checkpoints under {out / 'checkpoints'} (nothing to resume: "
+                             "check --out, or run without --resume)")
+        cli.check_writable(out.parent, "--out")
+    else:
+        cli.check_out_dir(out, overwrite=args.overwrite)
     if args.data_dir:
         cli.check_folder(args.data_dir, "--data-dir")
     hw = load_hardware_config(args.hw) if args.hw else HardwareConfig()
@@ -239,7 +262,8 @@ def validate(args: argparse.Namespace, argv: list[str]) -> Setup:
         torch.set_num_threads(args.threads)
     return Setup(name, cfg, methods, {m.name: method_hparams(m, hp0, overrides) for m in methods}, out,
                  args.overwrite, args.data_dir, args.classifier, hw, system, devices,
-                 args.progress or sys.stderr.isatty(), "python -m workloads.fl.run " + " ".join(argv))
+                 args.progress or sys.stderr.isatty(), "python -m workloads.fl.run " + " ".join(argv),
+                 execution, args.resume)
 
 
 def build(setup: Setup) -> Built:
@@ -271,18 +295,32 @@ def build(setup: Setup) -> Built:
 def run(setup: Setup, built: Built) -> tuple[dict, list[list], list[dict]]:
     """Step 3, run: train and price every method; (results per method, ledger rows, priced rounds)."""
     from workloads.fl.local import prepare_model
-    from workloads.fl.loop import evaluate, run_method
+    from workloads.fl.loop import duration_text, evaluate, forecast, run_method
     from workloads.fl.round_cost import price_run
 
     cfg, train, val = setup.cfg, built.train, built.val
     labels = train.y.numpy()
     client_labels = [labels[p] for p in built.parts]
     results, ledger_rows, round_rows = {}, [["method", "round", "client", "direction", "group", "bytes"]], []
+    execution = setup.execution
+    print(f"device: {execution.device} ({execution.describe()['device_name']})", file=sys.stderr)
+    checkpoints = setup.out / "checkpoints"
+    forecasts = {}  # know before you wait: a few timed steps per method, before any training
+    for method in setup.methods:
+        forecasts[method.name] = forecast(method, model_fn=functools.partial(built.build, method.spherefed),
+                                          train=train, parts=built.parts, cfg=cfg, hp=setup.hparams[method.name],
+                                          execution=execution)
+        print(forecasts[method.name].line(), file=sys.stderr, flush=True)
+    print(f"projected local training of the whole run: {duration_text(sum(f.wall_s for f in forecasts.values()))}"
+          + (" (before resuming: completed rounds will be skipped)" if setup.resume else ""), file=sys.stderr,
+          flush=True)
     for method in setup.methods:
         hp = setup.hparams[method.name]
         start = time.perf_counter()
         r = run_method(method, model_fn=functools.partial(built.build, method.spherefed), train=train,
-                       test=built.test, parts=built.parts, cfg=cfg, hp=hp, progress=setup.progress)
+                       test=built.test, parts=built.parts, cfg=cfg, hp=hp, execution=execution,
+                       progress=setup.progress,
+                       checkpoint=checkpoints / f"{method.name.replace('+', '_')}.pt", resume=setup.resume)
         elapsed = time.perf_counter() - start
         start = time.perf_counter()
         rows = price_run(r, method, hp, pricer=built.pricer, client_labels=client_labels, hw=setup.hw,
@@ -298,6 +336,8 @@ def run(setup: Setup, built: Built) -> tuple[dict, list[list], list[dict]]:
             "accuracy": r.accuracy, "accuracy_before_calibration": r.accuracy_before_calibration,
             "val_accuracy": val_accuracy,
             "wall_s": round(elapsed, 3), "pricing_wall_s": round(pricing_s, 3),
+            "projected_wall_s": round(forecasts[method.name].wall_s, 3),
+            "resumed_after_round": r.resumed_after_round,
             "samples_trained": r.samples_trained,
             "modeled": {key: rows[-1][key] for key in ("cum_wall_s", "cum_device_s", "cum_energy_j", "cum_bytes")},
             "comm": ledger_totals(r.transfers),
@@ -314,7 +354,7 @@ def run(setup: Setup, built: Built) -> tuple[dict, list[list], list[dict]]:
 
 def write(setup: Setup, built: Built, results: dict, ledger_rows: list[list], round_rows: list[dict]) -> Path:
     """Step 4, write: every file into a temporary folder renamed to --out at the end
-    (``workloads.atomic.atomic_write_dir``), so --out is complete or absent."""
+    (``workloads.atomic.atomic_write_dir``): the results files are complete or absent."""
     import torch
 
     from workloads.fl.partition import save_partition_summary
@@ -322,7 +362,8 @@ def write(setup: Setup, built: Built, results: dict, ledger_rows: list[list], ro
     cfg, train, val = setup.cfg, built.train, built.val
     doc = {"preset": setup.preset, "command": setup.command,
            "git_commit": git_commit(), "torch": torch.__version__,
-           "torch_threads": torch.get_num_threads(), "dataset_note": train.note,
+           "torch_threads": torch.get_num_threads(), "execution": setup.execution.describe(),
+           "dataset_note": train.note,
            "test_note": built.test.note, "config": asdict(cfg),
            "hparams": {k: asdict(v) for k, v in setup.hparams.items()},
            "hardware": asdict(setup.hw), "system": asdict(setup.system),
@@ -342,7 +383,9 @@ def write(setup: Setup, built: Built, results: dict, ledger_rows: list[list], ro
                                                    + [[row[c] for c in ROUNDS_COLUMNS] for row in round_rows]))
         atomic_write_text(tmp / "results.json", text)
 
-    return atomic_write_dir(setup.out, files, overwrite=setup.overwrite)
+    # --out was checked before the work; it exists now only if it held the run's own checkpoints (or
+    # --overwrite / --resume allowed it): the complete folder replaces it, checkpoints included
+    return atomic_write_dir(setup.out, files, overwrite=True)
 
 
 def _main(args: argparse.Namespace, argv: list[str]) -> int:

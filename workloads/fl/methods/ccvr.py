@@ -27,7 +27,6 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Sequence
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -35,13 +34,15 @@ from workloads.fl.hparams import Hparams
 
 
 def class_batches(x: torch.Tensor, y: torch.Tensor, batch_size: int):
-    """Batches of (x, y) each holding one class, in class order (for CCVR's client statistics)."""
-    labels = y.cpu().numpy()
-    for c in np.unique(labels):
-        idx = torch.from_numpy(np.flatnonzero(labels == c))
-        for start in range(0, len(idx), batch_size):
-            part = idx[start:start + batch_size]
+    """Batches of (x, y) each holding one class, in class order, samples in their order within a
+    class (for CCVR's client statistics). Indices stay on ``y``'s device."""
+    order = torch.argsort(y, stable=True)
+    start = 0
+    for count in torch.bincount(y).tolist():  # one host sync per client, not one per batch
+        for s in range(start, start + count, batch_size):
+            part = order[s:min(s + batch_size, start + count)]
             yield x[part], y[part]
+        start += count
 
 
 def ccvr_client_statistics(model: nn.Module, batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
@@ -140,6 +141,10 @@ class CCVR:
         """Counts (C) + means (C x l) + covariances (C x l x l), float64, every class (SphereFed Tab. 1)."""
         l, c = feature_dim, num_classes
         return (c + c * l + c * l * l) * torch.float64.itemsize
+
+    def client_batches(self, x, y, batch_size: int):
+        """Single-class batches: each batch's second moment is then one GEMM (see above)."""
+        return class_batches(x, y, batch_size)
 
     def client_statistics(self, model, batches, *, num_classes, hp):
         return ccvr_client_statistics(model, batches, num_classes=num_classes)

@@ -63,6 +63,10 @@ class FFC:
         """V (l x l) + U (l x C) in ``hp.ffc_stats_dtype``: l (l + C) values (SphereFed Sec. 4.3)."""
         return feature_dim * (feature_dim + num_classes) * getattr(torch, hp.ffc_stats_dtype).itemsize
 
+    def client_batches(self, x, y, batch_size: int):
+        """Consecutive batches of the client's samples in their order."""
+        return ((x[s:s + batch_size], y[s:s + batch_size]) for s in range(0, len(y), batch_size))
+
     def client_statistics(self, model, batches, *, num_classes, hp):
         return ffc_client_statistics(model, batches, num_classes=num_classes, hp=hp)
 

@@ -1,0 +1,203 @@
+"""Where and how a federated run executes: the device, the on-device data path and the throughput
+options. None of this changes what a method computes, except the options marked so below.
+
+* ``resolve_device("auto" | "cpu" | "cuda" | "cuda:N")``: ``auto`` is the current CUDA device when
+  torch sees one, else the CPU. Under Ray with ``num_gpus=1`` the worker sees only the GPU Ray
+  assigned (``CUDA_VISIBLE_DEVICES``), so ``auto`` and ``cuda`` pick exactly that one. Asking for a
+  CUDA device torch cannot see is a ``ValueError`` raised before any work starts.
+* ``DeviceData``: one split held once on the run's device. On a GPU, pixels that
+  ``workloads.fl.data`` loaded from uint8 files at their native size (CIFAR, TinyImageNet) are
+  stored back as uint8 (4x less device memory) when decoding them reproduces the loaded float32
+  tensor bit for bit (checked for every sample at load, so the stored form can never change a
+  result); anything else (a resized split, digits, a synthetic set) is stored as the float32 it
+  was loaded as. On the CPU the loaded float32 tensor itself is used (no copy, and no decoding
+  per batch: ``benchmarks/bench_device.py`` measures gathering float32 faster there than
+  gathering and decoding uint8). Batches are
+  gathered by index on the device and decoded there, ``(u / 255 - mean[c]) / std[c]``, the very
+  float32 operations of ``workloads.fl.data._to_tensor``.
+* ``random_crop_flip``: the CIFAR augmentation of He et al. ("Deep Residual Learning for Image
+  Recognition", CVPR 2016, Sec. 4.2: 4-pixel zero padding, a random 32x32 crop, random horizontal
+  flip), per sample, on the device, from a seeded generator. SphereFed (Dong et al., ECCV 2022)
+  does not say whether its clients augment: off by default, our option (``--augment``). It changes
+  numerics (that is its purpose).
+* Throughput options, all off by default: ``channels_last`` (NHWC memory format for the models and
+  image batches), ``bf16`` (``torch.autocast`` with bfloat16 around the forward pass and loss;
+  changes numerics), ``compile`` (``torch.compile`` of the client model's forward, reused by
+  every client and round; the optimizer step stays eager).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from workloads.fl.data import NORMALIZATION, Dataset
+
+DEVICE_CHOICES = "auto, cpu, cuda or cuda:N"
+CROP_PADDING_PX = 4  # He et al. 2016, Sec. 4.2
+_CHECK_CHUNK = 4096  # samples decoded at a time when checking the uint8 form
+UINT8_DEVICE_TYPES = {"cuda"}  # device types whose DeviceData store exact uint8 images as uint8
+
+
+@dataclass(frozen=True)
+class Execution:
+    """How a run executes. ``device`` is a resolved torch device string ("cpu", "cuda:0")."""
+
+    device: str = "cpu"
+    augment: bool = False  # random crop (pad 4) + horizontal flip per training batch
+    channels_last: bool = False
+    bf16: bool = False  # autocast forward + loss in bfloat16
+    compile: bool = False  # torch.compile of the client model's forward
+
+    @property
+    def torch_device(self) -> torch.device:
+        return torch.device(self.device)
+
+    @property
+    def autocast_dtype(self) -> torch.dtype | None:
+        return torch.bfloat16 if self.bf16 else None
+
+    def describe(self) -> dict:
+        """What results files record: the options and the device's name."""
+        return {"device": self.device, "device_name": device_name(self.torch_device), "augment": self.augment,
+                "channels_last": self.channels_last, "bf16": self.bf16, "compile": self.compile}
+
+
+def resolve_device(text: str) -> str:
+    """``auto | cpu | cuda | cuda:N`` -> a concrete device string; one-line ValueError otherwise."""
+    choice = str(text).strip().lower()
+    if choice == "auto":
+        return f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu"
+    if choice == "cpu":
+        return "cpu"
+    try:
+        dev = torch.device(choice)
+    except RuntimeError:
+        dev = None
+    if dev is None or dev.type != "cuda":
+        raise ValueError(f"--device {text!r} is not a device: use {DEVICE_CHOICES}")
+    if not torch.cuda.is_available():
+        raise ValueError(f"--device {text}: torch {torch.__version__} sees no CUDA device here; "
+                         "use --device cpu (or auto)")
+    index = torch.cuda.current_device() if dev.index is None else dev.index
+    if index >= torch.cuda.device_count():
+        raise ValueError(f"--device {text}: only {torch.cuda.device_count()} CUDA device(s) visible "
+                         f"(cuda:0..cuda:{torch.cuda.device_count() - 1})")
+    return f"cuda:{index}"
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    import platform
+
+    return platform.processor() or platform.machine() or "cpu"
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work (for honest wall-clock timing)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@dataclass(frozen=True)
+class DeviceData:
+    """One split on the run's device: ``store`` (uint8 pixels or float32 inputs), labels, and the
+    per-channel constants that decode uint8 pixels (None for float storage)."""
+
+    store: torch.Tensor
+    y: torch.Tensor
+    mean: torch.Tensor | None = None  # float32 [1, C, 1, 1]
+    std: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    @property
+    def uint8(self) -> bool:
+        return self.store.dtype == torch.uint8
+
+    @classmethod
+    def from_dataset(cls, data: Dataset, device: torch.device | str) -> "DeviceData":
+        device = torch.device(device)
+        y = data.y.to(device)
+        pixels = exact_uint8(data) if device.type in UINT8_DEVICE_TYPES else None
+        if pixels is None:
+            return cls(data.x.to(device), y)
+        norm = NORMALIZATION[data.name]
+        mean = torch.tensor(norm.mean, dtype=torch.float32, device=device).view(1, 3, 1, 1)
+        std = torch.tensor(norm.std, dtype=torch.float32, device=device).view(1, 3, 1, 1)
+        return cls(pixels.to(device), y, mean, std)
+
+    def decode(self, raw: torch.Tensor) -> torch.Tensor:
+        """Stored form -> the float32 inputs the models see."""
+        if not self.uint8:
+            return raw
+        return (raw.to(torch.float32) / 255.0 - self.mean) / self.std
+
+    def take(self, idx: torch.Tensor, *, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Inputs of samples ``idx`` (a device index tensor), augmented when ``generator`` is given."""
+        raw = self.store[idx]
+        if generator is not None:
+            raw = random_crop_flip(raw, generator)
+        return self.decode(raw)
+
+
+def exact_uint8(data: Dataset) -> torch.Tensor | None:
+    """The uint8 pixels that decode to exactly ``data.x``, or None when there are none."""
+    norm = NORMALIZATION.get(data.name)
+    x = data.x
+    if norm is None or x.dtype != torch.float32 or x.dim() != 4 or x.shape[1] != 3:
+        return None
+    mean = torch.tensor(norm.mean, dtype=torch.float32, device=x.device).view(1, 3, 1, 1)
+    std = torch.tensor(norm.std, dtype=torch.float32, device=x.device).view(1, 3, 1, 1)
+    out = torch.empty(x.shape, dtype=torch.uint8, device=x.device)
+    for s in range(0, len(x), _CHECK_CHUNK):
+        chunk = x[s:s + _CHECK_CHUNK]
+        pixels = ((chunk * std + mean) * 255.0).round().clamp(0, 255).to(torch.uint8)
+        if not torch.equal((pixels.to(torch.float32) / 255.0 - mean) / std, chunk):
+            return None  # resized or otherwise not an exact uint8 image: keep float32
+        out[s:s + _CHECK_CHUNK] = pixels
+    return out
+
+
+def random_crop_flip(x: torch.Tensor, generator: torch.Generator, padding: int = CROP_PADDING_PX) -> torch.Tensor:
+    """Per sample of ``x`` [B, C, H, W]: zero-pad by ``padding``, crop H x W at a random offset,
+    flip horizontally with probability 1/2 (He et al. 2016, Sec. 4.2). Draws, in this order,
+    B row offsets, B column offsets and B flips from ``generator`` (on ``x``'s device)."""
+    b, c, h, w = x.shape
+    dev = x.device
+    padded = torch.nn.functional.pad(x, (padding, padding, padding, padding))
+    rows = torch.randint(0, 2 * padding + 1, (b,), generator=generator, device=dev)
+    cols = torch.randint(0, 2 * padding + 1, (b,), generator=generator, device=dev)
+    flip = torch.randint(0, 2, (b,), generator=generator, device=dev).bool()
+    row_idx = rows[:, None] + torch.arange(h, device=dev)  # [B, H]
+    col_idx = cols[:, None] + torch.arange(w, device=dev)  # [B, W]
+    col_idx = torch.where(flip[:, None], col_idx.flip(1), col_idx)
+    return padded[torch.arange(b, device=dev)[:, None, None, None], torch.arange(c, device=dev)[None, :, None, None],
+                  row_idx[:, None, :, None], col_idx[:, None, None, :]]
+
+
+def add_execution_args(parser, *, options: bool = True) -> None:
+    """``--device`` (and, with ``options``, the data-path and throughput flags) on ``parser``."""
+    parser.add_argument("--device", default="auto", help=f"where the federated runs train: {DEVICE_CHOICES} "
+                        "(default auto: CUDA when torch sees one, else the CPU)")
+    if not options:
+        return
+    parser.add_argument("--augment", action="store_true",
+                        help="random crop (4-pixel padding) + horizontal flip of every training batch, "
+                        "seeded, on the device (our option; the paper is silent; default off)")
+    parser.add_argument("--channels-last", action="store_true", help="NHWC memory format (throughput; default off)")
+    parser.add_argument("--bf16", action="store_true",
+                        help="bfloat16 autocast of forward and loss (throughput; changes numerics; default off)")
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile the client model's forward (throughput; default off)")
+
+
+def execution_from_args(args) -> Execution:
+    """The ``Execution`` of parsed ``add_execution_args`` flags; the device is resolved now, so a
+    CUDA device that is not there fails before any work starts."""
+    return Execution(device=resolve_device(args.device), augment=getattr(args, "augment", False),
+                     channels_last=getattr(args, "channels_last", False), bf16=getattr(args, "bf16", False),
+                     compile=getattr(args, "compile", False))
