@@ -26,7 +26,16 @@ when the runner returned, so a folder under ``runs/`` is always a finished run. 
 with O_EXCL keeps two grids (or two workers) from running the same point; a lock whose process is
 gone (same host) is stale and is taken over, so an interrupted grid resumes where it stopped.
 Finished runs are skipped on rerun; failed runs are reported and retried only with
-``--retry-failed``.
+``--retry-failed``. A point that fails, bad settings included (``batch_size = "x"`` in an axis),
+fails alone: its error is recorded in ``failed/<run_id>.json`` and the other points run. A
+``point.json`` or ``failed/<run_id>.json`` that cannot be read (truncated by a crash) means the
+point is not done: one line says so and the point runs again.
+
+Checked before any point runs: the grid file (TOML text; ``name`` a file-name-safe word: letters,
+digits, ``.``, ``_``, ``-``), ``--resources-per-run`` (finite numbers), ``--out`` (a writable
+folder), and with ``--address`` that the Ray head's port answers within
+``RAY_CONNECT_TIMEOUT_S`` (10 s; Ray itself would retry for minutes). Ctrl-C or SIGTERM stop the
+grid with one line; finished points stay, and the next run resumes.
 
 Determinism. Each run sets torch's thread count to its CPU share (``cpus``, default 1) on both
 backends, so the same point gives bitwise the same results locally and on Ray.
@@ -34,18 +43,18 @@ backends, so the same point gives bitwise the same results locally and on Ray.
 
 from __future__ import annotations
 
-import argparse
 import ast
 import importlib
 import importlib.util
 import itertools
 import json
+import math
 import os
+import re
 import shutil
 import socket
 import sys
 import time
-import tomllib
 import traceback
 import uuid
 from dataclasses import dataclass, field
@@ -53,10 +62,14 @@ from hashlib import sha256
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from accel_sim.tomlfile import read_toml
 from bench.results import FORMAT_VERSION, ResultsError
+from workloads import cli
 from workloads.atomic import atomic_write, atomic_write_text
 
 GRID_KEYS = {"name", "runner", "fixed", "axes"}
+SAFE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")  # a grid's name, used in a folder name
+RAY_CONNECT_TIMEOUT_S = 10.0  # --address: how long to wait for the cluster's port to answer
 DEFAULT_RUNNER = "bench.run:run_point"
 
 
@@ -124,18 +137,18 @@ def parse_grid(data: dict[str, Any], source: str = "<grid>") -> GridSpec:
     runner = data.get("runner", DEFAULT_RUNNER)
     if not isinstance(runner, str) or ":" not in runner:
         raise GridError(f"{source}: runner must be 'module:function', got {runner!r}")
-    return GridSpec(name=str(data.get("name", Path(source).stem)), runner=runner, fixed=fixed, axes=axes)
+    name = data.get("name", re.sub(r"[^A-Za-z0-9._-]", "_", Path(source).stem).lstrip(".") or "grid")
+    if not isinstance(name, str) or not SAFE_NAME.fullmatch(name):
+        raise GridError(f"{source}: name = {name!r} must be a file-name-safe word (letters, digits, '.', '_', '-', "
+                        "not starting with '.'): it names the results folder results/grid-<name>")
+    return GridSpec(name=name, runner=runner, fixed=fixed, axes=axes)
 
 
 def load_grid(path: str | Path) -> GridSpec:
     path = Path(path)
     if not path.is_file():
         raise GridError(f"{path}: no such grid file (see configs/grids/ for examples)")
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as e:
-        raise GridError(f"{path}: not valid TOML: {e}") from None
-    return parse_grid(data, str(path))
+    return parse_grid(read_toml(path, GridError, "grid"), str(path))
 
 
 def run_id(config: dict[str, Any]) -> str:
@@ -239,27 +252,29 @@ def execute_point(runner_spec: str, config: dict[str, Any], out_root: str, cpus:
     rid = run_id(config)
     final = root / "runs" / rid
     failed = root / "failed" / f"{rid}.json"
-    if (final / "point.json").is_file():
+    if _finished(final):
         return PointResult(rid, "skipped", config)
-    if failed.is_file() and not retry_failed:
-        error = json.loads(failed.read_text()).get("error", "")
-        return PointResult(rid, "failed-earlier", config, error=error)
+    earlier = read_record(failed) if failed.is_file() else None
+    if earlier is not None and not retry_failed:
+        return PointResult(rid, "failed-earlier", config, error=str(earlier.get("error", "")))
     lock = root / "locks" / f"{rid}.lock"
     if not _try_lock(lock):
         return PointResult(rid, "busy", config)
     tmp = root / "runs" / f".tmp-{rid}-{uuid.uuid4().hex[:8]}"
     try:
-        if (final / "point.json").is_file():  # finished by another grid while we waited
+        if _finished(final, quiet=True):  # finished by another grid while we waited
             return PointResult(rid, "skipped", config)
         for leftover in (root / "runs").glob(f".tmp-{rid}-*"):
             shutil.rmtree(leftover, ignore_errors=True)  # from an interrupted attempt
+        if final.exists():  # a run folder without a readable point.json: not done, redone
+            shutil.rmtree(final, ignore_errors=True)
         tmp.mkdir(parents=True)
         previous_threads = _set_threads(cpus)
         try:
             runner = resolve_runner(runner_spec)  # imported before the clock starts: a worker's
             start_unix_s, start = time.time(), time.perf_counter()  # first run does not count it
             metrics = runner(dict(config), tmp)
-        except Exception as e:  # noqa: BLE001 - one failing run must not stop the grid
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - one failing run (even one that exits) must not stop the grid
             failed.parent.mkdir(parents=True, exist_ok=True)
             record = {"run_id": rid, "config": config, "error": f"{type(e).__name__}: {e}",
                       "traceback": traceback.format_exc()}
@@ -278,6 +293,31 @@ def execute_point(runner_spec: str, config: dict[str, Any], out_root: str, cpus:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         lock.unlink(missing_ok=True)
+
+
+def read_record(path: Path, *, quiet: bool = False) -> dict[str, Any] | None:
+    """A grid record (``runs/<id>/point.json``, ``failed/<id>.json``), or None when it cannot be read
+    (truncated by a crash, not JSON, not an object): the point is then not done and is run again;
+    one line on stderr says so."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        if not quiet:
+            print(f"warning: {path} cannot be read ({type(e).__name__}); treating the point as not done and "
+                  "running it again", file=sys.stderr, flush=True)
+        return None
+    if not isinstance(data, dict) or "run_id" not in data:
+        if not quiet:
+            print(f"warning: {path} is not a grid record; treating the point as not done and running it again",
+                  file=sys.stderr, flush=True)
+        return None
+    return data
+
+
+def _finished(run_dir: Path, *, quiet: bool = False) -> bool:
+    return (run_dir / "point.json").is_file() and read_record(run_dir / "point.json", quiet=quiet) is not None
 
 
 def _write_json(path: Path, obj: Any) -> None:
@@ -302,7 +342,7 @@ def run_ray(spec: GridSpec, out: Path, resources: Resources, retry_failed: bool,
     if started_here:
         kwargs: dict[str, Any] = {"log_to_driver": False, "include_dashboard": False}
         if address:  # an existing cluster: every node must have the project installed (pip install -e .)
-            kwargs["address"] = address
+            kwargs["address"] = address  # reachable: run_grid checked it (check_ray_address)
         else:  # a local Ray for this command: its workers inherit this environment, so the project
             kwargs["num_cpus"] = os.cpu_count()  # root on PYTHONPATH makes them import this checkout
             root = str(Path(__file__).resolve().parent.parent)
@@ -321,6 +361,22 @@ def run_ray(spec: GridSpec, out: Path, resources: Resources, retry_failed: bool,
             ray.shutdown()
 
 
+def check_ray_address(address: str, timeout_s: float = RAY_CONNECT_TIMEOUT_S) -> None:
+    """GridError unless ``host:port`` (optionally ``ray://host:port``) accepts a TCP connection
+    within ``timeout_s``: ``ray.init`` itself retries an unreachable address for minutes without a
+    word. ``auto`` (a cluster started on this machine) is left to Ray."""
+    if address == "auto":
+        return
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise GridError(f"--address {address!r}: give HOST:PORT of the Ray head (e.g. 10.0.0.5:6379) or 'auto'")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        raise GridError(f"--address {address}: no Ray cluster answers within {timeout_s:g} s ({e.strerror or e}); "
+                        "start one with `ray start --head` or leave --address out for a local Ray") from None
+
+
 BACKENDS = ("local", "ray")
 
 
@@ -331,7 +387,13 @@ def run_grid(spec: GridSpec, out: str | Path, *, backend: str = "local", resourc
         raise GridError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     # fail before any work if the runner cannot be found; Ray's driver only checks that it exists
     (resolve_runner if backend == "local" else locate_runner)(spec.runner)
+    if backend == "ray" and address:
+        check_ray_address(address)
     out = Path(out)
+    try:
+        cli.check_writable(out, "--out")
+    except cli.OutputError as e:
+        raise GridError(str(e)) from None
     (out / "runs").mkdir(parents=True, exist_ok=True)
     _write_json(out / "grid.json", {"name": spec.name, "runner": spec.runner, "fixed": spec.fixed, "axes": spec.axes})
     total = len(spec.points())
@@ -366,7 +428,9 @@ def collect(out: str | Path) -> list[dict[str, Any]]:
     """One flat row per finished run: run_id, the config keys, then ``metric.*`` columns."""
     rows = []
     for point in sorted(Path(out).glob("runs/*/point.json")):
-        data = json.loads(point.read_text())
+        data = read_record(point)
+        if data is None:
+            continue  # unreadable (said so): the point runs again on the next run of the grid
         if data.get("version") != FORMAT_VERSION:
             raise ResultsError(f"{point} has results format version {data.get('version')!r}; this code reads "
                                f"{FORMAT_VERSION} (docs/results.md): run the grid into a new --out")
@@ -470,13 +534,16 @@ def parse_resources(text: str) -> Resources:
             values[key] = float(value)
         except ValueError:
             raise GridError(f"--resources-per-run: {key}={value!r} is not a number") from None
+        if not math.isfinite(values[key]):
+            raise GridError(f"--resources-per-run: {key}={value} must be a finite number")
         if values[key] < 0 or (key == "cpus" and values[key] == 0):
             raise GridError(f"--resources-per-run: {key} must be positive, got {value}")
     return Resources(**values)
 
 
+@cli.command("interrupted; finished points are kept under --out: rerun the same command to resume")
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.grid", description=__doc__.split("\n\n")[0])
+    parser = cli.Parser(prog="python -m bench.grid", description=__doc__.split("\n\n")[0])
     parser.add_argument("grid", help="grid file (TOML), e.g. configs/grids/small.toml")
     parser.add_argument("--out", default=None, help="results folder (default: results/grid-<name>)")
     parser.add_argument("--backend", default="local", choices=BACKENDS)
@@ -498,7 +565,7 @@ def main(argv: list[str] | None = None) -> int:
 
         report = run_grid(spec, out, backend=args.backend, resources=resources, retry_failed=args.retry_failed,
                           address=args.address, progress=show)
-    except GridError as e:
+    except (GridError, ResultsError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     counts = {s: report.count(s) for s in ("done", "skipped", "failed", "failed-earlier", "busy")}

@@ -11,7 +11,6 @@ per method; ``bench.breakdown``) from ``summary.json`` and ``breakdown.csv``, an
 
 from __future__ import annotations
 
-import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,8 +24,9 @@ from matplotlib.patches import Patch  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from accel_sim.energy import COMPONENTS  # noqa: E402
-from bench.results import BREAKDOWN_COLUMNS, BREAKDOWN_CSV, ResultsError, load_summary  # noqa: E402
-from bench.tta import plot_time_to_accuracy  # noqa: E402
+from bench.results import BREAKDOWN_COLUMNS, BREAKDOWN_CSV, COST_COLUMNS, ResultsError, load_summary  # noqa: E402
+from bench.tta import read_rounds, save_tta, tta_figure  # noqa: E402
+from workloads import cli  # noqa: E402
 from workloads.atomic import atomic_write  # noqa: E402
 
 FIG5_PNG = "fig5.png"
@@ -109,13 +109,24 @@ def fig5(summary: dict):
 
 
 def read_breakdown(run_dir: Path) -> pd.DataFrame:
+    """``breakdown.csv`` of a results folder, checked: readable, every column, numbers in every
+    cost column (a truncated or empty file fails here, before anything is written)."""
     path = Path(run_dir) / BREAKDOWN_CSV
     if not path.is_file():
         raise ResultsError(f"{path} not found: give a folder written by `python -m bench.run`")
-    frame = pd.read_csv(path, keep_default_na=False, dtype={"block": str})
+    try:
+        frame = pd.read_csv(path, keep_default_na=False, dtype={"block": str})
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as exc:
+        raise ResultsError(f"{path} cannot be read ({str(exc).splitlines()[0]}); rerun `python -m bench.run`") from None
     missing = [c for c in BREAKDOWN_COLUMNS if c not in frame.columns]
     if missing:
         raise ResultsError(f"{path} lacks column(s) {missing}; rerun `python -m bench.run`")
+    for column in COST_COLUMNS:
+        values = pd.to_numeric(frame[column], errors="coerce")
+        if values.isna().any():
+            raise ResultsError(f"{path}: column {column} is not a number in every row (a truncated file?); "
+                               "rerun `python -m bench.run`")
+        frame[column] = values
     return frame
 
 
@@ -190,32 +201,51 @@ def _save(fig, path: Path) -> Path:
         plt.close(fig)
 
 
-def plot_run(run_dir: Path) -> list[Path]:
-    """Write every figure of a results folder from its saved data; returns the PNG paths. A model
-    with no training method in the run (calibrations only) has no per-block figure."""
+def run_figures(run_dir: Path) -> list[tuple[object, Path]]:
+    """(figure, path) of ``fig5.png`` and every ``breakdown_<model>.png``, drawn from the checked
+    inputs; nothing written. A model with no training method in the run (calibrations only) has no
+    per-block figure."""
     run_dir = Path(run_dir)
     summary = load_summary(run_dir)
     frame = read_breakdown(run_dir)
-    written = [_save(fig5(summary), run_dir / FIG5_PNG)]
-    for model in summary["models"]:
-        if not summary["models"][model]["training"]:
-            continue
-        written.append(_save(block_breakdown(frame, model, float(summary["hardware"]["clock_hz"])),
-                             run_dir / f"breakdown_{model}.png"))
-    return written
+    figures = []
+    try:
+        figures.append((fig5(summary), run_dir / FIG5_PNG))
+        for model in summary["models"]:
+            if summary["models"][model]["training"]:
+                figures.append((block_breakdown(frame, model, float(summary["hardware"]["clock_hz"])),
+                                run_dir / f"breakdown_{model}.png"))
+    except BaseException:
+        for fig, _ in figures:
+            plt.close(fig)
+        raise
+    return figures
 
 
+def plot_run(run_dir: Path) -> list[Path]:
+    """Write every figure of a results folder from its saved data (all drawn before the first is
+    written); returns the PNG paths."""
+    return [_save(fig, path) for fig, path in run_figures(run_dir)]
+
+
+@cli.command("interrupted; the figures written so far are complete, the others unchanged")
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.plots", description=__doc__.splitlines()[0])
+    parser = cli.Parser(prog="python -m bench.plots", description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path, help="a results folder written by python -m bench.run")
     args = parser.parse_args(argv)
     try:
-        for path in plot_run(args.run_dir):
-            print(path)
-        print(plot_time_to_accuracy(args.run_dir))
+        if not args.run_dir.is_dir():
+            raise ResultsError(f"{args.run_dir} is not a folder: give a folder written by `python -m bench.run`")
+        cli.check_writable(args.run_dir, "run_dir")
+        summary = load_summary(args.run_dir)
+        tta = tta_figure(summary, read_rounds(args.run_dir))  # every input read and checked first
+        figures = run_figures(args.run_dir)
     except ResultsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    for fig, path in figures:
+        print(_save(fig, path))
+    print(save_tta(tta, args.run_dir))
     return 0
 
 

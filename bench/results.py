@@ -22,14 +22,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
 from accel_sim.rounds import ROUNDS_COLUMNS
-from workloads.atomic import atomic_write_text
+from workloads import cli
+from workloads.atomic import atomic_write_dir, atomic_write_text
 
 FORMAT_NAME = "fl-accel-bench-results"
 FORMAT_VERSION = 3
@@ -75,38 +73,18 @@ def write_json(path: Path, obj: Any) -> None:
 
 
 def check_out_dir(out: Path, *, overwrite: bool) -> None:
-    """Refuse to mix a new run with an existing folder unless ``overwrite`` (checked before any work)."""
-    if out.exists() and not overwrite:
-        raise ResultsError(
-            f"{out} already exists; choose another --out or pass --overwrite to replace it "
-            "(runs are never mixed into an existing folder)"
-        )
-    if out.exists() and not out.is_dir():
-        raise ResultsError(f"{out} exists and is not a folder; choose another --out")
+    """Refuse to mix a new run with an existing folder unless ``overwrite``, and an output location
+    that cannot be written (``workloads.cli.check_out_dir``, checked before any work)."""
+    cli.check_out_dir(out, overwrite=overwrite, error=ResultsError)
 
 
 def write_run_dir(out: Path, build: Callable[[Path], None], *, overwrite: bool) -> Path:
-    """Call ``build(tmp)`` to fill a fresh temporary folder, then rename it to ``out``.
-
-    The old ``out`` (with ``overwrite``) is only removed after the new one is complete.
-    """
-    out = Path(out)
-    check_out_dir(out, overwrite=overwrite)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".partial"))
-    try:
-        build(tmp)
-        if out.exists():
-            old = out.with_name(f".{out.name}.old-{os.getpid()}")
-            os.replace(out, old)
-            os.replace(tmp, out)
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
+    """Call ``build(tmp)`` to fill a fresh temporary folder, then rename it to ``out``
+    (``workloads.atomic.atomic_write_dir``: stale temporary folders of an interrupted run of the
+    same ``out`` are removed first). The old ``out`` (with ``overwrite``) is only removed after the
+    new one is complete."""
+    check_out_dir(Path(out), overwrite=overwrite)
+    return atomic_write_dir(out, build, overwrite=overwrite)
 
 
 def load_summary(run_dir: Path) -> dict:
@@ -117,7 +95,7 @@ def load_summary(run_dir: Path) -> dict:
         raise ResultsError(f"{path} not found: give a folder written by `python -m bench.run`")
     try:
         summary = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise ResultsError(f"{path} is not valid JSON ({exc}); rerun `python -m bench.run`") from None
     if not isinstance(summary, dict) or summary.get("format") != FORMAT_NAME:
         raise ResultsError(f"{path} is not a {FORMAT_NAME} summary (missing or wrong 'format')")

@@ -27,7 +27,6 @@ at the end. All arguments are checked, and the dataset loaded, before any work.
 
 from __future__ import annotations
 
-import argparse
 import math
 import shlex
 import sys
@@ -59,7 +58,7 @@ from workloads.fl.methods import CALIBRATIONS, MethodConfig, parse_method
 from workloads.fl.round_cost import client_devices
 from workloads.fl.run import DEFAULT_SYSTEM, load_preset, make_partition, method_hparams
 from workloads.fl.step_cost import simulate_complete
-from workloads import model_spec
+from workloads import cli, model_spec
 from workloads.model_spec import DEFAULT_INPUT_SHAPE, ModelSpec, as_spec, parse_input_shape
 from workloads.models import MODELS
 from workloads.provenance import git_commit
@@ -162,15 +161,16 @@ def _split_methods(methods) -> tuple[list[str], list[str]]:
 
 
 def parse_args(argv=None) -> RunConfig:
-    p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
+    p = cli.Parser(prog="python -m bench.run", description=__doc__.splitlines()[0])
     p.add_argument("--model", help=f"one model ({', '.join(sorted(MODELS))}, or package.module:factory, "
                                    "torchvision:NAME, timm:NAME: docs/byom.md)")
     p.add_argument("--models", nargs="+", metavar="MODEL", help="several models")
     p.add_argument("--methods", nargs="+", default=list(DEFAULT_METHODS), metavar="METHOD",
                    help=f"training methods (any FL method, e.g. fedprox, fedavg+spherefed) and calibrations "
                         f"(ccvr, ffc); default: {' '.join(DEFAULT_METHODS)}")
-    p.add_argument("--batch-size", type=int, default=64, help="local batch size of the priced step (default 64)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch-size", type=cli.int_in(1, cli.BATCH_SIZE_MAX), default=64,
+                   help=f"local batch size of the priced step (default 64, at most {cli.BATCH_SIZE_MAX:,})")
+    p.add_argument("--seed", type=cli.int_in(0, cli.SEED_MAX), default=0, help=f"0 to {cli.SEED_MAX:,} (default 0)")
     p.add_argument("--preset", default="quick",
                    help="accuracy run settings: a name under configs/presets/ (quick, smoke, paper, ...) or a .toml "
                         "path (default quick)")
@@ -180,8 +180,8 @@ def parse_args(argv=None) -> RunConfig:
                         "by side, the first is the run's (docs/byom.md)")
     p.add_argument("--out", help="results folder (default results/<models>-<preset>)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
-    p.add_argument("--alpha", type=float, help="Dirichlet concentration of the accuracy run (default: the preset's)")
-    p.add_argument("--target", type=float, metavar="PCT",
+    p.add_argument("--alpha", type=cli.finite_float(positive=True), help="Dirichlet concentration of the accuracy run (default: the preset's)")
+    p.add_argument("--target", type=cli.finite_float(), metavar="PCT",
                    help="time-to-accuracy target, test accuracy in percent (default: "
                         f"{100 * DEFAULT_TARGET_FRACTION:g} %% of the best final accuracy among the methods)")
     p.add_argument("--system", default=str(DEFAULT_SYSTEM),
@@ -190,12 +190,15 @@ def parse_args(argv=None) -> RunConfig:
                    help="one sample's input shape, priced and trained (3,S,S; default: 3,32,32 priced, the "
                         "preset's size trained)")
     p.add_argument("--classifier", metavar="DOTTED.NAME", help="the nn.Linear the methods act on (default: the last)")
-    p.add_argument("--classes", type=int, default=PAPER_CLASSES, help="classes of the priced figures (default 100)")
-    p.add_argument("--workers", type=int, metavar="N",
+    p.add_argument("--classes", type=cli.int_in(1, cli.CLASSES_MAX), default=PAPER_CLASSES,
+                   help=f"classes of the priced figures (default 100, at most {cli.CLASSES_MAX:,})")
+    p.add_argument("--workers", type=cli.int_in(1, 1024), metavar="N",
                    help="federated runs side by side in N processes, each with cores/N torch threads (default: one "
                         "per run, at most one per core; 1: one after another in this process)")
     add_execution_args(p, options=False)
     a = p.parse_args(argv)
+    if a.model and a.models:
+        p.error(f"give either --model {a.model} or --models {' '.join(a.models)}, not both")
     models = tuple(a.models or ([a.model] if a.model else []))
     if not models:
         p.error("give --model NAME or --models NAME [NAME ...]")
@@ -227,8 +230,8 @@ def validate(cfg: RunConfig) -> tuple[HardwareConfig, Preset, SystemModel]:
     if preset.fl.dataset != "digits" and not cfg.data_dir:
         raise ValueError(f"--preset {cfg.preset} needs --data-dir pointing at {preset.fl.dataset} "
                          "(nothing can be downloaded here)")
-    if cfg.data_dir and not Path(cfg.data_dir).is_dir():
-        raise ValueError(f"--data-dir {cfg.data_dir} is not a folder")
+    if cfg.data_dir:
+        cli.check_folder(cfg.data_dir, "--data-dir")
     hw = load_hardware_config(cfg.hw_path) if cfg.hw_path else HardwareConfig()
     compare_hw.load_hardware_set(cfg.compare_hw)
     system = load_system_model(cfg.system_path)
@@ -243,7 +246,7 @@ def check_models(cfg: RunConfig, *, classes: int, input_shape: tuple[int, ...]) 
     spherefed = any(parse_method(m).spherefed for m in training) or "ffc" in calibrations
     if cfg.input_shape and (cfg.input_shape[0], cfg.input_shape[1]) != (3, cfg.input_shape[2]):
         raise ValueError(f"--input-shape {','.join(map(str, cfg.input_shape))}: the accuracy run feeds 3-channel "
-                         "square images (3,S,S); price other shapes with python -m workloads.trace or bench.price "
+                         "square images (3,S,S); price other shapes with python -m workloads.fl.capture or bench.price "
                          "(docs/byom.md)")
     if classes < 1:
         raise ValueError(f"--classes must be at least 1, got {classes}")
@@ -612,7 +615,11 @@ def run_point(config: dict, out_dir: Path) -> dict[str, float]:
             else:
                 argv += [f"--{key.replace('_', '-')}", ",".join(map(str, value)) if isinstance(value, list) else str(value)]
     if "methods" in config:
-        argv += ["--methods", *config["methods"]]
+        methods = config["methods"]
+        if not isinstance(methods, list) or not methods or not all(isinstance(m, str) for m in methods):
+            raise ValueError(f"grid setting methods = {methods!r}: give a non-empty list of method names, "
+                             'e.g. methods = ["fedavg", "spherefed"]')
+        argv += ["--methods", *methods]
     cfg = parse_args(argv)
     hw, preset, system = validate(cfg)
     study = run_study(cfg, hw, preset, system, load_accuracy_data(preset, cfg), None, argv)
@@ -622,12 +629,13 @@ def run_point(config: dict, out_dir: Path) -> dict[str, float]:
     return headline_metrics(study.summary)
 
 
+@cli.command("interrupted; nothing written (a results folder appears only when complete)")
 def main(argv: list[str] | None = None) -> int:
     argv = list(argv if argv is not None else sys.argv[1:])
-    cfg = parse_args(argv)
     try:
-        hw, preset, system = validate(cfg)
+        cfg = parse_args(argv)
         check_out_dir(Path(cfg.out), overwrite=cfg.overwrite)
+        hw, preset, system = validate(cfg)
         data = load_accuracy_data(preset, cfg)
     except (ValueError, HardwareConfigError, ResultsError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -638,7 +646,11 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FloatingPointError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    write_run_dir(Path(cfg.out), lambda tmp: write_files(tmp, study), overwrite=cfg.overwrite)
+    try:  # checked before the work; only another process writing the same --out meanwhile fails here
+        write_run_dir(Path(cfg.out), lambda tmp: write_files(tmp, study), overwrite=cfg.overwrite)
+    except ResultsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     summary = study.summary
     print(format_table(summary))
     if "hardware_comparison" in summary:

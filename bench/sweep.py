@@ -26,7 +26,6 @@ Nothing is fitted: the values are a fixed grid around the documented defaults.
 
 from __future__ import annotations
 
-import argparse
 import shlex
 import sys
 from dataclasses import asdict, dataclass, fields, replace
@@ -43,6 +42,7 @@ from accel_sim.hardware import (MEMORY_MODELS, EnergyCosts, HardwareConfig, Hard
                                 SpecialUnit, load_hardware_config)
 from bench.paper import LATENCY_SAVING, MEMORY_SAVING, saving_pct  # noqa: E402
 from bench.results import FORMAT_VERSION, ResultsError, check_out_dir, write_json, write_run_dir  # noqa: E402
+from workloads import cli  # noqa: E402
 from workloads.provenance import git_commit  # noqa: E402
 from bench.traces import local_training_trace  # noqa: E402
 from workloads.fl.step_cost import simulate_complete  # noqa: E402
@@ -175,28 +175,31 @@ def plot_sweep(frame: pd.DataFrame):
     return fig
 
 
+@cli.command("interrupted; nothing written (--out appears only when complete)")
 def main(argv: list[str] | None = None) -> int:
     from workloads import model_spec
     from workloads.models import MODELS
 
-    parser = argparse.ArgumentParser(prog="python -m bench.sweep", description=__doc__.splitlines()[0])
+    parser = cli.Parser(prog="python -m bench.sweep", description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["mobilenetv2"], metavar="MODEL",
                         help=f"models to sweep (default mobilenetv2; known: {', '.join(sorted(MODELS))}; "
                              "or package.module:factory, docs/byom.md)")
     parser.add_argument("--hw", type=Path, help="base hardware config (TOML); default: accel_sim defaults")
-    parser.add_argument("--batch-size", type=int, default=64, help="batch of the hardware sweeps (default 64)")
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=list(BATCH_SIZES), metavar="B",
+    batch = cli.int_in(1, cli.BATCH_SIZE_MAX)
+    parser.add_argument("--batch-size", type=batch, default=64,
+                        help=f"batch of the hardware sweeps (default 64, at most {cli.BATCH_SIZE_MAX:,})")
+    parser.add_argument("--batch-sizes", type=batch, nargs="+", default=list(BATCH_SIZES), metavar="B",
                         help=f"batch sizes of the batch sweep (default {' '.join(map(str, BATCH_SIZES))})")
     parser.add_argument("--out", type=Path, default=Path("results/sweep"), help="output folder")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
     args = parser.parse_args(argv)
     try:
+        check_out_dir(args.out, overwrite=args.overwrite)
         for model in args.models:  # a paper model or package.module:factory (docs/byom.md), checked before work
             model_spec.build(model_spec.ModelSpec(model), num_classes=100, spherefed=True)
         if min(args.batch_size, *args.batch_sizes) < 1:
             raise ValueError("--batch-size and --batch-sizes must be at least 1")
         base = load_hardware_config(args.hw) if args.hw else HardwareConfig()
-        check_out_dir(args.out, overwrite=args.overwrite)
     except (ValueError, HardwareConfigError, ResultsError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -216,7 +219,11 @@ def main(argv: list[str] | None = None) -> int:
         fig.savefig(tmp / "sweep.png", dpi=120)
         plt.close(fig)
 
-    write_run_dir(args.out, build, overwrite=args.overwrite)
+    try:  # checked before the work; only another process writing the same --out meanwhile fails here
+        write_run_dir(args.out, build, overwrite=args.overwrite)
+    except ResultsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     with pd.option_context("display.width", 200, "display.max_rows", 200):
         print(frame[["model", "parameter", "value", "latency_saving_pct", "memory_saving_pct", "energy_saving_pct"]].to_string(
             index=False, float_format=lambda v: f"{v:.3f}"))

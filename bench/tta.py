@@ -40,15 +40,29 @@ def format_time_to_accuracy(model: str, tta: dict) -> str:
     return "\n".join(lines)
 
 
-def plot_time_to_accuracy(run_dir: Path) -> Path:
-    """Write ``tta.png`` from ``rounds.csv`` and the summary's targets; returns its path."""
-    run_dir = Path(run_dir)
-    summary = load_summary(run_dir)
-    path = run_dir / ROUNDS_CSV
+ROUNDS_NUMERIC = ("cum_wall_s", "cum_energy_j", "cum_bytes")  # every row has them; accuracy may be empty
+
+
+def read_rounds(run_dir: Path) -> pd.DataFrame:
+    """``rounds.csv`` of a results folder, checked: readable, the columns ``tta.png`` draws, and
+    numbers in every row (a truncated file fails here, before anything is drawn or written)."""
+    path = Path(run_dir) / ROUNDS_CSV
     try:
         rounds = pd.read_csv(path)
     except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise ResultsError(f"{path} cannot be read ({exc}); rerun `python -m bench.run`") from None
+    missing = [c for c in ("model", "method", "stage", "accuracy", *ROUNDS_NUMERIC) if c not in rounds.columns]
+    if missing:
+        raise ResultsError(f"{path} lacks column(s) {missing}; rerun `python -m bench.run`")
+    for column in ROUNDS_NUMERIC:
+        if not pd.api.types.is_numeric_dtype(rounds[column]) or rounds[column].isna().any():
+            raise ResultsError(f"{path}: column {column} is not a number in every row (a truncated file?); "
+                               "rerun `python -m bench.run`")
+    return rounds
+
+
+def tta_figure(summary: dict, rounds: pd.DataFrame):
+    """The ``tta.png`` figure of a checked summary and rounds table (nothing written)."""
     models = list(summary["models"])
     fig, axes = plt.subplots(len(models), len(AXES), figsize=(4.2 * len(AXES), 3.4 * len(models)), squeeze=False)
     for row, model in enumerate(models):
@@ -69,7 +83,17 @@ def plot_time_to_accuracy(run_dir: Path) -> Path:
         axes[row][0].legend(fontsize=7)
     fig.suptitle(f"time to accuracy (target dashed); {summary['hardware_label']}", fontsize=9)
     fig.tight_layout()
+    return fig
+
+
+def save_tta(fig, run_dir: Path) -> Path:
     try:
-        return atomic_write(run_dir / TTA_PNG, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
+        return atomic_write(Path(run_dir) / TTA_PNG, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
     finally:
         plt.close(fig)
+
+
+def plot_time_to_accuracy(run_dir: Path) -> Path:
+    """Write ``tta.png`` from ``rounds.csv`` and the summary's targets; returns its path."""
+    summary = load_summary(Path(run_dir))
+    return save_tta(tta_figure(summary, read_rounds(run_dir)), run_dir)

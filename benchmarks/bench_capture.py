@@ -14,7 +14,8 @@ import time
 
 import torch
 
-from workloads.trace import capture_training_step, method_setup
+from workloads.fl.capture import method_setup
+from workloads.trace import capture_training_step
 
 
 def main() -> None:

@@ -39,7 +39,8 @@ from accel_sim.trace_schema import load_trace  # noqa: E402
 def captured_mobilenetv2_step(batch: int = 64, classes: int = 100):
     import torch
 
-    from workloads.trace import capture_training_step, method_setup
+    from workloads.fl.capture import method_setup
+    from workloads.trace import capture_training_step
 
     model, loss_fn = method_setup("fedavg", "mobilenetv2", num_classes=classes, image_size=32, norm="bn")
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-5, foreach=False)

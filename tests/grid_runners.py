@@ -33,3 +33,16 @@ def train_tiny(config: dict, out_dir: Path) -> dict:
         opt.step()
     (out_dir / "weights.json").write_text(json.dumps(w.detach().tolist()))
     return {"loss": float(loss.detach()), "pid": os.getpid()}
+
+
+def parse_then_train(config: dict, out_dir: Path) -> dict:
+    """What ``bench.run.run_point`` does, in small: the point's settings become argv for the suite's
+    parser (``workloads.cli.Parser``), so a bad setting raises ``UsageError`` (the grid records it
+    as the point's failure) instead of exiting; then ``train_tiny``."""
+    from workloads import cli
+
+    parser = cli.Parser(prog="tests.grid_runners")
+    parser.add_argument("--seed", type=cli.int_in(0, cli.SEED_MAX), required=True)
+    parser.add_argument("--batch-size", type=cli.int_in(1, cli.BATCH_SIZE_MAX), required=True)
+    args = parser.parse_args([f"--seed={config['seed']}", f"--batch-size={config['batch_size']}"])
+    return train_tiny({"seed": args.seed}, out_dir)

@@ -7,12 +7,13 @@ import torch
 
 from accel_sim.simulate import simulate
 from workloads import trace as wt
+from workloads.fl.capture import method_setup
 
 BATCH, CLASSES = 4, 100
 
 
 def captured(method: str):
-    model, loss_fn = wt.method_setup(method, "mobilenetv2", num_classes=CLASSES, image_size=32, norm="bn")
+    model, loss_fn = method_setup(method, "mobilenetv2", num_classes=CLASSES, image_size=32, norm="bn")
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-5, foreach=False)
     x, y = torch.zeros(BATCH, 3, 32, 32), torch.arange(BATCH) % CLASSES
     return wt.capture_training_step(model, x, y, loss_fn=loss_fn, optimizer=optimizer, model_name="mobilenetv2", method=method)

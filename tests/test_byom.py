@@ -16,6 +16,7 @@ import bench.run as bench_run
 import workloads.fl.run as fl_run
 from bench import results
 import workloads.trace as wtrace
+from workloads.fl import capture
 from accel_sim.trace_schema import load_trace
 from workloads.model_spec import ModelSpec, build
 from workloads.models import MODELS
@@ -76,7 +77,7 @@ def user_dir(tmp_path, monkeypatch):
 @pytest.mark.parametrize("method", ["fedavg", "spherefed"])
 def test_trace_cli_counts_the_hand_computed_macs(user_dir, capsys, method):
     out = user_dir / "t.jsonl"
-    assert wtrace.main(["--model", f"{MODULE}:net", "--method", method, "--batch-size", str(B), "--classes", str(C),
+    assert capture.main(["--model", f"{MODULE}:net", "--method", method, "--batch-size", str(B), "--classes", str(C),
                         "--input-shape", "3,8,8", "--out", str(out)]) == 0
     trace = load_trace(out)
     assert wtrace.macs(trace, phase="fwd") == FWD_MACS
@@ -88,7 +89,7 @@ def test_trace_cli_counts_the_hand_computed_macs(user_dir, capsys, method):
 def test_trace_cli_as_a_subprocess_imports_from_the_current_folder(user_dir):
     env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(REPO)  # the project only: the user's module is found through the cwd
-    proc = subprocess.run([sys.executable, "-m", "workloads.trace", "--model", f"{MODULE}:fixed_head", "--method",
+    proc = subprocess.run([sys.executable, "-m", "workloads.fl.capture", "--model", f"{MODULE}:fixed_head", "--method",
                            "fedavg", "--batch-size", "2", "--classes", "3", "--input-shape", "3,8,8",
                            "--out", "t.jsonl"], cwd=user_dir, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
@@ -178,7 +179,7 @@ ERRORS = [  # (model, extra arguments, what stderr must say)
     ("torchvision:resnet18", [], "pip install -c constraints.txt -e '.[models]'"),
 ]
 CLIS = {  # name -> (main, arguments besides the model and its extras)
-    "workloads.trace": (wtrace.main, ["--method", "fedavg", "--out", "out/t.jsonl"]),
+    "workloads.fl.capture": (capture.main, ["--method", "fedavg", "--out", "out/t.jsonl"]),
     "bench.run": (bench_run.main, ["--out", "out/run"]),
     "workloads.fl.run": (fl_run.main, ["--preset", "small", "--out", "out/fl"]),
 }
@@ -251,7 +252,7 @@ def test_paper_model_forward_macs_equal_fvcore(name):
                     reason="timm is not installed: pip install -c constraints.txt -e '.[models]'")
 def test_timm_model_by_name_is_wrapped_and_traced(tmp_path, capsys):
     out = tmp_path / "t.jsonl"
-    assert wtrace.main(["--model", "timm:mobilenetv3_small_100", "--method", "spherefed", "--batch-size", "2",
+    assert capture.main(["--model", "timm:mobilenetv3_small_100", "--method", "spherefed", "--batch-size", "2",
                         "--classes", "10", "--out", str(out)]) == 0
     trace = load_trace(out)
     # timm's head: conv_head -> flatten -> classifier Linear(1024, C); SphereFed fixes FC(1024, 10): no dW

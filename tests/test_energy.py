@@ -16,6 +16,7 @@ from accel_sim.simulate import simulate
 from accel_sim.trace_schema import GemmWork
 from tests.accel_traces import small_trace
 from workloads import trace as wt
+from workloads.fl.capture import method_setup
 
 SMALL_TOML = """\
 rows = 4
@@ -99,7 +100,7 @@ def test_totals_are_sums_of_ops(small_hw):
 @pytest.fixture(scope="module")
 def captured_report_inputs():
     """A real captured training step (ConvNet, batch 2) and its trace."""
-    model, loss_fn = wt.method_setup("fedavg", "convnet", num_classes=10, image_size=32, norm="bn")
+    model, loss_fn = method_setup("fedavg", "convnet", num_classes=10, image_size=32, norm="bn")
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, foreach=False)
     x, y = torch.zeros(2, 3, 32, 32), torch.arange(2)
     return wt.capture_training_step(model, x, y, loss_fn=loss_fn, optimizer=optimizer, model_name="convnet",

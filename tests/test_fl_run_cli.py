@@ -1,6 +1,7 @@
 """The CLI writes complete outputs and fails cleanly on bad input."""
 
 import json
+import os
 
 import pytest
 import torch
@@ -32,13 +33,24 @@ ffc_ridge = 0.001
 
 
 def test_cli_writes_results(tmp_path):
+    """A real run with --overwrite over an existing folder: the new folder replaces the old one as a
+    whole (a foreign file does not survive) and has the umask's mode, not mkdtemp's private 0700."""
     preset = tmp_path / "tiny.toml"
     preset.write_text(TINY)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "foreign.txt").write_text("not ours")
     threads = torch.get_num_threads()
     try:
-        assert main(["--preset", str(preset), "--out", str(tmp_path / "out"), "--threads", "1", "--device", "cpu"]) == 0
+        assert main(["--preset", str(preset), "--out", str(tmp_path / "out"), "--threads", "1", "--device", "cpu",
+                     "--overwrite"]) == 0
     finally:
         torch.set_num_threads(threads)
+    names = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert names == ["accuracy.csv", "ledger.csv", "partition.csv", "results.json", "rounds.csv"]
+    mask = os.umask(0o022)
+    os.umask(mask)
+    assert (tmp_path / "out").stat().st_mode & 0o777 == 0o777 & ~mask
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folder left
     doc = json.loads((tmp_path / "out" / "results.json").read_text())
     assert set(doc["methods"]) == {"fedavg", "fedavg+spherefed+ffc"}
     for m in doc["methods"].values():
@@ -160,8 +172,7 @@ def test_cli_resume_after_an_interruption_gives_the_uninterrupted_results(tmp_pa
     try:
         assert main(args + ["--out", str(tmp_path / "whole")]) == 0
         monkeypatch.setattr(loop, "run_method", interrupted)
-        with pytest.raises(KeyboardInterrupt):
-            main(args + ["--out", str(tmp_path / "cut")])
+        assert main(args + ["--out", str(tmp_path / "cut")]) == 130  # Ctrl-C: one line, exit 130 (workloads.cli)
         assert (tmp_path / "cut" / "checkpoints" / "fedavg.pt").is_file()
         monkeypatch.setattr(loop, "run_method", real)
         assert main(args + ["--out", str(tmp_path / "cut"), "--resume"]) == 0

@@ -125,7 +125,7 @@ def test_unreadable_rounds_csv_is_one_clear_error(run_dir):
 
 def test_missing_folder_is_one_clear_error(tmp_path, capsys):
     assert plots.main([str(tmp_path / "nope")]) == 2
-    assert "summary.json not found" in capsys.readouterr().err
+    assert "nope is not a folder" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -140,8 +140,8 @@ def test_existing_out_is_refused_before_work(smoke, capsys):
     (["--model", "convnet", "--target", "0"], "--target"),
     (["--model", "convnet", "--target", "101"], "--target"),
     (["--model", "convnet", "--system", "/no/such/system.toml"], "no such system-model file"),
-    (["--model", "convnet", "--data-dir", "/no/such/dir"], "not a folder"),
-    (["--model", "convnet", "--batch-size", "0"], "at least 1"),
+    (["--model", "convnet", "--data-dir", "/no/such/dir"], "--data-dir /no/such/dir does not exist"),
+    (["--model", "convnet", "--batch-size", "0"], "argument --batch-size: 0 is out of range"),
     (["--model", "convnet", "--device", "tpu"], "not a device"),
 ])
 def test_bad_input_is_one_clear_error(tmp_path, argv, message, capsys):

@@ -13,12 +13,12 @@ from torch.profiler import ProfilerActivity, profile
 
 from accel_sim.trace_schema import GemmWork, VectorWork, dump_trace, load_trace
 from accel_sim.lifetimes import live_bytes_per_op, peak_memory
+from workloads.fl.capture import method_setup
 from workloads.trace import (
     _optimizer_for,
     capture,
     capture_training_step,
     layer_scope,
-    method_setup,
     training_step,
 )
 

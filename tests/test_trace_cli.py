@@ -1,4 +1,5 @@
-"""The trace CLI: a real capture written and read back, and clear errors with exit code 2."""
+"""The capture CLI (python -m workloads.fl.capture): a real capture written and read back, and clear
+errors with exit code 2 (tests/test_failfast_capture.py has the table of bad inputs)."""
 
 import subprocess
 import sys
@@ -7,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from accel_sim.trace_schema import load_trace
-from workloads.trace import main, macs
+from workloads.fl.capture import main
+from workloads.trace import macs
 
 
 def test_cli_writes_a_loadable_trace(tmp_path, capsys):
@@ -28,17 +30,13 @@ def test_cli_writes_a_loadable_trace(tmp_path, capsys):
     [
         (["--model", "resnet99", "--method", "fedavg"], "unknown model 'resnet99'; choose from ['convnet', 'mobilenetv2'"),
         (["--model", "convnet", "--method", "fedprox"], "invalid choice: 'fedprox' (choose from 'fedavg', 'spherefed')"),
-        (["--model", "convnet", "--method", "fedavg", "--batch-size", "0"], "--batch-size and --classes must be at least 1"),
+        (["--model", "convnet", "--method", "fedavg", "--batch-size", "0"], "argument --batch-size: 0 is out of range"),
         (["--model", "convnet", "--method", "spherefed", "--classes", "2000"], "SphereFed needs num_classes <= feature_dim for orthonormal rows, got C=2000 > l=1024"),
     ],
 )
 def test_cli_errors(tmp_path, capsys, argv, message):
     out = tmp_path / "t.jsonl"
-    try:
-        code = main([*argv, "--out", str(out)])
-    except SystemExit as e:  # argparse's own errors
-        code = e.code
-    assert code == 2
+    assert main([*argv, "--out", str(out)]) == 2
     assert message in capsys.readouterr().err
     assert not out.exists()
 
@@ -51,7 +49,13 @@ def test_cli_creates_the_output_folder(tmp_path):
 
 def test_module_entry_point_exit_code(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "workloads.trace", "--model", "nope", "--method", "fedavg", "--out", str(tmp_path / "t")],
+        [sys.executable, "-m", "workloads.fl.capture", "--model", "nope", "--method", "fedavg", "--out", str(tmp_path / "t")],
         capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1],
     )
-    assert proc.returncode == 2 and "choose from" in proc.stderr
+    assert proc.returncode == 2 and "choose from" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_the_old_module_command_names_the_new_one():
+    proc = subprocess.run([sys.executable, "-m", "workloads.trace", "--model", "convnet"], capture_output=True,
+                          text=True, cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 1 and "python -m workloads.fl.capture" in proc.stderr

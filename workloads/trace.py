@@ -31,21 +31,20 @@ How it works (``docs/trace.md`` has the details and the reasons):
 ``capture_training_step`` captures one steady-state SGD step (after a warm-up step, so momentum
 buffers exist) on a ``meta``-device copy (same ops and shapes, no arithmetic) or on CPU.
 
-CLI: ``python -m workloads.trace --model mobilenetv2 --method spherefed --batch-size 64
---classes 100 --out trace.jsonl``.
+This module imports nothing of ``workloads.fl`` (fl uses trace, not the reverse). The command
+that captures one FL method's step, and ``method_setup`` which builds that method's model and
+loss, are in ``workloads.fl.capture``: ``python -m workloads.fl.capture --model mobilenetv2
+--method spherefed --batch-size 64 --classes 100 --out trace.jsonl``.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import copy
 import functools
-import sys
 import weakref
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.nn as nn
@@ -64,13 +63,8 @@ from accel_sim.trace_schema import (
     Trace,
     TraceHeader,
     VectorWork,
-    dump_trace,
 )
-from workloads.fl.local import loss_function, prepare_model
-from workloads.fl.methods import parse_method
 from workloads.lowering import OpCall, lower
-from workloads.model_spec import DEFAULT_INPUT_SHAPE, ModelSpec, as_spec, build, parse_input_shape
-from workloads.models import MODELS
 
 _ACCUMULATE_GRAD = "AccumulateGrad"
 
@@ -563,84 +557,5 @@ def summary(trace: Trace) -> str:
     return "\n".join(lines)
 
 
-# ----------------------------------------------------------------------------- the CLI
-
-METHODS = ("fedavg", "spherefed")  # methods whose local step is a plain forward + loss + SGD step
-
-
-def method_setup(method: str, model_name: str | ModelSpec, *, num_classes: int, image_size: int, norm: str):
-    """(model, loss_fn) of one FL method's local training, built by the FL code itself:
-    ``workloads.fl.methods.parse_method``, ``workloads.fl.local.prepare_model`` (seed 0) and
-    ``workloads.fl.local.loss_function``, exactly as the accuracy runs build them (docs/fl.md).
-
-    fedavg: trainable classifier, cross-entropy. spherefed: FeatureNorm before a frozen
-    orthonormal QR classifier, MSE against one-hot targets (built by ``scatter``, so meta and CPU
-    run the same ops). Methods with a penalty or a second head (FedProx, FedCos, double head) are
-    not a plain ``training_step``: capture ``workloads.fl.local.client_trainer(...).step`` instead
-    (``bench/traces.py`` does).
-
-    ``model_name`` is a name (paper model or ``module:factory``, 3 x image_size x image_size
-    inputs) or a :class:`workloads.model_spec.ModelSpec` (its own input shape and classifier)."""
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
-    cfg = parse_method(method)
-    model = build(as_spec(model_name, image_size), num_classes=num_classes, norm=norm, spherefed=cfg.spherefed)
-    return prepare_model(model, cfg, seed=0), loss_function(cfg)
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m workloads.trace",
-        description="Capture one steady-state local training step as a trace file (JSON Lines).",
-    )
-    p.add_argument("--model", required=True,
-                   help=f"{', '.join(sorted(MODELS))}, package.module:factory, torchvision:NAME or timm:NAME")
-    p.add_argument("--method", required=True, choices=METHODS)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--classes", type=int, default=100)
-    p.add_argument("--image-size", type=int, default=32, choices=(16, 32, 64),
-                   help="input side of the paper models (default 32)")
-    p.add_argument("--input-shape", metavar="C,H,W",
-                   help=f"one sample's input shape (default 3,S,S with S = --image-size: "
-                        f"{','.join(map(str, DEFAULT_INPUT_SHAPE))})")
-    p.add_argument("--classifier", metavar="DOTTED.NAME",
-                   help="the nn.Linear the FL methods act on (default: the model's last nn.Linear)")
-    p.add_argument("--norm", default="bn", choices=("bn", "gn"))
-    p.add_argument("--device", default="meta", choices=("meta", "cpu"))
-    p.add_argument("--lr", type=float, default=0.1)
-    p.add_argument("--out", type=Path, required=True)
-    return p
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    if args.batch_size < 1 or args.classes < 1:
-        print("error: --batch-size and --classes must be at least 1", file=sys.stderr)
-        return 2
-    try:
-        shape = parse_input_shape(args.input_shape) if args.input_shape else (3, args.image_size, args.image_size)
-        spec = ModelSpec(args.model, shape, args.classifier)
-        model, loss_fn = method_setup(
-            args.method, spec, num_classes=args.classes, image_size=args.image_size, norm=args.norm
-        )
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, weight_decay=1e-5, foreach=False)
-    inputs = torch.zeros(args.batch_size, *spec.input_shape)
-    targets = torch.arange(args.batch_size) % args.classes
-    meta = {"classes": args.classes, "image_size": spec.input_shape[-1], "input_shape": list(spec.input_shape),
-            "norm": args.norm, "lr": args.lr}
-    trace = capture_training_step(
-        model, inputs, targets, loss_fn=loss_fn, optimizer=optimizer, device=args.device,
-        model_name=args.model, method=args.method, meta=meta,
-    )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    dump_trace(trace, args.out)
-    print(summary(trace))
-    print(f"wrote {args.out}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # the command moved with the FL-aware method setup (the capture engine knows no FL)
+    raise SystemExit("python -m workloads.trace is now python -m workloads.fl.capture (same options; docs/trace.md)")

@@ -41,7 +41,8 @@ from workloads.fl.methods.ccvr import pool_class_statistics, retrain_classifier,
 from workloads.fl.methods.ffc import FFC
 from workloads.fl.step_cost import simulate_complete
 from workloads.model_spec import ModelSpec, as_spec, example_batch
-from workloads.trace import capture, method_setup
+from workloads.fl.capture import method_setup
+from workloads.trace import capture
 
 TRAINED_WITH = {"ccvr": "fedavg", "ffc": "spherefed"}  # Fig. 5 (d): CCVR on FedAvg, FFC on SphereFed
 

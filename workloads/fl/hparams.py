@@ -7,8 +7,11 @@ paper gives one; every other default is our choice and says so in its comment. P
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields, replace
 from typing import Any, Mapping
+
+from workloads.cli import SEED_MAX
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,10 @@ class Hparams:
                      "ffc_ridge", "ccvr_lr", "ccvr_cov_eps"):
             if getattr(self, name) < 0:
                 raise ValueError(f"hyper-parameter {name} must be >= 0, got {getattr(self, name)!r}")
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"hyper-parameter {f.name} must be a finite number, got {value!r}")
         if self.ffc_stats_dtype not in ("float32", "float64"):
             raise ValueError(f"ffc_stats_dtype must be 'float32' or 'float64', got {self.ffc_stats_dtype!r}")
 
@@ -83,24 +90,56 @@ class FLConfig:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name} must be a positive integer (or left out for all samples), got {value!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed <= SEED_MAX:
+            raise ValueError(f"seed must be an integer in [0, {SEED_MAX}], got {self.seed!r}")
+        for name in ("participation", "alpha", "non_iid_fraction", "holdout_fraction"):
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f"{name} must be a finite number, got {getattr(self, name)!r}")
         if not 0.0 <= self.holdout_fraction < 1.0:
             raise ValueError(f"holdout_fraction must be in [0, 1) (SphereFed Sec. 5.1 uses 0.15), "
                              f"got {self.holdout_fraction!r}")
 
 
-def from_mapping(cls: type, values: Mapping[str, Any], *, where: str) -> Any:
-    """Build ``cls`` from a TOML table, rejecting unknown keys with a message naming them."""
-    known = {f.name for f in fields(cls)}
-    unknown = sorted(set(values) - known)
+def _type_error(name: str, annotation: str, value: Any) -> str | None:
+    """Why ``value`` does not fit a field annotated ``annotation`` (as written in this module), or None.
+    TOML has no null, so an optional field given in a table must hold its type; a bool is not a
+    number; an integer is a valid float; a float must be finite."""
+    kinds = [k.strip() for k in annotation.split("|") if k.strip() != "None"]
+    if "int" in kinds and isinstance(value, int) and not isinstance(value, bool):
+        return None
+    if "float" in kinds and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return None if math.isfinite(value) else f"{name} = {value!r} must be a finite number"
+    if "str" in kinds and isinstance(value, str):
+        return None
+    want = " or ".join({"int": "an integer", "float": "a number", "str": "a string"}[k] for k in kinds)
+    return f"{name} = {value!r} must be {want}"
+
+
+def _check_types(cls: type, values: Mapping[str, Any], where: str) -> None:
+    known = {f.name: f.type for f in fields(cls)}
+    unknown = sorted(set(values) - set(known))
     if unknown:
         raise ValueError(f"{where}: unknown key(s) {unknown}; known keys: {sorted(known)}")
-    return cls(**dict(values))
+    for name, value in values.items():
+        problem = _type_error(name, str(known[name]), value)
+        if problem:
+            raise ValueError(f"{where}: {problem}")
+
+
+def from_mapping(cls: type, values: Mapping[str, Any], *, where: str) -> Any:
+    """Build ``cls`` from a TOML table, rejecting unknown keys, values of the wrong type and values
+    out of range with a message naming ``where`` (the file and table) and the key."""
+    _check_types(cls, values, where)
+    try:
+        return cls(**dict(values))
+    except ValueError as err:
+        raise ValueError(f"{where}: {err}") from None
 
 
 def override(hp: Hparams, values: Mapping[str, Any], *, where: str) -> Hparams:
-    """``hp`` with the keys of ``values`` replaced (unknown keys rejected)."""
-    known = {f.name for f in fields(Hparams)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ValueError(f"{where}: unknown key(s) {unknown}; known keys: {sorted(known)}")
-    return replace(hp, **dict(values))
+    """``hp`` with the keys of ``values`` replaced (unknown keys and bad values rejected, naming ``where``)."""
+    _check_types(Hparams, values, where)
+    try:
+        return replace(hp, **dict(values))
+    except ValueError as err:
+        raise ValueError(f"{where}: {err}") from None

@@ -2,7 +2,7 @@
 
     python -m workloads.fl.run --preset small [--methods fedavg,spherefed+ffc] [--seed 0]
                                [--data-dir DIR] [--rounds N] [--out DIR] [--threads N] [--progress]
-                               [--hw HW.toml] [--system SYSTEM.toml]
+                               [--overwrite] [--hw HW.toml] [--system SYSTEM.toml]
                                [--model NAME|package.module:factory] [--classifier DOTTED.NAME]
                                [--device auto|cpu|cuda|cuda:N] [--augment] [--channels-last] [--bf16]
                                [--compile] [--resume]
@@ -12,8 +12,9 @@
 for every method) and ``[methods.<name>]`` (overrides, applied in this order: the base algorithm,
 ``spherefed`` for any SphereFed variant, the calibration, then the full method name).
 
-Writes into ``--out`` (default ``results/fl/<preset>-seed<seed>``), each file to a temporary name
-then renamed: ``results.json`` (accuracy per method, per-round history, ledger totals beside the
+Writes ``--out`` (default ``results/fl/<preset>-seed<seed>``) as a whole: a temporary folder beside
+it, renamed at the end, so the results files are complete or absent; an existing ``--out`` is only replaced
+with ``--overwrite``. It holds ``results.json`` (accuracy per method, per-round history, ledger totals beside the
 closed forms, measured and projected wall time, resolved config, ``execution`` (device and its
 name, speed and augmentation options), command, git commit, dataset note), ``accuracy.csv``,
 ``ledger.csv`` (every transfer), ``partition.csv`` (samples per client per class) and
@@ -22,11 +23,15 @@ time, energy, bytes, accuracy; ``workloads.fl.round_cost``, docs/rounds.md) unde
 ``--hw`` and the links and devices of ``--system`` (default ``configs/system/default.toml``).
 Before any training a few local steps of every method are timed and the projected wall time of
 each method's local training and of the whole run is printed; the progress bar shows the ETA by
-round. After every round the loop's state
-is checkpointed under ``--out``/checkpoints/ (removed when the run's files are written);
-``--resume`` continues an interrupted run from the last completed round of each method, with
-results identical to an uninterrupted run (docs/fl.md). Errors (unknown method, bad preset value, missing data, bad hardware or system file) print one
-message and exit with 2.
+round. After every round the loop's state is checkpointed under ``--out``/checkpoints/ (gone when
+the run's folder is written); ``--resume`` continues an interrupted run from the last completed
+round of each method, with results identical to an uninterrupted run (docs/fl.md).
+
+Errors (unknown method, bad flag or preset value, unwritable or existing ``--out``, missing data,
+bad hardware or system file) are found before any training, print one line and exit with 2;
+Ctrl-C or SIGTERM print one line and exit with 130 (``workloads.cli``). ``_main`` runs four named
+steps: ``validate`` (parse and check), ``build`` (data, partition, models), ``run`` (train and
+price), ``write``.
 
 Validation hold-out: ``holdout_fraction`` in ``[run]`` (or ``--holdout``) sets aside that fraction
 of the training split, drawn uniformly with the run's seed before partitioning (SphereFed Sec. 5.1
@@ -41,18 +46,18 @@ import csv
 import functools
 import io
 import json
-import shutil
 import sys
 import time
-import tomllib
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
 from accel_sim.rounds import ROUNDS_COLUMNS
-from workloads.atomic import atomic_write_text
+from accel_sim.tomlfile import read_toml
+from workloads import cli
+from workloads.atomic import atomic_write_dir, atomic_write_text
 from workloads.fl.comm import closed_form_bytes, closed_form_sizes, ledger_totals
 from workloads.fl.execution import add_execution_args, execution_from_args
 from workloads.fl.hparams import FLConfig, Hparams, from_mapping, override
@@ -61,6 +66,7 @@ from workloads.provenance import git_commit
 
 PRESET_DIR = Path(__file__).resolve().parents[2] / "configs" / "presets"
 DEFAULT_SYSTEM = Path(__file__).resolve().parents[2] / "configs" / "system" / "default.toml"
+ROUNDS_MAX = 100_000  # --rounds: 1,000 times the paper's 100 (Tab. 16)
 
 
 def load_preset(preset: str) -> tuple[str, FLConfig, list[str], Hparams, dict[str, dict]]:
@@ -69,19 +75,29 @@ def load_preset(preset: str) -> tuple[str, FLConfig, list[str], Hparams, dict[st
     if not path.is_file():
         known = sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
         raise ValueError(f"preset {preset!r} not found (looked for {path}); known presets: {known}")
-    try:
-        doc = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
-        raise ValueError(f"{path}: not valid TOML: {err}") from err
+    doc = read_toml(path, ValueError, "preset")
     unknown = sorted(set(doc) - {"run", "hparams", "methods"})
     if unknown:
         raise ValueError(f"{path}: unknown table(s) {unknown}; expected [run], [hparams], [methods.<name>]")
     run = dict(doc.get("run", {}))
     methods = run.pop("methods", ["fedavg"])
+    if not isinstance(methods, list) or not methods or not all(isinstance(m, str) for m in methods):
+        raise ValueError(f"{path} [run]: methods = {methods!r} must be a non-empty list of method names, "
+                         'e.g. methods = ["fedavg", "spherefed"]')
+    for method in methods:
+        try:
+            parse_method(method)
+        except ValueError as err:
+            raise ValueError(f"{path} [run]: methods: {err}") from None
+    for table in ("hparams", "methods"):
+        if not isinstance(doc.get(table, {}), dict):
+            raise ValueError(f"{path}: {table} must be a table ([{table}])")
     cfg = from_mapping(FLConfig, run, where=f"{path} [run]")
     hp = from_mapping(Hparams, doc.get("hparams", {}), where=f"{path} [hparams]")
     overrides = doc.get("methods", {})
     for name, table in overrides.items():
+        if not isinstance(table, dict):
+            raise ValueError(f"{path}: methods.{name} must be a table ([methods.{name}]) of hyper-parameters")
         override(hp, table, where=f"{path} [methods.{name}]")  # validate now, not mid-run
     return path.stem, cfg, list(methods), hp, overrides
 
@@ -142,16 +158,17 @@ def closed_form_for(method: MethodConfig, model, hp: Hparams, cfg: FLConfig, cli
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m workloads.fl.run", description=__doc__.split("\n\n")[0])
+    p = cli.Parser(prog="python -m workloads.fl.run", description=__doc__.split("\n\n")[0])
     p.add_argument("--preset", required=True, help="name under configs/presets/ or a .toml path")
     p.add_argument("--methods", help="comma-separated method names (default: the preset's list)")
-    p.add_argument("--seed", type=int, help="overrides the preset's seed")
-    p.add_argument("--rounds", type=int, help="overrides the preset's number of rounds")
-    p.add_argument("--holdout", type=float, metavar="FRACTION",
+    p.add_argument("--seed", type=cli.int_in(0, cli.SEED_MAX), help="overrides the preset's seed")
+    p.add_argument("--rounds", type=cli.int_in(1, ROUNDS_MAX), help="overrides the preset's number of rounds")
+    p.add_argument("--holdout", type=cli.finite_float(), metavar="FRACTION",
                    help="validation hold-out drawn from train before partitioning (Sec. 5.1: 0.15; default: the preset's)")
     p.add_argument("--data-dir", help="folder holding the dataset (not needed for digits)")
     p.add_argument("--out", help="output folder (default results/fl/<preset>-seed<seed>)")
-    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice); 1 avoids "
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
+    p.add_argument("--threads", type=cli.int_in(1, 1024), help="torch CPU threads (default: torch's choice); 1 avoids "
                    "OpenMP stalls when other processes share a small CPU")
     p.add_argument("--progress", action="store_true",
                    help="show a progress bar per method on stderr (default: when stderr is a terminal)")
@@ -168,6 +185,8 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+@cli.command("interrupted; the results are written only when complete (completed rounds are checkpointed "
+             "under --out/checkpoints/: rerun with --resume to continue)")
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
@@ -177,77 +196,138 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
-def _main(args: argparse.Namespace, argv: list[str]) -> int:
+@dataclass(frozen=True)
+class Setup:
+    """A run's validated inputs (step 1): nothing heavy has been loaded and nothing written."""
+
+    preset: str  # the preset's name
+    cfg: FLConfig
+    methods: tuple[MethodConfig, ...]
+    hparams: dict[str, Hparams]  # per method name
+    out: Path
+    overwrite: bool
+    data_dir: str | None
+    classifier: str | None
+    hw: Any  # accel_sim.hardware.HardwareConfig
+    system: Any  # accel_sim.rounds.SystemModel
+    devices: Any  # per-client devices (workloads.fl.round_cost.client_devices)
+    progress: bool
+    command: str
+    execution: Any  # workloads.fl.execution.Execution: device, speed and augmentation options
+    resume: bool
+
+
+@dataclass(frozen=True)
+class Built:
+    """The data, partition and model builder of a run (step 2)."""
+
+    train: Any  # workloads.fl.data.Dataset
+    test: Any
+    val: Any  # the hold-out, or None
+    parts: list
+    build: Any  # spherefed: bool -> nn.Module
+    pricer: Any  # workloads.fl.round_cost.RunPricer
+    clients_per_round: int
+
+
+def validate(args: argparse.Namespace, argv: list[str]) -> Setup:
+    """Step 1, parse and validate: every flag, the preset, the methods, --out (writable, and the
+    --overwrite rule), --data-dir, the hardware and system files. Raises ValueError."""
     import torch
 
     from accel_sim.hardware import HardwareConfig, load_hardware_config
     from accel_sim.rounds import load_system_model
-    from workloads.fl.data import load_dataset, subset
-    from workloads.fl.local import prepare_model
-    from workloads.fl.loop import duration_text, evaluate, forecast, run_method, sample_clients
-    from workloads.fl.partition import save_partition_summary
-    from workloads.fl.round_cost import RunPricer, RunSpec, client_devices, price_run
-    from workloads import model_spec
+    from workloads.fl.round_cost import client_devices
 
-    if args.threads is not None:
-        if args.threads < 1:
-            raise ValueError(f"--threads must be >= 1, got {args.threads}")
-        torch.set_num_threads(args.threads)
     execution = execution_from_args(args)
     name, cfg, default_methods, hp0, overrides = load_preset(args.preset)
     changes = {k: v for k, v in (("seed", args.seed), ("rounds", args.rounds), ("holdout_fraction", args.holdout),
                                  ("model", args.model)) if v is not None}
     cfg = FLConfig(**{**asdict(cfg), **changes})
-    methods = [parse_method(m) for m in (args.methods.split(",") if args.methods else default_methods)]
-    method_hps = {m.name: method_hparams(m, hp0, overrides) for m in methods}
+    methods = tuple(parse_method(m) for m in (args.methods.split(",") if args.methods else default_methods))
     out = Path(args.out or f"results/fl/{name}-seed{cfg.seed}")
-    if args.resume and not (out / "checkpoints").is_dir():
-        raise ValueError(f"--resume: no checkpoints under {out / 'checkpoints'} (nothing to resume: "
-                         "check --out, or run without --resume)")
+    if args.resume:  # --out holds the interrupted run's checkpoints; the folder is replaced when complete
+        if not (out / "checkpoints").is_dir():
+            raise ValueError(f"--resume: no checkpoints under {out / 'checkpoints'} (nothing to resume: "
+                             "check --out, or run without --resume)")
+        cli.check_writable(out.parent, "--out")
+    else:
+        cli.check_out_dir(out, overwrite=args.overwrite)
+    if args.data_dir:
+        cli.check_folder(args.data_dir, "--data-dir")
     hw = load_hardware_config(args.hw) if args.hw else HardwareConfig()
     system = load_system_model(args.system)
     devices = client_devices(system, hw, cfg.num_clients, seed=cfg.seed)
-    train, test = load_dataset(cfg.dataset, data_dir=args.data_dir, image_size=cfg.image_size)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    return Setup(name, cfg, methods, {m.name: method_hparams(m, hp0, overrides) for m in methods}, out,
+                 args.overwrite, args.data_dir, args.classifier, hw, system, devices,
+                 args.progress or sys.stderr.isatty(), "python -m workloads.fl.run " + " ".join(argv),
+                 execution, args.resume)
+
+
+def build(setup: Setup) -> Built:
+    """Step 2, build: the dataset (subsets, hold-out), the partition, and every model the methods
+    need, checked before any training."""
+    from workloads import model_spec
+    from workloads.fl.data import load_dataset, subset
+    from workloads.fl.loop import sample_clients
+    from workloads.fl.round_cost import RunPricer, RunSpec
+
+    cfg = setup.cfg
+    train, test = load_dataset(cfg.dataset, data_dir=setup.data_dir, image_size=cfg.image_size)
     train = subset(train, cfg.max_train_samples, cfg.seed, "train")
     test = subset(test, cfg.max_test_samples, cfg.seed + 1, "test")
     train, val = split_holdout(train, cfg.holdout_fraction, seed=cfg.seed)
-    spec = model_spec.ModelSpec(cfg.model, tuple(train.x.shape[1:]), args.classifier)
-    labels = train.y.numpy()
-    parts = make_partition(labels, cfg)
-    clients_per_round = len(sample_clients(cfg.num_clients, cfg.participation, seed=cfg.seed, round=1))
+    spec = model_spec.ModelSpec(cfg.model, tuple(train.x.shape[1:]), setup.classifier)
+    parts = make_partition(train.y.numpy(), cfg)
 
-    def build(spherefed: bool):
+    def build_model(spherefed: bool):
         return model_spec.build(spec, num_classes=train.num_classes, norm=cfg.norm, spherefed=spherefed)
 
-    for spherefed in sorted({m.spherefed for m in methods}):  # the model is checked before any training
-        build(spherefed)
+    for spherefed in sorted({m.spherefed for m in setup.methods}):  # the model is checked before any training
+        build_model(spherefed)
+    pricer = RunPricer(RunSpec(build_model, cfg.model, tuple(train.x.shape[1:]), train.num_classes, cfg.seed))
+    clients_per_round = len(sample_clients(cfg.num_clients, cfg.participation, seed=cfg.seed, round=1))
+    return Built(train, test, val, parts, build_model, pricer, clients_per_round)
 
-    pricer = RunPricer(RunSpec(build, cfg.model, tuple(train.x.shape[1:]), train.num_classes, cfg.seed))
-    client_labels = [labels[p] for p in parts]
+
+def run(setup: Setup, built: Built) -> tuple[dict, list[list], list[dict]]:
+    """Step 3, run: train and price every method; (results per method, ledger rows, priced rounds)."""
+    from workloads.fl.local import prepare_model
+    from workloads.fl.loop import duration_text, evaluate, forecast, run_method
+    from workloads.fl.round_cost import price_run
+
+    cfg, train, val = setup.cfg, built.train, built.val
+    labels = train.y.numpy()
+    client_labels = [labels[p] for p in built.parts]
     results, ledger_rows, round_rows = {}, [["method", "round", "client", "direction", "group", "bytes"]], []
+    execution = setup.execution
     print(f"device: {execution.device} ({execution.describe()['device_name']})", file=sys.stderr)
-    checkpoints = out / "checkpoints"
+    checkpoints = setup.out / "checkpoints"
     forecasts = {}  # know before you wait: a few timed steps per method, before any training
-    for method in methods:
-        forecasts[method.name] = forecast(method, model_fn=functools.partial(build, method.spherefed), train=train,
-                                          parts=parts, cfg=cfg, hp=method_hps[method.name], execution=execution)
+    for method in setup.methods:
+        forecasts[method.name] = forecast(method, model_fn=functools.partial(built.build, method.spherefed),
+                                          train=train, parts=built.parts, cfg=cfg, hp=setup.hparams[method.name],
+                                          execution=execution)
         print(forecasts[method.name].line(), file=sys.stderr, flush=True)
     print(f"projected local training of the whole run: {duration_text(sum(f.wall_s for f in forecasts.values()))}"
-          + (" (before resuming: completed rounds will be skipped)" if args.resume else ""), file=sys.stderr, flush=True)
-    for method in methods:
-        hp = method_hparams(method, hp0, overrides)
+          + (" (before resuming: completed rounds will be skipped)" if setup.resume else ""), file=sys.stderr,
+          flush=True)
+    for method in setup.methods:
+        hp = setup.hparams[method.name]
         start = time.perf_counter()
-        r = run_method(method, model_fn=functools.partial(build, method.spherefed), train=train, test=test,
-                       parts=parts, cfg=cfg, hp=hp, execution=execution,
-                       progress=args.progress or sys.stderr.isatty(),
-                       checkpoint=checkpoints / f"{method.name.replace('+', '_')}.pt", resume=args.resume)
+        r = run_method(method, model_fn=functools.partial(built.build, method.spherefed), train=train,
+                       test=built.test, parts=built.parts, cfg=cfg, hp=hp, execution=execution,
+                       progress=setup.progress,
+                       checkpoint=checkpoints / f"{method.name.replace('+', '_')}.pt", resume=setup.resume)
         elapsed = time.perf_counter() - start
         start = time.perf_counter()
-        rows = price_run(r, method, hp, pricer=pricer, client_labels=client_labels, hw=hw, system=system,
-                         devices=devices)
+        rows = price_run(r, method, hp, pricer=built.pricer, client_labels=client_labels, hw=setup.hw,
+                         system=setup.system, devices=setup.devices)
         pricing_s = time.perf_counter() - start
         round_rows += rows
-        probe = prepare_model(build(method.spherefed), method, seed=cfg.seed)
+        probe = prepare_model(built.build(method.spherefed), method, seed=cfg.seed)
         val_accuracy = None
         if val is not None:  # the final global model (calibrated classifier included) on the hold-out
             probe.load_state_dict(r.weights)
@@ -261,7 +341,7 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
             "samples_trained": r.samples_trained,
             "modeled": {key: rows[-1][key] for key in ("cum_wall_s", "cum_device_s", "cum_energy_j", "cum_bytes")},
             "comm": ledger_totals(r.transfers),
-            "comm_closed_form": closed_form_for(method, probe, hp, cfg, clients_per_round),
+            "comm_closed_form": closed_form_for(method, probe, hp, cfg, built.clients_per_round),
             "history": list(r.history)}
         ledger_rows += [[method.name, t.round, t.client, t.direction, t.group, t.nbytes] for t in r.transfers]
         print(f"{method.name:28s} accuracy {r.accuracy:.4f}"
@@ -269,24 +349,51 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
               + (f"  validation {val_accuracy:.4f}" if val is not None else "")
               + f"  total {results[method.name]['comm']['total_bytes']:,} B  modeled {rows[-1]['cum_wall_s']:.1f} s, "
               f"{rows[-1]['cum_energy_j']:.3g} J  ({elapsed:.1f} s run + {pricing_s:.1f} s pricing)", file=sys.stderr)
-    doc = {"preset": name, "command": "python -m workloads.fl.run " + " ".join(argv),
+    return results, ledger_rows, round_rows
+
+
+def write(setup: Setup, built: Built, results: dict, ledger_rows: list[list], round_rows: list[dict]) -> Path:
+    """Step 4, write: every file into a temporary folder renamed to --out at the end
+    (``workloads.atomic.atomic_write_dir``): the results files are complete or absent."""
+    import torch
+
+    from workloads.fl.partition import save_partition_summary
+
+    cfg, train, val = setup.cfg, built.train, built.val
+    doc = {"preset": setup.preset, "command": setup.command,
            "git_commit": git_commit(), "torch": torch.__version__,
-           "torch_threads": torch.get_num_threads(), "execution": execution.describe(), "dataset_note": train.note,
-           "test_note": test.note, "config": asdict(cfg), "hparams": {k: asdict(v) for k, v in method_hps.items()},
-           "hardware": asdict(hw), "system": asdict(system),
+           "torch_threads": torch.get_num_threads(), "execution": setup.execution.describe(),
+           "dataset_note": train.note,
+           "test_note": built.test.note, "config": asdict(cfg),
+           "hparams": {k: asdict(v) for k, v in setup.hparams.items()},
+           "hardware": asdict(setup.hw), "system": asdict(setup.system),
            "holdout": {"fraction": cfg.holdout_fraction, "val_samples": 0 if val is None else len(val),
                        "note": None if val is None else val.note},
-           "partition_sizes": [int(len(p)) for p in parts], "methods": results}
-    save_partition_summary(out / "partition.csv", labels, parts, train.num_classes)
-    atomic_write_text(out / "ledger.csv", _csv(ledger_rows))
-    atomic_write_text(out / "accuracy.csv",
-                      _csv([["method", "accuracy", "accuracy_before_calibration", "val_accuracy", "total_bytes"]]
-                           + [[m, v["accuracy"], v["accuracy_before_calibration"], v["val_accuracy"],
-                               v["comm"]["total_bytes"]] for m, v in results.items()]))
-    atomic_write_text(out / "rounds.csv", _csv([list(ROUNDS_COLUMNS)]
-                                               + [[row[c] for c in ROUNDS_COLUMNS] for row in round_rows]))
-    atomic_write_text(out / "results.json", json.dumps(doc, indent=1) + "\n")
-    shutil.rmtree(checkpoints, ignore_errors=True)  # the run is complete: nothing to resume
+           "partition_sizes": [int(len(p)) for p in built.parts], "methods": results}
+    text = json.dumps(doc, indent=1, allow_nan=False) + "\n"  # every figure finite, or an error before writing
+
+    def files(tmp: Path) -> None:
+        save_partition_summary(tmp / "partition.csv", train.y.numpy(), built.parts, train.num_classes)
+        atomic_write_text(tmp / "ledger.csv", _csv(ledger_rows))
+        atomic_write_text(tmp / "accuracy.csv",
+                          _csv([["method", "accuracy", "accuracy_before_calibration", "val_accuracy", "total_bytes"]]
+                               + [[m, v["accuracy"], v["accuracy_before_calibration"], v["val_accuracy"],
+                                   v["comm"]["total_bytes"]] for m, v in results.items()]))
+        atomic_write_text(tmp / "rounds.csv", _csv([list(ROUNDS_COLUMNS)]
+                                                   + [[row[c] for c in ROUNDS_COLUMNS] for row in round_rows]))
+        atomic_write_text(tmp / "results.json", text)
+
+    # --out was checked before the work; it exists now only if it held the run's own checkpoints (or
+    # --overwrite / --resume allowed it): the complete folder replaces it, checkpoints included
+    return atomic_write_dir(setup.out, files, overwrite=True)
+
+
+def _main(args: argparse.Namespace, argv: list[str]) -> int:
+    """Parse and validate, build, run, write."""
+    setup = validate(args, argv)
+    built = build(setup)
+    results, ledger_rows, round_rows = run(setup, built)
+    out = write(setup, built, results, ledger_rows, round_rows)
     print(f"wrote {out}/results.json, accuracy.csv, ledger.csv, partition.csv, rounds.csv", file=sys.stderr)
     return 0
 

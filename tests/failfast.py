@@ -1,0 +1,34 @@
+"""The rule every command follows on bad input (issue: fail fast and clean), as one assertion the
+per-command test tables share: non-zero exit, exactly one line on stderr naming the input, no
+traceback, and no new (or changed) file or folder under the watched folder."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, int]]:
+    """Every path under ``root``, with size and modification time (ns) for files."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = os.path.join(dirpath, name)
+            st = os.lstat(path)
+            # a folder's own mtime moves when the up-front write probe makes and removes an entry in it
+            out[os.path.relpath(path, root)] = (st.st_size, st.st_mtime_ns) if name in filenames else (0, 0)
+    return out
+
+
+def assert_fails_clean(main, argv: list[str], capsys, watched: Path, names: str, *, code: int = 2) -> str:
+    """Run ``main(argv)`` in-process; assert the rule, ``names`` in the one stderr line; return it."""
+    capsys.readouterr()
+    before = snapshot(watched)
+    assert main(argv) == code
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert "Traceback" not in err, err
+    assert len(lines) == 1, err
+    assert names in lines[0], lines[0]
+    assert snapshot(watched) == before, "the failed command left or changed files"
+    return lines[0]
