@@ -53,7 +53,7 @@ from workloads.fl.comm import closed_form_bytes, closed_form_sizes
 from workloads.fl.data import Dataset, load_dataset, subset
 from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.local import prepare_model
-from workloads.fl.execution import Execution, add_execution_args, resolve_device
+from workloads.fl.execution import Execution, add_execution_args, execution_from_args, resolve_device
 from workloads.fl.methods import CALIBRATIONS, MethodConfig, parse_method
 from workloads.fl.round_cost import client_devices
 from workloads.fl.run import DEFAULT_SYSTEM, load_preset, make_partition, method_hparams
@@ -89,6 +89,7 @@ class Preset:
     fl: FLConfig  # model and methods are bench.run's own
     hp: Hparams  # defaults for every method
     overrides: dict  # [methods.<name>] tables
+    execution: dict  # [execution]: throughput and data-path options (workloads.fl.execution.OPTIONS)
 
     def hparams(self, method: MethodConfig) -> Hparams:
         return method_hparams(method, self.hp, self.overrides)
@@ -107,9 +108,9 @@ class Preset:
 
 
 def load_bench_preset(name: str, alpha: float | None) -> Preset:
-    preset_name, fl, _, hp, overrides = load_preset(name)
-    fl = replace(fl, eval_every=1) if alpha is None else replace(fl, eval_every=1, alpha=alpha)
-    return Preset(preset_name, fl, hp, overrides)
+    preset = load_preset(name)
+    fl = replace(preset.fl, eval_every=1) if alpha is None else replace(preset.fl, eval_every=1, alpha=alpha)
+    return Preset(preset.name, fl, preset.hp, preset.overrides, preset.execution)
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,14 @@ class RunConfig:
     compare_hw: tuple[str, ...] = ()  # every --hw when several are given (bench/compare_hw.py); the first is hw_path
     workers: int | None = None  # accuracy runs side by side (bench/accuracy_jobs.py); None: one per run, <= cores
     device: str = "auto"  # where the accuracy runs train (workloads.fl.execution.resolve_device)
+    augment: bool | None = None  # --augment / --no-augment; None: the preset's [execution] (else off)
+    channels_last: bool | None = None  # likewise
+    bf16: bool | None = None
+    compile: bool | None = None
+
+    def execution(self, preset: Preset) -> Execution:
+        """Where and how the accuracy runs train: --device, and each option from its flag or the preset."""
+        return execution_from_args(self, preset.execution)
 
     def spec(self, model: str, input_shape: tuple[int, ...] | None = None) -> ModelSpec:
         """``model`` at ``input_shape`` (default: --input-shape, else 3x32x32) with --classifier."""
@@ -195,7 +204,7 @@ def parse_args(argv=None) -> RunConfig:
     p.add_argument("--workers", type=cli.int_in(1, 1024), metavar="N",
                    help="federated runs side by side in N processes, each with cores/N torch threads (default: one "
                         "per run, at most one per core; 1: one after another in this process)")
-    add_execution_args(p, options=False)
+    add_execution_args(p)
     a = p.parse_args(argv)
     if a.model and a.models:
         p.error(f"give either --model {a.model} or --models {' '.join(a.models)}, not both")
@@ -210,7 +219,7 @@ def parse_args(argv=None) -> RunConfig:
     hws = tuple(a.hw or ())
     return RunConfig(models, tuple(a.methods), a.batch_size, a.seed, a.preset, a.data_dir, hws[0] if hws else None,
                      out, a.overwrite, a.alpha, a.target, a.system, shape, a.classifier, a.classes,
-                     hws if len(hws) > 1 else (), a.workers, a.device)
+                     hws if len(hws) > 1 else (), a.workers, a.device, a.augment, a.channels_last, a.bf16, a.compile)
 
 
 def validate(cfg: RunConfig) -> tuple[HardwareConfig, Preset, SystemModel]:
@@ -369,7 +378,7 @@ def accuracy_runs(model: str, names, preset: Preset, data, cfg: RunConfig, hw: H
     inputs = RunInputs(cfg.spec(model, tuple(train.x.shape[1:])), fl, train, test,
                        tuple(make_partition(train.y.numpy(), fl)), hw, system,
                        client_devices(system, hw, fl.num_clients, seed=cfg.seed), cfg.seed,
-                       Execution(resolve_device(cfg.device)))
+                       cfg.execution(preset))
     jobs = [Job(base, calib, preset.hparams(parse_method(f"{base}+{calib}" if calib else base)))
             for base, calib in run_pairs(names)]
     return inputs, jobs
@@ -534,7 +543,7 @@ def run_study(cfg: RunConfig, hw: HardwareConfig, preset: Preset, system: System
         "format": FORMAT_NAME, "version": FORMAT_VERSION,
         "command": shlex.join(["python", "-m", "bench.run", *argv]),
         "git_commit": git_commit(), "config": asdict(cfg), "hardware": asdict(hw),
-        "execution": Execution(resolve_device(cfg.device)).describe(),
+        "execution": cfg.execution(preset).describe(),
         "hardware_label": f"{hw.rows}x{hw.cols} array, {hw.clock_hz / 1e6:g} MHz, "
                           f"DRAM {hw.dram_peak_bytes_per_s / 1e9:g} GB/s peak, dataflow "
                           f"{hw.dataflow_fwd}/{hw.dataflow_dx}/{hw.dataflow_dw}",

@@ -28,6 +28,7 @@ options. None of this changes what a method computes, except the options marked 
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
 
 import torch
@@ -179,25 +180,46 @@ def random_crop_flip(x: torch.Tensor, generator: torch.Generator, padding: int =
                   row_idx[:, None, :, None], col_idx[:, None, None, :]]
 
 
+OPTIONS = ("augment", "channels_last", "bf16", "compile")  # what a preset's [execution] table may set
+
+
 def add_execution_args(parser, *, options: bool = True) -> None:
-    """``--device`` (and, with ``options``, the data-path and throughput flags) on ``parser``."""
+    """``--device`` (and, with ``options``, the data-path and throughput flags, each with its
+    ``--no-`` form to override a preset's ``[execution]`` table) on ``parser``."""
     parser.add_argument("--device", default="auto", help=f"where the federated runs train: {DEVICE_CHOICES} "
                         "(default auto: CUDA when torch sees one, else the CPU)")
     if not options:
         return
-    parser.add_argument("--augment", action="store_true",
+    flag = argparse.BooleanOptionalAction
+    parser.add_argument("--augment", action=flag,
                         help="random crop (4-pixel padding) + horizontal flip of every training batch, "
-                        "seeded, on the device (our option; the paper is silent; default off)")
-    parser.add_argument("--channels-last", action="store_true", help="NHWC memory format (throughput; default off)")
-    parser.add_argument("--bf16", action="store_true",
-                        help="bfloat16 autocast of forward and loss (throughput; changes numerics; default off)")
-    parser.add_argument("--compile", action="store_true",
-                        help="torch.compile the client model's forward (throughput; default off)")
+                        "seeded, on the device (our option; the paper is silent; default: the preset's, else off)")
+    parser.add_argument("--channels-last", action=flag,
+                        help="NHWC memory format (throughput; default: the preset's, else off)")
+    parser.add_argument("--bf16", action=flag,
+                        help="bfloat16 autocast of forward and loss (throughput; changes numerics; default: the "
+                             "preset's, else off)")
+    parser.add_argument("--compile", action=flag,
+                        help="torch.compile the client model's forward (throughput; default: the preset's, else off)")
 
 
-def execution_from_args(args) -> Execution:
-    """The ``Execution`` of parsed ``add_execution_args`` flags; the device is resolved now, so a
-    CUDA device that is not there fails before any work starts."""
-    return Execution(device=resolve_device(args.device), augment=getattr(args, "augment", False),
-                     channels_last=getattr(args, "channels_last", False), bf16=getattr(args, "bf16", False),
-                     compile=getattr(args, "compile", False))
+def preset_options(table: object, *, where: str) -> dict[str, bool]:
+    """A preset's ``[execution]`` table checked: a subset of ``OPTIONS``, each true or false."""
+    if not isinstance(table, dict):
+        raise ValueError(f"{where}: execution must be a table ([execution]) of {', '.join(OPTIONS)}")
+    for key, value in table.items():
+        if key not in OPTIONS:
+            raise ValueError(f"{where} [execution]: unknown key {key!r}; known keys: {list(OPTIONS)} "
+                             "(the device is a flag, --device, not a preset setting)")
+        if not isinstance(value, bool):
+            raise ValueError(f"{where} [execution]: {key} = {value!r} must be true or false")
+    return dict(table)
+
+
+def execution_from_args(args, preset: dict[str, bool] | None = None) -> Execution:
+    """The ``Execution`` of parsed ``add_execution_args`` flags over a preset's ``[execution]``
+    options (a flag given wins); the device is resolved now, so a CUDA device that is not there
+    fails before any work starts."""
+    chosen = {k: getattr(args, k, None) for k in OPTIONS}
+    return Execution(device=resolve_device(args.device),
+                     **{k: bool((preset or {}).get(k, False) if v is None else v) for k, v in chosen.items()})

@@ -59,7 +59,7 @@ from accel_sim.tomlfile import read_toml
 from workloads import cli
 from workloads.atomic import atomic_write_dir, atomic_write_text
 from workloads.fl.comm import closed_form_bytes, closed_form_sizes, ledger_totals
-from workloads.fl.execution import add_execution_args, execution_from_args
+from workloads.fl.execution import add_execution_args, execution_from_args, preset_options
 from workloads.fl.hparams import FLConfig, Hparams, from_mapping, override
 from workloads.fl.methods import MethodConfig, parse_method
 from workloads.provenance import git_commit
@@ -69,16 +69,29 @@ DEFAULT_SYSTEM = Path(__file__).resolve().parents[2] / "configs" / "system" / "d
 ROUNDS_MAX = 100_000  # --rounds: 1,000 times the paper's 100 (Tab. 16)
 
 
-def load_preset(preset: str) -> tuple[str, FLConfig, list[str], Hparams, dict[str, dict]]:
-    """(name, FLConfig, default methods, default Hparams, per-method overrides) of a preset."""
+@dataclass(frozen=True)
+class PresetFile:
+    """A preset TOML, checked: ``[run]``, ``[hparams]``, ``[methods.<name>]``, ``[execution]``."""
+
+    name: str  # the file's stem
+    fl: FLConfig
+    methods: list[str]  # [run] methods: the default method list
+    hp: Hparams  # defaults for every method
+    overrides: dict[str, dict]  # [methods.<name>] tables
+    execution: dict[str, bool]  # [execution]: throughput and data-path options (workloads.fl.execution.OPTIONS)
+
+
+def load_preset(preset: str) -> PresetFile:
+    """A preset by name (under configs/presets/) or .toml path; ValueError naming file and key."""
     path = Path(preset) if preset.endswith(".toml") else PRESET_DIR / f"{preset}.toml"
     if not path.is_file():
         known = sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
         raise ValueError(f"preset {preset!r} not found (looked for {path}); known presets: {known}")
     doc = read_toml(path, ValueError, "preset")
-    unknown = sorted(set(doc) - {"run", "hparams", "methods"})
+    unknown = sorted(set(doc) - {"run", "hparams", "methods", "execution"})
     if unknown:
-        raise ValueError(f"{path}: unknown table(s) {unknown}; expected [run], [hparams], [methods.<name>]")
+        raise ValueError(f"{path}: unknown table(s) {unknown}; expected [run], [hparams], [methods.<name>], "
+                         "[execution]")
     run = dict(doc.get("run", {}))
     methods = run.pop("methods", ["fedavg"])
     if not isinstance(methods, list) or not methods or not all(isinstance(m, str) for m in methods):
@@ -99,7 +112,8 @@ def load_preset(preset: str) -> tuple[str, FLConfig, list[str], Hparams, dict[st
         if not isinstance(table, dict):
             raise ValueError(f"{path}: methods.{name} must be a table ([methods.{name}]) of hyper-parameters")
         override(hp, table, where=f"{path} [methods.{name}]")  # validate now, not mid-run
-    return path.stem, cfg, list(methods), hp, overrides
+    execution = preset_options(doc.get("execution", {}), where=str(path))
+    return PresetFile(path.stem, cfg, list(methods), hp, overrides, execution)
 
 
 def method_hparams(method: MethodConfig, hp: Hparams, overrides: dict[str, dict]) -> Hparams:
@@ -239,8 +253,9 @@ def validate(args: argparse.Namespace, argv: list[str]) -> Setup:
     from accel_sim.rounds import load_system_model
     from workloads.fl.round_cost import client_devices
 
-    execution = execution_from_args(args)
-    name, cfg, default_methods, hp0, overrides = load_preset(args.preset)
+    preset = load_preset(args.preset)
+    name, cfg, default_methods, hp0, overrides = preset.name, preset.fl, preset.methods, preset.hp, preset.overrides
+    execution = execution_from_args(args, preset.execution)
     changes = {k: v for k, v in (("seed", args.seed), ("rounds", args.rounds), ("holdout_fraction", args.holdout),
                                  ("model", args.model)) if v is not None}
     cfg = FLConfig(**{**asdict(cfg), **changes})

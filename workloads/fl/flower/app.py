@@ -71,7 +71,8 @@ def check_methods(names: tuple[str, ...]) -> None:
 
 @functools.cache
 def _setting(run: FlowerRun) -> tuple[FLConfig, dict[str, Hparams]]:
-    _, cfg, _, hp, overrides = load_preset(run.preset)
+    preset = load_preset(run.preset)
+    cfg, hp, overrides = preset.fl, preset.hp, preset.overrides
     cfg = replace(cfg, model=run.model, num_clients=run.num_clients, rounds=run.rounds, seed=run.seed)
     return cfg, {name: method_hparams(parse_method(name), hp, overrides) for name in run.methods}
 
