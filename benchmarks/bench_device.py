@@ -3,7 +3,7 @@ the data path; and the projected against the measured wall time of a small run (
 
     PYTHONPATH=. python benchmarks/bench_device.py [--device auto] [--steps 3] [--repeats 2] [--threads 1]
                                                    [--options loop,channels_last,bf16,compile]
-                                                   [--out results/bench_device_cpu.json]
+                                                   [--out results/reference/bench_device_cpu.json]
 
 1. Samples/s of local SGD steps of MobileNetV2 (CIFAR variant, 100 classes, 32x32) at batch 64:
    ``bare`` is a hand-written PyTorch step (zero_grad, forward, cross entropy, backward, SGD

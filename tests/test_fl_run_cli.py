@@ -186,3 +186,35 @@ def test_cli_resume_after_an_interruption_gives_the_uninterrupted_results(tmp_pa
     for key in ("accuracy", "history", "comm", "samples_trained"):
         assert cut[key] == whole[key], key
     assert (tmp_path / "cut" / "ledger.csv").read_text() == (tmp_path / "whole" / "ledger.csv").read_text()
+
+
+def test_preset_execution_table_sets_the_flags_defaults(tmp_path):
+    import argparse
+
+    from workloads.fl.execution import add_execution_args, execution_from_args
+
+    preset = tmp_path / "p.toml"
+    preset.write_text(TINY + "\n[execution]\nchannels_last = true\n")
+    options = load_preset(str(preset)).execution
+    assert options == {"channels_last": True}
+    parser = argparse.ArgumentParser()
+    add_execution_args(parser)
+    chosen = lambda argv: execution_from_args(parser.parse_args(argv), options)  # noqa: E731
+    assert chosen(["--device", "cpu"]).channels_last is True  # the preset's
+    assert chosen(["--device", "cpu", "--no-channels-last"]).channels_last is False  # a flag wins
+    assert chosen(["--device", "cpu", "--bf16"]).bf16 is True and chosen(["--device", "cpu"]).bf16 is False
+    assert load_preset("quick").execution == {"channels_last": True}  # the main job's speed choice
+
+
+@pytest.mark.parametrize("table, message", [
+    ('channels_last = "yes"', "channels_last = 'yes' must be true or false"),
+    ('device = "cuda"', "unknown key 'device'"),
+    ("channels_last = 1", "channels_last = 1 must be true or false"),
+])
+def test_bad_preset_execution_table_is_one_line(tmp_path, capsys, table, message):
+    preset = tmp_path / "p.toml"
+    preset.write_text(TINY + f"\n[execution]\n{table}\n")
+    assert main(["--preset", str(preset), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and str(preset) in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "out").exists()
