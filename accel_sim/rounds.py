@@ -28,7 +28,7 @@ static energy grows with the time it is powered (``device_energy_j``).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -272,6 +272,16 @@ class SystemModel:
         if not all(isinstance(p, str) and p for p in self.client_hw):
             raise SystemModelError(f"system field 'client_hw' must be a list of hardware TOML paths, "
                                    f"got {self.client_hw!r}")
+
+    def describe(self) -> dict:
+        """The fields as results files record them: JSON has no infinity, so an infinite bandwidth
+        is the string ``"inf"``, as the TOML spells it."""
+        def finite(value):
+            if isinstance(value, tuple):
+                return [finite(v) for v in value]
+            return "inf" if isinstance(value, float) and math.isinf(value) else value
+
+        return {name: finite(value) for name, value in asdict(self).items()}
 
     def _link_count(self) -> int:
         lengths = [len(v) for v in (self.downlink_bytes_per_s, self.uplink_bytes_per_s, self.latency_s)

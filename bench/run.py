@@ -551,7 +551,7 @@ def run_study(cfg: RunConfig, hw: HardwareConfig, preset: Preset, system: System
         "accuracy_setting": {"preset": preset.name, "fl": asdict(preset.fl), "hparams": asdict(preset.hp),
                              "overrides": preset.overrides, "note": preset.note, "train_note": data[0].note,
                              "workers": workers, "threads": threads_per_worker(workers) or torch.get_num_threads()},
-        "system": asdict(system),
+        "system": system.describe(),
         "ledger_check": ledgers,
         "table1": [asdict(r) for r in formulas.table1(formulas.Table1Setup())],
         "paper_vs_model": paper_vs_model(models),

@@ -131,3 +131,15 @@ def test_shipped_system_models_load(tmp_path):
     bad.write_bytes(b"\xff\xfe\x00binary")
     with pytest.raises(SystemModelError, match="bad.toml"):
         load_system_model(bad)
+
+
+def test_system_model_is_recorded_as_strict_json():
+    # JSON has no infinity: the ideal links' inf bandwidths are written "inf", as the TOML spells them
+    import json
+
+    ideal = load_system_model("configs/system/ideal.toml")
+    text = json.dumps(ideal.describe(), allow_nan=False)
+    assert json.loads(text)["downlink_bytes_per_s"] == "inf"
+    listed = SystemModel(downlink_bytes_per_s=(1e6, float("inf")))
+    assert listed.describe()["downlink_bytes_per_s"] == [1e6, "inf"]
+    assert SystemModel().describe()["latency_s"] == 0.05

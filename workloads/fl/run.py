@@ -381,7 +381,7 @@ def write(setup: Setup, built: Built, results: dict, ledger_rows: list[list], ro
            "dataset_note": train.note,
            "test_note": built.test.note, "config": asdict(cfg),
            "hparams": {k: asdict(v) for k, v in setup.hparams.items()},
-           "hardware": asdict(setup.hw), "system": asdict(setup.system),
+           "hardware": asdict(setup.hw), "system": setup.system.describe(),
            "holdout": {"fraction": cfg.holdout_fraction, "val_samples": 0 if val is None else len(val),
                        "note": None if val is None else val.note},
            "partition_sizes": [int(len(p)) for p in built.parts], "methods": results}
