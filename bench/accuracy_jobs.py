@@ -86,7 +86,8 @@ class JobResult:
 def run_job(job: Job, inputs: RunInputs, *, pricer: RunPricer | None = None, bars: bool = False,
             announce: bool = False, threads: int | None = None) -> JobResult:
     """One federated run of ``job`` and its priced rounds (module-level: worker processes call it).
-    ``announce``: first print the run's projected local-training time on stderr (``loop.forecast``)."""
+    ``announce``: first print the run's projected local-training time on stderr (``loop.forecast``),
+    and, without ``bars``, a line per finished round."""
     if threads is not None:
         torch.set_num_threads(threads)
     start = time.perf_counter()
@@ -96,8 +97,13 @@ def run_job(job: Job, inputs: RunInputs, *, pricer: RunPricer | None = None, bar
     if announce:  # know before you wait
         print(forecast(method, model_fn=model_fn, train=inputs.train, parts=inputs.parts, cfg=inputs.fl, hp=job.hp,
                        execution=inputs.execution).line(), file=sys.stderr, flush=True)
+    def round_done(t: int) -> None:  # a line per round where no progress bar shows them (worker processes)
+        print(f"{job.name}: round {t}/{inputs.fl.rounds} done ({time.perf_counter() - start:.0f} s)",
+              file=sys.stderr, flush=True)
+
     result = run_method(method, model_fn=model_fn, train=inputs.train, test=inputs.test, parts=inputs.parts,
-                        cfg=inputs.fl, hp=job.hp, execution=inputs.execution, progress=bars)
+                        cfg=inputs.fl, hp=job.hp, execution=inputs.execution, progress=bars,
+                        after_round=round_done if announce and not bars else None)
     rows = price_run(result, method, job.hp, pricer=pricer or RunPricer(inputs.run_spec()), client_labels=labels,
                      hw=inputs.hw, system=inputs.system, devices=inputs.devices)
     return JobResult(result.accuracy, result.accuracy_before_calibration, rows,
@@ -133,8 +139,8 @@ def started(jobs: Sequence[Job], inputs: RunInputs, *, workers: int, progress: C
     ``workers == 1``: the runs go one after another in this process when the results are asked for
     (sharing one ``RunPricer``, progress bars when ``bars``). More: they start at once in
     ``workers`` spawned processes of ``threads_per_worker(workers)`` torch threads each, so this
-    process can do other work meanwhile (a line per finished run); leaving the block early (an
-    error, an interrupt) stops them."""
+    process can do other work meanwhile (with ``bars``: each run's forecast, a line per round and per
+    finished run); leaving the block early (an error, an interrupt) stops them."""
     if workers <= 1:
         def one_after_another() -> list[JobResult]:
             pricer = RunPricer(inputs.run_spec())
