@@ -229,8 +229,6 @@ def validate(cfg: RunConfig) -> tuple[HardwareConfig, Preset, SystemModel]:
     check_models(cfg, classes=cfg.classes, input_shape=cfg.spec("").input_shape)
     if cfg.batch_size < 1:
         raise ValueError(f"--batch-size must be at least 1, got {cfg.batch_size}")
-    if cfg.workers is not None and cfg.workers < 1:
-        raise ValueError(f"--workers must be at least 1, got {cfg.workers}")
     if cfg.alpha is not None and not cfg.alpha > 0:
         raise ValueError(f"--alpha must be positive, got {cfg.alpha}")
     if cfg.target_accuracy_pct is not None and not 0 < cfg.target_accuracy_pct <= 100:
@@ -371,14 +369,13 @@ def run_pairs(names) -> list[tuple[str, str | None]]:
 
 
 def accuracy_runs(model: str, names, preset: Preset, data, cfg: RunConfig, hw: HardwareConfig,
-                  system: SystemModel) -> tuple[RunInputs, list[Job]]:
+                  system: SystemModel, execution: Execution) -> tuple[RunInputs, list[Job]]:
     """The federated runs that give ``names``' accuracies, and what they share."""
     train, test = data
     fl = replace(preset.fl, model=model, seed=cfg.seed)
     inputs = RunInputs(cfg.spec(model, tuple(train.x.shape[1:])), fl, train, test,
                        tuple(make_partition(train.y.numpy(), fl)), hw, system,
-                       client_devices(system, hw, fl.num_clients, seed=cfg.seed), cfg.seed,
-                       cfg.execution(preset))
+                       client_devices(system, hw, fl.num_clients, seed=cfg.seed), cfg.seed, execution)
     jobs = [Job(base, calib, preset.hparams(parse_method(f"{base}+{calib}" if calib else base)))
             for base, calib in run_pairs(names)]
     return inputs, jobs
@@ -516,10 +513,11 @@ def run_study(cfg: RunConfig, hw: HardwareConfig, preset: Preset, system: System
     bars = progress is not None
     progress = progress or (lambda msg: None)
     training, calibrations = _split_methods(cfg.methods)
-    workers = resolve_workers(cfg.workers, len(run_pairs(training + calibrations)), resolve_device(cfg.device))
+    execution = cfg.execution(preset)
+    workers = resolve_workers(cfg.workers, len(run_pairs(training + calibrations)), execution.device)
     models, all_ops, ledgers, all_rounds = {}, [], {}, []
     for model in cfg.models:
-        inputs, jobs = accuracy_runs(model, training + calibrations, preset, data, cfg, hw, system)
+        inputs, jobs = accuracy_runs(model, training + calibrations, preset, data, cfg, hw, system, execution)
         with started(jobs, inputs, workers=workers, progress=progress, bars=bars) as results:
             # with workers, the federated runs train in their processes while this one prices
             train_figs, op_rows = training_figures(model, training, cfg, hw, progress)
@@ -543,7 +541,7 @@ def run_study(cfg: RunConfig, hw: HardwareConfig, preset: Preset, system: System
         "format": FORMAT_NAME, "version": FORMAT_VERSION,
         "command": shlex.join(["python", "-m", "bench.run", *argv]),
         "git_commit": git_commit(), "config": asdict(cfg), "hardware": asdict(hw),
-        "execution": cfg.execution(preset).describe(),
+        "execution": execution.describe(),
         "hardware_label": f"{hw.rows}x{hw.cols} array, {hw.clock_hz / 1e6:g} MHz, "
                           f"DRAM {hw.dram_peak_bytes_per_s / 1e9:g} GB/s peak, dataflow "
                           f"{hw.dataflow_fwd}/{hw.dataflow_dx}/{hw.dataflow_dw}",

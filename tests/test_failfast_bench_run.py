@@ -46,6 +46,7 @@ CASES = [
     ("alpha-nan", ["--alpha", "nan"], "argument --alpha: 'nan': give a finite number > 0"),
     ("target-inf", ["--target", "inf"], "argument --target"),
     ("classes-zero", ["--classes", "0"], "argument --classes: 0 is out of range"),
+    ("workers-zero", ["--workers", "0"], "argument --workers: 0 is out of range; give an integer in [1, 1,024]"),
     # bad types
     ("batch-text", ["--batch-size", "x"], "argument --batch-size: 'x' is not an integer"),
     ("preset-rounds-text", lambda ws: ["--preset", preset(ws, "p1", 'rounds = "ten"')],
