@@ -2,7 +2,7 @@
 
 A job is a training method and, where one is asked for, the calibration that reuses its run (CCVR on
 FedAvg, FFC on SphereFed): ``fedavg+ccvr`` and ``spherefed+ffc`` in the main job. Jobs are
-independent, so ``run_jobs`` runs them one after another in this process (``workers = 1``) or side
+independent, so ``started`` runs them one after another in this process (``workers = 1``) or side
 by side in worker processes, each with ``cpus // workers`` torch threads. A small model's training
 step uses two cores poorly (MobileNetV2 at 16x16, batch 32: 0.20 s per step on two threads, 0.31 s on
 one, on the 2-core development machine), so two runs on one thread each finish sooner than the same
@@ -97,6 +97,7 @@ def run_job(job: Job, inputs: RunInputs, *, pricer: RunPricer | None = None, bar
     if announce:  # know before you wait
         print(forecast(method, model_fn=model_fn, train=inputs.train, parts=inputs.parts, cfg=inputs.fl, hp=job.hp,
                        execution=inputs.execution).line(), file=sys.stderr, flush=True)
+
     def round_done(t: int) -> None:  # a line per round where no progress bar shows them (worker processes)
         print(f"{job.name}: round {t}/{inputs.fl.rounds} done ({time.perf_counter() - start:.0f} s)",
               file=sys.stderr, flush=True)
@@ -178,13 +179,6 @@ def started(jobs: Sequence[Job], inputs: RunInputs, *, workers: int, progress: C
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown()
-
-
-def run_jobs(jobs: Sequence[Job], inputs: RunInputs, *, workers: int, progress: Callable[[str], None],
-             bars: bool) -> list[JobResult]:
-    """Every job's result, in ``jobs``' order (``started``, nothing else done meanwhile)."""
-    with started(jobs, inputs, workers=workers, progress=progress, bars=bars) as results:
-        return results()
 
 
 def _ignore_interrupts() -> None:

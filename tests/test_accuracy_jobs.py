@@ -7,7 +7,7 @@ import torch
 
 from accel_sim.hardware import HardwareConfig
 from accel_sim.rounds import SystemModel
-from bench.accuracy_jobs import (Job, RunInputs, available_cpus, resolve_workers, run_job, run_jobs,
+from bench.accuracy_jobs import (Job, RunInputs, available_cpus, resolve_workers, run_job, started,
                                  threads_per_worker)
 from workloads.fl.data import load_dataset, subset
 from workloads.fl.hparams import FLConfig, Hparams
@@ -31,8 +31,13 @@ HP = Hparams(lr=0.05, local_epochs=1, batch_size=16, ccvr_virtual_per_class=5, f
 JOBS = (Job("fedavg", "ccvr", HP), Job("spherefed", "ffc", HP))
 
 
+def side_by_side(jobs, inputs):
+    with started(jobs, inputs, workers=2, progress=lambda msg: None, bars=False) as results:
+        return results()
+
+
 def test_side_by_side_equals_one_after_another(inputs):
-    parallel = run_jobs(JOBS, inputs, workers=2, progress=lambda msg: None, bars=False)
+    parallel = side_by_side(JOBS, inputs)
     previous = torch.get_num_threads()
     try:
         serial = [run_job(job, inputs, threads=threads_per_worker(2)) for job in JOBS]
@@ -49,7 +54,7 @@ def test_side_by_side_equals_one_after_another(inputs):
 def test_a_failed_run_fails_the_call(inputs):
     bad = Job("fedavg", None, Hparams(lr=1e30, local_epochs=1, batch_size=16))  # diverges: non-finite loss
     with pytest.raises(Exception, match="non-finite loss"):
-        run_jobs((JOBS[0], bad), inputs, workers=2, progress=lambda msg: None, bars=False)
+        side_by_side((JOBS[0], bad), inputs)
 
 
 @pytest.mark.parametrize("asked, jobs, expected", [
@@ -60,6 +65,11 @@ def test_a_failed_run_fails_the_call(inputs):
 ])
 def test_resolve_workers(asked, jobs, expected):
     assert resolve_workers(asked, jobs) == expected
+
+
+def test_runs_on_a_gpu_share_it_one_after_another_unless_asked():
+    assert resolve_workers(None, 2, "cuda:0") == 1
+    assert resolve_workers(2, 2, "cuda:0") == 2
 
 
 def test_threads_split_the_cores():
