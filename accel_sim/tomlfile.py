@@ -8,17 +8,13 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from accel_sim.files import existing_file
+
 
 def read_toml(path: str | Path, error: type[Exception], what: str) -> dict[str, Any]:
     """The top-level table of the TOML file ``path``; raises ``error`` naming the file otherwise
     (``what`` names the kind of file: "hardware config", "system-model")."""
-    if not str(path).strip():
-        raise error(f"the {what} file name is empty: give a TOML file, or leave the option out for the defaults")
-    path = Path(path)
-    if path.is_dir():
-        raise error(f"{path}: is a folder, not a {what} file")
-    if not path.is_file():
-        raise error(f"{path}: no such {what} file")
+    path = existing_file(path, error, what, empty_hint="give a TOML file, or leave the option out for the defaults")
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as e:

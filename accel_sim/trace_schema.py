@@ -56,6 +56,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Iterable, Iterator, Mapping
 
+from accel_sim.files import existing_file
+
 FORMAT_NAME = "fl-accel-trace"
 SCHEMA_VERSION = 2
 
@@ -558,13 +560,7 @@ def _decoded_lines(f: BinaryIO, source: str) -> Iterator[str]:
 
 def load_trace(path: str | Path) -> Trace:
     """Load and validate a trace file. Raises ``TraceFormatError`` (file:line: what is wrong)."""
-    if not str(path).strip():
-        raise TraceFormatError("the trace file name is empty: give a trace file (JSON Lines, docs/trace.md)")
-    path = Path(path)
-    if path.is_dir():
-        raise TraceFormatError(f"{path}: is a folder, not a trace file")
-    if not path.is_file():
-        raise TraceFormatError(f"{path}: no such trace file")
+    path = existing_file(path, TraceFormatError, "trace", empty_hint="give a trace file (JSON Lines, docs/trace.md)")
     try:
         with path.open("rb") as f:
             return parse_trace_lines(_decoded_lines(f, str(path)), source=str(path))
