@@ -411,25 +411,34 @@ MEMORY_SRAM_KB = (1, 64)
 MEMORY_BANDWIDTHS = (1, 8)  # words per cycle
 
 
+MEMORY_COLUMNS = ("total_cycles", "stall_cycles", "total_cycles_incl_prefetch", "dram_ifmap_read_words",
+                  "dram_filter_read_words", "dram_ofmap_write_words", "sram_ifmap_read_words",
+                  "sram_filter_read_words", "sram_ofmap_write_words")
+
+
+def memory_row(gemm, *, rows: int, cols: int, dataflow: str, sram_kb: int, bandwidth: int) -> tuple[dict, float]:
+    """One GEMM through SCALE-Sim in USER bandwidth mode: (the recorded row, SCALE-Sim's wall s)."""
+    (r,), wall_s = run_scalesim([gemm], rows=rows, cols=cols, dataflow=dataflow, sram_kb=sram_kb,
+                                bandwidth_words_per_cycle=bandwidth)
+    return ({**{key: r[key] for key in ("m", "n", "k", "rows", "cols", "dataflow")},
+             "sram_kb": sram_kb, "bandwidth_words_per_cycle": bandwidth,
+             **{key: r[key] for key in MEMORY_COLUMNS}, "kind": gemm.kind, "name": gemm.name}, wall_s)
+
+
 def cmd_memory(out_dir: Path) -> int:
     """Record SCALE-Sim's USER-bandwidth-mode figures (DRAM words per operand, stall and total
     cycles) for MEMORY_SHAPES on 8x16 and MEMORY_PAPER_ARRAY_SHAPES on 32x64, every dataflow, SRAM
     size and bandwidth, one SCALE-Sim run per GEMM (its buffers carry state from layer to layer)."""
     plan = [((8, 16), MEMORY_SHAPES), ((32, 64), MEMORY_PAPER_ARRAY_SHAPES)]
-    keep = ("total_cycles", "stall_cycles", "total_cycles_incl_prefetch", "dram_ifmap_read_words",
-            "dram_filter_read_words", "dram_ofmap_write_words", "sram_ifmap_read_words",
-            "sram_filter_read_words", "sram_ofmap_write_words")
     recorded, total_s = [], 0.0
     for sram_kb in MEMORY_SRAM_KB:
         for bandwidth in MEMORY_BANDWIDTHS:
             for (rows, cols), shapes in plan:
                 for dataflow in DATAFLOWS:
                     for gemm in shapes:
-                        (r,), wall_s = run_scalesim([gemm], rows=rows, cols=cols, dataflow=dataflow,
-                                                    sram_kb=sram_kb, bandwidth_words_per_cycle=bandwidth)
-                        recorded.append({**{key: r[key] for key in ("m", "n", "k", "rows", "cols", "dataflow")},
-                                         "sram_kb": sram_kb, "bandwidth_words_per_cycle": bandwidth,
-                                         **{key: r[key] for key in keep}, "kind": gemm.kind, "name": gemm.name})
+                        row, wall_s = memory_row(gemm, rows=rows, cols=cols, dataflow=dataflow, sram_kb=sram_kb,
+                                                 bandwidth=bandwidth)
+                        recorded.append(row)
                         total_s += wall_s
                 print(f"SRAM {sram_kb} kB, {bandwidth} words/cycle, {rows}x{cols}: {len(shapes)} GEMMs x 3, "
                       f"{total_s:.1f} s so far", flush=True)
@@ -456,18 +465,13 @@ MEMORY_SPILL_CONFIGS = ((2, 4), (4, 22), (16, 2))  # (SRAM kB, DRAM words per cy
 def cmd_memory_spill(out_dir: Path) -> int:
     """Record the held-out spill set (MEMORY_SPILL_SHAPES on 32x64, every dataflow, each of
     MEMORY_SPILL_CONFIGS) in USER bandwidth mode, with the columns of ``memory``."""
-    keep = ("total_cycles", "stall_cycles", "total_cycles_incl_prefetch", "dram_ifmap_read_words",
-            "dram_filter_read_words", "dram_ofmap_write_words", "sram_ifmap_read_words",
-            "sram_filter_read_words", "sram_ofmap_write_words")
     recorded, total_s = [], 0.0
     for sram_kb, bandwidth in MEMORY_SPILL_CONFIGS:
         for dataflow in DATAFLOWS:
             for gemm in MEMORY_SPILL_SHAPES:
-                (r,), wall_s = run_scalesim([gemm], rows=32, cols=64, dataflow=dataflow,
-                                            sram_kb=sram_kb, bandwidth_words_per_cycle=bandwidth)
-                recorded.append({**{key: r[key] for key in ("m", "n", "k", "rows", "cols", "dataflow")},
-                                 "sram_kb": sram_kb, "bandwidth_words_per_cycle": bandwidth,
-                                 **{key: r[key] for key in keep}, "kind": gemm.kind, "name": gemm.name})
+                row, wall_s = memory_row(gemm, rows=32, cols=64, dataflow=dataflow, sram_kb=sram_kb,
+                                         bandwidth=bandwidth)
+                recorded.append(row)
                 total_s += wall_s
         print(f"SRAM {sram_kb} kB, {bandwidth} words/cycle: {len(MEMORY_SPILL_SHAPES)} GEMMs x 3, "
               f"{total_s:.1f} s so far", flush=True)
