@@ -32,3 +32,15 @@ def assert_fails_clean(main, argv: list[str], capsys, watched: Path, names: str,
     assert names in lines[0], lines[0]
     assert snapshot(watched) == before, "the failed command left or changed files"
     return lines[0]
+
+
+def workspace(root: Path, *, out_with: str | None = None) -> Path:
+    """The inputs the command tables share, under ``root``: a binary TOML (``binary.toml``), a plain
+    file (``afile``: an --out under it cannot be a folder) and a folder ``existing`` (holding
+    ``out_with``, a results file of the command, when given)."""
+    (root / "binary.toml").write_bytes(b"\x00\xff\xfe\x80 = 1\n")
+    (root / "afile").write_text("x")
+    (root / "existing").mkdir()
+    if out_with:
+        (root / "existing" / out_with).write_text("{}")
+    return root

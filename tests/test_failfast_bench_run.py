@@ -5,7 +5,7 @@ captured or a federated run starts."""
 import pytest
 
 from bench import run
-from tests.failfast import assert_fails_clean
+from tests.failfast import assert_fails_clean, workspace
 from workloads import cli
 
 PRESET = """
@@ -24,11 +24,7 @@ local_epochs = 1
 def ws(tmp_path, monkeypatch):
     """A working folder: cwd (so a default --out would land here), a binary file, a plain file."""
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "binary.toml").write_bytes(b"\x00\xff\xfe\x80 = 1\n")
-    (tmp_path / "afile").write_text("x")
-    (tmp_path / "existing").mkdir()
-    (tmp_path / "existing" / "summary.json").write_text("{}")
-    return tmp_path
+    return workspace(tmp_path, out_with="summary.json")
 
 
 def preset(ws, name, run_lines="", hparams_lines=""):

@@ -4,16 +4,13 @@
 import pytest
 
 from bench import sweep
-from tests.failfast import assert_fails_clean
+from tests.failfast import assert_fails_clean, workspace
 
 
 @pytest.fixture
 def ws(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "binary.toml").write_bytes(b"\x00\xff\xfe\x80 = 1\n")
-    (tmp_path / "afile").write_text("x")
-    (tmp_path / "existing").mkdir()
-    return tmp_path
+    return workspace(tmp_path)
 
 
 CASES = [

@@ -4,7 +4,7 @@ tested with a real run in tests/test_fl_run_cli.py."""
 
 import pytest
 
-from tests.failfast import assert_fails_clean
+from tests.failfast import assert_fails_clean, workspace
 from workloads.fl import run
 
 PRESET = """
@@ -25,11 +25,7 @@ local_epochs = 1
 def ws(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "ok.toml").write_text(PRESET.format(run="rounds = 1", hparams=""))
-    (tmp_path / "binary.toml").write_bytes(b"\x00\xff\xfe\x80 = 1\n")
-    (tmp_path / "afile").write_text("x")
-    (tmp_path / "existing").mkdir()
-    (tmp_path / "existing" / "results.json").write_text("{}")
-    return tmp_path
+    return workspace(tmp_path, out_with="results.json")
 
 
 def preset(ws, name, run_lines="rounds = 1", hparams_lines=""):
