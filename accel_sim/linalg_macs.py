@@ -1,5 +1,5 @@
 """Multiply-adds of the dense factorizations and solves: one definition, used by the trace
-lowering (``workloads.lowering``: what a traced linear-algebra op costs) and by the closed forms
+lowering (``workloads.capture.lowering``: what a traced linear-algebra op costs) and by the closed forms
 (``bench.formulas``: SphereFed Table 1). Exact counts of the textbook algorithms (Golub & Van Loan,
 *Matrix Computations*, 4th ed., Johns Hopkins University Press, 2013: Alg. 3.1.1 forward
 substitution, Alg. 3.2.1 outer-product LU, Alg. 4.2.1 Cholesky); divisions and square roots are

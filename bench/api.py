@@ -10,7 +10,7 @@ modeled accelerator, for any ``nn.Module`` (docs/byom.md).
 The model is wrapped exactly as the CLIs wrap a ``package.module:factory`` model
 (``workloads.model_spec.wrap_module``: its last ``nn.Linear``, or ``classifier=``, becomes the
 FL methods' bias-free classifier), on a copy: the caller's model is not modified. The step is the
-federated loop's own client step (``workloads.fl.step_cost.local_step_trace``), captured on the
+federated loop's own client step (``workloads.cost.step.local_step_trace``), captured on the
 ``meta`` device and priced by ``accel_sim.simulate``.
 """
 
@@ -29,7 +29,7 @@ from accel_sim.report import CostReport
 from accel_sim.trace_schema import Trace
 from workloads.fl.hparams import Hparams
 from workloads.fl.methods import parse_method
-from workloads.fl.step_cost import local_step_trace, simulate_complete
+from workloads.cost.step import local_step_trace, simulate_complete
 from workloads.model_spec import ModelSpecError, find_classifier, wrap_module
 
 LAYER_COLUMNS = ("layer", "phase", "macs", "cycles", "latency_s", "energy_j")

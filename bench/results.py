@@ -10,12 +10,14 @@ Layout (docs/results.md describes every field)::
       breakdown.csv  one row per block/kind of work: model, method, region, block, kind, cycles, energy
       fig5.png       Fig. 5 (a)-(e) style bars plus energy panels for every model of the run
       breakdown_<model>.png   latency and energy of one training step by block and kind of work
-      rounds.csv     one row per model, method and round of the accuracy run, priced (accel_sim.rounds)
+      rounds.csv     one row per model, method and round of the accuracy run, priced (workloads.cost.system)
       tta.png        accuracy against modeled wall time, energy and bytes (time-to-accuracy)
+
+      manifest.json  what the suite wrote (iokit.outputs): the command, the config's hash, the format version
 
 A run is written into a temporary sibling folder and renamed into place at the end, so an
 interrupted run leaves no half-written ``results/<run>``; an existing folder is only replaced when
-the caller asks to overwrite it.
+the caller asks to overwrite it and it is a results folder of this suite (``iokit.outputs``).
 """
 
 from __future__ import annotations
@@ -23,11 +25,10 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from accel_sim.rounds import ROUNDS_COLUMNS
-from workloads import cli
-from workloads.atomic import atomic_write_dir, atomic_write_text
+from iokit.files import atomic_write_text
+from workloads.cost.system import ROUNDS_COLUMNS
 
 FORMAT_NAME = "fl-accel-bench-results"
 FORMAT_VERSION = 3
@@ -70,21 +71,6 @@ def write_json(path: Path, obj: Any) -> None:
     """Write JSON (finite numbers only) through a temporary file renamed into place."""
     check_finite(obj, path.name)
     atomic_write_text(path, json.dumps(obj, indent=2, allow_nan=False) + "\n")
-
-
-def check_out_dir(out: Path, *, overwrite: bool) -> None:
-    """Refuse to mix a new run with an existing folder unless ``overwrite``, and an output location
-    that cannot be written (``workloads.cli.check_out_dir``, checked before any work)."""
-    cli.check_out_dir(out, overwrite=overwrite, error=ResultsError)
-
-
-def write_run_dir(out: Path, build: Callable[[Path], None], *, overwrite: bool) -> Path:
-    """Call ``build(tmp)`` to fill a fresh temporary folder, then rename it to ``out``
-    (``workloads.atomic.atomic_write_dir``: stale temporary folders of an interrupted run of the
-    same ``out`` are removed first). The old ``out`` (with ``overwrite``) is only removed after the
-    new one is complete."""
-    check_out_dir(Path(out), overwrite=overwrite)
-    return atomic_write_dir(out, build, overwrite=overwrite)
 
 
 def load_summary(run_dir: Path) -> dict:

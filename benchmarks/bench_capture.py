@@ -14,8 +14,8 @@ import time
 
 import torch
 
-from workloads.fl.capture import method_setup
-from workloads.trace import capture_training_step
+from workloads.cost.step import method_setup
+from workloads.capture import capture_training_step
 
 
 def main() -> None:

@@ -19,9 +19,9 @@ from pathlib import Path
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, Metadata, RecordDict
 
-from workloads.fl.flower import meter
-from workloads.fl.flower.app import FlowerRun, client_app, new_model, shared_state
-from workloads.fl.flower.mod import AccelMod
+from workloads.flower import meter
+from workloads.flower.app import FlowerRun, client_app, new_model, shared_state
+from workloads.flower.mod import AccelMod
 
 HW = Path(__file__).resolve().parents[1] / "configs" / "hw" / "paper_default.toml"
 METHOD = "fedavg+spherefed"

@@ -1,9 +1,9 @@
-"""What pricing every round adds to a federated run: ``workloads.fl.run --preset small``.
+"""What pricing every round adds to a federated run: ``workloads.fl.presets --preset small``.
 
     PYTHONPATH=. python benchmarks/bench_round_pricing.py [--preset small] [--threads 1] [--rounds N]
 
 Runs the FL CLI once (every method of the preset) and prints, per method, the wall time of its
-federated run and of pricing its rounds (``workloads.fl.round_cost.price_run``: the step captures
+federated run and of pricing its rounds (``workloads.cost.rounds.price_run``: the step captures
 of each distinct batch size, the aggregation and calibration captures, the round model), both as
 recorded in ``results.json`` by the CLI itself, and the share pricing adds to the whole command.
 Captures are shared by the methods of a run, so the first method of each step program pays for
@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from workloads.fl.run import main as fl_run
+from bench.fl.__main__ import main as fl_run
 
 
 def main() -> None:

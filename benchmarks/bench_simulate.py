@@ -13,7 +13,7 @@ once (``tests/data/scalesim/mobilenetv2_fwd_layers.csv``, batch 1, os, 32 x 64; 
 
     PYTHONPATH=$PWD python benchmarks/bench_simulate.py [trace.jsonl] [--repeat N]
 
-With no trace file it captures one (``workloads.trace``, meta device: the real autograd graph of
+With no trace file it captures one (``workloads.capture``, meta device: the real autograd graph of
 a FedAvg step of the paper's MobileNetV2, SGD with momentum); capture time is not measured.
 """
 
@@ -39,8 +39,8 @@ from accel_sim.trace_schema import load_trace  # noqa: E402
 def captured_mobilenetv2_step(batch: int = 64, classes: int = 100):
     import torch
 
-    from workloads.fl.capture import method_setup
-    from workloads.trace import capture_training_step
+    from workloads.cost.step import method_setup
+    from workloads.capture import capture_training_step
 
     model, loss_fn = method_setup("fedavg", "mobilenetv2", num_classes=classes, image_size=32, norm="bn")
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-5, foreach=False)
@@ -72,7 +72,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
     trace = load_trace(args.trace) if args.trace else captured_mobilenetv2_step()
-    source = args.trace or "captured MobileNetV2 FedAvg step, CIFAR-100, batch 64 (workloads.trace, meta device)"
+    source = args.trace or "captured MobileNetV2 FedAvg step, CIFAR-100, batch 64 (workloads.capture, meta device)"
     gemms = sum(1 for op in trace.ops if op.work.kind == "gemm")
     print(f"trace: {source}: {len(trace.ops)} ops ({gemms} GEMMs)")
     for memory_model in MEMORY_MODELS:

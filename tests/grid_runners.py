@@ -10,7 +10,10 @@ import os
 import time
 from pathlib import Path
 
+from bench.grid.runners import grid_runner
 
+
+@grid_runner("tests.train_tiny")
 def train_tiny(config: dict, out_dir: Path) -> dict:
     import torch
 
@@ -35,14 +38,20 @@ def train_tiny(config: dict, out_dir: Path) -> dict:
     return {"loss": float(loss.detach()), "pid": os.getpid()}
 
 
+def not_a_runner(config: dict, out_dir: Path) -> dict:
+    """A function of the right shape that was never registered as a runner: grids refuse it."""
+    return {}
+
+
+@grid_runner("tests.parse_then_train")
 def parse_then_train(config: dict, out_dir: Path) -> dict:
-    """What ``bench.run.run_point`` does, in small: the point's settings become argv for the suite's
-    parser (``workloads.cli.Parser``), so a bad setting raises ``UsageError`` (the grid records it
+    """What a runner that parses its settings does, in small: the point's settings become argv for the suite's
+    parser (``iokit.cli.Parser``), so a bad setting raises ``UsageError`` (the grid records it
     as the point's failure) instead of exiting; then ``train_tiny``."""
-    from workloads import cli
+    from iokit import checks, cli
 
     parser = cli.Parser(prog="tests.grid_runners")
-    parser.add_argument("--seed", type=cli.int_in(0, cli.SEED_MAX), required=True)
-    parser.add_argument("--batch-size", type=cli.int_in(1, cli.BATCH_SIZE_MAX), required=True)
+    parser.add_argument("--seed", type=cli.int_in(0, checks.SEED_MAX), required=True)
+    parser.add_argument("--batch-size", type=cli.int_in(1, checks.BATCH_SIZE_MAX), required=True)
     args = parser.parse_args([f"--seed={config['seed']}", f"--batch-size={config['batch_size']}"])
     return train_tiny({"seed": args.seed}, out_dir)

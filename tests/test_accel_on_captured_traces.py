@@ -1,4 +1,4 @@
-"""accel_sim on real captured traces (workloads.trace): the simulator's bookkeeping agrees with the
+"""accel_sim on real captured traces (workloads.capture): the simulator's bookkeeping agrees with the
 capture's own, independent queries, and SphereFed's frozen classifier shows up as exactly one
 missing weight-gradient GEMM."""
 
@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from accel_sim.simulate import simulate
-from workloads import trace as wt
-from workloads.fl.capture import method_setup
+from workloads import capture as wt
+from workloads.cost.step import method_setup
 
 BATCH, CLASSES = 4, 100
 

@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 
-import bench.run as bench_run
-import workloads.fl.run as fl_run
+import bench.run.__main__ as bench_run
+from bench.run.study import run_point
+import bench.fl.__main__ as fl_run
 from bench import results
-import workloads.trace as wtrace
-from workloads.fl import capture
+import workloads.capture as wtrace
+import bench.capture.__main__ as capture
 from accel_sim.trace_schema import load_trace
 from workloads.model_spec import ModelSpec, build
 from workloads.models import MODELS
@@ -89,7 +90,7 @@ def test_trace_cli_counts_the_hand_computed_macs(user_dir, capsys, method):
 def test_trace_cli_as_a_subprocess_imports_from_the_current_folder(user_dir):
     env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(REPO)  # the project only: the user's module is found through the cwd
-    proc = subprocess.run([sys.executable, "-m", "workloads.fl.capture", "--model", f"{MODULE}:fixed_head", "--method",
+    proc = subprocess.run([sys.executable, "-m", "workloads.cost.step", "--model", f"{MODULE}:fixed_head", "--method",
                            "fedavg", "--batch-size", "2", "--classes", "3", "--input-shape", "3,8,8",
                            "--out", "t.jsonl"], cwd=user_dir, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
@@ -143,7 +144,7 @@ def test_several_accelerators_need_distinct_valid_files(user_dir, tmp_path_facto
 
 def test_grid_point_takes_a_user_model_and_its_shape(user_dir):
     (user_dir / "tiny.toml").write_text(TINY_PRESET)
-    metrics = bench_run.run_point({"model": f"{MODULE}:net", "input_shape": [3, 8, 8], "classes": C,
+    metrics = run_point({"model": f"{MODULE}:net", "input_shape": [3, 8, 8], "classes": C,
                                    "preset": str(user_dir / "tiny.toml"),
                                    "batch_size": B, "methods": ["fedavg", "ccvr"]}, user_dir)
     assert json.loads((user_dir / "summary.json").read_text())["config"]["input_shape"] == [3, 8, 8]
@@ -179,9 +180,9 @@ ERRORS = [  # (model, extra arguments, what stderr must say)
     ("torchvision:resnet18", [], "pip install -c constraints.txt -e '.[models]'"),
 ]
 CLIS = {  # name -> (main, arguments besides the model and its extras)
-    "workloads.fl.capture": (capture.main, ["--method", "fedavg", "--out", "out/t.jsonl"]),
+    "bench.capture": (capture.main, ["--method", "fedavg", "--out", "out/t.jsonl"]),
     "bench.run": (bench_run.main, ["--out", "out/run"]),
-    "workloads.fl.run": (fl_run.main, ["--preset", "small", "--out", "out/fl"]),
+    "bench.fl": (fl_run.main, ["--preset", "small", "--out", "out/fl"]),
 }
 
 
@@ -200,7 +201,7 @@ def test_every_error_is_one_line_exit_2_nothing_written(user_dir, capsys, monkey
 @pytest.mark.skipif(importlib.util.find_spec("flwr") is None, reason="Flower is not installed: the .[flower] extra")
 @pytest.mark.parametrize("model, message", [(m, msg) for m, extra, msg in ERRORS if not extra])
 def test_flower_example_refuses_the_same_models_before_starting(user_dir, capsys, monkeypatch, model, message):
-    from workloads.fl.flower.__main__ import main as flower_main
+    from workloads.flower.__main__ import main as flower_main
 
     monkeypatch.setitem(sys.modules, "torchvision", None)
     before = sorted(p.name for p in user_dir.iterdir())
@@ -216,7 +217,7 @@ def test_torchvision_resnet18_forward_macs_equal_fvcore():
     from fvcore.nn import FlopCountAnalysis
 
     from workloads.model_spec import load_factory
-    from workloads.trace import capture, macs
+    from workloads.capture import capture, macs
 
     model = build(ModelSpec("torchvision:resnet18"), num_classes=10, spherefed=False).eval()
     x = torch.zeros(2, 3, 32, 32)
@@ -235,7 +236,7 @@ def test_paper_model_forward_macs_equal_fvcore(name):
     from fvcore.nn import FlopCountAnalysis
 
     from workloads.models import build_model
-    from workloads.trace import capture, macs
+    from workloads.capture import capture, macs
 
     x = torch.zeros(1, 3, 32, 32)
     counts = FlopCountAnalysis(build_model(name, num_classes=100).eval(), x)

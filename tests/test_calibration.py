@@ -1,4 +1,4 @@
-"""workloads.fl.calibration_cost: the one-and-two-step extrapolation equals full captures on small shapes."""
+"""workloads.cost.calibration: the one-and-two-step extrapolation equals full captures on small shapes."""
 
 import pytest
 import torch
@@ -6,13 +6,13 @@ import torch.nn.functional as F
 
 from accel_sim.hardware import HardwareConfig
 from accel_sim.simulate import simulate
-from workloads.fl import calibration_cost as cal
+from workloads.cost import calibration as cal
 from workloads.fl.hparams import Hparams
 from workloads.fl.methods.ccvr import retrain_classifier
 from workloads.fl.methods.ffc import ffc_client_statistics
-from workloads.fl.step_cost import simulate_complete
+from workloads.cost.step import simulate_complete
 from workloads.models import build_model
-from workloads.trace import capture
+from workloads.capture import capture
 
 HW = HardwareConfig()
 
@@ -85,5 +85,5 @@ def test_bench_refuses_to_price_a_trace_with_unlowered_ops():
     # in-place baddbmm_ has no lowering: accel_sim would price it at 0 cycles, bench must refuse
     c = torch.zeros(2, 4, 4, device="meta")
     captured = capture(lambda c: c.baddbmm_(torch.ones(2, 4, 1, device="meta"), torch.ones(2, 1, 4, device="meta")), c)
-    with pytest.raises(ValueError, match=r"aten\.baddbmm_.*workloads/lowering\.py"):
+    with pytest.raises(ValueError, match=r"aten\.baddbmm_.*LOWERINGS"):
         simulate_complete(captured.trace, HardwareConfig(), "toy")

@@ -1,4 +1,4 @@
-"""workloads/cli.py and workloads.atomic.atomic_write_dir: the pieces every command uses to fail
+"""workloads/cli.py and iokit.files.atomic_write_dir: the pieces every command uses to fail
 fast and clean (bounds, the write probe, one-line errors, interruption, temporary folders)."""
 
 import argparse
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from workloads import cli
-from workloads.atomic import atomic_write_dir, remove_stale_partials
+from iokit import checks, cli, outputs
+from iokit.files import atomic_write_dir, remove_stale_partials
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -42,7 +42,7 @@ def test_finite_positive_float_rejects(text):
 
 def test_parser_errors_are_one_line_usage_errors():
     p = cli.Parser(prog="python -m demo")
-    p.add_argument("--seed", type=cli.int_in(0, cli.SEED_MAX))
+    p.add_argument("--seed", type=cli.int_in(0, checks.SEED_MAX))
     with pytest.raises(cli.UsageError) as err:
         p.parse_args(["--seed", "-1"])
     assert str(err.value) == ("argument --seed: -1 is out of range; give an integer in [0, 2,147,483,647] "
@@ -52,14 +52,14 @@ def test_parser_errors_are_one_line_usage_errors():
 def test_check_writable(tmp_path):
     (tmp_path / "afile").write_text("x")
     (tmp_path / "folder").mkdir()
-    cli.check_writable(tmp_path / "new" / "deeper")  # a new folder under an existing one: fine
-    cli.check_writable(tmp_path / "new.jsonl", folder=False)
-    with pytest.raises(cli.OutputError, match="is under the file"):
-        cli.check_writable(tmp_path / "afile" / "x")
-    with pytest.raises(cli.OutputError, match="is an existing file"):
-        cli.check_writable(tmp_path / "afile")
-    with pytest.raises(cli.OutputError, match="is an existing folder"):
-        cli.check_writable(tmp_path / "folder", folder=False)
+    outputs.check_writable(tmp_path / "new" / "deeper")  # a new folder under an existing one: fine
+    outputs.check_writable(tmp_path / "new.jsonl", folder=False)
+    with pytest.raises(outputs.OutputError, match="is under the file"):
+        outputs.check_writable(tmp_path / "afile" / "x")
+    with pytest.raises(outputs.OutputError, match="is an existing file"):
+        outputs.check_writable(tmp_path / "afile")
+    with pytest.raises(outputs.OutputError, match="is an existing folder"):
+        outputs.check_writable(tmp_path / "folder", folder=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "folder"]  # the probes left nothing
 
 
@@ -67,8 +67,8 @@ def test_check_writable(tmp_path):
 def test_check_writable_read_only(tmp_path):
     ro = tmp_path / "ro"
     ro.mkdir(mode=0o555)
-    with pytest.raises(cli.OutputError, match="cannot write in"):
-        cli.check_writable(ro / "out")
+    with pytest.raises(outputs.OutputError, match="cannot write in"):
+        outputs.check_writable(ro / "out")
 
 
 def test_atomic_write_dir_mode_and_stale_partials(tmp_path):
@@ -100,8 +100,8 @@ def test_a_failed_build_leaves_nothing(tmp_path):
 SCRIPT = """
 import sys, time
 from pathlib import Path
-from workloads import cli
-from workloads.atomic import atomic_write_dir
+from iokit import cli
+from iokit.files import atomic_write_dir
 
 @cli.command("interrupted; nothing written")
 def main(argv=None):

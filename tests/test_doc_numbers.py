@@ -9,7 +9,7 @@ import pytest
 
 from accel_sim.simulate import simulate
 from bench.paper import saving_pct
-from bench.traces import local_training_trace
+from workloads.cost.step import method_step_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMING = json.loads((ROOT / "tests/data/scalesim/mobilenetv2_fwd_timing.json").read_text())
@@ -36,7 +36,7 @@ def test_scalesim_timing_is_quoted_as_recorded():
 @pytest.fixture(scope="module")
 def mobilenetv2_traces():
     """The step docs/accel_sim.md describes: MobileNetV2, CIFAR-100 shapes, batch 64."""
-    return {m: local_training_trace("mobilenetv2", m, batch_size=64) for m in ("fedavg", "spherefed")}
+    return {m: method_step_trace("mobilenetv2", m, batch_size=64) for m in ("fedavg", "spherefed")}
 
 
 @pytest.fixture(scope="module")

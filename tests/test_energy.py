@@ -15,8 +15,8 @@ from accel_sim.pricing import price_work
 from accel_sim.simulate import simulate
 from accel_sim.trace_schema import GemmWork
 from tests.accel_traces import small_trace
-from workloads import trace as wt
-from workloads.fl.capture import method_setup
+from workloads import capture as wt
+from workloads.cost.step import method_setup
 
 SMALL_TOML = """\
 rows = 4

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from bench import grid
-from bench.grid import parse_grid, run_grid
+import bench.grid.__main__ as grid
+from bench.grid import engine
+from bench.grid.engine import parse_grid, run_grid
 from tests.failfast import assert_fails_clean
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,7 +53,7 @@ CASES = [
 def test_bad_input_fails_before_any_point(ws, capsys, case, argv, names):
     start = time.perf_counter()
     assert_fails_clean(grid.main, argv, capsys, ws, names)
-    assert time.perf_counter() - start < grid.RAY_CONNECT_TIMEOUT_S  # a refused port answers at once
+    assert time.perf_counter() - start < engine.RAY_CONNECT_TIMEOUT_S  # a refused port answers at once
 
 
 def test_a_bad_point_fails_alone_and_is_recorded(tmp_path):

@@ -4,9 +4,9 @@ captured or a federated run starts."""
 
 import pytest
 
-from bench import run
+import bench.run.__main__ as run
 from tests.failfast import assert_fails_clean, workspace
-from workloads import cli
+from iokit import checks, cli
 
 PRESET = """
 [run]
@@ -37,7 +37,7 @@ CASES = [
     # bad numbers
     ("seed-negative", ["--seed", "-1"], "argument --seed: -1 is out of range"),
     ("seed-huge", ["--seed", str(2**64)], "argument --seed"),
-    ("batch-huge", ["--batch-size", "1000000000"], f"argument --batch-size: 1000000000 is out of range; give an integer in [1, {cli.BATCH_SIZE_MAX:,}]"),
+    ("batch-huge", ["--batch-size", "1000000000"], f"argument --batch-size: 1000000000 is out of range; give an integer in [1, {checks.BATCH_SIZE_MAX:,}]"),
     ("classes-huge", ["--classes", "100000000000"], "argument --classes"),
     ("alpha-nan", ["--alpha", "nan"], "argument --alpha: 'nan': give a finite number > 0"),
     ("target-inf", ["--target", "inf"], "argument --target"),

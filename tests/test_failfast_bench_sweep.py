@@ -3,7 +3,7 @@
 
 import pytest
 
-from bench import sweep
+import bench.sweep.__main__ as sweep
 from tests.failfast import assert_fails_clean, workspace
 
 

@@ -1,12 +1,12 @@
-"""python -m workloads.fl.capture on bad input: one line naming the input, exit 2, nothing written
+"""python -m workloads.cost.step on bad input: one line naming the input, exit 2, nothing written
 (tests/failfast.py). The numbers are bounded before any tensor is made: --batch-size 10^9 or
 --classes 10^11 used to allocate CPU memory and crash."""
 
 import pytest
 
 from tests.failfast import assert_fails_clean
-from workloads import cli
-from workloads.fl.capture import main
+from iokit import checks, cli
+from bench.capture.__main__ import main
 
 
 @pytest.fixture
@@ -20,7 +20,7 @@ def ws(tmp_path, monkeypatch):
 BASE = ["--model", "convnet", "--method", "fedavg"]
 CASES = [
     ("batch-huge", ["--batch-size", "1000000000", "--out", "t.jsonl"], "argument --batch-size: 1000000000 is out of range"),
-    ("classes-huge", ["--classes", "100000000000", "--out", "t.jsonl"], f"argument --classes: 100000000000 is out of range; give an integer in [1, {cli.CLASSES_MAX:,}]"),
+    ("classes-huge", ["--classes", "100000000000", "--out", "t.jsonl"], f"argument --classes: 100000000000 is out of range; give an integer in [1, {checks.CLASSES_MAX:,}]"),
     ("lr-nan", ["--lr", "nan", "--out", "t.jsonl"], "argument --lr: 'nan': give a finite number > 0"),
     ("lr-negative", ["--lr", "-0.1", "--out", "t.jsonl"], "argument --lr"),
     ("batch-text", ["--batch-size", "x", "--out", "t.jsonl"], "argument --batch-size: 'x' is not an integer"),
@@ -38,12 +38,12 @@ def test_bad_input_fails_before_any_work(ws, capsys, case, argv, names):
 
 
 def test_the_capture_engine_imports_nothing_of_fl():
-    """workloads.trace (the capture engine) must not import workloads.fl (issue 15 point 5); checked
+    """workloads.capture (the capture engine) must not import workloads.fl (issue 15 point 5); checked
     in a fresh interpreter so this session's earlier imports do not hide one."""
     import subprocess
     import sys
 
-    code = ("import sys, workloads.trace; "
+    code = ("import sys, workloads.capture; "
             "bad = sorted(m for m in sys.modules if m.startswith('workloads.fl')); print(bad); sys.exit(bool(bad))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -1,11 +1,11 @@
-"""python -m workloads.fl.run on bad input: found before any training, one line on stderr naming
+"""python -m workloads.fl.presets on bad input: found before any training, one line on stderr naming
 the input, exit 2, nothing written (tests/failfast.py). --overwrite replacing a whole folder is
 tested with a real run in tests/test_fl_run_cli.py."""
 
 import pytest
 
 from tests.failfast import assert_fails_clean, workspace
-from workloads.fl import run
+import bench.fl.__main__ as run
 
 PRESET = """
 [run]

@@ -19,7 +19,7 @@ HP = Hparams(lr=0.05, local_epochs=1, batch_size=32, share_every_rounds=2, ccvr_
 
 def sizes(method):
     """Sizes for the closed form, from the prepared model: ``closed_form_sizes``, the one builder
-    ``workloads.fl.run`` and ``bench.run`` use."""
+    ``workloads.fl.presets`` and ``bench.run`` use."""
     return closed_form_sizes(prepare_model(TinyNet(spherefed=method.spherefed), method, seed=0))
 
 
@@ -77,7 +77,7 @@ def test_bench_closed_form_equals_the_ledger_for_double_head():
     import numpy as np
     import torch
 
-    from bench.run import model_closed_form_bytes
+    from bench.run.figures import model_closed_form_bytes
     from workloads import model_spec
     from workloads.fl.data import Dataset
 

@@ -6,7 +6,8 @@ import os
 import pytest
 import torch
 
-from workloads.fl.run import load_preset, main, method_hparams
+from bench.fl.__main__ import main
+from workloads.fl.presets import load_preset, method_hparams
 from workloads.fl.methods import parse_method
 
 TINY = """
@@ -175,7 +176,7 @@ def test_cli_resume_after_an_interruption_gives_the_uninterrupted_results(tmp_pa
     try:
         assert main(args + ["--out", str(tmp_path / "whole")]) == 0
         monkeypatch.setattr(loop, "run_method", interrupted)
-        assert main(args + ["--out", str(tmp_path / "cut")]) == 130  # Ctrl-C: one line, exit 130 (workloads.cli)
+        assert main(args + ["--out", str(tmp_path / "cut")]) == 130  # Ctrl-C: one line, exit 130 (iokit.cli)
         assert (tmp_path / "cut" / "checkpoints" / "fedavg.pt").is_file()
         monkeypatch.setattr(loop, "run_method", real)
         assert main(args + ["--out", str(tmp_path / "cut"), "--resume"]) == 0

@@ -9,7 +9,7 @@ from workloads.fl.hparams import Hparams
 from workloads.fl.local import client_trainer, per_sample_loss, prepare_model
 from workloads.fl.methods import CALIBRATIONS, NAME_PARTS, parse_method
 from workloads.models import build_model
-from workloads.trace import capture
+from workloads.capture import capture
 
 HP = Hparams(lr=0.1, batch_size=8)
 

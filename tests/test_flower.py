@@ -25,12 +25,12 @@ from flwr.app import (ArrayRecord, ConfigRecord, Context, Message, MessageType, 
                       MetricRecord, RecordDict)
 
 from accel_sim.hardware import load_hardware_config  # noqa: E402
-from accel_sim.rounds import ROUNDS_COLUMNS, SystemModel, load_system_model  # noqa: E402
-from workloads.fl.flower import meter as meter_module  # noqa: E402
-from workloads.fl.flower.app import FlowerRun, client_app, new_model, shared_state  # noqa: E402
-from workloads.fl.flower.ledger import CLIENT_KEYS, client_metrics  # noqa: E402
-from workloads.fl.flower.meter import TrainCost  # noqa: E402
-from workloads.fl.flower.mod import AccelMod, accel_train_metrics, payload_bytes  # noqa: E402
+from workloads.cost.system import ROUNDS_COLUMNS, SystemModel, load_system_model  # noqa: E402
+from workloads.flower import meter as meter_module  # noqa: E402
+from workloads.flower.app import FlowerRun, client_app, new_model, shared_state  # noqa: E402
+from workloads.flower.ledger import CLIENT_KEYS, client_metrics  # noqa: E402
+from workloads.flower.meter import TrainCost  # noqa: E402
+from workloads.flower.mod import AccelMod, accel_train_metrics, payload_bytes  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 HW = ROOT / "configs" / "hw" / "paper_default.toml"
@@ -89,12 +89,12 @@ def test_mod_leaves_trained_weights_bit_identical(replies):
 
 
 def test_step_latency_through_flower_equals_bench(replies):
-    from bench.traces import local_training_trace
-    from workloads.fl.step_cost import simulate_complete
+    from workloads.cost.step import method_step_trace
+    from workloads.cost.step import simulate_complete
 
     name, msg, _, priced = replies
     _, hp = RUN.method(name)
-    trace = local_training_trace(RUN.model, name, batch_size=hp.batch_size, num_classes=10, image_size=16, hp=hp)
+    trace = method_step_trace(RUN.model, name, batch_size=hp.batch_size, num_classes=10, image_size=16, hp=hp)
     report = simulate_complete(trace, load_hardware_config(HW), name)
     m = priced.content["metrics"]
     assert m["accel_step_s"] == report.latency_s
@@ -149,7 +149,7 @@ def test_train_metrics_aggregation_keeps_app_metrics_and_adds_the_round():
 
 
 def test_cli_rejects_methods_flower_cannot_run(capsys):
-    from workloads.fl.flower.__main__ import main
+    from workloads.flower.__main__ import main
 
     assert main(["--method", "fedavg,spherefed+ffc"]) == 2
     assert "spherefed+ffc" in capsys.readouterr().err
@@ -161,7 +161,7 @@ def test_cli_rejects_methods_flower_cannot_run(capsys):
 def test_example_runs_in_flowers_simulation_and_writes_rounds_csv(tmp_path):
     rounds, clients, name = 2, 2, "fedavg+spherefed"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-m", "workloads.fl.flower", "--model", "convnet", "--method", name,
+    proc = subprocess.run([sys.executable, "-m", "workloads.flower", "--model", "convnet", "--method", name,
                            "--clients", str(clients), "--rounds", str(rounds), "--out", str(tmp_path)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -200,7 +200,7 @@ def test_example_runs_in_flowers_simulation_and_writes_rounds_csv(tmp_path):
     preset, n = re.subn(r"(?m)^num_clients = \d+", f"num_clients = {clients}", preset)
     assert n == 1
     (tmp_path / "preset.toml").write_text(preset)
-    loop = subprocess.run([sys.executable, "-m", "workloads.fl.run", "--preset", str(tmp_path / "preset.toml"),
+    loop = subprocess.run([sys.executable, "-m", "workloads.fl.presets", "--preset", str(tmp_path / "preset.toml"),
                            "--methods", name, "--rounds", str(rounds), "--threads", "1", "--hw", str(HW),
                            "--out", str(tmp_path / "loop")], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=600)

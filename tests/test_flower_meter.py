@@ -12,11 +12,11 @@ import torch
 from torch import nn
 
 from accel_sim.hardware import HardwareConfig
-from accel_sim.rounds import ROUNDS_COLUMNS, SystemModel
-from workloads.fl.flower import meter as meter_module
-from workloads.fl.flower.ledger import (CLIENT_COLUMNS, CLIENT_KEYS, ROUND_KEYS, client_metrics, client_rows_of,
+from workloads.cost.system import ROUNDS_COLUMNS, SystemModel
+from workloads.flower import meter as meter_module
+from workloads.flower.ledger import (CLIENT_COLUMNS, CLIENT_KEYS, ROUND_KEYS, client_metrics, client_rows_of,
                                         ledger_rows_of, round_cost_of, round_metrics, to_csv)
-from workloads.fl.flower.meter import StepMeter, TrainCost, metered_step, metering
+from workloads.flower.meter import StepMeter, TrainCost, metered_step, metering
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -127,7 +127,7 @@ def test_key_separates_programs_one_factory_builds(monkeypatch):
 
 
 def test_without_the_extra_the_cli_says_how_to_install(monkeypatch, capsys):
-    from workloads.fl.flower.__main__ import main
+    from workloads.flower.__main__ import main
 
     monkeypatch.setitem(sys.modules, "flwr", None)  # import flwr -> ImportError, as when not installed
     monkeypatch.setitem(sys.modules, "flwr.simulation", None)

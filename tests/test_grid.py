@@ -1,4 +1,4 @@
-"""bench.grid: ids, resumability, failure isolation, concurrency safety, local vs Ray backends."""
+"""bench.grid.engine: ids, resumability, failure isolation, concurrency safety, local vs Ray backends."""
 
 from __future__ import annotations
 
@@ -12,13 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from bench.grid import (
+from bench.grid.engine import (
     BACKENDS,
     GridError,
     Resources,
     collect,
     load_grid,
-    locate_runner,
     parse_grid,
     parse_resources,
     run_grid,
@@ -44,8 +43,10 @@ def test_points_and_ids_are_stable():
     assert len(points) == 6  # 3 seeds x 2 learning rates
     assert points[0] == {"seed": 0, "lr": 0.1} and points[1] == {"seed": 0, "lr": 0.05}
     # the id depends on the config only, not on key order
-    assert run_id({"seed": 0, "lr": 0.1}) == run_id({"lr": 0.1, "seed": 0})
-    assert len({run_id(p) for p in points}) == 6
+    assert run_id(RUNNER, {"seed": 0, "lr": 0.1}) == run_id(RUNNER, {"lr": 0.1, "seed": 0})
+    assert len({run_id(RUNNER, p) for p in points}) == 6
+    # ... and on the runner: the same point of another runner is another run
+    assert run_id(RUNNER, points[0]) != run_id("tests.grid_runners:parse_then_train", points[0])
 
 
 @pytest.mark.parametrize(
@@ -56,7 +57,7 @@ def test_points_and_ids_are_stable():
         ({"axes": {"seed": [1, 1]}}, "twice"),
         ({"axes": {"seed": [1]}, "fixed": {"seed": 2}}, "both"),
         ({"axes": {"seed": [1]}, "colour": 1}, "unknown key"),
-        ({"axes": {"seed": [1]}, "runner": "nocolon"}, "module:function"),
+        ({"axes": {"seed": [1]}, "runner": ""}, "registered runner"),
     ],
 )
 def test_bad_grid_files(data, message):
@@ -233,21 +234,27 @@ def test_the_small_grid_of_bench_runs_is_identical_on_both_backends(tmp_path):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("runner, message", [
-    ("tests.grid_runners:no_such_runner", "has no function 'no_such_runner'"),
-    ("no_such_package.runners:run", "cannot (find|import) 'no_such_package.runners'"),
+    ("tests.grid_runners:no_such_runner", "is not a grid runner"),
+    ("tests.grid_runners:not_a_runner", "is not a grid runner"),  # the right shape, never registered
+    ("no_such_package.runners:run", "cannot import 'no_such_package.runners'"),
+    ("os:fork", "standard library"),  # configs are code, but not the standard library's
+    ("shutil:rmtree", "standard library"),
+    ("builtins:exit", "standard library"),
+    ("nocolon", "not a registered runner"),
 ])
-def test_a_missing_runner_fails_before_any_run(tmp_path, backend, runner, message):
+def test_a_bad_runner_fails_before_any_run(tmp_path, backend, runner, message):
     spec = parse_grid({"runner": runner, "axes": {"seed": [0]}})
     with pytest.raises(GridError, match=message):
         run_grid(spec, tmp_path / "out", backend=backend)
     assert not (tmp_path / "out").exists()  # nothing written, Ray not started
 
 
-def test_ray_driver_checks_the_runner_without_importing_it():
-    # bench.run imports torch; the Ray driver only parses its source (ast) to find run_point
-    code = ("import sys; from bench.grid import locate_runner; locate_runner('bench.run:run_point'); "
-            "assert 'torch' not in sys.modules and 'bench.run' not in sys.modules")
-    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
-    locate_runner(RUNNER)
-    with pytest.raises(GridError, match="has no function 'GRID_KEY'"):
-        locate_runner("bench.run:GRID_KEY")  # a near miss of the module-level name GRID_KEYS
+def test_a_grid_with_another_runner_reuses_no_point(tmp_path):
+    log = tmp_path / "executions.log"
+    first = parse_grid({"name": "g", "runner": RUNNER, "fixed": {"log": str(log)}, "axes": {"seed": [0]}})
+    run_grid(first, tmp_path / "out")
+    other = parse_grid({"name": "g", "runner": "tests.grid_runners:parse_then_train",
+                        "fixed": {"log": str(log)}, "axes": {"seed": [0]}})
+    with pytest.raises(GridError, match="holds another grid"):  # the folder is the first grid's
+        run_grid(other, tmp_path / "out")
+    assert len(log.read_text().split()) == 1

@@ -1,4 +1,4 @@
-"""bench.plots, bench.breakdown and bench.results against a small hand-made results folder
+"""bench.fig5.fig5, bench.run.breakdown and bench.results against a small hand-made results folder
 (tests/data/results_small)."""
 
 import json
@@ -10,7 +10,12 @@ import pytest
 
 from accel_sim.hardware import HardwareConfig
 from accel_sim.simulate import simulate
-from bench import breakdown, plots, results, tta
+import bench.plots.__main__ as plots_cli
+from bench import results
+from bench.plots import breakdown as breakdown_plots
+from bench.plots import fig5, tta
+from bench.run import breakdown
+from bench.run.table import format_time_to_accuracy
 from tests.accel_traces import small_trace
 
 FIXTURE = Path(__file__).parent / "data" / "results_small"
@@ -23,29 +28,29 @@ def run_dir(tmp_path):
 
 def test_panels_normalize_to_the_baseline():
     summary = results.load_summary(FIXTURE)
-    memory = plots.panel_values(summary, plots.FIG5_PANELS[1])
+    memory = fig5.panel_values(summary, fig5.FIG5_PANELS[1])
     # tiny: 3600 / 4000 = 0.9; small: 6000 / 8000 = 0.75
     assert memory.loc["tiny", "spherefed"] == pytest.approx(0.9)
     assert memory.loc["small", "spherefed"] == pytest.approx(0.75)
     assert (memory["fedavg"] == 1.0).all()
-    calibration = plots.panel_values(summary, plots.FIG5_PANELS[3])
+    calibration = fig5.panel_values(summary, fig5.FIG5_PANELS[3])
     # tiny: 3e-6 / 1e-5 = 0.3; small: 6e-6 / 1e-5 = 0.6
     assert calibration.loc["tiny", "ffc"] == pytest.approx(0.3)
     assert calibration.loc["small", "ffc"] == pytest.approx(0.6)
-    accuracy = plots.panel_values(summary, plots.FIG5_PANELS[4])  # absolute, not normalized
+    accuracy = fig5.panel_values(summary, fig5.FIG5_PANELS[4])  # absolute, not normalized
     assert accuracy.loc["small", "spherefed"] == 52.5
-    energy = plots.panel_values(summary, plots.FIG5_PANELS[5])
+    energy = fig5.panel_values(summary, fig5.FIG5_PANELS[5])
     # tiny: 1.5 mJ x 10 steps / (2 mJ x 10) = 0.75
     assert energy.loc["tiny", "spherefed"] == pytest.approx(0.75)
-    calibration_energy = plots.panel_values(summary, plots.FIG5_PANELS[6])
+    calibration_energy = fig5.panel_values(summary, fig5.FIG5_PANELS[6])
     # tiny: (0.8 + 0.2) mJ / (1 + 3) mJ = 0.25
     assert calibration_energy.loc["tiny", "ffc"] == pytest.approx(0.25)
 
 
 def test_block_stacks():
-    frame = plots.read_breakdown(FIXTURE)
+    frame = breakdown_plots.read_breakdown(FIXTURE)
     tiny = frame[(frame["model"] == "tiny") & (frame["method"] == "fedavg") & (frame["region"] == "training")]
-    latency = plots.latency_stacks(tiny, 100e6)
+    latency = breakdown_plots.latency_stacks(tiny, 100e6)
     # blocks in model order; compute per kind, then every stall of the block as one segment
     assert list(latency.index) == ["blocks.0", "classifier", "(outside modules)"]
     assert list(latency.columns) == ["array_fwd", "array_dx", "special_unit_fwd", "array_dw", "special_unit_update",
@@ -54,7 +59,7 @@ def test_block_stacks():
     assert latency.loc["blocks.0", "array_dx"] == pytest.approx(4e-6)
     assert latency.loc["blocks.0", "memory_stall"] == pytest.approx(1.8e-6)
     assert latency.to_numpy().sum() == pytest.approx(tiny["latency_s"].sum())
-    energy = plots.energy_stacks(tiny)
+    energy = breakdown_plots.energy_stacks(tiny)
     assert list(energy.columns) == ["mac", "sram", "dram", "special_unit", "static"]
     # classifier: dram 20 + 100 uJ
     assert energy.loc["classifier", "dram"] == pytest.approx(120e-6)
@@ -88,7 +93,7 @@ def test_kinds_of_work():
 def test_plots_regenerate_from_saved_results(run_dir):
     for png in run_dir.glob("*.png"):
         png.unlink()
-    assert plots.main([str(run_dir)]) == 0
+    assert plots_cli.main([str(run_dir)]) == 0
     names = sorted(p.name for p in run_dir.glob("*.png"))
     assert names == ["breakdown_small.png", "breakdown_tiny.png", "fig5.png", "tta.png"]
     image = mpimg.imread(run_dir / "fig5.png")
@@ -104,13 +109,13 @@ def test_a_run_without_calibrations_plots_what_it_has(run_dir):
     for sections in summary["models"].values():
         sections["calibration"] = {}
     (run_dir / "summary.json").write_text(json.dumps(summary))
-    assert plots.panel_values(results.load_summary(run_dir), plots.FIG5_PANELS[3]).isna().all().all()
-    assert plots.main([str(run_dir)]) == 0 and (run_dir / "fig5.png").stat().st_size > 0
+    assert fig5.panel_values(results.load_summary(run_dir), fig5.FIG5_PANELS[3]).isna().all().all()
+    assert plots_cli.main([str(run_dir)]) == 0 and (run_dir / "fig5.png").stat().st_size > 0
 
 
 def test_time_to_accuracy_table():
     summary = results.load_summary(FIXTURE)
-    text = tta.format_time_to_accuracy("tiny", summary["models"]["tiny"]["time_to_accuracy"])
+    text = format_time_to_accuracy("tiny", summary["models"]["tiny"]["time_to_accuracy"])
     lines = text.splitlines()
     assert lines[0].startswith("time to 85.5 % test accuracy (95 % of the best final accuracy")
     assert lines[2].split() == ["fedavg", "3", "30", "s", "6", "s", "3", "J", "0.003", "MB"]
@@ -124,7 +129,7 @@ def test_unreadable_rounds_csv_is_one_clear_error(run_dir):
 
 
 def test_missing_folder_is_one_clear_error(tmp_path, capsys):
-    assert plots.main([str(tmp_path / "nope")]) == 2
+    assert plots_cli.main([str(tmp_path / "nope")]) == 2
     assert "nope is not a folder" in capsys.readouterr().err
 
 
@@ -141,7 +146,7 @@ def test_malformed_summary_is_rejected(run_dir, edit, message, capsys):
     summary = json.loads((run_dir / "summary.json").read_text())
     edit(summary)
     (run_dir / "summary.json").write_text(json.dumps(summary))
-    assert plots.main([str(run_dir)]) == 2
+    assert plots_cli.main([str(run_dir)]) == 2
     assert message in capsys.readouterr().err
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from accel_sim.hardware import HardwareConfig
-from accel_sim.rounds import INFINITE_LINK, ROUNDS_COLUMNS, ClientRound, SystemModel, client_round_s
+from workloads.cost.system import INFINITE_LINK, ROUNDS_COLUMNS, ClientRound, SystemModel, client_round_s
 from accel_sim.simulate import simulate
 from workloads.fl.comm import ledger_totals
 from workloads.fl.data import load_dataset
@@ -19,10 +19,10 @@ from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.local import client_trainer, prepare_model
 from workloads.fl.loop import run_method
 from workloads.fl.methods import parse_method
-from workloads.fl.round_cost import Device, RunPricer, RunSpec, client_devices, epoch_batch_sizes, price_run
-from workloads.fl.step_cost import local_step_trace
+from workloads.cost.rounds import Device, RunPricer, RunSpec, client_devices, epoch_batch_sizes, price_run
+from workloads.cost.step import local_step_trace
 from workloads.models import build_model
-from workloads.trace import capture
+from workloads.capture import capture
 
 HW = HardwareConfig()
 IDEAL = SystemModel(downlink_bytes_per_s=float("inf"), uplink_bytes_per_s=float("inf"), latency_s=0.0)
@@ -126,7 +126,7 @@ def test_ideal_links_identical_devices_round_is_slowest_client_plus_server(tiny_
 
 def test_fl_cli_writes_rounds_csv_matching_its_ledger(tmp_path):
     from tests.test_fl_run_cli import TINY
-    from workloads.fl.run import main
+    from bench.fl.__main__ import main
 
     preset = tmp_path / "tiny.toml"
     preset.write_text(TINY.replace("rounds = 1", "rounds = 2\neval_every = 1"))
@@ -150,7 +150,7 @@ def test_fl_cli_writes_rounds_csv_matching_its_ledger(tmp_path):
 
 def test_fl_cli_rejects_bad_hardware_and_system_before_any_work(tmp_path, capsys):
     from tests.test_fl_run_cli import TINY
-    from workloads.fl.run import main
+    from bench.fl.__main__ import main
 
     preset = tmp_path / "tiny.toml"
     preset.write_text(TINY)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from accel_sim.rounds import (INFINITE_LINK, ClientRound, Link, SystemModel, SystemModelError, client_round_s,
+from workloads.cost.system import (INFINITE_LINK, ClientRound, Link, SystemModel, SystemModelError, client_round_s,
                               default_target, device_energy_j, ledger_rows, load_system_model, on_device, round_cost,
                               system_model_from_dict, time_to_accuracy)
 

@@ -6,8 +6,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from accel_sim.rounds import ROUNDS_COLUMNS
-from bench import plots, results, run
+from workloads.cost.system import ROUNDS_COLUMNS
+import bench.plots.__main__ as plots_cli
+import bench.run.__main__ as run
+from bench import results
+from bench.plots import fig5
+from bench.run import config, figures, study
 
 ROOT = Path(__file__).resolve().parents[1]
 # the smoke preset with a smaller test set, fewer virtual features and two rounds
@@ -47,7 +51,7 @@ def test_smoke_run_writes_every_file(smoke):
     assert all(math.isfinite(x) for x in _numbers(summary))
     m = summary["models"]["convnet"]
     assert set(m["training"]) == {"fedavg", "spherefed"} and set(m["calibration"]) == {"ccvr", "ffc"}
-    assert set(m["communication"]) == set(m["accuracy"]) == set(run.DEFAULT_METHODS)
+    assert set(m["communication"]) == set(m["accuracy"]) == set(config.DEFAULT_METHODS)
     assert all(0 <= v["accuracy_pct"] <= 100 for v in m["accuracy"].values())
     assert summary["git_commit"] and summary["command"].startswith("python -m bench.run")
 
@@ -119,7 +123,7 @@ def test_csvs_match_the_summary(smoke):
 def test_plots_regenerate_from_the_run(smoke):
     _, out = smoke
     (out / "fig5.png").unlink()
-    assert plots.main([str(out)]) == 0 and (out / "fig5.png").stat().st_size > 0
+    assert plots_cli.main([str(out)]) == 0 and (out / "fig5.png").stat().st_size > 0
 
 
 def test_existing_out_is_refused_before_work(smoke, capsys):
@@ -168,7 +172,7 @@ def test_paper_vs_model_rows():
     fake = {"a": {"training": {"fedavg": {"peak_memory_bytes": 100, "round_latency_s": 2.0},
                                "spherefed": {"peak_memory_bytes": 90, "round_latency_s": 1.5}},
                   "calibration": {"ccvr": {"latency_s": 10.0}, "ffc": {"latency_s": 9.0}}}}
-    rows = {r["claim"][:20]: r for r in run.paper_vs_model(fake)}
+    rows = {r["claim"][:20]: r for r in figures.paper_vs_model(fake)}
     # memory 1 - 90/100 = 10 %; latency 1 - 1.5/2 = 25 %; calibration 1 - 9/10 = 10 %
     assert [round(r["model_up_to_pct"], 6) for r in rows.values()] == [10.0, 25.0, 10.0]
     assert [r["paper_up_to_pct"] for r in rows.values()] == [10.5, 13.6, 9.1]
@@ -226,5 +230,5 @@ def test_any_method_set_plots_what_it_has(tmp_path):
 def test_grid_point_device_reaches_the_run(tmp_path):
     # a grid point's device goes through bench.run's flag (checked before any work)
     with pytest.raises(ValueError, match="'tpu' is not a device"):
-        run.run_point({"model": "convnet", "device": "tpu"}, tmp_path)
+        study.run_point({"model": "convnet", "device": "tpu"}, tmp_path)
     assert list(tmp_path.iterdir()) == []

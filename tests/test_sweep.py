@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from accel_sim.hardware import HardwareConfig
+import bench.sweep.__main__ as sweep_cli
 from bench import sweep
 from bench.paper import saving_pct
 from bench.results import FORMAT_VERSION
@@ -55,7 +56,7 @@ def test_spherefed_never_needs_more_memory_than_fedavg(frame):
 def test_cli_writes_csv_json_png(tmp_path, capsys):
     out = tmp_path / "sweep"
     argv = ["--models", "convnet", "--batch-size", "2", "--batch-sizes", "2", "--out", str(out)]
-    assert sweep.main(argv) == 0
+    assert sweep_cli.main(argv) == 0
     assert sorted(p.name for p in out.iterdir()) == ["sweep.csv", "sweep.json", "sweep.png"]
     table = pd.read_csv(out / "sweep.csv")
     assert list(table.columns) == list(sweep.SWEEP_COLUMNS) and table.notna().all().all()
@@ -64,16 +65,16 @@ def test_cli_writes_csv_json_png(tmp_path, capsys):
     assert not any("peak_bytes" in c for c in table.columns)
     assert "grouped_mapping" in set(table["parameter"]) and "depthwise_mapping" not in set(table["parameter"])
     assert json.loads((out / "sweep.json").read_text())["version"] == FORMAT_VERSION == 3
-    assert sweep.main(argv) == 2  # refuses to mix with the existing folder
+    assert sweep_cli.main(argv) == 2  # refuses to mix with the existing folder
     assert "--overwrite" in capsys.readouterr().err
 
 
 def test_cli_rejects_bad_input_before_work(tmp_path, capsys):
-    assert sweep.main(["--models", "lenet", "--out", str(tmp_path / "a")]) == 2
+    assert sweep_cli.main(["--models", "lenet", "--out", str(tmp_path / "a")]) == 2
     assert "unknown model" in capsys.readouterr().err
     bad = tmp_path / "hw.toml"
     bad.write_text("rows = 0\n")
-    assert sweep.main(["--hw", str(bad), "--out", str(tmp_path / "b")]) == 2
+    assert sweep_cli.main(["--hw", str(bad), "--out", str(tmp_path / "b")]) == 2
     assert "rows" in capsys.readouterr().err
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 

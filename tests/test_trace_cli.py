@@ -1,4 +1,4 @@
-"""The capture CLI (python -m workloads.fl.capture): a real capture written and read back, and clear
+"""The capture CLI (python -m workloads.cost.step): a real capture written and read back, and clear
 errors with exit code 2 (tests/test_failfast_capture.py has the table of bad inputs)."""
 
 import subprocess
@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from accel_sim.trace_schema import load_trace
-from workloads.fl.capture import main
-from workloads.trace import macs
+from bench.capture.__main__ import main
+from workloads.capture import macs
 
 
 def test_cli_writes_a_loadable_trace(tmp_path, capsys):
@@ -49,13 +49,13 @@ def test_cli_creates_the_output_folder(tmp_path):
 
 def test_module_entry_point_exit_code(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "workloads.fl.capture", "--model", "nope", "--method", "fedavg", "--out", str(tmp_path / "t")],
+        [sys.executable, "-m", "workloads.cost.step", "--model", "nope", "--method", "fedavg", "--out", str(tmp_path / "t")],
         capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1],
     )
     assert proc.returncode == 2 and "choose from" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_the_old_module_command_names_the_new_one():
-    proc = subprocess.run([sys.executable, "-m", "workloads.trace", "--model", "convnet"], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "workloads.capture", "--model", "convnet"], capture_output=True,
                           text=True, cwd=Path(__file__).resolve().parents[1])
-    assert proc.returncode == 1 and "python -m workloads.fl.capture" in proc.stderr
+    assert proc.returncode == 1 and "python -m workloads.cost.step" in proc.stderr

@@ -9,8 +9,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from accel_sim.trace_schema import GemmWork, LinalgWork, VectorWork
 from accel_sim.linalg_macs import cholesky_macs, lu_macs, solve_macs, triangular_solve_macs
-from workloads.lowering import LOWERINGS, conv_gemms
-from workloads.trace import capture, macs, summary
+from workloads.capture.lowering import LOWERINGS, conv_gemms
+from workloads.capture import capture, macs, summary
 
 
 def test_conv_gemms_hand_computed():

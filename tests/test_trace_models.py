@@ -10,8 +10,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from accel_sim.trace_schema import GemmWork
 from workloads.models import MODELS
-from workloads.fl.capture import method_setup
-from workloads.trace import capture_training_step, macs
+from workloads.cost.step import method_setup
+from workloads.capture import capture_training_step, macs
 
 BATCH, CLASSES, IMAGE = 2, 10, 32
 

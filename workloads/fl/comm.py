@@ -91,7 +91,7 @@ def closed_form_sizes(model: nn.Module) -> dict[str, object]:
     classifier): ``layer_bytes`` per sharing layer (``sharing_layers``: shallow to deep, the local
     head left out, frozen state left out, empty layers dropped), ``head_bytes`` of the shared
     classifier, ``trainable_bytes`` of the trainable shared parameters, ``feature_dim`` and
-    ``num_classes``. The one place these are built, for every caller (``workloads.fl.run``,
+    ``num_classes``. The one place these are built, for every caller (``workloads.fl.presets``,
     ``bench.run``), so that the closed form cannot count what the ledger never sends."""
     frozen, state = frozen_keys(model), model.state_dict()
     layers = [sum(tensor_bytes(state[k]) for k in layer if k not in frozen) for layer in sharing_layers(model)]

@@ -31,6 +31,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
+from typing import Mapping
+
 import torch
 
 from workloads.fl.data import NORMALIZATION, Dataset
@@ -216,10 +218,21 @@ def preset_options(table: object, *, where: str) -> dict[str, bool]:
     return dict(table)
 
 
-def execution_from_args(args, preset: dict[str, bool] | None = None) -> Execution:
-    """The ``Execution`` of parsed ``add_execution_args`` flags over a preset's ``[execution]``
-    options (a flag given wins); the device is resolved now, so a CUDA device that is not there
-    fails before any work starts."""
-    chosen = {k: getattr(args, k, None) for k in OPTIONS}
-    return Execution(device=resolve_device(args.device),
-                     **{k: bool((preset or {}).get(k, False) if v is None else v) for k, v in chosen.items()})
+def execution_of(device: str = "auto", flags: Mapping[str, bool | None] | None = None,
+                 preset: Mapping[str, bool] | None = None) -> Execution:
+    """The ``Execution`` of ``device`` and the option ``flags`` given (None: not given) over a
+    preset's ``[execution]`` options (a flag given wins). The device is resolved now, so a CUDA
+    device that is not there fails before any work starts."""
+    flags, preset = flags or {}, preset or {}
+    return Execution(device=resolve_device(device),
+                     **{k: bool(preset.get(k, False) if flags.get(k) is None else flags[k]) for k in OPTIONS})
+
+
+def execution_flags(args) -> dict[str, bool | None]:
+    """The option flags of parsed ``add_execution_args`` (None where not given)."""
+    return {k: getattr(args, k, None) for k in OPTIONS}
+
+
+def execution_from_args(args, preset: Mapping[str, bool] | None = None) -> Execution:
+    """``execution_of`` parsed ``add_execution_args`` flags over a preset's ``[execution]`` options."""
+    return execution_of(args.device, execution_flags(args), preset)

@@ -11,7 +11,8 @@ import math
 from dataclasses import dataclass, fields, replace
 from typing import Any, Mapping
 
-from workloads.cli import SEED_MAX
+from iokit import checks
+from iokit.checks import SEED_MAX
 
 
 @dataclass(frozen=True)
@@ -100,45 +101,9 @@ class FLConfig:
                              f"got {self.holdout_fraction!r}")
 
 
-def _type_error(name: str, annotation: str, value: Any) -> str | None:
-    """Why ``value`` does not fit a field annotated ``annotation`` (as written in this module), or None.
-    TOML has no null, so an optional field given in a table must hold its type; a bool is not a
-    number; an integer is a valid float; a float must be finite."""
-    kinds = [k.strip() for k in annotation.split("|") if k.strip() != "None"]
-    if "int" in kinds and isinstance(value, int) and not isinstance(value, bool):
-        return None
-    if "float" in kinds and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return None if math.isfinite(value) else f"{name} = {value!r} must be a finite number"
-    if "str" in kinds and isinstance(value, str):
-        return None
-    want = " or ".join({"int": "an integer", "float": "a number", "str": "a string"}[k] for k in kinds)
-    return f"{name} = {value!r} must be {want}"
-
-
-def _check_types(cls: type, values: Mapping[str, Any], where: str) -> None:
-    known = {f.name: f.type for f in fields(cls)}
-    unknown = sorted(set(values) - set(known))
-    if unknown:
-        raise ValueError(f"{where}: unknown key(s) {unknown}; known keys: {sorted(known)}")
-    for name, value in values.items():
-        problem = _type_error(name, str(known[name]), value)
-        if problem:
-            raise ValueError(f"{where}: {problem}")
-
-
-def from_mapping(cls: type, values: Mapping[str, Any], *, where: str) -> Any:
-    """Build ``cls`` from a TOML table, rejecting unknown keys, values of the wrong type and values
-    out of range with a message naming ``where`` (the file and table) and the key."""
-    _check_types(cls, values, where)
-    try:
-        return cls(**dict(values))
-    except ValueError as err:
-        raise ValueError(f"{where}: {err}") from None
-
-
 def override(hp: Hparams, values: Mapping[str, Any], *, where: str) -> Hparams:
     """``hp`` with the keys of ``values`` replaced (unknown keys and bad values rejected, naming ``where``)."""
-    _check_types(Hparams, values, where)
+    checks.typed_table(Hparams, values, where=where)
     try:
         return replace(hp, **dict(values))
     except ValueError as err:

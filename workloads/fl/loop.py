@@ -72,11 +72,13 @@ class RunResult:
     method: str
     accuracy: float  # global model on the global test set, after calibration if any
     accuracy_before_calibration: float | None
-    history: tuple[dict, ...]  # per round: round, lr, clients, mean_loss, accuracy (or None)
+    history: tuple[dict, ...]  # per round: round, lr, clients, mean_loss, accuracy and val_accuracy (or None)
     transfers: tuple[Transfer, ...]
     samples_trained: int  # local training samples processed over the run
     weights: dict = field(repr=False, compare=False, default_factory=dict)  # final global state
     resumed_after_round: int = field(compare=False, default=0)  # 0: started from round 1
+    val_accuracy: float | None = None  # the final global model on the validation hold-out (None: no hold-out)
+    val_accuracy_before_calibration: float | None = None
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,7 @@ class _Setup:
     train: DeviceData
     test: DeviceData
     client_idx: tuple[torch.Tensor, ...]  # per client: indices into train, on the device
+    val: DeviceData | None = None  # the validation hold-out (scored whenever the test set is)
 
 
 def cosine_lr(lr: float, lr_min: float, round: int, rounds: int) -> float:
@@ -210,14 +213,18 @@ def run_method(method: MethodConfig, *, model_fn: Callable[[], nn.Module], train
                parts: Sequence[np.ndarray], cfg: FLConfig, hp: Hparams,
                execution: Execution = Execution(), progress: bool = False,
                checkpoint: str | Path | None = None, resume: bool = False,
-               after_round: Callable[[int], None] | None = None) -> RunResult:
+               after_round: Callable[[int], None] | None = None, val=None) -> RunResult:
     """Run ``method`` on ``train`` split by ``parts`` (one index array per client).
+
+    ``val`` (a ``Dataset`` held out of ``train`` before partitioning, or None) is scored wherever
+    the test set is: every evaluated round's ``val_accuracy`` and the final model's, so that
+    hyper-parameters can be chosen on validation and never on test.
 
     ``model_fn()`` builds the (unprepared) model; it is called on the CPU under
     ``torch.manual_seed(seed)`` so every method starts from the same initial weights on any device.
     ``after_round(t)`` is called after round t's checkpoint is written (a test interrupts a run there).
     """
-    setup = _set_up(method, model_fn, train, test, parts, cfg, hp, execution)
+    setup = _set_up(method, model_fn, train, test, parts, cfg, hp, execution, val)
     fingerprint = _fingerprint(setup, parts) if checkpoint is not None else ""
     state = _initial_state(setup)
     if resume and checkpoint is not None and Path(checkpoint).is_file():
@@ -238,7 +245,7 @@ def run_method(method: MethodConfig, *, model_fn: Callable[[], nn.Module], train
     return _finish(setup, state, resumed_after)
 
 
-def _set_up(method, model_fn, train, test, parts, cfg, hp, execution: Execution) -> _Setup:
+def _set_up(method, model_fn, train, test, parts, cfg, hp, execution: Execution, val=None) -> _Setup:
     """Models built on the CPU from the seed, then moved; data held on the device once."""
     device = execution.torch_device
     global_model = build_on_device(method, model_fn, cfg.seed, execution)
@@ -251,7 +258,8 @@ def _set_up(method, model_fn, train, test, parts, cfg, hp, execution: Execution)
     client_idx = tuple(torch.as_tensor(np.asarray(p), dtype=torch.long, device=device) for p in parts)
     return _Setup(method, cfg, hp, execution, global_model, client_model, frozen_keys(client_model),
                   set(trainable_keys(client_model)), DeviceData.from_dataset(train, device),
-                  DeviceData.from_dataset(test, device), client_idx)
+                  DeviceData.from_dataset(test, device), client_idx,
+                  None if val is None else DeviceData.from_dataset(val, device))
 
 
 def build_on_device(method: MethodConfig, model_fn: Callable[[], nn.Module], seed: int,
@@ -290,11 +298,12 @@ def _federated_round(setup: _Setup, state: LoopState, t: int) -> LoopState:
         losses.append(loss)
         samples += hp.local_epochs * epoch_samples(len(setup.client_idx[k]), hp.batch_size)
     server = algo.aggregate(server, updates, hp, [k for k in shared if k in setup.params])
-    acc = None
+    acc = val_acc = None
     if t == cfg.rounds or (cfg.eval_every and t % cfg.eval_every == 0):
         setup.global_model.load_state_dict(server.weights)
-        acc = evaluate_on(setup.global_model, setup.test, channels_last=setup.execution.channels_last)
-    entry = {"round": t, "lr": lr, "clients": clients, "mean_loss": float(np.mean(losses)), "accuracy": acc}
+        acc, val_acc = _scores(setup)
+    entry = {"round": t, "lr": lr, "clients": clients, "mean_loss": float(np.mean(losses)), "accuracy": acc,
+             "val_accuracy": val_acc}
     return LoopState(t, server, memory, tuple(transfers), state.history + (entry,), samples)
 
 
@@ -330,18 +339,29 @@ def _client_update(setup: _Setup, server: ServerState, own_state: dict, shared: 
 def _finish(setup: _Setup, state: LoopState, resumed_after: int) -> RunResult:
     """The optional calibration, then the result."""
     setup.global_model.load_state_dict(state.server.weights)
-    accuracy, before, transfers = state.history[-1]["accuracy"], None, list(state.transfers)
+    last = state.history[-1]
+    accuracy, val, before, val_before = last["accuracy"], last.get("val_accuracy"), None, None
+    transfers = list(state.transfers)
     if setup.method.calib is not None:
-        before = accuracy
-        accuracy = _calibrate(setup, round=setup.cfg.rounds + 1, transfers=transfers)
+        before, val_before = accuracy, val
+        _calibrate(setup, round=setup.cfg.rounds + 1, transfers=transfers)
+        accuracy, val = _scores(setup)
     final = {k: v.detach().clone() for k, v in setup.global_model.state_dict().items()}
     return RunResult(setup.method.name, accuracy, before, state.history, tuple(transfers), state.samples, final,
-                     resumed_after)
+                     resumed_after, val, val_before)
 
 
-def _calibrate(setup: _Setup, *, round: int, transfers: list) -> float:
+def _scores(setup: _Setup) -> tuple[float, float | None]:
+    """(test accuracy, validation accuracy or None) of the global model as it is now."""
+    ex = setup.execution
+    test = evaluate_on(setup.global_model, setup.test, channels_last=ex.channels_last)
+    val = None if setup.val is None else evaluate_on(setup.global_model, setup.val, channels_last=ex.channels_last)
+    return test, val
+
+
+def _calibrate(setup: _Setup, *, round: int, transfers: list) -> None:
     """Every client downloads the final feature extractor and sends its statistics; the server
-    replaces the classifier by the calibrated one. Returns the calibrated accuracy."""
+    replaces the classifier of the global model by the calibrated one."""
     calib, model, hp = setup.method.calib, setup.global_model, setup.hp
     model.eval()
     extractor = {k: v for k, v in model.state_dict().items()
@@ -360,7 +380,6 @@ def _calibrate(setup: _Setup, *, round: int, transfers: list) -> float:
                                     loss_fn=per_sample_loss(setup.method), hp=hp, generator=gen)
     with torch.no_grad():
         model.classifier.weight.copy_(weight)
-    return evaluate_on(model, setup.test, channels_last=setup.execution.channels_last)
 
 
 # --------------------------------------------------------------------------- know before you wait

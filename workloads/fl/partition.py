@@ -31,7 +31,7 @@ from typing import Callable
 
 import numpy as np
 
-from workloads.atomic import atomic_write_text
+from iokit.files import atomic_write_text
 
 
 class PartitionError(ValueError):
@@ -251,7 +251,7 @@ def partition_summary(labels, parts, num_classes: int) -> np.ndarray:
 def save_partition_summary(path, labels, parts, num_classes: int) -> Path:
     """Write ``partition_summary`` as CSV (columns ``client, samples, class_0 .. class_{C-1}``).
 
-    Written through ``workloads.atomic`` (a temporary file renamed into place: never half-written,
+    Written through ``iokit.files`` (a temporary file renamed into place: never half-written,
     with the mode ``open()`` would give).
     """
     counts = partition_summary(labels, parts, num_classes)

@@ -1,0 +1,116 @@
+"""``python -m bench.fl``: accuracy and communication of FL methods under one preset, every round
+priced on the modeled accelerator.
+
+    python -m bench.fl --preset small [--methods fedavg spherefed+ffc] [--seed 0] [--rounds N]
+                       [--holdout FRACTION] [--data-dir DIR] [--out DIR] [--overwrite | --resume]
+                       [--threads N] [--progress] [--hw HW.toml] [--system SYSTEM.toml]
+                       [--model NAME|package.module:factory] [--classifier DOTTED.NAME]
+                       [--device auto|cpu|cuda|cuda:N] [--augment] [--channels-last] [--bf16] [--compile]
+
+``--preset`` is a name under ``configs/presets/`` or a ``.toml`` path (``workloads.fl.presets``).
+Writes ``--out`` (default ``results/fl/<preset>-seed<seed>``): ``results.json`` (accuracy and
+validation accuracy per method, per-round history, ledger totals beside the closed forms, measured
+and projected wall time, resolved config, execution, command, git commit), ``accuracy.csv``,
+``ledger.csv`` (every transfer), ``partition.csv`` and ``rounds.csv`` (every round priced under
+``--hw`` and ``--system``; docs/rounds.md), and ``manifest.json`` (what the suite wrote).
+
+While it runs, ``--out`` holds the per-round checkpoints (``checkpoints/``) and a manifest saying
+the run is in progress; ``--resume`` continues an interrupted run from them, with results identical
+to an uninterrupted run, and only in a folder whose manifest names the same resolved config. The
+results files appear only when complete (docs/fl.md). ``--overwrite`` replaces only a results
+folder of this suite (``iokit.outputs``). Bad input: one line, exit 2, nothing written; a failed
+run: exit 1; Ctrl-C / SIGTERM: one line, exit 130 / 143, checkpoints kept.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from bench.fl import pipeline
+from bench.results import FORMAT_VERSION
+from iokit import checks, cli, outputs
+from workloads.cost.system import DEFAULT_SYSTEM_PATH
+from workloads.fl.execution import add_execution_args, execution_flags
+
+
+def parser() -> cli.Parser:
+    p = cli.Parser(prog="python -m bench.fl", description=__doc__.split("\n\n")[0].split(": ", 1)[-1])
+    p.add_argument("--preset", required=True, help="name under configs/presets/ or a .toml path")
+    p.add_argument("--methods", nargs="+", metavar="METHOD", help="FL methods (default: the preset's list)")
+    p.add_argument("--seed", type=cli.int_in(0, checks.SEED_MAX), help="overrides the preset's seed")
+    p.add_argument("--rounds", type=cli.int_in(1, checks.ROUNDS_MAX), help="overrides the preset's number of rounds")
+    p.add_argument("--holdout", type=cli.finite_float(low=0.0, high=0.95), metavar="FRACTION",
+                   help="validation hold-out drawn from train before partitioning (Sec. 5.1: 0.15; default: the "
+                        "preset's)")
+    p.add_argument("--data-dir", help="folder holding the dataset (not for the offline digits)")
+    p.add_argument("--out", help="output folder (default results/fl/<preset>-seed<seed>)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--overwrite", action="store_true", help="replace an existing results folder of this suite")
+    mode.add_argument("--resume", action="store_true",
+                      help="continue the interrupted run whose checkpoints --out holds (same options)")
+    p.add_argument("--threads", type=cli.int_in(1, checks.THREADS_MAX),
+                   help="torch CPU threads (default: torch's choice); 1 avoids OpenMP stalls when other processes "
+                        "share a small CPU")
+    p.add_argument("--progress", action="store_true",
+                   help="a progress bar per method on stderr (default: when stderr is a terminal)")
+    p.add_argument("--hw", help="hardware TOML the rounds are priced on (default: the paper's accelerator)")
+    p.add_argument("--model", help="overrides the preset's model: a paper model, package.module:factory, "
+                                   "torchvision:NAME or timm:NAME (docs/byom.md)")
+    p.add_argument("--classifier", metavar="DOTTED.NAME",
+                   help="the nn.Linear of a user model the methods act on (default: its last nn.Linear)")
+    p.add_argument("--system", default=str(DEFAULT_SYSTEM_PATH),
+                   help="system-model TOML: clients' links and devices (default configs/system/default.toml)")
+    add_execution_args(p)
+    return p
+
+
+@cli.command("interrupted; the results are written only when complete (completed rounds are checkpointed "
+             "under --out/checkpoints/: rerun with --resume to continue)")
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser().parse_args(argv)
+    with cli.bad_input():
+        run = pipeline.resolve(args.preset, methods=args.methods, seed=args.seed, rounds=args.rounds,
+                               holdout=args.holdout, model=args.model, classifier=args.classifier,
+                               data_dir=args.data_dir, hw_path=args.hw, system_path=args.system,
+                               device=args.device, execution_flags=execution_flags(args))
+        out = Path(args.out or f"results/fl/{run.preset.name}-seed{run.cfg.seed}")
+        config_sha = outputs.config_hash(run.config())
+        outputs.check_out(out, command=pipeline.COMMAND, overwrite=args.overwrite,
+                          resume_hash=config_sha if args.resume else None)
+        if args.threads is not None:
+            import torch
+
+            torch.set_num_threads(args.threads)
+    with outputs.claim(out):
+        with cli.bad_input():
+            data = pipeline.load(run)
+        start_run_folder(out, config_sha, resume=args.resume)
+        with cli.run_failure():
+            trained = pipeline.train(run, data, progress=args.progress or sys.stderr.isatty(),
+                                     checkpoints=out / "checkpoints", resume=args.resume)
+            doc = pipeline.results_doc(run, data, trained, shlex.join(["python", "-m", "bench.fl", *argv]))
+            outputs.write_results_dir(out, lambda tmp: pipeline.write(tmp, run, data, trained, doc),
+                                      command=pipeline.COMMAND, config_sha256=config_sha, version=FORMAT_VERSION,
+                                      replace=True)
+    print(f"wrote {out}/{', '.join(pipeline.RESULTS_FILES)}", file=sys.stderr)
+    return 0
+
+
+def start_run_folder(out: Path, config_sha: str, *, resume: bool) -> None:
+    """``out`` as the running run's folder: its manifest says a run of this config is in progress
+    and owns ``checkpoints/`` (files an earlier results folder listed stay listed, so that
+    ``--overwrite`` can still replace them at the end)."""
+    if resume:
+        return
+    earlier = outputs.Manifest.read(out)
+    out.mkdir(parents=True, exist_ok=True)
+    outputs.Manifest(pipeline.COMMAND, config_sha, FORMAT_VERSION, "running",
+                     earlier.files if earlier else (), ("checkpoints",)).write(out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

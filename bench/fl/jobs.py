@@ -1,0 +1,195 @@
+"""Federated runs as jobs, every round priced: what ``bench.fl``, ``bench.run`` and ``bench.study``
+train with.
+
+A job is one FL method with its hyper-parameters (``fedavg``, ``fedprox+spherefed+ffc``); a
+calibrated method's result also holds its base model's figures before calibration, so CCVR and
+FFC reuse the run of FedAvg / SphereFed and cost no extra training. Jobs of one ``RunInputs``
+share the data, partition, model and priced system. ``run_job`` runs one (module-level: worker
+processes call it); ``started`` runs several one after another in this process (``workers = 1``)
+or side by side in worker processes, each with ``cpus // workers`` torch threads. A small model's training
+step uses two cores poorly (MobileNetV2 at 16x16, batch 32: 0.20 s per step on two threads, 0.31 s on
+one, on the 2-core development machine), so two runs on one thread each finish sooner than the same
+two runs one after another on two threads. Results depend on the thread count (floating-point
+reduction order), so the count is fixed by ``workers`` and the machine's cores, and recorded.
+"""
+
+from __future__ import annotations
+
+import functools
+import multiprocessing
+import os
+import signal
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+import torch
+
+from accel_sim.hardware import HardwareConfig
+from workloads import model_spec
+from workloads.cost.rounds import Device, RunPricer, RunSpec, price_run
+from workloads.cost.system import SystemModel
+from workloads.fl.data import Dataset
+from workloads.fl.execution import Execution
+from workloads.fl.hparams import FLConfig, Hparams
+from workloads.fl.loop import RunResult, forecast, run_method
+from workloads.fl.methods import MethodConfig, parse_method
+from workloads.model_spec import ModelSpec
+
+
+@dataclass(frozen=True)
+class RunInputs:
+    """What every job of one model shares: the model, the data and its split, the priced system."""
+
+    spec: ModelSpec
+    fl: FLConfig
+    train: Dataset
+    test: Dataset
+    parts: tuple[np.ndarray, ...]
+    hw: HardwareConfig
+    system: SystemModel
+    devices: tuple[Device, ...]
+    seed: int
+    execution: Execution = Execution()  # where the runs train (workloads.fl.execution)
+    val: Dataset | None = None  # the validation hold-out, scored wherever the test set is
+
+    def build(self, spherefed: bool):
+        return model_spec.build(self.spec, num_classes=self.train.num_classes, norm=self.fl.norm, spherefed=spherefed)
+
+    def run_spec(self) -> RunSpec:
+        return RunSpec(self.build, self.spec.name, tuple(self.train.x.shape[1:]), self.train.num_classes, self.seed)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One FL method (a calibrated one trains its base method, then calibrates) and its hyper-parameters."""
+
+    name: str  # e.g. "fedavg", "spherefed+ffc", "fedprox+spherefed+ffc"
+    hp: Hparams
+
+    @property
+    def method(self) -> MethodConfig:
+        return parse_method(self.name)
+
+
+@dataclass(frozen=True)
+class JobResult:
+    result: RunResult  # the loop's record of the run (its final weights left out)
+    rows: list[dict]  # rounds.csv rows (workloads.cost.system.ROUNDS_COLUMNS)
+    wall_s: float  # this machine's wall time of the training (not a modeled figure)
+    pricing_wall_s: float  # this machine's wall time of pricing every round
+
+    @property
+    def accuracy(self) -> float:
+        """Test accuracy of the final global model, after calibration where the job calibrates."""
+        return self.result.accuracy
+
+
+def run_job(job: Job, inputs: RunInputs, *, pricer: RunPricer | None = None, bars: bool = False,
+            announce: bool = False, threads: int | None = None, checkpoint: str | None = None,
+            resume: bool = False) -> JobResult:
+    """One federated run of ``job`` and its priced rounds (module-level: worker processes call it).
+    ``announce``: first print the run's projected local-training time on stderr (``loop.forecast``),
+    and, without ``bars``, a line per finished round. ``checkpoint`` / ``resume``: the loop's
+    per-round checkpoint file (``workloads.fl.loop.run_method``)."""
+    if threads is not None:
+        torch.set_num_threads(threads)
+    start = time.perf_counter()
+    method = job.method
+    labels = [inputs.train.y.numpy()[p] for p in inputs.parts]
+    model_fn = functools.partial(inputs.build, method.spherefed)
+    if announce:  # know before you wait
+        print(forecast(method, model_fn=model_fn, train=inputs.train, parts=inputs.parts, cfg=inputs.fl, hp=job.hp,
+                       execution=inputs.execution).line(), file=sys.stderr, flush=True)
+
+    def round_done(t: int) -> None:  # a line per round where no progress bar shows them (worker processes)
+        print(f"{job.name}: round {t}/{inputs.fl.rounds} done ({time.perf_counter() - start:.0f} s)",
+              file=sys.stderr, flush=True)
+
+    result = run_method(method, model_fn=model_fn, train=inputs.train, test=inputs.test, parts=inputs.parts,
+                        cfg=inputs.fl, hp=job.hp, execution=inputs.execution, progress=bars,
+                        after_round=round_done if announce and not bars else None, val=inputs.val,
+                        checkpoint=checkpoint, resume=resume)
+    trained = time.perf_counter()
+    rows = price_run(result, method, job.hp, pricer=pricer or RunPricer(inputs.run_spec()), client_labels=labels,
+                     hw=inputs.hw, system=inputs.system, devices=inputs.devices)
+    return JobResult(replace(result, weights={}), rows, trained - start, time.perf_counter() - trained)
+
+
+def available_cpus() -> int:
+    """Cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def resolve_workers(workers: int | None, n_jobs: int, device: str = "cpu") -> int:
+    """``workers`` (None: on the CPU one per job, at most one per core; on a GPU one, the runs share
+    it one after another), never more than the jobs."""
+    if workers is None:
+        workers = available_cpus() if device == "cpu" else 1
+    return max(1, min(n_jobs, workers))
+
+
+def threads_per_worker(workers: int) -> int | None:
+    """Torch threads of each worker process; None (torch's own choice) for runs in this process."""
+    return max(1, available_cpus() // workers) if workers > 1 else None
+
+
+@contextmanager
+def started(jobs: Sequence[Job], inputs: RunInputs, *, workers: int, progress: Callable[[str], None],
+            bars: bool) -> Iterator[Callable[[], list[JobResult]]]:
+    """Start ``jobs``; yields a function that returns every job's result in ``jobs``' order.
+
+    ``workers == 1``: the runs go one after another in this process when the results are asked for
+    (sharing one ``RunPricer``, progress bars when ``bars``). More: they start at once in
+    ``workers`` spawned processes of ``threads_per_worker(workers)`` torch threads each, so this
+    process can do other work meanwhile (with ``bars``: each run's forecast, a line per round and per
+    finished run); leaving the block early (an error, an interrupt) stops them."""
+    if workers <= 1:
+        def one_after_another() -> list[JobResult]:
+            pricer = RunPricer(inputs.run_spec())
+            results = []
+            for job in jobs:
+                progress(f"{inputs.spec.name}: federated run {job.name} on {inputs.fl.dataset} ({inputs.fl.rounds} "
+                         f"round(s)) on {inputs.execution.device}, every round priced")
+                results.append(run_job(job, inputs, pricer=pricer, bars=bars, announce=bars))
+            return results
+
+        yield one_after_another
+        return
+    threads = threads_per_worker(workers)
+    progress(f"{inputs.spec.name}: {len(jobs)} federated runs on {inputs.fl.dataset} ({', '.join(j.name for j in jobs)}; "
+             f"{inputs.fl.rounds} round(s)) side by side in {workers} worker processes, {threads} thread(s) each, "
+             "every round priced")
+    context = multiprocessing.get_context("spawn")  # no fork of a process that holds torch's thread pools
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_ignore_interrupts)
+    futures = [pool.submit(run_job, job, inputs, announce=bars, threads=threads) for job in jobs]
+
+    def collect() -> list[JobResult]:
+        results = []
+        for job, future in zip(jobs, futures):
+            result = future.result()
+            progress(f"{inputs.spec.name}: {job.name} done, {100 * result.accuracy:.1f} % test accuracy after "
+                     f"{inputs.fl.rounds} round(s) ({result.wall_s:.0f} s)")
+            results.append(result)
+        return results
+
+    try:
+        yield collect
+    except BaseException:  # a failed run or an interrupt: stop the others now, not after their runs
+        for process in list((getattr(pool, "_processes", None) or {}).values()):
+            process.terminate()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+
+
+def _ignore_interrupts() -> None:
+    """Workers leave Ctrl-C to the parent, which stops them (one message, not one per process)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)

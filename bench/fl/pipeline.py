@@ -1,0 +1,239 @@
+"""``python -m bench.fl`` as library functions: the accuracy and communication of FL methods under
+one preset, every round priced on the modeled accelerator.
+
+Four named steps, each a function the command (``bench/fl/__main__.py``) and other code call:
+
+1. ``resolve``: the preset, the methods and their hyper-parameters, the hardware and system files,
+   the execution options, checked (``FLRun``; nothing loaded, nothing written);
+2. ``load``: the data (subsets, the validation hold-out), the partition, every model built once
+   (``FLData``);
+3. ``train``: every method trained and priced (``bench.fl.jobs.run_job``), checkpointed per round
+   when given a folder for it;
+4. ``write``: the results files into a folder (``results.json``, ``accuracy.csv``,
+   ``ledger.csv``, ``partition.csv``, ``rounds.csv``; docs/results.md).
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import io
+import json
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from accel_sim.hardware import HardwareConfig, load_hardware_config
+from bench.fl.jobs import Job, JobResult, RunInputs, run_job
+from bench.results import FORMAT_NAME, FORMAT_VERSION
+from iokit import checks
+from iokit.files import atomic_write_text
+from iokit.provenance import git_commit
+from workloads import model_spec
+from workloads.cost.rounds import Device, RunPricer, client_devices
+from workloads.cost.system import DEFAULT_SYSTEM_PATH, ROUNDS_COLUMNS, SystemModel, load_system_model
+from workloads.fl.comm import closed_form_bytes, closed_form_sizes, ledger_totals
+from workloads.fl.data import Dataset, load_dataset, subset
+from workloads.fl.execution import Execution, execution_of
+from workloads.fl.hparams import Hparams
+from workloads.fl.local import prepare_model
+from workloads.fl.loop import duration_text, forecast, sample_clients
+from workloads.fl.methods import MethodConfig, parse_method
+from workloads.models import MODELS
+from workloads.fl.presets import Preset, load_preset, make_partition, split_holdout, with_changes
+
+RESULTS_FILES = ("results.json", "accuracy.csv", "ledger.csv", "partition.csv", "rounds.csv")
+COMMAND = "bench.fl"
+
+
+@dataclass(frozen=True)
+class FLRun:
+    """A run's validated inputs (step 1): nothing heavy has been loaded and nothing written."""
+
+    preset: Preset  # with the command's changes (seed, rounds, hold-out, model) applied
+    methods: tuple[MethodConfig, ...]
+    hparams: Mapping[str, Hparams]  # per method name
+    data_dir: str | None
+    classifier: str | None
+    hw: HardwareConfig
+    system: SystemModel
+    devices: tuple[Device, ...]
+    execution: Execution
+
+    @property
+    def cfg(self):
+        return self.preset.fl
+
+    def config(self) -> dict[str, Any]:
+        """The resolved config, as recorded in results.json and hashed into the folder's manifest."""
+        return {"preset": self.preset.name, "fl": asdict(self.cfg), "methods": [m.name for m in self.methods],
+                "hparams": {k: asdict(v) for k, v in self.hparams.items()}, "classifier": self.classifier,
+                "hardware": asdict(self.hw), "system": self.system.describe(),
+                "execution": {k: v for k, v in asdict(self.execution).items()}}
+
+
+def method_list(names: Sequence[str]) -> tuple[MethodConfig, ...]:
+    """Method names as given to ``--methods`` (space-separated), each once, parsed."""
+    parsed = []
+    for name in checks.distinct(list(names), name="--methods"):
+        if "," in name:
+            raise ValueError(f"--methods {name!r}: give the methods separated by spaces "
+                             f"(--methods {' '.join(n for n in name.split(',') if n)})")
+        parsed.append(parse_method(name))
+    checks.distinct([m.name for m in parsed], name="--methods")
+    return tuple(parsed)
+
+
+def resolve(preset: str, *, methods: Sequence[str] | None = None, seed: int | None = None,
+            rounds: int | None = None, holdout: float | None = None, model: str | None = None,
+            classifier: str | None = None, data_dir: str | None = None, hw_path: str | None = None,
+            system_path: str | Path = DEFAULT_SYSTEM_PATH, device: str = "auto",
+            execution_flags: Mapping[str, bool | None] | None = None) -> FLRun:
+    """Step 1: every input checked (ValueError naming it). ``None`` keeps the preset's value;
+    ``execution_flags`` (``workloads.fl.execution.OPTIONS``) win over the preset's ``[execution]``."""
+    loaded = with_changes(load_preset(preset), seed=seed, rounds=rounds, holdout_fraction=holdout, model=model)
+    chosen = method_list(methods if methods is not None else loaded.methods)
+    if loaded.fl.dataset == "digits" and data_dir:
+        raise ValueError(f"--data-dir {data_dir}: the preset's dataset is the offline digits, which ship with "
+                         "scikit-learn; leave --data-dir out (or choose a CIFAR / TinyImageNet preset)")
+    if data_dir:
+        from iokit.cli import check_folder
+
+        check_folder(data_dir, "--data-dir")
+    if classifier is not None and loaded.fl.model in MODELS:
+        raise ValueError(f"--classifier {classifier}: the paper model {loaded.fl.model!r} has its classifier "
+                         "built in; --classifier picks the nn.Linear of a user model (docs/byom.md)")
+    hw = load_hardware_config(hw_path) if hw_path else HardwareConfig()
+    system = load_system_model(system_path)
+    devices = client_devices(system, hw, loaded.fl.num_clients, seed=loaded.fl.seed)
+    execution = execution_of(device, execution_flags, loaded.execution)
+    return FLRun(loaded, chosen, {m.name: loaded.hparams(m) for m in chosen}, data_dir, classifier, hw, system,
+                 devices, execution)
+
+
+@dataclass(frozen=True)
+class FLData:
+    """The data, partition and model builder of a run (step 2)."""
+
+    inputs: RunInputs  # what every method's job shares
+    clients_per_round: int
+
+    @property
+    def train(self) -> Dataset:
+        return self.inputs.train
+
+
+def load(run: FLRun) -> FLData:
+    """Step 2: the dataset (subsets, hold-out), the partition, and every model the methods need,
+    built once so a bad model fails before any training."""
+    cfg = run.cfg
+    train, test = load_dataset(cfg.dataset, data_dir=run.data_dir, image_size=cfg.image_size)
+    train = subset(train, cfg.max_train_samples, cfg.seed, "train")
+    test = subset(test, cfg.max_test_samples, cfg.seed + 1, "test")
+    train, val = split_holdout(train, cfg.holdout_fraction, seed=cfg.seed)
+    spec = model_spec.ModelSpec(cfg.model, tuple(train.x.shape[1:]), run.classifier)
+    parts = tuple(make_partition(train.y.numpy(), cfg))
+    inputs = RunInputs(spec, cfg, train, test, parts, run.hw, run.system, run.devices, cfg.seed, run.execution, val)
+    for spherefed in sorted({m.spherefed for m in run.methods}):
+        inputs.build(spherefed)
+    clients_per_round = len(sample_clients(cfg.num_clients, cfg.participation, seed=cfg.seed, round=1))
+    return FLData(inputs, clients_per_round)
+
+
+def train(run: FLRun, data: FLData, *, progress: bool = False, checkpoints: Path | None = None,
+          resume: bool = False) -> dict[str, JobResult]:
+    """Step 3: a projection of every method's local training first (a few timed steps each), then
+    every method trained and priced, one after another, sharing one ``RunPricer``."""
+    inputs = data.inputs
+    print(f"device: {run.execution.device} ({run.execution.describe()['device_name']})", file=sys.stderr)
+    forecasts = {}
+    for method in run.methods:
+        forecasts[method.name] = forecast(method, model_fn=functools.partial(inputs.build, method.spherefed),
+                                          train=inputs.train, parts=inputs.parts, cfg=run.cfg,
+                                          hp=run.hparams[method.name], execution=run.execution)
+        print(forecasts[method.name].line(), file=sys.stderr, flush=True)
+    total = sum(f.wall_s for f in forecasts.values())
+    print(f"projected local training of the whole run: {duration_text(total)}"
+          + (" (before resuming: completed rounds will be skipped)" if resume else ""), file=sys.stderr, flush=True)
+    pricer = RunPricer(inputs.run_spec())
+    outcomes = {}
+    for method in run.methods:
+        checkpoint = None if checkpoints is None else str(checkpoints / f"{method.name.replace('+', '_')}.pt")
+        job = Job(method.name, run.hparams[method.name])
+        outcome = run_job(job, inputs, pricer=pricer, bars=progress, checkpoint=checkpoint, resume=resume)
+        outcomes[method.name] = outcome
+        r, rows = outcome.result, outcome.rows
+        print(f"{method.name:28s} accuracy {r.accuracy:.4f}"
+              + (f" (before calibration {r.accuracy_before_calibration:.4f})" if method.calibration else "")
+              + (f"  validation {r.val_accuracy:.4f}" if r.val_accuracy is not None else "")
+              + f"  total {ledger_totals(r.transfers)['total_bytes']:,} B  modeled {rows[-1]['cum_wall_s']:.1f} s, "
+              f"{rows[-1]['cum_energy_j']:.3g} J  ({outcome.wall_s:.1f} s run + {outcome.pricing_wall_s:.1f} s "
+              "pricing)", file=sys.stderr)
+    return {"forecasts": forecasts, "outcomes": outcomes}
+
+
+def closed_form_for(method: MethodConfig, data: FLData, run: FLRun) -> dict:
+    """The closed-form communication totals (``workloads.fl.comm.closed_form_bytes``) for this run."""
+    model = prepare_model(data.inputs.build(method.spherefed), method, seed=run.cfg.seed)
+    return closed_form_bytes(method, run.hparams[method.name], rounds=run.cfg.rounds,
+                             clients_per_round=data.clients_per_round, num_clients=run.cfg.num_clients,
+                             **closed_form_sizes(model))
+
+
+def results_doc(run: FLRun, data: FLData, trained: dict, command: str) -> dict:
+    """results.json: every method's accuracy, history, communication and modeled cost, the resolved
+    config, the command and the git commit."""
+    import torch
+
+    outcomes, forecasts = trained["outcomes"], trained["forecasts"]
+    inputs, cfg = data.inputs, run.cfg
+    methods = {}
+    for method in run.methods:
+        o = outcomes[method.name]
+        r, rows = o.result, o.rows
+        methods[method.name] = {
+            "accuracy": r.accuracy, "accuracy_before_calibration": r.accuracy_before_calibration,
+            "val_accuracy": r.val_accuracy, "val_accuracy_before_calibration": r.val_accuracy_before_calibration,
+            "wall_s": round(o.wall_s, 3), "pricing_wall_s": round(o.pricing_wall_s, 3),
+            "projected_wall_s": round(forecasts[method.name].wall_s, 3),
+            "resumed_after_round": r.resumed_after_round, "samples_trained": r.samples_trained,
+            "modeled": {key: rows[-1][key] for key in ("cum_wall_s", "cum_device_s", "cum_energy_j", "cum_bytes")},
+            "comm": ledger_totals(r.transfers), "comm_closed_form": closed_form_for(method, data, run),
+            "history": list(r.history)}
+    val = inputs.val
+    return {"format": FORMAT_NAME, "version": FORMAT_VERSION, "preset": run.preset.name, "command": command,
+            "git_commit": git_commit(), "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
+            "execution": run.execution.describe(), "dataset_note": inputs.train.note, "test_note": inputs.test.note,
+            "config": asdict(cfg), "hparams": {k: asdict(v) for k, v in run.hparams.items()},
+            "hardware": asdict(run.hw), "system": run.system.describe(),
+            "holdout": {"fraction": cfg.holdout_fraction, "val_samples": 0 if val is None else len(val),
+                        "note": None if val is None else val.note},
+            "partition_sizes": [int(len(p)) for p in inputs.parts], "methods": methods}
+
+
+def _csv(rows: list[list[Any]]) -> str:
+    buf = io.StringIO()
+    csv.writer(buf).writerows(rows)
+    return buf.getvalue()
+
+
+def write(folder: Path, run: FLRun, data: FLData, trained: dict, doc: dict) -> None:
+    """Step 4: every results file into ``folder`` (a temporary folder renamed by the caller)."""
+    from workloads.fl.partition import save_partition_summary
+
+    inputs, outcomes = data.inputs, trained["outcomes"]
+    text = json.dumps(doc, indent=1, allow_nan=False) + "\n"  # every figure finite, or an error before writing
+    ledger = [["method", "round", "client", "direction", "group", "bytes"]]
+    for name, o in outcomes.items():
+        ledger += [[name, t.round, t.client, t.direction, t.group, t.nbytes] for t in o.result.transfers]
+    save_partition_summary(folder / "partition.csv", inputs.train.y.numpy(), inputs.parts, inputs.train.num_classes)
+    atomic_write_text(folder / "ledger.csv", _csv(ledger))
+    atomic_write_text(folder / "accuracy.csv", _csv(
+        [["method", "accuracy", "accuracy_before_calibration", "val_accuracy", "total_bytes"]]
+        + [[m, v["accuracy"], v["accuracy_before_calibration"], v["val_accuracy"], v["comm"]["total_bytes"]]
+           for m, v in doc["methods"].items()]))
+    rows = [row for o in outcomes.values() for row in o.rows]
+    atomic_write_text(folder / "rounds.csv", _csv([list(ROUNDS_COLUMNS)] + [[row[c] for c in ROUNDS_COLUMNS]
+                                                                            for row in rows]))
+    atomic_write_text(folder / "results.json", text)

@@ -1,0 +1,166 @@
+"""``python -m bench.flower``: the example Flower app in Flower's simulation engine, every client's
+training priced on the modeled accelerator (docs/flower.md).
+
+    python -m bench.flower --model convnet --methods fedavg fedavg+spherefed --clients 3 --rounds 2 \\
+        --out DIR [--preset small] [--seed 0] [--hw HW.toml] [--system SYSTEM.toml] [--overwrite]
+
+Runs the methods one after the other in one simulation (``workloads.flower.app``) and writes
+``DIR/rounds.csv`` (``ROUNDS_COLUMNS``, also printed), ``DIR/clients.csv`` (each client's share of
+each round) and ``DIR/manifest.json``, all or nothing: the simulation writes into a temporary folder
+renamed at the end, and a run in which a client failed (fewer rounds than asked) is exit 1 with
+nothing written. Without Flower installed: the install line, exit 2. Bad input: one line, exit 2,
+before Ray starts. Ctrl-C / SIGTERM: the simulation (its own process group, Ray included) is
+stopped, one line, exit 130 / 143, nothing written.
+"""
+
+from __future__ import annotations
+
+import csv
+import multiprocessing
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from bench.fl.pipeline import method_list
+from bench.results import FORMAT_VERSION
+from iokit import checks, cli, outputs
+
+INSTALL_HINT = ("the Flower integration needs the 'flower' extra: "
+                "python3 -m pip install -c constraints.txt -e '.[flower]'")
+ROOT = Path(__file__).resolve().parents[2]
+COMMAND = "bench.flower"
+CLIENTS_MAX = 1_000  # each simulated client is a Ray actor's worth of memory on one machine
+STOP_GRACE_S = 5.0  # after SIGTERM to the simulation's process group, SIGKILL
+
+
+def parser() -> cli.Parser:
+    p = cli.Parser(prog="python -m bench.flower", description=__doc__.split("\n\n")[0].split(": ", 1)[-1])
+    p.add_argument("--model", default="convnet",
+                   help="a paper model (default convnet) or package.module:factory (docs/byom.md)")
+    p.add_argument("--methods", nargs="+", default=["fedavg", "fedavg+spherefed"], metavar="METHOD",
+                   help="fedavg / fedprox, optionally +spherefed (default: fedavg fedavg+spherefed)")
+    p.add_argument("--clients", type=cli.int_in(1, CLIENTS_MAX), default=3,
+                   help="simulated clients, all sampled every round (default 3)")
+    p.add_argument("--rounds", type=cli.int_in(1, checks.ROUNDS_MAX), default=2, help="rounds per method (default 2)")
+    p.add_argument("--preset", default="small", help="data, partition and hyper-parameters (configs/presets)")
+    p.add_argument("--seed", type=cli.int_in(0, checks.SEED_MAX), default=0,
+                   help="model init, partition, shuffling, speed factors (default 0)")
+    p.add_argument("--hw", default=str(ROOT / "configs" / "hw" / "paper_default.toml"),
+                   help="hardware TOML the clients' steps are priced on")
+    p.add_argument("--system", default=str(ROOT / "configs" / "system" / "default.toml"),
+                   help="system-model TOML: links, speed factors, per-client hardware")
+    p.add_argument("--out", type=Path, default=None, help="default: results/flower/<model>-seed<seed>")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing results folder of this suite")
+    return p
+
+
+def simulate(run, hw: str, system_path: str, folder: str) -> None:
+    """The simulation, in its own process and process group (so that an interrupt stops Ray too):
+    writes rounds.csv and clients.csv into ``folder``."""
+    os.setsid()
+    from flwr.simulation import run_simulation
+
+    from workloads.cost.system import load_system_model
+    from workloads.flower import app
+    from workloads.flower.mod import AccelMod
+
+    system = load_system_model(system_path)
+    run_simulation(server_app=app.server_app(run, system, Path(folder)),
+                   client_app=app.client_app(run, AccelMod(hw, system)),
+                   num_supernodes=run.num_clients,
+                   backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}})
+
+
+def run_in_child(run, hw: str, system_path: str, folder: Path) -> None:
+    """``simulate`` in a spawned child; an interrupt here stops its whole process group."""
+    child = multiprocessing.get_context("spawn").Process(target=simulate, args=(run, hw, system_path, str(folder)))
+    child.start()
+    try:
+        child.join()
+    except BaseException:
+        stop(child)
+        raise
+    if child.exitcode != 0:
+        raise cli.RunFailed(f"the simulation failed (exit {child.exitcode}; Flower's log above says why); "
+                            "nothing written")
+
+
+def stop(child) -> None:
+    """SIGTERM to the child's process group (Ray's workers included), SIGKILL after ``STOP_GRACE_S``."""
+    for sig, wait_s in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, 1.0)):
+        try:
+            os.killpg(child.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        child.join(wait_s)
+        if child.exitcode is not None:
+            try:
+                os.killpg(child.pid, signal.SIGKILL)  # what the child left behind in its group
+            except (ProcessLookupError, PermissionError):
+                pass
+            return
+
+
+def check_rounds(folder: Path, expected: int) -> list[list[str]]:
+    """rounds.csv's rows; RunFailed unless every method's every round is there (a failed client
+    leaves its round out)."""
+    path = folder / "rounds.csv"
+    if not path.is_file():
+        raise cli.RunFailed("the simulation ended without writing rounds.csv (Flower's log above says why); "
+                            "nothing written")
+    with path.open(newline="") as f:
+        rows = list(csv.reader(f))
+    if len(rows) - 1 != expected:
+        raise cli.RunFailed(f"the simulation trained {len(rows) - 1} of {expected} rounds (a client failed: "
+                            "Flower's log above says why); nothing written")
+    return rows
+
+
+@cli.command("interrupted; the simulation was stopped, nothing written")
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        import flwr  # noqa: F401
+        import ray  # noqa: F401  (Flower's simulation engine)
+
+        from workloads.flower import app
+    except ImportError as err:
+        if (err.name or "").split(".")[0] not in ("flwr", "ray"):
+            raise
+        raise cli.UsageError(INSTALL_HINT) from None
+    from accel_sim.hardware import load_hardware_config
+    from workloads.cost.system import load_system_model
+
+    out = args.out or ROOT / "results" / "flower" / f"{args.model}-seed{args.seed}"
+    with cli.bad_input():
+        method_list(args.methods)  # each a method, each once, separated by spaces
+        methods = tuple(args.methods)
+        app.check_methods(methods)
+        load_hardware_config(args.hw)  # fail here, not inside a Ray actor
+        load_system_model(args.system)
+        run = app.FlowerRun(args.preset, args.model, methods, args.clients, args.rounds, args.seed)
+        run.setting()
+        for name in methods:  # the model on the run's data: a paper model or package.module:factory (docs/byom.md)
+            app.new_model(run, run.method(name)[0])
+        config = {"model": args.model, "methods": methods, "clients": args.clients, "rounds": args.rounds,
+                  "preset": args.preset, "seed": args.seed, "hw": str(args.hw), "system": str(args.system)}
+        outputs.check_out(out, command=COMMAND, overwrite=args.overwrite)
+    rows: list[list[str]] = []
+
+    def build(tmp: Path) -> None:
+        run_in_child(run, args.hw, args.system, tmp)
+        rows.extend(check_rounds(tmp, len(methods) * args.rounds))
+
+    with outputs.claim(out):
+        outputs.write_results_dir(out, build, command=COMMAND, config_sha256=outputs.config_hash(config),
+                                  version=FORMAT_VERSION, replace=args.overwrite)
+    for row in rows:
+        print(",".join(row))
+    print(f"wrote {out / 'rounds.csv'} and {out / 'clients.csv'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

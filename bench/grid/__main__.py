@@ -1,0 +1,53 @@
+"""``python -m bench.grid GRID.toml``: many independent runs, locally or on Ray (``bench.grid.engine``;
+docs/grid.md).
+
+    python -m bench.grid grid.toml [--out DIR] [--backend local|ray] [--address ADDR]
+                                   [--resources-per-run cpus=1,gpus=0] [--retry-failed]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from bench.grid.engine import BACKENDS, GridError, PointResult, load_grid, parse_resources, run_grid
+from bench.results import ResultsError
+from iokit import cli
+
+
+
+@cli.command("interrupted; finished points are kept under --out: rerun the same command to resume")
+def main(argv: list[str] | None = None) -> int:
+    parser = cli.Parser(prog="python -m bench.grid", description="Run a grid of independent runs, locally or on Ray.")
+    parser.add_argument("grid", help="grid file (TOML), e.g. configs/grids/small.toml")
+    parser.add_argument("--out", default=None, help="results folder (default: results/grid-<name>)")
+    parser.add_argument("--backend", default="local", choices=BACKENDS)
+    parser.add_argument("--address", default=None, help="address of an existing Ray cluster (ray backend)")
+    parser.add_argument("--resources-per-run", default="cpus=1,gpus=0", type=str)
+    parser.add_argument("--retry-failed", action="store_true", help="run again the points that failed before")
+    args = parser.parse_args(argv)
+    try:
+        spec = load_grid(args.grid)
+        resources = parse_resources(args.resources_per_run)
+        if args.address and args.backend != "ray":
+            raise GridError("--address is only used with --backend ray")
+        out = Path(args.out or f"results/grid-{spec.name}")
+
+        def show(result: PointResult, i: int, total: int) -> None:
+            extra = f" ({result.elapsed_s:.1f} s)" if result.status == "done" else ""
+            extra += f": {result.error}" if result.error else ""
+            print(f"[{i}/{total}] {result.run_id} {result.status}{extra}", file=sys.stderr, flush=True)
+
+        report = run_grid(spec, out, backend=args.backend, resources=resources, retry_failed=args.retry_failed,
+                          address=args.address, progress=show)
+    except (GridError, ResultsError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    counts = {s: report.count(s) for s in ("done", "skipped", "failed", "failed-earlier", "busy")}
+    print("grid %s: %s; tables in %s" % (spec.name, ", ".join(f"{v} {k}" for k, v in counts.items() if v), out))
+    return 1 if counts["failed"] or counts["failed-earlier"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+

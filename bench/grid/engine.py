@@ -1,0 +1,554 @@
+"""Experiment grids: many independent runs, locally by default, on Ray when one machine is not enough.
+
+    python -m bench.grid.engine grid.toml [--out DIR] [--backend local|ray] [--address ADDR]
+                                   [--resources-per-run cpus=1,gpus=0] [--retry-failed]
+
+A grid file (TOML) names a runner, the settings shared by every run, and the axes to sweep::
+
+    name = "small"
+    runner = "bench.run:run_point"      # module:function(config: dict, out_dir: Path) -> dict
+    [fixed]
+    preset = "smoke"
+    [axes]
+    model = ["convnet", "vgg13"]
+    seed = [0, 1, 2]
+
+Every point of the cartesian product of the axes (in file order), merged over ``fixed``, is one
+run. Its id is a hash of the runner's name and the point's resolved config, so the same point of
+the same runner always lands in the same folder, and a grid with another runner never reuses it:
+
+    DIR/runs/<run_id>/      the runner's files plus point.json (config, metrics, elapsed_s, start/end time)
+    DIR/failed/<run_id>.json  the error and traceback of a run that raised
+    DIR/locks/<run_id>.lock   held while a run is in progress (pid and host inside)
+    DIR/runs.csv, DIR/table_*.csv   the aggregated tables (see ``aggregate``)
+
+Safety. A run writes into ``runs/.tmp-<run_id>-<random>`` and is renamed to ``runs/<run_id>`` only
+when the runner returned, so a folder under ``runs/`` is always a finished run. A lock file created
+with O_EXCL keeps two grids (or two workers) from running the same point; a lock whose process is
+gone (same host) is stale and is taken over, so an interrupted grid resumes where it stopped.
+Finished runs are skipped on rerun; failed runs are reported and retried only with
+``--retry-failed``. A point that fails, bad settings included (``batch_size = "x"`` in an axis),
+fails alone: its error is recorded in ``failed/<run_id>.json`` and the other points run. A
+``point.json`` or ``failed/<run_id>.json`` that cannot be read (truncated by a crash) means the
+point is not done: one line says so and the point runs again.
+
+Checked before any point runs: the grid file (TOML text; ``name`` a file-name-safe word: letters,
+digits, ``.``, ``_``, ``-``), the runner (registered), every point (the runner's ``validate``: a
+typo in ``[fixed]`` is one line naming it, before a results folder exists), ``--resources-per-run``
+(finite numbers), ``--out`` (a new folder, or this grid's own: the folder's manifest names the
+grid and its runner; any other folder is refused), and with ``--address`` that the Ray head's port
+answers within ``RAY_CONNECT_TIMEOUT_S`` (10 s; Ray itself would retry for minutes). Ctrl-C or
+SIGTERM stop the grid with one line; finished points stay, and the next run resumes. The tables
+are built from the points of the grid as it is now (points of an earlier version of the file that
+are no longer in it are kept on disk but left out).
+
+Determinism. Each run sets torch's thread count to its CPU share (``cpus``, default 1) on both
+backends, so the same point gives bitwise the same results locally and on Ray.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import json
+import os
+import re
+import shutil
+import socket
+import sys
+import time
+import traceback
+import uuid
+from dataclasses import dataclass, field
+from hashlib import sha256
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+from bench.grid.runners import RunnerError, resolve_runner
+from bench.results import FORMAT_VERSION, ResultsError
+from iokit import outputs
+from iokit.files import atomic_write, atomic_write_text
+from iokit.toml import read_toml
+
+GRID_KEYS = {"name", "runner", "fixed", "axes"}
+SAFE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")  # a grid's name, used in a folder name
+RAY_CONNECT_TIMEOUT_S = 10.0  # --address: how long to wait for the cluster's port to answer
+DEFAULT_RUNNER = "bench.run"
+COMMAND = "bench.grid"
+OWNED_FOLDERS = ("runs", "failed", "locks")
+TABLES = ("grid.json", "runs.csv", "table_mean_std.csv", "table2.csv", "table2.md")
+
+
+class GridError(ValueError):
+    """A grid file or grid option that cannot be used. The message says what to fix."""
+
+
+@dataclass(frozen=True)
+class GridSpec:
+    name: str
+    runner: str
+    fixed: dict[str, Any]
+    axes: dict[str, list[Any]]
+
+    def points(self) -> list[dict[str, Any]]:
+        """Resolved configs, one per point of the cartesian product of the axes, in file order."""
+        names = list(self.axes)
+        return [{**self.fixed, **dict(zip(names, values))} for values in itertools.product(*self.axes.values())]
+
+
+@dataclass(frozen=True)
+class Resources:
+    cpus: float = 1.0
+    gpus: float = 0.0
+
+
+@dataclass(frozen=True)
+class PointResult:
+    run_id: str
+    status: str  # "done" (ran now), "skipped" (finished earlier), "failed", "failed-earlier", "busy"
+    config: dict[str, Any]
+    elapsed_s: float = 0.0
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class GridReport:
+    results: tuple[PointResult, ...] = field(default_factory=tuple)
+
+    def count(self, status: str) -> int:
+        return sum(r.status == status for r in self.results)
+
+
+# ----------------------------------------------------------------------------- grid files
+
+
+def parse_grid(data: dict[str, Any], source: str = "<grid>") -> GridSpec:
+    unknown = set(data) - GRID_KEYS
+    if unknown:
+        raise GridError(f"{source}: unknown key(s) {sorted(unknown)}; a grid file has {sorted(GRID_KEYS)}")
+    fixed = data.get("fixed", {})
+    axes = data.get("axes", {})
+    if not isinstance(fixed, dict) or not isinstance(axes, dict):
+        raise GridError(f"{source}: [fixed] and [axes] must be tables")
+    if not axes:
+        raise GridError(f"{source}: [axes] is empty: name at least one axis, e.g. seed = [0, 1, 2]")
+    for name, values in axes.items():
+        if not isinstance(values, list) or not values:
+            raise GridError(f"{source}: axis '{name}' must be a non-empty list, got {values!r}")
+        if len({json.dumps(v, sort_keys=True) for v in values}) != len(values):
+            raise GridError(f"{source}: axis '{name}' lists a value twice: {values!r}")
+    both = set(fixed) & set(axes)
+    if both:
+        raise GridError(f"{source}: {sorted(both)} appear both in [fixed] and in [axes]; keep each in one place")
+    runner = data.get("runner", DEFAULT_RUNNER)
+    if not isinstance(runner, str) or not runner.strip():
+        raise GridError(f"{source}: runner = {runner!r}: give a registered runner's name, e.g. runner = \"bench.run\"")
+    name = data.get("name", re.sub(r"[^A-Za-z0-9._-]", "_", Path(source).stem).lstrip(".") or "grid")
+    if not isinstance(name, str) or not SAFE_NAME.fullmatch(name):
+        raise GridError(f"{source}: name = {name!r} must be a file-name-safe word (letters, digits, '.', '_', '-', "
+                        "not starting with '.'): it names the results folder results/grid-<name>")
+    return GridSpec(name=name, runner=runner, fixed=fixed, axes=axes)
+
+
+def load_grid(path: str | Path) -> GridSpec:
+    path = Path(path)
+    if not path.is_file():
+        raise GridError(f"{path}: no such grid file (see configs/grids/ for examples)")
+    return parse_grid(read_toml(path, GridError, "grid"), str(path))
+
+
+def run_id(runner: str, config: dict[str, Any]) -> str:
+    """12 hex digits of the SHA-256 of the runner's name and the config as canonical JSON (sorted keys)."""
+    text = json.dumps({"runner": runner, "config": config}, sort_keys=True, separators=(",", ":"))
+    return sha256(text.encode()).hexdigest()[:12]
+
+
+def validate_points(spec: GridSpec) -> None:
+    """Every point checked by the runner's ``validate`` before any runs; GridError naming the first bad one."""
+    try:
+        runner = resolve_runner(spec.runner)
+    except RunnerError as e:
+        raise GridError(str(e)) from None
+    if runner.validate is None:
+        return
+    for i, point in enumerate(spec.points(), 1):
+        try:
+            runner.validate(point)
+        except (ValueError, SystemExit) as e:
+            axes = {k: point[k] for k in spec.axes}
+            raise GridError(f"grid {spec.name!r}, point {i} {axes}: {e}") from None
+
+
+# ----------------------------------------------------------------------------- one point
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _try_lock(lock: Path) -> bool:
+    """Create ``lock`` exclusively; take over a stale lock of a dead process on this host."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    me = json.dumps({"pid": os.getpid(), "host": socket.gethostname()})
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                owner = json.loads(lock.read_text() or "{}")
+            except (OSError, json.JSONDecodeError):
+                return False  # being written right now: someone else holds it
+            if owner.get("host") == socket.gethostname() and not _pid_alive(int(owner.get("pid", 0))):
+                lock.unlink(missing_ok=True)  # stale: its process is gone
+                continue
+            return False
+        with os.fdopen(fd, "w") as f:
+            f.write(me)
+        return True
+    return False
+
+
+def _set_threads(cpus: float) -> int | None:
+    """Give torch ``cpus`` threads; returns the previous count (None without torch)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    previous = torch.get_num_threads()
+    torch.set_num_threads(max(1, int(cpus)))
+    return previous
+
+
+def execute_point(runner_spec: str, config: dict[str, Any], out_root: str, cpus: float = 1.0,
+                  retry_failed: bool = False) -> PointResult:
+    """Run one grid point unless it is finished, failed earlier (and no retry) or running elsewhere.
+
+    Pure with respect to its arguments so it can be shipped to a Ray worker as it is."""
+    root = Path(out_root)
+    rid = run_id(runner_spec, config)
+    final = root / "runs" / rid
+    failed = root / "failed" / f"{rid}.json"
+    if _finished(final):
+        return PointResult(rid, "skipped", config)
+    earlier = read_record(failed) if failed.is_file() else None
+    if earlier is not None and not retry_failed:
+        return PointResult(rid, "failed-earlier", config, error=str(earlier.get("error", "")))
+    lock = root / "locks" / f"{rid}.lock"
+    if not _try_lock(lock):
+        return PointResult(rid, "busy", config)
+    tmp = root / "runs" / f".tmp-{rid}-{uuid.uuid4().hex[:8]}"
+    try:
+        if _finished(final, quiet=True):  # finished by another grid while we waited
+            return PointResult(rid, "skipped", config)
+        for leftover in (root / "runs").glob(f".tmp-{rid}-*"):
+            shutil.rmtree(leftover, ignore_errors=True)  # from an interrupted attempt
+        if final.exists():  # a run folder without a readable point.json: not done, redone
+            shutil.rmtree(final, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        previous_threads = _set_threads(cpus)
+        try:
+            runner = resolve_runner(runner_spec).run  # imported before the clock starts: a worker's
+            start_unix_s, start = time.time(), time.perf_counter()  # first run does not count it
+            metrics = runner(dict(config), tmp)
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - one failing run (even one that exits) must not stop the grid
+            failed.parent.mkdir(parents=True, exist_ok=True)
+            record = {"run_id": rid, "config": config, "error": f"{type(e).__name__}: {e}",
+                      "traceback": traceback.format_exc()}
+            _write_json(failed, record)
+            return PointResult(rid, "failed", config, error=record["error"])
+        finally:
+            if previous_threads is not None:
+                _set_threads(previous_threads)
+        elapsed_s = time.perf_counter() - start
+        _write_json(tmp / "point.json", {"version": FORMAT_VERSION, "run_id": rid, "runner": runner_spec,
+                                         "config": config, "metrics": metrics or {},
+                                         "elapsed_s": elapsed_s, "start_unix_s": start_unix_s,
+                                         "end_unix_s": start_unix_s + elapsed_s})
+        tmp.rename(final)
+        failed.unlink(missing_ok=True)
+        return PointResult(rid, "done", config, elapsed_s=elapsed_s)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        lock.unlink(missing_ok=True)
+
+
+def read_record(path: Path, *, quiet: bool = False) -> dict[str, Any] | None:
+    """A grid record (``runs/<id>/point.json``, ``failed/<id>.json``), or None when it cannot be read
+    (truncated by a crash, not JSON, not an object): the point is then not done and is run again;
+    one line on stderr says so."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        if not quiet:
+            print(f"warning: {path} cannot be read ({type(e).__name__}); treating the point as not done and "
+                  "running it again", file=sys.stderr, flush=True)
+        return None
+    if not isinstance(data, dict) or "run_id" not in data:
+        if not quiet:
+            print(f"warning: {path} is not a grid record; treating the point as not done and running it again",
+                  file=sys.stderr, flush=True)
+        return None
+    return data
+
+
+def _finished(run_dir: Path, *, quiet: bool = False) -> bool:
+    return (run_dir / "point.json").is_file() and read_record(run_dir / "point.json", quiet=quiet) is not None
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str))
+
+
+# ----------------------------------------------------------------------------- backends
+
+
+def run_local(spec: GridSpec, out: Path, resources: Resources, retry_failed: bool) -> Iterator[PointResult]:
+    for config in spec.points():
+        yield execute_point(spec.runner, config, str(out), resources.cpus, retry_failed)
+
+
+def run_ray(spec: GridSpec, out: Path, resources: Resources, retry_failed: bool,
+            address: str | None = None) -> Iterator[PointResult]:
+    try:
+        import ray
+    except ImportError:
+        raise GridError("--backend ray needs Ray: pip install -c constraints.txt -e '.[ray]'") from None
+    started_here = not ray.is_initialized()
+    if started_here:
+        kwargs: dict[str, Any] = {"log_to_driver": False, "include_dashboard": False}
+        if address:  # an existing cluster: every node must have the project installed (pip install -e .)
+            kwargs["address"] = address  # reachable: run_grid checked it (check_ray_address)
+        else:  # a local Ray for this command: its workers inherit this environment, so the project
+            kwargs["num_cpus"] = os.cpu_count()  # root on PYTHONPATH makes them import this checkout
+            root = str(Path(__file__).resolve().parent.parent)
+            paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != root]
+            os.environ["PYTHONPATH"] = os.pathsep.join([root, *paths])
+        ray.init(**kwargs)
+    try:
+        remote = ray.remote(num_cpus=resources.cpus, num_gpus=resources.gpus, max_retries=0)(execute_point)
+        pending = [remote.remote(spec.runner, c, str(out.resolve()), resources.cpus, retry_failed)
+                   for c in spec.points()]
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            yield ray.get(done[0])
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+def check_ray_address(address: str, timeout_s: float = RAY_CONNECT_TIMEOUT_S) -> None:
+    """GridError unless ``host:port`` (optionally ``ray://host:port``) accepts a TCP connection
+    within ``timeout_s``: ``ray.init`` itself retries an unreachable address for minutes without a
+    word. ``auto`` (a cluster started on this machine) is left to Ray."""
+    if address == "auto":
+        return
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise GridError(f"--address {address!r}: give HOST:PORT of the Ray head (e.g. 10.0.0.5:6379) or 'auto'")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        raise GridError(f"--address {address}: no Ray cluster answers within {timeout_s:g} s ({e.strerror or e}); "
+                        "start one with `ray start --head` or leave --address out for a local Ray") from None
+
+
+BACKENDS = ("local", "ray")
+
+
+def check_grid_out(spec: GridSpec, out: str | Path) -> None:
+    """``--out`` of a grid: a new (or empty) folder, or this grid's own (its manifest names
+    ``bench.grid`` and the same grid name and runner: rerunning resumes it). Anything else is
+    refused, naming why: the suite never mixes a grid into another folder. Checked before any
+    point runs."""
+    out = Path(out)
+    reason = outputs.forbidden_reason(out)
+    if reason:
+        raise GridError(f"--out {out}: {reason}; give a new folder for the grid, e.g. results/grid-{spec.name}")
+    if out.exists() or out.is_symlink():
+        if not out.is_dir() or out.is_symlink():
+            raise GridError(f"--out {out} exists and is not a folder; choose another --out")
+        manifest = outputs.Manifest.read(out)
+        if manifest is None:
+            foreign = outputs.foreign_file(out, None)
+            if foreign is not None:
+                raise GridError(f"--out {out} holds files this suite did not write (e.g. {foreign}); choose another "
+                                "--out")
+        elif manifest.command != COMMAND:
+            raise GridError(f"--out {out} is a {manifest.command} results folder, not a grid's; choose another --out")
+        elif manifest.config_sha256 != grid_hash(spec):
+            raise GridError(f"--out {out} holds another grid (its name or runner differs from {spec.name!r} / "
+                            f"{spec.runner!r}); choose another --out")
+    outputs.check_writable(out, "--out", error=GridError)
+
+
+def grid_hash(spec: GridSpec) -> str:
+    """What a grid folder belongs to: the grid's name and runner (its axes may grow: the points are
+    content-addressed)."""
+    return outputs.config_hash({"name": spec.name, "runner": spec.runner})
+
+
+def run_grid(spec: GridSpec, out: str | Path, *, backend: str = "local", resources: Resources = Resources(),
+             retry_failed: bool = False, address: str | None = None,
+             progress: Callable[[PointResult, int, int], None] | None = None) -> GridReport:
+    if backend not in BACKENDS:
+        raise GridError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    validate_points(spec)  # the runner registered, every point resolvable: before any folder exists
+    if backend == "ray" and address:
+        check_ray_address(address)
+    out = Path(out)
+    check_grid_out(spec, out)
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    outputs.Manifest(COMMAND, grid_hash(spec), FORMAT_VERSION, "running", TABLES, OWNED_FOLDERS).write(out)
+    _write_json(out / "grid.json", {"name": spec.name, "runner": spec.runner, "fixed": spec.fixed, "axes": spec.axes})
+    total = len(spec.points())
+    if backend == "local":
+        stream = run_local(spec, out, resources, retry_failed)
+    else:
+        stream = run_ray(spec, out, resources, retry_failed, address)
+    results = []
+    for result in stream:
+        results.append(result)
+        if progress:
+            progress(result, len(results), total)
+    aggregate(out, run_ids=[run_id(spec.runner, p) for p in spec.points()])
+    return GridReport(tuple(results))
+
+
+# ----------------------------------------------------------------------------- aggregation
+
+
+def _flat(prefix: str, obj: Any) -> dict[str, Any]:
+    if isinstance(obj, dict):
+        out: dict[str, Any] = {}
+        for k, v in obj.items():
+            out.update(_flat(f"{prefix}.{k}" if prefix else str(k), v))
+        return out
+    if isinstance(obj, list):
+        return {prefix: json.dumps(obj)}
+    return {prefix: obj}
+
+
+def collect(out: str | Path, run_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    """One flat row per finished run (of ``run_ids`` when given: the grid's current points): run_id,
+    the config keys, then ``metric.*`` columns."""
+    rows = []
+    wanted = None if run_ids is None else set(run_ids)
+    for point in sorted(Path(out).glob("runs/*/point.json")):
+        if wanted is not None and point.parent.name not in wanted:
+            continue
+        data = read_record(point)
+        if data is None:
+            continue  # unreadable (said so): the point runs again on the next run of the grid
+        if data.get("version") != FORMAT_VERSION:
+            raise ResultsError(f"{point} has results format version {data.get('version')!r}; this code reads "
+                               f"{FORMAT_VERSION} (docs/results.md): run the grid into a new --out")
+        rows.append({"run_id": data["run_id"], **_flat("", data["config"]), **_flat("metric", data["metrics"]),
+                     "elapsed_s": data["elapsed_s"]})
+    return rows
+
+
+def aggregate(out: str | Path, *, across: str = "seed", run_ids: Iterable[str] | None = None) -> Path | None:
+    """Write the grid's tables from every finished run:
+
+    * ``runs.csv``: one row per run, config columns then ``metric.*`` columns;
+    * ``table_mean_std.csv``: each metric's mean, std and count over ``across`` (the seeds) for
+      each combination of the other config columns;
+    * ``table2.csv`` / ``table2.md``: Table 2's layout for runners whose metrics are named
+      ``<model>.<method>.<figure>`` (bench.run's): one row per model and method, one column per
+      data setting (the remaining config columns), cells "mean ± std" over seeds; accuracy first,
+      then the efficiency figures (latency, peak memory, communication) in the same layout."""
+    import pandas as pd
+
+    rows = collect(out, run_ids)
+    if not rows:
+        return None
+    df = pd.DataFrame(rows)
+    out = Path(out)
+    _write_csv(df, out / "runs.csv")
+    metrics = [c for c in df.columns if c.startswith("metric.") and pd.api.types.is_numeric_dtype(df[c])]
+    group = [c for c in df.columns if c not in metrics and c not in ("run_id", "elapsed_s", across)]
+    if metrics and group:
+        table = df.groupby(group, dropna=False)[metrics].agg(["mean", "std", "count"])
+        table.columns = [f"{m}.{stat}" for m, stat in table.columns]
+        _write_csv(table.reset_index(), out / "table_mean_std.csv")
+    long = table2_long(df, metrics, across)
+    if long is not None:
+        _write_csv(long, out / "table2.csv")
+        atomic_write_text(out / "table2.md", table2_markdown(long))
+    return out / "runs.csv"
+
+
+TABLE2_FIGURES = ("accuracy_pct", "round_latency_s", "peak_memory_bytes", "calibration_latency_s",
+                  "communication_bytes")
+
+
+def table2_long(df, metrics: list[str], across: str = "seed"):
+    """Mean, std and count over seeds of every ``metric.<model>.<method>.<figure>`` column, in long
+    form: (setting, model, method, figure, mean, std, n). None when no metric has that form."""
+    import pandas as pd
+
+    named = [c for c in metrics if len(c.split(".")) == 4 and c.split(".")[3] in TABLE2_FIGURES]
+    if not named:
+        return None
+    setting_cols = [c for c in df.columns
+                    if c not in metrics and c not in ("run_id", "elapsed_s", across, "model", "methods")
+                    and not c.startswith("metric.")]
+    records = []
+    for _, row in df.iterrows():
+        setting = ", ".join(f"{c}={row[c]}" for c in setting_cols) or "default"
+        for c in named:
+            if pd.notna(row[c]):
+                _, model, method, figure = c.split(".")
+                records.append({"setting": setting, "model": model, "method": method, "figure": figure,
+                                "value": float(row[c])})
+    long = pd.DataFrame(records)
+    stats = long.groupby(["figure", "model", "method", "setting"], sort=False)["value"].agg(["mean", "std", "count"])
+    return stats.reset_index().rename(columns={"count": "n"})
+
+
+def table2_markdown(long) -> str:
+    """One Markdown table per figure: rows model / method, columns data settings, "mean ± std"."""
+    parts = []
+    for figure in TABLE2_FIGURES:
+        sub = long[long["figure"] == figure]
+        if sub.empty:
+            continue
+        cells = sub.assign(cell=[f"{m:.4g} ± {0.0 if s != s else s:.2g} (n={n})"
+                                 for m, s, n in zip(sub["mean"], sub["std"], sub["n"])])
+        pivot = cells.pivot(index=["model", "method"], columns="setting", values="cell")
+        header = "| model | method | " + " | ".join(pivot.columns) + " |"
+        lines = [f"### {figure} (mean ± std over seeds)", "", header,
+                 "|" + "---|" * (len(pivot.columns) + 2)]
+        for (model, method), values in pivot.iterrows():
+            lines.append(f"| {model} | {method} | " + " | ".join(str(v) for v in values) + " |")
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts) + "\n"
+
+
+def _write_csv(df, path: Path) -> None:
+    atomic_write(path, lambda tmp: df.to_csv(tmp, index=False))
+
+
+def parse_resources(text: str) -> Resources:
+    values: dict[str, float] = {}
+    for part in filter(None, text.split(",")):
+        key, _, value = part.partition("=")
+        if key not in ("cpus", "gpus"):
+            raise GridError(f"--resources-per-run: unknown resource {key!r}; use cpus=N,gpus=M")
+        try:
+            values[key] = float(value)
+        except ValueError:
+            raise GridError(f"--resources-per-run: {key}={value!r} is not a number") from None
+        if not math.isfinite(values[key]):
+            raise GridError(f"--resources-per-run: {key}={value} must be a finite number")
+        if values[key] < 0 or (key == "cpus" and values[key] == 0):
+            raise GridError(f"--resources-per-run: {key} must be positive, got {value}")
+    return Resources(**values)

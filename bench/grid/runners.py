@@ -1,0 +1,88 @@
+"""Grid runners: the functions a grid may run, registered by name.
+
+A runner is ``runner(point: dict, out_dir: Path) -> dict[str, float]``: it runs one point of a grid
+(its resolved settings), writes its files into ``out_dir`` and returns its headline metrics. A grid
+file names its runner by the name it was registered under::
+
+    runner = "bench.run"              # SphereFed's efficiency study for one model (bench/run/study.py)
+    runner = "bench.study"            # one training run of an accuracy study (bench/study/runner.py)
+    runner = "mypackage.grids:mine"   # a function of yours, decorated with @grid_runner("...")
+
+Registering: decorate the function with ``@grid_runner(name, validate=...)``; ``validate(point)``
+(optional) checks a point without running it and raises ``ValueError`` naming what is wrong, so a
+grid refuses a typo in ``[fixed]`` before its first point runs.
+
+Trust: a grid file is as trusted as a Python script, since naming a module imports it (its
+top-level code runs). What is refused is what cannot have been meant: the standard library and
+builtins (``os:fork``, ``shutil:rmtree``) and any function not decorated as a runner, before it is
+called (docs/grid.md).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+Runner = Callable[[Mapping[str, Any], Any], Mapping[str, float]]
+Validate = Callable[[Mapping[str, Any]], object]
+
+BUILT_IN = {"bench.run": "bench.run.study", "bench.study": "bench.study.runner"}
+"""The suite's runners: name -> the module that registers it (imported when the name is used)."""
+_REGISTRY: dict[str, "RegisteredRunner"] = {}
+
+
+class RunnerError(ValueError):
+    """A runner that cannot be used; the message says what to give instead."""
+
+
+@dataclass(frozen=True)
+class RegisteredRunner:
+    name: str
+    run: Runner
+    validate: Validate | None = None
+
+
+def grid_runner(name: str, *, validate: Validate | None = None) -> Callable[[Runner], Runner]:
+    """Register ``function`` as the grid runner ``name`` (module doc)."""
+
+    def register(function: Runner) -> Runner:
+        _REGISTRY[name] = RegisteredRunner(name, function, validate)
+        function.__grid_runner__ = name
+        return function
+
+    return register
+
+
+def standard_module(module: str) -> bool:
+    """Whether ``module`` (dotted) belongs to Python's standard library or builtins."""
+    top = module.split(".")[0]
+    return top in sys.stdlib_module_names or top in sys.builtin_module_names or top == "builtins"
+
+
+def resolve_runner(spec: str) -> RegisteredRunner:
+    """The registered runner ``spec`` names: a built-in name (``BUILT_IN``) or
+    ``module:function`` of a function decorated with ``@grid_runner``."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise RunnerError(f"runner = {spec!r}: give a runner name ({', '.join(BUILT_IN)}) or 'module:function'")
+    if spec in BUILT_IN:
+        importlib.import_module(BUILT_IN[spec])
+        return _REGISTRY[spec]
+    module_name, sep, func_name = spec.partition(":")
+    if not sep or not module_name or not func_name:
+        raise RunnerError(f"runner = {spec!r} is not a registered runner; give one of {', '.join(BUILT_IN)} or "
+                          "'module:function' of a function decorated with @grid_runner (bench.grid.runners)")
+    if standard_module(module_name):
+        raise RunnerError(f"runner = {spec!r}: {module_name} is part of Python's standard library, not a grid "
+                          "runner; name a function decorated with @grid_runner (bench.grid.runners)")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise RunnerError(f"runner {spec!r}: cannot import {module_name!r} ({e})") from None
+    func = getattr(module, func_name, None)
+    name = getattr(func, "__grid_runner__", None)
+    if not callable(func) or name is None or name not in _REGISTRY:
+        raise RunnerError(f"runner {spec!r}: {module_name}.{func_name} is not a grid runner; decorate it with "
+                          "@grid_runner(\"name\") from bench.grid.runners")
+    return _REGISTRY[name]

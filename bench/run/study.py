@@ -1,0 +1,183 @@
+"""``bench.run``'s study: every figure for every model, as data (``Study``), and its files.
+
+``run_study`` prices the paper-shape steps and calibrations while the accuracy runs train (in
+worker processes when there are several cores, ``bench.fl.jobs``), then joins them; ``write_files``
+writes ``summary.json``, ``ops.csv``, ``layers.csv``, ``breakdown.csv``, ``rounds.csv`` and the
+figures (docs/results.md). ``run_point`` is the registered grid runner ``bench.run``
+(``bench.grid.runners``): the same study and files for one grid point.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import pandas as pd
+import torch
+
+from bench import formulas
+from bench.fl.jobs import resolve_workers, started, threads_per_worker
+from bench.grid.runners import grid_runner
+from bench.paper import WHY_DIFFERENT
+from bench.results import (BREAKDOWN_CSV, COST_COLUMNS, FORMAT_NAME, FORMAT_VERSION, LAYERS_COLUMNS, LAYERS_CSV,
+                           OPS_COLUMNS, OPS_CSV, ROUNDS_CSV, ROUNDS_CSV_COLUMNS, write_json)
+from bench.run import compare_hw, figures
+from bench.run.breakdown import breakdown
+from bench.run.config import Resolved, RunConfig, accuracy_note, load_accuracy_data, resolve, split_methods
+from iokit.provenance import git_commit
+
+
+@dataclass(frozen=True)
+class Study:
+    """Everything a run writes: the summary, one row per priced op, one row per method and round."""
+
+    summary: dict
+    ops: list[dict]
+    rounds: list[dict]
+
+
+def hardware_comparison(cfg: RunConfig, training, calibrations, progress) -> dict:
+    """Every method of every model priced on each ``--hw`` accelerator (``bench/run/compare_hw.py``)."""
+    hws = compare_hw.load_hardware_set(cfg.compare_hw)
+    return compare_hw.comparison({
+        m: compare_hw.hardware_figures(m, cfg.spec(m), training, calibrations, batch_size=cfg.batch_size,
+                                       num_classes=cfg.classes, seed=cfg.seed, hws=hws, progress=progress)
+        for m in cfg.models}, hws)
+
+
+def run_study(resolved: Resolved, data, progress: Callable[[str], None] | None, command: str) -> Study:
+    """Every figure for every model of ``resolved``. ``progress`` takes one message per step (and the
+    federated runs show progress bars); None runs silently (grid points). Raises ValueError /
+    FloatingPointError on a failed accuracy run."""
+    cfg, hw, preset, system, execution = resolved.cfg, resolved.hw, resolved.preset, resolved.system, resolved.execution
+    bars = progress is not None
+    progress = progress or (lambda msg: None)
+    training, calibrations = split_methods(cfg.methods)
+    workers = resolve_workers(cfg.workers, len(figures.run_pairs(training + calibrations)), execution.device)
+    models, all_ops, ledgers, all_rounds = {}, [], {}, []
+    for model in cfg.models:
+        inputs, jobs, pairs = figures.accuracy_runs(model, training + calibrations, preset, data, cfg, hw, system,
+                                                    execution)
+        with started(jobs, inputs, workers=workers, progress=progress, bars=bars) as results:
+            # with workers, the federated runs train in their processes while this one prices
+            train_figs, op_rows = figures.training_figures(model, training, cfg, hw, progress)
+            calibration = figures.calibration_figures(model, calibrations, hw, progress, spec=cfg.spec(model),
+                                                      num_classes=cfg.classes)
+            accuracy, ledgers[model], round_rows = figures.accuracy_figures(training + calibrations, inputs, jobs,
+                                                                            pairs, results())
+        all_ops += op_rows
+        all_rounds += round_rows
+        models[model] = {
+            "training": train_figs,
+            "calibration": calibration,
+            # FedAvg's bytes are always there: Fig. 5 (a) is normalized to them (closed forms, no training)
+            "communication": figures.communication_figures(
+                model, list(dict.fromkeys(["fedavg", *training, *calibrations])), cfg),
+            "accuracy": accuracy,
+            "time_to_accuracy": figures.time_to_accuracy_figures(round_rows, cfg.target_accuracy_pct),
+        }
+    comparison = {"hardware_comparison": hardware_comparison(cfg, training, calibrations, progress)} \
+        if cfg.compare_hw else {}
+    summary = {
+        "format": FORMAT_NAME, "version": FORMAT_VERSION, "command": command,
+        "git_commit": git_commit(), "config": asdict(cfg), "hardware": asdict(hw),
+        "execution": execution.describe(),
+        "hardware_label": f"{hw.rows}x{hw.cols} array, {hw.clock_hz / 1e6:g} MHz, "
+                          f"DRAM {hw.dram_peak_bytes_per_s / 1e9:g} GB/s peak, dataflow "
+                          f"{hw.dataflow_fwd}/{hw.dataflow_dx}/{hw.dataflow_dw}",
+        "models": models,
+        "accuracy_setting": {"preset": preset.name, "fl": asdict(preset.fl), "hparams": asdict(preset.hp),
+                             "overrides": preset.overrides, "note": accuracy_note(preset), "train_note": data[0].note,
+                             "workers": workers, "threads": threads_per_worker(workers) or torch.get_num_threads()},
+        "system": system.describe(),
+        "ledger_check": ledgers,
+        "table1": [asdict(r) for r in formulas.table1(formulas.Table1Setup())],
+        "paper_vs_model": figures.paper_vs_model(models),
+        "paper_vs_model_explanation": WHY_DIFFERENT,
+        **comparison,
+    }
+    return Study(summary, all_ops, all_rounds)
+
+
+def layer_rows(op_rows: list[dict]) -> pd.DataFrame:
+    ops = pd.DataFrame(op_rows, columns=OPS_COLUMNS)
+    return ops.groupby(["model", "method", "region", "layer", "phase"], sort=False, as_index=False)[
+        list(COST_COLUMNS)].sum()[list(LAYERS_COLUMNS)]
+
+
+def write_files(folder: Path, study: Study) -> None:
+    """summary.json, the per-op, per-layer, per-block and per-round CSVs and the plots, into ``folder``."""
+    from bench.plots.compare_hw import plot_comparison
+    from bench.plots.run import plot_run
+    from bench.plots.tta import plot_time_to_accuracy
+
+    ops = pd.DataFrame(study.ops, columns=OPS_COLUMNS)
+    ops.to_csv(folder / OPS_CSV, index=False)
+    layer_rows(study.ops).to_csv(folder / LAYERS_CSV, index=False)
+    breakdown(ops).to_csv(folder / BREAKDOWN_CSV, index=False)
+    pd.DataFrame(study.rounds, columns=ROUNDS_CSV_COLUMNS).to_csv(folder / ROUNDS_CSV, index=False)
+    write_json(folder / "summary.json", study.summary)
+    plot_run(folder)
+    plot_time_to_accuracy(folder)
+    if "hardware_comparison" in study.summary:
+        plot_comparison(study.summary, folder)
+
+
+POINT_KEYS = {"model": "models", "methods": "methods", "batch_size": "batch_size", "seed": "seed", "preset": "preset",
+              "data_dir": "data_dir", "hw": "hw_path", "alpha": "alpha", "target": "target_accuracy_pct",
+              "system": "system_path", "input_shape": "input_shape", "classifier": "classifier", "classes": "classes",
+              "workers": "workers", "device": "device"}
+"""A grid point's keys (the grid file's spelling, as the command's flags) -> ``RunConfig`` fields."""
+
+
+def point_config(point: Mapping[str, Any]) -> RunConfig:
+    """The ``RunConfig`` of one grid point: its keys are ``bench.run``'s flags without the dashes
+    (``POINT_KEYS``); a grid gives each point its cores, so its runs go one after another unless it
+    sets ``workers``. ValueError naming an unknown key or a value of the wrong type."""
+    from iokit import checks
+
+    checks.unknown_keys(point, POINT_KEYS, where="bench.run grid point")
+    if "model" not in point:
+        raise ValueError("a bench.run grid point needs 'model'")
+    values: dict[str, Any] = {"workers": 1}
+    for key, value in point.items():
+        field = POINT_KEYS[key]
+        if key == "model":
+            value = (str(value),)
+        elif key == "methods":
+            if not isinstance(value, list) or not value or not all(isinstance(m, str) for m in value):
+                raise ValueError(f"grid setting methods = {value!r}: give a non-empty list of method names, "
+                                 'e.g. methods = ["fedavg", "spherefed"]')
+            value = tuple(value)
+        elif key == "hw":
+            paths = [value] if isinstance(value, str) else value
+            if not isinstance(paths, list) or not paths or not all(isinstance(p, str) for p in paths):
+                raise ValueError(f"grid setting hw = {value!r}: give a hardware TOML path or a list of them")
+            values["compare_hw"] = tuple(paths) if len(paths) > 1 else ()
+            value = paths[0]
+        elif key == "input_shape":
+            from workloads.model_spec import parse_input_shape
+
+            value = parse_input_shape(",".join(map(str, value)) if isinstance(value, list) else str(value))
+        values[field] = value
+    checks.typed_table(RunConfig, {k: v for k, v in values.items() if k not in ("models", "methods", "compare_hw",
+                                                                                  "input_shape")},
+                       where=f"bench.run grid point {dict(point)}")
+    return RunConfig(**values)
+
+
+@grid_runner("bench.run", validate=lambda point: resolve(point_config(point)))
+def run_point(point: Mapping[str, Any], out_dir: Path) -> dict[str, float]:
+    """One grid point: the same study and files as the command, for one model, written straight
+    into ``out_dir`` (the grid's temporary folder). Keys: ``POINT_KEYS``."""
+    cfg = replace(point_config(point), out=str(out_dir))
+    resolved = resolve(cfg)
+    study = run_study(resolved, load_accuracy_data(resolved), None,
+                      shlex.join(["bench.grid point", *(f"{k}={v}" for k, v in point.items())]))
+    mismatched = figures.ledger_mismatches(study.summary)
+    if mismatched:
+        raise ValueError(f"the ledger disagrees with the closed forms: {mismatched}")
+    write_files(out_dir, study)
+    return figures.headline_metrics(study.summary)

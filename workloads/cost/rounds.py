@@ -1,0 +1,209 @@
+"""Each round of a federated run, priced: the ``rounds.csv`` ledger (docs/rounds.md).
+
+From the run's own facts (``RunResult``: the clients sampled in each round, what each sent and
+received, the accuracy after each evaluated round; the partition: each client's samples) and the
+price of each distinct piece of work on the modeled accelerator:
+
+* a sampled client's local training is ``E`` epochs of its mini-batches (``loop.batch_starts``:
+  ``ceil(n_k / B)`` steps per epoch, the last partial batch at its real size, a trailing batch of
+  one skipped as the loop skips it), each step priced from a capture of the loop's own step
+  (``workloads.cost.step.local_step_trace``) at that batch size, on the client's device;
+* its calibration (CCVR / FFC, after the last round) from ``workloads.cost.calibration``;
+* the server's aggregation from a capture of the method's own ``aggregate`` over the round's
+  updates, and the calibration's server side, on the run's accelerator (``--hw``);
+* bytes from the loop's ledger (``RunResult.transfers``).
+
+Each distinct capture (step program, batch size, FedCos's first round or not, accelerator) is taken
+once per run and shared by the run's methods (``RunPricer``). The round model itself (links, speed
+factors, the synchronous max) is ``workloads.cost.system``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, replace
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from accel_sim.hardware import HardwareConfig, load_hardware_config
+from workloads.cost.system import ClientRound, RoundCost, SystemModel, ledger_rows, on_device, round_cost
+from workloads.cost import calibration as calibration_cost
+from workloads.fl.hparams import Hparams
+from workloads.fl.local import prepare_model
+from workloads.fl.loop import RunResult, batch_starts
+from workloads.fl.methods import MethodConfig
+from workloads.fl.methods.base import ClientUpdate, ServerState, trainable_keys
+from workloads.cost.step import StepPrice, local_step_trace, simulate_complete
+from workloads.capture import capture
+
+
+@dataclass(frozen=True)
+class Device:
+    """One client's device: an accelerator and a speed factor (``workloads.cost.system``)."""
+
+    hw: HardwareConfig
+    speed: float
+
+    def runs(self, modeled_s: float, energy_j: float) -> tuple[float, float]:
+        """(seconds, joules) on this device of work priced at ``modeled_s``, ``energy_j``
+        (``workloads.cost.system.on_device``)."""
+        return on_device(modeled_s, energy_j, static_w=self.hw.energy.static_w, speed=self.speed)
+
+
+def client_devices(system: SystemModel, hw: HardwareConfig, num_clients: int, *, seed: int) -> tuple[Device, ...]:
+    """Every client's device: the system model's hardware list (round-robin) or ``hw``, and its
+    speed factor drawn with the run's seed. Loads (and so checks) every hardware file once."""
+    loaded = {path: load_hardware_config(path) for path in dict.fromkeys(system.client_hw)}
+    speeds = system.speed_factors(num_clients, seed=seed)
+    return tuple(Device(hw if system.hw_path(k) is None else loaded[system.hw_path(k)], speeds[k])
+                 for k in range(num_clients))
+
+
+def epoch_batch_sizes(n: int, batch_size: int) -> list[int]:
+    """The mini-batch sizes of one local epoch over ``n`` samples, as the loop runs them."""
+    return [min(batch_size, n - s) for s in batch_starts(n, batch_size)]
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What the priced work looks like: the run's model factory (``model_fn(spherefed)``, unprepared),
+    its input shape and classes, and the seed the loop builds models with."""
+
+    model_fn: Callable[[bool], nn.Module]
+    model_name: str  # the name ``workloads.models.build_model`` knows (calibration pricing)
+    input_shape: tuple[int, ...]  # (C, H, W)
+    num_classes: int
+    seed: int
+
+
+def _local_step_key(method: MethodConfig, hp: Hparams) -> tuple:
+    """What decides the program of a local step: the model preparation, the heads, the penalty,
+    whether the client keeps w_t, SphereFed, and the hyper-parameters (the learning rate and batch
+    size aside: the first changes no op, the second is priced separately). Methods with equal keys
+    (FedAvg, FedNova, FedOpt, FedAvgM; a method and its calibrated variant) share captures."""
+    algo = type(method.algo)
+    return (algo.prepare_model, algo.head_outputs, algo.penalty, algo.anchored, method.spherefed,
+            replace(hp, lr=1.0, batch_size=1))
+
+
+class RunPricer:
+    """Prices of one run's distinct pieces of work, each captured once and shared by all the
+    methods of the run (a cache of prices, not of results)."""
+
+    def __init__(self, spec: RunSpec) -> None:
+        self.spec = spec
+        self._models: dict[tuple, nn.Module] = {}
+        self._steps: dict[tuple, StepPrice] = {}
+        self._aggregations: dict[tuple, float] = {}
+
+    def _prepared(self, method: MethodConfig) -> nn.Module:
+        """The method's prepared model on ``meta`` (shapes and frozen parts only)."""
+        key = (type(method.algo).prepare_model, method.spherefed)
+        if key not in self._models:
+            torch.manual_seed(self.spec.seed)
+            self._models[key] = prepare_model(self.spec.model_fn(method.spherefed), _training(method),
+                                              seed=self.spec.seed).to("meta")
+        return self._models[key]
+
+    def step(self, method: MethodConfig, hp: Hparams, batch_size: int, later_round: bool,
+             hw: HardwareConfig) -> StepPrice:
+        """One local step at ``batch_size`` (``later_round``: FedCos with its direction d_t)."""
+        key = (_local_step_key(method, hp), batch_size, later_round, hw)
+        if key not in self._steps:
+            trace = local_step_trace(lambda: self.spec.model_fn(method.spherefed), _training(method), hp,
+                                     batch_size=batch_size, input_shape=self.spec.input_shape,
+                                     round=2 if later_round else 1, seed=self.spec.seed,
+                                     model_name=self.spec.model_name)
+            report = simulate_complete(trace, hw, f"{method.name} local step at batch {batch_size}")
+            self._steps[key] = StepPrice.of(report)
+        return self._steps[key]
+
+    def local_training(self, method: MethodConfig, hp: Hparams, n: int, later_round: bool,
+                       device: Device) -> tuple[float, float]:
+        """(compute seconds, energy in joules) of one client's local epochs over ``n`` samples."""
+        sizes = Counter(epoch_batch_sizes(n, hp.batch_size))
+        prices = {b: self.step(method, hp, b, later_round, device.hw) for b in sizes}
+        modeled_s = hp.local_epochs * sum(count * prices[b].latency_s for b, count in sizes.items())
+        energy_j = hp.local_epochs * sum(count * prices[b].energy_j for b, count in sizes.items())
+        return device.runs(modeled_s, energy_j)
+
+    def aggregation_s(self, method: MethodConfig, hp: Hparams, round: int, num_updates: int,
+                      hw: HardwareConfig) -> float:
+        """Server seconds of the method's ``aggregate`` over ``num_updates`` updates of the keys it
+        shares in round ``round``, in steady state (a first, uncaptured aggregation creates any
+        server momentum)."""
+        model = self._prepared(method)
+        shared = tuple(method.algo.shared_keys(model, round, hp))
+        key = (type(method.algo).aggregate, shared, num_updates, replace(hp, lr=1.0), hw)
+        if key not in self._aggregations:
+            weights = {k: v.detach() for k, v in model.state_dict().items()}
+            params = set(trainable_keys(model))
+            keys = [k for k in shared if k in params]
+            updates = [ClientUpdate(i, {k: torch.empty_like(weights[k]) for k in shared}, 1, 1)
+                       for i in range(num_updates)]
+            server = method.algo.aggregate(ServerState(weights=weights), updates, hp, keys)
+            captured = capture(method.algo.aggregate, server, updates, hp, keys, default_phase="aggregation")
+            self._aggregations[key] = simulate_complete(captured.trace, hw, f"{method.name} aggregation").latency_s
+        return self._aggregations[key]
+
+
+def _training(method: MethodConfig) -> MethodConfig:
+    """The method without its calibration: what its clients run in rounds 1..R."""
+    return MethodConfig(method.algorithm, method.spherefed, None)
+
+
+def _bytes_by_round_client(result: RunResult) -> dict[tuple[int, int], dict[str, int]]:
+    out: dict[tuple[int, int], dict[str, int]] = defaultdict(lambda: {"down": 0, "up": 0})
+    for t in result.transfers:
+        out[(t.round, t.client)][t.direction] += t.nbytes
+    return out
+
+
+def price_run(result: RunResult, method: MethodConfig, hp: Hparams, *, pricer: RunPricer,
+              client_labels: Sequence[np.ndarray], hw: HardwareConfig, system: SystemModel,
+              devices: Sequence[Device]) -> list[dict]:
+    """``rounds.csv`` rows (``workloads.cost.system.ROUNDS_COLUMNS``) of one method's run.
+
+    ``pricer``: the run's (shared by its methods); ``client_labels[k]``: client k's training labels;
+    ``devices[k]``: its device (``client_devices``); ``hw``: the server's accelerator."""
+    moved = _bytes_by_round_client(result)
+    sizes = [len(y) for y in client_labels]
+    rounds: list[tuple[int, str, int, float | None, RoundCost]] = []
+    for entry in result.history:
+        t, clients = entry["round"], entry["clients"]
+        later = method.algo.needs_direction and t > 1
+        work = []
+        for k in clients:
+            compute_s, energy_j = pricer.local_training(method, hp, sizes[k], later, devices[k])
+            b = moved[(t, k)]
+            work.append(ClientRound(k, compute_s, energy_j, b["down"], b["up"], system.link(k)))
+        server_s = pricer.aggregation_s(method, hp, t, len(clients), hw)
+        rounds.append((t, "train", len(clients), entry["accuracy"], round_cost(work, server_s=server_s)))
+    if method.calib is not None:
+        rounds.append(_calibration_round(result, method, hp, spec=pricer.spec, client_labels=client_labels,
+                                         hw=hw, system=system, devices=devices, moved=moved))
+    return ledger_rows(method.name, rounds)
+
+
+def _calibration_round(result: RunResult, method: MethodConfig, hp: Hparams, *, spec: RunSpec, client_labels,
+                       hw: HardwareConfig, system: SystemModel, devices: Sequence[Device], moved
+                       ) -> tuple[int, str, int, float | None, RoundCost]:
+    """Round R + 1: every client extracts features and sends statistics; the server calibrates."""
+    name, t = method.calibration, len(result.history) + 1
+    image_size = spec.input_shape[-1]
+    work = []
+    for k, labels in enumerate(client_labels):
+        counts = np.bincount(np.asarray(labels), minlength=spec.num_classes).tolist()
+        device = devices[k]
+        cost = calibration_cost.client_cost(name, spec.model_name, class_counts=counts, num_classes=spec.num_classes,
+                                            image_size=image_size, hp=hp, hw=device.hw)
+        compute_s, energy_j = device.runs(cost.cycles / device.hw.clock_hz, cost.energy_j)
+        b = moved[(t, k)]
+        work.append(ClientRound(k, compute_s, energy_j, b["down"], b["up"], system.link(k)))
+    server = calibration_cost.server_cost(name, feature_dim=spec.model_fn(method.spherefed).feature_dim,
+                                          num_classes=spec.num_classes, num_clients=len(client_labels), hp=hp, hw=hw)
+    cost = round_cost(work, server_s=server.cycles / hw.clock_hz)
+    return t, "calibration", len(client_labels), result.accuracy, cost

@@ -1,0 +1,104 @@
+"""One local training step of an FL method, captured and priced.
+
+The step is the federated loop's own (``workloads.fl.local.client_trainer(...).step``: the
+method's model preparation, loss, penalty and SGD over the trainable parameters) on the model the
+run builds (``model_fn``), with the run's hyper-parameters (learning rate, momentum, weight decay,
+penalty) and a batch of the run's shapes, captured in its steady state by
+``workloads.capture.capture_step`` on the ``meta`` device (docs/trace.md): the same program
+whatever device the run itself uses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable, Sequence
+
+import torch
+from torch import nn
+
+from accel_sim.hardware import HardwareConfig
+from accel_sim.report import CostReport
+from accel_sim.simulate import simulate
+from accel_sim.trace_schema import Trace
+from workloads import model_spec
+from workloads.capture import capture_step
+from workloads.fl.hparams import Hparams
+from workloads.fl.local import client_trainer, loss_function, prepare_model
+from workloads.fl.methods import MethodConfig, parse_method
+from workloads.model_spec import ModelSpec
+
+
+def simulate_complete(trace: Trace, hw: HardwareConfig, what: str) -> CostReport:
+    """``simulate(trace, hw)``, refusing a trace with ops that have no lowering: accel_sim would
+    count them as 0 cycles, and no figure may silently leave work out."""
+    report = simulate(trace, hw)
+    missing = report.unsupported_ops()
+    if missing:
+        raise ValueError(f"{what}: {sum(missing.values())} op(s) have no lowering and would be priced at 0 cycles "
+                         f"({missing}); add them to LOWERINGS in workloads/capture/lowering.py")
+    return report
+
+
+def local_step_trace(model_fn: Callable[[], nn.Module], method: MethodConfig, hp: Hparams, *, batch_size: int,
+                     input_shape: Sequence[int], round: int = 1, seed: int = 0, model_name: str = "",
+                     meta: dict | None = None) -> Trace:
+    """One steady-state local SGD step of ``method`` with ``hp`` at ``batch_size`` on inputs of
+    ``input_shape`` (C, H, W). ``round`` > 1 gives FedCos its direction d_t (zero in round 1, as in
+    the loop)."""
+    if method.calibration:
+        raise ValueError(f"{method.name!r}: a training step has no calibration; price the calibration on its own")
+    hp = replace(hp, batch_size=batch_size)
+    torch.manual_seed(seed)
+    model = prepare_model(model_fn(), method, seed=seed).train()
+
+    def make_step(step_model: nn.Module):
+        direction = None
+        if method.algo.needs_direction and round > 1:
+            direction = {name: torch.zeros_like(p) for name, p in step_model.named_parameters() if p.requires_grad}
+        return client_trainer(step_model, step_model.state_dict(), hp, method, round=round, direction=direction).step
+
+    x = torch.zeros(batch_size, *input_shape)
+    y = torch.zeros(batch_size, dtype=torch.long)
+    return capture_step(make_step, model, x, y, model_name=model_name, method=method.name, batch_size=batch_size,
+                        meta={"input_shape": list(input_shape), "lr": hp.lr, "momentum": hp.momentum,
+                              "weight_decay": hp.weight_decay, **(meta or {})})
+
+
+def method_step_trace(model: str | ModelSpec, method: str | MethodConfig, *, hp: Hparams | None = None,
+                      batch_size: int = 64, num_classes: int = 100, image_size: int = 32, norm: str = "bn",
+                      seed: int = 0) -> Trace:
+    """One steady-state local step of ``method`` (e.g. "fedavg", "spherefed", "fedprox") on
+    ``model`` (a name at 3 x image_size x image_size, or a ``ModelSpec`` at its own input shape:
+    docs/byom.md) with ``hp`` (default: SphereFed appendix Tab. 16, ``Hparams()``)."""
+    method = parse_method(method) if isinstance(method, str) else method
+    spec = model_spec.as_spec(model, image_size)
+    return local_step_trace(
+        lambda: model_spec.build(spec, num_classes=num_classes, norm=norm, spherefed=method.spherefed),
+        method, hp or Hparams(), batch_size=batch_size, input_shape=spec.input_shape, seed=seed,
+        model_name=spec.name, meta={"classes": num_classes, "image_size": spec.input_shape[-1], "norm": norm})
+
+
+def method_setup(method: str, model: str | ModelSpec, *, num_classes: int, image_size: int, norm: str = "bn"):
+    """(model, loss_fn) of one FL method's local training as the accuracy runs build them
+    (``parse_method``, ``prepare_model`` with seed 0, ``loss_function``): FedAvg's trainable
+    classifier and cross-entropy; SphereFed's FeatureNorm before a frozen orthonormal classifier
+    and MSE against one-hot targets (Dong et al., ECCV 2022, Eq. 4-5)."""
+    cfg = parse_method(method)
+    if cfg.calibration:
+        raise ValueError(f"{method!r}: a calibration has no training step of its own")
+    built = model_spec.build(model_spec.as_spec(model, image_size), num_classes=num_classes, norm=norm,
+                             spherefed=cfg.spherefed)
+    return prepare_model(built, cfg, seed=0), loss_function(cfg)
+
+
+@dataclass(frozen=True)
+class StepPrice:
+    """What one captured step costs on one accelerator."""
+
+    latency_s: float
+    energy_j: float  # all of it: dynamic + static power x latency
+    peak_memory_bytes: int
+
+    @staticmethod
+    def of(report: CostReport) -> "StepPrice":
+        return StepPrice(report.latency_s, report.energy_j, report.peak_memory_bytes)

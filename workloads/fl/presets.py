@@ -1,0 +1,167 @@
+"""Presets: a federated run's settings in one TOML file, and what the run derives from them
+(each method's hyper-parameters, the partition, the validation hold-out).
+
+A preset is a name under ``configs/presets/`` or a path to a ``.toml`` file with the tables
+
+* ``[run]``: ``FLConfig`` fields plus ``methods``, the default method list;
+* ``[hparams]``: ``Hparams`` defaults for every method;
+* ``[methods.<name>]``: per-method overrides, applied in this order: the base algorithm,
+  ``spherefed`` for any SphereFed variant, the calibration, then the full method name. Each
+  ``<name>`` must be one of those (a misspelt table is an error, not silently unused);
+* ``[execution]``: throughput and data-path options (``workloads.fl.execution.OPTIONS``).
+
+Every key and value is checked when the file is read, with one line naming the file, table and key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+
+from iokit import checks
+from iokit.toml import read_toml
+from workloads.fl.execution import preset_options
+from workloads.fl.hparams import FLConfig, Hparams, override
+from workloads.fl.methods import NAME_PARTS, MethodConfig, parse_method
+
+PRESET_DIR = Path(__file__).resolve().parents[2] / "configs" / "presets"
+TABLES = ("run", "hparams", "methods", "execution")
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A preset file, checked."""
+
+    name: str  # the file's stem
+    fl: FLConfig
+    methods: tuple[str, ...]  # [run] methods: the default method list
+    hp: Hparams  # defaults for every method
+    overrides: Mapping[str, Mapping]  # [methods.<name>] tables
+    execution: Mapping[str, bool]  # [execution]
+
+    def hparams(self, method: MethodConfig) -> Hparams:
+        """``method``'s hyper-parameters: the defaults with its override tables applied in order."""
+        return method_hparams(method, self.hp, self.overrides)
+
+    @property
+    def note(self) -> str:
+        """One line on what the run is (data, clients, partition, rounds, epochs, batch)."""
+        f, hp = self.fl, self.hp
+        size = f"{f.image_size}x{f.image_size} inputs, " if f.image_size else ""
+        split = f"{f.partition} {f.alpha:g}" if f.partition == "dirichlet" else f.partition
+        return (f"{size}{f.num_clients} clients, {split}, {f.rounds} round(s) of {hp.local_epochs} local epoch(s), "
+                f"batch {hp.batch_size}")
+
+
+def preset_path(preset: str) -> Path:
+    return Path(preset) if preset.endswith(".toml") else PRESET_DIR / f"{preset}.toml"
+
+
+def load_preset(preset: str) -> Preset:
+    """A preset by name (under configs/presets/) or .toml path; ValueError naming file, table and key."""
+    path = preset_path(preset)
+    if not preset.endswith(".toml") and not path.is_file():
+        known = sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
+        raise ValueError(f"preset {preset!r} not found (looked for {path}); known presets: {', '.join(known)}, "
+                         "or give a .toml path")
+    doc = read_toml(path, ValueError, "preset")
+    checks.unknown_keys(doc, TABLES, where=str(path))
+    for table in TABLES:
+        if not isinstance(doc.get(table, {}), dict):
+            raise ValueError(f"{path}: {table} must be a table ([{table}])")
+    if "run" not in doc:
+        raise ValueError(f"{path}: no [run] table; a preset needs at least [run] with dataset = ... "
+                         "(see configs/presets/quick.toml)")
+    run = dict(doc["run"])
+    methods = run.pop("methods", ["fedavg"])
+    if not isinstance(methods, list) or not methods or not all(isinstance(m, str) for m in methods):
+        raise ValueError(f"{path} [run]: methods = {methods!r} must be a non-empty list of method names, "
+                         'e.g. methods = ["fedavg", "spherefed"]')
+    checks.distinct(methods, name=f"{path} [run] methods")
+    for method in methods:
+        try:
+            parse_method(method)
+        except ValueError as err:
+            raise ValueError(f"{path} [run]: methods: {err}") from None
+    cfg = checks.from_table(FLConfig, run, where=f"{path} [run]")
+    hp = checks.from_table(Hparams, doc.get("hparams", {}), where=f"{path} [hparams]")
+    overrides = doc.get("methods", {})
+    for name, table in overrides.items():
+        check_override_name(name, where=f"{path} [methods.{name}]")
+        if not isinstance(table, dict):
+            raise ValueError(f"{path}: methods.{name} must be a table ([methods.{name}]) of hyper-parameters")
+        override(hp, table, where=f"{path} [methods.{name}]")  # validate now, not mid-run
+    execution = preset_options(doc.get("execution", {}), where=str(path))
+    return Preset(path.stem, cfg, tuple(methods), hp, overrides, execution)
+
+
+def check_override_name(name: str, *, where: str) -> None:
+    """A ``[methods.<name>]`` table names an algorithm, ``spherefed``, a calibration or a full
+    method name; anything else (a typo such as ``spherfed``) is refused."""
+    if name in NAME_PARTS:
+        return
+    try:
+        parse_method(name)
+    except ValueError:
+        hint = checks.closest(name, NAME_PARTS)
+        raise ValueError(f"{where}: {name!r} is not a method" + (f" (did you mean {hint!r}?)" if hint else "")
+                         + f"; name an algorithm, spherefed, a calibration or a full method ({', '.join(NAME_PARTS)})"
+                         ) from None
+    if parse_method(name).name != name:
+        raise ValueError(f"{where}: write the method as {parse_method(name).name!r} (its canonical name), "
+                         f"so that it matches the run's method")
+
+
+def method_hparams(method: MethodConfig, hp: Hparams, overrides: Mapping[str, Mapping]) -> Hparams:
+    """``hp`` with ``overrides``' tables for ``method`` applied: base algorithm, ``spherefed``,
+    calibration, full name."""
+    keys = [method.algorithm] + (["spherefed"] if method.spherefed else [])
+    keys += [method.calibration] if method.calibration else []
+    keys.append(method.name)
+    for key in dict.fromkeys(keys):
+        if key in overrides:
+            hp = override(hp, overrides[key], where=f"[methods.{key}]")
+    return hp
+
+
+def make_partition(labels: np.ndarray, cfg: FLConfig) -> list[np.ndarray]:
+    """The clients' sample indices under ``cfg``'s partition (``workloads.fl.partition.PARTITIONS``)."""
+    from workloads.fl.partition import PARTITIONS
+
+    checks.one_of(cfg.partition, PARTITIONS, name="partition")
+    fn = PARTITIONS[cfg.partition]
+    extra = {"dirichlet": {"alpha": cfg.alpha, "min_size": cfg.min_client_size},
+             "fedcos": {"non_iid_fraction": cfg.non_iid_fraction},
+             "dispatch": {"classes_per_client": cfg.classes_per_client}}.get(cfg.partition, {})
+    return fn(labels, cfg.num_clients, seed=cfg.seed, **extra)
+
+
+def split_holdout(train, fraction: float, *, seed: int):
+    """(train without the hold-out, hold-out) or (train, None) when ``fraction`` is 0. The hold-out
+    is drawn uniformly with ``seed`` before partitioning (SphereFed Sec. 5.1 tunes on 15 %)."""
+    if not fraction:
+        return train, None
+    import torch
+
+    from workloads.fl.data import Dataset
+    from workloads.fl.partition import holdout_split
+
+    fit, val = holdout_split(np.arange(len(train)), fraction, seed=seed)
+    if len(val) == 0 or len(fit) == 0:
+        raise ValueError(f"holdout_fraction {fraction} of {len(train)} training samples leaves an empty split")
+
+    def subset(idx, note):
+        idx = torch.from_numpy(idx.astype(np.int64))
+        return Dataset(train.name, train.x[idx], train.y[idx], train.num_classes, note)
+
+    return (subset(fit, f"{train.note}; {len(fit)} samples after a {fraction:g} validation hold-out"),
+            subset(val, f"validation hold-out: {len(val)} samples ({fraction:g}) of {train.note}, seed {seed}"))
+
+
+def with_changes(preset: Preset, **changes) -> Preset:
+    """``preset`` with ``FLConfig`` fields replaced (None values ignored)."""
+    changes = {k: v for k, v in changes.items() if v is not None}
+    return replace(preset, fl=replace(preset.fl, **changes)) if changes else preset

@@ -1,0 +1,176 @@
+"""The example Flower app: FedAvg / SphereFed on the offline digits, priced on the accelerator.
+
+A ``ClientApp`` and a ``ServerApp`` written as a Flower user writes them (Message API, Flower
+1.41), with the accelerator's cost added by the few lines ``workloads.flower.mod`` describes.
+What they train is ours: the model (``workloads.models.build_model``), the method's preparation
+and step (``workloads.fl.local``: SphereFed's frozen orthonormal classifier, FeatureNorm and MSE
+loss; FedProx's proximal term), the data and its split (the ``small`` preset: scikit-learn digits
+at 16x16, Dirichlet partition), the per-method hyper-parameters and cosine learning rate. The
+server runs Flower's own ``FedAvg`` strategy, one method after the other in one simulation, with
+every client sampled each round and a centralized evaluation on the global test set after each
+round (``evaluate_fn``); the clients run no evaluation.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid, ServerApp
+from flwr.serverapp.strategy import FedAvg
+
+from workloads.cost.system import SystemModel
+from workloads.fl.data import load_dataset, subset
+from workloads.flower.ledger import write_clients_csv, write_rounds_csv
+from workloads.flower.meter import metered_step
+from workloads.flower.mod import AccelMod, accel_train_metrics, client_index, flower_client_rows, flower_ledger_rows
+from workloads.fl.hparams import FLConfig, Hparams
+from workloads.fl.local import client_trainer, prepare_model
+from workloads.fl.loop import batch_starts, cosine_lr, derived_seed, evaluate
+from workloads.fl.methods import MethodConfig, parse_method
+from workloads.fl.presets import load_preset, make_partition, method_hparams, split_holdout
+from workloads.model_spec import ModelSpec, build
+
+FLOWER_ALGORITHMS = ("fedavg", "fedprox")
+"""Base algorithms whose server rule is Flower's FedAvg (a sample-weighted average of the shared
+state); FedProx differs from FedAvg on the client only (its proximal term)."""
+
+
+@dataclass(frozen=True)
+class FlowerRun:
+    """What the example app trains: the preset's data, model and hyper-parameters with the CLI's
+    model, methods, client count and rounds."""
+
+    preset: str
+    model: str
+    methods: tuple[str, ...]
+    num_clients: int
+    rounds: int
+    seed: int
+
+    def setting(self) -> tuple[FLConfig, dict[str, Hparams]]:
+        return _setting(self)
+
+    def method(self, name: str) -> tuple[MethodConfig, Hparams]:
+        return parse_method(name), self.setting()[1][name]
+
+
+def check_methods(names: tuple[str, ...]) -> None:
+    """Only methods whose server is Flower's FedAvg and that need no calibration round."""
+    for name in names:
+        m = parse_method(name)
+        if m.algorithm not in FLOWER_ALGORITHMS or m.calibration:
+            raise ValueError(f"method {name!r}: the Flower example runs {', '.join(FLOWER_ALGORITHMS)} "
+                             f"(optionally +spherefed) on Flower's FedAvg strategy, with no calibration")
+
+
+@functools.cache
+def _setting(run: FlowerRun) -> tuple[FLConfig, dict[str, Hparams]]:
+    preset = load_preset(run.preset)
+    cfg, hp, overrides = preset.fl, preset.hp, preset.overrides
+    cfg = replace(cfg, model=run.model, num_clients=run.num_clients, rounds=run.rounds, seed=run.seed)
+    return cfg, {name: method_hparams(parse_method(name), hp, overrides) for name in run.methods}
+
+
+@functools.cache
+def _data(run: FlowerRun):
+    """(train, test, parts): the preset's dataset, its subsets and hold-out as ``workloads.fl.presets``
+    draws them, and its partition; loaded once per process."""
+    cfg, _ = run.setting()
+    train, test = load_dataset(cfg.dataset, image_size=cfg.image_size)
+    train = subset(train, cfg.max_train_samples, cfg.seed, "train")
+    test = subset(test, cfg.max_test_samples, cfg.seed + 1, "test")
+    train, _ = split_holdout(train, cfg.holdout_fraction, seed=cfg.seed)
+    return train, test, make_partition(train.y.numpy(), cfg)
+
+
+def new_model(run: FlowerRun, method: MethodConfig) -> torch.nn.Module:
+    """The method's prepared model, the same on every client and the server (seeded)."""
+    cfg, _ = run.setting()
+    train, _, _ = _data(run)
+    torch.manual_seed(run.seed)
+    model = build(ModelSpec(cfg.model, tuple(train.x.shape[1:])), num_classes=train.num_classes, norm=cfg.norm,
+                  spherefed=method.spherefed)
+    return prepare_model(model, method, seed=run.seed)
+
+
+def shared_state(model: torch.nn.Module, method: MethodConfig, hp: Hparams, round: int) -> dict[str, torch.Tensor]:
+    """What the client and the server exchange: the method's shared keys (SphereFed's fixed
+    classifier is rebuilt from the seed, never sent)."""
+    state = model.state_dict()
+    return {k: state[k].detach().clone() for k in method.algo.shared_keys(model, round, hp)}
+
+
+def local_training(run: FlowerRun, name: str, client: int, round: int, arrays: ArrayRecord) -> tuple[dict, int, float]:
+    """One client's local epochs from the downloaded ``arrays``: (shared state, samples, mean loss)."""
+    method, hp = run.method(name)
+    train, _, parts = _data(run)
+    idx = torch.as_tensor(parts[client], dtype=torch.long)
+    x, y = train.x[idx], train.y[idx]
+    model = new_model(run, method)
+    model.load_state_dict({**model.state_dict(), **arrays.to_torch_state_dict()})
+    model.train()
+    lr = cosine_lr(hp.lr, hp.lr_min, round, run.rounds)
+    step = metered_step(lambda m: client_trainer(m, m.state_dict(), hp, method, round=round, lr=lr).step, model,
+                        key=method.name)
+    gen = torch.Generator().manual_seed(derived_seed(run.seed, round, client))
+    starts, losses = batch_starts(len(y), hp.batch_size), []
+    for _ in range(hp.local_epochs):
+        order = torch.randperm(len(y), generator=gen)
+        losses += [step(x[order[s:s + hp.batch_size]], y[order[s:s + hp.batch_size]]) for s in starts]
+    loss = float(torch.stack(losses).mean())
+    if not math.isfinite(loss):
+        raise FloatingPointError(f"non-finite loss: client {client}, round {round}, {name} (lr={lr:g})")
+    return shared_state(model, method, hp, round), len(y), loss
+
+
+def client_app(run: FlowerRun, accel: AccelMod | None) -> ClientApp:
+    """The example ``ClientApp``; ``accel`` (None: unpriced) is its accelerator mod."""
+    app = ClientApp(mods=[accel] if accel is not None else [])
+
+    @app.train()
+    def train(msg: Message, context: Context) -> Message:
+        config = msg.content["config"]
+        state, n, loss = local_training(run, str(config["method"]), client_index(context),
+                                        int(config["server-round"]), msg.content["arrays"])
+        return Message(RecordDict({"arrays": ArrayRecord(state),
+                                   "metrics": MetricRecord({"num-examples": n, "train_loss": loss})}), reply_to=msg)
+
+    return app
+
+
+def server_app(run: FlowerRun, system: SystemModel, out: Path) -> ServerApp:
+    """The example ``ServerApp``: each method in turn on Flower's FedAvg; writes ``out/rounds.csv``
+and ``out/clients.csv``."""
+    app = ServerApp()
+
+    @app.main()
+    def main(grid: Grid, context: Context) -> None:
+        _, test, _ = _data(run)
+        rows, client_rows = [], []
+        for name in run.methods:
+            method, hp = run.method(name)
+            model = new_model(run, method)
+
+            def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
+                model.load_state_dict({**model.state_dict(), **arrays.to_torch_state_dict()})
+                return MetricRecord({"accuracy": evaluate(model, test.x, test.y)})
+
+            strategy = FedAvg(fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=run.num_clients,
+                              min_available_nodes=run.num_clients,
+                              train_metrics_aggr_fn=accel_train_metrics(system, num_clients=run.num_clients,
+                                                                        seed=run.seed))
+            result = strategy.start(grid=grid, initial_arrays=ArrayRecord(shared_state(model, method, hp, 1)),
+                                    num_rounds=run.rounds, train_config=ConfigRecord({"method": name}),
+                                    evaluate_fn=evaluate_fn)
+            rows += flower_ledger_rows(name, result)
+            client_rows += flower_client_rows(name, result)
+        write_clients_csv(out / "clients.csv", client_rows)
+        write_rounds_csv(out / "rounds.csv", rows)
+
+    return app
