@@ -32,7 +32,7 @@ from workloads.fl.methods import parse_method
 from workloads.cost.step import local_step_trace, simulate_complete
 from workloads.model_spec import ModelSpecError, find_classifier, wrap_module
 
-LAYER_COLUMNS = ("layer", "phase", "macs", "cycles", "latency_s", "energy_j")
+LAYER_COLUMNS = ("layer", "phase", "macs", "total_cycles", "latency_s", "energy_j")
 
 
 @dataclass(frozen=True, eq=False)
@@ -42,7 +42,7 @@ class PriceReport:
     method: str
     batch_size: int
     latency_s: float
-    cycles: int
+    total_cycles: int
     energy_j: float
     peak_memory_bytes: int
     macs: int
@@ -55,13 +55,13 @@ def layer_table(report: CostReport) -> pd.DataFrame:
     """Per layer and phase: MACs, cycles, latency and energy of ``report``."""
     rows = {}
     for c in report.ops:
-        row = rows.setdefault((c.layer, c.phase), {"layer": c.layer, "phase": c.phase, "macs": 0, "cycles": 0,
+        row = rows.setdefault((c.layer, c.phase), {"layer": c.layer, "phase": c.phase, "macs": 0, "total_cycles": 0,
                                                    "energy_j": 0.0})
         row["macs"] += c.macs
-        row["cycles"] += c.total_cycles
+        row["total_cycles"] += c.total_cycles
         row["energy_j"] += c.energy_j
-    table = pd.DataFrame(list(rows.values()), columns=["layer", "phase", "macs", "cycles", "energy_j"])
-    table["latency_s"] = table["cycles"] / report.hw.clock_hz
+    table = pd.DataFrame(list(rows.values()), columns=["layer", "phase", "macs", "total_cycles", "energy_j"])
+    table["latency_s"] = table["total_cycles"] / report.hw.clock_hz
     return table[list(LAYER_COLUMNS)]
 
 
@@ -93,6 +93,6 @@ def price(model: nn.Module, example_input: torch.Tensor, target: torch.Tensor | 
     trace = local_step_trace(lambda: wrapped, cfg, hp or Hparams(), batch_size=batch, input_shape=shape, seed=seed,
                              model_name=name, meta={"classes": num_classes})
     report = simulate_complete(trace, hardware, f"{name} {cfg.name} training step")
-    return PriceReport(method=cfg.name, batch_size=batch, latency_s=report.latency_s, cycles=report.total_cycles,
+    return PriceReport(method=cfg.name, batch_size=batch, latency_s=report.latency_s, total_cycles=report.total_cycles,
                        energy_j=report.energy_j, peak_memory_bytes=report.peak_memory_bytes, macs=report.macs,
                        layers=layer_table(report), report=report, trace=trace)

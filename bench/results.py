@@ -31,7 +31,7 @@ from iokit.files import atomic_write_text
 from workloads.cost.system import ROUNDS_COLUMNS
 
 FORMAT_NAME = "fl-accel-bench-results"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 """Version of every file bench writes: a run folder's summary.json, bench.sweep's sweep.json, a grid's
 point.json. 2: energy (summary, ops.csv, layers.csv), breakdown.csv, rounds.csv, time_to_accuracy.
 3: one spelling per quantity (docs/results.md, "changes in version 3")."""
@@ -44,7 +44,7 @@ SUMMARY_KEYS = ("command", "git_commit", "config", "hardware", "hardware_label",
 MODEL_SECTIONS = ("training", "calibration", "communication", "accuracy", "time_to_accuracy")
 ENERGY_COLUMNS = ("energy_j", "energy_mac_j", "energy_sram_j", "energy_dram_j", "energy_special_unit_j",
                   "energy_static_j")  # total, then accel_sim.energy.COMPONENTS
-COST_COLUMNS = ("macs", "cycles", "latency_s", "compute_cycles", "stall_cycles", *ENERGY_COLUMNS)
+COST_COLUMNS = ("macs", "total_cycles", "latency_s", "compute_cycles", "stall_cycles", *ENERGY_COLUMNS)
 OPS_COLUMNS = ("model", "method", "region", "idx", "aten", "layer", "phase", "work", "gemm_groups", *COST_COLUMNS)
 LAYERS_COLUMNS = ("model", "method", "region", "layer", "phase", *COST_COLUMNS)
 BREAKDOWN_COLUMNS = ("model", "method", "region", "block", "kind", *COST_COLUMNS)

@@ -21,45 +21,50 @@ THREADS_MAX = 1_024
 WORKERS_MAX = 1_024
 
 
-def integer_in(value: Any, low: int, high: int, *, name: str, error: type[Exception] = ValueError) -> int:
+def _named(name: str, value: Any) -> str:
+    """``name = value`` for a config key; the value alone for a flag (argparse names the flag)."""
+    return f"{name} = {value!r}" if name else repr(value)
+
+
+def integer_in(value: Any, low: int, high: int, *, name: str = "", error: type[Exception] = ValueError) -> int:
     """``value`` if it is an integer (not a bool) in ``[low, high]``."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise error(f"{name} = {value!r} must be an integer in [{low:,}, {high:,}]")
+        raise error(f"{_named(name, value)} must be an integer in [{low:,}, {high:,}]")
     if not low <= value <= high:
-        raise error(f"{name} = {value:,} is out of range; give an integer in [{low:,}, {high:,}]")
+        raise error(f"{_named(name, value)} is out of range; give an integer in [{low:,}, {high:,}]")
     return value
 
 
-def number_in(value: Any, low: float, high: float, *, name: str, error: type[Exception] = ValueError,
+def number_in(value: Any, low: float, high: float, *, name: str = "", error: type[Exception] = ValueError,
               low_open: bool = False) -> float:
     """``value`` if it is a finite number (not a bool) in ``[low, high]`` (``(low, high]`` when
     ``low_open``)."""
     interval = f"{'(' if low_open else '['}{low:g}, {high:g}]"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise error(f"{name} = {value!r} must be a number in {interval}")
+        raise error(f"{_named(name, value)} must be a number in {interval}")
     if not math.isfinite(value) or not (low < value if low_open else low <= value) or not value <= high:
-        raise error(f"{name} = {value!r} is out of range; give a number in {interval}")
+        raise error(f"{_named(name, value)} is out of range; give a number in {interval}")
     return value
 
 
-def parse_integer(text: str, low: int, high: int, *, name: str, error: type[Exception] = ValueError) -> int:
+def parse_integer(text: str, low: int, high: int, *, name: str = "", error: type[Exception] = ValueError) -> int:
     """An integer written in ``text``, in ``[low, high]``."""
     try:
         value = int(text)
     except ValueError:
-        raise error(f"{name} {text!r} is not an integer; give one in [{low:,}, {high:,}]") from None
+        raise error(f"{_named(name, text)} is not an integer; give one in [{low:,}, {high:,}]") from None
     return integer_in(value, low, high, name=name, error=error)
 
 
-def parse_number(text: str, low: float = -math.inf, high: float = math.inf, *, name: str,
+def parse_number(text: str, low: float = -math.inf, high: float = math.inf, *, name: str = "",
                  error: type[Exception] = ValueError, low_open: bool = False) -> float:
     """A finite number written in ``text``, in ``[low, high]``."""
     try:
         value = float(text)
     except ValueError:
-        raise error(f"{name} {text!r} is not a number") from None
+        raise error(f"{_named(name, text)} is not a number") from None
     if not math.isfinite(value):
-        raise error(f"{name} {text!r}: give a finite number")
+        raise error(f"{_named(name, text)}: give a finite number")
     return number_in(value, low, high, name=name, error=error, low_open=low_open)
 
 

@@ -62,7 +62,7 @@ def int_in(low: int, high: int) -> Callable[[str], int]:
     """argparse type: an integer in [low, high] (argparse prefixes the flag's name to the message)."""
 
     def parse(text: str) -> int:
-        return checks.parse_integer(text, low, high, name="value", error=argparse.ArgumentTypeError)
+        return checks.parse_integer(text, low, high, error=argparse.ArgumentTypeError)
 
     parse.__name__ = "integer"
     return parse
@@ -74,7 +74,7 @@ def finite_float(*, positive: bool = False, low: float | None = None, high: floa
     def parse(text: str) -> float:
         lo = 0.0 if positive else (-float("inf") if low is None else low)
         hi = float("inf") if high is None else high
-        return checks.parse_number(text, lo, hi, name="value", error=argparse.ArgumentTypeError, low_open=positive)
+        return checks.parse_number(text, lo, hi, error=argparse.ArgumentTypeError, low_open=positive)
 
     parse.__name__ = "number"
     return parse

@@ -123,6 +123,9 @@ def check_out(out: str | Path, *, command: str, flag: str = "--out", overwrite: 
     reason = forbidden_reason(out)
     if reason:
         raise error(f"{flag} {out}: {reason}; give a new folder for the results, e.g. results/<name>")
+    if resume_hash is not None and not out.exists():
+        raise error(f"--resume: {out} does not exist, so there is nothing to resume; check {flag}, or run "
+                    "without --resume")
     if out.exists() or out.is_symlink():
         if not out.is_dir() or out.is_symlink():
             raise error(f"{flag} {out} exists and is not a folder; choose another {flag}")
@@ -184,6 +187,7 @@ def claim(out: str | Path, *, flag: str = "--out", error: type[ValueError] = Out
     """Hold the lock of ``out`` (``.<name>.lock`` beside it) while the body runs; ``error`` at once
     when another live process holds it."""
     lock = lock_path(Path(out).absolute())
+    made = [p for p in (lock.parent, *lock.parent.parents) if not p.exists()]
     lock.parent.mkdir(parents=True, exist_ok=True)
     me = {"pid": os.getpid(), "host": socket.gethostname()}
     for _ in range(2):
@@ -209,6 +213,11 @@ def claim(out: str | Path, *, flag: str = "--out", error: type[ValueError] = Out
         yield
     finally:
         lock.unlink(missing_ok=True)
+        for folder in made:  # the folders made for the lock, if the command left nothing in them
+            try:
+                folder.rmdir()
+            except OSError:
+                break
 
 
 def written_files(folder: Path) -> tuple[str, ...]:

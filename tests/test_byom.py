@@ -90,7 +90,7 @@ def test_trace_cli_counts_the_hand_computed_macs(user_dir, capsys, method):
 def test_trace_cli_as_a_subprocess_imports_from_the_current_folder(user_dir):
     env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(REPO)  # the project only: the user's module is found through the cwd
-    proc = subprocess.run([sys.executable, "-m", "workloads.cost.step", "--model", f"{MODULE}:fixed_head", "--method",
+    proc = subprocess.run([sys.executable, "-m", "bench.capture", "--model", f"{MODULE}:fixed_head", "--method",
                            "fedavg", "--batch-size", "2", "--classes", "3", "--input-shape", "3,8,8",
                            "--out", "t.jsonl"], cwd=user_dir, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
@@ -154,7 +154,7 @@ def test_grid_point_takes_a_user_model_and_its_shape(user_dir):
 def test_fl_run_trains_a_user_model(user_dir):
     out = user_dir / "fl"
     assert fl_run.main(["--preset", "small", "--model", f"{MODULE}:net", "--rounds", "1", "--threads", "1",
-                        "--methods", "fedavg,spherefed+ffc", "--out", str(out)]) == 0
+                        "--methods", "fedavg", "spherefed+ffc", "--out", str(out)]) == 0
     doc = json.loads((out / "results.json").read_text())
     assert doc["config"]["model"] == f"{MODULE}:net"
     for result in doc["methods"].values():
@@ -201,7 +201,7 @@ def test_every_error_is_one_line_exit_2_nothing_written(user_dir, capsys, monkey
 @pytest.mark.skipif(importlib.util.find_spec("flwr") is None, reason="Flower is not installed: the .[flower] extra")
 @pytest.mark.parametrize("model, message", [(m, msg) for m, extra, msg in ERRORS if not extra])
 def test_flower_example_refuses_the_same_models_before_starting(user_dir, capsys, monkeypatch, model, message):
-    from workloads.flower.__main__ import main as flower_main
+    from bench.flower.__main__ import main as flower_main
 
     monkeypatch.setitem(sys.modules, "torchvision", None)
     before = sorted(p.name for p in user_dir.iterdir())

@@ -17,7 +17,7 @@ from iokit.files import atomic_write_dir, remove_stale_partials
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _umask() -> int:
+def umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
@@ -72,18 +72,20 @@ def test_check_writable_read_only(tmp_path):
 
 
 def test_atomic_write_dir_mode_and_stale_partials(tmp_path):
-    """Stale temporary folders of the same output (dead pid, or the older pid-less form) are removed
-    before the write; one of a live process is kept; the new folder has the umask's mode."""
+    """Stale temporary folders of the same output (a dead pid's) are removed before the write; one of
+    a live process is kept, and so is anything not of exactly that form (a pid-less name: the suite
+    removes only what it wrote); the new folder has the umask's mode."""
     dead_pid = 2**22 + 12345  # above Linux's default pid_max (2**22): no such process
-    stale = [tmp_path / f".run.pid{dead_pid}-abcd1234.partial", tmp_path / ".run.x7_k2m9q.partial"]
+    stale = [tmp_path / f".run.pid{dead_pid}-abcd1234.partial"]
+    foreign = tmp_path / ".run.x7_k2m9q.partial"
     live = tmp_path / f".run.pid{os.getpid()}-live0000.partial"
     other = tmp_path / f".other.pid{dead_pid}-abcd1234.partial"  # another output's: not ours to remove
-    for folder in (*stale, live, other):
+    for folder in (*stale, live, other, foreign):
         folder.mkdir()
-    out = atomic_write_dir(tmp_path / "run", lambda tmp: (tmp / "a.txt").write_text("a"), overwrite=False)
+    out = atomic_write_dir(tmp_path / "run", lambda tmp: (tmp / "a.txt").write_text("a"))
     assert (out / "a.txt").read_text() == "a"
-    assert out.stat().st_mode & 0o777 == 0o777 & ~_umask()
-    assert not any(p.exists() for p in stale) and live.exists() and other.exists()
+    assert out.stat().st_mode & 0o777 == 0o777 & ~umask()
+    assert not any(p.exists() for p in stale) and live.exists() and other.exists() and foreign.exists()
     assert remove_stale_partials(tmp_path / "run") == []
 
 
@@ -93,7 +95,7 @@ def test_a_failed_build_leaves_nothing(tmp_path):
         raise RuntimeError("boom")
 
     with pytest.raises(RuntimeError):
-        atomic_write_dir(tmp_path / "run", build, overwrite=False)
+        atomic_write_dir(tmp_path / "run", build)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -109,7 +111,7 @@ def main(argv=None):
         (tmp / "half.txt").write_text("half")
         (Path(sys.argv[1]) / "started").write_text("")
         time.sleep(60)
-    atomic_write_dir(Path(sys.argv[1]) / "run", build, overwrite=False)
+    atomic_write_dir(Path(sys.argv[1]) / "run", build)
     return 0
 
 sys.exit(main())
@@ -118,8 +120,8 @@ sys.exit(main())
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_interrupted_while_writing(tmp_path, sig):
-    """Ctrl-C or SIGTERM while a results folder is being written: one line, exit 130, no
-    ``.partial`` folder left (SIGTERM used to leave one that no rerun removed)."""
+    """Ctrl-C or SIGTERM while a results folder is being written: one line, exit 130 (SIGINT) or 143
+    (SIGTERM), no ``.partial`` folder left (SIGTERM used to leave one that no rerun removed)."""
     proc = subprocess.Popen([sys.executable, "-c", SCRIPT, str(tmp_path)], cwd=ROOT, stderr=subprocess.PIPE,
                             text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     deadline = time.time() + 30
@@ -127,6 +129,7 @@ def test_interrupted_while_writing(tmp_path, sig):
         time.sleep(0.02)
     proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=30)
-    assert proc.returncode == cli.EXIT_INTERRUPTED == 130
+    assert proc.returncode == {signal.SIGINT: cli.EXIT_INTERRUPTED, signal.SIGTERM: cli.EXIT_TERMINATED}[sig]
+    assert cli.EXIT_INTERRUPTED == 130 and cli.EXIT_TERMINATED == 143  # 128 + the signal, as shells report it
     assert stderr.strip().splitlines() == ["interrupted; nothing written"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["started"]

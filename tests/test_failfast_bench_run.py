@@ -5,6 +5,7 @@ captured or a federated run starts."""
 import pytest
 
 import bench.run.__main__ as run
+from bench.run.study import run_point
 from tests.failfast import assert_fails_clean, workspace
 from iokit import checks, cli
 
@@ -39,7 +40,7 @@ CASES = [
     ("seed-huge", ["--seed", str(2**64)], "argument --seed"),
     ("batch-huge", ["--batch-size", "1000000000"], f"argument --batch-size: 1000000000 is out of range; give an integer in [1, {checks.BATCH_SIZE_MAX:,}]"),
     ("classes-huge", ["--classes", "100000000000"], "argument --classes"),
-    ("alpha-nan", ["--alpha", "nan"], "argument --alpha: 'nan': give a finite number > 0"),
+    ("alpha-nan", ["--alpha", "nan"], "argument --alpha: 'nan': give a finite number"),
     ("target-inf", ["--target", "inf"], "argument --target"),
     ("classes-zero", ["--classes", "0"], "argument --classes: 0 is out of range"),
     ("workers-zero", ["--workers", "0"], "argument --workers: 0 is out of range; give an integer in [1, 1,024]"),
@@ -56,7 +57,8 @@ CASES = [
     # bad files
     ("preset-binary", lambda ws: ["--preset", str(ws / "binary.toml")], "binary.toml: not valid TOML"),
     ("hw-binary", lambda ws: ["--hw", str(ws / "binary.toml")], "binary.toml"),
-    ("data-dir-file", lambda ws: ["--data-dir", str(ws / "afile")], "--data-dir " ),
+    ("data-dir-digits", lambda ws: ["--data-dir", str(ws / "afile")], "--data-dir"),
+    ("data-dir-file", lambda ws: ["--preset", "paper", "--data-dir", str(ws / "afile")], "--data-dir"),
     ("system-missing", lambda ws: ["--system", str(ws / "nope.toml")], "nope.toml"),
     # unwritable or existing output
     ("out-under-file", lambda ws: ["--out", str(ws / "afile" / "run")], "--out"),
@@ -78,13 +80,17 @@ def test_bad_input_fails_before_any_work(ws, capsys, case, extra, names):
     assert line.startswith("error: ")
     if case == "data-dir-file":
         assert "is a file, not a folder" in line
+    if case == "data-dir-digits":
+        assert "offline digits" in line and "leave --data-dir out" in line
 
 
 def test_a_bad_grid_point_raises_instead_of_exiting(tmp_path):
     """run_point turns a bad setting into a ValueError (recorded by the grid as the point's failure),
     never SystemExit, which would stop the whole grid."""
-    with pytest.raises(ValueError, match="argument --batch-size: 'x' is not an integer"):
-        run.run_point({"model": "convnet", "batch_size": "x"}, tmp_path)
+    with pytest.raises(ValueError, match="batch_size = 'x' must be an integer"):
+        run_point({"model": "convnet", "batch_size": "x"}, tmp_path)
     with pytest.raises(ValueError, match="methods = 'fedavg': give a non-empty list"):
-        run.run_point({"model": "convnet", "methods": "fedavg"}, tmp_path)
+        run_point({"model": "convnet", "methods": "fedavg"}, tmp_path)
+    with pytest.raises(ValueError, match="unknown key 'batch_sise' \\(did you mean 'batch_size'\\?\\)"):
+        run_point({"model": "convnet", "batch_sise": 8}, tmp_path)
     assert list(tmp_path.iterdir()) == []

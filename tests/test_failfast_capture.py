@@ -21,10 +21,11 @@ BASE = ["--model", "convnet", "--method", "fedavg"]
 CASES = [
     ("batch-huge", ["--batch-size", "1000000000", "--out", "t.jsonl"], "argument --batch-size: 1000000000 is out of range"),
     ("classes-huge", ["--classes", "100000000000", "--out", "t.jsonl"], f"argument --classes: 100000000000 is out of range; give an integer in [1, {checks.CLASSES_MAX:,}]"),
-    ("lr-nan", ["--lr", "nan", "--out", "t.jsonl"], "argument --lr: 'nan': give a finite number > 0"),
+    ("lr-nan", ["--lr", "nan", "--out", "t.jsonl"], "argument --lr: 'nan': give a finite number"),
     ("lr-negative", ["--lr", "-0.1", "--out", "t.jsonl"], "argument --lr"),
     ("batch-text", ["--batch-size", "x", "--out", "t.jsonl"], "argument --batch-size: 'x' is not an integer"),
-    ("method-unknown", ["--method", "fedprox", "--out", "t.jsonl"], "argument --method: invalid choice: 'fedprox'"),
+    ("method-unknown", ["--method", "fedprx", "--out", "t.jsonl"], "unknown method name(s) ['fedprx']"),
+    ("method-calibration", ["--method", "ccvr", "--out", "t.jsonl"], "--method ccvr: a calibration has no training step"),
     ("input-shape-text", ["--input-shape", "3,a,32", "--out", "t.jsonl"], "3,a,32"),
     ("out-folder", ["--out", "folder"], "--out folder is an existing folder; give a file path"),
     ("out-under-file", ["--out", "afile/t.jsonl"], "--out afile/t.jsonl is under the file afile"),

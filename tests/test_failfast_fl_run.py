@@ -34,6 +34,12 @@ def preset(ws, name, run_lines="rounds = 1", hparams_lines=""):
     return ["--preset", str(path)]
 
 
+def cifar_preset(ws):
+    path = ws / "cifar.toml"
+    path.write_text(PRESET.replace('dataset = "digits"', 'dataset = "cifar10"').format(run="rounds = 1", hparams=""))
+    return ["--preset", str(path)]
+
+
 OK = ["--preset", "ok.toml"]
 CASES = [
     # bad numbers
@@ -41,7 +47,7 @@ CASES = [
     ("seed-huge", lambda ws: [*OK, "--seed", "99999999999999999999"], "argument --seed"),
     ("rounds-zero", lambda ws: [*OK, "--rounds", "0"], "argument --rounds: 0 is out of range"),
     ("holdout-nan", lambda ws: [*OK, "--holdout", "nan"], "argument --holdout"),
-    ("holdout-one", lambda ws: [*OK, "--holdout", "1"], "holdout_fraction must be in [0, 1)"),
+    ("holdout-one", lambda ws: [*OK, "--holdout", "1"], "argument --holdout: 1.0 is out of range"),
     ("threads-zero", lambda ws: [*OK, "--threads", "0"], "argument --threads"),
     ("preset-seed-negative", lambda ws: preset(ws, "s", "rounds = 1\nseed = -1"), "s.toml [run]: seed must be an integer in [0, 2147483647], got -1"),
     ("preset-alpha-inf", lambda ws: preset(ws, "a", "rounds = 1\nalpha = inf"), "a.toml [run]: alpha = inf must be a finite number"),
@@ -64,8 +70,9 @@ CASES = [
     ("preset-missing", lambda ws: ["--preset", "no-such-preset"], "preset 'no-such-preset' not found"),
     ("hw-binary", lambda ws: [*OK, "--hw", str(ws / "binary.toml")], "binary.toml"),
     ("system-binary", lambda ws: [*OK, "--system", str(ws / "binary.toml")], "binary.toml"),
-    ("data-dir-file", lambda ws: [*OK, "--data-dir", "afile"], "--data-dir afile is a file, not a folder"),
-    ("data-dir-missing", lambda ws: [*OK, "--data-dir", "nowhere"], "--data-dir nowhere does not exist"),
+    ("data-dir-digits", lambda ws: [*OK, "--data-dir", "afile"], "--data-dir afile: the preset's dataset is the offline digits"),
+    ("data-dir-file", lambda ws: [*cifar_preset(ws), "--data-dir", "afile"], "--data-dir afile is a file, not a folder"),
+    ("data-dir-missing", lambda ws: [*cifar_preset(ws), "--data-dir", "nowhere"], "--data-dir nowhere does not exist"),
     # unwritable or existing output
     ("out-under-file", lambda ws: [*OK, "--out", "afile/run"], "--out afile/run is under the file afile"),
     ("out-is-file", lambda ws: [*OK, "--out", "afile"], "--out afile exists and is not a folder"),

@@ -33,21 +33,27 @@ ffc_ridge = 0.001
 """
 
 
-def test_cli_writes_results(tmp_path):
-    """A real run with --overwrite over an existing folder: the new folder replaces the old one as a
-    whole (a foreign file does not survive) and has the umask's mode, not mkdtemp's private 0700."""
+def test_cli_writes_results(tmp_path, capsys):
+    """A real run, then --overwrite: a folder holding a file the suite did not write is refused
+    (the file survives); the run's own folder is replaced as a whole and has the umask's mode, not
+    mkdtemp's private 0700."""
     preset = tmp_path / "tiny.toml"
     preset.write_text(TINY)
-    (tmp_path / "out").mkdir()
-    (tmp_path / "out" / "foreign.txt").write_text("not ours")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "foreign.txt").write_text("not ours")
+    argv = ["--preset", str(preset), "--threads", "1", "--device", "cpu"]
     threads = torch.get_num_threads()
     try:
-        assert main(["--preset", str(preset), "--out", str(tmp_path / "out"), "--threads", "1", "--device", "cpu",
-                     "--overwrite"]) == 0
+        assert main([*argv, "--out", str(tmp_path / "mine"), "--overwrite"]) == 2
+        assert "foreign.txt" in capsys.readouterr().err  # the file it would have lost, named
+        assert (tmp_path / "mine" / "foreign.txt").read_text() == "not ours"
+        assert main([*argv, "--out", str(tmp_path / "out")]) == 0
+        (tmp_path / "out" / "results.json").write_text("{}")  # a file the suite wrote may be replaced
+        assert main([*argv, "--out", str(tmp_path / "out"), "--overwrite"]) == 0
     finally:
         torch.set_num_threads(threads)
     names = sorted(p.name for p in (tmp_path / "out").iterdir())
-    assert names == ["accuracy.csv", "ledger.csv", "partition.csv", "results.json", "rounds.csv"]
+    assert names == ["accuracy.csv", "ledger.csv", "manifest.json", "partition.csv", "results.json", "rounds.csv"]
     mask = os.umask(0o022)
     os.umask(mask)
     assert (tmp_path / "out").stat().st_mode & 0o777 == 0o777 & ~mask
@@ -125,7 +131,7 @@ def test_cli_validation_holdout(tmp_path, capsys):
     assert 0.0 <= doc["methods"]["fedavg"]["val_accuracy"] <= 1.0
     assert "val_accuracy" in (tmp_path / "out" / "accuracy.csv").read_text().splitlines()[0]
     assert main(["--preset", str(preset), "--holdout", "1", "--out", str(tmp_path / "bad")]) == 2
-    assert "holdout_fraction must be in [0, 1)" in capsys.readouterr().err
+    assert "argument --holdout: 1.0 is out of range" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
 
 
@@ -140,7 +146,7 @@ def test_per_model_paper_presets_follow_table_16(preset, model, base, lr, ours_l
     assert (cfg.dataset, cfg.model, cfg.norm, cfg.num_clients, cfg.rounds) == ("cifar100", model, "gn", 10, 100)
     assert (hp.local_epochs, hp.batch_size, hp.momentum, hp.weight_decay) == (10, 64, 0.9, 1e-5)
     assert (hp.ccvr_virtual_per_class, hp.ccvr_lr) == (500, 1e-5)
-    assert methods == [base, f"{base}+ccvr", f"{base}+spherefed+ffc"]
+    assert methods == (base, f"{base}+ccvr", f"{base}+spherefed+ffc")
     assert method_hparams(parse_method(base), hp, overrides).lr == lr
     ours = method_hparams(parse_method(f"{base}+spherefed+ffc"), hp, overrides)
     assert ours.lr == ours_lr
@@ -155,11 +161,18 @@ def test_cli_resume_without_checkpoints_is_refused(tmp_path, capsys):
     preset.write_text(TINY)
     assert main(["--preset", str(preset), "--out", str(tmp_path / "o"), "--resume"]) == 2
     assert "nothing to resume" in capsys.readouterr().err
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / "thesis.tex").write_text("mine")  # a folder of the user's: not a run to resume
+    assert main(["--preset", str(preset), "--out", str(tmp_path / "o"), "--resume"]) == 2
+    assert "not a bench.fl results folder" in capsys.readouterr().err
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["thesis.tex"]
+    (tmp_path / "o" / "thesis.tex").unlink()
+    (tmp_path / "o").rmdir()
     assert not (tmp_path / "o").exists()
 
 
 def test_cli_resume_after_an_interruption_gives_the_uninterrupted_results(tmp_path, monkeypatch):
-    import workloads.fl.loop as loop
+    import bench.fl.jobs as loop  # where the jobs call the loop's run_method
 
     preset = tmp_path / "tiny.toml"
     preset.write_text(TINY.replace("rounds = 1", "rounds = 2\nmax_train_samples = 300\nmax_test_samples = 100"))
@@ -171,7 +184,7 @@ def test_cli_resume_after_an_interruption_gives_the_uninterrupted_results(tmp_pa
         def stop(t):
             if t == 1:
                 raise KeyboardInterrupt
-        return real(*a, **kw, after_round=stop)
+        return real(*a, **{**kw, "after_round": stop})
 
     try:
         assert main(args + ["--out", str(tmp_path / "whole")]) == 0

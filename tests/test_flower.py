@@ -149,10 +149,12 @@ def test_train_metrics_aggregation_keeps_app_metrics_and_adds_the_round():
 
 
 def test_cli_rejects_methods_flower_cannot_run(capsys):
-    from workloads.flower.__main__ import main
+    from bench.flower.__main__ import main
 
-    assert main(["--method", "fedavg,spherefed+ffc"]) == 2
+    assert main(["--methods", "fedavg", "spherefed+ffc"]) == 2
     assert "spherefed+ffc" in capsys.readouterr().err
+    assert main(["--methods", "fedavg,spherefed"]) == 2  # one spelling: methods separated by spaces
+    assert "separated by spaces" in capsys.readouterr().err
 
 
 # ---- end to end in Flower's simulation engine ---------------------------------------------------------------
@@ -161,11 +163,12 @@ def test_cli_rejects_methods_flower_cannot_run(capsys):
 def test_example_runs_in_flowers_simulation_and_writes_rounds_csv(tmp_path):
     rounds, clients, name = 2, 2, "fedavg+spherefed"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-m", "workloads.flower", "--model", "convnet", "--method", name,
-                           "--clients", str(clients), "--rounds", str(rounds), "--out", str(tmp_path)],
+    proc = subprocess.run([sys.executable, "-m", "bench.flower", "--model", "convnet", "--methods", name,
+                           "--clients", str(clients), "--rounds", str(rounds), "--out", str(tmp_path / "flower")],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    with (tmp_path / "rounds.csv").open(newline="") as f:
+    assert sorted(p.name for p in (tmp_path / "flower").iterdir()) == ["clients.csv", "manifest.json", "rounds.csv"]
+    with (tmp_path / "flower" / "rounds.csv").open(newline="") as f:
         reader = csv.DictReader(f)
         assert tuple(reader.fieldnames) == ROUNDS_COLUMNS
         rows = list(reader)
@@ -180,7 +183,7 @@ def test_example_runs_in_flowers_simulation_and_writes_rounds_csv(tmp_path):
     shared = shared_state(new_model(RUN, method), method, hp, 1)
     state_bytes = sum(t.numel() * t.element_size() for t in shared.values())
     assert all(int(r["round_bytes"]) == 2 * clients * state_bytes for r in rows)
-    with (tmp_path / "clients.csv").open(newline="") as f:
+    with (tmp_path / "flower" / "clients.csv").open(newline="") as f:
         per_client = list(csv.DictReader(f))
     assert sorted((int(c["round"]), int(c["client"])) for c in per_client) == \
         [(t, k) for t in range(1, rounds + 1) for k in range(clients)]
@@ -200,7 +203,7 @@ def test_example_runs_in_flowers_simulation_and_writes_rounds_csv(tmp_path):
     preset, n = re.subn(r"(?m)^num_clients = \d+", f"num_clients = {clients}", preset)
     assert n == 1
     (tmp_path / "preset.toml").write_text(preset)
-    loop = subprocess.run([sys.executable, "-m", "workloads.fl.presets", "--preset", str(tmp_path / "preset.toml"),
+    loop = subprocess.run([sys.executable, "-m", "bench.fl", "--preset", str(tmp_path / "preset.toml"),
                            "--methods", name, "--rounds", str(rounds), "--threads", "1", "--hw", str(HW),
                            "--out", str(tmp_path / "loop")], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=600)

@@ -127,7 +127,7 @@ def test_key_separates_programs_one_factory_builds(monkeypatch):
 
 
 def test_without_the_extra_the_cli_says_how_to_install(monkeypatch, capsys):
-    from workloads.flower.__main__ import main
+    from bench.flower.__main__ import main
 
     monkeypatch.setitem(sys.modules, "flwr", None)  # import flwr -> ImportError, as when not installed
     monkeypatch.setitem(sys.modules, "flwr.simulation", None)

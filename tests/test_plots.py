@@ -160,25 +160,6 @@ def test_nan_is_rejected(run_dir):
     assert not (run_dir / "x.json").exists()
 
 
-def test_run_dir_is_written_atomically(tmp_path):
-    out = tmp_path / "run"
-
-    def failing(tmp):
-        (tmp / "summary.json").write_text("{}")
-        raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        results.write_run_dir(out, failing, overwrite=False)
-    assert list(tmp_path.iterdir()) == []  # neither the folder nor its temporary sibling
-
-    results.write_run_dir(out, lambda tmp: (tmp / "a.txt").write_text("first"), overwrite=False)
-    with pytest.raises(results.ResultsError, match="--overwrite"):
-        results.write_run_dir(out, lambda tmp: None, overwrite=False)
-    results.write_run_dir(out, lambda tmp: (tmp / "b.txt").write_text("second"), overwrite=True)
-    assert sorted(p.name for p in out.iterdir()) == ["b.txt"]  # old and new never mixed
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
-
-
 def test_energy_by_kind_adds_up():
     report = simulate(small_trace(), HardwareConfig(rows=4, cols=4))
     kinds = breakdown.energy_by_kind(report)

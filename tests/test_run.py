@@ -45,8 +45,8 @@ def test_smoke_run_writes_every_file(smoke):
     rc, out = smoke
     assert rc == 0
     assert sorted(p.name for p in out.iterdir()) == ["breakdown.csv", "breakdown_convnet.png", "fig5.png",
-                                                      "layers.csv", "ops.csv", "rounds.csv", "summary.json",
-                                                      "tta.png"]
+                                                      "layers.csv", "manifest.json", "ops.csv", "rounds.csv",
+                                                      "summary.json", "tta.png"]
     summary = results.load_summary(out)  # validates the layout, finite numbers
     assert all(math.isfinite(x) for x in _numbers(summary))
     m = summary["models"]["convnet"]
@@ -107,8 +107,8 @@ def test_csvs_match_the_summary(smoke):
     for method, figures in t.items():
         for frame in (ops, layers, blocks):
             mine = frame[frame["method"] == method]
-            assert mine["cycles"].sum() == figures["step_cycles"]
-            assert (mine["compute_cycles"] + mine["stall_cycles"] == mine["cycles"]).all()
+            assert mine["total_cycles"].sum() == figures["step_total_cycles"]
+            assert (mine["compute_cycles"] + mine["stall_cycles"] == mine["total_cycles"]).all()
             assert mine["energy_j"].sum() == pytest.approx(figures["step_energy_j"], rel=1e-9)
             parts = [f"energy_{c}_j" for c in figures["step_energy_by_component_j"]]
             assert mine[parts].sum(axis=1).to_numpy() == pytest.approx(mine["energy_j"].to_numpy(), rel=1e-9)
@@ -144,7 +144,7 @@ def test_existing_out_is_refused_before_work(smoke, capsys):
     (["--model", "convnet", "--target", "0"], "--target"),
     (["--model", "convnet", "--target", "101"], "--target"),
     (["--model", "convnet", "--system", "/no/such/system.toml"], "no such system-model file"),
-    (["--model", "convnet", "--data-dir", "/no/such/dir"], "--data-dir /no/such/dir does not exist"),
+    (["--model", "convnet", "--preset", "paper", "--data-dir", "/no/such/dir"], "--data-dir /no/such/dir does not exist"),
     (["--model", "convnet", "--batch-size", "0"], "argument --batch-size: 0 is out of range"),
     (["--model", "convnet", "--device", "tpu"], "not a device"),
 ])

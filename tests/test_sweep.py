@@ -57,7 +57,7 @@ def test_cli_writes_csv_json_png(tmp_path, capsys):
     out = tmp_path / "sweep"
     argv = ["--models", "convnet", "--batch-size", "2", "--batch-sizes", "2", "--out", str(out)]
     assert sweep_cli.main(argv) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["sweep.csv", "sweep.json", "sweep.png"]
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "sweep.csv", "sweep.json", "sweep.png"]
     table = pd.read_csv(out / "sweep.csv")
     assert list(table.columns) == list(sweep.SWEEP_COLUMNS) and table.notna().all().all()
     # results format version 3 spellings (docs/results.md): peak memory, the hardware field swept

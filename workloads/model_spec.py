@@ -158,13 +158,17 @@ def load_factory(name: str) -> tuple[Callable[..., nn.Module], bool]:
         raise ModelSpecError(f"model {name!r}: write package.module:factory (e.g. mynets:small_cnn)")
     if module_name in LIBRARIES:
         return _library_factory(module_name, attr), True
+    top = module_name.split(".")[0]
+    if top in sys.stdlib_module_names or top in sys.builtin_module_names or top == "builtins":
+        raise ModelSpecError(f"model {name!r}: {module_name} is part of Python's standard library, not a model "
+                             "factory; name a function of yours that returns an nn.Module (docs/byom.md)")
     try:
         with _cwd_on_path():
             module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         raise ModelSpecError(f"cannot import {module_name!r} for model {name!r} ({exc}); run from the folder "
                              f"that holds {module_name.split('.')[0]} or add that folder to PYTHONPATH") from None
-    except Exception as exc:  # the user's module failed while importing: show its own error
+    except (Exception, SystemExit) as exc:  # the user's module failed (or exited) while importing: its own error
         raise ModelSpecError(f"importing {module_name!r} for model {name!r} failed: "
                              f"{type(exc).__name__}: {_first_line(exc)}") from None
     factory = module
@@ -221,7 +225,7 @@ def _check_classifier_is_output(module: nn.Module, classifier: str, input_shape,
         lambda _m, args, out: seen.update(inp=args[0], out=out))
     try:
         out = probe(torch.empty(CHECK_BATCH, *input_shape, device="meta"))
-    except Exception as exc:  # the model's own message tells the user what shape it wants
+    except (Exception, SystemExit) as exc:  # the model's own message tells the user what shape it wants
         shape = ",".join(map(str, input_shape))
         exc = _cpu_error(module, input_shape) or exc
         raise ModelSpecError(f"model {model_name!r} rejects input shape {shape} (--input-shape C,H,W): "
@@ -243,7 +247,7 @@ def _cpu_error(module: nn.Module, input_shape) -> Exception | None:
     try:
         with torch.no_grad():
             copy.deepcopy(module).eval()(torch.zeros(CHECK_BATCH, *input_shape))
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         return exc
     return None
 
@@ -273,7 +277,7 @@ def build(spec: ModelSpec, *, num_classes: int, spherefed: bool, norm: str = "bn
     factory, takes_classes = load_factory(spec.name)
     try:
         module = factory(num_classes=num_classes) if takes_classes else factory()
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # a factory that exits must not end the command silently
         raise ModelSpecError(f"building model {spec.name!r} failed: {type(exc).__name__}: {_first_line(exc)}") from None
     if not isinstance(module, nn.Module):
         raise ModelSpecError(f"{spec.name!r} returned a {type(module).__name__}, not an nn.Module")

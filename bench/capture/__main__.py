@@ -7,23 +7,26 @@
 The step is the federated loop's own (``workloads.cost.step.local_step_trace``: the method's model
 preparation, loss, penalty and SGD with these optimizer settings; default the paper's Tab. 16),
 captured by the one steady-state capture path (``workloads.capture.capture_step``). Every input is
-checked before the capture; ``--out`` is a file path, replaced only with ``--overwrite``; the trace
+checked before the capture; ``--out`` is a file path, replaced only with ``--overwrite`` and only if it
+is a trace file of this suite; the trace
 is written to a temporary file renamed at the end.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
-from accel_sim.trace_schema import dump_trace
+from accel_sim.trace_schema import FORMAT_NAME, dump_trace
 from iokit import checks, cli, outputs
 from iokit.files import atomic_write
 from workloads.capture import summary
 from workloads.cost.step import method_step_trace
 from workloads.fl.hparams import Hparams
+from workloads.fl.local import prepare_model
 from workloads.fl.methods import parse_method
 from workloads.model_spec import ModelSpec, build, parse_input_shape
 from workloads.models import MODELS
@@ -57,6 +60,17 @@ def parser() -> cli.Parser:
     return p
 
 
+def is_trace_file(path: Path) -> bool:
+    """Whether ``path`` starts with a trace header of ours (``accel_sim.trace_schema``): the only
+    kind of file ``--overwrite`` may replace."""
+    try:
+        with path.open("rb") as f:
+            head = json.loads(f.readline(1 << 24))
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(head, dict) and head.get("format") == FORMAT_NAME
+
+
 @cli.command("interrupted; nothing written")
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
@@ -66,6 +80,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValueError("--out is empty; give a trace file path, e.g. trace.jsonl")
         if out.exists() and not out.is_dir() and not args.overwrite:
             raise ValueError(f"{out} already exists; choose another --out or pass --overwrite to replace it")
+        if out.exists() and not out.is_dir() and not is_trace_file(out):
+            raise ValueError(f"--out {out}: --overwrite replaces only a trace file of this suite, and {out} is not "
+                             "one; choose another --out")
         outputs.check_writable(out, "--out", folder=False)
         if args.image_size != 32 and args.input_shape:
             raise ValueError(f"give either --image-size {args.image_size} or --input-shape {args.input_shape}, "
@@ -79,9 +96,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "(fedavg for ccvr, spherefed for ffc)")
         shape = parse_input_shape(args.input_shape) if args.input_shape else (3, args.image_size, args.image_size)
         spec = ModelSpec(args.model, shape, args.classifier)
-        build(spec, num_classes=args.classes, norm=args.norm, spherefed=method.spherefed)
+        prepare_model(build(spec, num_classes=args.classes, norm=args.norm, spherefed=method.spherefed), method, seed=0)
         hp = replace(Hparams(), lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
-    trace = method_step_trace(spec, method, hp=hp, batch_size=args.batch_size, num_classes=args.classes,
+    trace = method_step_trace(spec, args.method, hp=hp, batch_size=args.batch_size, num_classes=args.classes,
                               norm=args.norm)
     atomic_write(out, lambda tmp: dump_trace(trace, tmp))
     print(summary(trace))

@@ -85,9 +85,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             import torch
 
             torch.set_num_threads(args.threads)
+        data = pipeline.load(run)
     with outputs.claim(out):
-        with cli.bad_input():
-            data = pipeline.load(run)
         start_run_folder(out, config_sha, resume=args.resume)
         with cli.run_failure():
             trained = pipeline.train(run, data, progress=args.progress or sys.stderr.isatty(),

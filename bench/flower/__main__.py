@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Sequence
 
 from bench.fl.pipeline import method_list
+from bench.flower.simulation import simulate
 from bench.results import FORMAT_VERSION
 from iokit import checks, cli, outputs
 
@@ -54,23 +55,6 @@ def parser() -> cli.Parser:
     p.add_argument("--out", type=Path, default=None, help="default: results/flower/<model>-seed<seed>")
     p.add_argument("--overwrite", action="store_true", help="replace an existing results folder of this suite")
     return p
-
-
-def simulate(run, hw: str, system_path: str, folder: str) -> None:
-    """The simulation, in its own process and process group (so that an interrupt stops Ray too):
-    writes rounds.csv and clients.csv into ``folder``."""
-    os.setsid()
-    from flwr.simulation import run_simulation
-
-    from workloads.cost.system import load_system_model
-    from workloads.flower import app
-    from workloads.flower.mod import AccelMod
-
-    system = load_system_model(system_path)
-    run_simulation(server_app=app.server_app(run, system, Path(folder)),
-                   client_app=app.client_app(run, AccelMod(hw, system)),
-                   num_supernodes=run.num_clients,
-                   backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}})
 
 
 def run_in_child(run, hw: str, system_path: str, folder: Path) -> None:

@@ -12,7 +12,7 @@ from bench.plots.run import run_figures
 from bench.plots import save
 from bench.plots.tta import TTA_PNG, read_rounds, tta_figure
 from bench.results import ResultsError, load_summary
-from iokit import cli
+from iokit import cli, outputs
 
 @cli.command("interrupted; the figures written so far are complete, the others unchanged")
 def main(argv: list[str] | None = None) -> int:
@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not args.run_dir.is_dir():
             raise ResultsError(f"{args.run_dir} is not a folder: give a folder written by `python -m bench.run`")
-        cli.check_writable(args.run_dir, "run_dir")
+        outputs.check_writable(args.run_dir, "run_dir")
         summary = load_summary(args.run_dir)
         tta = tta_figure(summary, read_rounds(args.run_dir))  # every input read and checked first
         figures = run_figures(args.run_dir)

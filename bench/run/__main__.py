@@ -113,9 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     with cli.bad_input():
         outputs.check_out(out, command=COMMAND, overwrite=cfg.overwrite)
         resolved = resolve(cfg)
+        data = load_accuracy_data(resolved)
     with outputs.claim(out):
-        with cli.bad_input():
-            data = load_accuracy_data(resolved)
         progress = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
         with cli.run_failure():
             study = run_study(resolved, data, progress, shlex.join(["python", "-m", "bench.run", *argv]))

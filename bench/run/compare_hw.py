@@ -58,7 +58,7 @@ def hardware_figures(model: str, spec: ModelSpec, training, calibrations, *, bat
         for label, hw in hws.items():
             report = simulate_complete(trace, hw, f"{model} {method} training step on {label}")
             out[label]["training"][method] = {
-                "step_cycles": report.total_cycles, "step_latency_s": report.latency_s,
+                "step_total_cycles": report.total_cycles, "step_latency_s": report.latency_s,
                 "steps_per_round": steps_per_round, "round_latency_s": report.latency_s * steps_per_round,
                 "peak_memory_bytes": report.peak_memory_bytes, "step_energy_j": report.energy_j,
                 "round_energy_j": report.energy_j * steps_per_round, "macs": report.macs}
@@ -68,7 +68,7 @@ def hardware_figures(model: str, spec: ModelSpec, training, calibrations, *, bat
             cost = calibration_cost(calibration, spec, train_samples=train_samples, num_clients=num_clients,
                                     num_classes=num_classes, image_size=spec.input_shape[-1], hp=Hparams(), hw=hw)
             out[label]["calibration"][calibration] = {
-                "client_cycles": cost.client_cycles, "server_cycles": cost.server_cycles, "latency_s": cost.latency_s,
+                "client_total_cycles": cost.client_total_cycles, "server_total_cycles": cost.server_total_cycles, "latency_s": cost.latency_s,
                 "client_energy_j": cost.client_energy_j, "server_energy_j": cost.server_energy_j,
                 "energy_j": cost.energy_j}
     return out

@@ -35,7 +35,7 @@ def op_row(model: str, method: str, region: str, c, clock_hz: float) -> dict:
     """One ``ops.csv`` row of a priced op (``bench.results.OPS_COLUMNS``)."""
     return {"model": model, "method": method, "region": region, "idx": c.idx, "aten": c.aten, "layer": c.layer,
             "phase": c.phase, "work": f"{c.work_kind}:{c.work_op}" if c.work_op else c.work_kind,
-            "gemm_groups": c.gemm_groups, "macs": c.macs, "cycles": c.total_cycles,
+            "gemm_groups": c.gemm_groups, "macs": c.macs, "total_cycles": c.total_cycles,
             "latency_s": c.total_cycles / clock_hz, "compute_cycles": c.compute_cycles,
             "stall_cycles": c.stall_cycles, "energy_j": c.energy_j,
             **{f"energy_{k}_j": v for k, v in c.energy.by_component_j().items()}}
@@ -52,7 +52,7 @@ def training_figures(model: str, methods: Sequence[str], cfg: RunConfig, hw: Har
                                   image_size=PAPER.image_size, seed=cfg.seed)
         report = simulate_complete(trace, hw, f"{model} {method} training step")
         figures[method] = {
-            "step_cycles": report.total_cycles, "step_latency_s": report.latency_s,
+            "step_total_cycles": report.total_cycles, "step_latency_s": report.latency_s,
             "steps_per_round": steps_per_round, "round_latency_s": report.latency_s * steps_per_round,
             "peak_memory_bytes": report.peak_memory_bytes, "peak_memory_by_kind_bytes": dict(report.peak.by_kind_bytes),
             "macs": report.macs, "unsupported_ops": report.unsupported_ops(),
@@ -73,7 +73,7 @@ def calibration_figures(model: str, calibrations: Sequence[str], hw: HardwareCon
         cost = calibration_cost(calibration, spec or model, train_samples=PAPER.train_samples,
                                 num_clients=PAPER.num_clients, num_classes=num_classes, image_size=PAPER.image_size,
                                 hp=Hparams(), hw=hw)
-        out[calibration] = {"client_cycles": cost.client_cycles, "server_cycles": cost.server_cycles,
+        out[calibration] = {"client_total_cycles": cost.client_total_cycles, "server_total_cycles": cost.server_total_cycles,
                             "latency_s": cost.latency_s, "client_energy_j": cost.client_energy_j,
                             "server_energy_j": cost.server_energy_j, "energy_j": cost.energy_j}
     return out

@@ -52,17 +52,17 @@ class Cost:
     """Cycles and energy of some work on one accelerator; adds, subtracts and scales by a count
     (so ``extrapolate`` applies to it as to plain numbers)."""
 
-    cycles: int
+    total_cycles: int
     energy_j: float
 
     def __add__(self, other: "Cost") -> "Cost":
-        return Cost(self.cycles + other.cycles, self.energy_j + other.energy_j)
+        return Cost(self.total_cycles + other.total_cycles, self.energy_j + other.energy_j)
 
     def __sub__(self, other: "Cost") -> "Cost":
-        return Cost(self.cycles - other.cycles, self.energy_j - other.energy_j)
+        return Cost(self.total_cycles - other.total_cycles, self.energy_j - other.energy_j)
 
     def __mul__(self, times: int) -> "Cost":
-        return Cost(self.cycles * times, self.energy_j * times)
+        return Cost(self.total_cycles * times, self.energy_j * times)
 
     __rmul__ = __mul__
 
@@ -77,12 +77,12 @@ class CalibrationCost:
     clock_hz: float
 
     @property
-    def client_cycles(self) -> int:
-        return self.client.cycles
+    def client_total_cycles(self) -> int:
+        return self.client.total_cycles
 
     @property
-    def server_cycles(self) -> int:
-        return self.server.cycles
+    def server_total_cycles(self) -> int:
+        return self.server.total_cycles
 
     @property
     def client_energy_j(self) -> float:
@@ -94,7 +94,7 @@ class CalibrationCost:
 
     @property
     def latency_s(self) -> float:
-        return (self.client.cycles + self.server.cycles) / self.clock_hz
+        return (self.client.total_cycles + self.server.total_cycles) / self.clock_hz
 
     @property
     def energy_j(self) -> float:

@@ -200,10 +200,10 @@ def _calibration_round(result: RunResult, method: MethodConfig, hp: Hparams, *, 
         device = devices[k]
         cost = calibration_cost.client_cost(name, spec.model_name, class_counts=counts, num_classes=spec.num_classes,
                                             image_size=image_size, hp=hp, hw=device.hw)
-        compute_s, energy_j = device.runs(cost.cycles / device.hw.clock_hz, cost.energy_j)
+        compute_s, energy_j = device.runs(cost.total_cycles / device.hw.clock_hz, cost.energy_j)
         b = moved[(t, k)]
         work.append(ClientRound(k, compute_s, energy_j, b["down"], b["up"], system.link(k)))
     server = calibration_cost.server_cost(name, feature_dim=spec.model_fn(method.spherefed).feature_dim,
                                           num_classes=spec.num_classes, num_clients=len(client_labels), hp=hp, hw=hw)
-    cost = round_cost(work, server_s=server.cycles / hw.clock_hz)
+    cost = round_cost(work, server_s=server.total_cycles / hw.clock_hz)
     return t, "calibration", len(client_labels), result.accuracy, cost

@@ -41,10 +41,10 @@ def simulate_complete(trace: Trace, hw: HardwareConfig, what: str) -> CostReport
 
 def local_step_trace(model_fn: Callable[[], nn.Module], method: MethodConfig, hp: Hparams, *, batch_size: int,
                      input_shape: Sequence[int], round: int = 1, seed: int = 0, model_name: str = "",
-                     meta: dict | None = None) -> Trace:
+                     meta: dict | None = None, label: str | None = None) -> Trace:
     """One steady-state local SGD step of ``method`` with ``hp`` at ``batch_size`` on inputs of
     ``input_shape`` (C, H, W). ``round`` > 1 gives FedCos its direction d_t (zero in round 1, as in
-    the loop)."""
+    the loop). ``label``: the method's name in the trace (default its canonical name)."""
     if method.calibration:
         raise ValueError(f"{method.name!r}: a training step has no calibration; price the calibration on its own")
     hp = replace(hp, batch_size=batch_size)
@@ -59,7 +59,8 @@ def local_step_trace(model_fn: Callable[[], nn.Module], method: MethodConfig, hp
 
     x = torch.zeros(batch_size, *input_shape)
     y = torch.zeros(batch_size, dtype=torch.long)
-    return capture_step(make_step, model, x, y, model_name=model_name, method=method.name, batch_size=batch_size,
+    return capture_step(make_step, model, x, y, model_name=model_name, method=label or method.name,
+                        batch_size=batch_size,
                         meta={"input_shape": list(input_shape), "lr": hp.lr, "momentum": hp.momentum,
                               "weight_decay": hp.weight_decay, **(meta or {})})
 
@@ -70,12 +71,14 @@ def method_step_trace(model: str | ModelSpec, method: str | MethodConfig, *, hp:
     """One steady-state local step of ``method`` (e.g. "fedavg", "spherefed", "fedprox") on
     ``model`` (a name at 3 x image_size x image_size, or a ``ModelSpec`` at its own input shape:
     docs/byom.md) with ``hp`` (default: SphereFed appendix Tab. 16, ``Hparams()``)."""
+    label = method if isinstance(method, str) else method.name
     method = parse_method(method) if isinstance(method, str) else method
     spec = model_spec.as_spec(model, image_size)
     return local_step_trace(
         lambda: model_spec.build(spec, num_classes=num_classes, norm=norm, spherefed=method.spherefed),
         method, hp or Hparams(), batch_size=batch_size, input_shape=spec.input_shape, seed=seed,
-        model_name=spec.name, meta={"classes": num_classes, "image_size": spec.input_shape[-1], "norm": norm})
+        model_name=spec.name, meta={"classes": num_classes, "image_size": spec.input_shape[-1], "norm": norm},
+        label=label)
 
 
 def method_setup(method: str, model: str | ModelSpec, *, num_classes: int, image_size: int, norm: str = "bn"):
