@@ -2,7 +2,7 @@
 keys and columns and leaving out what a rerun may change (times measured on this machine, the
 command line, the git commit, output paths).
 
-    python scripts/compare_results.py BEFORE AFTER [--rename OLD=NEW ...] [--ignore KEY ...]
+    python scripts/compare_results.py BEFORE AFTER [--rename OLD=NEW ...] [--ignore KEY ...] [--added KEY ...]
 
 Used to show that a refactoring changed no result (docs/architecture.md, "Behaviour unchanged"):
 run the same command on the commit before and after, then compare. Exit 0 when every shared file
@@ -30,21 +30,22 @@ def renamed(obj, renames: dict[str, str], ignore: set[str]):
     return obj
 
 
-def diff(a, b, where: str = "") -> list[str]:
+def diff(a, b, where: str = "", added: frozenset = frozenset()) -> list[str]:
     if isinstance(a, dict) and isinstance(b, dict):
         out = []
         for k in sorted(set(a) | set(b)):
             if k not in a:
-                out.append(f"{where}.{k}: only after")
+                if k not in added:  # a key the newer format adds is not a difference of results
+                    out.append(f"{where}.{k}: only after")
             elif k not in b:
                 out.append(f"{where}.{k}: only before")
             else:
-                out += diff(a[k], b[k], f"{where}.{k}")
+                out += diff(a[k], b[k], f"{where}.{k}", added)
         return out
     if isinstance(a, list) and isinstance(b, list):
         if len(a) != len(b):
             return [f"{where}: {len(a)} vs {len(b)} items"]
-        return [d for i, (x, y) in enumerate(zip(a, b)) for d in diff(x, y, f"{where}[{i}]")]
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in diff(x, y, f"{where}[{i}]", added)]
     return [] if a == b else [f"{where}: {a!r} != {b!r}"]
 
 
@@ -64,6 +65,8 @@ def main(argv=None) -> int:
     p.add_argument("after", type=Path)
     p.add_argument("--rename", nargs="*", default=[], metavar="OLD=NEW", help="a key or column renamed between them")
     p.add_argument("--ignore", nargs="*", default=[], metavar="KEY", help="more keys to leave out")
+    p.add_argument("--added", nargs="*", default=[], metavar="KEY",
+                   help="keys the newer results add (present only in AFTER: not a difference)")
     a = p.parse_args(argv)
     renames = dict(r.split("=", 1) for r in a.rename)
     ignore = VOLATILE | set(a.ignore)
@@ -73,7 +76,7 @@ def main(argv=None) -> int:
     problems += [f"{n}: only after" for n in sorted(after - before - NEW_FILES)]
     for name in sorted(before & after):
         old, new = read(a.before / name, renames, ignore), read(a.after / name, renames, ignore)
-        found = diff(old, new, name)
+        found = diff(old, new, name, frozenset(a.added))
         problems += found
         print(f"{name}: {'identical' if not found else f'{len(found)} difference(s)'}"
               + ("" if old is not None else " (not compared: a picture)"))

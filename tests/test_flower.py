@@ -11,6 +11,7 @@ import csv
 import math
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -220,3 +221,67 @@ def test_example_runs_in_flowers_simulation_and_writes_rounds_csv(tmp_path):
         assert int(flower_row["round_bytes"]) + 8 * clients == int(loop_row["round_bytes"])
         # Flower averages in NumPy, in reply order: the accuracies may differ by a few test images
         assert abs(float(flower_row["accuracy"]) - float(loop_row["accuracy"])) <= 0.02
+
+
+# ---- the command fails and stops cleanly ------------------------------------------------------------
+
+RAISES_IN_TRAINING = '''
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Flatten(), nn.Linear(3 * 16 * 16, 32), nn.ReLU())
+        self.fc = nn.Linear(32, 10)
+
+    def forward(self, x):
+        if self.training:
+            raise RuntimeError("this model breaks in training")
+        return self.fc(self.body(x))
+
+
+def net():
+    return Net()
+'''
+
+
+def _raylets() -> set[str]:
+    found = subprocess.run(["pgrep", "-f", "ray/raylet"], capture_output=True, text=True).stdout.split()
+    return set(found)
+
+
+@pytest.mark.slow
+def test_a_failing_client_is_exit_1_with_nothing_written(tmp_path):
+    (tmp_path / "breaks.py").write_text(RAISES_IN_TRAINING)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
+    proc = subprocess.run([sys.executable, "-m", "bench.flower", "--model", "breaks:net", "--methods", "fedavg",
+                           "--clients", "2", "--rounds", "1", "--out", str(tmp_path / "out")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "error: the simulation" in proc.stderr and "nothing written" in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "__pycache__") == ["breaks.py"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_an_interrupted_simulation_stops_within_10_s_with_nothing_written(tmp_path, sig):
+    before = _raylets()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "bench.flower", "--clients", "2", "--rounds", "50",
+                             "--out", str(tmp_path / "out")], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not (_raylets() - before):  # the simulation's Ray has started
+        time.sleep(0.2)
+    time.sleep(2)
+    proc.send_signal(sig)
+    start = time.time()
+    _, stderr = proc.communicate(timeout=30)
+    assert time.time() - start < 10
+    assert proc.returncode == 128 + sig
+    assert stderr.strip().splitlines() == ["interrupted; the simulation was stopped, nothing written"]
+    assert list(tmp_path.iterdir()) == []  # no results folder, no .partial, no lock
+    time.sleep(1)
+    assert not (_raylets() - before)  # the simulation's Ray is gone too

@@ -269,7 +269,8 @@ def build(spec: ModelSpec, *, num_classes: int, spherefed: bool, norm: str = "bn
         c, h, w = spec.input_shape
         if c != 3 or h != w or h not in SUPPORTED_IMAGE_SIZES:
             raise ModelSpecError(f"model {spec.name!r} takes 3xSxS inputs with S in {list(SUPPORTED_IMAGE_SIZES)}, "
-                                 f"not --input-shape {','.join(map(str, spec.input_shape))}")
+                                 f"not {','.join(map(str, spec.input_shape))} (set by --input-shape, or by a preset's "
+                                 "image_size)")
         if spec.name not in MODELS:
             raise ModelSpecError(f"unknown model {spec.name!r}; choose from {sorted(MODELS)} or name your own "
                                  "as package.module:factory")

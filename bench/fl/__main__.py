@@ -85,6 +85,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             import torch
 
             torch.set_num_threads(args.threads)
+        if args.resume:
+            pipeline.check_checkpoints(run, out / "checkpoints")
         data = pipeline.load(run)
     with outputs.claim(out):
         start_run_folder(out, config_sha, resume=args.resume)

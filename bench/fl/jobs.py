@@ -168,6 +168,7 @@ def started(jobs: Sequence[Job], inputs: RunInputs, *, workers: int, progress: C
              f"{inputs.fl.rounds} round(s)) side by side in {workers} worker processes, {threads} thread(s) each, "
              "every round priced")
     context = multiprocessing.get_context("spawn")  # no fork of a process that holds torch's thread pools
+    quiet_resource_tracker()
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_ignore_interrupts)
     futures = [pool.submit(run_job, job, inputs, announce=bars, threads=threads) for job in jobs]
 
@@ -183,11 +184,32 @@ def started(jobs: Sequence[Job], inputs: RunInputs, *, workers: int, progress: C
     try:
         yield collect
     except BaseException:  # a failed run or an interrupt: stop the others now, not after their runs
-        for process in list((getattr(pool, "_processes", None) or {}).values()):
+        processes = list((getattr(pool, "_processes", None) or {}).values())
+        for process in processes:
             process.terminate()
-        pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            process.join(5)
+        pool.shutdown(wait=True, cancel_futures=True)
         raise
     pool.shutdown()
+
+
+def quiet_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker without its exit warning about "leaked semaphore
+    objects": the pool's queue locks of workers stopped by an interrupt are still registered when
+    this process exits, and the tracker then unlinks them itself (nothing is left in /dev/shm), but
+    its warning would follow the command's one line."""
+    from multiprocessing import resource_tracker
+
+    previous = os.environ.get("PYTHONWARNINGS")
+    os.environ["PYTHONWARNINGS"] = "ignore:resource_tracker:UserWarning"
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        if previous is None:
+            del os.environ["PYTHONWARNINGS"]
+        else:
+            os.environ["PYTHONWARNINGS"] = previous
 
 
 def _ignore_interrupts() -> None:

@@ -141,6 +141,24 @@ def load(run: FLRun) -> FLData:
     return FLData(inputs, clients_per_round)
 
 
+def checkpoint_path(checkpoints: Path, method: MethodConfig) -> Path:
+    return checkpoints / f"{method.name.replace('+', '_')}.pt"
+
+
+def check_checkpoints(run: FLRun, checkpoints: Path) -> None:
+    """Before ``--resume`` does any work: every method's checkpoint that exists can be read (one
+    line naming a damaged one; whether it belongs to this run is checked when it is loaded)."""
+    from workloads.fl.loop import CHECKPOINT_FORMAT, load_checkpoint_document
+
+    for method in run.methods:
+        path = checkpoint_path(checkpoints, method)
+        if path.exists():
+            doc = load_checkpoint_document(path)
+            if doc.get("format") != CHECKPOINT_FORMAT:
+                raise ValueError(f"checkpoint {path} is not a format-{CHECKPOINT_FORMAT} loop checkpoint; delete "
+                                 "it to start that method over")
+
+
 def train(run: FLRun, data: FLData, *, progress: bool = False, checkpoints: Path | None = None,
           resume: bool = False) -> dict[str, JobResult]:
     """Step 3: a projection of every method's local training first (a few timed steps each), then
@@ -159,7 +177,7 @@ def train(run: FLRun, data: FLData, *, progress: bool = False, checkpoints: Path
     pricer = RunPricer(inputs.run_spec())
     outcomes = {}
     for method in run.methods:
-        checkpoint = None if checkpoints is None else str(checkpoints / f"{method.name.replace('+', '_')}.pt")
+        checkpoint = None if checkpoints is None else str(checkpoint_path(checkpoints, method))
         job = Job(method.name, run.hparams[method.name])
         outcome = run_job(job, inputs, pricer=pricer, bars=progress, checkpoint=checkpoint, resume=resume)
         outcomes[method.name] = outcome

@@ -6,9 +6,9 @@ training priced on the modeled accelerator (docs/flower.md).
 
 Runs the methods one after the other in one simulation (``workloads.flower.app``) and writes
 ``DIR/rounds.csv`` (``ROUNDS_COLUMNS``, also printed), ``DIR/clients.csv`` (each client's share of
-each round) and ``DIR/manifest.json``, all or nothing: the simulation writes into a temporary folder
+each round), ``DIR/simulation.log`` (Flower's and Ray's output) and ``DIR/manifest.json``, all or nothing: the simulation writes into a temporary folder
 renamed at the end, and a run in which a client failed (fewer rounds than asked) is exit 1 with
-nothing written. Without Flower installed: the install line, exit 2. Bad input: one line, exit 2,
+nothing written (the end of the simulation's log is printed). Without Flower installed: the install line, exit 2. Bad input: one line, exit 2,
 before Ray starts. Ctrl-C / SIGTERM: the simulation (its own process group, Ray included) is
 stopped, one line, exit 130 / 143, nothing written.
 """
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Sequence
 
 from bench.fl.pipeline import method_list
-from bench.flower.simulation import simulate
+from bench.flower.simulation import LOG, simulate
 from bench.results import FORMAT_VERSION
 from iokit import checks, cli, outputs
 
@@ -67,8 +67,8 @@ def run_in_child(run, hw: str, system_path: str, folder: Path) -> None:
         stop(child)
         raise
     if child.exitcode != 0:
-        raise cli.RunFailed(f"the simulation failed (exit {child.exitcode}; Flower's log above says why); "
-                            "nothing written")
+        raise cli.RunFailed(f"the simulation failed (exit {child.exitcode}); nothing written. The end of its log:\n"
+                            + log_tail(folder))
 
 
 def stop(child) -> None:
@@ -87,18 +87,26 @@ def stop(child) -> None:
             return
 
 
+def log_tail(folder: Path, lines: int = 30) -> str:
+    """The last lines of the simulation's log (Flower's and Ray's output)."""
+    try:
+        return "\n".join((folder / LOG).read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
 def check_rounds(folder: Path, expected: int) -> list[list[str]]:
     """rounds.csv's rows; RunFailed unless every method's every round is there (a failed client
     leaves its round out)."""
     path = folder / "rounds.csv"
     if not path.is_file():
-        raise cli.RunFailed("the simulation ended without writing rounds.csv (Flower's log above says why); "
-                            "nothing written")
+        raise cli.RunFailed("the simulation ended without writing rounds.csv; nothing written. The end of its "
+                            "log:\n" + log_tail(folder))
     with path.open(newline="") as f:
         rows = list(csv.reader(f))
     if len(rows) - 1 != expected:
-        raise cli.RunFailed(f"the simulation trained {len(rows) - 1} of {expected} rounds (a client failed: "
-                            "Flower's log above says why); nothing written")
+        raise cli.RunFailed(f"the simulation trained {len(rows) - 1} of {expected} rounds (a client failed); "
+                            "nothing written. The end of its log:\n" + log_tail(folder))
     return rows
 
 

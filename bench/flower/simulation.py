@@ -5,11 +5,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+LOG = "simulation.log"
+
 
 def simulate(run, hw: str, system_path: str, folder: str) -> None:
     """The simulation, in its own process and process group (so that an interrupt stops Ray too):
     writes rounds.csv and clients.csv into ``folder``."""
     os.setsid()
+    log = os.open(Path(folder) / LOG, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    for fd in (1, 2):  # Flower's and Ray's log go to the results folder, not over the command's one line
+        os.dup2(log, fd)
     from flwr.simulation import run_simulation
 
     from workloads.cost.system import load_system_model

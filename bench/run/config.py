@@ -152,8 +152,9 @@ def load_accuracy_data(resolved: Resolved) -> tuple[Dataset, Dataset]:
     try:
         check_models(cfg, classes=train.num_classes, input_shape=tuple(train.x.shape[1:]))
     except model_spec.ModelSpecError as exc:
+        where = "--input-shape" if cfg.input_shape else f"the preset's image_size = {fl.image_size}"
         raise model_spec.ModelSpecError(f"{exc} [the accuracy run's {fl.dataset} images are "
-                                        f"{'x'.join(map(str, train.x.shape[1:]))}: --input-shape sets them]") from None
+                                        f"{'x'.join(map(str, train.x.shape[1:]))}: {where} sets them]") from None
     return (subset(train, fl.max_train_samples, cfg.seed, "train"),
             subset(test, fl.max_test_samples, cfg.seed + 1, "test"))
 

@@ -271,8 +271,11 @@ class SystemModel:
         if self.speed_low > self.speed_high:
             raise SystemModelError(f"system field 'speed_low' ({self.speed_low}) exceeds 'speed_high' "
                                    f"({self.speed_high})")
-        if not all(isinstance(p, str) and p for p in self.client_hw):
+        if not isinstance(self.client_hw, tuple) or not all(isinstance(p, str) and p for p in self.client_hw):
             raise SystemModelError(f"system field 'client_hw' must be a list of hardware TOML paths, "
+                                   f"got {self.client_hw!r} (write client_hw = [{self.client_hw!r}] for one file)"
+                                   if isinstance(self.client_hw, str) else
+                                   f"system field 'client_hw' must be a list of hardware TOML paths, "
                                    f"got {self.client_hw!r}")
 
     def describe(self) -> dict:

@@ -30,7 +30,9 @@ class Hparams:
     server_lr: float = 1.0  # FedOpt on-server SGD learning rate, Tab. 16
     server_momentum: float = 0.3  # FedOpt on-server momentum, Tab. 16
     avgm_momentum: float = 0.9  # FedAvgM server momentum: our choice (Hsu et al. sweep; 0.9 common)
-    share_every_rounds: int = 0  # gradual sharing F (002, Alg. 2); 0 = share everything from round 1
+    # gradual sharing F (Li et al., "More Industry-friendly: Federated Learning with High Efficient
+    # Design", Alg. 2); 0 = share everything from round 1
+    share_every_rounds: int = 0
     ffc_ridge: float = 0.0  # FFC L2 penalty lambda (appendix 0.C.1); paper keeps 0 in main runs
     ffc_stats_dtype: str = "float64"  # dtype FFC statistics are accumulated and sent in: our choice (Z^T Z squares the condition number)
     ccvr_virtual_per_class: int = 500  # M_c, Tab. 16 (CIFAR-100)

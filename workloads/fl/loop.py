@@ -476,13 +476,21 @@ def save_checkpoint(path: str | Path, state: LoopState, fingerprint: str) -> Non
     os.replace(tmp, path)
 
 
-def load_checkpoint(path: str | Path, fingerprint: str, device: torch.device) -> LoopState:
-    """The ``LoopState`` saved at ``path``; restores torch's RNG states. A checkpoint of another
-    run (method, config, partition, model, options) is a one-line ValueError."""
+def load_checkpoint_document(path: str | Path, device: torch.device | str = "cpu") -> dict:
+    """The checkpoint file's contents; a damaged file is one-line ValueError."""
     try:
         doc = torch.load(path, map_location=device, weights_only=True)
     except Exception as err:  # noqa: BLE001 - torch reports damage through many exception types
-        raise ValueError(f"checkpoint {path} is unreadable ({type(err).__name__}: {err}); delete it to start over") from err
+        first = (str(err).strip().splitlines() or [""])[0]  # torch's own advice (weights_only=False) is not ours
+        raise ValueError(f"checkpoint {path} is unreadable ({type(err).__name__}: {first}); delete it to start "
+                         "that method over") from None
+    return doc if isinstance(doc, dict) else {}
+
+
+def load_checkpoint(path: str | Path, fingerprint: str, device: torch.device) -> LoopState:
+    """The ``LoopState`` saved at ``path``; restores torch's RNG states. A checkpoint of another
+    run (method, config, partition, model, options) is a one-line ValueError."""
+    doc = load_checkpoint_document(path, device)
     if not isinstance(doc, dict) or doc.get("format") != CHECKPOINT_FORMAT:
         raise ValueError(f"checkpoint {path} is not a format-{CHECKPOINT_FORMAT} loop checkpoint; delete it to start over")
     if doc["fingerprint"] != fingerprint:

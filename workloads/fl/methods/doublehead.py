@@ -54,7 +54,8 @@ def sharing_phase(round: int, share_every_rounds: int, num_layers: int) -> int:
 
 
 def double_head_predict(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """Eq. 3 of 002: argmax over the concatenated softmax outputs of both heads, mod C."""
+    """Argmax over the concatenated softmax outputs of both heads, mod C (Li et al., "More
+    Industry-friendly: Federated Learning with High Efficient Design", Eq. 3)."""
     z = model.features(x)
     probs = torch.cat([model.classifier(z).softmax(1), model.local_classifier(z).softmax(1)], 1)
     return probs.argmax(1) % model.classifier.out_features
