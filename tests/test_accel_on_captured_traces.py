@@ -24,6 +24,7 @@ def traces():
     return {method: captured(method) for method in ("fedavg", "spherefed")}
 
 
+@pytest.mark.slow
 def test_every_op_priced_and_bookkeeping_agrees(traces):
     for trace in traces.values():
         report = simulate(trace)

@@ -87,6 +87,7 @@ def test_trace_cli_counts_the_hand_computed_macs(user_dir, capsys, method):
     assert f"fwd {FWD_MACS:,}" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_trace_cli_as_a_subprocess_imports_from_the_current_folder(user_dir):
     env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(REPO)  # the project only: the user's module is found through the cwd
@@ -102,6 +103,7 @@ def test_trace_cli_as_a_subprocess_imports_from_the_current_folder(user_dir):
 HW_FILES = ("paper_default.toml", "gemmini_like.toml", "tpu_v1_like.toml")
 
 
+@pytest.mark.slow
 def test_bench_run_prices_a_user_model_on_several_accelerators(user_dir, capsys):
     (user_dir / "tiny.toml").write_text(TINY_PRESET)
     out, name = user_dir / "run", f"{MODULE}:net"
@@ -142,6 +144,7 @@ def test_several_accelerators_need_distinct_valid_files(user_dir, tmp_path_facto
         assert not (user_dir / "r").exists()
 
 
+@pytest.mark.slow
 def test_grid_point_takes_a_user_model_and_its_shape(user_dir):
     (user_dir / "tiny.toml").write_text(TINY_PRESET)
     metrics = run_point({"model": f"{MODULE}:net", "input_shape": [3, 8, 8], "classes": C,
@@ -251,6 +254,7 @@ def test_paper_model_forward_macs_equal_fvcore(name):
 
 @pytest.mark.skipif(importlib.util.find_spec("timm") is None,
                     reason="timm is not installed: pip install -c constraints.txt -e '.[models]'")
+@pytest.mark.slow
 def test_timm_model_by_name_is_wrapped_and_traced(tmp_path, capsys):
     out = tmp_path / "t.jsonl"
     assert capture.main(["--model", "timm:mobilenetv3_small_100", "--method", "spherefed", "--batch-size", "2",

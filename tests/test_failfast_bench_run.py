@@ -64,7 +64,10 @@ CASES = [
     ("out-under-file", lambda ws: ["--out", str(ws / "afile" / "run")], "--out"),
     ("out-is-file", lambda ws: ["--out", str(ws / "afile")], "exists and is not a folder"),
     ("out-exists", lambda ws: ["--out", str(ws / "existing")], "already exists; choose another --out or pass --overwrite"),
-    # conflicting flags
+    # conflicting flags, duplicates and typos
+    ("classifier-of-a-paper-model", ["--classifier", "nofc"], "--classifier nofc"),
+    ("methods-twice", ["--methods", "fedavg", "fedavg"], "lists 'fedavg' twice"),
+    ("models-twice", ["--models", "convnet", "convnet"], "--models lists 'convnet' twice"),
     ("model-and-models", ["--models", "vgg13"], "give either --model convnet or --models vgg13, not both"),
     ("no-model", None, "give --model NAME or --models NAME"),
 ]
@@ -74,6 +77,8 @@ CASES = [
 def test_bad_input_fails_before_any_work(ws, capsys, case, extra, names):
     if extra is None:
         argv = ["--out", str(ws / "out")]
+    elif case == "models-twice":  # --models alone
+        argv = ["--out", str(ws / "out"), *extra]
     else:
         argv = ["--model", "convnet", "--out", str(ws / "out"), *(extra(ws) if callable(extra) else extra)]
     line = assert_fails_clean(run.main, argv, capsys, ws, names)

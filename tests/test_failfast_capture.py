@@ -19,6 +19,10 @@ def ws(tmp_path, monkeypatch):
 
 BASE = ["--model", "convnet", "--method", "fedavg"]
 CASES = [
+    # conflicts and typos are named, never silently resolved
+    ("size-and-shape", ["--image-size", "16", "--input-shape", "3,64,64", "--out", "t.jsonl"],
+     "give either --image-size 16 or --input-shape 3,64,64"),
+    ("classifier-of-a-paper-model", ["--classifier", "nofc", "--out", "t.jsonl"], "--classifier nofc"),
     ("batch-huge", ["--batch-size", "1000000000", "--out", "t.jsonl"], "argument --batch-size: 1000000000 is out of range"),
     ("classes-huge", ["--classes", "100000000000", "--out", "t.jsonl"], f"argument --classes: 100000000000 is out of range; give an integer in [1, {checks.CLASSES_MAX:,}]"),
     ("lr-nan", ["--lr", "nan", "--out", "t.jsonl"], "argument --lr: 'nan': give a finite number"),
@@ -38,6 +42,7 @@ def test_bad_input_fails_before_any_work(ws, capsys, case, argv, names):
     assert_fails_clean(main, [*BASE, *argv], capsys, ws, names)
 
 
+@pytest.mark.slow
 def test_the_capture_engine_imports_nothing_of_fl():
     """workloads.capture (the capture engine) must not import workloads.fl (issue 15 point 5); checked
     in a fresh interpreter so this session's earlier imports do not hide one."""

@@ -34,6 +34,12 @@ def preset(ws, name, run_lines="rounds = 1", hparams_lines=""):
     return ["--preset", str(path)]
 
 
+def empty(ws):
+    path = ws / "empty.toml"
+    path.write_text("\n")
+    return path
+
+
 def cifar_preset(ws):
     path = ws / "cifar.toml"
     path.write_text(PRESET.replace('dataset = "digits"', 'dataset = "cifar10"').format(run="rounds = 1", hparams=""))
@@ -78,6 +84,14 @@ CASES = [
     ("out-is-file", lambda ws: [*OK, "--out", "afile"], "--out afile exists and is not a folder"),
     ("out-exists", lambda ws: [*OK, "--out", "existing"], "existing already exists; choose another --out or pass --overwrite"),
     # conflicting flags / missing
+    ("classifier-of-a-paper-model", lambda ws: [*OK, "--classifier", "nofc"], "--classifier nofc"),
+    ("methods-comma", lambda ws: [*OK, "--methods", "fedavg,spherefed"], "separated by spaces"),
+    ("methods-twice", lambda ws: [*OK, "--methods", "fedavg", "fedavg"], "lists 'fedavg' twice"),
+    ("methods-twice-by-another-name", lambda ws: [*OK, "--methods", "spherefed", "fedavg+spherefed"],
+     "twice"),
+    ("preset-method-table-typo", lambda ws: preset(ws, "t", "rounds = 1\n[methods.spherfed]\nlr = 0.5"),
+     "'spherfed' is not a method (did you mean 'spherefed'?)"),
+    ("preset-empty", lambda ws: ["--preset", str(empty(ws))], "the preset file is empty"),
     ("no-preset", lambda ws: ["--out", "o"], "the following arguments are required: --preset"),
 ]
 

@@ -20,6 +20,7 @@ def digits():
     torch.set_num_threads(threads)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, lr", [("fedavg", 0.05), ("spherefed+ffc", 0.25)])
 def test_short_digits_run_beats_chance(digits, name, lr):
     train, test, parts = digits

@@ -36,6 +36,7 @@ def side_by_side(jobs, inputs):
         return results()
 
 
+@pytest.mark.slow
 def test_side_by_side_equals_one_after_another(inputs):
     parallel = side_by_side(JOBS, inputs)
     previous = torch.get_num_threads()
@@ -50,6 +51,7 @@ def test_side_by_side_equals_one_after_another(inputs):
     assert parallel[0].rows != parallel[1].rows
 
 
+@pytest.mark.slow
 def test_a_failed_run_fails_the_call(inputs):
     bad = Job("fedavg", Hparams(lr=1e30, local_epochs=1, batch_size=16))  # diverges: non-finite loss
     with pytest.raises(Exception, match="non-finite loss"):

@@ -33,6 +33,7 @@ ffc_ridge = 0.001
 """
 
 
+@pytest.mark.slow
 def test_cli_writes_results(tmp_path, capsys):
     """A real run, then --overwrite: a folder holding a file the suite did not write is refused
     (the file survives); the run's own folder is replaced as a whole and has the umask's mode, not
@@ -115,6 +116,7 @@ def test_shipped_presets_load():
         parse_method(m)
 
 
+@pytest.mark.slow
 def test_cli_validation_holdout(tmp_path, capsys):
     preset = tmp_path / "tiny.toml"
     preset.write_text(TINY)
@@ -171,6 +173,7 @@ def test_cli_resume_without_checkpoints_is_refused(tmp_path, capsys):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow
 def test_cli_resume_after_an_interruption_gives_the_uninterrupted_results(tmp_path, monkeypatch):
     import bench.fl.jobs as loop  # where the jobs call the loop's run_method
 

@@ -168,7 +168,7 @@ def test_example_runs_in_flowers_simulation_and_writes_rounds_csv(tmp_path):
                            "--clients", str(clients), "--rounds", str(rounds), "--out", str(tmp_path / "flower")],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert sorted(p.name for p in (tmp_path / "flower").iterdir()) == ["clients.csv", "manifest.json", "rounds.csv"]
+    assert sorted(p.name for p in (tmp_path / "flower").iterdir()) == ["clients.csv", "manifest.json", "rounds.csv", "simulation.log"]
     with (tmp_path / "flower" / "rounds.csv").open(newline="") as f:
         reader = csv.DictReader(f)
         assert tuple(reader.fieldnames) == ROUNDS_COLUMNS

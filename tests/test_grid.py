@@ -99,7 +99,7 @@ def test_point_json_times_the_run_itself(tmp_path):
     for p in points:
         # the runner sleeps 0.2 s, so its own time is at least that; start and end are wall-clock
         # times inside the command, one after the other, and their difference is `elapsed_s`
-        assert p["elapsed_s"] >= 0.2 and "seconds" not in p and p["version"] == FORMAT_VERSION == 3
+        assert p["elapsed_s"] >= 0.2 and "seconds" not in p and p["version"] == FORMAT_VERSION == 4
         assert before <= p["start_unix_s"] < p["end_unix_s"] <= after
         assert p["end_unix_s"] - p["start_unix_s"] == pytest.approx(p["elapsed_s"], abs=1e-6)
     first, second = sorted(points, key=lambda p: p["start_unix_s"])
@@ -111,7 +111,7 @@ def test_collect_refuses_a_point_of_another_format_version(tmp_path):
     point = tmp_path / "runs" / "abc" / "point.json"
     point.parent.mkdir(parents=True)
     point.write_text(json.dumps({"run_id": "abc", "config": {}, "metrics": {}, "seconds": 1.0}))  # version 2
-    with pytest.raises(ResultsError, match="version None.*reads 3"):
+    with pytest.raises(ResultsError, match="version None.*reads 4"):
         collect(tmp_path)
 
 
@@ -155,6 +155,7 @@ def _start(grid: Path, out: Path) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.slow
 def test_interrupt_and_resume_completes_the_grid(tmp_path):
     log = tmp_path / "executions.log"
     grid = _grid_file(tmp_path, sleep_s=1.0, log=str(log))
@@ -176,6 +177,7 @@ def test_interrupt_and_resume_completes_the_grid(tmp_path):
     assert not list(out.glob("runs/.tmp-*")) and not list(out.glob("locks/*.lock"))
 
 
+@pytest.mark.slow
 def test_two_grids_on_one_folder_run_each_point_once(tmp_path):
     log = tmp_path / "executions.log"
     grid = _grid_file(tmp_path, sleep_s=0.5, log=str(log))
@@ -192,6 +194,7 @@ def test_two_grids_on_one_folder_run_each_point_once(tmp_path):
     assert len(list(out.glob("runs/*/point.json"))) == 4
 
 
+@pytest.mark.slow
 def test_local_and_ray_backends_give_identical_results(tmp_path):
     pytest.importorskip("ray", reason="the Ray backend is an optional extra: pip install -e '.[ray]'")
     spec = _spec()

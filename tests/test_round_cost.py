@@ -124,6 +124,7 @@ def test_ideal_links_identical_devices_round_is_slowest_client_plus_server(tiny_
     assert rows[0]["server_s"] > 0
 
 
+@pytest.mark.slow
 def test_fl_cli_writes_rounds_csv_matching_its_ledger(tmp_path):
     from tests.test_fl_run_cli import TINY
     from bench.fl.__main__ import main

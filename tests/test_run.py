@@ -41,6 +41,7 @@ def smoke(tmp_path_factory):
     return rc, out
 
 
+@pytest.mark.slow
 def test_smoke_run_writes_every_file(smoke):
     rc, out = smoke
     assert rc == 0
@@ -56,6 +57,7 @@ def test_smoke_run_writes_every_file(smoke):
     assert summary["git_commit"] and summary["command"].startswith("python -m bench.run")
 
 
+@pytest.mark.slow
 def test_smoke_run_records_its_device(smoke):
     import json
 
@@ -66,6 +68,7 @@ def test_smoke_run_records_its_device(smoke):
     assert doc["execution"]["device"] == ("cuda:0" if torch.cuda.is_available() else "cpu")
 
 
+@pytest.mark.slow
 def test_smoke_run_figures_hold_together(smoke):
     _, out = smoke
     m = results.load_summary(out)["models"]["convnet"]
@@ -90,6 +93,7 @@ def test_smoke_run_figures_hold_together(smoke):
     assert c["fedavg"]["classifier_per_client_bytes_table1"] == 2 * 100 * 1024 * 100 * 4
 
 
+@pytest.mark.slow
 def test_ledger_agrees_with_closed_forms(smoke):
     _, out = smoke
     checks = results.load_summary(out)["ledger_check"]["convnet"]
@@ -98,6 +102,7 @@ def test_ledger_agrees_with_closed_forms(smoke):
         assert v["ledger_total_bytes"] == v["closed_form_total_bytes"] > 0
 
 
+@pytest.mark.slow
 def test_csvs_match_the_summary(smoke):
     _, out = smoke
     ops = pd.read_csv(out / "ops.csv", keep_default_na=False)
@@ -120,12 +125,14 @@ def test_csvs_match_the_summary(smoke):
     assert set(dw["method"]) == {"fedavg"}
 
 
+@pytest.mark.slow
 def test_plots_regenerate_from_the_run(smoke):
     _, out = smoke
     (out / "fig5.png").unlink()
     assert plots_cli.main([str(out)]) == 0 and (out / "fig5.png").stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_existing_out_is_refused_before_work(smoke, capsys):
     _, out = smoke
     before = (out / "summary.json").read_text()
@@ -178,6 +185,7 @@ def test_paper_vs_model_rows():
     assert [r["paper_up_to_pct"] for r in rows.values()] == [10.5, 13.6, 9.1]
 
 
+@pytest.mark.slow
 def test_rounds_csv_joins_accuracy_and_cost(smoke):
     _, out = smoke
     rounds = pd.read_csv(out / "rounds.csv")
@@ -197,6 +205,7 @@ def test_rounds_csv_joins_accuracy_and_cost(smoke):
     assert rounds[rounds["method"] == "ffc"]["cum_bytes"].iloc[-1] == checks["spherefed+ffc"]["ledger_total_bytes"]
 
 
+@pytest.mark.slow
 def test_time_to_accuracy_is_the_first_round_at_the_target(smoke):
     _, out = smoke
     summary = results.load_summary(out)
@@ -214,6 +223,7 @@ def test_time_to_accuracy_is_the_first_round_at_the_target(smoke):
                                                                first["cum_bytes"])
 
 
+@pytest.mark.slow
 def test_any_method_set_plots_what_it_has(tmp_path):
     # calibrations only: no training step to break down, Fig. 5 (a) still normalized to FedAvg's bytes
     preset = tmp_path / "tiny.toml"

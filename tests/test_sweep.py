@@ -53,6 +53,7 @@ def test_spherefed_never_needs_more_memory_than_fedavg(frame):
     assert (frame["spherefed_peak_memory_bytes"] < frame["fedavg_peak_memory_bytes"]).all()
 
 
+@pytest.mark.slow
 def test_cli_writes_csv_json_png(tmp_path, capsys):
     out = tmp_path / "sweep"
     argv = ["--models", "convnet", "--batch-size", "2", "--batch-sizes", "2", "--out", str(out)]
@@ -60,11 +61,11 @@ def test_cli_writes_csv_json_png(tmp_path, capsys):
     assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "sweep.csv", "sweep.json", "sweep.png"]
     table = pd.read_csv(out / "sweep.csv")
     assert list(table.columns) == list(sweep.SWEEP_COLUMNS) and table.notna().all().all()
-    # results format version 3 spellings (docs/results.md): peak memory, the hardware field swept
+    # results format version 3 spellings, unchanged in 4 (docs/results.md): peak memory, the hardware field swept
     assert {"fedavg_peak_memory_bytes", "spherefed_peak_memory_bytes"} <= set(table.columns)
     assert not any("peak_bytes" in c for c in table.columns)
     assert "grouped_mapping" in set(table["parameter"]) and "depthwise_mapping" not in set(table["parameter"])
-    assert json.loads((out / "sweep.json").read_text())["version"] == FORMAT_VERSION == 3
+    assert json.loads((out / "sweep.json").read_text())["version"] == FORMAT_VERSION == 4
     assert sweep_cli.main(argv) == 2  # refuses to mix with the existing folder
     assert "--overwrite" in capsys.readouterr().err
 

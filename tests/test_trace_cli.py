@@ -47,6 +47,7 @@ def test_cli_creates_the_output_folder(tmp_path):
     assert load_trace(out).header.method == "fedavg"
 
 
+@pytest.mark.slow
 def test_module_entry_point_exit_code(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "bench.capture", "--model", "nope", "--method", "fedavg", "--out", str(tmp_path / "t")],

@@ -78,6 +78,7 @@ def _grouped(model):
     return any(isinstance(m, nn.Conv2d) and m.groups > 1 for m in model.modules())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(MODELS))
 @pytest.mark.parametrize("method", ["fedavg", "spherefed"])
 def test_gemm_macs_equal_independent_counts(runs, name, method):

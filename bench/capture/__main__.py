@@ -43,8 +43,8 @@ def parser() -> cli.Parser:
                    help=f"default 64, at most {checks.BATCH_SIZE_MAX:,}")
     p.add_argument("--classes", type=cli.int_in(1, checks.CLASSES_MAX), default=100,
                    help=f"default 100, at most {checks.CLASSES_MAX:,}")
-    p.add_argument("--image-size", type=int, default=32, choices=(16, 32, 64),
-                   help="input side of the paper models (default 32)")
+    p.add_argument("--image-size", type=int, choices=(16, 32, 64),
+                   help="input side of the paper models (default 32; or give --input-shape)")
     p.add_argument("--input-shape", metavar="C,H,W", help="one sample's input shape (default 3,S,S with S = --image-size)")
     p.add_argument("--classifier", metavar="DOTTED.NAME",
                    help="the nn.Linear of a user model the FL methods act on (default: its last nn.Linear)")
@@ -84,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValueError(f"--out {out}: --overwrite replaces only a trace file of this suite, and {out} is not "
                              "one; choose another --out")
         outputs.check_writable(out, "--out", folder=False)
-        if args.image_size != 32 and args.input_shape:
+        if args.image_size is not None and args.input_shape:
             raise ValueError(f"give either --image-size {args.image_size} or --input-shape {args.input_shape}, "
                              "not both (the shape sets the size)")
         if args.classifier is not None and args.model in MODELS:
@@ -94,7 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if method.calibration:
             raise ValueError(f"--method {args.method}: a calibration has no training step; give its base method "
                              "(fedavg for ccvr, spherefed for ffc)")
-        shape = parse_input_shape(args.input_shape) if args.input_shape else (3, args.image_size, args.image_size)
+        side = args.image_size or 32
+        shape = parse_input_shape(args.input_shape) if args.input_shape else (3, side, side)
         spec = ModelSpec(args.model, shape, args.classifier)
         prepare_model(build(spec, num_classes=args.classes, norm=args.norm, spherefed=method.spherefed), method, seed=0)
         hp = replace(Hparams(), lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
