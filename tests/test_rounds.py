@@ -110,12 +110,12 @@ def test_system_model_links_cycle_and_speed_factors_are_seeded():
     ({"network": {}}, "network"),
     ({"links": {"downlink_bytes_per_s": []}}, "downlink_bytes_per_s"),
     # numbers beyond what the round model represents (issue 14): named with their range
-    ({"links": {"downlink_bytes_per_s": 1e-300}}, r"downlink_bytes_per_s must be a number in \[1, 1e\+15\] or inf, got 1e-300"),
-    ({"links": {"uplink_bytes_per_s": math.nan}}, r"uplink_bytes_per_s must be a number in \[1, 1e\+15\] or inf, got nan"),
-    ({"links": {"latency_s": 1e300}}, r"latency_s must be a number in \[0, 1e\+06\], got 1e\+300"),
-    ({"links": {"latency_s": "0.05"}}, r"latency_s must be a number in \[0, 1e\+06\], got '0.05'"),
-    ({"devices": {"speed_sigma": 1e308}}, r"'speed_sigma' must be a number in \[0, 5\], got 1e\+308"),
-    ({"devices": {"speed_low": 0.0}}, r"'speed_low' must be a number in \[0.001, 1000\], got 0.0"),
+    ({"links": {"downlink_bytes_per_s": 1e-300}}, r"downlink_bytes_per_s = 1e-300 is out of range; give a number in \[1, 1e\+15\] or inf"),
+    ({"links": {"uplink_bytes_per_s": math.nan}}, r"uplink_bytes_per_s = nan is out of range; give a number in \[1, 1e\+15\] or inf"),
+    ({"links": {"latency_s": 1e300}}, r"latency_s = 1e\+300 is out of range; give a number in \[0, 1e\+06\]"),
+    ({"links": {"latency_s": "0.05"}}, r"latency_s = '0.05' must be a number in \[0, 1e\+06\]"),
+    ({"devices": {"speed_sigma": 1e308}}, r"'speed_sigma' = 1e\+308 is out of range; give a number in \[0, 5\]"),
+    ({"devices": {"speed_low": 0.0}}, r"'speed_low' = 0.0 is out of range; give a number in \[0.001, 1000\]"),
 ])
 def test_system_model_rejects_bad_values_by_name(data, name):
     with pytest.raises(SystemModelError, match=name):

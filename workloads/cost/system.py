@@ -34,6 +34,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from iokit import checks
 from iokit.toml import read_toml
 
 DEFAULT_SYSTEM_PATH = Path(__file__).resolve().parents[2] / "configs" / "system" / "default.toml"
@@ -64,16 +65,14 @@ class Link:
     latency_s: float
 
     def __post_init__(self) -> None:
-        low, high = LINK_BANDWIDTH_BOUNDS
         for name in ("downlink_bytes_per_s", "uplink_bytes_per_s"):
             value = getattr(self, name)
-            if (isinstance(value, bool) or not isinstance(value, (int, float))
-                    or not (low <= value <= high or value == math.inf)):
-                raise SystemModelError(f"link {name} must be a number in [{low:g}, {high:g}] or inf, got {value!r}")
-        low, high = LINK_LATENCY_BOUNDS
-        if (isinstance(self.latency_s, bool) or not isinstance(self.latency_s, (int, float))
-                or not low <= self.latency_s <= high):
-            raise SystemModelError(f"link latency_s must be a number in [{low:g}, {high:g}], got {self.latency_s!r}")
+            if value != math.inf or isinstance(value, bool):  # inf: no transfer time
+                try:
+                    checks.number_in(value, *LINK_BANDWIDTH_BOUNDS, name=f"link {name}", error=SystemModelError)
+                except SystemModelError as e:
+                    raise SystemModelError(f"{e} or inf") from None
+        checks.number_in(self.latency_s, *LINK_LATENCY_BOUNDS, name="link latency_s", error=SystemModelError)
 
     def download_s(self, nbytes: int) -> float:
         """``latency + bytes / downlink bandwidth`` (0 for nothing to send)."""
@@ -265,9 +264,7 @@ class SystemModel:
             raise SystemModelError(f"system field 'speed' is {self.speed!r}; expected one of "
                                    f"{', '.join(SPEED_DISTRIBUTIONS)}")
         for name, (low, high) in SPEED_BOUNDS.items():
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-                raise SystemModelError(f"system field '{name}' must be a number in [{low:g}, {high:g}], got {value!r}")
+            checks.number_in(getattr(self, name), low, high, name=f"system field '{name}'", error=SystemModelError)
         if self.speed_low > self.speed_high:
             raise SystemModelError(f"system field 'speed_low' ({self.speed_low}) exceeds 'speed_high' "
                                    f"({self.speed_high})")
