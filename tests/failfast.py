@@ -20,8 +20,11 @@ def snapshot(root: Path) -> dict[str, tuple[int, int]]:
     return out
 
 
-def assert_fails_clean(main, argv: list[str], capsys, watched: Path, names: str, *, code: int = 2) -> str:
-    """Run ``main(argv)`` in-process; assert the rule, ``names`` in the one stderr line; return it."""
+def assert_fails_clean(main, argv: list[str], capsys, watched: Path, names: str | tuple[str, ...], *,
+                       code: int = 2) -> str:
+    """Run ``main(argv)`` in-process; assert the rule and that the one stderr line holds each of
+    ``names`` (the input it names, and the fix or the reason: not a whole sentence, so that a
+    rewording breaks nothing that matters); return the line."""
     capsys.readouterr()
     before = snapshot(watched)
     assert main(argv) == code
@@ -29,7 +32,8 @@ def assert_fails_clean(main, argv: list[str], capsys, watched: Path, names: str,
     lines = [line for line in err.splitlines() if line.strip()]
     assert "Traceback" not in err, err
     assert len(lines) == 1, err
-    assert names in lines[0], lines[0]
+    for name in (names,) if isinstance(names, str) else names:
+        assert name in lines[0], (name, lines[0])
     assert snapshot(watched) == before, "the failed command left or changed files"
     return lines[0]
 
