@@ -360,7 +360,7 @@ def build_summary(study: Study, run: StudyRun, runs_df: pd.DataFrame, tta_df: pd
     counts = {phase: {s: sum(o.status == s for o in outcomes) for s in ("done", "failed", "missing")}
               for phase, outcomes in (("tuning", run.tuning), ("evaluation", run.evaluation))}
     choices = [{"model": m, "setting": s, "method": t, "trial": None if c.trial is None else dict(c.trial),
-                "score_pct": c.score_pct, "at_edge": list(c.at_edge),
+                "score_pct": c.score_pct, "at_edge": list(c.at_edge), "point": _chosen_point(run, (m, s, t), c),
                 "scores": [{"trial": dict(x.trial), "score_pct": x.score_pct,
                             "seed_scores_pct": {str(k): v for k, v in x.seed_scores_pct.items()}} for x in c.scores]}
                for (m, s, t), c in run.choices.items()]
@@ -371,6 +371,18 @@ def build_summary(study: Study, run: StudyRun, runs_df: pd.DataFrame, tta_df: pd
             "execution": execution(study).describe(), "machine": machine_info(), "run_machines": _machines(run),
             "torch": torch.__version__, "wall": _wall(run, started_unix_s), "counts": counts, "failures": failures,
             "choices": choices, "cells": cells(study, runs_df, tta_df)}
+
+
+def _chosen_point(run: StudyRun, cell: tuple[str, str, str], choice) -> dict[str, Any] | None:
+    """The settings of the chosen trial's runs but the seed (``fl``, ``hparams``, ``method``, ``execution``):
+    what another command compares its own run with to know whether this study covers it."""
+    if choice.trial is None:
+        return None
+    for o in run.tuning:
+        p = o.planned
+        if (p.model, p.setting.label, p.training) == cell and dict(p.trial) == dict(choice.trial):
+            return {k: p.config[k] for k in ("method", "fl", "hparams", "execution")}
+    return None
 
 
 def _setting_note(study: Study) -> str:
