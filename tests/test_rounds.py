@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from workloads.cost.system import (INFINITE_LINK, ClientRound, Link, SystemModel, SystemModelError, client_round_s,
-                              default_target, device_energy_j, ledger_rows, load_system_model, on_device, round_cost,
+                              device_energy_j, ledger_rows, load_system_model, on_device, round_cost,
                               system_model_from_dict, time_to_accuracy)
 
 
@@ -84,9 +84,9 @@ def test_time_to_accuracy_first_round_at_or_above_target_and_not_reached():
     tta = time_to_accuracy(a + b, target=0.8)
     assert tta["a"].reached and tta["a"].round == 2 and tta["a"].wall_s == 2 and tta["a"].bytes == 300
     assert not tta["b"].reached and tta["b"].round is None and tta["b"].wall_s is None
-    # default target: 95 % of the best final accuracy (a: 0.9, b: 0.79) = 0.855 -> a reaches it at round 4
-    assert default_target(a + b) == pytest.approx(0.855)
-    assert time_to_accuracy(a + b, default_target(a + b))["a"].round == 4
+    # a target is fixed before the runs: b's curve does not move a's time to accuracy
+    b_better = ledger_rows("b", [(t + 1, "train", 1, 1.0, c) for t, c in enumerate(_costs([2, 2, 2]))])
+    assert time_to_accuracy(a + b_better, target=0.8)["a"] == tta["a"]
 
 
 def test_system_model_links_cycle_and_speed_factors_are_seeded():

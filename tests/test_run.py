@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # the smoke preset with a smaller test set, fewer virtual features and two rounds
 TINY = (ROOT / "configs" / "presets" / "smoke.toml").read_text().replace(
     "max_test_samples = 100", "max_test_samples = 40").replace(
-    "ccvr_virtual_per_class = 50", "ccvr_virtual_per_class = 5").replace("rounds = 1", "rounds = 2")
+    "ccvr_virtual_per_class = 50", "ccvr_virtual_per_class = 5").replace("rounds = 1", "rounds = 2") + (
+    "\n[targets]\naccuracy_pct = 20.0\n")  # a time-to-accuracy target declared before the run
 
 
 def _numbers(obj):
@@ -211,8 +212,9 @@ def test_time_to_accuracy_is_the_first_round_at_the_target(smoke):
     summary = results.load_summary(out)
     tta = summary["models"]["convnet"]["time_to_accuracy"]
     rounds = pd.read_csv(out / "rounds.csv")
-    best_final = max(rows["accuracy"].iloc[-1] for _, rows in rounds.groupby("method"))
-    assert tta["target_accuracy_pct"] == pytest.approx(95 * best_final)  # the default rule
+    # the preset's declared target, whatever the methods reach (no reference study covers this setting)
+    assert (tta["target_accuracy_pct"], tta["rule"]) == (20.0, "declared in the preset ([targets] accuracy_pct)")
+    assert summary["models"]["convnet"]["reference"] is None
     for method, v in tta["methods"].items():
         rows = rounds[rounds["method"] == method]
         hits = rows[100 * rows["accuracy"] >= tta["target_accuracy_pct"]]

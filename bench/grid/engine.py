@@ -310,9 +310,33 @@ def _write_json(path: Path, obj: Any) -> None:
 # ----------------------------------------------------------------------------- backends
 
 
-def run_local(spec: GridSpec, out: Path, resources: Resources, retry_failed: bool) -> Iterator[PointResult]:
-    for config in spec.points():
-        yield execute_point(spec.runner, config, str(out), resources.cpus, retry_failed)
+def run_local(spec: GridSpec, out: Path, resources: Resources, retry_failed: bool,
+              workers: int = 1) -> Iterator[PointResult]:
+    """The points in this process, one after another; with ``workers`` > 1, side by side in that
+    many spawned processes (each point still gets ``resources.cpus`` torch threads), in order of
+    completion. An interrupt stops the workers; their points resume on the next run (stale locks
+    of dead processes are taken over, their temporary folders removed)."""
+    if workers <= 1:
+        for config in spec.points():
+            yield execute_point(spec.runner, config, str(out), resources.cpus, retry_failed)
+        return
+    import multiprocessing
+    import signal
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=signal.signal, initargs=(signal.SIGINT, signal.SIG_IGN))
+    try:
+        futures = [pool.submit(execute_point, spec.runner, c, str(out), resources.cpus, retry_failed)
+                   for c in spec.points()]
+        for future in as_completed(futures):
+            yield future.result()
+    except BaseException:  # an interrupt or a crashed worker: stop the others now
+        for process in list((getattr(pool, "_processes", None) or {}).values()):
+            process.terminate()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown()
 
 
 def run_ray(spec: GridSpec, out: Path, resources: Resources, retry_failed: bool,
@@ -397,7 +421,7 @@ def grid_hash(spec: GridSpec) -> str:
 
 def run_grid(spec: GridSpec, out: str | Path, *, backend: str = "local", resources: Resources = Resources(),
              retry_failed: bool = False, address: str | None = None,
-             progress: Callable[[PointResult, int, int], None] | None = None) -> GridReport:
+             progress: Callable[[PointResult, int, int], None] | None = None, workers: int = 1) -> GridReport:
     if backend not in BACKENDS:
         raise GridError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     validate_points(spec)  # the runner registered, every point resolvable: before any folder exists
@@ -410,7 +434,7 @@ def run_grid(spec: GridSpec, out: str | Path, *, backend: str = "local", resourc
     _write_json(out / "grid.json", {"name": spec.name, "runner": spec.runner, "fixed": spec.fixed, "axes": spec.axes})
     total = len(spec.points())
     if backend == "local":
-        stream = run_local(spec, out, resources, retry_failed)
+        stream = run_local(spec, out, resources, retry_failed, workers)
     else:
         stream = run_ray(spec, out, resources, retry_failed, address)
     results = []

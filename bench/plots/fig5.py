@@ -1,7 +1,8 @@
 """SphereFed's Fig. 5 (a)-(e) for every model of a ``bench.run`` folder: normalized communication,
 peak memory, one-round latency, calibration latency, accuracy (models on the x axis, one bar per
 method), plus (f) one-round training energy and (g) calibration energy, which the paper does not
-report. Drawn from ``summary.json`` alone."""
+report. Drawn from ``summary.json`` alone. Panel (e) shows, where a reference study covers the
+accuracy run, the study's mean ± std over seeds as a black diamond with an error bar on each bar."""
 
 from __future__ import annotations
 
@@ -72,6 +73,19 @@ def _bars(ax, frame: pd.DataFrame, panel: Panel) -> None:
     ax.legend(fontsize=7)
 
 
+def _reference_bars(ax, summary: dict, frame: pd.DataFrame) -> None:
+    """Panel (e): a reference study's mean ± std over seeds (``bench.run.reference``) on each bar it covers."""
+    models, methods = list(frame.index), list(frame.columns)
+    width = 0.8 / max(len(methods), 1)
+    for row, model in enumerate(models):
+        reference = (summary["models"][model].get("reference") or {}).get("methods", {})
+        for i, method in enumerate(methods):
+            if method in reference:
+                ref = reference[method]
+                ax.errorbar([row + (i - (len(methods) - 1) / 2) * width], [ref["mean"]], yerr=[[ref["std"] or 0.0],
+                            [ref["std"] or 0.0]], color="black", marker="D", markersize=3, capsize=3, linewidth=1)
+
+
 def fig5(summary: dict):
     """Fig. 5 (a)-(e) of SphereFed (Sec. 5.4) for every model of a run, as one matplotlib figure."""
     ncols = 4
@@ -86,6 +100,8 @@ def fig5(summary: dict):
             ax.set_axis_off()
             continue
         _bars(ax, frame, panel)
+        if panel.section == "accuracy":
+            _reference_bars(ax, summary, frame)
     fig.suptitle(f"Efficiency on the modeled accelerator ({summary['hardware_label']})",
                  fontsize=10)
     fig.tight_layout()

@@ -2,7 +2,10 @@
 
 ``tta.png`` has one row of three panels per model: test accuracy against the modeled wall time,
 the clients' device energy and the bytes exchanged, cumulative over the rounds of the accuracy run
-(``rounds.csv``), one line per method, with the target accuracy as a grey dashed line. Reading it:
+(``rounds.csv``), one line per method, with the target accuracy as a grey dashed line. Where a
+reference study covers the run (``bench.run.reference``), each method's reference mean ± std over
+seeds is a diamond with an error bar at the run's last point, and the same setting's longer
+(converged) reference run its dotted mean curve. Reading it:
 the method whose line crosses the target furthest to the left needs the least of that resource; a
 calibrated method (CCVR, FFC) is drawn dashed over its base method's line, its last point the
 calibration after the final round (docs/rounds.md).
@@ -54,20 +57,37 @@ def tta_figure(summary: dict, rounds: pd.DataFrame):
         own = rounds[(rounds["model"] == model) & rounds["accuracy"].notna()]
         for col, (key, label, scale) in enumerate(AXES):
             ax = axes[row][col]
+            reference = summary["models"][model].get("reference") or {}
             for method, points in own.groupby("method", sort=False):
                 calibrated = (points["stage"] == "calibration").any()  # drawn dashed over its base method
-                ax.plot(points[key] * scale, 100 * points["accuracy"], label=method,
-                        **({"linestyle": "--", "marker": "x", "markersize": 6, "linewidth": 1.2} if calibrated
-                           else {"marker": "o", "markersize": 3, "linewidth": 2.5, "alpha": 0.8}))
-            ax.axhline(target, color="grey", linestyle="--", linewidth=1)
+                line, = ax.plot(points[key] * scale, 100 * points["accuracy"], label=method,
+                                **({"linestyle": "--", "marker": "x", "markersize": 6, "linewidth": 1.2} if calibrated
+                                   else {"marker": "o", "markersize": 3, "linewidth": 2.5, "alpha": 0.8}))
+                reference_band(ax, reference, method, points[key].iloc[-1] * scale, key, scale, line.get_color())
+            if target is not None:
+                ax.axhline(target, color="grey", linestyle="--", linewidth=1)
             ax.set_xlabel(label)
             ax.set_ylabel("test accuracy (%)")
             ax.set_title(f"{model}: accuracy vs {label.split(' (')[0]}", fontsize=9)
             ax.grid(alpha=0.3)
         axes[row][0].legend(fontsize=7)
-    fig.suptitle(f"time to accuracy (target dashed); {summary['hardware_label']}", fontsize=9)
+    fig.suptitle(f"time to accuracy (target dashed; diamond: a reference study's mean ± std over seeds, dotted: "
+                 f"its longer run's mean curve); {summary['hardware_label']}", fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def reference_band(ax, reference: dict, method: str, x_end: float, key: str, scale: float, color: str) -> None:
+    """The reference study's band of ``method`` (``bench.run.reference``): its mean ± std over seeds
+    as an error bar at the run's last point, and the converged reference's mean curve, dotted."""
+    ref = reference.get("methods", {}).get(method)
+    if ref is not None:
+        ax.errorbar([x_end], [ref["mean"]], yerr=[[ref["std"] or 0.0], [ref["std"] or 0.0]], color=color, capsize=4,
+                    marker="D", markersize=4, linewidth=1.5, alpha=0.9)
+    conv = (reference.get("converged_reference") or {}).get("methods", {}).get(method)
+    if conv is not None:
+        xs = conv["round"] if key == "round" else [v * scale for v in conv[key]]
+        ax.plot(xs, conv["mean_pct"], color=color, linestyle=":", linewidth=1.0, alpha=0.8)
 
 
 def plot_time_to_accuracy(run_dir: Path) -> Path:

@@ -34,9 +34,9 @@ from bench.run import compare_hw
 from bench.run.config import DEFAULT_METHODS, RunConfig, load_accuracy_data, resolve
 from bench.run.figures import ledger_mismatches
 from bench.run.study import run_study, write_files
-from bench.run.table import format_table
+from bench.run.table import format_references, format_table
 from iokit import checks, cli, outputs
-from workloads.cost.system import DEFAULT_SYSTEM_PATH, DEFAULT_TARGET_FRACTION
+from workloads.cost.system import DEFAULT_SYSTEM_PATH
 from workloads.fl.execution import add_execution_args
 from workloads.model_spec import parse_input_shape
 from workloads.models import MODELS
@@ -68,8 +68,8 @@ def parser() -> cli.Parser:
     p.add_argument("--alpha", type=cli.finite_float(positive=True),
                    help="Dirichlet concentration of the accuracy run (default: the preset's)")
     p.add_argument("--target", type=cli.finite_float(positive=True, high=100.0), metavar="PCT",
-                   help="time-to-accuracy target, test accuracy in percent (default: "
-                        f"{100 * DEFAULT_TARGET_FRACTION:g} %% of the best final accuracy among the methods)")
+                   help="time-to-accuracy target, test accuracy in percent (default: the preset's [targets] "
+                        "accuracy_pct, else the covering reference study's declared target)")
     p.add_argument("--system", default=str(DEFAULT_SYSTEM_PATH),
                    help="system-model TOML of the priced rounds: links and devices (default configs/system/default.toml)")
     p.add_argument("--input-shape", metavar="C,H,W",
@@ -123,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
                                       version=FORMAT_VERSION, replace=cfg.overwrite)
     summary = study.summary
     print(format_table(summary))
+    print("\n" + "\n".join(format_references(summary)))
     if "hardware_comparison" in summary:
         print(f"\n{compare_hw.format_comparison(summary)}")
     mismatched = ledger_mismatches(summary)

@@ -19,13 +19,13 @@ from workloads import model_spec
 from workloads.cost.calibration import TRAINED_WITH, calibration_cost
 from workloads.cost.rounds import client_devices
 from workloads.cost.step import method_step_trace, simulate_complete
-from workloads.cost.system import DEFAULT_TARGET_FRACTION, SystemModel, default_target, time_to_accuracy
+from workloads.cost.system import SystemModel, time_to_accuracy
 from workloads.fl.comm import closed_form_bytes, closed_form_sizes, ledger_totals
 from workloads.fl.execution import Execution
 from workloads.fl.hparams import Hparams
 from workloads.fl.local import prepare_model
 from workloads.fl.methods import CALIBRATIONS, MethodConfig, parse_method
-from workloads.fl.presets import Preset, make_partition
+from workloads.fl.presets import Preset, make_partition, split_holdout
 from workloads.model_spec import ModelSpec, as_spec
 
 Progress = Callable[[str], None]
@@ -128,14 +128,18 @@ def accuracy_runs(model: str, names: Sequence[str], preset: Preset, data, cfg: R
                   system: SystemModel, execution: Execution) -> tuple[RunInputs, list[Job], list[tuple]]:
     """The federated runs that give ``names``' accuracies, what they share, and each job's
     (base name, calibration) pair."""
+    from bench.run import reference
+
     train, test = data
     fl = replace(preset.fl, model=model, seed=cfg.seed)
+    train, val = split_holdout(train, fl.holdout_fraction, seed=cfg.seed)  # as bench.fl and bench.study hold out
     inputs = RunInputs(cfg.spec(model, tuple(train.x.shape[1:])), fl, train, test,
                        tuple(make_partition(train.y.numpy(), fl)), hw, system,
-                       client_devices(system, hw, fl.num_clients, seed=cfg.seed), cfg.seed, execution)
+                       client_devices(system, hw, fl.num_clients, seed=cfg.seed), cfg.seed, execution, val)
     pairs = run_pairs(names)
     jobs = [Job(f"{base}+{calib}" if calib else base, preset.hparams(parse_method(f"{base}+{calib}" if calib else base)))
             for base, calib in pairs]
+    jobs, _ = reference.tune(jobs, model, fl, reference.studies())  # a reference study's tuned rates, where it covers
     return inputs, jobs, pairs
 
 
@@ -165,13 +169,13 @@ def accuracy_figures(names: Sequence[str], inputs: RunInputs, jobs: list[Job], p
     return {n: accuracy[n] for n in names}, ledger, round_rows
 
 
-def time_to_accuracy_figures(round_rows: list[dict], target_pct: float | None) -> dict:
-    """Per method, the modeled wall time, device time, energy and bytes to first reach the target."""
-    target = default_target(round_rows) if target_pct is None else target_pct / 100
-    rule = (f"{100 * DEFAULT_TARGET_FRACTION:g} % of the best final accuracy among the methods"
-            if target_pct is None else "--target")
-    reached = time_to_accuracy(round_rows, target)
-    return {"target_accuracy_pct": 100 * target, "rule": rule,
+def time_to_accuracy_figures(round_rows: list[dict], target_pct: float | None, rule: str) -> dict:
+    """Per method, the modeled wall time, device time, energy and bytes to first reach the target
+    (fixed before the run: ``bench.run.reference.target``; None: no target, no figures)."""
+    if target_pct is None:
+        return {"target_accuracy_pct": None, "rule": rule, "methods": {}}
+    reached = time_to_accuracy(round_rows, target_pct / 100)
+    return {"target_accuracy_pct": target_pct, "rule": rule,
             "methods": {m: {"reached": t.reached, "round": t.round, "wall_s": t.wall_s, "device_s": t.device_s,
                             "energy_j": t.energy_j, "bytes": t.bytes} for m, t in reached.items()}}
 

@@ -23,7 +23,7 @@ from bench.grid.runners import grid_runner
 from bench.paper import WHY_DIFFERENT
 from bench.results import (BREAKDOWN_CSV, COST_COLUMNS, FORMAT_NAME, FORMAT_VERSION, LAYERS_COLUMNS, LAYERS_CSV,
                            OPS_COLUMNS, OPS_CSV, ROUNDS_CSV, ROUNDS_CSV_COLUMNS, write_json)
-from bench.run import compare_hw, figures
+from bench.run import compare_hw, figures, reference
 from bench.run.breakdown import breakdown
 from bench.run.config import Resolved, RunConfig, accuracy_note, load_accuracy_data, resolve, split_methods
 from iokit.provenance import git_commit
@@ -67,6 +67,9 @@ def run_study(resolved: Resolved, data, progress: Callable[[str], None] | None, 
                                                       num_classes=cfg.classes)
             accuracy, ledgers[model], round_rows = figures.accuracy_figures(training + calibrations, inputs, jobs,
                                                                             pairs, results())
+        references = reference.reference_figures(model, training + calibrations, jobs, accuracy, inputs.fl,
+                                                 reference.studies())
+        target_pct, target_rule = reference.target(cfg.target_accuracy_pct, preset.target_accuracy_pct, references)
         all_ops += op_rows
         all_rounds += round_rows
         models[model] = {
@@ -76,7 +79,8 @@ def run_study(resolved: Resolved, data, progress: Callable[[str], None] | None, 
             "communication": figures.communication_figures(
                 model, list(dict.fromkeys(["fedavg", *training, *calibrations])), cfg),
             "accuracy": accuracy,
-            "time_to_accuracy": figures.time_to_accuracy_figures(round_rows, cfg.target_accuracy_pct),
+            "time_to_accuracy": figures.time_to_accuracy_figures(round_rows, target_pct, target_rule),
+            "reference": references,
         }
     comparison = {"hardware_comparison": hardware_comparison(cfg, training, calibrations, progress)} \
         if cfg.compare_hw else {}

@@ -30,6 +30,8 @@ def shapes_label(config: dict) -> str:
 
 def format_time_to_accuracy(model: str, tta: dict) -> str:
     """The time-to-accuracy table of one model."""
+    if tta["target_accuracy_pct"] is None:
+        return f"time to accuracy, {model}: {tta['rule']}"
     lines = [f"time to {tta['target_accuracy_pct']:.1f} % test accuracy ({tta['rule']}), {model}, modeled",
              f"{'method':<12} {'round':>6} {'wall time':>12} {'device time':>12} {'energy':>12} {'bytes':>12}"]
     for method, v in tta["methods"].items():
@@ -68,3 +70,14 @@ def format_table(summary: dict) -> str:
         lines.append("")
         lines.append(format_time_to_accuracy(model, s["time_to_accuracy"]))
     return "\n".join(lines)
+
+
+def format_references(summary: dict) -> list[str]:
+    """Per model: the accuracy beside the reference study's seeds (``bench.run.reference``)."""
+    from bench.run.reference import format_reference
+    from workloads.fl.hparams import FLConfig
+
+    fl = summary["accuracy_setting"]["fl"]
+    return [format_reference(model, s.get("reference"), s["accuracy"],
+                             FLConfig(**{**fl, "model": model, "seed": summary["config"]["seed"]}))
+            for model, s in summary["models"].items()]

@@ -178,9 +178,6 @@ def ledger_rows(method: str, rounds: Iterable[tuple[int, str, int, float | None,
 
 # ---- time-to-accuracy --------------------------------------------------------------------------------
 
-DEFAULT_TARGET_FRACTION = 0.95
-
-
 @dataclass(frozen=True)
 class TimeToAccuracy:
     """What a method needed to first reach the target accuracy (None fields: not reached)."""
@@ -193,23 +190,6 @@ class TimeToAccuracy:
     device_s: float | None
     energy_j: float | None
     bytes: int | None
-
-
-def final_accuracies(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
-    """Each method's last evaluated accuracy."""
-    out: dict[str, float] = {}
-    for row in rows:
-        if row["accuracy"] is not None:
-            out[row["method"]] = row["accuracy"]
-    return out
-
-
-def default_target(rows: Sequence[Mapping[str, Any]], fraction: float = DEFAULT_TARGET_FRACTION) -> float:
-    """The default target: ``fraction`` (95 %) of the best final accuracy among the methods."""
-    finals = final_accuracies(rows)
-    if not finals:
-        raise ValueError("no evaluated round: time-to-accuracy needs the accuracy of at least one round")
-    return fraction * max(finals.values())
 
 
 def time_to_accuracy(rows: Sequence[Mapping[str, Any]], target: float) -> dict[str, TimeToAccuracy]:

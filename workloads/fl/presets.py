@@ -8,7 +8,9 @@ A preset is a name under ``configs/presets/`` or a path to a ``.toml`` file with
 * ``[methods.<name>]``: per-method overrides, applied in this order: the base algorithm,
   ``spherefed`` for any SphereFed variant, the calibration, then the full method name. Each
   ``<name>`` must be one of those (a misspelt table is an error, not silently unused);
-* ``[execution]``: throughput and data-path options (``workloads.fl.execution.OPTIONS``).
+* ``[execution]``: throughput and data-path options (``workloads.fl.execution.OPTIONS``);
+* ``[targets]``: ``accuracy_pct``, the time-to-accuracy target (test accuracy in percent) a
+  report of the run uses, declared before the run.
 
 Every key and value is checked when the file is read, with one line naming the file, table and key.
 """
@@ -28,7 +30,7 @@ from workloads.fl.hparams import FLConfig, Hparams, override
 from workloads.fl.methods import NAME_PARTS, MethodConfig, parse_method
 
 PRESET_DIR = Path(__file__).resolve().parents[2] / "configs" / "presets"
-TABLES = ("run", "hparams", "methods", "execution")
+TABLES = ("run", "hparams", "methods", "execution", "targets")
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,7 @@ class Preset:
     hp: Hparams  # defaults for every method
     overrides: Mapping[str, Mapping]  # [methods.<name>] tables
     execution: Mapping[str, bool]  # [execution]
+    target_accuracy_pct: float | None = None  # [targets] accuracy_pct: declared before the run (None: none)
 
     def hparams(self, method: MethodConfig) -> Hparams:
         """``method``'s hyper-parameters: the defaults with its override tables applied in order."""
@@ -95,7 +98,13 @@ def load_preset(preset: str) -> Preset:
             raise ValueError(f"{path}: methods.{name} must be a table ([methods.{name}]) of hyper-parameters")
         override(hp, table, where=f"{path} [methods.{name}]")  # validate now, not mid-run
     execution = preset_options(doc.get("execution", {}), where=str(path))
-    return Preset(path.stem, cfg, tuple(methods), hp, overrides, execution)
+    targets = doc.get("targets", {})
+    checks.unknown_keys(targets, ("accuracy_pct",), where=f"{path} [targets]")
+    target = targets.get("accuracy_pct")
+    if target is not None:
+        checks.number_in(target, 0.0, 100.0, name=f"{path} [targets] accuracy_pct", low_open=True)
+    return Preset(path.stem, cfg, tuple(methods), hp, overrides, execution,
+                  None if target is None else float(target))
 
 
 def check_override_name(name: str, *, where: str) -> None:

@@ -1,0 +1,260 @@
+"""The reference studies behind ``bench.run``'s accuracy run (issue 23 item 4; docs/study.md).
+
+A reference study (``python -m bench.study``, results under ``results/reference/<name>/``) tuned
+each method on a validation hold-out and ran the choice on several paired seeds. ``bench.run``
+uses it three ways, and only where it *covers* the run: the study's chosen run of that model,
+data setting and training method has the run's federated setting (``FLConfig`` but the seed) and
+hyper-parameters (``Hparams`` but the searched ones), so the two differ in the seed alone.
+
+* ``tune``: the run takes the study's chosen hyper-parameters (the learning rate);
+* ``reference_figures``: each method's reference mean ± std over the study's seeds, the reference's
+  paired differences (SphereFed vs FedAvg, CCVR vs FedAvg, FFC vs SphereFed) with the rule "two
+  methods whose difference in this run is within the seed spread of their paired difference (its
+  sample std over the reference's seeds) are not a difference at this budget", the plateau verdict
+  of the reference's seeds, and, from a study of the same setting run for more rounds (the
+  converged reference), its mean curve and the round at which that curve reaches this run's
+  accuracy: where on the converged curve this run stopped;
+* ``target``: the time-to-accuracy target, fixed before any run: ``--target``, else the preset's
+  ``[targets] accuracy_pct``, else the covering study's first declared target.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import pandas as pd
+
+from bench.study.spec import Setting
+from bench.study.stats import paired_difference
+from workloads.cost.calibration import TRAINED_WITH
+from workloads.fl.hparams import FLConfig
+from workloads.fl.methods import CALIBRATIONS, MethodConfig, parse_method
+
+REFERENCE_DIR = Path(__file__).resolve().parents[2] / "results" / "reference"
+COMPARED = (("spherefed", "fedavg"), ("ccvr", "fedavg"), ("ffc", "spherefed"))
+"""The paper's claims, as pairs of bench.run's method names (method, the one it is compared with)."""
+
+
+@dataclass(frozen=True)
+class Reference:
+    """One reference study's results folder."""
+
+    name: str
+    folder: Path
+    summary: Mapping[str, Any]
+    runs: pd.DataFrame  # runs.csv
+    curves: pd.DataFrame  # curves.csv
+
+    @property
+    def rounds(self) -> int:
+        return int(self.summary["study"]["rounds"])
+
+
+def studies(root: Path = REFERENCE_DIR) -> list[Reference]:
+    """Every study results folder under ``root`` (``summary.json`` of ``bench.study``, ``runs.csv``,
+    ``curves.csv``); other folders are not references."""
+    out = []
+    for summary_path in sorted(Path(root).glob("*/summary.json")):
+        folder = summary_path.parent
+        try:
+            summary = json.loads(summary_path.read_text(encoding="utf-8"))
+            if "study" not in summary or "choices" not in summary:
+                continue
+            out.append(Reference(folder.name, folder, summary, pd.read_csv(folder / "runs.csv"),
+                                 pd.read_csv(folder / "curves.csv")))
+        except (OSError, ValueError, pd.errors.EmptyDataError):
+            continue  # not a complete study folder
+    return out
+
+
+def setting_label(fl: FLConfig) -> str:
+    return Setting(fl.partition, fl.alpha if fl.partition == "dirichlet" else None).label
+
+
+def training_name(method: MethodConfig) -> str:
+    return MethodConfig(method.algorithm, method.spherefed).name
+
+
+def covering_choice(ref: Reference, model: str, fl: FLConfig, method: MethodConfig, hp, *,
+                    ignore: Sequence[str] = ()) -> Mapping[str, Any] | None:
+    """The study's choice for ``model``, ``fl``'s data setting and ``method``'s training method
+    whose runs had ``fl`` (but the seed and ``ignore``) and ``hp`` (but the searched values); None
+    if the study has none."""
+    ours_fl = {k: v for k, v in asdict(fl).items() if k not in ("model", "seed")}
+    for choice in ref.summary["choices"]:
+        point = choice.get("point")
+        if (choice["model"], choice["setting"], choice["method"]) != (model, setting_label(fl), training_name(method)) \
+                or not point or choice["trial"] is None:
+            continue
+        if any(ours_fl.get(k) != v for k, v in point["fl"].items() if k not in ignore):
+            continue
+        if asdict(replace(hp, **choice["trial"])) != point["hparams"]:
+            continue
+        return choice
+    return None
+
+
+def covering(refs: Sequence[Reference], model: str, fl: FLConfig, method: MethodConfig, hp):
+    """(reference, choice) of the first study that covers the run exactly (module doc), or (None, None)."""
+    for ref in refs:
+        choice = covering_choice(ref, model, fl, method, hp)
+        if choice is not None:
+            return ref, choice
+    return None, None
+
+
+def tune(jobs: Sequence, model: str, fl: FLConfig, refs: Sequence[Reference]) -> tuple[list, dict[str, Any]]:
+    """``jobs`` with the hyper-parameters the covering study chose, and per job where they come from."""
+    tuned, notes = [], {}
+    for job in jobs:
+        ref, choice = covering(refs, model, fl, job.method, job.hp)
+        if ref is None:
+            tuned.append(job)
+            continue
+        tuned.append(replace(job, hp=replace(job.hp, **choice["trial"])))
+        notes[job.name] = {"study": ref.name, "trial": dict(choice["trial"]),
+                           "validation_score_pct": choice["score_pct"]}
+    return tuned, notes
+
+
+def study_label(name: str) -> str:
+    """The study's method label of one of ``bench.run``'s method names (a calibration on its base)."""
+    return parse_method(f"{TRAINED_WITH[name]}+{name}" if name in CALIBRATIONS else name).name
+
+
+def _finite(value: Any) -> float | None:
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
+
+
+def reference_figures(model: str, names: Sequence[str], jobs: Sequence, accuracy: Mapping[str, Mapping],
+                      fl: FLConfig, refs: Sequence[Reference]) -> dict[str, Any] | None:
+    """What ``bench.run`` reports beside its own accuracies (module doc); None when no study covers the run."""
+    job_of = {n: next(j for j in jobs if training_name(j.method) == training_name(parse_method(study_label(n))))
+              for n in names}
+    ref = None
+    for n in names:
+        ref, _ = covering(refs, model, fl, job_of[n].method, job_of[n].hp)
+        if ref is not None:
+            break
+    if ref is None:
+        return None
+    setting = setting_label(fl)
+    cells = {c["method"]: c for c in ref.summary["cells"] if (c["model"], c["setting"]) == (model, setting)}
+    runs = ref.runs[(ref.runs["model"] == model) & (ref.runs["setting"] == setting)]
+    methods = {}
+    for n in names:
+        cell = cells.get(study_label(n))
+        if not cell or not cell.get("n"):
+            continue
+        final = cell["final_accuracy_pct"]
+        own = runs[(runs["method"] == study_label(n)) & (runs["seed"] == fl.seed)]
+        methods[n] = {"mean": final["mean"], "std": _finite(final["std"]), "n": cell["n"],
+                      "ci_low": _finite(final["ci_low"]), "ci_high": _finite(final["ci_high"]),
+                      "converged": cell["converged"], "verdicts": cell["verdicts"],
+                      "same_seed_pct": float(own["final_accuracy_pct"].iloc[0]) if len(own) else None}
+    pairs = []
+    for a, b in COMPARED:
+        if a in names and b in names and a in accuracy and b in accuracy:
+            per_seed = {m: dict(zip(runs[runs["method"] == study_label(m)]["seed"],
+                                    runs[runs["method"] == study_label(m)]["final_accuracy_pct"])) for m in (a, b)}
+            if not (set(per_seed[a]) & set(per_seed[b])):
+                continue
+            d = paired_difference(per_seed[a], per_seed[b])
+            here = accuracy[a]["accuracy_pct"] - accuracy[b]["accuracy_pct"]
+            spread = 0.0 if math.isnan(d.std) else d.std
+            pairs.append({"method": a, "versus": b, "difference_pct": here, "reference_mean_pct": d.mean,
+                          "reference_std_pct": _finite(d.std), "reference_ci_low": _finite(d.low),
+                          "reference_ci_high": _finite(d.high), "n": d.n, "within_seed_spread": abs(here) <= spread})
+    targets = ref.summary["study"]["targets"]["accuracy_pct"]
+    return {"study": ref.name, "folder": _shown(ref.folder), "rounds": ref.rounds, "setting": setting,
+            "machines": sorted({m.get("cpu", "?") for m in ref.summary.get("run_machines", [])}),
+            "methods": methods, "pairs": pairs, "declared_target_pct": targets[0] if targets else None,
+            "converged_reference": _converged(model, names, job_of, accuracy, fl, refs, ref)}
+
+
+def _converged(model: str, names: Sequence[str], job_of: Mapping, accuracy: Mapping, fl: FLConfig,
+               refs: Sequence[Reference], covering_ref: Reference) -> dict[str, Any] | None:
+    """The same setting run for more rounds: each method's mean curve (accuracy and cumulative cost
+    per round) and the first round at which it reaches this run's accuracy."""
+    for ref in refs:
+        if ref is covering_ref or ref.rounds <= fl.rounds:
+            continue
+        if not all(covering_choice(ref, model, fl, job_of[n].method, job_of[n].hp, ignore=("rounds",)) is not None
+                   for n in names):
+            continue
+        curves = ref.curves[(ref.curves["model"] == model) & (ref.curves["setting"] == setting_label(fl))]
+        out = {}
+        for n in names:
+            mine = curves[(curves["method"] == study_label(n)) & curves["accuracy_pct"].notna()]
+            if mine.empty:
+                continue
+            mean = mine.groupby("round", sort=True)[["accuracy_pct", "cum_wall_s", "cum_energy_j", "cum_bytes"]].mean()
+            std = mine.groupby("round", sort=True)["accuracy_pct"].std().fillna(0.0)
+            reached = mean.index[mean["accuracy_pct"] >= accuracy[n]["accuracy_pct"]] if n in accuracy else []
+            final = mine[mine["round"] == mine["round"].max()]["accuracy_pct"]
+            out[n] = {"round": [int(r) for r in mean.index], "mean_pct": list(mean["accuracy_pct"]),
+                      "std_pct": list(std), **{k: list(mean[k]) for k in ("cum_wall_s", "cum_energy_j", "cum_bytes")},
+                      "final_mean_pct": float(final.mean()), "final_std_pct": _finite(float(final.std())),
+                      "n": int(final.count()), "reaches_this_run_at_round": int(reached[0]) if len(reached) else None}
+        if out:
+            return {"study": ref.name, "folder": _shown(ref.folder), "rounds": ref.rounds, "methods": out}
+    return None
+
+
+def _shown(folder: Path) -> str:
+    try:
+        return str(folder.resolve().relative_to(REFERENCE_DIR.parents[1]))
+    except ValueError:
+        return str(folder)
+
+
+def target(cli_pct: float | None, preset_pct: float | None, figures: Mapping[str, Any] | None) -> tuple[float | None, str]:
+    """The time-to-accuracy target in percent and where it comes from (module doc)."""
+    if cli_pct is not None:
+        return cli_pct, "--target"
+    if preset_pct is not None:
+        return preset_pct, "declared in the preset ([targets] accuracy_pct)"
+    if figures and figures.get("declared_target_pct") is not None:
+        return figures["declared_target_pct"], f"declared in the reference study {figures['study']}"
+    return None, "no target declared: give --target PCT, or [targets] accuracy_pct in the preset"
+
+
+def format_reference(model: str, figures: Mapping[str, Any] | None, accuracy: Mapping[str, Mapping],
+                     fl: FLConfig) -> str:
+    """The lines ``bench.run`` prints about the reference (module doc)."""
+    if figures is None:
+        return (f"{model}: no reference study covers this setting ({setting_label(fl)}, {fl.rounds} rounds, these "
+                "hyper-parameters): one seed, no spread to compare with (docs/study.md)")
+    machines = ", ".join(figures["machines"]) or "?"
+    lines = [f"{model}, {figures['setting']}, {figures['rounds']} rounds: accuracy beside the reference study "
+             f"{figures['study']} ({figures['folder']}; tuned on validation, mean ± std over its seeds; {machines})"]
+    for n, v in figures["methods"].items():
+        own = accuracy.get(n, {}).get("accuracy_pct")
+        spread = f" ± {v['std']:.1f}" if v["std"] is not None else ""
+        same = f"; its seed-{fl.seed} run {v['same_seed_pct']:.1f} %" if v["same_seed_pct"] is not None else ""
+        lines.append(f"  {n:<10} {own:6.1f} % (reference {v['mean']:.1f}{spread} %, n={v['n']}{same})")
+    for p in figures["pairs"]:
+        std = p["reference_std_pct"]
+        verdict = (f"within the seed spread ({std:.1f}): not a difference at this budget" if p["within_seed_spread"]
+                   else f"beyond the seed spread ({0.0 if std is None else std:.1f})")
+        ci = "" if p["reference_ci_low"] is None else f", 95 % interval [{p['reference_ci_low']:+.1f}, {p['reference_ci_high']:+.1f}]"
+        lines.append(f"  {p['method']} - {p['versus']}: {p['difference_pct']:+.1f} points here; reference "
+                     f"{p['reference_mean_pct']:+.1f} (n={p['n']}{ci}): {verdict}")
+    unconverged = {n: v for n, v in figures["methods"].items() if v["converged"] < v["n"]}
+    if unconverged:
+        conv = figures.get("converged_reference")
+        where = ""
+        if conv:
+            stops = [f"{n} at round {m['reaches_this_run_at_round']}" if m["reaches_this_run_at_round"] else
+                     f"{n} never ({m['final_mean_pct']:.1f} % at the end)" for n, m in conv["methods"].items()]
+            finals = ", ".join(f"{n} {m['final_mean_pct']:.1f}" + (f" ± {m['final_std_pct']:.1f}" if m["final_std_pct"]
+                               is not None else "") for n, m in conv["methods"].items())
+            where = (f"; the {conv['rounds']}-round reference {conv['study']} ends at {finals} %, and its mean curve "
+                     f"reaches this run's accuracy: {', '.join(stops)} (of {conv['rounds']})")
+        lines.append(f"  not converged in {figures['rounds']} rounds (plateau rule on the reference's seeds: "
+                     + ", ".join(f"{n} {v['converged']}/{v['n']}" for n, v in unconverged.items()) + ")" + where)
+    return "\n".join(lines)

@@ -1,0 +1,74 @@
+"""``python -m bench.study STUDY.toml``: an accuracy study (docs/study.md): tune every method on a
+validation hold-out, run the choice on several paired seeds, report mean ± std, Student-t
+intervals, paired differences against a base method, convergence and time-to-accuracy.
+
+    python -m bench.study configs/studies/reference.toml [--out DIR] [--backend local|ray]
+                          [--workers N] [--address ADDR] [--retry-failed]
+
+Writes ``--out`` (default ``results/study-<name>``): ``runs.csv``, ``curves.csv``, ``tuning.csv``,
+``tta.csv``, ``table.md``, ``summary.json``, ``curves_<model>.png``, the manifest, and ``grid/``
+(every run's folder: ``bench.grid``). Rerunning the same command resumes: finished runs are skipped.
+Bad input: one line, exit 2, nothing written. Exit 1 when an evaluation run failed.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from bench.grid.engine import BACKENDS, GridError, check_ray_address, validate_points
+from bench.results import FORMAT_VERSION
+from bench.study import phases, report
+from bench.study.spec import load_study
+from iokit import checks, cli, outputs
+
+
+def parser() -> cli.Parser:
+    p = cli.Parser(prog="python -m bench.study", description=__doc__.split("\n\n")[0].split(": ", 1)[-1])
+    p.add_argument("study", help="study file (TOML) or a name under configs/studies/, e.g. reference")
+    p.add_argument("--out", help="results folder (default results/study-<name>); rerun with the same --out to resume")
+    p.add_argument("--backend", default="local", choices=BACKENDS)
+    p.add_argument("--workers", type=cli.int_in(1, checks.WORKERS_MAX), default=1, metavar="N",
+                   help="local backend: runs side by side in N processes of one torch thread each (default 1)")
+    p.add_argument("--address", help="address of an existing Ray cluster (--backend ray)")
+    p.add_argument("--retry-failed", action="store_true", help="run again the runs that failed before")
+    return p
+
+
+@cli.command("interrupted; finished runs are kept under --out: rerun the same command to resume")
+def main(argv: list[str] | None = None) -> int:
+    argv = list(argv if argv is not None else sys.argv[1:])
+    args = parser().parse_args(argv)
+    with cli.bad_input():
+        study = load_study(args.study)
+        if args.address and args.backend != "ray":
+            raise GridError("--address is only used with --backend ray")
+        if args.workers > 1 and args.backend != "local":
+            raise GridError("--workers is for the local backend; Ray runs as many as its cluster has cores")
+        out = Path(args.out or f"results/study-{study.name}")
+        validate_points(phases.grid_spec(study, phases.tuning_plan(study, phases.execution(study))))
+        if args.address:
+            check_ray_address(args.address)
+        phases.check_study_out(study, out)
+    say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    with outputs.claim(out):
+        started = time.time()
+        out.mkdir(parents=True, exist_ok=True)
+        outputs.Manifest(phases.COMMAND, phases.folder_hash(study), FORMAT_VERSION, "running", (),
+                         (phases.GRID_FOLDER,)).write(out)
+        with cli.run_failure():
+            run = phases.run_study(study, out, backend=args.backend, workers=args.workers, address=args.address,
+                                   retry_failed=args.retry_failed, progress=say)
+            files = report.write_report(out, study, run, command=shlex.join(["python", "-m", "bench.study", *argv]),
+                                        started_unix_s=started)
+        complete = all(o.status == "done" for o in run.evaluation)
+        outputs.Manifest(phases.COMMAND, phases.folder_hash(study), FORMAT_VERSION,
+                         "complete" if complete else "running", tuple(files), (phases.GRID_FOLDER,)).write(out)
+    print(report.headline(out))
+    return 0 if complete else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

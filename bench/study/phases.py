@@ -1,0 +1,239 @@
+"""An accuracy study's two phases on the grid engine: tune on validation, then evaluate the choice
+on the evaluation seeds (docs/study.md).
+
+Both phases are points of one grid (``DIR/grid``, ``bench.grid.engine``): content-addressed,
+resumable, failures isolated, local (``workers`` processes side by side) or on Ray. Phase 1 runs
+every trial of every cell (model x data setting x training method) on the tuning seeds; the
+choice is made from their validation curves (``bench.study.tuning``); phase 2 runs the chosen
+hyper-parameters on every evaluation seed. Rerunning a study skips every finished point; a point
+whose settings coincide in both phases (a tuning seed that is also an evaluation seed) runs once.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from bench.grid.engine import GridSpec, PointResult, Resources, read_record, run_grid, run_id
+from bench.study.runner import CURVE_CSV, RUN_JSON, make_point
+from bench.study.spec import Setting, Study
+from bench.study.tuning import Choice, choose, score, trial_score
+from workloads.fl.execution import Execution, execution_of
+
+RUNNER = "bench.study"
+GRID_FOLDER = "grid"
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One run of a study: its place (phase, cell, trial, seed) and the runner's point."""
+
+    phase: str  # "tune" or "eval"
+    model: str
+    setting: Setting
+    training: str  # the training method (its run also gives its calibrated method's curve)
+    trial: Mapping[str, Any]  # the searched values
+    seed: int
+    config: Mapping[str, Any]  # the runner's point (bench.study.runner)
+
+    def describe(self) -> str:
+        values = " ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in self.trial.items())
+        return f"{self.model} {self.setting.label} {self.config['method']} {values} seed={self.seed}"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a planned run left in the grid folder."""
+
+    planned: Planned
+    run_id: str
+    status: str  # "done", "failed" or "missing" (not run: interrupted, or running elsewhere)
+    curve: tuple[dict, ...] = ()  # curve.csv rows of every label
+    info: Mapping[str, Any] = field(default_factory=dict)  # run.json
+    elapsed_s: float | None = None
+    start_unix_s: float | None = None
+    end_unix_s: float | None = None
+    error: str = ""
+
+    def label_curve(self, label: str) -> list[dict]:
+        return [row for row in self.curve if row["method"] == label]
+
+
+@dataclass(frozen=True)
+class StudyRun:
+    """Both phases' outcomes and the choices made between them."""
+
+    tuning: tuple[Outcome, ...]
+    choices: Mapping[tuple[str, str, str], Choice]  # (model, setting label, training method) -> choice
+    evaluation: tuple[Outcome, ...]
+
+
+def execution(study: Study) -> Execution:
+    """Where the study's runs train: its device and the preset's [execution] options."""
+    return execution_of(study.device, None, study.preset.execution)
+
+
+def plan(study: Study, ex: Execution, phase: str, seeds: Sequence[int],
+         trials: Callable[[str, Setting, str], list[Mapping[str, Any]]]) -> list[Planned]:
+    """The runs of one phase: every model, setting, training method, trial (``trials``) and seed."""
+    out = []
+    for model in study.models:
+        for setting in study.settings:
+            for training in study.training_methods:
+                job = study.job(training)
+                for trial in trials(model, setting, training):
+                    hp = study.hparams(job, trial)
+                    for seed in seeds:
+                        config = make_point(model, job, seed, study.fl(model, setting, seed), hp, ex, study.hw,
+                                            study.system)
+                        out.append(Planned(phase, model, setting, training, dict(trial), seed, config))
+    return out
+
+
+def tuning_plan(study: Study, ex: Execution) -> list[Planned]:
+    return plan(study, ex, "tune", study.tuning_seeds, lambda m, s, t: study.trials(t))
+
+
+def evaluation_plan(study: Study, ex: Execution, choices: Mapping[tuple[str, str, str], Choice]) -> list[Planned]:
+    """The chosen trial of every cell on every evaluation seed (cells whose tuning failed have none)."""
+    def chosen(model: str, setting: Setting, training: str) -> list[Mapping[str, Any]]:
+        c = choices[(model, setting.label, training)]
+        return [] if c.trial is None else [c.trial]
+
+    return plan(study, ex, "eval", study.seeds, chosen)
+
+
+class _Points(GridSpec):
+    """A grid of listed points (the engine's grids are cartesian products of axes)."""
+
+    def __init__(self, name: str, runner: str, points: Sequence[Mapping[str, Any]]):
+        keys = ("model", "method", "seed")
+        axes = {k: list(dict.fromkeys(p[k] for p in points)) for k in keys}
+        super().__init__(name=name, runner=runner, fixed={}, axes=axes)
+        object.__setattr__(self, "_listed", tuple(points))
+
+    def points(self) -> list[dict[str, Any]]:
+        return [dict(p) for p in self._listed]
+
+
+def grid_spec(study: Study, planned: Sequence[Planned], runner: str = RUNNER) -> GridSpec:
+    """The grid of ``planned`` runs (each distinct point once)."""
+    unique = {run_id(runner, p.config): p.config for p in planned}
+    return _Points(f"study-{study.name}", runner, list(unique.values()))
+
+
+def read_curve(path: Path) -> tuple[dict, ...]:
+    """``curve.csv`` rows with numbers as numbers and empty cells as None."""
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    typed = []
+    for row in rows:
+        typed.append({k: (v if k in ("method", "stage") else None if v == "" else
+                          int(v) if k == "round" else float(v)) for k, v in row.items()})
+    return tuple(typed)
+
+
+def outcome(grid_dir: Path, planned: Planned, runner: str = RUNNER) -> Outcome:
+    """What ``planned`` left in the grid folder: its curve and run record, its failure, or nothing."""
+    rid = run_id(runner, dict(planned.config))
+    record = read_record(grid_dir / "runs" / rid / "point.json", quiet=True)
+    if record is not None:
+        folder = grid_dir / "runs" / rid
+        info = json.loads((folder / RUN_JSON).read_text(encoding="utf-8"))
+        return Outcome(planned, rid, "done", read_curve(folder / CURVE_CSV), info, record.get("elapsed_s"),
+                       record.get("start_unix_s"), record.get("end_unix_s"))
+    failed = read_record(grid_dir / "failed" / f"{rid}.json", quiet=True)
+    if failed is not None:
+        return Outcome(planned, rid, "failed", error=str(failed.get("error", "")))
+    return Outcome(planned, rid, "missing")
+
+
+def choices_from(study: Study, tuned: Sequence[Outcome]) -> dict[tuple[str, str, str], Choice]:
+    """Every cell's choice from its tuning runs' validation curves (``bench.study.tuning``)."""
+    by_cell: dict[tuple[str, str, str], dict[str, dict[int, float | None]]] = {}
+    trials: dict[tuple[str, str, str], dict[str, Mapping[str, Any]]] = {}
+    for o in tuned:
+        p = o.planned
+        cell = (p.model, p.setting.label, p.training)
+        key = json.dumps(p.trial, sort_keys=True)
+        trials.setdefault(cell, {})[key] = p.trial
+        value = score(o.label_curve(p.training), study.tuning_last_rounds) if o.status == "done" else None
+        by_cell.setdefault(cell, {}).setdefault(key, {})[p.seed] = value
+    return {cell: choose([trial_score(trials[cell][k], seeds) for k, seeds in by_trial.items()],
+                         study.search[cell[2]])
+            for cell, by_trial in by_cell.items()}
+
+
+Progress = Callable[[str], None]
+
+
+def run_study(study: Study, out: str | Path, *, backend: str = "local", workers: int = 1, address: str | None = None,
+              retry_failed: bool = False, progress: Progress | None = None, runner: str = RUNNER) -> StudyRun:
+    """Both phases into ``out/grid`` (module doc); returns what they left there."""
+    grid_dir = Path(out) / GRID_FOLDER
+    ex = execution(study)
+    say = progress or (lambda line: None)
+
+    def run_phase(planned: list[Planned], phase: str) -> tuple[Outcome, ...]:
+        if planned:
+            names = {run_id(runner, p.config): p.describe() for p in planned}
+
+            def show(result: PointResult, i: int, total: int) -> None:
+                extra = f" ({result.elapsed_s:.1f} s)" if result.status == "done" else ""
+                extra += f": {result.error}" if result.error else ""
+                say(f"[{phase} {i}/{total}] {names.get(result.run_id, result.run_id)}: {result.status}{extra}")
+
+            run_grid(grid_spec(study, planned, runner), grid_dir, backend=backend, resources=Resources(cpus=1),
+                     retry_failed=retry_failed, address=address, progress=show, workers=workers)
+        return tuple(outcome(grid_dir, p, runner) for p in planned)
+
+    tuned = run_phase(tuning_plan(study, ex), "tune")
+    choices = choices_from(study, tuned)
+    for (model, setting, training), c in choices.items():
+        chosen = "every trial failed" if c.trial is None else \
+            ", ".join(f"{k}={v}" for k, v in c.trial.items()) + f" (validation {c.score_pct:.2f} %)"
+        say(f"tuned {model} {setting} {training}: {chosen}" + (f"; at the grid's edge in {', '.join(c.at_edge)}"
+                                                               if c.at_edge else ""))
+    evaluated = run_phase(evaluation_plan(study, ex, choices), "eval")
+    return StudyRun(tuned, choices, evaluated)
+
+
+# ----------------------------------------------------------------------------- the results folder
+
+COMMAND = "bench.study"
+
+
+def folder_hash(study: Study) -> str:
+    """What a study folder belongs to: the study's name (its settings may change: the points are
+    content-addressed, and the tables are rebuilt from the study as it is now)."""
+    from iokit import outputs
+
+    return outputs.config_hash({"command": COMMAND, "name": study.name})
+
+
+def check_study_out(study: Study, out: str | Path) -> None:
+    """``--out`` of a study: a new (or empty) folder, or this study's own (its manifest names
+    ``bench.study`` and the same study name: rerunning resumes it). Anything else is refused before
+    any point runs (OutputError naming why)."""
+    from iokit import outputs
+
+    out = Path(out)
+    reason = outputs.forbidden_reason(out)
+    if reason:
+        raise outputs.OutputError(f"--out {out}: {reason}; give a new folder, e.g. results/study-{study.name}")
+    if out.exists() or out.is_symlink():
+        if not out.is_dir() or out.is_symlink():
+            raise outputs.OutputError(f"--out {out} exists and is not a folder; choose another --out")
+        manifest = outputs.Manifest.read(out)
+        if manifest is None:
+            foreign = outputs.foreign_file(out, None)
+            if foreign is not None:
+                raise outputs.OutputError(f"--out {out} holds files this suite did not write (e.g. {foreign}); "
+                                          "choose another --out")
+        elif manifest.command != COMMAND or manifest.config_sha256 != folder_hash(study):
+            raise outputs.OutputError(f"--out {out} is a results folder of another command or study "
+                                      f"({manifest.command}); choose another --out")
+    outputs.check_writable(out, "--out")

@@ -1,0 +1,424 @@
+"""An accuracy study's report: its tables, figures and summary, from what its runs left
+(``bench.study.phases.StudyRun``); nothing is recomputed but the statistics (docs/study.md).
+
+* ``runs.csv``: one row per evaluation run and method: the chosen hyper-parameters, final and best
+  test and validation accuracy, the plateau verdict, the modeled cost totals, the machine;
+* ``curves.csv``: one row per evaluation run, method and round;
+* ``tuning.csv``: every tried setting on every tuning seed, its validation score, the choice;
+* ``tta.csv``: per run, method and target: whether and when it was first reached, at what cost;
+* ``table.md``: SphereFed Tab. 2's layout (rows model / method, columns data settings, final test
+  accuracy mean ± std, the paired change against the base method in parentheses), then the
+  intervals, best accuracy, convergence, time-to-accuracy and the tuning choices;
+* ``summary.json``: the resolved study, every cell's statistics, the targets, the git commit, the
+  machines and the wall time;
+* ``curves_<model>.png`` (``bench.plots.study``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import pandas as pd
+
+from bench.results import FORMAT_NAME, FORMAT_VERSION, write_json
+from bench.study.curves import PlateauVerdict, base_validation_target, first_reaching, plateau
+from bench.study.phases import Outcome, StudyRun
+from bench.study.runner import machine_info
+from bench.study.spec import Setting, Study
+from bench.study.stats import Estimate, estimate, paired_difference, spread
+from bench.study.tuning import score
+from iokit.files import atomic_write, atomic_write_text
+from iokit.provenance import git_commit
+
+FILES = ("runs.csv", "curves.csv", "tuning.csv", "tta.csv", "table.md", "summary.json")
+COST_KEYS = (("wall_s", "cum_wall_s"), ("device_s", "cum_device_s"), ("energy_j", "cum_energy_j"),
+             ("bytes", "cum_bytes"))
+
+
+@dataclass(frozen=True)
+class MethodRun:
+    """One evaluation run of one method (a calibrated method's run is its training method's, calibrated)."""
+
+    model: str
+    setting: Setting
+    method: str
+    seed: int
+    trial: Mapping[str, Any]
+    curve: tuple[dict, ...]  # curve.csv rows of this method, round order
+    outcome: Outcome
+
+    @property
+    def final_pct(self) -> float:
+        return 100 * [r["accuracy"] for r in self.curve if r["accuracy"] is not None][-1]
+
+    @property
+    def train_curve_pct(self) -> list[float]:
+        return [100 * r["accuracy"] for r in self.curve if r["stage"] == "train" and r["accuracy"] is not None]
+
+    def verdict(self, study: Study) -> PlateauVerdict:
+        return plateau(self.train_curve_pct, study.plateau.last_rounds, study.plateau.tolerance_pct)
+
+
+@dataclass(frozen=True)
+class Target:
+    pct: float
+    source: str
+
+
+def method_runs(study: Study, run: StudyRun) -> list[MethodRun]:
+    """Every finished evaluation run, once per method it gives."""
+    out = []
+    for o in run.evaluation:
+        if o.status != "done":
+            continue
+        p = o.planned
+        for method in study.labels(p.training):
+            out.append(MethodRun(p.model, p.setting, method, p.seed, p.trial, tuple(o.label_curve(method)), o))
+    return out
+
+
+def targets(study: Study, runs: Sequence[MethodRun], model: str, setting: Setting) -> list[Target]:
+    """The study's declared targets, and the one derived from the base method's validation curves."""
+    out = [Target(p, "declared in the study file") for p in study.targets.accuracy_pct]
+    fraction = study.targets.base_validation_fraction
+    if fraction is not None:
+        base = [r for r in runs if (r.model, r.setting, r.method) == (model, setting, study.base)]
+        curves = [[100 * row["val_accuracy"] for row in r.curve if row["val_accuracy"] is not None] for r in base]
+        if base and all(curves):
+            pct = base_validation_target(curves, fraction)
+            out.append(Target(pct, f"{100 * fraction:g} % of {study.base}'s best mean validation accuracy"))
+    return out
+
+
+def _pct(value: float | None) -> float | None:
+    return None if value is None else 100 * value
+
+
+def runs_table(study: Study, runs: Sequence[MethodRun]) -> pd.DataFrame:
+    keys = _search_keys(study)
+    rows = []
+    for r in runs:
+        acc = [row["accuracy"] for row in r.curve if row["accuracy"] is not None]
+        val = [row["val_accuracy"] for row in r.curve if row["val_accuracy"] is not None]
+        best_round = max((row for row in r.curve if row["accuracy"] is not None), key=lambda x: x["accuracy"])["round"]
+        v = r.verdict(study)
+        last = r.curve[-1]
+        machine = r.outcome.info.get("machine", {})
+        rows.append({"model": r.model, "setting": r.setting.label, "method": r.method, "seed": r.seed,
+                     **{k: r.trial.get(k) for k in keys},
+                     "final_accuracy_pct": 100 * acc[-1], "best_accuracy_pct": 100 * max(acc), "best_round": best_round,
+                     "final_val_accuracy_pct": _pct(val[-1] if val else None),
+                     "best_val_accuracy_pct": _pct(max(val) if val else None),
+                     "verdict": v.verdict, "converged": v.converged, "gain_pct": v.gain_pct, "spread_pct": v.spread_pct,
+                     "rounds": study.rounds, **{name: last[col] for name, col in COST_KEYS},
+                     "run_wall_s": r.outcome.elapsed_s, "cpu": machine.get("cpu"), "host": machine.get("host"),
+                     "torch_threads": machine.get("torch_threads"), "run_id": r.outcome.run_id})
+    return pd.DataFrame(rows)
+
+
+def curves_table(runs: Sequence[MethodRun]) -> pd.DataFrame:
+    rows = [{"model": r.model, "setting": r.setting.label, "method": r.method, "seed": r.seed, "round": row["round"],
+             "stage": row["stage"], "lr": row["lr"], "mean_loss": row["mean_loss"],
+             "accuracy_pct": _pct(row["accuracy"]), "val_accuracy_pct": _pct(row["val_accuracy"]),
+             **{col: row[col] for _, col in COST_KEYS}}
+            for r in runs for row in r.curve]
+    return pd.DataFrame(rows)
+
+
+def tuning_table(study: Study, run: StudyRun) -> pd.DataFrame:
+    keys = _search_keys(study)
+    rows = []
+    for o in run.tuning:
+        p = o.planned
+        choice = run.choices[(p.model, p.setting.label, p.training)]
+        curve = o.label_curve(p.training) if o.status == "done" else []
+        train = [row for row in curve if row["stage"] == "train"]
+        trial_score = next((s.score_pct for s in choice.scores if dict(s.trial) == dict(p.trial)), None)
+        rows.append({"model": p.model, "setting": p.setting.label, "method": p.training,
+                     **{k: p.trial.get(k) for k in keys}, "seed": p.seed, "status": o.status,
+                     "val_score_pct": score(curve, study.tuning_last_rounds) if curve else None,
+                     "final_val_accuracy_pct": _pct(train[-1]["val_accuracy"]) if train else None,
+                     "final_test_accuracy_pct_not_used": _pct(train[-1]["accuracy"]) if train else None,
+                     "trial_score_pct": trial_score, "chosen": choice.trial is not None and dict(choice.trial) == dict(p.trial),
+                     "at_grid_edge": ",".join(choice.at_edge) if choice.trial is not None
+                     and dict(choice.trial) == dict(p.trial) else "", "error": o.error})
+    return pd.DataFrame(rows)
+
+
+def tta_table(study: Study, runs: Sequence[MethodRun]) -> pd.DataFrame:
+    rows = []
+    for model in study.models:
+        for setting in study.settings:
+            for target in targets(study, runs, model, setting):
+                for r in runs:
+                    if (r.model, r.setting) != (model, setting):
+                        continue
+                    reach = first_reaching(r.curve, target.pct)
+                    rows.append({"model": model, "setting": setting.label, "method": r.method, "seed": r.seed,
+                                 "target_pct": target.pct, "target_source": target.source, "reached": reach is not None,
+                                 "round": None if reach is None else reach.round,
+                                 **{name: None if reach is None else getattr(reach, name) for name, _ in COST_KEYS}})
+    return pd.DataFrame(rows, columns=["model", "setting", "method", "seed", "target_pct", "target_source", "reached",
+                                       "round", *(name for name, _ in COST_KEYS)])
+
+
+def cells(study: Study, runs_df: pd.DataFrame, tta_df: pd.DataFrame) -> list[dict[str, Any]]:
+    """Every (model, setting, method)'s statistics over its evaluation seeds."""
+    out = []
+    for model in study.models:
+        for setting in study.settings:
+            here = runs_df[(runs_df["model"] == model) & (runs_df["setting"] == setting.label)] if len(runs_df) else runs_df
+            base = here[here["method"] == study.base] if len(here) else here
+            base_final = dict(zip(base["seed"], base["final_accuracy_pct"])) if len(base) else {}
+            for method in study.methods:
+                mine = here[here["method"] == method] if len(here) else here
+                if not len(mine):
+                    out.append({"model": model, "setting": setting.label, "method": method, "n": 0})
+                    continue
+                final = dict(zip(mine["seed"], mine["final_accuracy_pct"]))
+                cell = {"model": model, "setting": setting.label, "method": method, "n": len(mine),
+                        "seeds": sorted(int(s) for s in mine["seed"]),
+                        "final_accuracy_pct": _estimate(estimate(list(final.values()))),
+                        "best_accuracy_pct": _estimate(estimate(list(mine["best_accuracy_pct"]))),
+                        "converged": int(mine["converged"].sum()),
+                        "verdicts": {str(k): int(v) for k, v in mine["verdict"].value_counts().items()}}
+                if method != study.base and base_final and set(final) & set(base_final):
+                    cell["paired_difference_vs_base_pct"] = _estimate(paired_difference(final, base_final))
+                cell["time_to_accuracy"] = _tta_cell(tta_df, model, setting.label, method)
+                out.append(cell)
+    return out
+
+
+def _tta_cell(tta_df: pd.DataFrame, model: str, setting: str, method: str) -> list[dict[str, Any]]:
+    if not len(tta_df):
+        return []
+    mine = tta_df[(tta_df["model"] == model) & (tta_df["setting"] == setting) & (tta_df["method"] == method)]
+    out = []
+    for (pct, source), group in mine.groupby(["target_pct", "target_source"], sort=False):
+        entry = {"target_pct": float(pct), "source": source}
+        for key in ("round", *(name for name, _ in COST_KEYS)):
+            s = spread([None if pd.isna(v) else float(v) for v in group[key]])
+            entry[key] = {"median": s.median, "min": s.low, "max": s.high}
+            entry["reached"], entry["of"] = s.reached, s.of
+        out.append(entry)
+    return out
+
+
+def _estimate(e: Estimate) -> dict[str, Any]:
+    clean = lambda v: None if v is None or (isinstance(v, float) and math.isnan(v)) else v  # noqa: E731
+    return {"n": e.n, "mean": e.mean, "std": clean(e.std), "ci_low": clean(e.low), "ci_high": clean(e.high),
+            "confidence": e.confidence}
+
+
+def _search_keys(study: Study) -> list[str]:
+    return list(dict.fromkeys(k for space in study.search.values() for k in space))
+
+
+# ----------------------------------------------------------------------------- table.md
+
+
+def _cell_text(cell: Mapping[str, Any], study: Study) -> str:
+    if not cell.get("n"):
+        return "—"
+    f = cell["final_accuracy_pct"]
+    text = f"{f['mean']:.2f}" + (f" ± {f['std']:.2f}" if f["std"] is not None else "")
+    d = cell.get("paired_difference_vs_base_pct")
+    if d is not None:
+        text += f" ({'↑' if d['mean'] >= 0 else '↓'} {abs(d['mean']):.2f})"
+    if cell["converged"] < cell["n"]:
+        text += " †"
+    return text
+
+
+def _grid(study: Study, cells_: Sequence[Mapping[str, Any]], text) -> list[str]:
+    by = {(c["model"], c["setting"], c["method"]): c for c in cells_}
+    lines = ["| model | method | " + " | ".join(s.title for s in study.settings) + " |",
+             "|---|---|" + "---|" * len(study.settings)]
+    for model in study.models:
+        for i, method in enumerate(study.methods):
+            values = [text(by[(model, s.label, method)]) for s in study.settings]
+            lines.append(f"| {model if i == 0 else ''} | {method} | " + " | ".join(values) + " |")
+    return lines
+
+
+def _interval(e: Mapping[str, Any] | None, signed: bool = False) -> str:
+    if not e:
+        return "—"
+    fmt = "{:+.2f}" if signed else "{:.2f}"
+    if e["ci_low"] is None:
+        return fmt.format(e["mean"]) + " (n=1)"
+    excludes = signed and (e["ci_low"] > 0 or e["ci_high"] < 0)
+    text = f"{fmt.format(e['mean'])} [{fmt.format(e['ci_low'])}, {fmt.format(e['ci_high'])}]"
+    return f"**{text}**" if excludes else text
+
+
+def _median_range(entry: Mapping[str, Any], key: str, scale: float = 1.0, digits: int = 3) -> str:
+    v = entry[key]
+    if v["median"] is None:
+        return "—"
+    fmt = lambda x: f"{x * scale:.{digits}g}"  # noqa: E731
+    return f"{fmt(v['median'])} [{fmt(v['min'])}–{fmt(v['max'])}]"
+
+
+def table_markdown(study: Study, summary: Mapping[str, Any]) -> str:
+    cells_ = summary["cells"]
+    s = summary["study"]
+    n_seeds = len(s["seeds"])
+    lines = [f"# Accuracy study `{study.name}`", "",
+             f"{summary['setting_note']}; {s['rounds']} rounds, {s['holdout_fraction']:g} validation hold-out, "
+             f"evaluation seeds {s['seeds']}, tuning seeds {s['tuning_seeds']}. Commit {summary['git_commit']}; "
+             f"{summary['wall']['text']}.", "",
+             f"## Final test accuracy (%), mean ± std over {n_seeds} seeds (SphereFed Tab. 2 layout)", "",
+             f"In parentheses: the mean paired change against {study.base} (same seeds: same partition, same initial "
+             "weights). †: not every seed's curve converged by the plateau rule "
+             f"(last {study.plateau.last_rounds} rounds' mean within {study.plateau.tolerance_pct:g} point(s) of the "
+             f"{study.plateau.last_rounds} before, and within {2 * study.plateau.tolerance_pct:g} of each other): "
+             "a comparison of unconverged runs.", ""]
+    lines += _grid(study, cells_, lambda c: _cell_text(c, study))
+    lines += ["", f"## Paired difference against {study.base} (points): mean [95 % Student-t interval]", "",
+              "Bold: the interval excludes 0.", ""]
+    lines += _grid(study, [c for c in cells_], lambda c: "—" if c.get("method") == study.base or not c.get("n")
+                   else _interval(c.get("paired_difference_vs_base_pct"), signed=True))
+    lines += ["", "## Final test accuracy (%): mean [95 % Student-t interval]", ""]
+    lines += _grid(study, cells_, lambda c: _interval(c.get("final_accuracy_pct")) if c.get("n") else "—")
+    lines += ["", "## Best test accuracy over the rounds (%), mean ± std", ""]
+    lines += _grid(study, cells_, lambda c: "—" if not c.get("n") else f"{c['best_accuracy_pct']['mean']:.2f}"
+                   + (f" ± {c['best_accuracy_pct']['std']:.2f}" if c['best_accuracy_pct']['std'] is not None else ""))
+    lines += ["", "## Convergence: seeds whose curve converged by the plateau rule (other verdicts)", ""]
+    lines += _grid(study, cells_, lambda c: "—" if not c.get("n") else f"{c['converged']}/{c['n']}" + (
+        " (" + ", ".join(f"{k} {v}" for k, v in c["verdicts"].items() if k != "converged") + ")"
+        if c["converged"] < c["n"] else ""))
+    lines += ["", "## Time to accuracy: median [range] over seeds, modeled", "",
+              "Targets fixed before the run (declared in the study file) or derived from the base method's "
+              "validation curves only; a calibrated method's curve ends with its calibration. Wall time: the "
+              "synchronous rounds on the default system model (links and devices, docs/rounds.md).", "",
+              "| model | setting | method | target (%) | reached | round | wall time (s) | energy (J) | MB |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for c in cells_:
+        for t in c.get("time_to_accuracy", []):
+            lines.append(f"| {c['model']} | {c['setting']} | {c['method']} | {t['target_pct']:.2f} | "
+                         f"{t['reached']}/{t['of']} | {_median_range(t, 'round')} | {_median_range(t, 'wall_s')} | "
+                         f"{_median_range(t, 'energy_j')} | {_median_range(t, 'bytes', 1e-6)} |")
+    lines += ["", "Target sources: " + "; ".join(sorted({f"{t['target_pct']:.2f} %: {t['source']}"
+                                                          for c in cells_ for t in c.get("time_to_accuracy", [])})), "",
+              "## Tuning (validation only)", "",
+              f"Score: mean validation accuracy of the last {study.tuning_last_rounds} rounds, averaged over the tuning "
+              "seeds; the highest wins (ties: the first listed). A calibrated method takes its training method's "
+              "choice. Edge: the choice is the smallest or largest value tried.", "",
+              "| model | setting | method | chosen | validation score (%) | every trial (score %) |", "|---|---|---|---|---|---|"]
+    for ch in summary["choices"]:
+        trials = "; ".join(f"{_values(t['trial'])}: " + ("failed" if t["score_pct"] is None else f"{t['score_pct']:.2f}")
+                           for t in ch["scores"])
+        chosen = "none (every trial failed)" if ch["trial"] is None else _values(ch["trial"]) + (
+            f" (edge: {', '.join(ch['at_edge'])})" if ch["at_edge"] else "")
+        score_text = "—" if ch["score_pct"] is None else f"{ch['score_pct']:.2f}"
+        lines.append(f"| {ch['model']} | {ch['setting']} | {ch['method']} | {chosen} | {score_text} | {trials} |")
+    return "\n".join(lines) + "\n"
+
+
+def _values(trial: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in trial.items())
+
+
+# ----------------------------------------------------------------------------- summary and files
+
+
+def _wall(run: StudyRun, started_unix_s: float) -> dict[str, Any]:
+    done = [o for o in (*run.tuning, *run.evaluation) if o.status == "done"]
+    starts = [o.start_unix_s for o in done if o.start_unix_s is not None]
+    ends = [o.end_unix_s for o in done if o.end_unix_s is not None]
+    total = sum(o.elapsed_s or 0.0 for o in done)
+    span = (max(ends) - min(starts)) if starts and ends else 0.0
+    stamp = lambda t: time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t))  # noqa: E731
+    text = (f"{len(done)} runs from {stamp(min(starts))} to {stamp(max(ends))} ({span / 3600:.2f} h of wall time; "
+            f"{total / 3600:.2f} h of run time summed over runs)") if starts else "no run finished"
+    return {"runs_first_start_unix_s": min(starts) if starts else None, "runs_last_end_unix_s": max(ends) if ends else None,
+            "runs_span_s": span, "runs_sum_s": total, "this_invocation_s": time.time() - started_unix_s, "text": text}
+
+
+def _machines(run: StudyRun) -> list[dict[str, Any]]:
+    seen: dict[str, dict[str, Any]] = {}
+    for o in (*run.tuning, *run.evaluation):
+        if o.status == "done":
+            m = o.info.get("machine", {})
+            key = json.dumps(m, sort_keys=True)
+            seen.setdefault(key, {**m, "runs": 0})["runs"] += 1
+    return list(seen.values())
+
+
+def build_summary(study: Study, run: StudyRun, runs_df: pd.DataFrame, tta_df: pd.DataFrame, *, command: str,
+                  started_unix_s: float) -> dict[str, Any]:
+    import torch
+
+    from bench.study.phases import execution
+
+    counts = {phase: {s: sum(o.status == s for o in outcomes) for s in ("done", "failed", "missing")}
+              for phase, outcomes in (("tuning", run.tuning), ("evaluation", run.evaluation))}
+    choices = [{"model": m, "setting": s, "method": t, "trial": None if c.trial is None else dict(c.trial),
+                "score_pct": c.score_pct, "at_edge": list(c.at_edge), "point": _chosen_point(run, (m, s, t), c),
+                "scores": [{"trial": dict(x.trial), "score_pct": x.score_pct,
+                            "seed_scores_pct": {str(k): v for k, v in x.seed_scores_pct.items()}} for x in c.scores]}
+               for (m, s, t), c in run.choices.items()]
+    failures = [{"phase": o.planned.phase, "run": o.planned.describe(), "run_id": o.run_id, "error": o.error}
+                for o in (*run.tuning, *run.evaluation) if o.status == "failed"]
+    return {"format": FORMAT_NAME, "version": FORMAT_VERSION, "command": command, "git_commit": git_commit(),
+            "study": study.describe(), "setting_note": _setting_note(study),
+            "execution": execution(study).describe(), "machine": machine_info(), "run_machines": _machines(run),
+            "torch": torch.__version__, "wall": _wall(run, started_unix_s), "counts": counts, "failures": failures,
+            "choices": choices, "cells": cells(study, runs_df, tta_df)}
+
+
+def _chosen_point(run: StudyRun, cell: tuple[str, str, str], choice) -> dict[str, Any] | None:
+    """The settings of the chosen trial's runs but the seed (``fl``, ``hparams``, ``method``, ``execution``):
+    what another command compares its own run with to know whether this study covers it."""
+    if choice.trial is None:
+        return None
+    for o in run.tuning:
+        p = o.planned
+        if (p.model, p.setting.label, p.training) == cell and dict(p.trial) == dict(choice.trial):
+            return {k: p.config[k] for k in ("method", "fl", "hparams", "execution")}
+    return None
+
+
+def _setting_note(study: Study) -> str:
+    f, hp = study.preset.fl, study.preset.hp
+    epochs = study.local_epochs or hp.local_epochs
+    size = f"{f.image_size}x{f.image_size} " if f.image_size else ""
+    return (f"{f.dataset} {size}(offline; not the paper's CIFAR-100), {f.num_clients} clients, batch {hp.batch_size}, "
+            f"{epochs} local epoch(s), preset {study.preset.name}")
+
+
+def _csv(df: pd.DataFrame, path: Path) -> None:
+    atomic_write(path, lambda tmp: df.to_csv(tmp, index=False))
+
+
+def write_report(out: str | Path, study: Study, run: StudyRun, *, command: str, started_unix_s: float) -> list[str]:
+    """Every report file into ``out`` (module doc); returns their names."""
+    from bench.plots.study import plot_study
+
+    out = Path(out)
+    runs = method_runs(study, run)
+    runs_df, curves_df = runs_table(study, runs), curves_table(runs)
+    tta_df = tta_table(study, runs)
+    summary = build_summary(study, run, runs_df, tta_df, command=command, started_unix_s=started_unix_s)
+    _csv(runs_df, out / "runs.csv")
+    _csv(curves_df, out / "curves.csv")
+    _csv(tuning_table(study, run), out / "tuning.csv")
+    _csv(tta_df, out / "tta.csv")
+    atomic_write_text(out / "table.md", table_markdown(study, summary))
+    write_json(out / "summary.json", summary)
+    pngs = plot_study(out, curves_df, study.models, [s.label for s in study.settings], list(study.methods)) \
+        if len(curves_df) else []
+    return [*FILES, *(p.name for p in pngs)]
+
+
+def headline(out: str | Path) -> str:
+    """The report's first table (Tab. 2's layout), as printed at the end of the command."""
+    text = (Path(out) / "table.md").read_text(encoding="utf-8")
+    part = text.split("\n## ")[1] if "\n## " in text else text
+    return "## " + part.rstrip() + f"\n\nfull report: {Path(out) / 'table.md'}"

@@ -1,0 +1,196 @@
+"""The grid runner ``bench.study``: one federated training run of an accuracy study, every round
+priced, its curves written (docs/study.md).
+
+A point is self-contained, so that its id (``bench.grid.engine.run_id``: a hash of the runner and
+the point) changes exactly when something that decides the result changes, and a tuning run and
+an evaluation run with the same settings are one run::
+
+    {"model": "convnet", "method": "fedavg+ccvr", "seed": 0,
+     "fl": {FLConfig fields but model and seed}, "hparams": {every Hparams field},
+     "execution": {device and options}, "hw": null, "system": null}
+
+The run is ``bench.fl``'s (``pipeline.load`` then ``jobs.run_job``): the data, the validation
+hold-out and the partition from the seed, the model built under the seed. It writes into its
+folder ``curve.csv`` (``CURVE_COLUMNS``: one row per method label and round, the training rounds
+and, for a calibrated method, the calibration as round R + 1) and ``run.json`` (wall times and
+the machine), and returns ``<label>.accuracy`` / ``<label>.val_accuracy`` per label. A calibrated
+job (``fedavg+ccvr``) gives two labels: its training method (``fedavg``, the curve before
+calibration) and itself.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import platform
+import socket
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from bench.grid.runners import grid_runner
+from iokit import checks
+from iokit.files import atomic_write_text
+from workloads.fl.execution import OPTIONS, Execution
+from workloads.fl.hparams import FLConfig, Hparams
+from workloads.fl.methods import MethodConfig, parse_method
+
+POINT_KEYS = ("model", "method", "seed", "fl", "hparams", "execution", "hw", "system")
+FL_KEYS = tuple(f.name for f in fields(FLConfig) if f.name not in ("model", "seed"))
+CURVE_CSV = "curve.csv"
+RUN_JSON = "run.json"
+CURVE_COLUMNS = ("method", "round", "stage", "lr", "mean_loss", "accuracy", "val_accuracy",
+                 "cum_wall_s", "cum_device_s", "cum_energy_j", "cum_bytes")
+"""``curve.csv``: accuracies in [0, 1] (empty where not evaluated); ``cum_*`` the modeled cost up
+to and including the round (``workloads.cost.system.ROUNDS_COLUMNS``); ``lr`` and ``mean_loss``
+empty on the calibration row."""
+
+
+@dataclass(frozen=True)
+class PointSpec:
+    """A point, checked."""
+
+    model: str
+    method: MethodConfig
+    fl: FLConfig
+    hp: Hparams
+    execution: Execution
+    hw: str | None
+    system: str | None
+
+
+def parse_point(point: Mapping[str, Any]) -> PointSpec:
+    """A ``bench.study`` point (module doc) as typed settings; ValueError naming the bad key."""
+    where = "bench.study point"
+    checks.unknown_keys(point, POINT_KEYS, where=where)
+    missing = [k for k in POINT_KEYS if k not in point]
+    if missing:
+        raise ValueError(f"{where}: missing key {missing[0]!r}")
+    for key in ("fl", "hparams", "execution"):
+        if not isinstance(point[key], Mapping):
+            raise ValueError(f"{where}: {key} must be a table")
+    checks.unknown_keys(point["fl"], FL_KEYS, where=f"{where} fl")
+    if not isinstance(point["model"], str) or not isinstance(point["method"], str):
+        raise ValueError(f"{where}: model and method must be names")
+    fl = checks.from_table(FLConfig, {**_set(FLConfig, point["fl"]), "model": point["model"], "seed": point["seed"]},
+                           where=f"{where} fl")
+    hp = checks.from_table(Hparams, _set(Hparams, point["hparams"]), where=f"{where} hparams")
+    checks.unknown_keys(point["execution"], ("device", *OPTIONS), where=f"{where} execution")
+    execution = Execution(**point["execution"])
+    for key in ("hw", "system"):
+        if point[key] is not None and not isinstance(point[key], str):
+            raise ValueError(f"{where}: {key} must be a TOML path or null")
+    return PointSpec(point["model"], parse_method(point["method"]), fl, hp, execution, point["hw"], point["system"])
+
+
+def _set(cls: type, table: Mapping[str, Any]) -> dict[str, Any]:
+    """``table`` without the null values of fields whose default is None (JSON's null, TOML's absence)."""
+    defaults = {f.name: f.default for f in fields(cls)}
+    return {k: v for k, v in table.items() if not (v is None and k in defaults and defaults[k] is None)}
+
+
+def make_point(model: str, method: str, seed: int, fl: FLConfig, hp: Hparams, execution: Execution,
+               hw: str | None = None, system: str | None = None) -> dict[str, Any]:
+    """The point of one run (module doc): every setting that decides its result."""
+    return {"model": model, "method": parse_method(method).name, "seed": seed,
+            "fl": {k: v for k, v in asdict(fl).items() if k not in ("model", "seed")}, "hparams": asdict(hp),
+            "execution": asdict(execution), "hw": hw, "system": system}
+
+
+def labels_of(method: MethodConfig) -> tuple[str, ...]:
+    """The method labels a run of ``method`` gives: its training method, and itself when it calibrates."""
+    training = MethodConfig(method.algorithm, method.spherefed).name
+    return (training, method.name) if method.calibration else (training,)
+
+
+def machine_info() -> dict[str, Any]:
+    """Where a run ran: host, CPU model, cores, torch version and threads."""
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"host": socket.gethostname(), "cpu": cpu, "cpu_count": os.cpu_count(), "torch": torch.__version__,
+            "torch_threads": torch.get_num_threads(), "python": platform.python_version()}
+
+
+def curve_rows(method: MethodConfig, history: Sequence[Mapping], rows: Sequence[Mapping],
+               val_after_calibration: float | None) -> list[dict[str, Any]]:
+    """``curve.csv`` rows of one run: the loop's history (lr, loss, test and validation accuracy per
+    round) joined with its priced rounds (``rounds.csv`` rows), for every label of the run."""
+    by_round = {h["round"]: h for h in history}
+    out = []
+    for label in labels_of(method):
+        for row in rows:
+            if row["stage"] == "calibration" and label != method.name:
+                continue  # the training method's curve ends before the calibration
+            h = by_round.get(row["round"], {})
+            calibration = row["stage"] == "calibration"
+            out.append({"method": label, "round": row["round"], "stage": row["stage"],
+                        "lr": None if calibration else h.get("lr"), "mean_loss": None if calibration else h.get("mean_loss"),
+                        "accuracy": row["accuracy"],
+                        "val_accuracy": val_after_calibration if calibration else h.get("val_accuracy"),
+                        **{k: row[k] for k in ("cum_wall_s", "cum_device_s", "cum_energy_j", "cum_bytes")}})
+    return out
+
+
+def write_run(out_dir: Path, curve: Sequence[Mapping[str, Any]], info: Mapping[str, Any]) -> dict[str, float]:
+    """``curve.csv`` and ``run.json`` into ``out_dir``; returns the point's metrics (the last
+    evaluated test and validation accuracy of every label). Also what a test's stand-in runner calls."""
+    lines = [list(CURVE_COLUMNS)] + [["" if row[c] is None else row[c] for c in CURVE_COLUMNS] for row in curve]
+    import io
+
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows(lines)
+    atomic_write_text(Path(out_dir) / CURVE_CSV, buf.getvalue())
+    atomic_write_text(Path(out_dir) / RUN_JSON, json.dumps(dict(info), indent=1, sort_keys=True, default=str) + "\n")
+    metrics: dict[str, float] = {}
+    for row in curve:
+        if row["accuracy"] is not None:
+            metrics[f"{row['method']}.accuracy"] = float(row["accuracy"])
+        if row["val_accuracy"] is not None:
+            metrics[f"{row['method']}.val_accuracy"] = float(row["val_accuracy"])
+    return metrics
+
+
+def _validate(point: Mapping[str, Any]) -> None:
+    spec = parse_point(point)
+    if spec.fl.dataset != "digits":
+        return  # data folders are not part of a study (yet): the digits ship with scikit-learn
+    from workloads.models import MODELS
+
+    if spec.model not in MODELS and ":" not in spec.model:
+        raise ValueError(f"model {spec.model!r} is not known; give one of {', '.join(sorted(MODELS))}")
+
+
+@grid_runner("bench.study", validate=_validate)
+def run_point(point: Mapping[str, Any], out_dir: Path) -> dict[str, float]:
+    """One run of an accuracy study (module doc)."""
+    from accel_sim.hardware import HardwareConfig, load_hardware_config
+    from bench.fl import pipeline
+    from bench.fl.jobs import Job, run_job
+    from workloads.cost.rounds import client_devices
+    from workloads.cost.system import DEFAULT_SYSTEM_PATH, load_system_model
+    from workloads.fl.presets import Preset
+
+    p = parse_point(point)
+    hw = load_hardware_config(p.hw) if p.hw else HardwareConfig()
+    system = load_system_model(p.system or DEFAULT_SYSTEM_PATH)
+    preset = Preset("study", p.fl, (p.method.name,), p.hp, {}, {})
+    run = pipeline.FLRun(preset, (p.method,), {p.method.name: p.hp}, None, None, hw, system,
+                         client_devices(system, hw, p.fl.num_clients, seed=p.fl.seed), p.execution)
+    data = pipeline.load(run)
+    outcome = run_job(Job(p.method.name, p.hp), data.inputs)
+    result = outcome.result
+    curve = curve_rows(p.method, result.history, outcome.rows, result.val_accuracy if p.method.calibration else None)
+    info = {"wall_s": outcome.wall_s, "pricing_wall_s": outcome.pricing_wall_s, "machine": machine_info(),
+            "execution": p.execution.describe(), "train_samples": len(data.inputs.train),
+            "val_samples": 0 if data.inputs.val is None else len(data.inputs.val),
+            "test_samples": len(data.inputs.test), "partition_sizes": [len(x) for x in data.inputs.parts]}
+    return write_run(out_dir, curve, info)

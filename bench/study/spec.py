@@ -1,0 +1,348 @@
+"""A study file: what an accuracy study trains, how it tunes, and what it reports (docs/study.md).
+
+A study file (TOML) declares, before anything runs::
+
+    name = "reference"                    # names the results folder: results/study-<name>
+    preset = "quick"                      # the federated setting's other values: data, clients, batch, ...
+    models = ["convnet", "mobilenetv2"]
+    methods = ["fedavg", "spherefed", "fedavg+ccvr", "spherefed+ffc"]
+    base = "fedavg"                       # paired differences are taken against it
+    iid = true                            # data settings: IID and / or Dirichlet alphas
+    alphas = [0.5, 0.1]
+    rounds = 20
+    local_epochs = 2                      # optional: else the preset's
+    holdout_fraction = 0.15               # validation hold-out (SphereFed Sec. 5.1: 15 %)
+    seeds = [0, 1, 2]                     # evaluation seeds (paired: same partition and initial weights)
+    tuning_seeds = [100]                  # seeds the search runs on (validation accuracy only)
+
+    [search.fedavg]                       # one table per training method: candidate values of Hparams fields
+    lr = [0.025, 0.05, 0.1]
+    [search.spherefed]
+    lr = [0.25, 0.5, 1.0]
+
+    [tuning]
+    last_rounds = 3                       # score: mean validation accuracy of the last 3 rounds
+    [convergence]
+    last_rounds = 3                       # plateau rule: windows of 3 rounds ...
+    tolerance_pct = 1.0                   # ... whose means differ by less than 1 point
+    [targets]
+    accuracy_pct = [90.0]                 # absolute time-to-accuracy targets, declared before the run
+    base_validation_fraction = 0.95       # and / or: 95 % of the base method's best mean validation accuracy
+
+A calibrated method (``fedavg+ccvr``) is its training method's run calibrated after the last
+round: it reuses that run (no extra training) and takes that method's tuned hyper-parameters. Every
+key and value is checked when the file is read, with one line naming the file, key and fix, before
+any folder exists.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+from iokit import checks
+from iokit.toml import read_toml
+from workloads.fl.hparams import FLConfig, Hparams
+from workloads.fl.methods import MethodConfig, parse_method
+from workloads.fl.presets import Preset, load_preset
+
+STUDY_DIR = Path(__file__).resolve().parents[2] / "configs" / "studies"
+KEYS = ("name", "preset", "models", "methods", "base", "iid", "alphas", "rounds", "local_epochs",
+        "holdout_fraction", "seeds", "tuning_seeds", "device", "hw", "system", "search", "tuning", "convergence",
+        "targets")
+REQUIRED = ("name", "preset", "models", "methods", "base", "rounds", "seeds", "tuning_seeds", "search")
+SAFE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")
+SEARCH_KEYS = tuple(f.name for f in fields(Hparams))
+DEFAULT_HOLDOUT_FRACTION = 0.15  # SphereFed Sec. 5.1: "we use 15 % of training data for validation"
+
+
+class StudyError(ValueError):
+    """A study file that cannot be run; the message names the file, the key and the fix."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One data setting: IID, or a Dirichlet partition with concentration ``alpha``."""
+
+    partition: str  # "iid" or "dirichlet"
+    alpha: float | None = None
+
+    @property
+    def label(self) -> str:
+        return "iid" if self.partition == "iid" else f"alpha={self.alpha:g}"
+
+    @property
+    def title(self) -> str:
+        """Tab. 2's column header."""
+        return "IID" if self.partition == "iid" else f"α={self.alpha:g}"
+
+
+@dataclass(frozen=True)
+class Plateau:
+    """The plateau rule (``bench.study.curves.plateau``): windows of ``last_rounds`` rounds."""
+
+    last_rounds: int = 3
+    tolerance_pct: float = 1.0
+
+
+@dataclass(frozen=True)
+class Targets:
+    """Time-to-accuracy targets, fixed before any compared method's result is known."""
+
+    accuracy_pct: tuple[float, ...] = ()
+    base_validation_fraction: float | None = None  # of the base method's best mean validation accuracy
+
+
+@dataclass(frozen=True)
+class Study:
+    """A study file, checked (module doc)."""
+
+    name: str
+    preset: Preset
+    models: tuple[str, ...]
+    methods: tuple[str, ...]  # canonical method names, file order
+    base: str  # canonical
+    settings: tuple[Setting, ...]
+    rounds: int
+    local_epochs: int | None
+    holdout_fraction: float
+    seeds: tuple[int, ...]
+    tuning_seeds: tuple[int, ...]
+    search: Mapping[str, Mapping[str, tuple]]  # training method -> Hparams field -> candidate values
+    tuning_last_rounds: int
+    plateau: Plateau
+    targets: Targets
+    device: str = "auto"
+    hw: str | None = None
+    system: str | None = None
+    source: str = "<study>"
+
+    @property
+    def training_methods(self) -> tuple[str, ...]:
+        """The methods that train (a calibrated method's training method), in file order."""
+        return tuple(dict.fromkeys(training_method(m) for m in self.methods))
+
+    def job(self, training: str) -> str:
+        """The run that gives ``training``'s accuracy and its calibrated method's, if the study has one."""
+        calibrated = [m for m in self.methods if training_method(m) == training and parse_method(m).calibration]
+        return calibrated[0] if calibrated else training
+
+    def labels(self, training: str) -> tuple[str, ...]:
+        """The study's methods that the run of ``training`` gives (itself, its calibration)."""
+        return tuple(m for m in self.methods if training_method(m) == training)
+
+    def trials(self, training: str) -> list[dict[str, Any]]:
+        """Every combination of ``training``'s search values, in file order (keys, then values)."""
+        space = self.search[training]
+        return [dict(zip(space, values)) for values in itertools.product(*space.values())]
+
+    def hparams(self, method: str, trial: Mapping[str, Any]) -> Hparams:
+        """The preset's hyper-parameters of ``method`` with the study's local epochs and ``trial``."""
+        hp = self.preset.hparams(parse_method(method))
+        if self.local_epochs is not None:
+            hp = replace(hp, local_epochs=self.local_epochs)
+        return replace(hp, **dict(trial))
+
+    def fl(self, model: str, setting: Setting, seed: int) -> FLConfig:
+        """The federated setting of one run: the preset's, with the study's model, data setting,
+        rounds, hold-out and seed, evaluated after every round."""
+        alpha = setting.alpha if setting.partition == "dirichlet" else FLConfig.alpha
+        return replace(self.preset.fl, model=model, partition=setting.partition, alpha=alpha, rounds=self.rounds,
+                       holdout_fraction=self.holdout_fraction, seed=seed, eval_every=1)
+
+    def describe(self) -> dict[str, Any]:
+        """The resolved study, as recorded in summary.json."""
+        return {"name": self.name, "source": self.source, "preset": self.preset.name, "models": list(self.models),
+                "methods": list(self.methods), "base": self.base, "settings": [s.label for s in self.settings],
+                "rounds": self.rounds, "local_epochs": self.local_epochs, "holdout_fraction": self.holdout_fraction,
+                "seeds": list(self.seeds), "tuning_seeds": list(self.tuning_seeds),
+                "search": {m: {k: list(v) for k, v in s.items()} for m, s in self.search.items()},
+                "tuning": {"rule": "best mean validation accuracy over the last rounds, averaged over the tuning "
+                                   "seeds; ties: the first in the file", "last_rounds": self.tuning_last_rounds},
+                "convergence": asdict(self.plateau),
+                "targets": {"accuracy_pct": list(self.targets.accuracy_pct),
+                            "base_validation_fraction": self.targets.base_validation_fraction},
+                "device": self.device, "hw": self.hw, "system": self.system}
+
+
+def training_method(method: str) -> str:
+    """``method`` without its calibration (canonical): the method whose run it reuses."""
+    return replace(parse_method(method), calibration=None).name
+
+
+def study_path(study: str) -> Path:
+    return Path(study) if study.endswith(".toml") else STUDY_DIR / f"{study}.toml"
+
+
+def load_study(study: str | Path) -> Study:
+    """A study by name (under configs/studies/) or .toml path, checked; StudyError naming the key."""
+    path = study_path(str(study))
+    return parse_study(read_toml(path, StudyError, "study"), str(path))
+
+
+def _method(name: Any, *, key: str) -> MethodConfig:
+    if not isinstance(name, str):
+        raise StudyError(f"{key} = {name!r}: give a method name such as \"fedavg\" or \"spherefed+ffc\"")
+    try:
+        return parse_method(name)
+    except ValueError as err:
+        raise StudyError(f"{key}: {err}") from None
+
+
+def _list(doc: Mapping, key: str, where: str, kind: type, *, low=None, high=None) -> list:
+    value = doc[key]
+    if not isinstance(value, list) or not value:
+        raise StudyError(f"{where}: {key} = {value!r} must be a non-empty list")
+    for v in value:
+        if kind is int:
+            checks.integer_in(v, low, high, name=key, error=StudyError)
+        elif kind is float:
+            checks.number_in(v, low, high, name=key, error=StudyError, low_open=True)
+        elif not isinstance(v, str):
+            raise StudyError(f"{where}: {key} = {value!r} must be a list of strings")
+    return checks.distinct(value, name=f"{where}: {key}", error=StudyError)
+
+
+def parse_study(doc: Mapping[str, Any], source: str = "<study>") -> Study:
+    """A study file's table, checked (module doc); StudyError naming ``source``, the key and the fix."""
+    where = source
+    checks.unknown_keys(doc, KEYS, where=where, error=StudyError)
+    missing = [k for k in REQUIRED if k not in doc]
+    if missing:
+        raise StudyError(f"{where}: missing key {missing[0]!r} (configs/studies/digits.toml shows every key)")
+    name = doc["name"]
+    if not isinstance(name, str) or not SAFE_NAME.fullmatch(name):
+        raise StudyError(f"{where}: name = {name!r} must be a file-name-safe word (letters, digits, '.', '_', '-'): "
+                         "it names the results folder results/study-<name>")
+    if not isinstance(doc["preset"], str):
+        raise StudyError(f"{where}: preset = {doc['preset']!r}: give a preset name (configs/presets/) or a .toml path")
+    try:
+        preset = load_preset(doc["preset"])
+    except ValueError as err:
+        raise StudyError(f"{where}: preset: {err}") from None
+    models = _list(doc, "models", where, str)
+    from workloads.models import MODELS
+
+    for model in models:
+        if model not in MODELS and ":" not in model:
+            raise StudyError(f"{where}: models: {model!r} is not a model; give one of {', '.join(sorted(MODELS))} "
+                             "or package.module:factory (docs/byom.md)")
+    methods = [_method(m, key=f"{where}: methods").name for m in _list(doc, "methods", where, str)]
+    checks.distinct(methods, name=f"{where}: methods (as canonical names)", error=StudyError)
+    base = _method(doc["base"], key=f"{where}: base").name
+    if base not in methods:
+        raise StudyError(f"{where}: base = {doc['base']!r} is not one of the methods {methods}; name the method the "
+                         "others are compared with")
+    by_training: dict[str, list[str]] = {}
+    for m in methods:
+        if parse_method(m).calibration:
+            by_training.setdefault(training_method(m), []).append(m)
+    for training, calibrated in by_training.items():
+        if len(calibrated) > 1:
+            raise StudyError(f"{where}: methods {calibrated} calibrate the same run of {training}; a study calibrates "
+                             "each training method once: give one of them (or a second study)")
+    settings = [Setting("iid")] if doc.get("iid", False) else []
+    if not isinstance(doc.get("iid", False), bool):
+        raise StudyError(f"{where}: iid = {doc['iid']!r} must be true or false")
+    if "alphas" in doc:
+        settings += [Setting("dirichlet", float(a)) for a in _list(doc, "alphas", where, float, low=0.0, high=1e6)]
+    if not settings:
+        raise StudyError(f"{where}: no data setting: give iid = true and / or alphas = [0.5, 0.1]")
+    rounds = checks.integer_in(doc["rounds"], 1, checks.ROUNDS_MAX, name="rounds", error=StudyError)
+    local_epochs = doc.get("local_epochs")
+    if local_epochs is not None:
+        checks.integer_in(local_epochs, 1, 10_000, name="local_epochs", error=StudyError)
+    holdout = doc.get("holdout_fraction", DEFAULT_HOLDOUT_FRACTION)
+    checks.number_in(holdout, 0.0, 0.95, name="holdout_fraction", error=StudyError, low_open=True)
+    seeds = _list(doc, "seeds", where, int, low=0, high=checks.SEED_MAX)
+    if len(seeds) < 2:
+        raise StudyError(f"{where}: seeds = {seeds}: give at least 2 evaluation seeds (3 or more for a "
+                         "confidence interval worth the name)")
+    tuning_seeds = _list(doc, "tuning_seeds", where, int, low=0, high=checks.SEED_MAX)
+    search = _search(doc["search"], methods, where)
+    tuning = _table(doc, "tuning", ("last_rounds",), where)
+    tuning_last = checks.integer_in(tuning.get("last_rounds", 3), 1, rounds, name="[tuning] last_rounds",
+                                    error=StudyError)
+    conv = _table(doc, "convergence", ("last_rounds", "tolerance_pct"), where)
+    plateau = Plateau(checks.integer_in(conv.get("last_rounds", 3), 1, checks.ROUNDS_MAX,
+                                        name="[convergence] last_rounds", error=StudyError),
+                      float(checks.number_in(conv.get("tolerance_pct", 1.0), 0.0, 100.0,
+                                             name="[convergence] tolerance_pct", error=StudyError, low_open=True)))
+    if 2 * plateau.last_rounds > rounds:
+        raise StudyError(f"{where}: [convergence] last_rounds = {plateau.last_rounds} needs at least "
+                         f"{2 * plateau.last_rounds} rounds (two windows); rounds = {rounds}")
+    targets = _targets(_table(doc, "targets", ("accuracy_pct", "base_validation_fraction"), where), where)
+    device = doc.get("device", "auto")
+    if not isinstance(device, str):
+        raise StudyError(f"{where}: device = {device!r}: give auto, cpu, cuda or cuda:N")
+    for key in ("hw", "system"):
+        if key in doc and (not isinstance(doc[key], str) or not Path(doc[key]).is_file()):
+            raise StudyError(f"{where}: {key} = {doc[key]!r} is not a TOML file; give its path or leave {key} out")
+    study = Study(name, preset, tuple(models), tuple(methods), base, tuple(settings), rounds, local_epochs,
+                  float(holdout), tuple(seeds), tuple(tuning_seeds), search, tuning_last, plateau, targets, device,
+                  doc.get("hw"), doc.get("system"), source)
+    for training in study.training_methods:  # every trial's hyper-parameters are valid Hparams
+        for trial in study.trials(training):
+            for m in study.labels(training):
+                try:
+                    study.hparams(m, trial)
+                except ValueError as err:
+                    raise StudyError(f"{where}: [search.{training}] {trial}: {err}") from None
+    return study
+
+
+def _table(doc: Mapping, key: str, known: tuple[str, ...], where: str) -> Mapping[str, Any]:
+    table = doc.get(key, {})
+    if not isinstance(table, dict):
+        raise StudyError(f"{where}: {key} must be a table ([{key}])")
+    checks.unknown_keys(table, known, where=f"{where} [{key}]", error=StudyError)
+    return table
+
+
+def _search(table: Any, methods: list[str], where: str) -> dict[str, dict[str, tuple]]:
+    """[search.<method>] tables: one per training method, each an Hparams field -> candidate list."""
+    if not isinstance(table, dict):
+        raise StudyError(f"{where}: search must be tables [search.<method>] with lr = [...]")
+    trainings = list(dict.fromkeys(training_method(m) for m in methods))
+    search: dict[str, dict[str, tuple]] = {}
+    for key, space in table.items():
+        method = _method(key, key=f"{where}: [search.{key}]")
+        if method.calibration or method.name not in trainings:
+            raise StudyError(f"{where}: [search.{key}] names no training method of the study; give one table per "
+                             f"training method: {', '.join(trainings)} (a calibrated method takes its training "
+                             "method's values)")
+        if method.name in search:
+            raise StudyError(f"{where}: [search.{key}] repeats the search of {method.name}")
+        if not isinstance(space, dict) or "lr" not in space:
+            raise StudyError(f"{where}: [search.{key}] must search at least lr, e.g. lr = [0.025, 0.05, 0.1]")
+        checks.unknown_keys(space, SEARCH_KEYS, where=f"{where} [search.{key}]", error=StudyError)
+        for field, values in space.items():
+            if not isinstance(values, list) or not values:
+                raise StudyError(f"{where}: [search.{key}] {field} = {values!r} must be a non-empty list of values")
+            checks.distinct(values, name=f"{where}: [search.{key}] {field}", error=StudyError)
+        search[method.name] = {field: tuple(values) for field, values in space.items()}
+    missing = [t for t in trainings if t not in search]
+    if missing:
+        raise StudyError(f"{where}: no [search.{missing[0]}] table: every training method needs one, at least "
+                         "lr = [...] (a single value tunes nothing)")
+    return {t: search[t] for t in trainings}
+
+
+def _targets(table: Mapping[str, Any], where: str) -> Targets:
+    pct = table.get("accuracy_pct", [])
+    if not isinstance(pct, list):
+        raise StudyError(f"{where}: [targets] accuracy_pct = {pct!r} must be a list of percentages, e.g. [90.0]")
+    for v in pct:
+        checks.number_in(v, 0.0, 100.0, name="[targets] accuracy_pct", error=StudyError, low_open=True)
+    checks.distinct(pct, name=f"{where}: [targets] accuracy_pct", error=StudyError)
+    fraction = table.get("base_validation_fraction")
+    if fraction is not None:
+        checks.number_in(fraction, 0.0, 1.0, name="[targets] base_validation_fraction", error=StudyError,
+                         low_open=True)
+    if not pct and fraction is None:
+        raise StudyError(f"{where}: [targets] declares no target: give accuracy_pct = [90.0] and / or "
+                         "base_validation_fraction = 0.95")
+    return Targets(tuple(float(v) for v in pct), None if fraction is None else float(fraction))

@@ -1,0 +1,44 @@
+"""Stand-in runners for the accuracy-study tests: they write what ``bench.study.runner.run_point``
+writes (``curve.csv``, ``run.json``) from a formula instead of training, in milliseconds.
+
+``opposite``: the validation and test accuracies rank the learning rates oppositely. Final
+validation accuracy 0.5 + lr (higher rate, better validation), final test accuracy 0.9 - lr
+(higher rate, worse test); both ramp linearly from 0.1 at round 1, plus 0.001 x seed so that seeds
+differ. A calibrated method's calibration adds 0.01 to both. Round t costs 10 s of wall time,
+1 s of device time, 2 J and 1,000 bytes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.grid.runners import grid_runner
+from bench.study.runner import labels_of, write_run
+from workloads.fl.methods import parse_method
+
+
+def opposite_accuracy(lr: float, seed: int, t: int, rounds: int) -> tuple[float, float]:
+    """(validation, test) accuracy of round ``t`` (module doc)."""
+    ramp = t / rounds
+    return (0.1 + (0.4 + lr + 0.001 * seed) * ramp,
+            0.1 + (0.8 - lr + 0.001 * seed) * ramp)
+
+
+@grid_runner("tests.study_opposite")
+def opposite(point: dict, out_dir: Path) -> dict:
+    method = parse_method(point["method"])
+    lr, seed, rounds = point["hparams"]["lr"], point["seed"], point["fl"]["rounds"]
+    curve = []
+    for label in labels_of(method):
+        for t in range(1, rounds + 1):
+            val, test = opposite_accuracy(lr, seed, t, rounds)
+            curve.append({"method": label, "round": t, "stage": "train", "lr": lr, "mean_loss": 1.0 / t,
+                          "accuracy": test, "val_accuracy": val, "cum_wall_s": 10.0 * t, "cum_device_s": 1.0 * t,
+                          "cum_energy_j": 2.0 * t, "cum_bytes": 1000.0 * t})
+        if label == method.name and method.calibration:
+            val, test = opposite_accuracy(lr, seed, rounds, rounds)
+            curve.append({"method": label, "round": rounds + 1, "stage": "calibration", "lr": None, "mean_loss": None,
+                          "accuracy": test + 0.01, "val_accuracy": val + 0.01, "cum_wall_s": 10.0 * rounds + 5,
+                          "cum_device_s": 1.0 * rounds + 0.5, "cum_energy_j": 2.0 * rounds + 1,
+                          "cum_bytes": 1000.0 * rounds + 500})
+    return write_run(out_dir, curve, {"machine": {"host": "stand-in", "cpu": "none"}, "wall_s": 0.0})
