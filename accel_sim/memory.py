@@ -46,6 +46,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from accel_sim.dataflows import Dataflow, dataflow_named
 from accel_sim.systolic import fold_counts, fold_cycles, map_gemm
 
 
@@ -54,8 +55,8 @@ class FoldSchedule:
     """One GEMM (or a sequence of GEMMs run back to back) as per-fold compute and traffic."""
 
     compute_cycles: np.ndarray  # per fold
-    load_bytes: np.ndarray  # per fold, DRAM -> chip (float: a block-diagonal B moves fractions)
-    store_bytes: np.ndarray  # per fold, chip -> DRAM
+    dram_read_bytes: np.ndarray  # per fold, DRAM -> chip (float: a block-diagonal B moves fractions)
+    dram_write_bytes: np.ndarray  # per fold, chip -> DRAM
     sram_a_read_bytes: np.ndarray  # per fold, A read by the array from its buffer
     sram_b_read_bytes: np.ndarray  # per fold, B read by the array from its buffer
     sram_psum_read_bytes: np.ndarray  # per fold, partial sums read back from the output buffer (WS / IS)
@@ -102,10 +103,11 @@ def gemm_fold_schedule(
     if m == 0 or n == 0 or k == 0:
         empty = np.zeros(0, dtype=np.int64)
         return FoldSchedule(*[empty] * len(fields(FoldSchedule)))
+    flow = dataflow_named(dataflow)
     folds = _Folds.of(m, n, k, rows=rows, cols=cols, dataflow=dataflow)
     buffers = _Buffers(a_buffer_bytes // 2, b_buffer_bytes // 2, out_buffer_bytes // 2)
-    family = output_stationary_traffic if dataflow == "os" else stationary_operand_traffic
-    loads, stores, sram = family(folds, buffers, m=m, k=k, dataflow=dataflow, word_bytes=word_bytes,
+    family = stationary_operand_traffic if flow.partial_sums_span_row_folds else output_stationary_traffic
+    loads, stores, sram = family(folds, buffers, m=m, k=k, flow=flow, word_bytes=word_bytes,
                                  b_bytes=word_bytes * b_density)
     compute = np.full(folds.fr.shape, fold_cycles(folds.t, rows=rows, cols=cols, dataflow=dataflow), dtype=np.int64)
     return FoldSchedule(compute, *(np.asarray(x, dtype=np.float64) for x in (loads, stores, *sram)))
@@ -145,7 +147,7 @@ class _Buffers:
     out_half: int
 
 
-def output_stationary_traffic(f: _Folds, buf: _Buffers, *, m: int, k: int, dataflow: str, word_bytes: int,
+def output_stationary_traffic(f: _Folds, buf: _Buffers, *, m: int, k: int, flow: Dataflow, word_bytes: int,
                               b_bytes: float):
     """OS: per-fold DRAM loads and stores and on-chip (A, B, partial-sum, output) bytes; outputs
     complete inside the fold (module docstring). ``b_bytes``: bytes per dense word of B."""
@@ -157,14 +159,14 @@ def output_stationary_traffic(f: _Folds, buf: _Buffers, *, m: int, k: int, dataf
     return loads, stores, (r * t * word_bytes, c * t * b_bytes, 0 * r, stores)
 
 
-def stationary_operand_traffic(f: _Folds, buf: _Buffers, *, m: int, k: int, dataflow: str, word_bytes: int,
+def stationary_operand_traffic(f: _Folds, buf: _Buffers, *, m: int, k: int, flow: Dataflow, word_bytes: int,
                                b_bytes: float):
     """WS (B stationary, A^T streamed) and IS (A^T stationary, B streamed): per-fold DRAM loads and
     stores and on-chip bytes; partial sums accumulate over the row folds, kept on chip when
     ``cols x T`` words fit the output buffer's active half, else spilled (module docstring)."""
     r, c, t = f.r, f.c, f.t
     stationary_bytes, streamed_bytes, streamed_half = (
-        (b_bytes, word_bytes, buf.a_half) if dataflow == "ws" else (word_bytes, b_bytes, buf.b_half)
+        (b_bytes, word_bytes, buf.a_half) if flow.stationary == "b" else (word_bytes, b_bytes, buf.b_half)
     )
     streamed = r * t if f.s_r * t * streamed_bytes > streamed_half else r * t * (f.fc == 0)
     psum = c * t
@@ -174,7 +176,7 @@ def stationary_operand_traffic(f: _Folds, buf: _Buffers, *, m: int, k: int, data
         stores, reads = psum, psum * (f.fr > 0)
     loads = r * c * stationary_bytes + streamed * streamed_bytes + reads * word_bytes
     stationary_sram, streamed_sram = r * c * stationary_bytes, r * t * streamed_bytes
-    a_sram, b_sram = (streamed_sram, stationary_sram) if dataflow == "ws" else (stationary_sram, streamed_sram)
+    a_sram, b_sram = (streamed_sram, stationary_sram) if flow.stationary == "b" else (stationary_sram, streamed_sram)
     return loads, stores * word_bytes, (a_sram, b_sram, psum * (f.fr > 0) * word_bytes, psum * word_bytes)
 
 
@@ -183,8 +185,8 @@ class Timing:
     compute_cycles: int
     stall_cycles: int
     total_cycles: int
-    read_bytes: int
-    write_bytes: int
+    dram_read_bytes: int
+    dram_write_bytes: int
 
 
 def pipelined_cycles(schedule: FoldSchedule, *, bytes_per_cycle: float, latency_cycles: int) -> Timing:
@@ -194,7 +196,7 @@ def pipelined_cycles(schedule: FoldSchedule, *, bytes_per_cycle: float, latency_
     compute = schedule.compute_cycles
     if compute.size == 0:
         return Timing(0, 0, 0, 0, 0)
-    loads, stores = schedule.load_bytes, schedule.store_bytes
+    loads, stores = schedule.dram_read_bytes, schedule.dram_write_bytes
     overlapped = np.zeros_like(loads)
     overlapped[:-1] += loads[1:]
     overlapped[1:] += stores[:-1]
@@ -206,18 +208,18 @@ def pipelined_cycles(schedule: FoldSchedule, *, bytes_per_cycle: float, latency_
         compute_cycles=compute_total,
         stall_cycles=total_cycles - compute_total,
         total_cycles=total_cycles,
-        read_bytes=round(float(schedule.load_bytes.sum())),
-        write_bytes=round(float(schedule.store_bytes.sum())),
+        dram_read_bytes=round(float(schedule.dram_read_bytes.sum())),
+        dram_write_bytes=round(float(schedule.dram_write_bytes.sum())),
     )
 
 
-def streaming_cycles(compute_cycles: int, read_bytes: int, write_bytes: int, *, bytes_per_cycle: float,
+def streaming_cycles(compute_cycles: int, dram_read_bytes: int, dram_write_bytes: int, *, bytes_per_cycle: float,
                      latency_cycles: int) -> Timing:
     """An op that streams its operands from DRAM and its results back while it computes (vector
     work on the special unit, linear algebra): ``latency + max(compute, (read + write)/bw)``;
     no latency for an op that moves nothing."""
-    moved = read_bytes + write_bytes
+    moved = dram_read_bytes + dram_write_bytes
     transfer = moved / bytes_per_cycle
     total = (latency_cycles if moved else 0) + max(compute_cycles, transfer)
     total_cycles = max(compute_cycles, math.ceil(total - 1e-9))
-    return Timing(compute_cycles, total_cycles - compute_cycles, total_cycles, read_bytes, write_bytes)
+    return Timing(compute_cycles, total_cycles - compute_cycles, total_cycles, dram_read_bytes, dram_write_bytes)

@@ -2,7 +2,7 @@
 unit, linear algebra, and nothing for metadata ops.
 
 * GEMM (``GemmWork``): priced with its role's dataflow (``HardwareConfig.dataflow(role)``), fold
-  by fold with ``accel_sim.memory``; under ``memory_model = "scalesim"`` its DRAM bytes, stall and
+  by fold with ``accel_sim.memory``; under ``memory_model = "scalesim_v3"`` its DRAM bytes, stall and
   total cycles come from ``accel_sim.memory_scalesim`` (each group / packed GEMM on its own, as
   SCALE-Sim runs one layer per GEMM), its on-chip buffer bytes from the same fold schedule (the
   array's SRAM requests agree with SCALE-Sim's under both models, ``docs/scalesim.md``). ``groups > 1`` (grouped / depthwise convolution) follows
@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from accel_sim.dataflows import dataflow_named
 from accel_sim.hardware import HardwareConfig
 from accel_sim.memory import FoldSchedule, Timing, gemm_fold_schedule, pipelined_cycles, streaming_cycles
 from accel_sim.memory_scalesim import gemm_memory_scalesim
@@ -50,14 +51,8 @@ _FREE = Timing(0, 0, 0, 0, 0)
 def packing_factor(n: int, k: int, groups: int, *, rows: int, cols: int, dataflow: str) -> int:
     """Groups per packed GEMM under the ``block_diagonal`` mapping: the most groups whose packed
     spatial dimensions fit one fold (WS: ``pk <= rows`` and ``pn <= cols``; IS: ``pk <= rows``;
-    OS: ``pn <= cols``), at least 1 and at most ``groups``."""
-    if dataflow == "ws":
-        p = min(rows // k, cols // n)
-    elif dataflow == "is":
-        p = rows // k
-    else:
-        p = cols // n
-    return max(1, min(p, groups))
+    OS: ``pn <= cols``), at least 1 and at most ``groups`` (``Dataflow.packing_factor``)."""
+    return dataflow_named(dataflow).packing_factor(n, k, groups, rows=rows, cols=cols)
 
 
 def gemm_parts(work: GemmWork, hw: HardwareConfig, dataflow: str) -> list[tuple[int, int, int, int, int]]:
@@ -155,7 +150,7 @@ def price_gemm(work: GemmWork, hw: HardwareConfig) -> WorkCost:
     check_gemm_fits(work, hw)
     dataflow = hw.dataflow(work.role)
     schedule = gemm_schedule(work, hw, dataflow)
-    if hw.memory_model == "scalesim":
+    if hw.memory_model == "scalesim_v3":
         timing = scalesim_timing(work, hw, dataflow)
     else:
         timing = pipelined_cycles(schedule, bytes_per_cycle=hw.dram_bytes_per_cycle,
@@ -164,33 +159,34 @@ def price_gemm(work: GemmWork, hw: HardwareConfig) -> WorkCost:
     return WorkCost(timing, work.macs, dataflow, sram_read_bytes=sram_read, sram_write_bytes=sram_write)
 
 
-def price_vector(work: VectorWork, hw: HardwareConfig, read_bytes: int, write_bytes: int) -> WorkCost:
+def price_vector(work: VectorWork, hw: HardwareConfig, dram_read_bytes: int, dram_write_bytes: int) -> WorkCost:
     compute = math.ceil(work.elements / hw.special_unit.elements_per_cycle(work.op))
     timing = streaming_cycles(
-        compute, read_bytes, write_bytes, bytes_per_cycle=hw.dram_bytes_per_cycle, latency_cycles=hw.dram_latency_cycles
+        compute, dram_read_bytes, dram_write_bytes, bytes_per_cycle=hw.dram_bytes_per_cycle, latency_cycles=hw.dram_latency_cycles
     )
     # the unit reads its inputs from the on-chip buffer and writes its outputs there once
-    return WorkCost(timing, 0, sram_read_bytes=read_bytes, sram_write_bytes=write_bytes,
+    return WorkCost(timing, 0, sram_read_bytes=dram_read_bytes, sram_write_bytes=dram_write_bytes,
                     special_unit_elements=work.elements)
 
 
-def price_linalg(work: LinalgWork, hw: HardwareConfig, read_bytes: int, write_bytes: int) -> WorkCost:
+def price_linalg(work: LinalgWork, hw: HardwareConfig, dram_read_bytes: int, dram_write_bytes: int) -> WorkCost:
     compute = math.ceil(work.macs / (hw.macs_per_cycle * hw.linalg_efficiency))
     timing = streaming_cycles(
-        compute, read_bytes, write_bytes, bytes_per_cycle=hw.dram_bytes_per_cycle, latency_cycles=hw.dram_latency_cycles
+        compute, dram_read_bytes, dram_write_bytes, bytes_per_cycle=hw.dram_bytes_per_cycle, latency_cycles=hw.dram_latency_cycles
     )
-    return WorkCost(timing, work.macs, sram_read_bytes=read_bytes, sram_write_bytes=write_bytes)
+    return WorkCost(timing, work.macs, sram_read_bytes=dram_read_bytes, sram_write_bytes=dram_write_bytes)
 
 
-def price_work(work: Work, hw: HardwareConfig, read_bytes: int = 0, write_bytes: int = 0) -> WorkCost:
-    """The cost of one op's work. ``read_bytes`` / ``write_bytes`` are the op's input / output
-    tensor bytes (used by vector and linear-algebra work; GEMM traffic comes from the fold model)."""
+def price_work(work: Work, hw: HardwareConfig, dram_read_bytes: int = 0, dram_write_bytes: int = 0) -> WorkCost:
+    """The cost of one op's work. ``dram_read_bytes`` / ``dram_write_bytes`` are the op's input /
+    output tensor bytes, which vector and linear-algebra work stream from and to DRAM (GEMM
+    traffic comes from the fold model)."""
     if work.kind == "gemm":
         return price_gemm(work, hw)
     if work.kind == "vector":
-        return price_vector(work, hw, read_bytes, write_bytes)
+        return price_vector(work, hw, dram_read_bytes, dram_write_bytes)
     if work.kind == "linalg":
-        return price_linalg(work, hw, read_bytes, write_bytes)
+        return price_linalg(work, hw, dram_read_bytes, dram_write_bytes)
     if work.kind == "none":
         return WorkCost(_FREE, 0)
     return WorkCost(_FREE, 0, priced=False)
