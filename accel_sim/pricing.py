@@ -8,7 +8,7 @@ unit, linear algebra, and nothing for metadata ops.
   array's SRAM requests agree with SCALE-Sim's under both models, ``docs/scalesim.md``). ``groups > 1`` (grouped / depthwise convolution) follows
   ``HardwareConfig.grouped_mapping`` (``per_group`` or ``block_diagonal``, see
   ``accel_sim.hardware.GROUPED_MAPPINGS``); the groups run back to back in one pipeline. Packed
-  groups' block-diagonal B moves only its non-zero blocks (``b_density`` in ``accel_sim.memory``).
+  groups' block-diagonal B moves only its non-zero blocks (``packed_groups`` in ``accel_sim.memory``).
 * Vector (``VectorWork``): ``ceil(elements / special-unit throughput of its kind)`` cycles,
   streaming every input tensor from DRAM and every output tensor back (no fusion with the
   neighbouring op: each traced op is one pass over memory, as the trace lists it). The optimizer
@@ -119,7 +119,7 @@ def gemm_schedule(work: GemmWork, hw: HardwareConfig, dataflow: str) -> FoldSche
         return gemm_fold_schedule(
             m, n, k, rows=hw.rows, cols=hw.cols, dataflow=dataflow, word_bytes=hw.word_bytes,
             a_buffer_bytes=hw.a_buffer_bytes, b_buffer_bytes=hw.b_buffer_bytes, out_buffer_bytes=hw.out_buffer_bytes,
-            b_density=1 / packed_groups,
+            packed_groups=packed_groups,
         )
 
     parts = [one(m, n, k, p).repeat(times) for m, n, k, p, times in gemm_parts(work, hw, dataflow)]

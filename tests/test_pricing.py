@@ -27,7 +27,7 @@ def test_ws_single_fold():
     # loads: stationary B 4*4 = 16 words + streamed A^T 4*8 = 32 words = 48 words = 192 B;
     # stores: the 4 x 8 outputs = 32 words = 128 B.
     s = sched(8, 4, 4, "ws")
-    assert (s.compute_cycles.tolist(), s.dram_read_bytes.tolist(), s.dram_write_bytes.tolist()) == ([18], [192], [128])
+    assert (s.compute_cycles.tolist(), s.dram_read_units.tolist(), s.dram_write_units.tolist()) == ([18], [192], [128])
     # 16 B/cycle, latency 5: 5 + 192/16 (12) + max(18, 0) + 128/16 (8) = 43 -> stall 25
     t = pipelined_cycles(s, bytes_per_cycle=16, latency_cycles=5)
     assert (t.compute_cycles, t.stall_cycles, t.total_cycles, t.dram_read_bytes, t.dram_write_bytes) == (18, 25, 43, 192, 128)
@@ -37,13 +37,13 @@ def test_ws_partial_sums_on_chip_vs_spilled():
     # WS m=8, n=4, k=8: two row folds (K = 8 = 2 x 4) accumulate into the same 4 x 8 outputs.
     # On chip: loads 48 words per fold (192 B); only the last fold stores the 32 words (128 B).
     s = sched(8, 4, 8, "ws")
-    assert s.dram_read_bytes.tolist() == [192, 192] and s.dram_write_bytes.tolist() == [0, 128]
+    assert s.dram_read_units.tolist() == [192, 192] and s.dram_write_units.tolist() == [0, 128]
     # 5 + 12 + max(18, load_1 192/16 = 12) + max(18, store_0 0) + 128/16 = 5 + 12 + 18 + 18 + 8 = 61
     assert pipelined_cycles(s, bytes_per_cycle=16, latency_cycles=5).total_cycles == 61
     # Output buffer of 64 B (32 B active < 4 x 8 x 4 = 128 B): every fold stores its partial sums
     # and the second fold reads them back: loads [192, 192 + 128], stores [128, 128].
     s = sched(8, 4, 8, "ws", out=64)
-    assert s.dram_read_bytes.tolist() == [192, 320] and s.dram_write_bytes.tolist() == [128, 128]
+    assert s.dram_read_units.tolist() == [192, 320] and s.dram_write_units.tolist() == [128, 128]
     # 5 + 12 + max(18, 320/16 = 20) + max(18, 128/16 = 8) + 8 = 5 + 12 + 20 + 18 + 8 = 63
     t = pipelined_cycles(s, bytes_per_cycle=16, latency_cycles=5)
     assert (t.total_cycles, t.stall_cycles, t.dram_read_bytes, t.dram_write_bytes) == (63, 27, 512, 256)
@@ -54,13 +54,13 @@ def test_os_operand_reuse():
     # A fits its buffer: A blocks (4 x 3 = 12 words) only in column fold 0: [12, 12, 0, 0];
     # B blocks (3 x 4 = 12 words) once per column fold: [12, 0, 12, 0]; outputs 16 words per fold.
     s = sched(8, 8, 3, "os")
-    assert (s.dram_read_bytes // 4).tolist() == [24, 12, 12, 0]
-    assert (s.dram_write_bytes // 4).tolist() == [16] * 4
+    assert (s.dram_read_units // 4).tolist() == [24, 12, 12, 0]
+    assert (s.dram_write_units // 4).tolist() == [16] * 4
     # every element of A (24 words) and B (24 words) read exactly once
-    assert s.dram_read_bytes.sum() == (8 * 3 + 3 * 8) * 4
+    assert s.dram_read_units.sum() == (8 * 3 + 3 * 8) * 4
     # A buffer too small (A = 96 B > 32 B active): A re-read in every column fold
     s = sched(8, 8, 3, "os", a=64)
-    assert (s.dram_read_bytes // 4).tolist() == [24, 12, 24, 12]
+    assert (s.dram_read_units // 4).tolist() == [24, 12, 24, 12]
 
 
 @settings(max_examples=100, deadline=None)
@@ -69,8 +69,8 @@ def test_big_buffers_move_each_word_once(m, n, k, dataflow):
     # with buffers that hold everything, DRAM traffic is the compulsory traffic: A and B read
     # once, the outputs written once; compute is SCALE-Sim's cycles
     s = sched(m, n, k, dataflow)
-    assert s.dram_read_bytes.sum() == (m * k + k * n) * 4
-    assert s.dram_write_bytes.sum() == m * n * 4
+    assert s.dram_read_units.sum() == (m * k + k * n) * 4
+    assert s.dram_write_units.sum() == m * n * 4
     assert s.compute_cycles.sum() == gemm_cycles(m, n, k, rows=4, cols=4, dataflow=dataflow)
 
 
@@ -180,8 +180,8 @@ def test_on_chip_traffic_closed_forms(m, n, k, rows, cols, dataflow, buffers):
     a, b, out, psum = {"os": (m * k * cf, k * n * rf, m * n, 0),
                        "ws": (m * k * cf, k * n, m * n * rf, m * n * (rf - 1)),
                        "is": (k * m, k * n * cf, m * n * rf, m * n * (rf - 1))}[dataflow]
-    assert (s.sram_a_read_bytes.sum(), s.sram_b_read_bytes.sum()) == (a, b)
-    assert (s.sram_out_write_bytes.sum(), s.sram_psum_read_bytes.sum()) == (out, psum)
+    assert (s.sram_a_read_units.sum(), s.sram_b_read_units.sum()) == (a, b)
+    assert (s.sram_out_write_units.sum(), s.sram_psum_read_units.sum()) == (out, psum)
 
 
 def test_scalesim_memory_model_prices_gemms_and_their_energy():
