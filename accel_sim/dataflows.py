@@ -82,15 +82,20 @@ class Dataflow:
         spatial = OPERAND_DIMS[operand] - {self.mapping[2]}
         return "rows" if self.mapping[0] in spatial else "cols"
 
+    def packing_limits(self, n, k, *, rows, cols) -> list:
+        """The most groups whose packed dimension fits the array side it is laid over, one limit
+        per packed dimension (``pn`` or ``pk``) that is spatial: ``side // n`` or ``side // k``
+        (numbers or numpy arrays alike)."""
+        packed = {"n": n, "k": k}
+        return [side // packed[dim] for dim, side in zip(self.mapping[:2], (rows, cols)) if dim in packed]
+
     def packing_factor(self, n: int, k: int, groups: int, *, rows: int, cols: int) -> int:
         """Groups per packed GEMM under the ``block_diagonal`` grouped mapping: packing ``p``
         groups makes the GEMM ``m x pn x pk``; each packed dimension laid over the array (``S_R``
         or ``S_C``) must fit one fold (WS: ``pk <= rows`` and ``pn <= cols``; IS: ``pk <= rows``;
         OS: ``pn <= cols``; a streamed one is free), so ``p`` is the most that fit, at least 1 and
         at most ``groups`` (``accel_sim.hardware.GROUPED_MAPPINGS``)."""
-        packed = {"n": n, "k": k}
-        limits = [side // packed[dim] for dim, side in zip(self.mapping[:2], (rows, cols)) if dim in packed]
-        return max(1, min(min(limits, default=groups), groups))
+        return max(1, min(*self.packing_limits(n, k, rows=rows, cols=cols), groups))
 
 
 DATAFLOWS: dict[str, Dataflow] = {

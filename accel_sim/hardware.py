@@ -19,6 +19,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Iterable
 
+import numpy as np
+
 from accel_sim.dataflows import DATAFLOWS  # the registry: "os", "ws", "is" (output / weight / input stationary)
 from accel_sim.tomlfile import read_toml
 
@@ -257,16 +259,13 @@ class HardwareConfig:
 
     @property
     def dram_bytes_per_cycle(self) -> float:
-        """Sustained DRAM bandwidth per clock cycle: peak / clock x efficiency
-        (default 12.8e9 / 100e6 x 0.7 = 89.6 B/cycle)."""
-        return self.dram_peak_bytes_per_s / self.clock_hz * self.dram_efficiency
+        """Sustained DRAM bandwidth per clock cycle (``dram_bytes_per_cycle``; default 89.6 B/cycle)."""
+        return dram_bytes_per_cycle(self.dram_peak_bytes_per_s, self.clock_hz, self.dram_efficiency)
 
     @property
     def scalesim_bandwidth_words_per_cycle(self) -> int:
-        """SCALE-Sim's ``Bandwidth`` (an integer number of words per cycle, per operand port) for
-        this config: ``dram_peak_bytes_per_s x dram_efficiency / clock_hz / word_bytes``, rounded
-        down, at least 1 (default 89.6 / 4 = 22.4 -> 22)."""
-        return max(1, math.floor(self.dram_bytes_per_cycle / self.word_bytes + 1e-9))
+        """SCALE-Sim's ``Bandwidth`` for this config (``scalesim_bandwidth_words_per_cycle``; default 22)."""
+        return int(scalesim_bandwidth_words_per_cycle(self.dram_bytes_per_cycle, self.word_bytes))
 
     def dataflow(self, role: str) -> str:
         """The dataflow of a GEMM role ("fwd", "dx", "dw")."""
@@ -278,6 +277,19 @@ class HardwareConfig:
     def with_(self, **changes: Any) -> "HardwareConfig":
         """A copy with some fields changed (validated again)."""
         return replace(self, **changes)
+
+
+def dram_bytes_per_cycle(dram_peak_bytes_per_s, clock_hz, dram_efficiency):
+    """Sustained DRAM bandwidth per clock cycle: peak / clock x efficiency (default 12.8e9 / 100e6
+    x 0.7 = 89.6 B/cycle); on numbers or numpy arrays alike."""
+    return dram_peak_bytes_per_s / clock_hz * dram_efficiency
+
+
+def scalesim_bandwidth_words_per_cycle(bytes_per_cycle, word_bytes):
+    """SCALE-Sim's ``Bandwidth`` (an integer number of words per cycle, per operand port):
+    ``bytes per cycle / word_bytes``, rounded down, at least 1 (default 89.6 / 4 = 22.4 -> 22); on
+    numbers or numpy arrays alike."""
+    return np.maximum(1, np.floor(bytes_per_cycle / word_bytes + 1e-9)).astype(np.int64)
 
 
 def _bound_text(value: float) -> str:

@@ -67,6 +67,23 @@ INT64_SAFE = 2**62
 real accelerator, but allowed by the field bounds) in Python integers (``dtype=object``), so that
 no sum can wrap."""
 
+MAX_FOLDS_PER_OP = 2**22
+"""The most folds one op's GEMM may take on the array (all its groups together). The fold model
+holds a few numbers per fold in memory, and this bound (with ``trace_schema.MAX_DIM`` on the
+streamed length) keeps an op's cycle sum below 2^63 in numpy's int64. At the bound one GEMM takes
+~5 s and ~0.6 GB to price (``python -m accel_sim gemm 131072 65536 2 --dataflow os``, 2^22 folds).
+MobileNetV2 at batch 64 (CIFAR 32 x 32) on the paper's 32 x 64 array: at most 960 folds per op
+with its dataflows, 294,912 with every role output stationary (a depthwise conv, 2,048 row folds x
+144 groups); the fold count grows with the batch, so a bigger batch with that dataflow is rejected
+from about batch 900 on (``accel_sim.pricing.check_gemm_fits``)."""
+
+
+def per_fold_units_bound(rows, cols, t, word_bytes, byte_scale):
+    """An upper bound on the units one fold moves (DRAM or on-chip, read or written): every block
+    a fold touches is at most ``(rows + cols) x (T + rows + cols)`` words, four kinds of traffic
+    at most. Times ``MAX_FOLDS_PER_OP``, it bounds an op's sums (numbers or arrays alike)."""
+    return (rows + cols) * (t + rows + cols) * word_bytes * byte_scale * 4
+
 
 @dataclass(frozen=True)
 class FoldSchedule:
@@ -121,14 +138,14 @@ def _sum(a: np.ndarray) -> int:
     return int(a.sum())
 
 
-def units_to_bytes(units, byte_scale: int):
+def units_to_bytes(units, byte_scale):
     """``units / byte_scale`` rounded to whole bytes, half to even (as Python's ``round``), exactly;
     on integers or integer arrays."""
-    if byte_scale == 1:
-        return units
-    q, r = np.divmod(units, byte_scale) if isinstance(units, np.ndarray) else divmod(units, byte_scale)
-    up = (2 * r > byte_scale) | ((2 * r == byte_scale) & (q % 2 == 1))
-    return q + up if isinstance(units, np.ndarray) else int(q + up)
+    if isinstance(units, np.ndarray) or isinstance(byte_scale, np.ndarray):
+        q, r = units // byte_scale, units % byte_scale  # (np.divmod has no loop for Python integers)
+        return q + ((2 * r > byte_scale) | ((2 * r == byte_scale) & (q % 2 == 1)))
+    q, r = divmod(units, byte_scale)
+    return int(q + (2 * r > byte_scale or (2 * r == byte_scale and q % 2 == 1)))
 
 
 def gemm_fold_schedule(
@@ -159,8 +176,8 @@ def gemm_fold_schedule(
         return FoldSchedule(packed_groups, *[empty] * 7)
     flow = dataflow_named(dataflow)
     folds = _Folds.of(m, n, k, rows=rows, cols=cols, dataflow=dataflow)
-    bound = (rows + cols) * (folds.t + rows + cols) * word_bytes * packed_groups * 4 * folds.fr.size
-    if bound >= INT64_SAFE:  # beyond int64: count in Python integers
+    if per_fold_units_bound(rows, cols, folds.t, word_bytes, packed_groups) * MAX_FOLDS_PER_OP >= INT64_SAFE:
+        # beyond int64: count in Python integers
         folds = folds.as_objects()
     units = _Units(dense=word_bytes * packed_groups, b=word_bytes, scale=packed_groups,
                    a_half=a_buffer_bytes // 2, b_half=b_buffer_bytes // 2, out_half=out_buffer_bytes // 2)

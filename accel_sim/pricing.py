@@ -25,7 +25,8 @@ from dataclasses import dataclass
 
 from accel_sim.dataflows import dataflow_named
 from accel_sim.hardware import HardwareConfig
-from accel_sim.memory import FoldSchedule, Timing, gemm_fold_schedule, pipelined_cycles, streaming_cycles
+from accel_sim.memory import (MAX_FOLDS_PER_OP, FoldSchedule, Timing, gemm_fold_schedule, pipelined_cycles,  # noqa: F401
+                             streaming_cycles)
 from accel_sim.memory_scalesim import gemm_memory_scalesim
 from accel_sim.systolic import fold_counts, map_gemm
 from accel_sim.trace_schema import MAX_DIM, MAX_GROUPS, GemmWork, LinalgWork, VectorWork, Work
@@ -60,7 +61,7 @@ def gemm_parts(work: GemmWork, hw: HardwareConfig, dataflow: str) -> list[tuple[
     times)``: ``times`` back-to-back runs of ``m x n x k`` with ``packed_groups`` groups packed
     block-diagonally (1: not packed)."""
     m, n, k, groups = work.m, work.n, work.k, work.groups
-    if groups == 1 or hw.grouped_mapping == "per_group":
+    if groups == 1 or hw.grouped_mapping == "per_group" or min(m, n, k) == 0:  # an empty GEMM packs nothing
         return [(m, n, k, 1, groups)]
     p = packing_factor(n, k, groups, rows=hw.rows, cols=hw.cols, dataflow=dataflow)
     full, rest = divmod(groups, p)
@@ -68,17 +69,6 @@ def gemm_parts(work: GemmWork, hw: HardwareConfig, dataflow: str) -> list[tuple[
     if rest:
         parts.append((m, rest * n, rest * k, rest, 1))
     return parts
-
-
-MAX_FOLDS_PER_OP = 2**22
-"""The most folds one op's GEMM may take on the array (all its groups together). The fold model
-(``accel_sim.memory``) holds a few numbers per fold in memory, and this bound (with
-``trace_schema.MAX_DIM`` on the streamed length) keeps an op's cycle sum below 2^63 in numpy's
-int64. At the bound one GEMM takes ~5 s and ~0.6 GB to price (``python -m accel_sim gemm 131072
-65536 2 --dataflow os``, 2^22 folds). MobileNetV2 at batch 64 (CIFAR 32 x 32) on the paper's
-32 x 64 array: at most 960 folds per op with its dataflows, 294,912 with every role output
-stationary (a depthwise conv, 2,048 row folds x 144 groups); the fold count grows with the batch,
-so a bigger batch with that dataflow is rejected from about batch 900 on."""
 
 
 class GemmTooLargeError(ValueError):

@@ -76,9 +76,13 @@ def fold_cycles(t: int, *, rows: int, cols: int, dataflow: str) -> int:
     OS ``rows + cols + T - 2``; WS and IS ``2 rows + cols + T - 2`` (the extra ``rows`` cycles
     preload the stationary block)."""
     _check(rows, cols, dataflow)
-    fill_drain = rows + cols - 2
-    preload = rows if dataflow_named(dataflow).preloads else 0
-    return preload + fill_drain + t
+    return fold_cycles_of(t, rows, cols, preloads=dataflow_named(dataflow).preloads)
+
+
+def fold_cycles_of(t, rows, cols, *, preloads: bool):
+    """``fold_cycles`` as a formula, on numbers or numpy arrays alike (no checks):
+    ``(rows if preloads else 0) + rows + cols - 2 + t``."""
+    return (rows if preloads else 0) + rows + cols - 2 + t
 
 
 def gemm_cycles(m: int, n: int, k: int, *, rows: int, cols: int, dataflow: str) -> int:
