@@ -45,10 +45,8 @@ from accel_sim.memory_batch import gemm_costs_batch, gemm_folds_batch
 from accel_sim.points import HardwarePoints
 from accel_sim.pricing import GemmTooLargeError, scalesim_timing
 from accel_sim.simulate import streamed_bytes
-from accel_sim.trace_schema import GemmWork, Trace
+from accel_sim.trace_schema import GEMM_ROLES, GemmWork, Trace
 from accel_sim.words import storages_at_word, tensor_bytes_at_word
-
-GEMM_ROLES = ("fwd", "dx", "dw")
 
 
 @dataclass(frozen=True, eq=False)

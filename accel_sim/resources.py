@@ -45,7 +45,7 @@ import numpy as np
 from accel_sim.dataflows import DATAFLOWS
 from accel_sim.points import HardwarePoints
 from accel_sim.tomlfile import read_toml
-from accel_sim.trace_schema import VECTOR_OPS
+from accel_sim.trace_schema import GEMM_ROLES, VECTOR_OPS
 
 FORMAT_KINDS = ("fp32", "bf16", "bfp")
 BFP_EXPONENT_BITS = 8
@@ -191,7 +191,7 @@ def buffer_lanes(points: HardwarePoints, operand: str) -> np.ndarray:
     if operand == "out":
         return cols
     lanes = np.zeros(len(points), dtype=np.int64)
-    for role in ("fwd", "dx", "dw"):
+    for role in GEMM_ROLES:
         for name, flow in DATAFLOWS.items():
             side = rows if flow.operand_layout(operand) == "rows" else cols
             lanes = np.where(points[f"dataflow_{role}"] == name, np.maximum(lanes, side), lanes)

@@ -48,7 +48,7 @@ DEFAULT_MAX_POINTS = 1_000_000
 """The most points a space may hold unless the caller streams it (``stream=True``): a million
 points' results fit in memory (~100 columns x 8 bytes x 1e6 ~ 1 GB at most)."""
 MAX_AXIS_VALUES = 100_000
-CHUNK_POINTS = 65_536
+CHUNK_POINTS = 16_384
 FORMAT_OF_WORD = {4: "fp32", 2: "bf16"}
 """The number format of a point without a ``number_format`` axis, by its word size."""
 
