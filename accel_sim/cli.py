@@ -109,8 +109,8 @@ def gemm_report(m: int, n: int, k: int, *, dataflow: str, hw: HardwareConfig) ->
     return {
         **gemm_summary(m, n, k, rows=hw.rows, cols=hw.cols, dataflow=dataflow),
         "memory_model": hw.memory_model,
-        "dram_read_bytes": timing.read_bytes,
-        "dram_write_bytes": timing.write_bytes,
+        "dram_read_bytes": timing.dram_read_bytes,
+        "dram_write_bytes": timing.dram_write_bytes,
         "stall_cycles": timing.stall_cycles,
         "total_cycles": timing.total_cycles,
     }

@@ -17,7 +17,7 @@ figures are ``HardwareConfig.energy`` (``accel_sim.hardware.EnergyCosts``). Even
 * SRAM bytes: a GEMM's on-chip buffer reads and writes by the array, fold by fold
   (``accel_sim.memory``, partial-sum read-backs included); vector and linear-algebra work read
   their inputs and write their outputs once.
-* DRAM bytes: the op's DRAM reads + writes (``OpCost.read_bytes + write_bytes``).
+* DRAM bytes: the op's DRAM reads + writes (``OpCost.dram_read_bytes + dram_write_bytes``).
 * special-unit elements: the elements a vector op processes (``VectorWork.elements``).
 * latency: the op's total cycles / clock (stalls included: the chip leaks while it waits).
 

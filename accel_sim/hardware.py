@@ -17,9 +17,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
-from accel_sim.systolic import DATAFLOWS  # "os", "ws", "is": output / weight / input stationary
+import numpy as np
+
+from accel_sim.dataflows import DATAFLOWS  # the registry: "os", "ws", "is" (output / weight / input stationary)
 from accel_sim.tomlfile import read_toml
 
 GROUPED_MAPPINGS = ("per_group", "block_diagonal")
@@ -40,20 +42,24 @@ GROUPED_MAPPINGS = ("per_group", "block_diagonal")
 """
 
 
-MEMORY_MODELS = ("ours", "scalesim")
+MEMORY_MODELS = ("on_chip_accumulation", "scalesim_v3")
 """How a GEMM's DRAM traffic and stalls are priced (``docs/scalesim.md`` compares the two):
 
-* ``ours``: ``accel_sim.memory``: one DRAM channel of ``dram_bytes_per_cycle`` shared by all
-  operands, double-buffered fold-by-fold prefetch and write-back, partial sums accumulated on chip
-  (spilled and read back only when they do not fit), ``dram_latency_cycles`` once per op.
-* ``scalesim``: ``accel_sim.memory_scalesim``: SCALE-Sim 3.0's USER-bandwidth-mode memory model,
-  with ``buffer bytes / word_bytes`` words per SRAM (SCALE-Sim's ``IfmapSramSzkB`` /
-  ``FilterSramSzkB`` / ``OfmapSramSzkB`` x 1024 with its 1-byte words) and
-  ``scalesim_bandwidth_words_per_cycle`` words per cycle on each operand's port (its
-  ``Bandwidth``). Exact against SCALE-Sim where every operand fits its buffer's active half; an
-  estimate otherwise (``docs/scalesim.md``). Vector and linear-algebra work is priced the same way
-  under both models.
+* ``on_chip_accumulation``: ``accel_sim.memory``: partial sums accumulated on chip (spilled and
+  read back only when they do not fit), one DRAM channel of ``dram_bytes_per_cycle`` shared by
+  all operands, double-buffered fold-by-fold prefetch and write-back, ``dram_latency_cycles`` once
+  per op.
+* ``scalesim_v3``: ``accel_sim.memory_scalesim``: a validation reference equal to SCALE-Sim 3.0's
+  USER-bandwidth-mode memory model, with ``buffer bytes / word_bytes`` words per SRAM
+  (SCALE-Sim's ``IfmapSramSzkB`` / ``FilterSramSzkB`` / ``OfmapSramSzkB`` x 1024 with its 1-byte
+  words) and ``scalesim_bandwidth_words_per_cycle`` words per cycle on each operand's port (its
+  ``Bandwidth``); every row fold's partial sums are written to DRAM. Exact against SCALE-Sim
+  where every operand fits its buffer's active half; an estimate otherwise (``docs/scalesim.md``).
+  Vector and linear-algebra work is priced the same way under both models.
 """
+RENAMED_MEMORY_MODELS = {"ours": "on_chip_accumulation", "scalesim": "scalesim_v3"}
+"""Names the memory models had before results format 4; a config that still uses one is refused
+with the new name."""
 
 
 FIELD_BOUNDS: dict[str, tuple[float, float]] = {
@@ -174,14 +180,18 @@ class HardwareConfig:
 
     # --- not published: dataflow per GEMM role ------------------------------------------------
     dataflow_fwd: str = "ws"
-    """Forward GEMMs. An assumption (the paper does not publish its dataflow): third-party
-    descriptions of the training accelerator SphereFed cites (FAST, its ref. [91]) give
-    weight-stationary forward and input-gradient passes; ``bench.sweep`` varies it."""
+    """Forward GEMMs: a name in ``accel_sim.dataflows.DATAFLOWS``. An assumption: SphereFed does
+    not publish its dataflow, nor does the training accelerator it builds on (its ref. [91]: Zhang,
+    McDanel and Kung, "FAST: DNN training under variable precision block floating point with
+    stochastic rounding", HPCA 2022) in a form we could check; weight stationary keeps each weight
+    block in the cells while the batch streams through, as TPU v1's array does (Jouppi et al.,
+    ISCA 2017, Sec. 2). ``bench.sweep`` varies it."""
     dataflow_dx: str = "ws"
-    """Input-gradient GEMMs (same source as ``dataflow_fwd``)."""
+    """Input-gradient GEMMs (dY . W: the weights again stationary); the same assumption as
+    ``dataflow_fwd``."""
     dataflow_dw: str = "os"
-    """Weight-gradient GEMMs: the same notes describe an output-stationary-like weight-gradient
-    pass (the gradient accumulates in place over the batch)."""
+    """Weight-gradient GEMMs (dY^T . X): output stationary, so each weight gradient accumulates in
+    its cell over the batch (the reduction dimension streams); an assumption, as above."""
 
     # --- not published: on-chip buffers (double buffered; half of each is active) --------------
     a_buffer_bytes: int = 1536 * 1024
@@ -204,10 +214,11 @@ class HardwareConfig:
     """Latency of the first access of a transfer, at ``clock_hz``: 200 ns, i.e. DDR3-1600 11-11-11
     tRCD + CL = 27.5 ns plus the memory controller / PHY pipeline. Paid once per op."""
 
-    memory_model: str = "ours"
-    """How GEMM DRAM traffic and stalls are priced: one of ``MEMORY_MODELS``. Default ``ours``:
-    ``docs/scalesim.md`` argues why it is the more faithful one for a training accelerator
-    (partial sums accumulated, not written out per fold; one shared DRAM channel)."""
+    memory_model: str = "on_chip_accumulation"
+    """How GEMM DRAM traffic and stalls are priced: one of ``MEMORY_MODELS``. Default
+    ``on_chip_accumulation``: ``docs/scalesim.md`` argues why it is the more faithful one for a
+    training accelerator (partial sums accumulated, not written out per fold; one shared DRAM
+    channel); ``scalesim_v3`` is the validation reference."""
 
     # --- not published: special unit, grouped GEMMs, linear algebra --------------------------
     special_unit: SpecialUnit = field(default_factory=SpecialUnit)
@@ -232,6 +243,9 @@ class HardwareConfig:
         for name in ("dataflow_fwd", "dataflow_dx", "dataflow_dw"):
             _check_choice(name, getattr(self, name), DATAFLOWS)
         _check_choice("grouped_mapping", self.grouped_mapping, GROUPED_MAPPINGS)
+        if isinstance(self.memory_model, str) and self.memory_model in RENAMED_MEMORY_MODELS:
+            raise HardwareConfigError(f"hardware field 'memory_model' = {self.memory_model!r} was renamed: use "
+                                      f"{RENAMED_MEMORY_MODELS[self.memory_model]!r}")
         _check_choice("memory_model", self.memory_model, MEMORY_MODELS)
         if not isinstance(self.special_unit, SpecialUnit):
             raise HardwareConfigError("hardware field 'special_unit' must be a SpecialUnit")
@@ -245,16 +259,13 @@ class HardwareConfig:
 
     @property
     def dram_bytes_per_cycle(self) -> float:
-        """Sustained DRAM bandwidth per clock cycle: peak / clock x efficiency
-        (default 12.8e9 / 100e6 x 0.7 = 89.6 B/cycle)."""
-        return self.dram_peak_bytes_per_s / self.clock_hz * self.dram_efficiency
+        """Sustained DRAM bandwidth per clock cycle (``dram_bytes_per_cycle``; default 89.6 B/cycle)."""
+        return dram_bytes_per_cycle(self.dram_peak_bytes_per_s, self.clock_hz, self.dram_efficiency)
 
     @property
     def scalesim_bandwidth_words_per_cycle(self) -> int:
-        """SCALE-Sim's ``Bandwidth`` (an integer number of words per cycle, per operand port) for
-        this config: ``dram_peak_bytes_per_s x dram_efficiency / clock_hz / word_bytes``, rounded
-        down, at least 1 (default 89.6 / 4 = 22.4 -> 22)."""
-        return max(1, math.floor(self.dram_bytes_per_cycle / self.word_bytes + 1e-9))
+        """SCALE-Sim's ``Bandwidth`` for this config (``scalesim_bandwidth_words_per_cycle``; default 22)."""
+        return int(scalesim_bandwidth_words_per_cycle(self.dram_bytes_per_cycle, self.word_bytes))
 
     def dataflow(self, role: str) -> str:
         """The dataflow of a GEMM role ("fwd", "dx", "dw")."""
@@ -266,6 +277,19 @@ class HardwareConfig:
     def with_(self, **changes: Any) -> "HardwareConfig":
         """A copy with some fields changed (validated again)."""
         return replace(self, **changes)
+
+
+def dram_bytes_per_cycle(dram_peak_bytes_per_s, clock_hz, dram_efficiency):
+    """Sustained DRAM bandwidth per clock cycle: peak / clock x efficiency (default 12.8e9 / 100e6
+    x 0.7 = 89.6 B/cycle); on numbers or numpy arrays alike."""
+    return dram_peak_bytes_per_s / clock_hz * dram_efficiency
+
+
+def scalesim_bandwidth_words_per_cycle(bytes_per_cycle, word_bytes):
+    """SCALE-Sim's ``Bandwidth`` (an integer number of words per cycle, per operand port):
+    ``bytes per cycle / word_bytes``, rounded down, at least 1 (default 89.6 / 4 = 22.4 -> 22); on
+    numbers or numpy arrays alike."""
+    return np.maximum(1, np.floor(bytes_per_cycle / word_bytes + 1e-9)).astype(np.int64)
 
 
 def _bound_text(value: float) -> str:
@@ -288,8 +312,8 @@ def _check_number_in(name: str, value: Any, low: float, high: float) -> None:
             f"hardware field '{name}' must be a number in [{_bound_text(low)}, {_bound_text(high)}], got {value!r}")
 
 
-def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
-    if value not in choices:
+def _check_choice(name: str, value: Any, choices: Iterable[str]) -> None:
+    if not isinstance(value, str) or value not in choices:
         raise HardwareConfigError(f"hardware field '{name}' is {value!r}; expected one of {', '.join(choices)}")
 
 

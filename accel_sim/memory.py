@@ -37,6 +37,19 @@ drain during the next, on one shared DRAM channel. Fold ``i`` costs
 ``max(compute_i, (load_{i+1} + store_{i-1}) / bandwidth)``; what cannot overlap is added: the DRAM
 latency and the first fold's loads before the first fold, the last fold's stores after the last.
 A fold whose transfer exceeds its compute stalls the array; stall = total - compute.
+
+Exact arithmetic. Every byte figure of a schedule is an integer: in bytes, or, for a GEMM whose B
+is block-diagonal (``packed_groups`` = ``p`` > 1), in ``p``-ths of a byte (``byte_scale``), since
+such a B moves a ``p``-th of each dense word. So the sums over folds are exact, and the time is
+evaluated in an order-free form: writing ``o_i = load_{i+1} + store_{i-1}``, each fold is either
+bound by its transfer (``o_i / bandwidth > compute_i``) or by its compute, and
+
+    total = (latency + sum of compute_i over compute-bound folds)
+            + (load_0 + sum of o_i over transfer-bound folds + store_last) / bandwidth
+
+with one division, then rounded up to whole cycles. It is the sum above, term for term; a
+vectorized evaluation that counts the folds of each kind instead of listing them
+(``accel_sim.batch``) gets the same integers and the same one division, so the same cycles.
 """
 
 from __future__ import annotations
@@ -46,35 +59,93 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from accel_sim.dataflows import Dataflow, dataflow_named
 from accel_sim.systolic import fold_counts, fold_cycles, map_gemm
+
+INT64_SAFE = 2**62
+"""Integer figures whose bound stays below this are kept in numpy's int64; above it (beyond any
+real accelerator, but allowed by the field bounds) in Python integers (``dtype=object``), so that
+no sum can wrap."""
+
+MAX_FOLDS_PER_OP = 2**22
+"""The most folds one op's GEMM may take on the array (all its groups together). The fold model
+holds a few numbers per fold in memory, and this bound (with ``trace_schema.MAX_DIM`` on the
+streamed length) keeps an op's cycle sum below 2^63 in numpy's int64. At the bound one GEMM takes
+~5 s and ~0.6 GB to price (``python -m accel_sim gemm 131072 65536 2 --dataflow os``, 2^22 folds).
+MobileNetV2 at batch 64 (CIFAR 32 x 32) on the paper's 32 x 64 array: at most 960 folds per op
+with its dataflows, 294,912 with every role output stationary (a depthwise conv, 2,048 row folds x
+144 groups); the fold count grows with the batch, so a bigger batch with that dataflow is rejected
+from about batch 900 on (``accel_sim.pricing.check_gemm_fits``)."""
+
+
+def per_fold_units_bound(rows, cols, t, word_bytes, byte_scale):
+    """An upper bound on the units one fold moves (DRAM or on-chip, read or written): every block
+    a fold touches is at most ``(rows + cols) x (T + rows + cols)`` words, four kinds of traffic
+    at most. Times ``MAX_FOLDS_PER_OP``, it bounds an op's sums (numbers or arrays alike)."""
+    return (rows + cols) * (t + rows + cols) * word_bytes * byte_scale * 4
 
 
 @dataclass(frozen=True)
 class FoldSchedule:
-    """One GEMM (or a sequence of GEMMs run back to back) as per-fold compute and traffic."""
+    """One GEMM (or a sequence of GEMMs run back to back) as per-fold compute and traffic. Traffic
+    is in *units* of ``1 / byte_scale`` bytes (module docstring, "Exact arithmetic"): integers."""
 
+    byte_scale: int  # units per byte: 1, or the packed groups of a block-diagonal B
     compute_cycles: np.ndarray  # per fold
-    load_bytes: np.ndarray  # per fold, DRAM -> chip (float: a block-diagonal B moves fractions)
-    store_bytes: np.ndarray  # per fold, chip -> DRAM
-    sram_a_read_bytes: np.ndarray  # per fold, A read by the array from its buffer
-    sram_b_read_bytes: np.ndarray  # per fold, B read by the array from its buffer
-    sram_psum_read_bytes: np.ndarray  # per fold, partial sums read back from the output buffer (WS / IS)
-    sram_out_write_bytes: np.ndarray  # per fold, outputs / partial sums written into the output buffer
+    dram_read_units: np.ndarray  # per fold, DRAM -> chip
+    dram_write_units: np.ndarray  # per fold, chip -> DRAM
+    sram_a_read_units: np.ndarray  # per fold, A read by the array from its buffer
+    sram_b_read_units: np.ndarray  # per fold, B read by the array from its buffer
+    sram_psum_read_units: np.ndarray  # per fold, partial sums read back from the output buffer (WS / IS)
+    sram_out_write_units: np.ndarray  # per fold, outputs / partial sums written into the output buffer
+
+    def _arrays(self) -> list[np.ndarray]:
+        return [getattr(self, f.name) for f in fields(FoldSchedule)[1:]]
+
+    def rescaled(self, byte_scale: int) -> "FoldSchedule":
+        """The same schedule counted in ``1 / byte_scale`` bytes (a multiple of this one's scale)."""
+        factor = byte_scale // self.byte_scale
+        if factor == 1:
+            return self
+        return FoldSchedule(byte_scale, self.compute_cycles, *(a * factor for a in self._arrays()[1:]))
 
     @staticmethod
     def concat(parts: list["FoldSchedule"]) -> "FoldSchedule":
-        return FoldSchedule(*(np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(FoldSchedule)))
+        scale = math.lcm(*(p.byte_scale for p in parts))
+        parts = [p.rescaled(scale) for p in parts]
+        return FoldSchedule(scale, *(np.concatenate([p._arrays()[i] for p in parts]) for i in range(7)))
 
     def repeat(self, times: int) -> "FoldSchedule":
         if times == 1:
             return self
-        return FoldSchedule(*(np.tile(getattr(self, f.name), times) for f in fields(FoldSchedule)))
+        return FoldSchedule(self.byte_scale, *(np.tile(a, times) for a in self._arrays()))
+
+    @property
+    def dram_bytes(self) -> tuple[int, int]:
+        """(read, written) DRAM bytes of the whole sequence, rounded to whole bytes."""
+        return (units_to_bytes(_sum(self.dram_read_units), self.byte_scale),
+                units_to_bytes(_sum(self.dram_write_units), self.byte_scale))
 
     @property
     def sram_bytes(self) -> tuple[int, int]:
         """(read, written) on-chip buffer bytes of the whole sequence, rounded to whole bytes."""
-        reads = self.sram_a_read_bytes.sum() + self.sram_b_read_bytes.sum() + self.sram_psum_read_bytes.sum()
-        return round(float(reads)), round(float(self.sram_out_write_bytes.sum()))
+        reads = _sum(self.sram_a_read_units) + _sum(self.sram_b_read_units) + _sum(self.sram_psum_read_units)
+        return units_to_bytes(reads, self.byte_scale), units_to_bytes(_sum(self.sram_out_write_units), self.byte_scale)
+
+
+def _sum(a: np.ndarray) -> int:
+    """An exact integer sum (int64 arrays are bounded by ``INT64_SAFE``; object arrays hold Python ints)."""
+    return int(a.sum())
+
+
+def units_to_bytes(units, byte_scale):
+    """``units / byte_scale`` rounded to whole bytes, half to even (as Python's ``round``), exactly;
+    on integers or integer arrays."""
+    if isinstance(units, np.ndarray) or isinstance(byte_scale, np.ndarray):
+        q, r = units // byte_scale, units % byte_scale  # (np.divmod has no loop for Python integers)
+        return q + ((2 * r > byte_scale) | ((2 * r == byte_scale) & (q % 2 == 1)))
+    q, r = divmod(units, byte_scale)
+    return int(q + (2 * r > byte_scale or (2 * r == byte_scale and q % 2 == 1)))
 
 
 def gemm_fold_schedule(
@@ -89,26 +160,33 @@ def gemm_fold_schedule(
     a_buffer_bytes: int,
     b_buffer_bytes: int,
     out_buffer_bytes: int,
-    b_density: float = 1.0,
+    packed_groups: int = 1,
 ) -> FoldSchedule:
     """Per-fold compute cycles, loaded and stored bytes of ``out[m x n] = A[m x k] . B[k x n]``
     under the reuse rules of the module docstring. An empty GEMM has no folds.
 
-    ``b_density`` < 1 is for a block-diagonal B (groups packed by the ``block_diagonal`` mapping,
-    ``accel_sim.pricing``): its zero blocks are not fetched nor stored on chip, so every B
-    transfer and B's buffer footprint are scaled by the fraction of B that is non-zero (``1/p``
-    for ``p`` packed groups; exact over the whole GEMM, an average per fold); so are the array's
-    reads of B from its buffer (the zeros are fed to the cells, not read)."""
+    ``packed_groups`` = ``p`` > 1 is for a block-diagonal B (groups packed by the
+    ``block_diagonal`` mapping, ``accel_sim.pricing``): its zero blocks are not fetched nor stored
+    on chip, so every B transfer and B's buffer footprint are scaled by the fraction of B that is
+    non-zero, ``1/p`` (exact over the whole GEMM, an average per fold); so are the array's reads
+    of B from its buffer (the zeros are fed to the cells, not read). The schedule then counts in
+    ``p``-ths of a byte (``byte_scale = p``)."""
     if m == 0 or n == 0 or k == 0:
         empty = np.zeros(0, dtype=np.int64)
-        return FoldSchedule(*[empty] * len(fields(FoldSchedule)))
+        return FoldSchedule(packed_groups, *[empty] * 7)
+    flow = dataflow_named(dataflow)
     folds = _Folds.of(m, n, k, rows=rows, cols=cols, dataflow=dataflow)
-    buffers = _Buffers(a_buffer_bytes // 2, b_buffer_bytes // 2, out_buffer_bytes // 2)
-    family = output_stationary_traffic if dataflow == "os" else stationary_operand_traffic
-    loads, stores, sram = family(folds, buffers, m=m, k=k, dataflow=dataflow, word_bytes=word_bytes,
-                                 b_bytes=word_bytes * b_density)
+    if per_fold_units_bound(rows, cols, folds.t, word_bytes, packed_groups) * MAX_FOLDS_PER_OP >= INT64_SAFE:
+        # beyond int64: count in Python integers
+        folds = folds.as_objects()
+    units = _Units(dense=word_bytes * packed_groups, b=word_bytes, scale=packed_groups,
+                   a_half=a_buffer_bytes // 2, b_half=b_buffer_bytes // 2, out_half=out_buffer_bytes // 2)
+    family = stationary_operand_traffic if flow.partial_sums_span_row_folds else output_stationary_traffic
+    loads, stores, sram = family(folds, units, m=m, k=k, flow=flow, word_bytes=word_bytes)
     compute = np.full(folds.fr.shape, fold_cycles(folds.t, rows=rows, cols=cols, dataflow=dataflow), dtype=np.int64)
-    return FoldSchedule(compute, *(np.asarray(x, dtype=np.float64) for x in (loads, stores, *sram)))
+    dtype = folds.r.dtype
+    return FoldSchedule(packed_groups, compute, *(np.broadcast_to(np.asarray(x, dtype=dtype), folds.fr.shape).copy()
+                                                  for x in (loads, stores, *sram)))
 
 
 @dataclass(frozen=True)
@@ -135,47 +213,53 @@ class _Folds:
         return _Folds(s_r, s_c, t, row_folds, cols, fr, fc,
                       np.minimum(rows, s_r - fr * rows), np.minimum(cols, s_c - fc * cols))
 
+    def as_objects(self) -> "_Folds":
+        """The same folds with ``r`` and ``c`` as Python integers, so products cannot wrap."""
+        return _Folds(self.s_r, self.s_c, self.t, self.row_folds, self.cols, self.fr, self.fc,
+                      self.r.astype(object), self.c.astype(object))
+
 
 @dataclass(frozen=True)
-class _Buffers:
-    """Bytes of the active half of each double-buffered on-chip buffer."""
+class _Units:
+    """Units per word of a dense operand (A, outputs, partial sums) and of B (a block-diagonal B
+    moves ``1 / scale`` of each word), and the bytes of the active half of each double-buffered
+    on-chip buffer."""
 
+    dense: int
+    b: int
+    scale: int
     a_half: int
     b_half: int
     out_half: int
 
 
-def output_stationary_traffic(f: _Folds, buf: _Buffers, *, m: int, k: int, dataflow: str, word_bytes: int,
-                              b_bytes: float):
-    """OS: per-fold DRAM loads and stores and on-chip (A, B, partial-sum, output) bytes; outputs
-    complete inside the fold (module docstring). ``b_bytes``: bytes per dense word of B."""
+def output_stationary_traffic(f: _Folds, u: _Units, *, m: int, k: int, flow: Dataflow, word_bytes: int):
+    """OS: per-fold DRAM loads and stores and on-chip (A, B, partial-sum, output) traffic, in
+    units; outputs complete inside the fold (module docstring)."""
     r, c, t = f.r, f.c, f.t
-    a_words = r * t if m * k * word_bytes > buf.a_half else r * t * (f.fc == 0)
-    b_words = c * t * (f.fr == 0) if min(f.cols, f.s_c) * t * b_bytes <= buf.b_half else c * t
-    loads = a_words * word_bytes + b_words * b_bytes
-    stores = r * c * word_bytes
-    return loads, stores, (r * t * word_bytes, c * t * b_bytes, 0 * r, stores)
+    a_words = r * t if m * k * word_bytes > u.a_half else r * t * (f.fc == 0)
+    b_words = c * t * (f.fr == 0) if min(f.cols, f.s_c) * t * u.b <= u.b_half * u.scale else c * t
+    loads = a_words * u.dense + b_words * u.b
+    stores = r * c * u.dense
+    return loads, stores, (r * t * u.dense, c * t * u.b, 0, stores)
 
 
-def stationary_operand_traffic(f: _Folds, buf: _Buffers, *, m: int, k: int, dataflow: str, word_bytes: int,
-                               b_bytes: float):
+def stationary_operand_traffic(f: _Folds, u: _Units, *, m: int, k: int, flow: Dataflow, word_bytes: int):
     """WS (B stationary, A^T streamed) and IS (A^T stationary, B streamed): per-fold DRAM loads and
-    stores and on-chip bytes; partial sums accumulate over the row folds, kept on chip when
-    ``cols x T`` words fit the output buffer's active half, else spilled (module docstring)."""
+    stores and on-chip traffic, in units; partial sums accumulate over the row folds, kept on chip
+    when ``cols x T`` words fit the output buffer's active half, else spilled (module docstring)."""
     r, c, t = f.r, f.c, f.t
-    stationary_bytes, streamed_bytes, streamed_half = (
-        (b_bytes, word_bytes, buf.a_half) if dataflow == "ws" else (word_bytes, b_bytes, buf.b_half)
-    )
-    streamed = r * t if f.s_r * t * streamed_bytes > streamed_half else r * t * (f.fc == 0)
+    stationary, streamed, streamed_half = (u.b, u.dense, u.a_half) if flow.stationary == "b" else (u.dense, u.b, u.b_half)
+    streamed_words = r * t if f.s_r * t * streamed > streamed_half * u.scale else r * t * (f.fc == 0)
     psum = c * t
-    if min(f.cols, f.s_c) * t * word_bytes <= buf.out_half:
+    if min(f.cols, f.s_c) * t * word_bytes <= u.out_half:
         stores, reads = psum * (f.fr == f.row_folds - 1), 0
     else:
         stores, reads = psum, psum * (f.fr > 0)
-    loads = r * c * stationary_bytes + streamed * streamed_bytes + reads * word_bytes
-    stationary_sram, streamed_sram = r * c * stationary_bytes, r * t * streamed_bytes
-    a_sram, b_sram = (streamed_sram, stationary_sram) if dataflow == "ws" else (stationary_sram, streamed_sram)
-    return loads, stores * word_bytes, (a_sram, b_sram, psum * (f.fr > 0) * word_bytes, psum * word_bytes)
+    loads = r * c * stationary + streamed_words * streamed + reads * u.dense
+    stationary_sram, streamed_sram = r * c * stationary, r * t * streamed
+    a_sram, b_sram = (streamed_sram, stationary_sram) if flow.stationary == "b" else (stationary_sram, streamed_sram)
+    return loads, stores * u.dense, (a_sram, b_sram, psum * (f.fr > 0) * u.dense, psum * u.dense)
 
 
 @dataclass(frozen=True)
@@ -183,41 +267,47 @@ class Timing:
     compute_cycles: int
     stall_cycles: int
     total_cycles: int
-    read_bytes: int
-    write_bytes: int
+    dram_read_bytes: int
+    dram_write_bytes: int
+
+
+def total_cycles_of(*, compute_cycles: int, latency_cycles: int, compute_bound_cycles: int, transfer_units: int,
+                    units_per_cycle: float) -> int:
+    """The whole cycles of a fold sequence from its order-free parts (module docstring, "Exact
+    arithmetic"): ``ceil(latency + compute-bound cycles + transfer units / units per cycle)``
+    (less 1e-9 against the division's rounding), at least the compute cycles."""
+    total = (latency_cycles + compute_bound_cycles) + transfer_units / units_per_cycle
+    return max(compute_cycles, math.ceil(total - 1e-9))
 
 
 def pipelined_cycles(schedule: FoldSchedule, *, bytes_per_cycle: float, latency_cycles: int) -> Timing:
     """Time of a fold sequence with double-buffered prefetch and write-back (module docstring):
     ``latency + load_0/bw + sum_i max(compute_i, (load_{i+1} + store_{i-1})/bw) + store_last/bw``,
-    rounded up to whole cycles."""
+    rounded up to whole cycles, evaluated exactly as its order-free form."""
     compute = schedule.compute_cycles
     if compute.size == 0:
         return Timing(0, 0, 0, 0, 0)
-    loads, stores = schedule.load_bytes, schedule.store_bytes
+    loads, stores = schedule.dram_read_units, schedule.dram_write_units
     overlapped = np.zeros_like(loads)
     overlapped[:-1] += loads[1:]
     overlapped[1:] += stores[:-1]
-    steps = np.maximum(compute, overlapped / bytes_per_cycle)
-    total = latency_cycles + loads[0] / bytes_per_cycle + float(steps.sum()) + stores[-1] / bytes_per_cycle
-    compute_total = int(compute.sum())
-    total_cycles = max(compute_total, math.ceil(total - 1e-9))
-    return Timing(
-        compute_cycles=compute_total,
-        stall_cycles=total_cycles - compute_total,
-        total_cycles=total_cycles,
-        read_bytes=round(float(schedule.load_bytes.sum())),
-        write_bytes=round(float(schedule.store_bytes.sum())),
-    )
+    units_per_cycle = schedule.byte_scale * bytes_per_cycle
+    bound = np.asarray(overlapped / units_per_cycle > compute, dtype=bool)
+    compute_total = _sum(compute)
+    total_cycles = total_cycles_of(
+        compute_cycles=compute_total, latency_cycles=latency_cycles, compute_bound_cycles=_sum(compute[~bound]),
+        transfer_units=int(loads[0]) + _sum(overlapped[bound]) + int(stores[-1]), units_per_cycle=units_per_cycle)
+    read_bytes, write_bytes = schedule.dram_bytes
+    return Timing(compute_total, total_cycles - compute_total, total_cycles, read_bytes, write_bytes)
 
 
-def streaming_cycles(compute_cycles: int, read_bytes: int, write_bytes: int, *, bytes_per_cycle: float,
+def streaming_cycles(compute_cycles: int, dram_read_bytes: int, dram_write_bytes: int, *, bytes_per_cycle: float,
                      latency_cycles: int) -> Timing:
     """An op that streams its operands from DRAM and its results back while it computes (vector
     work on the special unit, linear algebra): ``latency + max(compute, (read + write)/bw)``;
     no latency for an op that moves nothing."""
-    moved = read_bytes + write_bytes
+    moved = dram_read_bytes + dram_write_bytes
     transfer = moved / bytes_per_cycle
     total = (latency_cycles if moved else 0) + max(compute_cycles, transfer)
     total_cycles = max(compute_cycles, math.ceil(total - 1e-9))
-    return Timing(compute_cycles, total_cycles - compute_cycles, total_cycles, read_bytes, write_bytes)
+    return Timing(compute_cycles, total_cycles - compute_cycles, total_cycles, dram_read_bytes, dram_write_bytes)

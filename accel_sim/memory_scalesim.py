@@ -1,5 +1,5 @@
 """SCALE-Sim 3.0's memory model, derived from its source: DRAM words per operand, stall and total
-cycles of one GEMM in its USER bandwidth mode (``memory_model = "scalesim"`` in the hardware config).
+cycles of one GEMM in its USER bandwidth mode (``memory_model = "scalesim_v3"`` in the hardware config).
 
 Sources: Samajdar et al., "A Systematic Methodology for Characterizing Scalability of DNN
 Accelerators using SCALE-Sim", ISPASS 2020; Raj et al., SCALE-Sim v3 (2025); read from the
@@ -63,7 +63,8 @@ import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from accel_sim.systolic import fold_counts, gemm_cycles, map_gemm
+from accel_sim.dataflows import dataflow_named
+from accel_sim.systolic import fold_counts, fold_cycles, gemm_cycles, map_gemm
 
 SCALESIM_ACTIVE_FRACTION = 0.5  # single_layer_sim.py: active_buf_frac = 0.5 for every SRAM
 SCALESIM_SETS_PER_BUFFER = 100  # read_buffer.py prepare_hashed_buffer: ceil(total / 100) words per set
@@ -87,15 +88,10 @@ class ScalesimMemory:
 
 def prefetch_image_words(m: int, n: int, k: int, *, rows: int, cols: int, dataflow: str) -> tuple[int, int]:
     """Words (with the empty slots of padded folds) of the A and B prefetch images SCALE-Sim builds
-    (``compute/systolic_compute_*.py``, ``create_*_prefetch_mat``)."""
-    s_r, s_c, _ = map_gemm(m, n, k, dataflow)
-    row_folds, col_folds = fold_counts(s_r, s_c, rows=rows, cols=cols)
-    padded_r, padded_c = row_folds * rows, col_folds * cols
-    if dataflow == "os":
-        return padded_r * k, k * padded_c
-    if dataflow == "ws":
-        return m * padded_r, k * padded_c
-    return k * padded_c, padded_r * n
+    (``compute/systolic_compute_*.py``, ``create_*_prefetch_mat``): every block of the image
+    (``_images``), the last one padded to full width."""
+    a_image, b_image = _images(m, n, k, rows, cols, dataflow)
+    return a_image.padded_words, b_image.padded_words
 
 
 def _halves(buffer_words: int) -> tuple[int, int]:
@@ -138,6 +134,10 @@ class OperandImage:
     width: int
     last_width: int
     rolled: bool
+
+    @property
+    def padded_words(self) -> int:
+        return self.blocks * self.block_rows * self.width
 
     @property
     def valid_words(self) -> int:
@@ -191,23 +191,31 @@ class OperandImage:
 
 
 def _images(m: int, n: int, k: int, rows: int, cols: int, dataflow: str) -> tuple[OperandImage, OperandImage]:
-    s_r, s_c, t = map_gemm(m, n, k, dataflow)
+    """The A (IFMAP) and B (filter) prefetch images, by how each operand is laid over the folds
+    (``Dataflow.operand_layout``): a stationary operand (WS filter, IS IFMAP) per column fold, its
+    ``S_R x C`` block row by row, not rolled; a streamed one per fold of the array side it spans,
+    its ``T x R`` (rows: OS / WS IFMAP, IS filter) or ``T x C`` (columns: OS filter) block, rolled.
+    So OS: A^T's K x R and B's K x C blocks; WS: A's M x R and B's K x C; IS: A^T's K x C and
+    B^T's N x R."""
+    flow = dataflow_named(dataflow)
+    s_r, s_c, t = flow.map_gemm(m, n, k)
     row_folds, col_folds = fold_counts(s_r, s_c, rows=rows, cols=cols)
-    if dataflow == "os":  # IFMAP: per row fold, A^T's K x R block; filter: per column fold, B's K x C block
-        return (OperandImage(row_folds, k, rows, m - (row_folds - 1) * rows, True),
-                OperandImage(col_folds, k, cols, n - (col_folds - 1) * cols, True))
-    if dataflow == "ws":  # IFMAP: per row fold, A's M x R block; filter: per column fold, B's K x C block, not rolled
-        return (OperandImage(row_folds, m, rows, k - (row_folds - 1) * rows, True),
-                OperandImage(col_folds, k, cols, n - (col_folds - 1) * cols, False))
-    # is: IFMAP: per column fold, A^T's K x C block, not rolled; filter: per row fold, B^T's N x R block
-    return (OperandImage(col_folds, k, cols, m - (col_folds - 1) * cols, False),
-            OperandImage(row_folds, n, rows, k - (row_folds - 1) * rows, True))
+
+    def image(operand: str) -> OperandImage:
+        layout = flow.operand_layout(operand)
+        if layout == "stationary":
+            return OperandImage(col_folds, s_r, cols, s_c - (col_folds - 1) * cols, False)
+        if layout == "rows":
+            return OperandImage(row_folds, t, rows, s_r - (row_folds - 1) * rows, True)
+        return OperandImage(col_folds, t, cols, s_c - (col_folds - 1) * cols, True)
+
+    return image("a"), image("b")
 
 
 def fold_lines(m: int, n: int, k: int, *, rows: int, cols: int, dataflow: str) -> int:
-    """Demand lines (cycles) of one fold (``accel_sim.systolic``; tests/data/scalesim/README.md)."""
+    """Demand lines (cycles) of one fold: ``accel_sim.systolic.fold_cycles`` (tests/data/scalesim/README.md)."""
     _, _, t = map_gemm(m, n, k, dataflow)
-    return t + rows + cols - 2 if dataflow == "os" else 2 * rows + cols + t - 2
+    return fold_cycles(t, rows=rows, cols=cols, dataflow=dataflow)
 
 
 class _SkewedFold(NamedTuple):
@@ -246,8 +254,9 @@ def _demand_runs(image: OperandImage, operand: str, m: int, n: int, k: int, rows
     s_r, s_c, _ = map_gemm(m, n, k, dataflow)
     row_folds, col_folds = fold_counts(s_r, s_c, rows=rows, cols=cols)
     lines = fold_lines(m, n, k, rows=rows, cols=cols, dataflow=dataflow)
-    streamed_by_row_fold = not (dataflow == "os" and operand == "b")
-    wait = 0 if dataflow == "os" else rows
+    flow = dataflow_named(dataflow)
+    streamed_by_row_fold = flow.operand_layout(operand) == "rows"
+    wait = rows if flow.preloads else 0
     for fc in range(col_folds):
         for fr in range(row_folds):
             start = (fc * row_folds + fr) * lines
@@ -367,10 +376,10 @@ class _Outputs:
     def of(cls, m: int, n: int, k: int, rows: int, cols: int, dataflow: str) -> _Outputs:
         s_r, s_c, t = map_gemm(m, n, k, dataflow)
         row_folds, col_folds = fold_counts(s_r, s_c, rows=rows, cols=cols)
-        os_ = dataflow == "os"
-        return cls(row_folds, col_folds, t - 1 if os_ else 2 * rows - 1,
+        complete_in_fold = not dataflow_named(dataflow).partial_sums_span_row_folds  # OS
+        return cls(row_folds, col_folds, t - 1 if complete_in_fold else 2 * rows - 1,
                    fold_lines(m, n, k, rows=rows, cols=cols, dataflow=dataflow), rows, cols, s_r, s_c,
-                   rows if os_ else t, os_)
+                   rows if complete_in_fold else t, complete_in_fold)
 
     def total(self) -> int:
         """Words written: every fold's valid block (``M N`` under OS, ``M N Rf`` under WS / IS)."""

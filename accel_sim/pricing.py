@@ -2,13 +2,13 @@
 unit, linear algebra, and nothing for metadata ops.
 
 * GEMM (``GemmWork``): priced with its role's dataflow (``HardwareConfig.dataflow(role)``), fold
-  by fold with ``accel_sim.memory``; under ``memory_model = "scalesim"`` its DRAM bytes, stall and
+  by fold with ``accel_sim.memory``; under ``memory_model = "scalesim_v3"`` its DRAM bytes, stall and
   total cycles come from ``accel_sim.memory_scalesim`` (each group / packed GEMM on its own, as
   SCALE-Sim runs one layer per GEMM), its on-chip buffer bytes from the same fold schedule (the
   array's SRAM requests agree with SCALE-Sim's under both models, ``docs/scalesim.md``). ``groups > 1`` (grouped / depthwise convolution) follows
   ``HardwareConfig.grouped_mapping`` (``per_group`` or ``block_diagonal``, see
   ``accel_sim.hardware.GROUPED_MAPPINGS``); the groups run back to back in one pipeline. Packed
-  groups' block-diagonal B moves only its non-zero blocks (``b_density`` in ``accel_sim.memory``).
+  groups' block-diagonal B moves only its non-zero blocks (``packed_groups`` in ``accel_sim.memory``).
 * Vector (``VectorWork``): ``ceil(elements / special-unit throughput of its kind)`` cycles,
   streaming every input tensor from DRAM and every output tensor back (no fusion with the
   neighbouring op: each traced op is one pass over memory, as the trace lists it). The optimizer
@@ -23,8 +23,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from accel_sim.dataflows import dataflow_named
 from accel_sim.hardware import HardwareConfig
-from accel_sim.memory import FoldSchedule, Timing, gemm_fold_schedule, pipelined_cycles, streaming_cycles
+from accel_sim.memory import (MAX_FOLDS_PER_OP, FoldSchedule, Timing, gemm_fold_schedule, pipelined_cycles,  # noqa: F401
+                             streaming_cycles)
 from accel_sim.memory_scalesim import gemm_memory_scalesim
 from accel_sim.systolic import fold_counts, map_gemm
 from accel_sim.trace_schema import MAX_DIM, MAX_GROUPS, GemmWork, LinalgWork, VectorWork, Work
@@ -50,14 +52,8 @@ _FREE = Timing(0, 0, 0, 0, 0)
 def packing_factor(n: int, k: int, groups: int, *, rows: int, cols: int, dataflow: str) -> int:
     """Groups per packed GEMM under the ``block_diagonal`` mapping: the most groups whose packed
     spatial dimensions fit one fold (WS: ``pk <= rows`` and ``pn <= cols``; IS: ``pk <= rows``;
-    OS: ``pn <= cols``), at least 1 and at most ``groups``."""
-    if dataflow == "ws":
-        p = min(rows // k, cols // n)
-    elif dataflow == "is":
-        p = rows // k
-    else:
-        p = cols // n
-    return max(1, min(p, groups))
+    OS: ``pn <= cols``), at least 1 and at most ``groups`` (``Dataflow.packing_factor``)."""
+    return dataflow_named(dataflow).packing_factor(n, k, groups, rows=rows, cols=cols)
 
 
 def gemm_parts(work: GemmWork, hw: HardwareConfig, dataflow: str) -> list[tuple[int, int, int, int, int]]:
@@ -65,7 +61,7 @@ def gemm_parts(work: GemmWork, hw: HardwareConfig, dataflow: str) -> list[tuple[
     times)``: ``times`` back-to-back runs of ``m x n x k`` with ``packed_groups`` groups packed
     block-diagonally (1: not packed)."""
     m, n, k, groups = work.m, work.n, work.k, work.groups
-    if groups == 1 or hw.grouped_mapping == "per_group":
+    if groups == 1 or hw.grouped_mapping == "per_group" or min(m, n, k) == 0:  # an empty GEMM packs nothing
         return [(m, n, k, 1, groups)]
     p = packing_factor(n, k, groups, rows=hw.rows, cols=hw.cols, dataflow=dataflow)
     full, rest = divmod(groups, p)
@@ -73,17 +69,6 @@ def gemm_parts(work: GemmWork, hw: HardwareConfig, dataflow: str) -> list[tuple[
     if rest:
         parts.append((m, rest * n, rest * k, rest, 1))
     return parts
-
-
-MAX_FOLDS_PER_OP = 2**22
-"""The most folds one op's GEMM may take on the array (all its groups together). The fold model
-(``accel_sim.memory``) holds a few numbers per fold in memory, and this bound (with
-``trace_schema.MAX_DIM`` on the streamed length) keeps an op's cycle sum below 2^63 in numpy's
-int64. At the bound one GEMM takes ~5 s and ~0.6 GB to price (``python -m accel_sim gemm 131072
-65536 2 --dataflow os``, 2^22 folds). MobileNetV2 at batch 64 (CIFAR 32 x 32) on the paper's
-32 x 64 array: at most 960 folds per op with its dataflows, 294,912 with every role output
-stationary (a depthwise conv, 2,048 row folds x 144 groups); the fold count grows with the batch,
-so a bigger batch with that dataflow is rejected from about batch 900 on."""
 
 
 class GemmTooLargeError(ValueError):
@@ -124,7 +109,7 @@ def gemm_schedule(work: GemmWork, hw: HardwareConfig, dataflow: str) -> FoldSche
         return gemm_fold_schedule(
             m, n, k, rows=hw.rows, cols=hw.cols, dataflow=dataflow, word_bytes=hw.word_bytes,
             a_buffer_bytes=hw.a_buffer_bytes, b_buffer_bytes=hw.b_buffer_bytes, out_buffer_bytes=hw.out_buffer_bytes,
-            b_density=1 / packed_groups,
+            packed_groups=packed_groups,
         )
 
     parts = [one(m, n, k, p).repeat(times) for m, n, k, p, times in gemm_parts(work, hw, dataflow)]
@@ -155,7 +140,7 @@ def price_gemm(work: GemmWork, hw: HardwareConfig) -> WorkCost:
     check_gemm_fits(work, hw)
     dataflow = hw.dataflow(work.role)
     schedule = gemm_schedule(work, hw, dataflow)
-    if hw.memory_model == "scalesim":
+    if hw.memory_model == "scalesim_v3":
         timing = scalesim_timing(work, hw, dataflow)
     else:
         timing = pipelined_cycles(schedule, bytes_per_cycle=hw.dram_bytes_per_cycle,
@@ -164,33 +149,34 @@ def price_gemm(work: GemmWork, hw: HardwareConfig) -> WorkCost:
     return WorkCost(timing, work.macs, dataflow, sram_read_bytes=sram_read, sram_write_bytes=sram_write)
 
 
-def price_vector(work: VectorWork, hw: HardwareConfig, read_bytes: int, write_bytes: int) -> WorkCost:
+def price_vector(work: VectorWork, hw: HardwareConfig, dram_read_bytes: int, dram_write_bytes: int) -> WorkCost:
     compute = math.ceil(work.elements / hw.special_unit.elements_per_cycle(work.op))
     timing = streaming_cycles(
-        compute, read_bytes, write_bytes, bytes_per_cycle=hw.dram_bytes_per_cycle, latency_cycles=hw.dram_latency_cycles
+        compute, dram_read_bytes, dram_write_bytes, bytes_per_cycle=hw.dram_bytes_per_cycle, latency_cycles=hw.dram_latency_cycles
     )
     # the unit reads its inputs from the on-chip buffer and writes its outputs there once
-    return WorkCost(timing, 0, sram_read_bytes=read_bytes, sram_write_bytes=write_bytes,
+    return WorkCost(timing, 0, sram_read_bytes=dram_read_bytes, sram_write_bytes=dram_write_bytes,
                     special_unit_elements=work.elements)
 
 
-def price_linalg(work: LinalgWork, hw: HardwareConfig, read_bytes: int, write_bytes: int) -> WorkCost:
+def price_linalg(work: LinalgWork, hw: HardwareConfig, dram_read_bytes: int, dram_write_bytes: int) -> WorkCost:
     compute = math.ceil(work.macs / (hw.macs_per_cycle * hw.linalg_efficiency))
     timing = streaming_cycles(
-        compute, read_bytes, write_bytes, bytes_per_cycle=hw.dram_bytes_per_cycle, latency_cycles=hw.dram_latency_cycles
+        compute, dram_read_bytes, dram_write_bytes, bytes_per_cycle=hw.dram_bytes_per_cycle, latency_cycles=hw.dram_latency_cycles
     )
-    return WorkCost(timing, work.macs, sram_read_bytes=read_bytes, sram_write_bytes=write_bytes)
+    return WorkCost(timing, work.macs, sram_read_bytes=dram_read_bytes, sram_write_bytes=dram_write_bytes)
 
 
-def price_work(work: Work, hw: HardwareConfig, read_bytes: int = 0, write_bytes: int = 0) -> WorkCost:
-    """The cost of one op's work. ``read_bytes`` / ``write_bytes`` are the op's input / output
-    tensor bytes (used by vector and linear-algebra work; GEMM traffic comes from the fold model)."""
+def price_work(work: Work, hw: HardwareConfig, dram_read_bytes: int = 0, dram_write_bytes: int = 0) -> WorkCost:
+    """The cost of one op's work. ``dram_read_bytes`` / ``dram_write_bytes`` are the op's input /
+    output tensor bytes, which vector and linear-algebra work stream from and to DRAM (GEMM
+    traffic comes from the fold model)."""
     if work.kind == "gemm":
         return price_gemm(work, hw)
     if work.kind == "vector":
-        return price_vector(work, hw, read_bytes, write_bytes)
+        return price_vector(work, hw, dram_read_bytes, dram_write_bytes)
     if work.kind == "linalg":
-        return price_linalg(work, hw, read_bytes, write_bytes)
+        return price_linalg(work, hw, dram_read_bytes, dram_write_bytes)
     if work.kind == "none":
         return WorkCost(_FREE, 0)
     return WorkCost(_FREE, 0, priced=False)

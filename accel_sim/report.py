@@ -1,6 +1,6 @@
 """``CostReport``: what a trace costs on the modeled accelerator, op by op, with totals and queries.
 
-Units: cycles of the accelerator's clock, bytes of DRAM traffic (``read_bytes``, ``write_bytes``)
+Units: cycles of the accelerator's clock, bytes of DRAM traffic (``dram_read_bytes``, ``dram_write_bytes``)
 and of on-chip buffer traffic (``sram_read_bytes``, ``sram_write_bytes``), MACs (one multiply-add;
 we never print FLOPs), joules (``accel_sim.energy``). Utilization is against the roofline of
 ``rows x cols`` MACs per cycle: ``macs / (total_cycles x rows x cols)``.
@@ -29,8 +29,8 @@ class OpCost:
     compute_cycles: int
     stall_cycles: int
     total_cycles: int
-    read_bytes: int
-    write_bytes: int
+    dram_read_bytes: int
+    dram_write_bytes: int
     priced: bool
     sram_read_bytes: int  # on-chip buffer bytes read (GEMM: by the array; vector / linalg: inputs)
     sram_write_bytes: int  # on-chip buffer bytes written
@@ -53,8 +53,8 @@ class Totals:
     compute_cycles: int
     stall_cycles: int
     total_cycles: int
-    read_bytes: int
-    write_bytes: int
+    dram_read_bytes: int
+    dram_write_bytes: int
     sram_read_bytes: int
     sram_write_bytes: int
     special_unit_elements: int
@@ -65,11 +65,11 @@ class Totals:
         costs = list(costs)
         counts = {
             name: sum(getattr(c, name) for c in costs)
-            for name in ("macs", "compute_cycles", "stall_cycles", "total_cycles", "read_bytes", "write_bytes",
+            for name in ("macs", "compute_cycles", "stall_cycles", "total_cycles", "dram_read_bytes", "dram_write_bytes",
                          "sram_read_bytes", "sram_write_bytes", "special_unit_elements")
         }
         energy = op_energy(hw, macs=counts["macs"], total_cycles=counts["total_cycles"],
-                           dram_bytes=counts["read_bytes"] + counts["write_bytes"],
+                           dram_bytes=counts["dram_read_bytes"] + counts["dram_write_bytes"],
                            sram_bytes=counts["sram_read_bytes"] + counts["sram_write_bytes"],
                            special_unit_elements=counts["special_unit_elements"])
         return Totals(ops=len(costs), **counts, energy=energy)
@@ -193,8 +193,8 @@ class CostReport:
             "total_cycles": t.total_cycles,
             "latency_s": self.latency_s,
             "utilization": self.utilization(),
-            "dram_read_bytes": t.read_bytes,
-            "dram_write_bytes": t.write_bytes,
+            "dram_read_bytes": t.dram_read_bytes,
+            "dram_write_bytes": t.dram_write_bytes,
             "sram_read_bytes": t.sram_read_bytes,
             "sram_write_bytes": t.sram_write_bytes,
             "special_unit_elements": t.special_unit_elements,

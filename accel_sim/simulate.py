@@ -12,11 +12,13 @@ storage lifetimes (``accel_sim.lifetimes``); every op's energy from its event co
 
 from __future__ import annotations
 
+from typing import Mapping
+
 from accel_sim.hardware import HardwareConfig
 from accel_sim.lifetimes import peak_memory
 from accel_sim.pricing import GemmTooLargeError, check_gemm_fits, price_work
 from accel_sim.report import CostReport, OpCost, op_energy
-from accel_sim.trace_schema import OpRecord, Trace
+from accel_sim.trace_schema import OpRecord, TensorInfo, Trace
 from accel_sim.words import stated_bytes_at_word, storages_at_word, tensor_bytes_at_word
 
 
@@ -27,6 +29,24 @@ def _work_op(op: OpRecord) -> str:
     if work.kind in ("vector", "linalg"):
         return work.op
     return ""
+
+
+def streamed_bytes(op: OpRecord, tensors: Mapping[int, TensorInfo], tensor_bytes: Mapping[int, int],
+                   word_bytes: int) -> tuple[int, int]:
+    """(read, written) bytes a vector or linear-algebra op streams from and to DRAM at
+    ``word_bytes``: each distinct input / output tensor once, or the bytes a vector op states it
+    touches (``VectorWork.read_bytes`` / ``write_bytes``, ``accel_sim.words``); (0, 0) for other work."""
+    kind = op.work.kind
+    if kind not in ("vector", "linalg"):
+        return 0, 0
+    read = sum(tensor_bytes[i] for i in dict.fromkeys(op.inputs))
+    write = sum(tensor_bytes[i] for i in dict.fromkeys(op.outputs))
+    if kind == "vector":  # an op that touches only part of its tensors says so
+        if op.work.read_bytes is not None:
+            read = stated_bytes_at_word(op.work.read_bytes, op.inputs, tensors, word_bytes)
+        if op.work.write_bytes is not None:
+            write = stated_bytes_at_word(op.work.write_bytes, op.outputs, tensors, word_bytes)
+    return read, write
 
 
 def check_trace_fits(trace: Trace, hw: HardwareConfig) -> None:
@@ -50,15 +70,7 @@ def simulate(trace: Trace, hw: HardwareConfig | None = None) -> CostReport:
     costs = []
     for op in trace.ops:
         kind = op.work.kind
-        read = write = 0
-        if kind in ("vector", "linalg"):
-            read = sum(tensor_bytes[i] for i in dict.fromkeys(op.inputs))
-            write = sum(tensor_bytes[i] for i in dict.fromkeys(op.outputs))
-            if kind == "vector":  # an op that touches only part of its tensors says so
-                if op.work.read_bytes is not None:
-                    read = stated_bytes_at_word(op.work.read_bytes, op.inputs, tensors, hw.word_bytes)
-                if op.work.write_bytes is not None:
-                    write = stated_bytes_at_word(op.work.write_bytes, op.outputs, tensors, hw.word_bytes)
+        read, write = streamed_bytes(op, tensors, tensor_bytes, hw.word_bytes)
         cost = price_work(op.work, hw, read, write)
         t = cost.timing
         costs.append(
@@ -74,15 +86,15 @@ def simulate(trace: Trace, hw: HardwareConfig | None = None) -> CostReport:
                 compute_cycles=t.compute_cycles,
                 stall_cycles=t.stall_cycles,
                 total_cycles=t.total_cycles,
-                read_bytes=t.read_bytes,
-                write_bytes=t.write_bytes,
+                dram_read_bytes=t.dram_read_bytes,
+                dram_write_bytes=t.dram_write_bytes,
                 priced=cost.priced,
                 sram_read_bytes=cost.sram_read_bytes,
                 sram_write_bytes=cost.sram_write_bytes,
                 special_unit_elements=cost.special_unit_elements,
                 gemm_groups=op.work.groups if kind == "gemm" else 1,
                 energy=op_energy(hw, macs=cost.macs, total_cycles=t.total_cycles,
-                                 dram_bytes=t.read_bytes + t.write_bytes,
+                                 dram_bytes=t.dram_read_bytes + t.dram_write_bytes,
                                  sram_bytes=cost.sram_read_bytes + cost.sram_write_bytes,
                                  special_unit_elements=cost.special_unit_elements),
             )

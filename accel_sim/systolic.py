@@ -51,26 +51,19 @@ from __future__ import annotations
 
 import math
 
-DATAFLOWS = ("os", "ws", "is")
+from accel_sim.dataflows import DATAFLOWS, dataflow_named  # noqa: F401  (DATAFLOWS: the registry, re-exported)
 
 
 def _check(rows: int, cols: int, dataflow: str) -> None:
-    if dataflow not in DATAFLOWS:
-        raise ValueError(f"unknown dataflow {dataflow!r}; expected one of {', '.join(DATAFLOWS)}")
+    dataflow_named(dataflow)
     if rows < 1 or cols < 1:
         raise ValueError(f"array must have at least one row and one column, got {rows} x {cols}")
 
 
 def map_gemm(m: int, n: int, k: int, dataflow: str) -> tuple[int, int, int]:
     """SCALE-Sim's mapping of ``out[m x n] = A[m x k] . B[k x n]`` to ``(S_R, S_C, T)``:
-    OS ``(m, n, k)``, WS ``(k, n, m)``, IS ``(k, m, n)``."""
-    if dataflow == "os":
-        return m, n, k
-    if dataflow == "ws":
-        return k, n, m
-    if dataflow == "is":
-        return k, m, n
-    raise ValueError(f"unknown dataflow {dataflow!r}; expected one of {', '.join(DATAFLOWS)}")
+    OS ``(m, n, k)``, WS ``(k, n, m)``, IS ``(k, m, n)`` (``accel_sim.dataflows``)."""
+    return dataflow_named(dataflow).map_gemm(m, n, k)
 
 
 def fold_counts(s_r: int, s_c: int, *, rows: int, cols: int) -> tuple[int, int]:
@@ -83,9 +76,13 @@ def fold_cycles(t: int, *, rows: int, cols: int, dataflow: str) -> int:
     OS ``rows + cols + T - 2``; WS and IS ``2 rows + cols + T - 2`` (the extra ``rows`` cycles
     preload the stationary block)."""
     _check(rows, cols, dataflow)
-    fill_drain = rows + cols - 2
-    preload = 0 if dataflow == "os" else rows
-    return preload + fill_drain + t
+    return fold_cycles_of(t, rows, cols, preloads=dataflow_named(dataflow).preloads)
+
+
+def fold_cycles_of(t, rows, cols, *, preloads: bool):
+    """``fold_cycles`` as a formula, on numbers or numpy arrays alike (no checks):
+    ``(rows if preloads else 0) + rows + cols - 2 + t``."""
+    return (rows if preloads else 0) + rows + cols - 2 + t
 
 
 def gemm_cycles(m: int, n: int, k: int, *, rows: int, cols: int, dataflow: str) -> int:

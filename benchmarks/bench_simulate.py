@@ -93,8 +93,8 @@ def main() -> int:
         print(f"  simulate() + energy_j, by_phase(), by_layer(): best {min(with_queries) * 1e3:.1f} ms, median "
               f"{statistics.median(with_queries) * 1e3:.1f} ms (target < 200 ms)")
         print(f"  result: {report.total_cycles:,} cycles = {report.latency_s * 1e3:.1f} ms at 100 MHz "
-              f"(stall {report.totals.stall_cycles:,}), DRAM read {report.totals.read_bytes / 1e6:.1f} MB, "
-              f"write {report.totals.write_bytes / 1e6:.1f} MB, peak {report.peak_memory_bytes / 1e6:.1f} MB, "
+              f"(stall {report.totals.stall_cycles:,}), DRAM read {report.totals.dram_read_bytes / 1e6:.1f} MB, "
+              f"write {report.totals.dram_write_bytes / 1e6:.1f} MB, peak {report.peak_memory_bytes / 1e6:.1f} MB, "
               f"utilization {report.utilization():.1%}")
         parts = ", ".join(f"{k} {v * 1e3:.1f}" for k, v in report.energy.by_component_j().items())
         print(f"  energy: {report.energy_j * 1e3:.1f} mJ ({parts} mJ)")

@@ -38,7 +38,7 @@ def test_gemm_prints_memory_figures_under_the_hardwares_memory_model(tmp_path, c
     # 4-byte words: 4,096-byte buffers hold 1,024 words; 3.2e9 B/s / 100 MHz = 32 B = 8 words/cycle
     hw = ('rows = 8\ncols = 16\na_buffer_bytes = 4096\nb_buffer_bytes = 4096\nout_buffer_bytes = 4096\n'
           'dram_peak_bytes_per_s = 3.2e9\ndram_efficiency = 1.0\n')
-    for model, reads, writes in (("scalesim", 800, 967), ("ours", 720, 320)):
+    for model, reads, writes in (("scalesim_v3", 800, 967), ("on_chip_accumulation", 720, 320)):
         path = tmp_path / f"{model}.toml"
         path.write_text(hw + f'memory_model = "{model}"\n')
         assert main(["gemm", "20", "16", "20", "--dataflow", "ws", "--hw", str(path)]) == 0
@@ -46,7 +46,7 @@ def test_gemm_prints_memory_figures_under_the_hardwares_memory_model(tmp_path, c
         assert out["memory_model"] == model and (out["rows"], out["cols"], out["compute_cycles"]) == (8, 16, 150)
         assert (out["dram_read_bytes"], out["dram_write_bytes"]) == (4 * reads, 4 * writes)
         assert out["total_cycles"] == out["compute_cycles"] + out["stall_cycles"]
-        assert (out["stall_cycles"] == 0) == (model == "scalesim")
+        assert (out["stall_cycles"] == 0) == (model == "scalesim_v3")
 
 
 def test_gemm_bad_hardware_exits_2(tmp_path, capsys):

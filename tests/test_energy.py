@@ -45,7 +45,7 @@ def test_gemm_energy_by_hand(small_hw):
     #   (48 B), no partial-sum read-back (one row fold): 108 B. Writes: outputs c*T = 8 + 2 = 10 words = 40 B.
     assert (op.sram_read_bytes, op.sram_write_bytes) == (108, 40)
     # DRAM: B once (60 B), A^T once (24 B, it fits the A buffer), outputs once (40 B) = 124 B
-    assert op.read_bytes + op.write_bytes == 124
+    assert op.dram_read_bytes + op.dram_write_bytes == 124
     # Time: 20 latency + first loads 72 B / 89.6 + 2 folds x 12 cycles + last store 8 B / 89.6
     #   = 44.89 -> 45 cycles = 450 ns at 100 MHz
     assert op.total_cycles == 45
@@ -129,7 +129,7 @@ def test_default_energy_splits_on_a_captured_step(captured_report_inputs):
     assert all(v > 0 for v in parts.values())
     # the parts are the counts times the default per-event figures
     t, costs = report.totals, HardwareConfig().energy
-    assert parts["dram"] == pytest.approx((t.read_bytes + t.write_bytes) * costs.dram_pj_per_byte * 1e-12)
+    assert parts["dram"] == pytest.approx((t.dram_read_bytes + t.dram_write_bytes) * costs.dram_pj_per_byte * 1e-12)
     assert parts["static"] == pytest.approx(report.latency_s * costs.static_w)
 
 

@@ -108,5 +108,5 @@ def test_ccvr_class_statistics_are_accumulated_in_place_and_priced_by_slice():
     assert [(op.work.op, op.work.elements, op.work.read_bytes, op.work.write_bytes) for op in adds] == [
         ("elementwise", 8, 192, 64), ("elementwise", 2048, 32832, 16384), ("elementwise", 65536, 1048584, 524288)]
     priced = {c.idx: c for c in simulate(client).ops}
-    assert [(priced[op.idx].read_bytes, priced[op.idx].write_bytes) for op in adds] == [
+    assert [(priced[op.idx].dram_read_bytes, priced[op.idx].dram_write_bytes) for op in adds] == [
         (192, 64), (32832, 16384), (1048584, 524288)]

@@ -27,26 +27,26 @@ def test_ws_single_fold():
     # loads: stationary B 4*4 = 16 words + streamed A^T 4*8 = 32 words = 48 words = 192 B;
     # stores: the 4 x 8 outputs = 32 words = 128 B.
     s = sched(8, 4, 4, "ws")
-    assert (s.compute_cycles.tolist(), s.load_bytes.tolist(), s.store_bytes.tolist()) == ([18], [192], [128])
+    assert (s.compute_cycles.tolist(), s.dram_read_units.tolist(), s.dram_write_units.tolist()) == ([18], [192], [128])
     # 16 B/cycle, latency 5: 5 + 192/16 (12) + max(18, 0) + 128/16 (8) = 43 -> stall 25
     t = pipelined_cycles(s, bytes_per_cycle=16, latency_cycles=5)
-    assert (t.compute_cycles, t.stall_cycles, t.total_cycles, t.read_bytes, t.write_bytes) == (18, 25, 43, 192, 128)
+    assert (t.compute_cycles, t.stall_cycles, t.total_cycles, t.dram_read_bytes, t.dram_write_bytes) == (18, 25, 43, 192, 128)
 
 
 def test_ws_partial_sums_on_chip_vs_spilled():
     # WS m=8, n=4, k=8: two row folds (K = 8 = 2 x 4) accumulate into the same 4 x 8 outputs.
     # On chip: loads 48 words per fold (192 B); only the last fold stores the 32 words (128 B).
     s = sched(8, 4, 8, "ws")
-    assert s.load_bytes.tolist() == [192, 192] and s.store_bytes.tolist() == [0, 128]
+    assert s.dram_read_units.tolist() == [192, 192] and s.dram_write_units.tolist() == [0, 128]
     # 5 + 12 + max(18, load_1 192/16 = 12) + max(18, store_0 0) + 128/16 = 5 + 12 + 18 + 18 + 8 = 61
     assert pipelined_cycles(s, bytes_per_cycle=16, latency_cycles=5).total_cycles == 61
     # Output buffer of 64 B (32 B active < 4 x 8 x 4 = 128 B): every fold stores its partial sums
     # and the second fold reads them back: loads [192, 192 + 128], stores [128, 128].
     s = sched(8, 4, 8, "ws", out=64)
-    assert s.load_bytes.tolist() == [192, 320] and s.store_bytes.tolist() == [128, 128]
+    assert s.dram_read_units.tolist() == [192, 320] and s.dram_write_units.tolist() == [128, 128]
     # 5 + 12 + max(18, 320/16 = 20) + max(18, 128/16 = 8) + 8 = 5 + 12 + 20 + 18 + 8 = 63
     t = pipelined_cycles(s, bytes_per_cycle=16, latency_cycles=5)
-    assert (t.total_cycles, t.stall_cycles, t.read_bytes, t.write_bytes) == (63, 27, 512, 256)
+    assert (t.total_cycles, t.stall_cycles, t.dram_read_bytes, t.dram_write_bytes) == (63, 27, 512, 256)
 
 
 def test_os_operand_reuse():
@@ -54,13 +54,13 @@ def test_os_operand_reuse():
     # A fits its buffer: A blocks (4 x 3 = 12 words) only in column fold 0: [12, 12, 0, 0];
     # B blocks (3 x 4 = 12 words) once per column fold: [12, 0, 12, 0]; outputs 16 words per fold.
     s = sched(8, 8, 3, "os")
-    assert (s.load_bytes // 4).tolist() == [24, 12, 12, 0]
-    assert (s.store_bytes // 4).tolist() == [16] * 4
+    assert (s.dram_read_units // 4).tolist() == [24, 12, 12, 0]
+    assert (s.dram_write_units // 4).tolist() == [16] * 4
     # every element of A (24 words) and B (24 words) read exactly once
-    assert s.load_bytes.sum() == (8 * 3 + 3 * 8) * 4
+    assert s.dram_read_units.sum() == (8 * 3 + 3 * 8) * 4
     # A buffer too small (A = 96 B > 32 B active): A re-read in every column fold
     s = sched(8, 8, 3, "os", a=64)
-    assert (s.load_bytes // 4).tolist() == [24, 12, 24, 12]
+    assert (s.dram_read_units // 4).tolist() == [24, 12, 24, 12]
 
 
 @settings(max_examples=100, deadline=None)
@@ -69,8 +69,8 @@ def test_big_buffers_move_each_word_once(m, n, k, dataflow):
     # with buffers that hold everything, DRAM traffic is the compulsory traffic: A and B read
     # once, the outputs written once; compute is SCALE-Sim's cycles
     s = sched(m, n, k, dataflow)
-    assert s.load_bytes.sum() == (m * k + k * n) * 4
-    assert s.store_bytes.sum() == m * n * 4
+    assert s.dram_read_units.sum() == (m * k + k * n) * 4
+    assert s.dram_write_units.sum() == m * n * 4
     assert s.compute_cycles.sum() == gemm_cycles(m, n, k, rows=4, cols=4, dataflow=dataflow)
 
 
@@ -83,7 +83,7 @@ def test_time_bounds(m, n, k, dataflow, buf, bw, latency):
     # total >= compute, total >= all traffic / bandwidth, and <= doing everything serially
     s = sched(m, n, k, dataflow, a=buf, b=buf, out=buf)
     t = pipelined_cycles(s, bytes_per_cycle=bw, latency_cycles=latency)
-    moved = t.read_bytes + t.write_bytes
+    moved = t.dram_read_bytes + t.dram_write_bytes
     assert t.total_cycles >= t.compute_cycles
     assert t.total_cycles >= math.floor(moved / bw)
     assert t.total_cycles <= latency + t.compute_cycles + math.ceil(moved / bw) + 1
@@ -93,9 +93,9 @@ def test_streaming_op():
     # 1000 loss elements at 16/cycle: ceil(62.5) = 63 compute cycles; 8,000 B at 89.6 B/cycle =
     # 89.29 cycles of transfer; total = 20 + 89.29 -> 110 cycles, stall 47
     hw = HardwareConfig()
-    cost = price_work(VectorWork("loss", 1000), hw, read_bytes=4000, write_bytes=4000)
+    cost = price_work(VectorWork("loss", 1000), hw, dram_read_bytes=4000, dram_write_bytes=4000)
     t = cost.timing
-    assert (t.compute_cycles, t.total_cycles, t.stall_cycles, t.read_bytes, t.write_bytes) == (63, 110, 47, 4000, 4000)
+    assert (t.compute_cycles, t.total_cycles, t.stall_cycles, t.dram_read_bytes, t.dram_write_bytes) == (63, 110, 47, 4000, 4000)
     # a fast bus makes it compute-bound: 20 + max(63, 8000/8960) = 83
     fast = hw.with_(dram_peak_bytes_per_s=12.8e12)
     assert price_work(VectorWork("loss", 1000), fast, 4000, 4000).timing.total_cycles == 83
@@ -146,7 +146,7 @@ def test_grouped_mappings():
     # mappings read A (8 x 2 x 5 = 80 words) and B (2 x 1 x 5 = 10 words) once = 360 B and write
     # the 8 x 1 x 5 = 40 output words once = 160 B
     for cost in (price_work(work, hw), packed):
-        assert (cost.timing.read_bytes, cost.timing.write_bytes) == (360, 160)
+        assert (cost.timing.dram_read_bytes, cost.timing.dram_write_bytes) == (360, 160)
     # OS packs along columns only: p = 4 // 1 = 4; IS along rows only: p = 4 // 2 = 2
     assert packing_factor(1, 2, 5, rows=4, cols=4, dataflow="os") == 4
     assert packing_factor(1, 2, 5, rows=4, cols=4, dataflow="is") == 2
@@ -160,7 +160,7 @@ def test_grouped_traffic_adds_up():
     hw = HardwareConfig(rows=4, cols=4)
     one = price_work(GemmWork(8, 4, 4), hw).timing
     three = price_work(GemmWork(8, 4, 4, groups=3), hw).timing
-    assert (three.read_bytes, three.write_bytes) == (3 * one.read_bytes, 3 * one.write_bytes)
+    assert (three.dram_read_bytes, three.dram_write_bytes) == (3 * one.dram_read_bytes, 3 * one.dram_write_bytes)
     assert three.compute_cycles == 3 * one.compute_cycles
     # back to back in one pipeline: a group's loads overlap the previous group's compute
     assert three.compute_cycles <= three.total_cycles <= 3 * one.total_cycles
@@ -180,33 +180,33 @@ def test_on_chip_traffic_closed_forms(m, n, k, rows, cols, dataflow, buffers):
     a, b, out, psum = {"os": (m * k * cf, k * n * rf, m * n, 0),
                        "ws": (m * k * cf, k * n, m * n * rf, m * n * (rf - 1)),
                        "is": (k * m, k * n * cf, m * n * rf, m * n * (rf - 1))}[dataflow]
-    assert (s.sram_a_read_bytes.sum(), s.sram_b_read_bytes.sum()) == (a, b)
-    assert (s.sram_out_write_bytes.sum(), s.sram_psum_read_bytes.sum()) == (out, psum)
+    assert (s.sram_a_read_units.sum(), s.sram_b_read_units.sum()) == (a, b)
+    assert (s.sram_out_write_units.sum(), s.sram_psum_read_units.sum()) == (out, psum)
 
 
 def test_scalesim_memory_model_prices_gemms_and_their_energy():
-    """``memory_model = "scalesim"``: DRAM bytes and time from ``accel_sim.memory_scalesim``
-    (words x word_bytes), on-chip buffer bytes from the fold schedule as under ``ours``."""
+    """``memory_model = "scalesim_v3"``: DRAM bytes and time from ``accel_sim.memory_scalesim``
+    (words x word_bytes), on-chip buffer bytes from the fold schedule as under ``on_chip_accumulation``."""
     # 4 x 4 array, 4-byte words, 1 KiB buffers = 256 words, 3.2e9 B/s / 100 MHz x 0.5 = 16 B =
     # 4 words per cycle. WS 8 x 4 x 6: (S_R, S_C, T) = (6, 4, 8), Rf = 2, Cf = 1; A image M x Rf R =
     # 8 x 8 = 64 words, B image K x Cf C = 6 x 4 = 24 (both fit 128): 88 words read = 352 B;
     # written M N Rf = 8 x 4 x 2 = 64 words = 256 B; 2 folds x (2*4 + 4 + 8 - 2) = 36 cycles, no stall.
     hw = HardwareConfig(rows=4, cols=4, a_buffer_bytes=1024, b_buffer_bytes=1024, out_buffer_bytes=1024,
-                        dram_peak_bytes_per_s=3.2e9, dram_efficiency=0.5, memory_model="scalesim")
+                        dram_peak_bytes_per_s=3.2e9, dram_efficiency=0.5, memory_model="scalesim_v3")
     assert hw.scalesim_bandwidth_words_per_cycle == 4
     cost = price_work(GemmWork(8, 4, 6), hw)
-    assert (cost.timing.read_bytes, cost.timing.write_bytes) == (352, 256)
+    assert (cost.timing.dram_read_bytes, cost.timing.dram_write_bytes) == (352, 256)
     assert (cost.timing.compute_cycles, cost.timing.stall_cycles, cost.timing.total_cycles) == (36, 0, 36)
-    ours = price_work(GemmWork(8, 4, 6), hw.with_(memory_model="ours"))
+    ours = price_work(GemmWork(8, 4, 6), hw.with_(memory_model="on_chip_accumulation"))
     assert (cost.sram_read_bytes, cost.sram_write_bytes) == (ours.sram_read_bytes, ours.sram_write_bytes)
-    assert (ours.timing.read_bytes, ours.timing.write_bytes) == (4 * (48 + 24), 4 * 32)  # M K + K N, M N
+    assert (ours.timing.dram_read_bytes, ours.timing.dram_write_bytes) == (4 * (48 + 24), 4 * 32)  # M K + K N, M N
     # three groups, per_group: three SCALE-Sim layers back to back
     three = price_work(GemmWork(8, 4, 6, groups=3), hw).timing
-    assert (three.read_bytes, three.write_bytes, three.total_cycles) == (3 * 352, 3 * 256, 3 * 36)
+    assert (three.dram_read_bytes, three.dram_write_bytes, three.total_cycles) == (3 * 352, 3 * 256, 3 * 36)
     # the energy model charges the DRAM bytes of each op's timing: SCALE-Sim's under this model
-    for model in ("ours", "scalesim"):
+    for model in ("on_chip_accumulation", "scalesim_v3"):
         report = simulate(small_trace(), hw.with_(memory_model=model))
-        dram_bytes = report.totals.read_bytes + report.totals.write_bytes
+        dram_bytes = report.totals.dram_read_bytes + report.totals.dram_write_bytes
         assert math.isclose(report.energy.dram_j, hw.energy.dram_pj_per_byte * dram_bytes * 1e-12)
         assert report.summary()["memory_model"] == model
 

@@ -123,8 +123,8 @@ def test_sram_accesses_equal_scalesim(row):
     big = 1 << 40  # our SRAM counts do not depend on the buffer sizes (the DRAM traffic does)
     s = gemm_fold_schedule(m, n, k, rows=rows, cols=cols, dataflow=dataflow, word_bytes=WORD_BYTES,
                            a_buffer_bytes=big, b_buffer_bytes=big, out_buffer_bytes=big)
-    a_read, b_read = s.sram_a_read_bytes.sum(), s.sram_b_read_bytes.sum()
-    psum_read, out_write = s.sram_psum_read_bytes.sum(), s.sram_out_write_bytes.sum()
+    a_read, b_read = s.sram_a_read_units.sum(), s.sram_b_read_units.sum()
+    psum_read, out_write = s.sram_psum_read_units.sum(), s.sram_out_write_units.sum()
     ifmap, filt, ofmap = (int(row[f"sram_{op}_{rw}_words"]) * WORD_BYTES
                           for op, rw in (("ifmap", "read"), ("filter", "read"), ("ofmap", "write")))
     assert a_read == ifmap

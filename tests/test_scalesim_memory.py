@@ -1,4 +1,4 @@
-"""``memory_model = "scalesim"`` against SCALE-Sim 3.0's USER bandwidth mode, and our default
+"""``memory_model = "scalesim_v3"`` against SCALE-Sim 3.0's USER bandwidth mode, and our default
 memory model beside it with the named reason for each difference (docs/scalesim.md).
 
 Two recordings (``scripts/record_scalesim.py memory`` / ``memory-spill``), counts in SCALE-Sim's
@@ -118,7 +118,7 @@ def test_hand_worked_lap_of_the_window():
     row = next(r for r in ROWS if _id(r) == "70x40x90-32x64-os-1kB-bw1")
     assert int(row["dram_filter_read_words"]) == 512 + 20 * 512 == 10_752
     assert _scalesim_mode(row).filter_read_words == 10_752
-    assert _ours(row).read_bytes == 6_300 + 3 * 3_600
+    assert _ours(row).dram_read_bytes == 6_300 + 3 * 3_600
 
 
 def _ours(row: dict, latency_cycles: int = 0):
@@ -145,12 +145,12 @@ def test_our_model_beside_scalesim_when_everything_fits(row):
     df = row["dataflow"]
     a_image, b_image = prefetch_image_words(m, n, k, rows=rows, cols=cols, dataflow=df)
     ours = _ours(row)
-    assert ours.read_bytes == m * k + k * n
+    assert ours.dram_read_bytes == m * k + k * n
     assert int(row["dram_ifmap_read_words"]) + int(row["dram_filter_read_words"]) == \
         math.ceil(a_image / bw) * bw + math.ceil(b_image / bw) * bw
     s_r, s_c, _ = map_gemm(m, n, k, df)
     row_folds, _ = fold_counts(s_r, s_c, rows=rows, cols=cols)
-    assert ours.write_bytes == m * n
+    assert ours.dram_write_bytes == m * n
     assert int(row["dram_ofmap_write_words"]) == m * n * (1 if df == "os" else row_folds)
     assert int(row["stall_cycles"]) == 0 and ours.total_cycles > int(row["total_cycles"]) + 1
 
@@ -191,7 +191,7 @@ def test_hand_worked_gemm_under_both_models():
         assert _ints(row, "dram_ifmap_read_words", "dram_filter_read_words", "dram_ofmap_write_words",
                      "total_cycles") == [a, b, w, cycles - 1]
         ours = _ours(row)
-        assert (ours.read_bytes, ours.write_bytes) == (ours_reads, ours_writes)
+        assert (ours.dram_read_bytes, ours.dram_write_bytes) == (ours_reads, ours_writes)
     # ours, os, time: loads per fold A 8x20 + B 320 = 480, then 160, 80 (A's last fold has 4 rows);
     # stores 128, 128, 64; bw 8: 480/8 = 60 before fold 0, then max(42, 160/8) + max(42, (80+128)/8)
     # + max(42, 128/8) = 126, then 64/8 = 8 after: 194 cycles (SCALE-Sim: 126, fill and drain free).

@@ -27,9 +27,9 @@ def test_per_op_costs():
     assert ops[5].compute_cycles == gemm_cycles(5, 3, 2, rows=4, cols=4, dataflow="os")
     # relu streams its input (40 B) and output (40 B): 80 B at 89.6 B/cycle + 20 latency ->
     # ceil(20.89) = 21 cycles; compute ceil(10 / 64) = 1
-    assert (ops[1].read_bytes, ops[1].write_bytes, ops[1].compute_cycles, ops[1].total_cycles) == (40, 40, 1, 21)
+    assert (ops[1].dram_read_bytes, ops[1].dram_write_bytes, ops[1].compute_cycles, ops[1].total_cycles) == (40, 40, 1, 21)
     # the update reads W and dW (60 + 60 B) and writes W (60 B)
-    assert (ops[6].read_bytes, ops[6].write_bytes) == (120, 60)
+    assert (ops[6].dram_read_bytes, ops[6].dram_write_bytes) == (120, 60)
     assert (ops[2].total_cycles, ops[2].priced) == (0, True)  # a view is free
     assert (ops[8].total_cycles, ops[8].priced) == (0, False)
     assert report.unsupported_ops() == {"aten.fancy_new_op.default": 1}
@@ -55,7 +55,7 @@ def test_totals_and_queries_add_up():
     assert report.utilization() == pytest.approx(report.macs / (total * 16))
     frame = pd.DataFrame(report.rows())
     assert len(frame) == 9 and frame["total_cycles"].sum() == total
-    assert {"idx", "layer", "phase", "compute_cycles", "stall_cycles", "read_bytes", "utilization"} <= set(frame.columns)
+    assert {"idx", "layer", "phase", "compute_cycles", "stall_cycles", "dram_read_bytes", "utilization"} <= set(frame.columns)
 
 
 def test_peak_memory_in_report():
@@ -108,7 +108,7 @@ def _with_ops(trace: Trace, tensors: tuple, storages: tuple, ops: tuple) -> Trac
 
 def _byte_figures(report) -> list:
     """Every byte figure of a report: per op DRAM and on-chip traffic, peak and its breakdown."""
-    per_op = [(c.read_bytes, c.write_bytes, c.sram_read_bytes, c.sram_write_bytes) for c in report.ops]
+    per_op = [(c.dram_read_bytes, c.dram_write_bytes, c.sram_read_bytes, c.sram_write_bytes) for c in report.ops]
     return [*per_op, report.peak_memory_bytes, dict(report.peak.by_kind_bytes), report.peak.live_bytes_per_op]
 
 
@@ -136,7 +136,7 @@ def test_word_size_2_halves_every_byte_figure_of_a_float32_trace():
     assert all(v % 2 == 0 for op in figures4[:-3] for v in op)
     assert (at4.peak_memory_bytes, at4.peak.live_bytes_per_op[9]) == (224, 220)
     assert _byte_figures(at2) == _halved(figures4)
-    assert at4.ops[9].read_bytes == 48 and at2.ops[9].read_bytes == 24
+    assert at4.ops[9].dram_read_bytes == 48 and at2.ops[9].dram_read_bytes == 24
     assert at2.macs == at4.macs
 
 
@@ -149,6 +149,6 @@ def test_word_size_keeps_integer_tensors():
                                 VectorWork("copy", 2, read_bytes=16, write_bytes=8), (0, 8), (9,), allocs=(9,)),))
     at2 = simulate(trace, HW.with_(word_bytes=2))
     # read: 8 B of index kept + 8 B of float32 halved = 12; write: 8 B float32 halved = 4
-    assert (at2.ops[9].read_bytes, at2.ops[9].write_bytes) == (12, 4)
+    assert (at2.ops[9].dram_read_bytes, at2.ops[9].dram_write_bytes) == (12, 4)
     # peak (op 5 as before): float32 storages halved (224 / 2 = 112) + the int64 index, live from the start: 8
     assert at2.peak_memory_bytes == 120

@@ -98,8 +98,8 @@ def test_energy_figures_move_energy_only(frame):
 
 
 def test_memory_model_is_swept(frame):
-    """Both memory models price the same traces; the base config's (``ours``) is the base row."""
+    """Both memory models price the same traces; the base config's (``on_chip_accumulation``) is the base row."""
     rows = frame[frame["parameter"] == "memory_model"].set_index("value")
-    assert set(rows.index) == {"ours", "scalesim"}
-    assert bool(rows.loc["ours", "is_base"]) and not bool(rows.loc["scalesim", "is_base"])
+    assert set(rows.index) == {"on_chip_accumulation", "scalesim_v3"}
+    assert bool(rows.loc["on_chip_accumulation", "is_base"]) and not bool(rows.loc["scalesim_v3", "is_base"])
     assert rows["latency_saving_pct"].notna().all()

@@ -13,7 +13,7 @@ Parameters (SphereFed appendix 0.E publishes only the 32x64 array and 100 MHz):
 * ``special_unit_scale``: every special-unit throughput times this factor;
 * ``dataflow``: fwd/dx/dw dataflows (default ws/ws/os; all-os, all-ws, all-is);
 * ``grouped_mapping``: how grouped (depthwise) GEMMs are mapped (``HardwareConfig.grouped_mapping``);
-* ``memory_model``: how GEMM DRAM traffic and stalls are priced (``ours`` or SCALE-Sim's,
+* ``memory_model``: how GEMM DRAM traffic and stalls are priced (``on_chip_accumulation`` or SCALE-Sim's ``scalesim_v3``,
   ``accel_sim.hardware.MEMORY_MODELS``, docs/scalesim.md);
 * ``batch_size``: the local batch (recaptured: the trace changes);
 * ``word_bytes``: bytes per float32 value on the accelerator: every byte figure of the trace, DRAM

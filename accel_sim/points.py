@@ -1,0 +1,141 @@
+"""Many hardware points at once: ``HardwarePoints``, one numpy column per ``HardwareConfig`` field.
+
+A point is a ``HardwareConfig``; ``N`` of them are held as columns so that they can be priced
+together (``accel_sim.batch``) and declared as a design space (``accel_sim.space``) without building
+``N`` objects. Fields are addressed by *path*: a top-level field by its name (``rows``,
+``dataflow_dw``), a sub-table's field by ``table.field`` (``special_unit.norm``,
+``energy.dram_pj_per_byte``): the names of the hardware TOML. Integer fields are int64 columns,
+numbers float64, choices (dataflows, grouped mapping, memory model) strings. Every value is checked
+by ``HardwareConfig`` itself (its bounds and choices), once per distinct value of a column.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from accel_sim.dataflows import DATAFLOWS
+from accel_sim.hardware import (FIELD_BOUNDS, GROUPED_MAPPINGS, MEMORY_MODELS, EnergyCosts, HardwareConfig,
+                                HardwareConfigError, SpecialUnit)
+
+SUB_TABLES = {"special_unit": SpecialUnit, "energy": EnergyCosts}
+FIELD_PATHS: tuple[str, ...] = tuple(
+    path
+    for f in fields(HardwareConfig)
+    for path in ([f"{f.name}.{sub.name}" for sub in fields(SUB_TABLES[f.name])] if f.name in SUB_TABLES else [f.name])
+)
+"""Every field of a ``HardwareConfig``, sub-tables flattened (``special_unit.norm``)."""
+CHOICES: dict[str, tuple[str, ...]] = {
+    "dataflow_fwd": tuple(DATAFLOWS), "dataflow_dx": tuple(DATAFLOWS), "dataflow_dw": tuple(DATAFLOWS),
+    "grouped_mapping": GROUPED_MAPPINGS, "memory_model": MEMORY_MODELS,
+}
+"""The fields whose values are names, and their choices."""
+INTEGER_FIELDS = frozenset(name for name, (low, _) in FIELD_BOUNDS.items() if isinstance(low, int))
+
+
+def field_kind(path: str) -> str:
+    """"choice", "integer" or "number"; ``KeyError`` for a path that names no field."""
+    if path not in FIELD_PATHS:
+        raise KeyError(path)
+    return "choice" if path in CHOICES else "integer" if path in INTEGER_FIELDS else "number"
+
+
+def field_value(hw: HardwareConfig, path: str) -> Any:
+    """The value of ``path`` in ``hw``."""
+    table, _, name = path.rpartition(".")
+    return getattr(getattr(hw, table), name) if table else getattr(hw, name)
+
+
+def with_field(hw: HardwareConfig, path: str, value: Any) -> HardwareConfig:
+    """``hw`` with ``path`` set to ``value``, checked by ``HardwareConfig`` (``HardwareConfigError``
+    naming the field otherwise)."""
+    table, _, name = path.rpartition(".")
+    if table:
+        return hw.with_(**{table: replace(getattr(hw, table), **{name: value})})
+    return hw.with_(**{name: value})
+
+
+def python_value(path: str, value: Any) -> Any:
+    """A column's entry as the Python value ``HardwareConfig`` takes: int, float or str (an integer
+    field keeps a non-integral number as it is, so that the check names it)."""
+    kind = field_kind(path)
+    if kind == "choice":
+        return str(value)
+    if kind == "integer" and float(value).is_integer():
+        return int(value)
+    return float(value)
+
+
+def _column(path: str, values: Iterable) -> np.ndarray:
+    kind = field_kind(path)
+    values = list(values) if not isinstance(values, np.ndarray) else values
+    if kind == "choice":
+        return np.asarray(values, dtype=str)
+    if kind == "integer":
+        array = np.asarray(values)
+        return array.astype(np.int64) if array.dtype.kind in "iub" else np.asarray(values, dtype=np.float64)
+    return np.asarray(values, dtype=np.float64)
+
+
+@dataclass(frozen=True, eq=False)
+class HardwarePoints:
+    """``N`` hardware points: ``columns[path]`` holds the value of ``path`` at every point."""
+
+    columns: Mapping[str, np.ndarray]
+
+    def __post_init__(self) -> None:
+        missing = [p for p in FIELD_PATHS if p not in self.columns]
+        unknown = sorted(set(self.columns) - set(FIELD_PATHS))
+        if missing or unknown:
+            raise ValueError(f"hardware points need exactly the fields {FIELD_PATHS}: missing {missing}, unknown {unknown}")
+        sizes = {len(c) for c in self.columns.values()}
+        if len(sizes) != 1:
+            raise ValueError(f"hardware point columns differ in length: {sorted(sizes)}")
+
+    @staticmethod
+    def of(configs: Sequence[HardwareConfig]) -> "HardwarePoints":
+        """The points of these configs, in order."""
+        return HardwarePoints({path: _column(path, [field_value(hw, path) for hw in configs]) for path in FIELD_PATHS})
+
+    @staticmethod
+    def from_columns(columns: Mapping[str, Iterable], base: HardwareConfig | None = None) -> "HardwarePoints":
+        """Points whose ``columns`` vary some fields; every other field is ``base``'s (default the
+        paper's hardware). Each distinct value of each column is checked by ``HardwareConfig``:
+        ``HardwareConfigError`` names the field and the allowed range or choices."""
+        base = base if base is not None else HardwareConfig()
+        unknown = [p for p in columns if p not in FIELD_PATHS]
+        if unknown:
+            raise HardwareConfigError(f"unknown hardware field(s) {', '.join(unknown)}; known fields: "
+                                      f"{', '.join(FIELD_PATHS)}")
+        varied = {path: _column(path, values) for path, values in columns.items()}
+        sizes = {len(c) for c in varied.values()}
+        if len(sizes) > 1:
+            raise ValueError(f"hardware point columns differ in length: {sorted(sizes)}")
+        size = sizes.pop() if sizes else 1
+        for path, column in varied.items():
+            for value in np.unique(column):
+                with_field(base, path, python_value(path, value))
+        full = {path: varied[path] if path in varied else _column(path, [field_value(base, path)] * size)
+                for path in FIELD_PATHS}
+        return HardwarePoints(full)
+
+    def __len__(self) -> int:
+        return len(self.columns[FIELD_PATHS[0]])
+
+    def config(self, i: int) -> HardwareConfig:
+        """Point ``i`` as a ``HardwareConfig``."""
+        top = {f.name: python_value(f.name, self.columns[f.name][i]) for f in fields(HardwareConfig)
+               if f.name not in SUB_TABLES}
+        subs = {table: cls(**{f.name: python_value(f"{table}.{f.name}", self.columns[f"{table}.{f.name}"][i])
+                              for f in fields(cls)})
+                for table, cls in SUB_TABLES.items()}
+        return HardwareConfig(**top, **subs)
+
+    def take(self, index) -> "HardwarePoints":
+        """The points at ``index`` (an integer array or a boolean mask)."""
+        return HardwarePoints({path: column[index] for path, column in self.columns.items()})
+
+    def __getitem__(self, path: str) -> np.ndarray:
+        return self.columns[path]

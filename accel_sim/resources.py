@@ -1,0 +1,309 @@
+"""What a hardware point costs in silicon: DSP slices, block RAM and LUTs on an FPGA device (does it
+fit, and which resource limits it), the device's static power, and an ASIC-style area.
+
+The cycle model (``accel_sim.simulate``) makes no array or buffer free of charge in time, but it
+would let a design space grow them for nothing; this module charges them. Inputs: the points
+(``accel_sim.points.HardwarePoints``), the MAC cells' number format (``NumberFormat``: FP32, BF16,
+or block floating point with its mantissa bits and group size) and a device file
+(``configs/devices/xc7vx485t.toml``: the paper's Xilinx VC707 board), where every figure carries
+its source or says "assumption". Formulas (one function each, below):
+
+* DSP slices = ``rows x cols x dsp_per_mac[format]`` + the special unit's lanes x ``dsp_per_mac
+  ["fp32"]`` (its normalization and losses run in FP32 whatever the array's format; lanes = its
+  largest throughput, rounded up: an assumption).
+* LUTs = ``rows x cols x`` the LUTs of a MAC built from LUTs (block floating point only: an
+  ``m x m`` mantissa multiplier scaled from a 9 x 9 one, plus a ``2m + ceil(log2 g)``-bit
+  accumulator at one LUT per bit). Control, the DDR3 controller and the FP cores' own LUTs are not
+  counted: ``fits`` is necessary, not sufficient.
+* BRAM36 blocks per buffer = 2 halves (double buffering, as the cycle model's active half) x the
+  larger of the blocks that hold a half (``bram36_bytes`` each) and the blocks whose ports deliver
+  one word per lane per cycle (``bram36_port_bytes`` each); a buffer's lanes are the array side it
+  feeds (``Dataflow.operand_layout``: a streamed operand enters along the side it spans, a
+  stationary one is shifted in from the top, one per column), the widest over the point's
+  dataflows; the output buffer takes one word per column.
+
+The number format sets the storage of a value: ``NumberFormat.storage_bytes`` must equal the
+point's ``word_bytes``, the size ``simulate`` prices every byte with, or the point is refused
+(``ResourceModelError``). So the paper's point as the suite prices it (FP32 words, 32 x 64 MACs)
+needs 2,048 x 5 DSP48E1 for its array alone, far more than the XC7VX485T's 2,800: it cannot be
+built on the VC707 in FP32. It fits only in a narrow format such as the block floating point of
+FAST (Zhang, McDanel and Kung, "FAST: DNN training under variable precision block floating point
+with stochastic rounding", HPCA 2022; SphereFed's ref. [91]), whose MAC is small integer
+arithmetic on mantissas sharing an exponent (``tests/test_resources.py`` works it by hand).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+
+from accel_sim.dataflows import DATAFLOWS
+from accel_sim.points import HardwarePoints
+from accel_sim.tomlfile import read_toml
+from accel_sim.trace_schema import GEMM_ROLES, VECTOR_OPS
+
+FORMAT_KINDS = ("fp32", "bf16", "bfp")
+BFP_EXPONENT_BITS = 8
+"""Bits of the exponent a block-floating-point group shares: FP32's 8, an assumption (it keeps
+FP32's range, the point of BFP for training)."""
+BFP_MANTISSA_BITS = (1, 23)
+BFP_GROUP_SIZES = (1, 1024)
+
+
+class ResourceModelError(ValueError):
+    """A number format, device file or point the resource model cannot price; the message names it."""
+
+
+@dataclass(frozen=True)
+class NumberFormat:
+    """The number format of the array's MAC cells: ``fp32``, ``bf16``, or ``bfp`` (block floating
+    point: each value a sign and ``mantissa_bits`` of mantissa, ``group_size`` values sharing one
+    ``BFP_EXPONENT_BITS``-bit exponent). Named ``fp32``, ``bf16``, ``bfp_m4_g16``."""
+
+    kind: str
+    mantissa_bits: int = 0
+    group_size: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in FORMAT_KINDS:
+            raise ResourceModelError(f"number format {self.kind!r}: expected one of {', '.join(FORMAT_KINDS)} "
+                                     f"(block floating point as bfp_m<mantissa bits>_g<group size>)")
+        if self.kind == "bfp":
+            for name, value, (low, high) in (("mantissa bits", self.mantissa_bits, BFP_MANTISSA_BITS),
+                                             ("group size", self.group_size, BFP_GROUP_SIZES)):
+                if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                    raise ResourceModelError(f"number format {self.name}: {name} must be an integer in "
+                                             f"[{low}, {high}], got {value!r}")
+        elif (self.mantissa_bits, self.group_size) != (0, 0):
+            raise ResourceModelError(f"number format {self.kind} takes no mantissa bits or group size")
+
+    @staticmethod
+    def parse(text: str) -> "NumberFormat":
+        """``fp32``, ``bf16`` or ``bfp_m<mantissa bits>_g<group size>`` as a ``NumberFormat``."""
+        match = re.fullmatch(r"bfp_m(\d+)_g(\d+)", str(text))
+        if match:
+            return NumberFormat("bfp", int(match[1]), int(match[2]))
+        return NumberFormat(str(text))
+
+    @property
+    def name(self) -> str:
+        return f"bfp_m{self.mantissa_bits}_g{self.group_size}" if self.kind == "bfp" else self.kind
+
+    @property
+    def bits_per_value(self) -> float:
+        """FP32 32, BF16 16 (IEEE 754 binary32; bfloat16: 1 + 8 + 7); BFP ``1 + m`` plus its share
+        of the group's exponent, ``8 / g``."""
+        if self.kind == "bfp":
+            return 1 + self.mantissa_bits + BFP_EXPONENT_BITS / self.group_size
+        return {"fp32": 32, "bf16": 16}[self.kind]
+
+    @property
+    def storage_bytes(self) -> int:
+        """Bytes a value occupies in memory: ``ceil(bits / 8)``. An assumption for BFP: values are
+        stored byte-aligned (packing 5.5-bit values is not modeled), so ``bfp_m4_g16`` stores one
+        byte per value; this is the ``word_bytes`` ``simulate`` must price the point with."""
+        return math.ceil(self.bits_per_value / 8)
+
+
+@dataclass(frozen=True)
+class FpgaDevice:
+    """An FPGA's resources and the cost of the MAC arithmetic on it (a device file: every field
+    with its source in ``configs/devices/*.toml``)."""
+
+    name: str
+    board: str
+    dsp_slices: int
+    bram36_blocks: int
+    luts: int
+    bram36_bytes: int
+    bram36_port_bytes: int
+    static_w: float
+    dsp_per_mac: Mapping[str, int]
+    luts_per_9x9_multiplier: int
+    luts_per_adder_bit: int
+
+
+def load_device(path: str | Path) -> FpgaDevice:
+    """Read a device file; ``ResourceModelError`` naming the file and the key for a missing, unknown
+    or impossible entry."""
+    data = read_toml(path, ResourceModelError, "device")
+    lut_costs, dsp_per_mac = data.pop("lut_costs", None), data.pop("dsp_per_mac", None)
+    if not isinstance(lut_costs, dict) or not isinstance(dsp_per_mac, dict):
+        raise ResourceModelError(f"{path}: a device file needs the tables [dsp_per_mac] and [lut_costs]")
+    if sorted(dsp_per_mac) != sorted(FORMAT_KINDS):
+        raise ResourceModelError(f"{path}: [dsp_per_mac] must give {', '.join(FORMAT_KINDS)}, got {', '.join(dsp_per_mac)}")
+    values = {**data, **lut_costs, "dsp_per_mac": dsp_per_mac}
+    expected = {f.name for f in fields(FpgaDevice)}
+    if set(values) != expected:
+        raise ResourceModelError(f"{path}: device keys missing {sorted(expected - set(values))}, unknown "
+                                 f"{sorted(set(values) - expected)}")
+    for key, value in [*((k, v) for k, v in values.items() if k not in ("name", "board", "dsp_per_mac")),
+                       *((f"dsp_per_mac.{k}", v) for k, v in dsp_per_mac.items())]:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 2**40 or (
+                key != "static_w" and not isinstance(value, int)):
+            raise ResourceModelError(f"{path}: device field '{key}' must be a non-negative "
+                                     f"{'number' if key == 'static_w' else 'integer'}, got {value!r}")
+    return FpgaDevice(**values)
+
+
+# ----------------------------------------------------------------------------- the formulas
+
+
+def mac_dsp_slices(fmt: NumberFormat, device: FpgaDevice) -> int:
+    """DSP slices of one multiply-add cell in ``fmt`` (the device file's ``[dsp_per_mac]``)."""
+    return device.dsp_per_mac[fmt.kind]
+
+
+def bfp_accumulator_bits(fmt: NumberFormat) -> int:
+    """Bits of a BFP cell's fixed-point accumulator: a product of two ``m``-bit mantissas has ``2m``
+    bits and a group's ``g`` of them sum in ``ceil(log2 g)`` more (an assumption: the sum over a
+    group is exact in fixed point; the cross-group accumulation is not modeled)."""
+    return 2 * fmt.mantissa_bits + math.ceil(math.log2(fmt.group_size))
+
+
+def mac_luts(fmt: NumberFormat, device: FpgaDevice) -> int:
+    """LUTs of one multiply-add cell built from LUTs (BFP): ``ceil(luts_per_9x9_multiplier x (m /
+    9)^2)`` for the mantissa multiplier plus ``luts_per_adder_bit`` per accumulator bit; 0 for the
+    formats whose arithmetic is in DSP slices."""
+    if fmt.kind != "bfp":
+        return 0
+    multiplier = math.ceil(device.luts_per_9x9_multiplier * fmt.mantissa_bits ** 2 / 81)
+    return multiplier + device.luts_per_adder_bit * bfp_accumulator_bits(fmt)
+
+
+def special_unit_lanes(points: HardwarePoints) -> np.ndarray:
+    """The special unit's lanes: its largest throughput in elements per cycle, rounded up (an
+    assumption: one FP32 multiply-add lane per element per cycle, shared by every kind of work)."""
+    return np.ceil(np.max([points[f"special_unit.{kind}"] for kind in VECTOR_OPS], axis=0)).astype(np.int64)
+
+
+def buffer_lanes(points: HardwarePoints, operand: str) -> np.ndarray:
+    """Words per cycle a buffer must deliver: for A ("a") and B ("b") the array side the operand
+    enters along (``Dataflow.operand_layout``: a streamed operand along the side it spans, a
+    stationary one shifted in from the top, one word per column), the widest over the point's
+    three dataflows; for the outputs ("out") one word per column."""
+    rows, cols = points["rows"], points["cols"]
+    if operand == "out":
+        return cols
+    lanes = np.zeros(len(points), dtype=np.int64)
+    for role in GEMM_ROLES:
+        for name, flow in DATAFLOWS.items():
+            side = rows if flow.operand_layout(operand) == "rows" else cols
+            lanes = np.where(points[f"dataflow_{role}"] == name, np.maximum(lanes, side), lanes)
+    return lanes
+
+
+def buffer_bram36_blocks(buffer_bytes, lanes, word_bytes, device: FpgaDevice):
+    """BRAM36 blocks of a double-buffered buffer: two halves, each the larger of
+    ``ceil(half / bram36_bytes)`` (capacity) and ``ceil(lanes x word_bytes / bram36_port_bytes)``
+    (width: one word per lane per cycle through 72-bit ports, UG473); numbers or arrays alike."""
+    half = -(-buffer_bytes // 2)
+    capacity = -(-half // device.bram36_bytes)
+    width = -(-(lanes * word_bytes) // device.bram36_port_bytes)
+    return 2 * np.maximum(capacity, width)
+
+
+# ----------------------------------------------------------------------------- ASIC-style area
+
+ASIC_NODE = "45 nm"
+FP32_MULTIPLY_UM2 = 7700.0
+"""Area of an FP32 multiplier at 45 nm (M. Horowitz, "Computing's energy problem (and what we can do
+about it)", ISSCC 2014, Fig. 1.1.9, the source of ``EnergyCosts``' energies)."""
+FP32_ADD_UM2 = 4184.0
+"""FP32 adder, same figure."""
+FP16_MULTIPLY_UM2 = 1640.0
+"""16-bit FP multiplier, same figure (for BF16: its 8-bit significand is narrower than FP16's 11,
+so this overstates a BF16 multiplier: an assumption on the safe side)."""
+INT8_MULTIPLY_UM2 = 282.0
+"""8-bit integer multiplier, same figure; an ``m``-bit one is scaled by ``(m / 8)^2``."""
+INT32_ADD_UM2 = 137.0
+"""32-bit integer adder, same figure; a ``b``-bit one is scaled by ``b / 32``."""
+SRAM_CELL_UM2 = 0.346
+"""A 6T SRAM bit cell at 45 nm (K. Mistry et al., "A 45nm logic technology with high-k + metal gate
+transistors, strained silicon, 9 Cu interconnect layers, 193nm dry patterning, and 100% Pb-free
+packaging", IEDM 2007)."""
+SRAM_ARRAY_EFFICIENCY = 0.5
+"""Bit cells' share of an SRAM macro's area (decoders, sense amplifiers and I/O take the rest): an
+assumption, the order of compiled SRAM macros."""
+
+
+def mac_area_um2(fmt: NumberFormat) -> float:
+    """One multiply-add cell at ``ASIC_NODE``: FP32 multiplier + adder; BF16 multiplier + FP32
+    adder (accumulating in FP32); BFP an ``m``-bit integer multiplier + the accumulator's adder."""
+    if fmt.kind == "fp32":
+        return FP32_MULTIPLY_UM2 + FP32_ADD_UM2
+    if fmt.kind == "bf16":
+        return FP16_MULTIPLY_UM2 + FP32_ADD_UM2
+    return INT8_MULTIPLY_UM2 * (fmt.mantissa_bits / 8) ** 2 + INT32_ADD_UM2 * bfp_accumulator_bits(fmt) / 32
+
+
+def sram_area_um2(sram_bytes):
+    """On-chip buffer area: 8 bit cells per byte over the array efficiency."""
+    return sram_bytes * 8 * SRAM_CELL_UM2 / SRAM_ARRAY_EFFICIENCY
+
+
+# ----------------------------------------------------------------------------- per point
+
+RESOURCES = ("dsp", "bram36", "lut")
+
+
+@dataclass(frozen=True, eq=False)
+class Resources:
+    """Per point: resources used on the device, their share of it, the verdict, and the area."""
+
+    number_format: np.ndarray
+    dsp_slices: np.ndarray
+    bram36_blocks: np.ndarray
+    luts: np.ndarray
+    dsp_utilization: np.ndarray
+    bram36_utilization: np.ndarray
+    lut_utilization: np.ndarray
+    limiting_resource: np.ndarray  # the resource with the largest utilization
+    fits: np.ndarray  # every utilization <= 1
+    static_w: np.ndarray
+    asic_area_mm2: np.ndarray
+
+    def columns(self) -> dict[str, np.ndarray]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def fpga_resources(points: HardwarePoints, number_formats, device: FpgaDevice) -> Resources:
+    """The resources of each point on ``device`` with its MAC ``number_formats`` (one name for all,
+    or one per point). ``ResourceModelError`` if a point's ``word_bytes`` is not its format's
+    storage (``NumberFormat.storage_bytes``)."""
+    names = np.broadcast_to(np.asarray(number_formats, dtype=str), (len(points),))
+    formats = {name: NumberFormat.parse(name) for name in np.unique(names).tolist()}
+    for name, fmt in formats.items():
+        wrong = np.flatnonzero((names == name) & (points["word_bytes"] != fmt.storage_bytes))
+        if wrong.size:
+            i = int(wrong[0])
+            raise ResourceModelError(
+                f"hardware point {i}: number format {name} stores {fmt.storage_bytes}-byte values but word_bytes is "
+                f"{int(points['word_bytes'][i])}: give word_bytes = {fmt.storage_bytes} (simulate prices every byte "
+                f"at word_bytes)")
+    per_mac = {key: np.zeros(len(points)) for key in ("dsp", "lut", "area")}
+    for name, fmt in formats.items():
+        at = names == name
+        per_mac["dsp"][at], per_mac["lut"][at], per_mac["area"][at] = (
+            mac_dsp_slices(fmt, device), mac_luts(fmt, device), mac_area_um2(fmt))
+    macs = points["rows"] * points["cols"]
+    lanes = special_unit_lanes(points)
+    dsp = (macs * per_mac["dsp"]).astype(np.int64) + lanes * device.dsp_per_mac["fp32"]
+    luts = (macs * per_mac["lut"]).astype(np.int64)
+    word_bytes = points["word_bytes"]
+    bram = sum(buffer_bram36_blocks(points[f"{operand}_buffer_bytes"], buffer_lanes(points, operand), word_bytes, device)
+               for operand in ("a", "b", "out"))
+    utilization = {"dsp": dsp / device.dsp_slices, "bram36": bram / device.bram36_blocks, "lut": luts / device.luts}
+    stacked = np.stack([utilization[r] for r in RESOURCES])
+    buffer_bytes = points["a_buffer_bytes"] + points["b_buffer_bytes"] + points["out_buffer_bytes"]
+    area_um2 = macs * per_mac["area"] + lanes * mac_area_um2(NumberFormat("fp32")) + sram_area_um2(buffer_bytes)
+    return Resources(
+        number_format=np.asarray(names, dtype=str), dsp_slices=dsp, bram36_blocks=bram, luts=luts,
+        dsp_utilization=utilization["dsp"], bram36_utilization=utilization["bram36"], lut_utilization=utilization["lut"],
+        limiting_resource=np.asarray(RESOURCES)[np.argmax(stacked, axis=0)], fits=np.all(stacked <= 1.0, axis=0),
+        static_w=np.full(len(points), float(device.static_w)), asic_area_mm2=area_um2 / 1e6)

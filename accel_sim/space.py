@@ -1,0 +1,386 @@
+"""A hardware design space: axes over ``HardwareConfig`` fields and the MAC number format, constraints
+between them, and its points in chunks (so a space larger than memory is priced piece by piece).
+
+Declared as data (the ``[space]`` table a command reads from TOML)::
+
+    axes = {rows = [16, 32, 64],                                  # a list of values
+            cols = {start = 16, stop = 128, factor = 2},          # geometric: 16, 32, 64, 128
+            "special_unit.norm" = {start = 8, stop = 32, step = 8},   # arithmetic: 8, 16, 24, 32
+            dataflow_dw = ["os", "ws"],
+            number_format = ["fp32", "bfp_m4_g16"]}
+    constraints = ["rows * cols <= 4096", "a_buffer_bytes == b_buffer_bytes"]
+
+An axis is any field path of ``accel_sim.points.FIELD_PATHS`` (sub-tables as ``table.field``), or
+``number_format`` (``accel_sim.resources.NumberFormat``), which sets each point's ``word_bytes`` to
+the format's storage; without it, 4-byte words are FP32 and 2-byte words BF16. Fields without an
+axis keep the base config's value. The points are the product of the axes in row-major order
+(the last axis fastest): a point's *index* is its place in that product, stable whatever the
+constraints, so one point can be rebuilt from its index (``Space.point``).
+
+A constraint is a condition over field paths in a small expression language parsed with
+Python's ``ast`` module and evaluated on numpy columns, never ``eval``: names, numbers, quoted
+names, ``+ - * / // %``, comparisons (chains too), ``and``, ``or``, ``not``, parentheses.
+
+Everything is checked before any work, each failure one ``SpaceError`` line naming the axis (or
+constraint) and the fix: an unknown field, an empty axis, a malformed range, a value outside
+``HardwareConfig``'s bounds or choices, constraints that keep no point, and a space over
+``max_points`` unless it is streamed.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import math
+import operator
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from accel_sim.hardware import HardwareConfig, HardwareConfigError
+from accel_sim.points import FIELD_PATHS, HardwarePoints, field_kind, field_value, python_value, with_field
+from accel_sim.resources import NumberFormat, ResourceModelError
+
+NUMBER_FORMAT = "number_format"
+AXIS_NAMES = (*FIELD_PATHS, NUMBER_FORMAT)
+DEFAULT_MAX_POINTS = 1_000_000
+"""The most points a space may hold unless the caller streams it (``stream=True``): a million
+points' results fit in memory (~100 columns x 8 bytes x 1e6 ~ 1 GB at most)."""
+MAX_AXIS_VALUES = 100_000
+CHUNK_POINTS = 16_384
+FORMAT_OF_WORD = {4: "fp32", 2: "bf16"}
+"""The number format of a point without a ``number_format`` axis, by its word size."""
+
+
+class SpaceError(ValueError):
+    """A design space that cannot be explored; the one-line message names the axis and the fix."""
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One axis: a field path (or ``number_format``) and its values, in order."""
+
+    path: str
+    values: tuple
+
+    def array(self) -> np.ndarray:
+        if self.path == NUMBER_FORMAT or field_kind(self.path) == "choice":
+            return np.asarray(self.values, dtype=str)
+        return np.asarray(self.values, dtype=np.int64 if field_kind(self.path) == "integer" else np.float64)
+
+
+def axis_values(path: str, spec: Any) -> tuple:
+    """The values of an axis declared as a list, ``{start, stop, step}`` or ``{start, stop,
+    factor}`` (module docstring); ``SpaceError`` naming the axis otherwise."""
+    where = f"space axis '{path}'"
+    if isinstance(spec, (list, tuple)):
+        values = tuple(spec)
+    elif isinstance(spec, Mapping):
+        if path == NUMBER_FORMAT or field_kind(path) == "choice":
+            raise SpaceError(f"{where} takes a list of names, not a range")
+        values = _range_values(where, spec)
+    else:
+        raise SpaceError(f"{where}: give a list of values, {{start, stop, step}} or {{start, stop, factor}}, "
+                         f"got {spec!r}")
+    if not values:
+        raise SpaceError(f"{where} is empty: give at least one value")
+    repeated = [v for i, v in enumerate(values) if v in values[:i]]
+    if repeated:
+        raise SpaceError(f"{where} lists {repeated[0]!r} more than once: give each value once")
+    if len(values) > MAX_AXIS_VALUES:
+        raise SpaceError(f"{where} has {len(values):,} values, more than {MAX_AXIS_VALUES:,}: widen its step or factor")
+    return values
+
+
+def _number(where: str, spec: Mapping, key: str) -> int | float:
+    value = spec[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise SpaceError(f"{where}: range '{key}' must be a finite number, got {value!r}")
+    return value
+
+
+def _range_values(where: str, spec: Mapping) -> tuple:
+    keys = set(spec)
+    if keys not in ({"start", "stop", "step"}, {"start", "stop", "factor"}):
+        raise SpaceError(f"{where}: a range is {{start, stop, step}} or {{start, stop, factor}}, got keys "
+                         f"{', '.join(sorted(map(str, keys))) or 'none'}")
+    start, stop = _number(where, spec, "start"), _number(where, spec, "stop")
+    if stop < start:
+        raise SpaceError(f"{where}: range stop {stop!r} is below start {start!r}: give stop >= start")
+    if "step" in keys:
+        step = _number(where, spec, "step")
+        if step <= 0:
+            raise SpaceError(f"{where}: range step must be positive, got {step!r}")
+        count = math.floor((stop - start) / step * (1 + 1e-12)) + 1
+        if count > MAX_AXIS_VALUES:
+            raise SpaceError(f"{where}: the range has {count:,} values, more than {MAX_AXIS_VALUES:,}: widen its step")
+        return tuple(start + i * step for i in range(count))
+    factor = _number(where, spec, "factor")
+    if factor <= 1 or start <= 0:
+        raise SpaceError(f"{where}: a geometric range needs factor > 1 and start > 0, got factor {factor!r}, "
+                         f"start {start!r}")
+    values, value = [], start
+    while value <= stop * (1 + 1e-12) and len(values) <= MAX_AXIS_VALUES:
+        values.append(value)
+        value = value * factor
+    return tuple(values)
+
+
+# ----------------------------------------------------------------------------- constraints
+
+_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
+_COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
+            ast.Gt: operator.gt, ast.GtE: operator.ge}
+LANGUAGE = "field names, numbers, quoted names, + - * / // %, comparisons, and, or, not, parentheses"
+
+
+@dataclass(frozen=True, eq=False)
+class Constraint:
+    """A condition over field paths (module docstring), parsed once."""
+
+    text: str
+    tree: ast.Expression
+    names: frozenset
+
+    def evaluate(self, columns: Mapping[str, np.ndarray], size: int) -> np.ndarray:
+        """Which of ``size`` points satisfy it, from their ``columns`` (each name it uses)."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            result = _evaluate(self.tree.body, columns)
+        if not isinstance(result, np.ndarray) or result.dtype != bool:
+            if isinstance(result, (bool, np.bool_)):
+                return np.full(size, bool(result))
+            raise SpaceError(f"space constraint {self.text!r} is not a condition: compare it (e.g. rows * cols <= 4096)")
+        return np.broadcast_to(result, (size,))
+
+
+def _path(node: ast.AST) -> str | None:
+    """``special_unit.norm`` from the attribute chain it parses to; None for another node."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        inner = _path(node.value)
+        return f"{inner}.{node.attr}" if inner is not None else None
+    return None
+
+
+def compile_constraint(text: str) -> Constraint:
+    """Parse and check a constraint; ``SpaceError`` naming it for bad syntax, a construct outside
+    the language or an unknown field."""
+    if not isinstance(text, str) or not text.strip():
+        raise SpaceError(f"space constraint {text!r}: give a condition such as 'rows * cols <= 4096'")
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError as e:
+        raise SpaceError(f"space constraint {text!r} is not an expression ({e.msg}); use {LANGUAGE}") from None
+    names = set()
+
+    def check(node: ast.AST) -> None:
+        path = _path(node)
+        if path is not None:
+            if path not in AXIS_NAMES:
+                close = difflib.get_close_matches(path, AXIS_NAMES, n=1)
+                raise SpaceError(f"space constraint {text!r}: unknown field '{path}'"
+                                 + (f" (did you mean '{close[0]}'?)" if close else ""))
+            names.add(path)
+            return
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, str)) and not isinstance(node.value, bool):
+            return
+        allowed = (isinstance(node, ast.BinOp) and type(node.op) in _BINARY
+                   or isinstance(node, ast.Compare) and all(type(op) in _COMPARE for op in node.ops)
+                   or isinstance(node, ast.BoolOp)
+                   or isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.Not, ast.USub, ast.UAdd)))
+        if not allowed:
+            raise SpaceError(f"space constraint {text!r}: '{ast.unparse(node)}' is not allowed; use {LANGUAGE}")
+        for child in ast.iter_child_nodes(node):
+            if not isinstance(child, (ast.operator, ast.cmpop, ast.boolop, ast.unaryop)):
+                check(child)
+
+    check(tree.body)
+    return Constraint(text, tree, frozenset(names))
+
+
+def _evaluate(node: ast.AST, columns: Mapping[str, np.ndarray]):
+    path = _path(node)
+    if path is not None:
+        return columns[path]
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.BinOp):
+        return _BINARY[type(node.op)](_evaluate(node.left, columns), _evaluate(node.right, columns))
+    if isinstance(node, ast.UnaryOp):
+        value = _evaluate(node.operand, columns)
+        return np.logical_not(value) if isinstance(node.op, ast.Not) else -value if isinstance(node.op, ast.USub) else value
+    if isinstance(node, ast.BoolOp):
+        values = [np.asarray(_evaluate(v, columns), dtype=bool) for v in node.values]
+        return (np.logical_and if isinstance(node.op, ast.And) else np.logical_or).reduce(values)
+    left, result = _evaluate(node.left, columns), True
+    for op, right_node in zip(node.ops, node.comparators):
+        right = _evaluate(right_node, columns)
+        result = np.logical_and(result, _COMPARE[type(op)](left, right))
+        left = right
+    return np.asarray(result)
+
+
+# ----------------------------------------------------------------------------- the space
+
+
+@dataclass(frozen=True, eq=False)
+class SpaceChunk:
+    """Consecutive points of a space that satisfy its constraints: their indices in the product of
+    the axes, the hardware points and each one's number format."""
+
+    index: np.ndarray
+    points: HardwarePoints
+    number_formats: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+
+@dataclass(frozen=True, eq=False)
+class Space:
+    """Axes, constraints and a base config (module docstring); ``size`` points satisfy the constraints."""
+
+    base: HardwareConfig
+    axes: tuple[Axis, ...]
+    constraints: tuple[Constraint, ...]
+    size: int
+
+    @property
+    def grid_size(self) -> int:
+        """Points of the product of the axes, before the constraints."""
+        return math.prod(len(a.values) for a in self.axes)
+
+    def _columns(self, index: np.ndarray, names=None) -> dict[str, np.ndarray]:
+        """Each axis' value at the grid points ``index`` (only ``names`` if given), ``word_bytes``
+        and ``number_format`` resolved together, and the base value of any other name asked for."""
+        digits = np.unravel_index(index, tuple(len(a.values) for a in self.axes)) if self.axes else ()
+        columns = {a.path: a.array()[d] for a, d in zip(self.axes, digits) if names is None or a.path in names
+                   or a.path == NUMBER_FORMAT}
+        if NUMBER_FORMAT in columns:
+            formats = columns[NUMBER_FORMAT]
+            storage = {name: NumberFormat.parse(name).storage_bytes for name in np.unique(formats).tolist()}
+            columns["word_bytes"] = np.vectorize(storage.__getitem__, otypes=[np.int64])(formats) if formats.size \
+                else np.zeros(0, dtype=np.int64)
+        elif names is None or NUMBER_FORMAT in names:
+            words = columns.get("word_bytes", np.full(len(index), self.base.word_bytes, dtype=np.int64))
+            columns[NUMBER_FORMAT] = np.vectorize(FORMAT_OF_WORD.__getitem__, otypes=[str])(words) if words.size \
+                else np.zeros(0, dtype=str)
+        for name in names or ():
+            if name not in columns:
+                columns[name] = np.full(len(index), field_value(self.base, name))
+        return columns
+
+    def _keep(self, index: np.ndarray) -> np.ndarray:
+        keep = np.ones(len(index), dtype=bool)
+        if self.constraints:
+            needed = set().union(*(c.names for c in self.constraints))
+            columns = self._columns(index, needed)
+            for constraint in self.constraints:
+                keep &= constraint.evaluate(columns, len(index))
+        return keep
+
+    def chunks(self, chunk_points: int = CHUNK_POINTS) -> Iterator[SpaceChunk]:
+        """The points that satisfy the constraints, ``chunk_points`` grid points at a time (a chunk
+        holds at most that many; empty chunks are skipped)."""
+        for start in range(0, self.grid_size, chunk_points):
+            index = np.arange(start, min(start + chunk_points, self.grid_size), dtype=np.int64)
+            index = index[self._keep(index)]
+            if index.size:
+                columns = self._columns(index)
+                formats = columns.pop(NUMBER_FORMAT)
+                yield SpaceChunk(index, HardwarePoints.from_columns(columns, self.base), formats)
+
+    def point(self, index: int) -> tuple[HardwareConfig, NumberFormat]:
+        """The point at ``index`` of the grid (``SpaceChunk.index``): its config and number format;
+        ``SpaceError`` if there is no such point or the constraints exclude it."""
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= index < self.grid_size:
+            raise SpaceError(f"no point {index!r} in this space: give an index in [0, {self.grid_size - 1}]")
+        at = np.array([index], dtype=np.int64)
+        if not self._keep(at)[0]:
+            raise SpaceError(f"point {index} is excluded by the space's constraints: give the index of a point it keeps")
+        columns = self._columns(at)
+        fmt = NumberFormat.parse(str(columns.pop(NUMBER_FORMAT)[0]))
+        return HardwarePoints.from_columns(columns, self.base).config(0), fmt
+
+    def describe(self) -> dict:
+        """The resolved space as plain data (for a results file)."""
+        return {"axes": {a.path: [v for v in a.values] for a in self.axes},
+                "constraints": [c.text for c in self.constraints], "grid_points": self.grid_size, "points": self.size}
+
+
+def space_from_dict(data: Mapping[str, Any], base: HardwareConfig | None = None, *,
+                    max_points: int = DEFAULT_MAX_POINTS, stream: bool = False) -> Space:
+    """The space ``data`` declares (``{"axes": {...}, "constraints": [...]}``, module docstring)
+    around ``base`` (default: the paper's hardware), checked entirely before it is returned."""
+    base = base if base is not None else HardwareConfig()
+    unknown_keys = sorted(set(data) - {"axes", "constraints"})
+    if unknown_keys:
+        raise SpaceError(f"space: unknown key(s) {', '.join(unknown_keys)}; a space has axes and constraints")
+    raw = _flatten(data.get("axes", {}))
+    axes = []
+    for path, spec in raw.items():
+        if path not in AXIS_NAMES:
+            close = difflib.get_close_matches(path, AXIS_NAMES, n=1)
+            raise SpaceError(f"space axis '{path}': unknown field" + (f" (did you mean '{close[0]}'?)" if close else
+                                                                      "; axes are HardwareConfig fields (sub-tables as "
+                                                                      "table.field) and number_format"))
+        axes.append(Axis(path, _checked(path, axis_values(path, spec), base)))
+    paths = {a.path for a in axes}
+    if NUMBER_FORMAT in paths and "word_bytes" in paths:
+        raise SpaceError("space axes 'number_format' and 'word_bytes' both set the word size: drop the word_bytes "
+                         "axis (each number format stores its values in its own bytes)")
+    if NUMBER_FORMAT not in paths:
+        words = next((a.values for a in axes if a.path == "word_bytes"), (base.word_bytes,))
+        odd = [w for w in words if w not in FORMAT_OF_WORD]
+        if odd:
+            raise SpaceError(f"space axis 'word_bytes': {odd[0]}-byte words have no default number format: add a "
+                             f"number_format axis (fp32, bf16, bfp_m<mantissa bits>_g<group size>)")
+    texts = data.get("constraints", [])
+    if isinstance(texts, str) or not isinstance(texts, Sequence):
+        raise SpaceError(f"space constraints: give a list of conditions, got {texts!r}")
+    constraints = tuple(compile_constraint(t) for t in texts)
+    space = Space(base, tuple(axes), constraints, 0)
+    size = space.grid_size if not constraints else sum(
+        int(space._keep(np.arange(s, min(s + 4 * CHUNK_POINTS, space.grid_size), dtype=np.int64)).sum())
+        for s in range(0, space.grid_size, 4 * CHUNK_POINTS))
+    if size == 0:
+        raise SpaceError(f"space constraints {'; '.join(c.text for c in constraints)} keep none of the "
+                         f"{space.grid_size:,} points: loosen them")
+    if size > max_points and not stream:
+        raise SpaceError(f"space has {size:,} points, over the limit of {max_points:,}: narrow an axis, or stream the "
+                         f"points in chunks to disk (--stream)")
+    return Space(base, tuple(axes), constraints, size)
+
+
+def _flatten(axes: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"special_unit": {"norm": [...]}}`` (a TOML sub-table) as ``{"special_unit.norm": [...]}``;
+    a range table (``start`` / ``stop`` / ...) is a value, not a sub-table."""
+    if not isinstance(axes, Mapping):
+        raise SpaceError(f"space axes: give a table of field = values, got {axes!r}")
+    flat = {}
+    for key, value in axes.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping) and not {"start", "stop"} & set(value) and value:
+            flat.update(_flatten(value, f"{path}."))
+        else:
+            flat[path] = value
+    return flat
+
+
+def _checked(path: str, values: tuple, base: HardwareConfig) -> tuple:
+    """``values`` if ``HardwareConfig`` (or ``NumberFormat``) takes each; ``SpaceError`` naming the
+    axis, the value and the allowed range otherwise."""
+    for value in values:
+        try:
+            if path == NUMBER_FORMAT:
+                NumberFormat.parse(value)
+            else:
+                numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+                with_field(base, path, python_value(path, value) if numeric and field_kind(path) != "choice" else value)
+        except (HardwareConfigError, ResourceModelError, ValueError, TypeError) as e:
+            message = str(e).removeprefix("<config>: ")
+            raise SpaceError(f"space axis '{path}': value {value!r}: {message}") from None
+    return values

@@ -1,0 +1,99 @@
+"""The resource model (``accel_sim.resources``) on hand-worked points of the paper's board, with the
+arithmetic and its sources: configs/devices/xc7vx485t.toml cites DS180 (2,800 DSP48E1, 1,030
+BRAM36, 303,600 LUTs), UG473 (4,096 9-bit bytes per BRAM36, 72-bit ports), Zhang et al. FPGA 2015
+(5 DSP48E1 per FP32 multiply-add on this device) and DS255 (a 9 x 9 LUT multiplier: 115 LUTs);
+the areas are Horowitz ISSCC 2014 Fig. 1.1.9's 45 nm figures and Intel's 45 nm SRAM cell."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from accel_sim.hardware import HardwareConfig
+from accel_sim.points import HardwarePoints
+from accel_sim.resources import NumberFormat, ResourceModelError, fpga_resources, load_device
+
+DEVICE = load_device(Path(__file__).resolve().parents[1] / "configs" / "devices" / "xc7vx485t.toml")
+
+
+def resources(hw: HardwareConfig, fmt: str) -> dict:
+    r = fpga_resources(HardwarePoints.of([hw]), fmt, DEVICE)
+    return {name: column[0].item() for name, column in r.columns().items()}
+
+
+def test_the_papers_point_does_not_fit_in_fp32():
+    # 32 x 64 = 2,048 FP32 MACs x 5 DSP48E1 = 10,240, plus the special unit's 64 lanes (its largest
+    # throughput, 64 elements/cycle) x 5 = 320: 10,560 DSP48E1 of 2,800 = 377 %.
+    # BRAM36: A (streamed along the 32 rows under ws/ws/os): half of 1.5 MiB = 786,432 B / 4,096 =
+    # 192 blocks (its width, 32 lanes x 4 B / 8 B per port = 16, is less), x 2 halves = 384; B
+    # (64 columns wide: stationary under WS, streamed along the columns under OS) 384; outputs:
+    # half of 1 MiB / 4,096 = 128, x 2 = 256. 1,024 of 1,030 = 99.4 %.
+    r = resources(HardwareConfig(), "fp32")
+    assert (r["dsp_slices"], r["bram36_blocks"], r["luts"]) == (10_560, 1_024, 0)
+    assert r["dsp_utilization"] == pytest.approx(10_560 / 2_800)
+    assert r["bram36_utilization"] == pytest.approx(1_024 / 1_030)
+    assert (r["fits"], r["limiting_resource"]) == (False, "dsp")
+    # area at 45 nm: 2,048 x (7,700 + 4,184) um2 + 64 lanes x 11,884 + 4 MiB x 8 bits x 0.346 um2 / 0.5
+    # = 24,338,432 + 760,576 + 23,219,666.9 um2 = 48.32 mm2
+    assert r["asic_area_mm2"] == pytest.approx((2048 * 11_884 + 64 * 11_884 + 4 * 2**20 * 8 * 0.346 / 0.5) / 1e6)
+
+
+def test_it_fits_in_block_floating_point():
+    # FAST-style BFP, 4-bit mantissas in groups of 16: 1 + 4 + 8/16 = 5.5 bits, stored in 1 byte,
+    # so word_bytes = 1. MAC: no DSP; LUTs ceil(115 x 4^2 / 81) = ceil(22.7) = 23 for the
+    # multiplier + a 2 x 4 + log2(16) = 12-bit accumulator at 1 LUT/bit = 35; x 2,048 = 71,680 LUTs
+    # (23.6 % of 303,600). DSP: the FP32 special unit only, 320 (11.4 %). BRAM36 as for FP32 (the
+    # capacity, not the 1-byte width, decides): 1,024 (99.4 %), the limiting resource.
+    bfp = NumberFormat.parse("bfp_m4_g16")
+    assert (bfp.bits_per_value, bfp.storage_bytes) == (5.5, 1)
+    r = resources(HardwareConfig(word_bytes=1), "bfp_m4_g16")
+    assert (r["dsp_slices"], r["bram36_blocks"], r["luts"]) == (320, 1_024, 71_680)
+    assert (r["fits"], r["limiting_resource"]) == (True, "bram36")
+    # area: 2,048 x (282 x (4/8)^2 + 137 x 12/32) = 2,048 x 121.875 um2 = 249,600 um2; + the FP32
+    # lanes and the SRAM as above: 24.23 mm2, half of the FP32 array's
+    assert r["asic_area_mm2"] == pytest.approx((2048 * 121.875 + 64 * 11_884 + 4 * 2**20 * 8 * 0.346 / 0.5) / 1e6)
+
+
+def test_bf16_and_a_smaller_array():
+    # BF16 (2-byte words): 1 DSP48E1 for the 8 x 8 significand product + 2 for the FP32 adder = 3 per
+    # MAC: 32 x 64 needs 6,144 + 320 = 6,464 (231 %); 16 x 32 needs 1,536 + 320 = 1,856 (66 %) and
+    # its buffers (as above, 2-byte words: widths 32 x 2 / 8 = 8 and 32 x 2 / 8 = 8 < capacities) fit
+    assert resources(HardwareConfig(word_bytes=2), "bf16")["dsp_slices"] == 6_464
+    small = resources(HardwareConfig(rows=16, cols=32, word_bytes=2), "bf16")
+    assert (small["dsp_slices"], small["fits"], small["limiting_resource"]) == (1_856, True, "bram36")
+
+
+def test_a_wide_array_is_limited_by_buffer_width():
+    # 256 x 256 BFP array with 64 KiB buffers of 1-byte words: A feeds 256 rows, 256 B per cycle over
+    # 8-byte ports = 32 blocks per half, more than 32 KiB / 4,096 = 8 for capacity; likewise B and
+    # the outputs: 3 buffers x 2 halves x 32 = 192 blocks
+    hw = HardwareConfig(rows=256, cols=256, word_bytes=1, a_buffer_bytes=65536, b_buffer_bytes=65536,
+                        out_buffer_bytes=65536)
+    assert resources(hw, "bfp_m4_g16")["bram36_blocks"] == 192
+
+
+def test_the_format_must_match_the_word_size_simulate_prices():
+    with pytest.raises(ResourceModelError, match="point 0: number format bf16 stores 2-byte values but word_bytes is 4: "
+                                                 "give word_bytes = 2"):
+        resources(HardwareConfig(), "bf16")
+    for bad in ("fp64", "bfp_m0_g16", "bfp_m4_g0", "bfp_m4"):
+        with pytest.raises(ResourceModelError, match="number format"):
+            NumberFormat.parse(bad)
+
+
+def test_formats_per_point():
+    points = HardwarePoints.of([HardwareConfig(), HardwareConfig(word_bytes=1)])
+    r = fpga_resources(points, np.array(["fp32", "bfp_m2_g16"]), DEVICE)
+    # bfp_m2_g16: ceil(115 x 4 / 81) = 6 LUTs + 2 x 2 + 4 = 8 accumulator bits = 14 per MAC
+    assert r.luts.tolist() == [0, 2048 * 14] and r.fits.tolist() == [False, True]
+
+
+def test_a_bad_device_file_is_named(tmp_path):
+    text = (Path(__file__).resolve().parents[1] / "configs" / "devices" / "xc7vx485t.toml").read_text()
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text.replace("dsp_slices = 2800", "dsp_slices = -1"))
+    with pytest.raises(ResourceModelError, match="bad.toml: device field 'dsp_slices' must be a non-negative integer"):
+        load_device(bad)
+    bad.write_text(text.replace("bf16 = 3", "fp16 = 3"))
+    with pytest.raises(ResourceModelError, match=r"\[dsp_per_mac\] must give fp32, bf16, bfp"):
+        load_device(bad)
