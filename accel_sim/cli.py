@@ -15,7 +15,6 @@ prints one line naming the file and what is wrong, and exits with status 2; noth
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from typing import Sequence
@@ -26,41 +25,20 @@ from accel_sim.report import CostReport
 from accel_sim.simulate import check_trace_fits, simulate
 from accel_sim.systolic import DATAFLOWS, gemm_summary
 from accel_sim.trace_schema import MAX_DIM, GemmWork, TraceFormatError, load_trace
+from iokit.cli import EXIT_USAGE, Parser, UsageError, int_in
 
-EXIT_BAD_INPUT = 2
-
-
-def _int_in(low: int, high: int):
-    """An argparse type: an integer in ``[low, high]``."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer in [{low}, {high}], got {text!r}") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"expected an integer in [{low}, {high}], got {value}")
-        return value
-
-    return parse
+EXIT_BAD_INPUT = EXIT_USAGE
 
 
-class _Parser(argparse.ArgumentParser):
-    """Usage errors as one line (the usage itself is one ``--help`` away); subcommands inherit it."""
-
-    def error(self, message: str):
-        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see --help)\n")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m accel_sim", description=__doc__.split("\n\n")[0])
+def build_parser() -> Parser:
+    parser = Parser(prog="python -m accel_sim", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     gemm = sub.add_parser("gemm", help="compute cycles of one GEMM out[M x N] = A[M x K] . B[K x N]")
     for dim in ("M", "N", "K"):
-        gemm.add_argument(dim.lower(), type=_int_in(0, MAX_DIM), metavar=dim)
+        gemm.add_argument(dim.lower(), type=int_in(0, MAX_DIM), metavar=dim)
     gemm.add_argument("--dataflow", choices=DATAFLOWS, default="ws")
-    gemm.add_argument("--rows", type=_int_in(*FIELD_BOUNDS["rows"]), help="array rows (default: the hardware's)")
-    gemm.add_argument("--cols", type=_int_in(*FIELD_BOUNDS["cols"]), help="array columns (default: the hardware's)")
+    gemm.add_argument("--rows", type=int_in(*FIELD_BOUNDS["rows"]), help="array rows (default: the hardware's)")
+    gemm.add_argument("--cols", type=int_in(*FIELD_BOUNDS["cols"]), help="array columns (default: the hardware's)")
     gemm.add_argument("--hw", help="hardware config TOML for the memory figures (default: the paper's array)")
     sim = sub.add_parser("simulate", help="price a trace file on the modeled accelerator")
     sim.add_argument("trace", help="trace file (JSON Lines, accel_sim/trace_schema.py)")
@@ -117,7 +95,11 @@ def gemm_report(m: int, n: int, k: int, *, dataflow: str, hw: HardwareConfig) ->
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     # an empty name is an error, not the defaults: only a left-out --hw means the paper's array
     if args.hw is not None and not args.hw.strip():
         print("error: --hw is empty: give a hardware config TOML file, or leave --hw out for the paper's array",

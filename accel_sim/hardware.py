@@ -14,15 +14,15 @@ field.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
 from accel_sim.dataflows import DATAFLOWS  # the registry: "os", "ws", "is" (output / weight / input stationary)
-from accel_sim.tomlfile import read_toml
+from iokit import checks
+from iokit.toml import read_toml
 
 GROUPED_MAPPINGS = ("per_group", "block_diagonal")
 """How a GEMM with ``groups > 1`` (grouped / depthwise convolution, batched matmul) is mapped:
@@ -117,7 +117,7 @@ class SpecialUnit:
 
     def __post_init__(self) -> None:
         for f in fields(self):
-            _check_number_in(f"special_unit.{f.name}", getattr(self, f.name), *SPECIAL_UNIT_BOUNDS)
+            checks.number_in(getattr(self, f.name), *SPECIAL_UNIT_BOUNDS, name=f"special_unit.{f.name}", error=HardwareConfigError)
 
     def elements_per_cycle(self, op: str) -> float:
         return getattr(self, op)
@@ -158,7 +158,7 @@ class EnergyCosts:
 
     def __post_init__(self) -> None:
         for f in fields(self):
-            _check_number_in(f"energy.{f.name}", getattr(self, f.name), *ENERGY_BOUNDS)
+            checks.number_in(getattr(self, f.name), *ENERGY_BOUNDS, name=f"energy.{f.name}", error=HardwareConfigError)
 
 
 @dataclass(frozen=True)
@@ -237,16 +237,16 @@ class HardwareConfig:
         for name, (low, high) in FIELD_BOUNDS.items():
             value = getattr(self, name)
             if isinstance(low, int):
-                _check_int_in(name, value, low, high)
+                checks.integer_in(value, low, high, name=name, error=HardwareConfigError)
             else:
-                _check_number_in(name, value, low, high)
+                checks.number_in(value, low, high, name=name, error=HardwareConfigError)
         for name in ("dataflow_fwd", "dataflow_dx", "dataflow_dw"):
-            _check_choice(name, getattr(self, name), DATAFLOWS)
-        _check_choice("grouped_mapping", self.grouped_mapping, GROUPED_MAPPINGS)
+            checks.one_of(getattr(self, name), DATAFLOWS, name=name, error=HardwareConfigError)
+        checks.one_of(self.grouped_mapping, GROUPED_MAPPINGS, name="grouped_mapping", error=HardwareConfigError)
         if isinstance(self.memory_model, str) and self.memory_model in RENAMED_MEMORY_MODELS:
             raise HardwareConfigError(f"hardware field 'memory_model' = {self.memory_model!r} was renamed: use "
                                       f"{RENAMED_MEMORY_MODELS[self.memory_model]!r}")
-        _check_choice("memory_model", self.memory_model, MEMORY_MODELS)
+        checks.one_of(self.memory_model, MEMORY_MODELS, name="memory_model", error=HardwareConfigError)
         if not isinstance(self.special_unit, SpecialUnit):
             raise HardwareConfigError("hardware field 'special_unit' must be a SpecialUnit")
         if not isinstance(self.energy, EnergyCosts):
@@ -290,31 +290,6 @@ def scalesim_bandwidth_words_per_cycle(bytes_per_cycle, word_bytes):
     ``bytes per cycle / word_bytes``, rounded down, at least 1 (default 89.6 / 4 = 22.4 -> 22); on
     numbers or numpy arrays alike."""
     return np.maximum(1, np.floor(bytes_per_cycle / word_bytes + 1e-9)).astype(np.int64)
-
-
-def _bound_text(value: float) -> str:
-    """``65536``, ``2^40``, ``1e+11``: a bound as the error message prints it."""
-    if isinstance(value, int) and value >= 2**20 and value & (value - 1) == 0:
-        return f"2^{value.bit_length() - 1}"
-    return f"{value:g}" if isinstance(value, float) else str(value)
-
-
-def _check_int_in(name: str, value: Any, low: int, high: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise HardwareConfigError(
-            f"hardware field '{name}' must be an integer in [{low}, {_bound_text(high)}], got {value!r}")
-
-
-def _check_number_in(name: str, value: Any, low: float, high: float) -> None:
-    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
-            or not low <= value <= high):
-        raise HardwareConfigError(
-            f"hardware field '{name}' must be a number in [{_bound_text(low)}, {_bound_text(high)}], got {value!r}")
-
-
-def _check_choice(name: str, value: Any, choices: Iterable[str]) -> None:
-    if not isinstance(value, str) or value not in choices:
-        raise HardwareConfigError(f"hardware field '{name}' is {value!r}; expected one of {', '.join(choices)}")
 
 
 def hardware_config_from_dict(data: dict[str, Any], source: str = "<config>") -> HardwareConfig:

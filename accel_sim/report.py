@@ -139,8 +139,8 @@ class CostReport:
         return self.macs / (cycles * self.hw.macs_per_cycle) if cycles else 0.0
 
     # ---- queries ----------------------------------------------------------------------------
-    def _group(self, key) -> dict[str, Totals]:
-        groups: dict[str, list[OpCost]] = {}
+    def _group(self, key) -> dict:
+        groups: dict = {}
         for cost in self.ops:
             groups.setdefault(key(cost), []).append(cost)
         return {name: Totals.of(costs, self.hw) for name, costs in groups.items()}
@@ -148,6 +148,10 @@ class CostReport:
     def by_layer(self) -> dict[str, Totals]:
         """Totals per owning module (in order of first appearance; "" = outside any module)."""
         return self._group(lambda c: c.layer)
+
+    def by_layer_phase(self) -> dict[tuple[str, str], Totals]:
+        """Totals per (owning module, phase), in order of first appearance."""
+        return self._group(lambda c: (c.layer, c.phase))
 
     def by_phase(self) -> dict[str, Totals]:
         """Totals per phase (fwd, bwd, update, calibration, aggregation)."""

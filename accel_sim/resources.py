@@ -44,7 +44,7 @@ import numpy as np
 
 from accel_sim.dataflows import DATAFLOWS
 from accel_sim.points import HardwarePoints
-from accel_sim.tomlfile import read_toml
+from iokit.toml import read_toml
 from accel_sim.trace_schema import GEMM_ROLES, VECTOR_OPS
 
 FORMAT_KINDS = ("fp32", "bf16", "bfp")

@@ -56,7 +56,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Iterable, Iterator, Mapping
 
-from accel_sim.files import existing_file
+from iokit.files import existing_file
 
 FORMAT_NAME = "fl-accel-trace"
 SCHEMA_VERSION = 2

@@ -52,15 +52,10 @@ class PriceReport:
 
 
 def layer_table(report: CostReport) -> pd.DataFrame:
-    """Per layer and phase: MACs, cycles, latency and energy of ``report``."""
-    rows = {}
-    for c in report.ops:
-        row = rows.setdefault((c.layer, c.phase), {"layer": c.layer, "phase": c.phase, "macs": 0, "total_cycles": 0,
-                                                   "energy_j": 0.0})
-        row["macs"] += c.macs
-        row["total_cycles"] += c.total_cycles
-        row["energy_j"] += c.energy_j
-    table = pd.DataFrame(list(rows.values()), columns=["layer", "phase", "macs", "total_cycles", "energy_j"])
+    """Per layer and phase: MACs, cycles, latency and energy of ``report`` (``CostReport.by_layer_phase``)."""
+    table = pd.DataFrame([{"layer": layer, "phase": phase, "macs": t.macs, "total_cycles": t.total_cycles,
+                           "energy_j": t.energy_j} for (layer, phase), t in report.by_layer_phase().items()],
+                         columns=["layer", "phase", "macs", "total_cycles", "energy_j"])
     table["latency_s"] = table["total_cycles"] / report.hw.clock_hz
     return table[list(LAYER_COLUMNS)]
 

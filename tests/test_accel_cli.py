@@ -53,15 +53,13 @@ def test_gemm_bad_hardware_exits_2(tmp_path, capsys):
     path = tmp_path / "hw.toml"
     path.write_text('memory_model = "dramsim"\n')
     assert main(["gemm", "1", "2", "3", "--hw", str(path)]) == 2
-    assert "'memory_model' is 'dramsim'" in capsys.readouterr().err
+    assert "memory_model = 'dramsim' is not known; choose one of on_chip_accumulation, scalesim_v3" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv", [["gemm", "1", "2"], ["gemm", "1", "2", "-3"], ["gemm", "1", "2", "3", "--rows", "0"],
                                   ["gemm", "1", "2", "3", "--dataflow", "rs"]])
 def test_gemm_bad_arguments_exit_2(argv, capsys):
-    with pytest.raises(SystemExit) as e:
-        main(argv)
-    assert e.value.code == 2
+    assert main(argv) == 2
     err = capsys.readouterr().err
     assert "error" in err and err.count("\n") == 1  # one line, not the usage
 
@@ -112,7 +110,7 @@ def test_simulate_bad_hw_and_missing_files_exit_2(tmp_path, capsys):
     hw = tmp_path / "hw.toml"
     hw.write_text("rows = 0\n")
     assert main(["simulate", str(trace), "--hw", str(hw)]) == 2
-    assert "'rows' must be an integer in [1, 65536], got 0" in capsys.readouterr().err
+    assert "rows = 0 is out of range; give an integer in [1, 65,536]" in capsys.readouterr().err
     assert main(["simulate", str(tmp_path / "nope.jsonl")]) == 2
     assert "no such trace file" in capsys.readouterr().err
 
@@ -151,13 +149,13 @@ def _sub(line: str, old: str, new: str) -> str:
 CASES = [
     # bad numbers
     ("hw rows 2^63", lambda d: ["simulate", _trace(d, lambda ls: ls), "--hw", _hw(d, f"rows = {2**63 - 1}\n")],
-     "'rows' must be an integer in [1, 65536]", "hw.toml"),
+     "rows = 9223372036854775807 is out of range; give an integer in [1, 65,536]", "hw.toml"),
     ("hw cols 1e20", lambda d: ["gemm", "8", "8", "8", "--hw", _hw(d, f"cols = {10**20}\n")],
-     "'cols' must be an integer in [1, 65536]", "hw.toml"),
+     "cols = 100000000000000000000 is out of range; give an integer in [1, 65,536]", "hw.toml"),
     ("hw clock 1e-300", lambda d: ["simulate", _trace(d, lambda ls: ls), "--hw", _hw(d, "clock_hz = 1e-300\n")],
-     "'clock_hz' must be a number in [1000, 1e+11], got 1e-300", "hw.toml"),
+     "clock_hz = 1e-300 is out of range; give a number in [1000, 1e+11]", "hw.toml"),
     ("hw norm 1e308", lambda d: ["simulate", _trace(d, lambda ls: ls), "--hw", _hw(d, "[special_unit]\nnorm = 1e308\n")],
-     "'special_unit.norm' must be a number in [0.001, 1e+06], got 1e+308", "hw.toml"),
+     "special_unit.norm = 1e+308 is out of range; give a number in [0.001, 1e+06]", "hw.toml"),
     ("trace negative dim", lambda d: ["simulate", _trace(d, lambda ls: [_sub(ls[0], '"shape":[5,3]', '"shape":[-5,3]')] + ls[1:])],
      "tensor field 'shape' must be a list of integers in [0, 2^40], got -5", "file"),
     ("trace gemm m 1e30", lambda d: ["simulate", _trace(d, lambda ls: ls[:1] + [_sub(ls[1], '"m":2', '"m":1e30')] + ls[2:])],
@@ -166,9 +164,9 @@ CASES = [
     ("trace gemm too many folds", lambda d: ["simulate", _trace(d, lambda ls: ls[:1] + [
         _sub(_sub(ls[1], '"m":2', f'"m":{2**40}'), '"n":5', f'"n":{2**40}')] + ls[2:])],
      "op 0 (aten.mm.default, layer 'fc'): GEMM m=1099511627776 n=1099511627776 k=3 groups=1 takes", "file"),
-    ("gemm M 2^41", lambda d: ["gemm", str(2**41), "2", "3"], "argument M: expected an integer in [0, 1099511627776]", "M"),
+    ("gemm M 2^41", lambda d: ["gemm", str(2**41), "2", "3"], "argument M: 2199023255552 is out of range; give an integer in [0, 1,099,511,627,776]", "M"),
     ("gemm --rows 2^63", lambda d: ["gemm", "1", "2", "3", "--rows", str(2**63)],
-     "argument --rows: expected an integer in [1, 65536]", "--rows"),
+     "argument --rows: 9223372036854775808 is out of range; give an integer in [1, 65,536]", "--rows"),
     # OS maps (S_R, S_C) = (m, n): ceil(2^18 / 32) x ceil(2^16 / 64) = 8192 x 1024 = 2^23 folds > 2^22
     ("gemm too many folds", lambda d: ["gemm", str(2**18), str(2**16), "2", "--dataflow", "os"],
      "takes 8,388,608 folds on a 32 x 64 array (os); the fold model prices at most 4,194,304", "m=262144"),
@@ -179,7 +177,7 @@ CASES = [
     ("trace batch_size string", lambda d: ["simulate", _trace(d, lambda ls: [_sub(ls[0], '"batch_size":2', '"batch_size":"2"')] + ls[1:])],
      "header field 'batch_size' must be an integer", "file"),
     ("hw rows string", lambda d: ["gemm", "1", "2", "3", "--hw", _hw(d, 'rows = "32"\n')],
-     "'rows' must be an integer in [1, 65536], got '32'", "hw.toml"),
+     "rows = '32' must be an integer in [1, 65,536]", "hw.toml"),
     # bad files
     ("trace random bytes", lambda d: ["simulate", _write(d / "bad.jsonl", bytes(range(128, 256)) * 8)],
      "not a trace file: byte 0x80 at column 1 is not UTF-8 text", "file"),

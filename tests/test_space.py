@@ -78,7 +78,7 @@ def test_priced_space_rows_equal_simulate_and_a_front():
     ({"axes": {"rowz": [8]}}, ["'rowz'", "unknown field", "did you mean 'rows'"]),
     ({"axes": {"special_unit.softmax": [8.0]}}, ["'special_unit.softmax'", "unknown field"]),
     ({"axes": {"rows": []}}, ["'rows'", "is empty", "at least one value"]),
-    ({"axes": {"rows": [0, 8]}}, ["'rows'", "value 0", "[1, 65536]"]),
+    ({"axes": {"rows": [0, 8]}}, ["'rows'", "value 0", "[1, 65,536]"]),
     ({"axes": {"rows": [8.5]}}, ["'rows'", "value 8.5", "integer"]),
     ({"axes": {"rows": ["32"]}}, ["'rows'", "'32'", "integer"]),
     ({"axes": {"dram_efficiency": [0.5, 1.5]}}, ["'dram_efficiency'", "value 1.5", "[0.001, 1]"]),
