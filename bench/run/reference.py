@@ -154,7 +154,7 @@ def reference_figures(model: str, names: Sequence[str], jobs: Sequence, accuracy
         own = runs[(runs["method"] == study_label(n)) & (runs["seed"] == fl.seed)]
         methods[n] = {"mean": final["mean"], "std": _finite(final["std"]), "n": cell["n"],
                       "ci_low": _finite(final["ci_low"]), "ci_high": _finite(final["ci_high"]),
-                      "converged": cell["converged"], "verdicts": cell["verdicts"],
+                      "converged": cell["converged"], "verdicts": cell["verdicts"], "lr": job_of[n].hp.lr,
                       "same_seed_pct": float(own["final_accuracy_pct"].iloc[0]) if len(own) else None}
     pairs = []
     for a, b in COMPARED:
@@ -231,12 +231,14 @@ def format_reference(model: str, figures: Mapping[str, Any] | None, accuracy: Ma
                 "hyper-parameters): one seed, no spread to compare with (docs/study.md)")
     machines = ", ".join(figures["machines"]) or "?"
     lines = [f"{model}, {figures['setting']}, {figures['rounds']} rounds: accuracy beside the reference study "
-             f"{figures['study']} ({figures['folder']}; tuned on validation, mean ± std over its seeds; {machines})"]
+             f"{figures['study']} ({figures['folder']}; its learning rates, tuned on validation; mean ± std over its "
+             f"seeds; {machines})"]
     for n, v in figures["methods"].items():
         own = accuracy.get(n, {}).get("accuracy_pct")
         spread = f" ± {v['std']:.1f}" if v["std"] is not None else ""
         same = f"; its seed-{fl.seed} run {v['same_seed_pct']:.1f} %" if v["same_seed_pct"] is not None else ""
-        lines.append(f"  {n:<10} {own:6.1f} % (reference {v['mean']:.1f}{spread} %, n={v['n']}{same})")
+        lr = f"lr {v['lr']:g}, " if v.get("lr") is not None else ""
+        lines.append(f"  {n:<10} {own:6.1f} % ({lr}reference {v['mean']:.1f}{spread} %, n={v['n']}{same})")
     for p in figures["pairs"]:
         std = p["reference_std_pct"]
         verdict = (f"within the seed spread ({std:.1f}): not a difference at this budget" if p["within_seed_spread"]

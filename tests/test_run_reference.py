@@ -1,0 +1,96 @@
+"""bench.run's use of the shipped reference studies (bench/run/reference.py, issue 23 item 4): which
+study covers a run, the learning rates it hands over, the fixed time-to-accuracy target, and the
+"not a difference at this budget" verdict."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pandas as pd
+import pytest
+
+from bench.fl.jobs import Job
+from bench.run import reference
+from workloads.fl.methods import parse_method
+from workloads.fl.presets import load_preset
+
+QUICK = load_preset("quick")
+
+
+def quick_fl(**changes):
+    return replace(QUICK.fl, **{"model": "mobilenetv2", "seed": 0, **changes})
+
+
+def job(name: str) -> Job:
+    return Job(name, QUICK.hparams(parse_method(name)))
+
+
+@pytest.fixture(scope="module")
+def refs():
+    found = reference.studies()
+    assert {"digits", "digits-quick"} <= {r.name for r in found}
+    return found
+
+
+def chosen_lr(ref, model: str, method: str) -> float:
+    """The rate the study's own tuning.csv marks as chosen (what the study decided on validation)."""
+    tuning = pd.read_csv(ref.folder / "tuning.csv")
+    row = tuning[(tuning["model"] == model) & (tuning["method"] == method) & tuning["chosen"]]
+    return float(row["lr"].iloc[0])
+
+
+def test_the_quick_preset_takes_the_5_round_studys_tuned_rates(refs):
+    jobs, notes = reference.tune([job("fedavg+ccvr"), job("spherefed+ffc")], "mobilenetv2", quick_fl(), refs)
+    quick = next(r for r in refs if r.name == "digits-quick")
+    assert [j.hp.lr for j in jobs] == [chosen_lr(quick, "mobilenetv2", "fedavg"),
+                                       chosen_lr(quick, "mobilenetv2", "fedavg+spherefed")]
+    assert {n["study"] for n in notes.values()} == {"digits-quick"}
+    # everything but the searched rate is the preset's
+    assert replace(jobs[0].hp, lr=QUICK.hparams(parse_method("fedavg+ccvr")).lr) == job("fedavg+ccvr").hp
+
+
+@pytest.mark.parametrize("change", [{"rounds": 6}, {"alpha": 0.3}, {"num_clients": 4}, {"holdout_fraction": 0.0}])
+def test_a_run_that_differs_in_more_than_the_seed_is_not_covered(refs, change):
+    jobs, notes = reference.tune([job("fedavg")], "mobilenetv2", quick_fl(**change), refs)
+    assert notes == {} and jobs == [job("fedavg")]
+
+
+def test_other_seeds_are_covered_too(refs):
+    _, notes = reference.tune([job("fedavg")], "mobilenetv2", quick_fl(seed=7), refs)
+    assert notes["fedavg"]["study"] == "digits-quick"
+
+
+def test_a_model_the_studies_did_not_run_is_not_covered(refs):
+    _, notes = reference.tune([job("fedavg")], "resnet18", replace(quick_fl(), model="resnet18"), refs)
+    assert notes == {}
+
+
+def test_the_target_is_fixed_before_the_run_in_this_order():
+    figures = {"declared_target_pct": 80.0, "study": "s"}
+    assert reference.target(75.0, 90.0, figures) == (75.0, "--target")
+    assert reference.target(None, 90.0, figures)[0] == 90.0
+    assert reference.target(None, None, figures) == (80.0, "declared in the reference study s")
+    assert reference.target(None, None, None)[0] is None
+
+
+def test_figures_put_the_run_beside_the_reference_seeds(refs):
+    quick = next(r for r in refs if r.name == "digits-quick")
+    names = ["fedavg", "spherefed", "ccvr", "ffc"]
+    jobs, _ = reference.tune([job("fedavg+ccvr"), job("spherefed+ffc")], "mobilenetv2", quick_fl(), refs)
+    runs = quick.runs[(quick.runs["model"] == "mobilenetv2")]
+    seed0 = {m: float(runs[(runs["method"] == m) & (runs["seed"] == 0)]["final_accuracy_pct"].iloc[0])
+             for m in ("fedavg", "fedavg+spherefed")}
+    # this run = the reference's seed-0 run for FedAvg; SphereFed 0.1 point above its seed-0 run
+    accuracy = {"fedavg": {"accuracy_pct": seed0["fedavg"]}, "ccvr": {"accuracy_pct": seed0["fedavg"]},
+                "spherefed": {"accuracy_pct": seed0["fedavg+spherefed"] + 0.1},
+                "ffc": {"accuracy_pct": seed0["fedavg+spherefed"]}}
+    figures = reference.reference_figures("mobilenetv2", names, jobs, accuracy, quick_fl(), refs)
+    assert figures["study"] == "digits-quick" and figures["methods"]["fedavg"]["same_seed_pct"] == seed0["fedavg"]
+    fedavg = runs[runs["method"] == "fedavg"]["final_accuracy_pct"]
+    assert figures["methods"]["fedavg"]["mean"] == pytest.approx(fedavg.mean())
+    assert figures["methods"]["fedavg"]["std"] == pytest.approx(fedavg.std())  # sample std (n - 1)
+    pair = next(p for p in figures["pairs"] if (p["method"], p["versus"]) == ("ccvr", "fedavg"))
+    # CCVR - FedAvg is 0 here; the reference's per-seed differences have a positive spread: within it
+    assert pair["difference_pct"] == 0.0 and pair["within_seed_spread"]
+    text = reference.format_reference("mobilenetv2", figures, accuracy, quick_fl())
+    assert "not a difference at this budget" in text and f"lr {jobs[0].hp.lr:g}" in text
