@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import math
 
-from accel_sim.dataflows import DATAFLOWS, dataflow_named  # noqa: F401  (DATAFLOWS: the registry, re-exported)
+from accel_sim.dataflows import dataflow_named
 
 
 def _check(rows: int, cols: int, dataflow: str) -> None:

@@ -7,7 +7,7 @@ import pytest
 import bench.run.__main__ as run
 from bench.run.study import run_point
 from tests.failfast import assert_fails_clean, workspace
-from iokit import checks, cli
+from iokit import checks
 
 PRESET = """
 [run]

@@ -5,7 +5,7 @@
 import pytest
 
 from tests.failfast import assert_fails_clean
-from iokit import checks, cli
+from iokit import checks
 from bench.capture.__main__ import main
 
 

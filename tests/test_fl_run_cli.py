@@ -102,7 +102,7 @@ def test_cli_rejects_bad_input(tmp_path, capsys):
 
 def test_shipped_presets_load():
     p = load_preset("paper")
-    name, cfg, methods, hp, overrides = p.name, p.fl, p.methods, p.hp, p.overrides
+    cfg, methods, hp, overrides = p.fl, p.methods, p.hp, p.overrides
     assert (cfg.num_clients, cfg.rounds, hp.local_epochs, hp.batch_size) == (10, 100, 10, 64)  # Tab. 16
     assert (hp.momentum, hp.weight_decay) == (0.9, 1e-5)
     assert method_hparams(parse_method("fedopt"), hp, overrides).server_momentum == 0.3
@@ -110,7 +110,7 @@ def test_shipped_presets_load():
     for m in methods:
         parse_method(m)
     p = load_preset("small")
-    name, cfg, methods, hp, overrides = p.name, p.fl, p.methods, p.hp, p.overrides
+    cfg, methods, hp, overrides = p.fl, p.methods, p.hp, p.overrides
     assert cfg.dataset == "digits"
     for m in methods:
         parse_method(m)
@@ -144,7 +144,7 @@ def test_cli_validation_holdout(tmp_path, capsys):
 ])
 def test_per_model_paper_presets_follow_table_16(preset, model, base, lr, ours_lr):
     p = load_preset(preset)
-    name, cfg, methods, hp, overrides = p.name, p.fl, p.methods, p.hp, p.overrides
+    cfg, methods, hp, overrides = p.fl, p.methods, p.hp, p.overrides
     assert (cfg.dataset, cfg.model, cfg.norm, cfg.num_clients, cfg.rounds) == ("cifar100", model, "gn", 10, 100)
     assert (hp.local_epochs, hp.batch_size, hp.momentum, hp.weight_decay) == (10, 64, 0.9, 1e-5)
     assert (hp.ccvr_virtual_per_class, hp.ccvr_lr) == (500, 1e-5)

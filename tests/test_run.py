@@ -10,7 +10,6 @@ from workloads.cost.system import ROUNDS_COLUMNS
 import bench.plots.__main__ as plots_cli
 import bench.run.__main__ as run
 from bench import results
-from bench.plots import fig5
 from bench.run import config, figures, study
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -110,13 +109,13 @@ def test_csvs_match_the_summary(smoke):
     layers = pd.read_csv(out / "layers.csv", keep_default_na=False)
     blocks = pd.read_csv(out / "breakdown.csv", keep_default_na=False)
     t = results.load_summary(out)["models"]["convnet"]["training"]
-    for method, figures in t.items():
+    for method, step in t.items():
         for frame in (ops, layers, blocks):
             mine = frame[frame["method"] == method]
-            assert mine["total_cycles"].sum() == figures["step_total_cycles"]
+            assert mine["total_cycles"].sum() == step["step_total_cycles"]
             assert (mine["compute_cycles"] + mine["stall_cycles"] == mine["total_cycles"]).all()
-            assert mine["energy_j"].sum() == pytest.approx(figures["step_energy_j"], rel=1e-9)
-            parts = [f"energy_{c}_j" for c in figures["step_energy_by_component_j"]]
+            assert mine["energy_j"].sum() == pytest.approx(step["step_energy_j"], rel=1e-9)
+            parts = [f"energy_{c}_j" for c in step["step_energy_by_component_j"]]
             assert mine[parts].sum(axis=1).to_numpy() == pytest.approx(mine["energy_j"].to_numpy(), rel=1e-9)
     # every block shown, the classifier among them; the frozen classifier has no array_dw work
     assert set(blocks["block"]) >= {"conv1", "classifier", "(outside modules)"}
