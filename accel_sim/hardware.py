@@ -334,3 +334,23 @@ def load_hardware_config(path: str | Path) -> HardwareConfig:
     their defaults). Raises ``HardwareConfigError`` for a missing file, bad TOML, an unknown key or
     an impossible value, naming the file and the field."""
     return hardware_config_from_dict(read_toml(path, HardwareConfigError, "hardware config"), source=str(path))
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, str):
+        return f'"{value}"'
+    return repr(float(value)) if isinstance(value, float) else str(value)
+
+
+def hardware_config_toml(hw: HardwareConfig, header: str = "") -> str:
+    """``hw`` as a TOML hardware config that ``load_hardware_config`` reads back to an equal config
+    (every field written; ``header`` lines become comments)."""
+    lines = [f"# {line}" for line in header.splitlines()]
+    tables = []
+    for f in fields(HardwareConfig):
+        value = getattr(hw, f.name)
+        if isinstance(value, (SpecialUnit, EnergyCosts)):
+            tables += ["", f"[{f.name}]"] + [f"{g.name} = {_toml_value(getattr(value, g.name))}" for g in fields(value)]
+        else:
+            lines.append(f"{f.name} = {_toml_value(value)}")
+    return "\n".join(lines + tables) + "\n"

@@ -45,30 +45,14 @@ SPACE = {
 
 
 def capture_traces(batch: int = 64, classes: int = 100) -> dict:
-    """The four traces of the module docstring, by method."""
+    """The four traces of the module docstring, by method (``bench.dse.traces``, as the command captures them)."""
     import torch
 
-    from workloads.capture import capture
-    from workloads.cost.calibration import TRAINED_WITH
-    from workloads.cost.step import method_setup, method_step_trace
-    from workloads.fl.hparams import Hparams
-    from workloads.fl.methods import CALIBRATIONS
-    from workloads.model_spec import as_spec, example_batch
+    from bench.dse.traces import method_trace
 
     torch.set_num_threads(1)
-    traces = {m: method_step_trace("mobilenetv2", m, batch_size=batch, num_classes=classes) for m in ("fedavg", "spherefed")}
-    hp = Hparams()
-    for calibration in ("ccvr", "ffc"):
-        model, _ = method_setup(TRAINED_WITH[calibration], "mobilenetv2", num_classes=classes, image_size=32, norm="bn")
-        model = model.to("meta").eval()
-        x = example_batch(as_spec("mobilenetv2", 32), batch)
-        y = torch.zeros(batch, dtype=torch.long, device="meta")
-
-        def statistics(batches, model=model, calibration=calibration):
-            return CALIBRATIONS[calibration].client_statistics(model, batches, num_classes=classes, hp=hp)
-
-        traces[calibration] = capture(statistics, [(x, y)], model=model, default_phase="calibration").trace
-    return traces
+    return {m: method_trace("mobilenetv2", m, batch_size=batch, num_classes=classes, image_size=32)
+            for m in ("fedavg", "spherefed", "ccvr", "ffc")}
 
 
 def main() -> int:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import bench.dse.__main__ as dse_cli
 import bench.fl.__main__ as fl_cli
 import bench.grid.__main__ as grid_cli
 import bench.run.__main__ as run_cli
@@ -50,11 +51,18 @@ def grid_file(root: Path) -> str:
     return str(path)
 
 
+def space_file(root: Path) -> str:
+    path = root / "space.toml"
+    path.write_text('[dse]\nmodels = ["convnet"]\nmethods = ["fedavg"]\nbatch_size = 4\n[space.axes]\nrows = [8, 16]\n')
+    return str(path)
+
+
 COMMANDS = {  # command -> (main, argv before --out, the modes it offers)
     "bench.run": (run_cli.main, lambda root: ["--model", "convnet", "--preset", tiny_preset(root)], ("--overwrite",)),
     "bench.fl": (fl_cli.main, lambda root: ["--preset", tiny_preset(root)], ("--overwrite", "--resume")),
     "bench.sweep": (sweep_cli.main, lambda root: ["--models", "convnet"], ("--overwrite",)),
     "bench.grid": (grid_cli.main, lambda root: [grid_file(root)], ()),
+    "bench.dse": (dse_cli.main, lambda root: [space_file(root)], ("--overwrite",)),
 }
 CASES = [(name, mode) for name, (_, _, modes) in COMMANDS.items() for mode in (None, *modes)]
 

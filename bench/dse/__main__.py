@@ -1,0 +1,143 @@
+"""``python -m bench.dse SPACE.toml``: which accelerator suits which federated-learning method
+(issue 24; docs/dse.md). Every point of the space is priced for every model and method (one step;
+a calibration's client-statistics batch), sized on the FPGA of the space file's device, and the
+Pareto fronts kept among the points that fit.
+
+    python -m bench.dse configs/dse/paper.toml [--out DIR] [--overwrite] [--stream] [--max-points N]
+    python -m bench.dse configs/dse/paper.toml --write-hw N [--out FILE.toml]
+
+Writes ``--out`` (default ``results/dse-<name>``): ``points.csv`` (one row per point, model and
+method), ``pareto.csv``, ``pareto.png`` (``pareto_<model>.png`` for several models),
+``summary.json`` and the manifest. ``--write-hw N`` writes point N's hardware TOML (for
+``python -m bench.run --hw``) and prices nothing. Bad input: one line, exit 2, nothing written.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from accel_sim.batch import TraceWork
+from accel_sim.hardware import hardware_config_toml
+from accel_sim.space import DEFAULT_MAX_POINTS, SpaceError
+from bench.dse import report
+from bench.dse.explore import OBJECTIVE_PAIRS, explore, price_presets
+from bench.dse.spec import DseError, load_dse
+from bench.dse.traces import method_trace
+from bench.plots import save
+from bench.results import FORMAT_VERSION, write_json
+from iokit import cli, outputs
+from iokit.files import atomic_write_text
+from iokit.provenance import git_commit
+from workloads import model_spec
+
+COMMAND = "bench.dse"
+POINTS_MAX = 10**9
+
+
+def parser() -> cli.Parser:
+    p = cli.Parser(prog="python -m bench.dse", description=__doc__.split("\n\n")[0].split(": ", 1)[-1])
+    p.add_argument("space", help="design-space file (TOML; docs/dse.md), e.g. configs/dse/paper.toml")
+    p.add_argument("--out", help="results folder (default results/dse-<name>); with --write-hw the TOML file "
+                                 "(default hw-<name>-<N>.toml)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing results folder of this suite")
+    p.add_argument("--stream", action="store_true",
+                   help="allow a space over --max-points (rows go to points.csv chunk by chunk either way)")
+    p.add_argument("--max-points", type=cli.int_in(1, POINTS_MAX), default=DEFAULT_MAX_POINTS, metavar="N",
+                   help=f"the most points without --stream (default {DEFAULT_MAX_POINTS:,})")
+    p.add_argument("--write-hw", type=cli.int_in(0, 2**62), metavar="N",
+                   help="write point N's hardware TOML (its grid index: points.csv's 'point') and stop")
+    return p
+
+
+@cli.command("interrupted; nothing written (--out appears only when complete)")
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser().parse_args(argv)
+    with cli.bad_input():
+        dse = load_dse(args.space, max_points=args.max_points, stream=args.stream)
+        if args.write_hw is not None:
+            return write_hw(dse, args.write_hw, Path(args.out or f"hw-{dse.name}-{args.write_hw}.toml"))
+        for model in dse.models:  # a paper model or package.module:factory, checked before any capture
+            model_spec.build(model_spec.as_spec(model, dse.image_size), num_classes=dse.classes, spherefed=True)
+        out = Path(args.out or f"results/dse-{dse.name}")
+        outputs.check_out(out, command=COMMAND, overwrite=args.overwrite)
+    say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    config = dse.config()
+    with outputs.claim(out), cli.run_failure():
+        started = time.perf_counter()
+        works = {}
+        for model in dse.models:
+            for method in dse.methods:
+                say(f"{model}: capturing one {method} {'calibration batch' if method in ('ccvr', 'ffc') else 'step'} "
+                    f"(batch {dse.batch_size})")
+                works[(model, method)] = TraceWork.of(method_trace(model, method, batch_size=dse.batch_size,
+                                                                   num_classes=dse.classes, image_size=dse.image_size))
+        capture_s = time.perf_counter() - started
+        say(f"{dse.name}: {dse.space.size:,} points of {dse.space.grid_size:,} in the grid, "
+            f"{len(works)} model-method pair(s)")
+        state = {}
+
+        def build(tmp: Path) -> None:
+            with open(tmp / "points.csv", "w", newline="", encoding="utf-8") as f:
+                found = explore(dse, works, points_csv=f, progress=say)
+            presets = price_presets(dse, works)
+            best = report.best_points(dse, found)
+            compared = report.same_best(best)
+            report.pareto_table(dse, found).to_csv(tmp / "pareto.csv", index=False)
+            from bench.plots.dse import plot_pareto
+
+            for model in dse.models:
+                fronts = {(method, "|".join(pair)): found.front(model, method, pair)
+                          for method in dse.methods for pair in OBJECTIVE_PAIRS}
+                samples = {method: _concat(found.samples.get((model, method), [])) for method in dse.methods}
+                mine = presets[presets["model"] == model] if not presets.empty else presets
+                name = "pareto.png" if len(dse.models) == 1 else f"pareto_{model}.png"
+                save(plot_pareto(model, list(dse.methods), OBJECTIVE_PAIRS, samples, fronts, mine,
+                                 f"{dse.name}: {found.fitting:,} of {found.points:,} points fit {dse.device.name}"),
+                     tmp / name)
+            write_json(tmp / "summary.json", {
+                "format": "fl-accel-bench-results", "version": FORMAT_VERSION, "command": shlex.join(
+                    ["python", "-m", "bench.dse", *argv]), "git_commit": git_commit(), "config": config,
+                "counts": {"points": found.points, "fitting": found.fitting,
+                           "beyond_fold_model": found.beyond_fold_model},
+                "timing_s": {"capture": capture_s, "pricing": found.pricing_s},
+                "best": best, "best_compared": compared,
+                "presets": [] if presets.empty else presets[
+                    ["model", "method", "preset", "step_latency_s", "step_energy_j", "asic_area_mm2", "fits"]
+                ].to_dict("records")})
+            state["lines"] = report.printout(dse, found, best, compared)
+
+        outputs.write_results_dir(out, build, command=COMMAND, config_sha256=outputs.config_hash(config),
+                                  version=FORMAT_VERSION, replace=args.overwrite)
+    print("\n".join(state["lines"]))
+    print(f"wrote {out}")
+    return 0
+
+
+def _concat(frames):
+    import pandas as pd
+
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def write_hw(dse, index: int, path: Path) -> int:
+    """Point ``index``'s HardwareConfig as a TOML file ``bench.run --hw`` reads (refuses an existing file)."""
+    try:
+        hw, fmt = dse.space.point(index)
+    except SpaceError as err:
+        raise DseError(f"--write-hw: {err}") from None
+    if path.exists() or path.is_symlink():
+        raise DseError(f"--out {path} exists; give a new file name for point {index}'s hardware TOML")
+    outputs.check_writable(path, folder=False)
+    atomic_write_text(path, hardware_config_toml(hw, f"Point {index} of the design space {dse.name} "
+                                                     f"(python -m bench.dse); its MAC number format: {fmt.name} "
+                                                     f"(accel_sim.resources; the price reads word_bytes only)"))
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
