@@ -35,7 +35,7 @@ from workloads.cost.rounds import Device, RunPricer, client_devices
 from workloads.cost.system import DEFAULT_SYSTEM_PATH, ROUNDS_COLUMNS, SystemModel, load_system_model
 from workloads.fl.comm import closed_form_bytes, closed_form_sizes, ledger_totals
 from workloads.fl.data import Dataset, load_dataset, subset
-from workloads.fl.execution import Execution, execution_of
+from workloads.fl.execution import Execution, execution_of, kernel_environment
 from workloads.fl.hparams import Hparams
 from workloads.fl.local import prepare_model
 from workloads.fl.loop import duration_text, forecast, sample_clients
@@ -222,7 +222,7 @@ def results_doc(run: FLRun, data: FLData, trained: dict, command: str) -> dict:
     val = inputs.val
     return {"format": FORMAT_NAME, "version": FORMAT_VERSION, "preset": run.preset.name, "command": command,
             "git_commit": git_commit(), "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
-            "execution": run.execution.describe(), "dataset_note": inputs.train.note, "test_note": inputs.test.note,
+            "execution": run.execution.describe(), "kernels": kernel_environment(), "dataset_note": inputs.train.note, "test_note": inputs.test.note,
             "config": asdict(cfg), "hparams": {k: asdict(v) for k, v in run.hparams.items()},
             "hardware": asdict(run.hw), "system": run.system.describe(),
             "holdout": {"fraction": cfg.holdout_fraction, "val_samples": 0 if val is None else len(val),

@@ -27,6 +27,7 @@ from bench.run import compare_hw, figures, reference
 from bench.run.breakdown import breakdown
 from bench.run.config import Resolved, RunConfig, accuracy_note, load_accuracy_data, resolve, split_methods
 from iokit.provenance import git_commit
+from workloads.fl.execution import kernel_environment
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ def run_study(resolved: Resolved, data, progress: Callable[[str], None] | None, 
     summary = {
         "format": FORMAT_NAME, "version": FORMAT_VERSION, "command": command,
         "git_commit": git_commit(), "config": asdict(cfg), "hardware": asdict(hw),
-        "execution": execution.describe(),
+        "execution": execution.describe(), "kernels": kernel_environment(),
         "hardware_label": f"{hw.rows}x{hw.cols} array, {hw.clock_hz / 1e6:g} MHz, "
                           f"DRAM {hw.dram_peak_bytes_per_s / 1e9:g} GB/s peak, dataflow "
                           f"{hw.dataflow_fwd}/{hw.dataflow_dx}/{hw.dataflow_dw}",

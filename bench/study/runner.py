@@ -32,7 +32,7 @@ from typing import Any, Mapping, Sequence
 from bench.grid.runners import grid_runner
 from iokit import checks
 from iokit.files import atomic_write_text
-from workloads.fl.execution import OPTIONS, Execution
+from workloads.fl.execution import OPTIONS, Execution, kernel_environment
 from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.methods import MethodConfig, parse_method
 
@@ -117,7 +117,8 @@ def machine_info() -> dict[str, Any]:
     except OSError:
         pass
     return {"host": socket.gethostname(), "cpu": cpu, "cpu_count": os.cpu_count(), "torch": torch.__version__,
-            "torch_threads": torch.get_num_threads(), "python": platform.python_version()}
+            "torch_threads": torch.get_num_threads(), "python": platform.python_version(),
+            "kernels": kernel_environment()}
 
 
 def curve_rows(method: MethodConfig, history: Sequence[Mapping], rows: Sequence[Mapping],

@@ -67,6 +67,21 @@ class Execution:
                 "channels_last": self.channels_last, "bf16": self.bf16, "compile": self.compile}
 
 
+KERNEL_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_CBWR", "OMP_NUM_THREADS")
+"""Environment variables that choose the CPU kernels a run computes with (docs/results.md,
+"Reproducibility across machines")."""
+
+
+def kernel_environment() -> dict:
+    """What selects this process's CPU kernels: the instruction set PyTorch dispatches to, its
+    thread count, and the variables of ``KERNEL_VARIABLES`` that are set. Two machines that differ
+    here may train the same seed to different accuracies (docs/results.md)."""
+    import os
+
+    return {"cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch_threads": torch.get_num_threads(),
+            "environment": {k: os.environ[k] for k in KERNEL_VARIABLES if k in os.environ}}
+
+
 def resolve_device(text: str) -> str:
     """``auto | cpu | cuda | cuda:N`` -> a concrete device string; one-line ValueError otherwise."""
     choice = str(text).strip().lower()
