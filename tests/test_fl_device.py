@@ -209,3 +209,15 @@ def test_throughput_options_run():
     bf = run("fedavg", train=train, test=test, model_fn=lambda: PixelNet(), execution=Execution(bf16=True))
     assert bf.history[-1]["mean_loss"] != base.history[-1]["mean_loss"]  # bf16 changes numerics
     assert abs(bf.history[-1]["mean_loss"] - base.history[-1]["mean_loss"]) < 0.1
+
+
+def test_the_kernel_environment_names_what_chooses_the_cpu_kernels(monkeypatch):
+    from workloads.fl.execution import KERNEL_VARIABLES, kernel_environment
+
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    monkeypatch.delenv("MKL_CBWR", raising=False)
+    found = kernel_environment()
+    assert found["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert found["torch_threads"] == torch.get_num_threads()
+    assert found["environment"]["ONEDNN_MAX_CPU_ISA"] == "AVX2" and "MKL_CBWR" not in found["environment"]
+    assert set(found["environment"]) <= set(KERNEL_VARIABLES)

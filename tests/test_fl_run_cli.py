@@ -64,6 +64,7 @@ def test_cli_writes_results(tmp_path, capsys):
     for m in doc["methods"].values():
         assert {k: m["comm"][k] for k in m["comm_closed_form"]} == m["comm_closed_form"]
     assert "digits" in doc["dataset_note"] and doc["git_commit"]
+    assert doc["kernels"]["cpu_capability"] and doc["kernels"]["torch_threads"] >= 1  # what chose the kernels
     assert doc["hparams"]["fedavg+spherefed+ffc"]["lr"] == 0.25
     assert doc["hparams"]["fedavg+spherefed+ffc"]["ffc_ridge"] == 0.001
     for name in ("accuracy.csv", "ledger.csv", "partition.csv"):
