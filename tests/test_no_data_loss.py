@@ -17,6 +17,7 @@ import bench.dse.__main__ as dse_cli
 import bench.fl.__main__ as fl_cli
 import bench.grid.__main__ as grid_cli
 import bench.run.__main__ as run_cli
+import bench.study.__main__ as study_cli
 import bench.sweep.__main__ as sweep_cli
 from iokit import outputs
 
@@ -57,12 +58,21 @@ def space_file(root: Path) -> str:
     return str(path)
 
 
+def study_file(root: Path) -> str:
+    path = root / "study.toml"
+    path.write_text('name = "s"\npreset = "quick"\nmodels = ["convnet"]\nmethods = ["fedavg"]\nbase = "fedavg"\n'
+                    'alphas = [0.5]\nrounds = 2\nseeds = [0, 1]\ntuning_seeds = [0]\n[search.fedavg]\nlr = [0.05]\n'
+                    '[tuning]\nlast_rounds = 1\n[convergence]\nlast_rounds = 1\n[targets]\naccuracy_pct = [50.0]\n')
+    return str(path)
+
+
 COMMANDS = {  # command -> (main, argv before --out, the modes it offers)
     "bench.run": (run_cli.main, lambda root: ["--model", "convnet", "--preset", tiny_preset(root)], ("--overwrite",)),
     "bench.fl": (fl_cli.main, lambda root: ["--preset", tiny_preset(root)], ("--overwrite", "--resume")),
     "bench.sweep": (sweep_cli.main, lambda root: ["--models", "convnet"], ("--overwrite",)),
     "bench.grid": (grid_cli.main, lambda root: [grid_file(root)], ()),
     "bench.dse": (dse_cli.main, lambda root: [space_file(root)], ("--overwrite",)),
+    "bench.study": (study_cli.main, lambda root: [study_file(root)], ()),
 }
 CASES = [(name, mode) for name, (_, _, modes) in COMMANDS.items() for mode in (None, *modes)]
 

@@ -37,7 +37,10 @@ def smoke(tmp_path_factory):
     preset = base / "tiny.toml"
     preset.write_text(TINY)
     out = base / "convnet"
-    rc = run.main(["--model", "convnet", "--batch-size", "8", "--preset", str(preset), "--out", str(out)])
+    # --workers 1: the runs in this process (no worker start-up); tests/test_fl_jobs.py checks that side by side
+    # in workers gives the same results
+    rc = run.main(["--model", "convnet", "--batch-size", "8", "--preset", str(preset), "--workers", "1",
+                   "--out", str(out)])
     return rc, out
 
 
@@ -231,7 +234,7 @@ def test_any_method_set_plots_what_it_has(tmp_path):
     preset.write_text(TINY)
     out = tmp_path / "cal"
     assert run.main(["--model", "convnet", "--batch-size", "8", "--preset", str(preset), "--methods", "ccvr", "ffc",
-                     "--out", str(out)]) == 0
+                     "--workers", "1", "--out", str(out)]) == 0
     assert sorted(p.name for p in out.glob("*.png")) == ["fig5.png", "tta.png"]
     m = results.load_summary(out)["models"]["convnet"]
     assert m["training"] == {} and set(m["calibration"]) == {"ccvr", "ffc"}
