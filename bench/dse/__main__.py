@@ -3,7 +3,7 @@
 a calibration's client-statistics batch), sized on the FPGA of the space file's device, and the
 Pareto fronts kept among the points that fit.
 
-    python -m bench.dse configs/dse/paper.toml [--out DIR] [--overwrite] [--stream] [--max-points N]
+    python -m bench.dse configs/dse/paper.toml [--out DIR] [--overwrite] [--stream] [--max-points N] [--workers N]
     python -m bench.dse configs/dse/paper.toml --write-hw N [--out FILE.toml]
 
 Writes ``--out`` (default ``results/dse-<name>``): ``points.csv`` (one row per point, model and
@@ -35,6 +35,7 @@ from workloads import model_spec
 
 COMMAND = "bench.dse"
 POINTS_MAX = 10**9
+WORKERS_MAX = 256
 
 
 def parser() -> cli.Parser:
@@ -47,6 +48,8 @@ def parser() -> cli.Parser:
                    help="allow a space over --max-points (rows go to points.csv chunk by chunk either way)")
     p.add_argument("--max-points", type=cli.int_in(1, POINTS_MAX), default=DEFAULT_MAX_POINTS, metavar="N",
                    help=f"the most points without --stream (default {DEFAULT_MAX_POINTS:,})")
+    p.add_argument("--workers", type=cli.int_in(1, WORKERS_MAX), default=1, metavar="N",
+                   help="price chunks across N processes (default 1; the outputs are the same for any N)")
     p.add_argument("--write-hw", type=cli.int_in(0, 2**62), metavar="N",
                    help="write point N's hardware TOML (its grid index: points.csv's 'point') and stop")
     return p
@@ -82,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
 
         def build(tmp: Path) -> None:
             with open(tmp / "points.csv", "w", newline="", encoding="utf-8") as f:
-                found = explore(dse, works, points_csv=f, progress=say)
+                found = explore(dse, works, points_csv=f, progress=say, workers=args.workers)
             presets = price_presets(dse, works)
             best = report.best_points(dse, found)
             compared = report.same_best(best)
@@ -103,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
                     ["python", "-m", "bench.dse", *argv]), "git_commit": git_commit(), "config": config,
                 "counts": {"points": found.points, "fitting": found.fitting,
                            "beyond_fold_model": found.beyond_fold_model},
-                "timing_s": {"capture": capture_s, "pricing": found.pricing_s},
+                "timing_s": {"capture": capture_s, "pricing": found.pricing_s}, "workers": args.workers,
                 "best": best, "best_compared": compared,
                 "presets": [] if presets.empty else presets[
                     ["model", "method", "preset", "step_latency_s", "step_energy_j", "asic_area_mm2", "fits"]

@@ -10,9 +10,12 @@ parts' fronts, so the fronts are kept chunk by chunk and a space never has to fi
 
 from __future__ import annotations
 
+import multiprocessing
 import time
+from collections import deque
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, TextIO
+from typing import Callable, Iterator, TextIO
 
 import numpy as np
 import pandas as pd
@@ -87,31 +90,88 @@ def merge_front(old: pd.DataFrame, new: pd.DataFrame, pair: tuple[str, str]) -> 
     return both[pareto_front(both[list(pair)].to_numpy(dtype=np.float64))].reset_index(drop=True)
 
 
+@dataclass(frozen=True)
+class PricedChunk:
+    """One chunk priced: a frame of rows per (model, method), in the order of the works, and which
+    points fit the device."""
+
+    frames: tuple[pd.DataFrame, ...]
+    fits: np.ndarray
+    beyond_fold_model: int
+    seconds: float
+
+
+def price_chunk(dse: Dse, works: dict[tuple[str, str], TraceWork], chunk: SpaceChunk) -> PricedChunk:
+    """Every (model, method) of ``works`` on the points of ``chunk`` within the fold model (a pure
+    function of its arguments, so any process may run it)."""
+    started = time.perf_counter()
+    work_list = list(works.values())
+    inside = within_fold_bound(work_list, chunk.points)
+    if not inside.all():
+        chunk = SpaceChunk(chunk.index[inside], chunk.points.take(inside), chunk.number_formats[inside])
+    if not len(chunk):
+        return PricedChunk((), np.zeros(0, dtype=bool), int((~inside).sum()), time.perf_counter() - started)
+    costs = price_points(work_list, chunk.points)
+    resources = fpga_resources(chunk.points, chunk.number_formats, dse.device)
+    axes = axis_columns(dse, chunk)
+    frames = tuple(rows(model, method, dse.batch_size, chunk.index, axes, cost, resources)
+                   for (model, method), cost in zip(works, costs))
+    return PricedChunk(frames, np.asarray(resources.fits, dtype=bool), int((~inside).sum()),
+                       time.perf_counter() - started)
+
+
+_WORKER: tuple = ()  # (dse, works) in a worker process, set once by _start_worker
+
+
+def _start_worker(dse: Dse, works: dict[tuple[str, str], TraceWork]) -> None:
+    global _WORKER
+    _WORKER = (dse, works)
+
+
+def _price_in_worker(chunk: SpaceChunk) -> PricedChunk:
+    return price_chunk(*_WORKER, chunk)
+
+
+def priced_chunks(dse: Dse, works: dict[tuple[str, str], TraceWork], workers: int = 1,
+                  chunk_points: int = CHUNK_POINTS) -> Iterator[PricedChunk]:
+    """``price_chunk`` of every chunk of the space, in the space's order: in this process
+    (``workers`` 1) or across ``workers`` processes, at most two chunks per worker in flight (so
+    memory holds a few chunks, not the space). The order, and so every output, is the same either way."""
+    if workers <= 1:
+        for chunk in dse.space.chunks(chunk_points):
+            yield price_chunk(dse, works, chunk)
+        return
+    # forkserver: workers start from a clean interpreter (no torch, no inherited thread pools)
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("forkserver"),
+                             initializer=_start_worker, initargs=(dse, works)) as pool:
+        pending: deque = deque()
+        for chunk in dse.space.chunks(chunk_points):
+            pending.append(pool.submit(_price_in_worker, chunk))
+            if len(pending) >= 2 * workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
 def explore(dse: Dse, works: dict[tuple[str, str], TraceWork], *, points_csv: TextIO | None = None,
-            progress: Callable[[str], None] = lambda line: None, seed: int = 0) -> Exploration:
-    """Price ``dse``'s space for every (model, method) of ``works``; write every row to
-    ``points_csv`` as it goes."""
+            progress: Callable[[str], None] = lambda line: None, seed: int = 0, workers: int = 1,
+            chunk_points: int = CHUNK_POINTS) -> Exploration:
+    """Price ``dse``'s space for every (model, method) of ``works`` (across ``workers`` processes);
+    write every row to ``points_csv`` as it goes. ``pricing_s`` is the wall time of it all."""
     found = Exploration()
-    keys, work_list = list(works), list(works.values())
+    keys = list(works)
     rng = np.random.default_rng(seed)
     header = True
-    chunks_total = -(-dse.space.grid_size // CHUNK_POINTS)
-    for n, chunk in enumerate(dse.space.chunks(), 1):
-        started = time.perf_counter()
-        inside = within_fold_bound(work_list, chunk.points)
-        found.beyond_fold_model += int((~inside).sum())
-        if not inside.all():
-            chunk = SpaceChunk(chunk.index[inside], chunk.points.take(inside), chunk.number_formats[inside])
-        if not len(chunk):
+    chunks_total = -(-dse.space.grid_size // chunk_points)
+    started = time.perf_counter()
+    for n, priced in enumerate(priced_chunks(dse, works, workers, chunk_points), 1):
+        found.beyond_fold_model += priced.beyond_fold_model
+        if not priced.frames:
             continue
-        costs = price_points(work_list, chunk.points)
-        resources = fpga_resources(chunk.points, chunk.number_formats, dse.device)
-        axes = axis_columns(dse, chunk)
-        fits = np.asarray(resources.fits, dtype=bool)
-        found.points += len(chunk)
+        fits = priced.fits
+        found.points += len(fits)
         found.fitting += int(fits.sum())
-        for (model, method), cost in zip(keys, costs):
-            frame = rows(model, method, dse.batch_size, chunk.index, axes, cost, resources)
+        for (model, method), frame in zip(keys, priced.frames):
             if points_csv is not None:
                 frame.to_csv(points_csv, header=header, index=False)
                 header = False
@@ -122,9 +182,9 @@ def explore(dse: Dse, works: dict[tuple[str, str], TraceWork], *, points_csv: Te
             take = fitting if len(fitting) <= SAMPLE_PER_CHUNK else fitting.iloc[
                 np.sort(rng.choice(len(fitting), SAMPLE_PER_CHUNK, replace=False))]
             found.samples.setdefault((model, method), []).append(take)
-        found.pricing_s += time.perf_counter() - started
-        progress(f"chunk {n}/{chunks_total}: {len(chunk):,} points priced for {len(keys)} model-method pair(s) "
-                 f"({found.points:,} so far, {found.fitting:,} fit the device; {time.perf_counter() - started:.2f} s)")
+        progress(f"chunk {n}/{chunks_total}: {len(fits):,} points priced for {len(keys)} model-method pair(s) "
+                 f"({found.points:,} so far, {found.fitting:,} fit the device; {priced.seconds:.2f} s)")
+    found.pricing_s = time.perf_counter() - started
     return found
 
 
