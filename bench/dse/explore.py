@@ -13,9 +13,10 @@ from __future__ import annotations
 import multiprocessing
 import time
 from collections import deque
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, TextIO
+from typing import TextIO
 
 import numpy as np
 import pandas as pd
