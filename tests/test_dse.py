@@ -161,6 +161,9 @@ CASES = [
     ("existing file to write", HEAD + "[space.axes]\nrows = [8, 16]\n", ["--write-hw", "1", "--out", "afile"],
      ("afile", "exists")),
     ("no workers", HEAD + "[space.axes]\nrows = [8]\n", ["--workers", "0"], ("--workers",)),
+    ("a --run folder that is missing", HEAD + "[space.axes]\nrows = [8]\n", ["--run", "norun"], ("norun",)),
+    ("a --run folder with no rounds.csv", HEAD + "[space.axes]\nrows = [8]\n", ["--run", "."], ("rounds.csv",)),
+    ("--target without --run", HEAD + "[space.axes]\nrows = [8]\n", ["--target", "50"], ("--target", "--run")),
     ("an --out that is a file", HEAD + "[space.axes]\nrows = [8]\n", ["--out", "afile"], ("afile",)),
 ]
 
