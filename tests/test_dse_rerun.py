@@ -27,9 +27,9 @@ rows = [32, 16]
 cols = [64, 32]
 """
 # A bench.run-shaped folder (its rounds made up, every other field as bench.run writes it):
-# fedavg reaches 50 % in round 2 (device 2.0 + 2.0 = 4.0 s, energy 3.0 + 3.0 = 6.0 J, bytes 200);
-# ccvr trains as fedavg and reaches 75 % only after its calibration row (round 4):
-# device 3 x 2.0 + 0.5 = 6.5 s, energy 3 x 3.0 + 0.25 = 9.25 J, bytes 3 x 100 + 40 = 340;
+# fedavg and ccvr (trained as fedavg) reach 50 % in round 2: device 2.0 + 2.0 = 4.0 s of training,
+# energy 3.0 + 3.0 = 6.0 J, bytes 200; only ccvr reaches 75 %, after its calibration row (round 4):
+# training 3 x 2.0 = 6.0 s and 3 x 3.0 = 9.0 J, calibration 0.5 s and 0.25 J, bytes 3 x 100 + 40 = 340;
 # spherefed never reaches 50 %.
 ROUNDS = [("fedavg", 1, "train", 0.30, 2.0, 3.0, 100), ("fedavg", 2, "train", 0.55, 2.0, 3.0, 100),
           ("fedavg", 3, "train", 0.70, 2.0, 3.0, 100),
@@ -59,9 +59,9 @@ def run_folder(tmp_path, dse, target_pct):
 
 
 @pytest.mark.slow  # three ConvNet captures: ~5 s
-@pytest.mark.parametrize("target, expected", [
-    (50.0, {"fedavg": (2, 4.0, 6.0, 200)}),
-    (75.0, {"ccvr": (4, 6.5, 9.25, 340)}),
+@pytest.mark.parametrize("target, expected", [  # method: (round, training s, J, calibration s, J, bytes)
+    (50.0, {"fedavg": (2, 4.0, 6.0, 0.0, 0.0, 200), "ccvr": (2, 4.0, 6.0, 0.0, 0.0, 200)}),
+    (75.0, {"ccvr": (4, 6.0, 9.0, 0.5, 0.25, 340)}),
 ])
 def test_repricing_on_the_runs_own_hardware_gives_the_runs_tta(tmp_path, capsys, target, expected):
     space = tmp_path / "space.toml"
@@ -71,18 +71,17 @@ def test_repricing_on_the_runs_own_hardware_gives_the_runs_tta(tmp_path, capsys,
     assert main([str(space), "--run", str(folder), "--out", str(tmp_path / "out")]) == 0
     tta = pd.read_csv(tmp_path / "out" / "tta.csv")
     points = pd.read_csv(tmp_path / "out" / "points.csv").set_index(["method", "point"])
+    price = points[["step_latency_s", "step_energy_j"]]
     assert set(tta["method"]) == set(expected)  # spherefed never reaches the target: no rows
     paper = int(points.loc["fedavg"].query("rows == 32 and cols == 64").index[0])  # the space's base: the run's hw
-    for method, (round_, device_s, energy_j, nbytes) in expected.items():
+    for method, (round_, train_s, train_j, calib_s, calib_j, nbytes) in expected.items():
         mine = tta[tta["method"] == method].set_index("point")
         assert len(mine) == 4 and (mine["round"] == round_).all() and (mine["bytes_to_target"] == nbytes).all()
-        assert mine.loc[paper, "device_s_to_target"] == pytest.approx(device_s, rel=1e-12)
-        assert mine.loc[paper, "energy_j_to_target"] == pytest.approx(energy_j, rel=1e-12)
+        assert mine.loc[paper, "device_s_to_target"] == pytest.approx(train_s + calib_s, rel=1e-12)
+        assert mine.loc[paper, "energy_j_to_target"] == pytest.approx(train_j + calib_j, rel=1e-12)
         for point in mine.index:  # elsewhere each stage scales by its own step's ratio to the run's
-            train = points.loc[("fedavg", point)] / points.loc[("fedavg", paper)]
-            calib = points.loc[("ccvr", point)] / points.loc[("ccvr", paper)]
-            train_s, calib_s = (6.0, 0.5) if method == "ccvr" else (4.0, 0.0)
-            train_j, calib_j = (9.0, 0.25) if method == "ccvr" else (6.0, 0.0)
+            train = price.loc[("fedavg", point)] / price.loc[("fedavg", paper)]
+            calib = price.loc[("ccvr", point)] / price.loc[("ccvr", paper)]
             assert mine.loc[point, "device_s_to_target"] == pytest.approx(
                 train_s * train["step_latency_s"] + calib_s * calib["step_latency_s"], rel=1e-9)
             assert mine.loc[point, "energy_j_to_target"] == pytest.approx(
