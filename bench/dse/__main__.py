@@ -125,10 +125,9 @@ def main(argv: list[str] | None = None) -> int:
                     ["model", "method", "preset", "step_latency_s", "step_energy_j", "asic_area_mm2", "fits"]
                 ].to_dict("records")})
             state["lines"] = report.printout(dse, found, best, compared)
-            if run is not None:
-                points = pd.read_csv(tmp / "points.csv", usecols=["point", "model", "method", "step_latency_s",
-                                                                  "step_energy_j"])
-                tta = rerun.reprice(run, works, points)
+            if run is not None:  # the price columns of points.csv read back (5 of its ~30 columns)
+                tta = pd.DataFrame() if not found.points else rerun.reprice(run, works, pd.read_csv(
+                    tmp / "points.csv", usecols=["point", "model", "method", "step_latency_s", "step_energy_j"]))
                 tta.to_csv(tmp / "tta.csv", index=False)
                 state["lines"] += rerun.printout(run, tta)
 

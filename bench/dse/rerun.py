@@ -50,9 +50,10 @@ class Run:
     target_pct: float
     rounds: pd.DataFrame  # rounds.csv of this model
 
-    def stage_methods(self, method: str) -> dict[str, str]:
-        """The dse method whose step prices each stage of ``method``'s rows."""
-        return {"train": TRAINED_WITH.get(method, method), "calibration": method}
+
+def stage_methods(method: str) -> dict[str, str]:
+    """The dse method whose step prices each stage of ``method``'s rounds.csv rows."""
+    return {"train": TRAINED_WITH.get(method, method), "calibration": method}
 
 
 def load_run(folder: str | Path, dse: Dse, target_pct: float | None) -> Run:
@@ -87,7 +88,7 @@ def load_run(folder: str | Path, dse: Dse, target_pct: float | None) -> Run:
                        f"batch {dse.batch_size}, {dse.image_size}x{dse.image_size}: set [dse] batch_size = {batch}, "
                        f"image_size = {image}")
     for method in sorted(set(rounds["method"])):
-        for stage_method in Run(folder, model, batch, hw, 0.0, rounds).stage_methods(method).values():
+        for stage_method in stage_methods(method).values():
             if stage_method not in dse.methods:
                 raise DseError(f"--run {folder}: the run's {method} needs {stage_method} priced; add \"{stage_method}\" "
                                f"to [dse] methods")
@@ -119,7 +120,7 @@ def reprice(run: Run, works: dict[tuple[str, str], TraceWork], points: pd.DataFr
         if not tta.reached:
             continue
         upto = [r for r in rows if r["method"] == method and r["round"] <= tta.round]
-        stages = run.stage_methods(method)
+        stages = stage_methods(method)
         index = by_method[stages["train"]].index
         device = np.zeros(len(index))
         energy = np.zeros(len(index))
