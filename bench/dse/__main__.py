@@ -125,11 +125,11 @@ def main(argv: list[str] | None = None) -> int:
                     ["model", "method", "preset", "step_latency_s", "step_energy_j", "asic_area_mm2", "fits"]
                 ].to_dict("records")})
             state["lines"] = report.printout(dse, found, best, compared)
-            if run is not None:  # the price columns of points.csv read back (5 of its ~30 columns)
+            if run is not None:  # points.csv's price columns read back (6 of ~30)
                 tta = pd.DataFrame() if not found.points else rerun.reprice(run, works, pd.read_csv(
-                    tmp / "points.csv", usecols=["point", "model", "method", "step_latency_s", "step_energy_j"]))
+                    tmp / "points.csv", usecols=["point", "model", "method", "step_latency_s", "step_energy_j", "fits"]))
                 tta.to_csv(tmp / "tta.csv", index=False)
-                state["lines"] += rerun.printout(run, tta)
+                state["lines"] += rerun.printout(run, tta, lambda index: report.design_of_point(dse, index))
 
         outputs.write_results_dir(out, build, command=COMMAND, config_sha256=outputs.config_hash(config),
                                   version=FORMAT_VERSION, replace=args.overwrite)

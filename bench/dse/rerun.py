@@ -25,6 +25,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -107,14 +108,14 @@ def run_rows(run: Run) -> list[dict]:
 
 def reprice(run: Run, works: dict[tuple[str, str], TraceWork], points: pd.DataFrame) -> pd.DataFrame:
     """Per method of the run and point of ``points`` (points.csv's columns ``point``, ``model``,
-    ``method``, ``step_latency_s``, ``step_energy_j``): the round reaching the run's target and the
+    ``method``, ``step_latency_s``, ``step_energy_j``, ``fits``): the round reaching the run's target and the
     device time, energy and bytes to it (module docstring). Methods that never reach it are left out."""
     rows = run_rows(run)
     reached = time_to_accuracy(rows, run.target_pct / 100)
     own = {key: price_points([work], HardwarePoints.of([run.hw]))[0]
            for key, work in works.items() if key[0] == run.model}
     mine = points[points["model"] == run.model]
-    by_method = {m: g.set_index("point")[["step_latency_s", "step_energy_j"]] for m, g in mine.groupby("method")}
+    by_method = {m: g.set_index("point")[["step_latency_s", "step_energy_j", "fits"]] for m, g in mine.groupby("method")}
     frames = []
     for method, tta in reached.items():
         if not tta.reached:
@@ -133,6 +134,7 @@ def reprice(run: Run, works: dict[tuple[str, str], TraceWork], points: pd.DataFr
             device += math.fsum(r["round_device_s"] for r in done) * step["step_latency_s"].to_numpy() / base.latency_s[0]
             energy += math.fsum(r["round_energy_j"] for r in done) * step["step_energy_j"].to_numpy() / base.energy_j[0]
         frames.append(pd.DataFrame({"model": run.model, "method": method, "point": index,
+                                    "fits": by_method[stages["train"]]["fits"].to_numpy(),
                                     "target_accuracy_pct": run.target_pct, "round": tta.round,
                                     "device_s_to_target": device, "energy_j_to_target": energy,
                                     "bytes_to_target": tta.bytes, "run_device_s": tta.device_s,
@@ -140,16 +142,21 @@ def reprice(run: Run, works: dict[tuple[str, str], TraceWork], points: pd.DataFr
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def printout(run: Run, tta: pd.DataFrame) -> list[str]:
-    """The run's own figures beside the best point per method for device time and energy to the target."""
+def printout(run: Run, tta: pd.DataFrame, describe: Callable[[int], str] = str) -> list[str]:
+    """The run's own figures beside the best point per method for device time and energy to the
+    target (``describe``: a grid index as its design)."""
     lines = [f"re-priced {run.folder}'s curve to {run.target_pct:.2f} % ({run.model}, batch {run.batch_size}):"]
     if tta.empty:
         return lines + ["  no method reached the target; nothing to re-price"]
     for method, g in tta.groupby("method", sort=False):
         first = g.iloc[0]
+        fitting = g[g["fits"].astype(bool)]
+        among = "among the points that fit the device" if len(fitting) else "no point fits the device; among all"
+        g = fitting if len(fitting) else g
         lines.append(f"  {method}: round {first['round']}, on the run's accelerator {first['run_device_s']:.4g} s device, "
-                     f"{first['run_energy_j']:.4g} J, {first['bytes_to_target']:,} B")
+                     f"{first['run_energy_j']:.4g} J, {first['bytes_to_target']:,} B; {among}:")
         for column, unit in (("device_s_to_target", "s"), ("energy_j_to_target", "J")):
             best = g.sort_values([column, "point"], kind="stable").iloc[0]
-            lines.append(f"    least {column}: point {int(best['point'])} ({best[column]:.4g} {unit})")
+            lines.append(f"    least {column}: {best[column]:.4g} {unit} at point {int(best['point'])} "
+                         f"({describe(int(best['point']))})")
     return lines
