@@ -160,6 +160,10 @@ CASES = [
      ["--write-hw", "0"], ("point 0", "constraints")),
     ("existing file to write", HEAD + "[space.axes]\nrows = [8, 16]\n", ["--write-hw", "1", "--out", "afile"],
      ("afile", "exists")),
+    ("no workers", HEAD + "[space.axes]\nrows = [8]\n", ["--workers", "0"], ("--workers",)),
+    ("a --run folder that is missing", HEAD + "[space.axes]\nrows = [8]\n", ["--run", "norun"], ("norun",)),
+    ("a --run folder with no rounds.csv", HEAD + "[space.axes]\nrows = [8]\n", ["--run", "."], ("rounds.csv",)),
+    ("--target without --run", HEAD + "[space.axes]\nrows = [8]\n", ["--target", "50"], ("--target", "--run")),
     ("an --out that is a file", HEAD + "[space.axes]\nrows = [8]\n", ["--out", "afile"], ("afile",)),
 ]
 
@@ -173,3 +177,42 @@ def test_the_shipped_spaces_load():
     for path in sorted((ROOT / "configs" / "dse").glob("*.toml")):
         dse = load_dse(path)
         assert dse.space.size > 0 and dse.methods
+
+
+WORKERS_SPACE = """
+[dse]
+models = ["convnet"]
+methods = ["fedavg", "ffc"]
+batch_size = 4
+classes = 10
+image_size = 16
+
+[space]
+constraints = ["rows * cols <= 2048"]
+[space.axes]
+rows = [4, 8, 16, 32, 64]
+cols = [8, 16, 32, 64]
+number_format = ["fp32", "bf16", "bfp_m4_g16"]
+dataflow_dw = ["os", "ws"]
+"""
+
+
+@pytest.mark.slow  # two ConvNet captures and a two-process pool: ~6 s
+def test_workers_give_the_same_rows_fronts_and_counts(tmp_path):
+    path = tmp_path / "workers.toml"
+    path.write_text(WORKERS_SPACE)
+    dse = load_dse(path)
+    works = {("convnet", m): TraceWork.of(method_trace("convnet", m, batch_size=4, num_classes=10, image_size=16))
+             for m in dse.methods}
+    # 5 x 4 x 3 x 2 = 120 grid points in chunks of 16 (8 chunks); rows * cols <= 2048 drops 64 x 64 (6 points)
+    runs = {}
+    for workers in (1, 2):
+        csv = io.StringIO()
+        runs[workers] = (explore(dse, works, points_csv=csv, workers=workers, chunk_points=16), csv.getvalue())
+    (one, one_csv), (two, two_csv) = runs[1], runs[2]
+    assert one.points == two.points == 114 and one.fitting == two.fitting
+    assert one_csv == two_csv and len(one_csv.splitlines()) == 1 + 114 * 2
+    for key, front in one.fronts.items():
+        pd.testing.assert_frame_equal(front, two.fronts[key])
+    for key, sample in one.samples.items():
+        pd.testing.assert_frame_equal(pd.concat(sample), pd.concat(two.samples[key]))

@@ -3,12 +3,14 @@
 a calibration's client-statistics batch), sized on the FPGA of the space file's device, and the
 Pareto fronts kept among the points that fit.
 
-    python -m bench.dse configs/dse/paper.toml [--out DIR] [--overwrite] [--stream] [--max-points N]
+    python -m bench.dse configs/dse/paper.toml [--out DIR] [--overwrite] [--stream] [--max-points N] [--workers N]
     python -m bench.dse configs/dse/paper.toml --write-hw N [--out FILE.toml]
+    python -m bench.dse configs/dse/paper.toml --run RUN_DIR [--target PCT]
 
 Writes ``--out`` (default ``results/dse-<name>``): ``points.csv`` (one row per point, model and
 method), ``pareto.csv``, ``pareto.png`` (``pareto_<model>.png`` for several models),
-``summary.json`` and the manifest. ``--write-hw N`` writes point N's hardware TOML (for
+``summary.json`` and the manifest; with ``--run``, ``tta.csv`` (the run's accuracy curve re-priced
+on every point: bench.dse.rerun). ``--write-hw N`` writes point N's hardware TOML (for
 ``python -m bench.run --hw``) and prices nothing. Bad input: one line, exit 2, nothing written.
 """
 
@@ -22,7 +24,9 @@ from pathlib import Path
 from accel_sim.batch import TraceWork
 from accel_sim.hardware import hardware_config_toml
 from accel_sim.space import DEFAULT_MAX_POINTS, SpaceError
-from bench.dse import report
+import pandas as pd
+
+from bench.dse import report, rerun
 from bench.dse.explore import OBJECTIVE_PAIRS, explore, price_presets
 from bench.dse.spec import DseError, load_dse
 from bench.dse.traces import method_trace
@@ -35,6 +39,7 @@ from workloads import model_spec
 
 COMMAND = "bench.dse"
 POINTS_MAX = 10**9
+WORKERS_MAX = 1024  # docs/cli.md: threads and workers up to 1,024
 
 
 def parser() -> cli.Parser:
@@ -47,6 +52,12 @@ def parser() -> cli.Parser:
                    help="allow a space over --max-points (rows go to points.csv chunk by chunk either way)")
     p.add_argument("--max-points", type=cli.int_in(1, POINTS_MAX), default=DEFAULT_MAX_POINTS, metavar="N",
                    help=f"the most points without --stream (default {DEFAULT_MAX_POINTS:,})")
+    p.add_argument("--workers", type=cli.int_in(1, WORKERS_MAX), default=1, metavar="N",
+                   help="price chunks across N processes (default 1; the outputs are the same for any N)")
+    p.add_argument("--run", metavar="DIR", help="a finished bench.run results folder: re-price its accuracy "
+                                                "curve on every point (tta.csv; docs/dse.md)")
+    p.add_argument("--target", type=cli.finite_float(positive=True, high=100.0), metavar="PCT",
+                   help="with --run: the target test accuracy in percent (default: the run's own target)")
     p.add_argument("--write-hw", type=cli.int_in(0, 2**62), metavar="N",
                    help="write point N's hardware TOML (its grid index: points.csv's 'point') and stop")
     return p
@@ -62,9 +73,12 @@ def main(argv: list[str] | None = None) -> int:
             return write_hw(dse, args.write_hw, Path(args.out or f"hw-{dse.name}-{args.write_hw}.toml"))
         for model in dse.models:  # a paper model or package.module:factory, checked before any capture
             model_spec.build(model_spec.as_spec(model, dse.image_size), num_classes=dse.classes, spherefed=True)
+        if args.target is not None and args.run is None:
+            raise cli.UsageError("--target goes with --run; give --run DIR or drop --target")
+        run = rerun.load_run(cli.check_folder(args.run, "--run"), dse, args.target) if args.run else None
         out = Path(args.out or f"results/dse-{dse.name}")
         outputs.check_out(out, command=COMMAND, overwrite=args.overwrite)
-    say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    say = lambda line: print(line, file=sys.stderr, flush=True)
     config = dse.config()
     with outputs.claim(out), cli.run_failure():
         started = time.perf_counter()
@@ -82,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
 
         def build(tmp: Path) -> None:
             with open(tmp / "points.csv", "w", newline="", encoding="utf-8") as f:
-                found = explore(dse, works, points_csv=f, progress=say)
+                found = explore(dse, works, points_csv=f, progress=say, workers=args.workers)
             presets = price_presets(dse, works)
             best = report.best_points(dse, found)
             compared = report.same_best(best)
@@ -103,12 +117,19 @@ def main(argv: list[str] | None = None) -> int:
                     ["python", "-m", "bench.dse", *argv]), "git_commit": git_commit(), "config": config,
                 "counts": {"points": found.points, "fitting": found.fitting,
                            "beyond_fold_model": found.beyond_fold_model},
-                "timing_s": {"capture": capture_s, "pricing": found.pricing_s},
+                "timing_s": {"capture": capture_s, "pricing": found.pricing_s}, "workers": args.workers,
+                "run": None if run is None else {"folder": str(run.folder), "model": run.model,
+                                                 "target_accuracy_pct": run.target_pct},
                 "best": best, "best_compared": compared,
                 "presets": [] if presets.empty else presets[
                     ["model", "method", "preset", "step_latency_s", "step_energy_j", "asic_area_mm2", "fits"]
                 ].to_dict("records")})
             state["lines"] = report.printout(dse, found, best, compared)
+            if run is not None:  # points.csv's price columns read back (6 of ~30)
+                tta = pd.DataFrame() if not found.points else rerun.reprice(run, works, pd.read_csv(
+                    tmp / "points.csv", usecols=["point", "model", "method", "step_latency_s", "step_energy_j", "fits"]))
+                tta.to_csv(tmp / "tta.csv", index=False)
+                state["lines"] += rerun.printout(run, tta, lambda index: report.design_of_point(dse, index))
 
         outputs.write_results_dir(out, build, command=COMMAND, config_sha256=outputs.config_hash(config),
                                   version=FORMAT_VERSION, replace=args.overwrite)
@@ -118,8 +139,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _concat(frames):
-    import pandas as pd
-
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 

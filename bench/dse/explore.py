@@ -10,9 +10,13 @@ parts' fronts, so the fronts are kept chunk by chunk and a space never has to fi
 
 from __future__ import annotations
 
+import multiprocessing
 import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, TextIO
+from typing import TextIO
 
 import numpy as np
 import pandas as pd
@@ -87,44 +91,114 @@ def merge_front(old: pd.DataFrame, new: pd.DataFrame, pair: tuple[str, str]) -> 
     return both[pareto_front(both[list(pair)].to_numpy(dtype=np.float64))].reset_index(drop=True)
 
 
+@dataclass(frozen=True)
+class PricedChunk:
+    """One chunk priced, reduced to what the report keeps, per (model, method) in the order of the
+    works: its rows as CSV text (no header), the chunk's fronts among the fitting points (the front
+    of a union is the front of the parts' fronts) and a sample of the fitting points to draw."""
+
+    points: int
+    fitting: int
+    beyond_fold_model: int
+    seconds: float
+    header: str = ""
+    csv: tuple[str, ...] = ()
+    fronts: tuple[dict[str, pd.DataFrame], ...] = ()
+    samples: tuple[pd.DataFrame, ...] = ()
+
+
+def price_chunk(dse: Dse, works: dict[tuple[str, str], TraceWork], chunk: SpaceChunk, seed: int = 0) -> PricedChunk:
+    """Every (model, method) of ``works`` on the points of ``chunk`` within the fold model (a pure
+    function of its arguments, so any process may run it; the sample is drawn with ``seed`` and the
+    chunk's first grid index)."""
+    started = time.perf_counter()
+    work_list = list(works.values())
+    inside = within_fold_bound(work_list, chunk.points)
+    beyond = int((~inside).sum())
+    if not inside.all():
+        chunk = SpaceChunk(chunk.index[inside], chunk.points.take(inside), chunk.number_formats[inside])
+    if not len(chunk):
+        return PricedChunk(0, 0, beyond, time.perf_counter() - started)
+    costs = price_points(work_list, chunk.points)
+    resources = fpga_resources(chunk.points, chunk.number_formats, dse.device)
+    fits = np.asarray(resources.fits, dtype=bool)
+    axes = axis_columns(dse, chunk)
+    rng = np.random.default_rng([seed, int(chunk.index[0])])
+    header, csv, fronts, samples = "", [], [], []
+    for (model, method), cost in zip(works, costs):
+        frame = rows(model, method, dse.batch_size, chunk.index, axes, cost, resources)
+        header = ",".join(frame.columns) + "\n"
+        csv.append(frame.to_csv(header=False, index=False))
+        fitting = frame[fits].reset_index(drop=True)
+        fronts.append({"|".join(pair): merge_front(pd.DataFrame(), fitting, pair) for pair in OBJECTIVE_PAIRS})
+        samples.append(fitting if len(fitting) <= SAMPLE_PER_CHUNK else fitting.iloc[
+            np.sort(rng.choice(len(fitting), SAMPLE_PER_CHUNK, replace=False))])
+    return PricedChunk(len(chunk), int(fits.sum()), beyond, time.perf_counter() - started, header, tuple(csv),
+                       tuple(fronts), tuple(samples))
+
+
+_WORKER: tuple = ()  # (dse, works, seed) in a worker process, set once by _start_worker
+
+
+def _start_worker(dse: Dse, works: dict[tuple[str, str], TraceWork], seed: int) -> None:
+    global _WORKER
+    _WORKER = (dse, works, seed)
+
+
+def _price_in_worker(chunk: SpaceChunk) -> PricedChunk:
+    dse, works, seed = _WORKER
+    return price_chunk(dse, works, chunk, seed)
+
+
+def priced_chunks(dse: Dse, works: dict[tuple[str, str], TraceWork], workers: int = 1,
+                  chunk_points: int = CHUNK_POINTS, seed: int = 0) -> Iterator[PricedChunk]:
+    """``price_chunk`` of every chunk of the space, in the space's order: in this process
+    (``workers`` 1) or across ``workers`` processes, at most two chunks per worker in flight (so
+    memory holds a few chunks, not the space). The order, and so every output, is the same either way."""
+    if workers <= 1:
+        for chunk in dse.space.chunks(chunk_points):
+            yield price_chunk(dse, works, chunk, seed)
+        return
+    # forkserver: workers start from a clean interpreter (no torch, no inherited thread pools)
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("forkserver"),
+                             initializer=_start_worker, initargs=(dse, works, seed)) as pool:
+        pending: deque = deque()
+        for chunk in dse.space.chunks(chunk_points):
+            pending.append(pool.submit(_price_in_worker, chunk))
+            if len(pending) >= 2 * workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
 def explore(dse: Dse, works: dict[tuple[str, str], TraceWork], *, points_csv: TextIO | None = None,
-            progress: Callable[[str], None] = lambda line: None, seed: int = 0) -> Exploration:
-    """Price ``dse``'s space for every (model, method) of ``works``; write every row to
-    ``points_csv`` as it goes."""
+            progress: Callable[[str], None] = lambda line: None, seed: int = 0, workers: int = 1,
+            chunk_points: int = CHUNK_POINTS) -> Exploration:
+    """Price ``dse``'s space for every (model, method) of ``works`` (across ``workers`` processes);
+    write every row to ``points_csv`` as it goes. ``pricing_s`` is the wall time of it all."""
     found = Exploration()
-    keys, work_list = list(works), list(works.values())
-    rng = np.random.default_rng(seed)
+    keys = list(works)
     header = True
-    chunks_total = -(-dse.space.grid_size // CHUNK_POINTS)
-    for n, chunk in enumerate(dse.space.chunks(), 1):
-        started = time.perf_counter()
-        inside = within_fold_bound(work_list, chunk.points)
-        found.beyond_fold_model += int((~inside).sum())
-        if not inside.all():
-            chunk = SpaceChunk(chunk.index[inside], chunk.points.take(inside), chunk.number_formats[inside])
-        if not len(chunk):
+    chunks_total = -(-dse.space.grid_size // chunk_points)
+    started = time.perf_counter()
+    for n, priced in enumerate(priced_chunks(dse, works, workers, chunk_points, seed), 1):
+        found.beyond_fold_model += priced.beyond_fold_model
+        if not priced.points:
             continue
-        costs = price_points(work_list, chunk.points)
-        resources = fpga_resources(chunk.points, chunk.number_formats, dse.device)
-        axes = axis_columns(dse, chunk)
-        fits = np.asarray(resources.fits, dtype=bool)
-        found.points += len(chunk)
-        found.fitting += int(fits.sum())
-        for (model, method), cost in zip(keys, costs):
-            frame = rows(model, method, dse.batch_size, chunk.index, axes, cost, resources)
+        found.points += priced.points
+        found.fitting += priced.fitting
+        for (model, method), text, fronts, sample in zip(keys, priced.csv, priced.fronts, priced.samples):
             if points_csv is not None:
-                frame.to_csv(points_csv, header=header, index=False)
+                points_csv.write(priced.header if header else "")
+                points_csv.write(text)
                 header = False
-            fitting = frame[fits]
             for pair in OBJECTIVE_PAIRS:
                 key = (model, method, "|".join(pair))
-                found.fronts[key] = merge_front(found.fronts.get(key, pd.DataFrame()), fitting, pair)
-            take = fitting if len(fitting) <= SAMPLE_PER_CHUNK else fitting.iloc[
-                np.sort(rng.choice(len(fitting), SAMPLE_PER_CHUNK, replace=False))]
-            found.samples.setdefault((model, method), []).append(take)
-        found.pricing_s += time.perf_counter() - started
-        progress(f"chunk {n}/{chunks_total}: {len(chunk):,} points priced for {len(keys)} model-method pair(s) "
-                 f"({found.points:,} so far, {found.fitting:,} fit the device; {time.perf_counter() - started:.2f} s)")
+                found.fronts[key] = merge_front(found.fronts.get(key, pd.DataFrame()), fronts["|".join(pair)], pair)
+            found.samples.setdefault((model, method), []).append(sample)
+        progress(f"chunk {n}/{chunks_total}: {priced.points:,} points priced for {len(keys)} model-method pair(s) "
+                 f"({found.points:,} so far, {found.fitting:,} fit the device; {priced.seconds:.2f} s)")
+    found.pricing_s = time.perf_counter() - started
     return found
 
 

@@ -3,6 +3,8 @@ method and objective, whether the best design changes with the FL method, and su
 
 from __future__ import annotations
 
+import functools
+
 import pandas as pd
 
 from accel_sim.space import NUMBER_FORMAT
@@ -26,6 +28,13 @@ def design(dse: Dse, row: pd.Series) -> str:
     """A point as its axes' values, e.g. ``rows=32 cols=64 number_format=bfp_m4_g16``."""
     paths = [a.path for a in dse.space.axes if a.path != NUMBER_FORMAT] + [NUMBER_FORMAT]
     return " ".join(f"{p}={_shown(row[p])}" for p in paths)
+
+
+def design_of_point(dse: Dse, index: int) -> str:
+    """Grid point ``index`` as ``design`` shows a row."""
+    hw, fmt = dse.space.point(index)
+    values = {a.path: functools.reduce(getattr, a.path.split("."), hw) for a in dse.space.axes if a.path != NUMBER_FORMAT}
+    return design(dse, pd.Series({**values, NUMBER_FORMAT: fmt.name}))
 
 
 def _shown(value) -> str:

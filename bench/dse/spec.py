@@ -22,9 +22,10 @@ key and the fix.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from accel_sim.hardware import HardwareConfig, HardwareConfigError, load_hardware_config
 from accel_sim.resources import FpgaDevice, ResourceModelError, load_device

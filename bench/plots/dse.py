@@ -40,7 +40,8 @@ def plot_pareto(model: str, methods: list[str], pairs, samples: dict, fronts: di
         ax.set_ylabel(LABELS.get(y, y))
         ax.set_title(f"{model}: {LABELS.get(y, y).split(' (')[0]} vs latency", fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7, loc="best")
+        if ax.get_legend_handles_labels()[0]:  # nothing fits: no front, no legend
+            ax.legend(fontsize=7, loc="best")
     fig.suptitle(title + "  (stars: presets, the paper's accelerator first; faint: a sample of the fitting points)",
                  fontsize=8)
     fig.tight_layout()

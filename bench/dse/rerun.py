@@ -1,0 +1,162 @@
+"""``python -m bench.dse SPACE.toml --run DIR``: a finished bench.run run's accuracy curve re-priced on every
+point of the space, without re-training (issue 24 item 3; docs/dse.md).
+
+A run's ``rounds.csv`` (docs/rounds.md) holds, per method and round, the accuracy after the round
+and the round's device time and energy summed over its clients. Both are sums of priced steps (a
+calibration row: of priced client-statistics batches), so on another accelerator each round's
+device time and energy scale by the ratio of one step's latency (energy) there to the run's own:
+
+    device_s(point) = sum over the rows up to the target round of round_device_s x step_latency_s(point) / step_latency_s(run)
+
+with the step of the method's training (a calibration's training is its base method's,
+``workloads.cost.calibration.TRAINED_WITH``) for ``train`` rows and the calibration's batch for its
+``calibration`` row; bytes do not depend on the accelerator. The round reaching the target is
+``workloads.cost.system.time_to_accuracy``'s (the one definition), so the round does not move.
+
+What the ratio leaves out (docs/dse.md): a client's last partial batch is priced at its real size
+by the run, here at the full batch's ratio; client speed factors other than 1 scale static energy
+differently; the wall time is not re-priced (``rounds.csv`` does not split the slowest client's
+round into links and compute).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from accel_sim.batch import TraceWork, price_points
+from accel_sim.hardware import HardwareConfig, HardwareConfigError, hardware_config_from_dict
+from accel_sim.points import HardwarePoints
+from bench.dse.spec import Dse, DseError
+from workloads.cost.calibration import TRAINED_WITH
+from workloads.cost.system import ROUNDS_COLUMNS, time_to_accuracy
+
+TTA_COLUMNS = ("device_s_to_target", "energy_j_to_target", "bytes_to_target")
+
+
+@dataclass(frozen=True)
+class Run:
+    """What re-pricing needs of a finished run."""
+
+    folder: Path
+    model: str
+    batch_size: int
+    hw: HardwareConfig
+    target_pct: float
+    rounds: pd.DataFrame  # rounds.csv of this model
+
+
+def stage_methods(method: str) -> dict[str, str]:
+    """The dse method whose step prices each stage of ``method``'s rounds.csv rows."""
+    return {"train": TRAINED_WITH.get(method, method), "calibration": method}
+
+
+def load_run(folder: str | Path, dse: Dse, target_pct: float | None) -> Run:
+    """The run in ``folder``, checked against the space file before any capture."""
+    folder = Path(folder)
+    meta = folder / "summary.json"
+    if not (folder / "rounds.csv").is_file() or not meta.is_file():
+        raise DseError(f"--run {folder}: not a finished bench.run results folder (needs rounds.csv and summary.json); "
+                       f"give a folder python -m bench.run wrote")
+    try:
+        doc = json.loads(meta.read_text(encoding="utf-8"))
+        rounds = pd.read_csv(folder / "rounds.csv")
+        hw = hardware_config_from_dict(doc["hardware"], f"{meta}: hardware")
+    except (ValueError, KeyError, HardwareConfigError) as err:
+        raise DseError(f"--run {folder}: unreadable run ({err}); give a folder a run wrote") from None
+    missing = sorted(set(ROUNDS_COLUMNS) - set(rounds.columns))
+    if missing:
+        raise DseError(f"--run {folder}: rounds.csv lacks {', '.join(missing)}; give a folder a run wrote")
+    setting = doc.get("accuracy_setting") or {}
+    if "model" not in rounds or not setting:
+        raise DseError(f"--run {folder}: not a bench.run results folder (bench.fl's method labels are not re-priced "
+                       f"yet); give a folder python -m bench.run wrote")
+    models = sorted(set(rounds["model"]))
+    model = next((m for m in models if m in dse.models), None)
+    if model is None:
+        raise DseError(f"--run {folder}: the run's model(s) {', '.join(map(str, models))} not in the space's "
+                       f"[dse] models; add it there")
+    rounds = rounds[rounds["model"] == model]
+    batch, image = setting["hparams"]["batch_size"], setting["fl"]["image_size"]
+    if batch != dse.batch_size or image != dse.image_size:
+        raise DseError(f"--run {folder}: the run trained at batch {batch}, {image}x{image} inputs; the space prices "
+                       f"batch {dse.batch_size}, {dse.image_size}x{dse.image_size}: set [dse] batch_size = {batch}, "
+                       f"image_size = {image}")
+    for method in sorted(set(rounds["method"])):
+        for stage_method in stage_methods(method).values():
+            if stage_method not in dse.methods:
+                raise DseError(f"--run {folder}: the run's {method} needs {stage_method} priced; add \"{stage_method}\" "
+                               f"to [dse] methods")
+    if target_pct is None:
+        target_pct = (doc.get("models", {}).get(model, {}).get("time_to_accuracy", {}).get("target_accuracy_pct"))
+    if target_pct is None or not 0 < target_pct <= 100:
+        raise DseError(f"--run {folder}: no target accuracy in the run; give --target PCT (in (0, 100])")
+    return Run(folder, model, int(batch), hw, float(target_pct), rounds.reset_index(drop=True))
+
+
+def run_rows(run: Run) -> list[dict]:
+    """rounds.csv's rows as ``time_to_accuracy`` reads them (an empty accuracy: not evaluated)."""
+    return [{**row, "accuracy": None if pd.isna(row["accuracy"]) else float(row["accuracy"])}
+            for row in run.rounds.to_dict("records")]
+
+
+def reprice(run: Run, works: dict[tuple[str, str], TraceWork], points: pd.DataFrame) -> pd.DataFrame:
+    """Per method of the run and point of ``points`` (points.csv's columns ``point``, ``model``,
+    ``method``, ``step_latency_s``, ``step_energy_j``, ``fits``): the round reaching the run's target and the
+    device time, energy and bytes to it (module docstring). Methods that never reach it are left out."""
+    rows = run_rows(run)
+    reached = time_to_accuracy(rows, run.target_pct / 100)
+    own = {key: price_points([work], HardwarePoints.of([run.hw]))[0]
+           for key, work in works.items() if key[0] == run.model}
+    mine = points[points["model"] == run.model]
+    by_method = {m: g.set_index("point")[["step_latency_s", "step_energy_j", "fits"]] for m, g in mine.groupby("method")}
+    frames = []
+    for method, tta in reached.items():
+        if not tta.reached:
+            continue
+        upto = [r for r in rows if r["method"] == method and r["round"] <= tta.round]
+        stages = stage_methods(method)
+        index = by_method[stages["train"]].index
+        device = np.zeros(len(index))
+        energy = np.zeros(len(index))
+        for stage, dse_method in stages.items():
+            done = [r for r in upto if r["stage"] == stage]
+            if not done:
+                continue
+            step = by_method[dse_method].loc[index]
+            base = own[(run.model, dse_method)]
+            device += math.fsum(r["round_device_s"] for r in done) * step["step_latency_s"].to_numpy() / base.latency_s[0]
+            energy += math.fsum(r["round_energy_j"] for r in done) * step["step_energy_j"].to_numpy() / base.energy_j[0]
+        frames.append(pd.DataFrame({"model": run.model, "method": method, "point": index,
+                                    "fits": by_method[stages["train"]]["fits"].to_numpy(),
+                                    "target_accuracy_pct": run.target_pct, "round": tta.round,
+                                    "device_s_to_target": device, "energy_j_to_target": energy,
+                                    "bytes_to_target": tta.bytes, "run_device_s": tta.device_s,
+                                    "run_energy_j": tta.energy_j}))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def printout(run: Run, tta: pd.DataFrame, describe: Callable[[int], str] = str) -> list[str]:
+    """The run's own figures beside the best point per method for device time and energy to the
+    target (``describe``: a grid index as its design)."""
+    lines = [f"re-priced {run.folder}'s curve to {run.target_pct:.2f} % ({run.model}, batch {run.batch_size}):"]
+    if tta.empty:
+        return lines + ["  no method reached the target; nothing to re-price"]
+    for method, g in tta.groupby("method", sort=False):
+        first = g.iloc[0]
+        fitting = g[g["fits"].astype(bool)]
+        among = "among the points that fit the device" if len(fitting) else "no point fits the device; among all"
+        g = fitting if len(fitting) else g
+        lines.append(f"  {method}: round {first['round']}, on the run's accelerator {first['run_device_s']:.4g} s device, "
+                     f"{first['run_energy_j']:.4g} J, {first['bytes_to_target']:,} B; {among}:")
+        for column, unit in (("device_s_to_target", "s"), ("energy_j_to_target", "J")):
+            best = g.sort_values([column, "point"], kind="stable").iloc[0]
+            lines.append(f"    least {column}: {best[column]:.4g} {unit} at point {int(best['point'])} "
+                         f"({describe(int(best['point']))})")
+    return lines
