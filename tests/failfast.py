@@ -48,3 +48,12 @@ def workspace(root: Path, *, out_with: str | None = None) -> Path:
     if out_with:
         (root / "existing" / out_with).write_text("{}")
     return root
+
+
+def as_in_a_terminal() -> None:
+    """``preexec_fn`` of a command started to be interrupted: SIGINT at its default, as a command run
+    in a terminal has it (a test run started in the background by a non-interactive shell passes
+    SIGINT on ignored, and Python keeps an ignored SIGINT ignored: no KeyboardInterrupt to test)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -13,6 +13,7 @@ import pytest
 
 from iokit import checks, cli, outputs
 from iokit.files import atomic_write_dir, remove_stale_partials
+from tests.failfast import as_in_a_terminal
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -123,7 +124,7 @@ def test_interrupted_while_writing(tmp_path, sig):
     """Ctrl-C or SIGTERM while a results folder is being written: one line, exit 130 (SIGINT) or 143
     (SIGTERM), no ``.partial`` folder left (SIGTERM used to leave one that no rerun removed)."""
     proc = subprocess.Popen([sys.executable, "-c", SCRIPT, str(tmp_path)], cwd=ROOT, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                            text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, preexec_fn=as_in_a_terminal)
     deadline = time.time() + 30
     while not (tmp_path / "started").exists() and time.time() < deadline:
         time.sleep(0.02)

@@ -16,7 +16,7 @@ import pytest
 import bench.grid.__main__ as grid
 from bench.grid import engine
 from bench.grid.engine import parse_grid, run_grid
-from tests.failfast import assert_fails_clean
+from tests.failfast import as_in_a_terminal, assert_fails_clean
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNNER = "tests.grid_runners:train_tiny"
@@ -106,7 +106,7 @@ def test_interrupt_is_one_line_and_exit_130_or_143(tmp_path, sig):
     out = tmp_path / "out"
     proc = subprocess.Popen([sys.executable, "-m", "bench.grid", str(_grid_file(tmp_path)), "--out", str(out)],
                             cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=as_in_a_terminal)
     deadline = time.time() + 60
     while not list(out.glob("runs/.tmp-*")) and time.time() < deadline:
         time.sleep(0.05)

@@ -27,6 +27,7 @@ from flwr.app import (ArrayRecord, ConfigRecord, Context, Message, MessageType, 
 
 from accel_sim.hardware import load_hardware_config  # noqa: E402
 from workloads.cost.system import ROUNDS_COLUMNS, SystemModel, load_system_model  # noqa: E402
+from tests.failfast import as_in_a_terminal  # noqa: E402
 from workloads.flower import meter as meter_module  # noqa: E402
 from workloads.flower.app import FlowerRun, client_app, new_model, shared_state  # noqa: E402
 from workloads.flower.ledger import CLIENT_KEYS, client_metrics  # noqa: E402
@@ -271,7 +272,7 @@ def test_an_interrupted_simulation_stops_within_10_s_with_nothing_written(tmp_pa
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([sys.executable, "-m", "bench.flower", "--clients", "2", "--rounds", "50",
                              "--out", str(tmp_path / "out")], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=as_in_a_terminal)
     deadline = time.time() + 120
     while time.time() < deadline and not (_raylets() - before):  # the simulation's Ray has started
         time.sleep(0.2)
