@@ -94,3 +94,31 @@ def test_figures_put_the_run_beside_the_reference_seeds(refs):
     assert pair["difference_pct"] == 0.0 and pair["within_seed_spread"]
     text = reference.format_reference("mobilenetv2", figures, accuracy, quick_fl())
     assert "not a difference at this budget" in text and f"lr {jobs[0].hp.lr:g}" in text
+
+
+CONVERGED = [("convnet", "digits")]
+
+
+@pytest.mark.parametrize("model, study", CONVERGED)
+def test_the_converged_reference_shows_where_on_its_curve_the_run_stopped(refs, model, study):
+    """A 5-round run of a model that a 20-round study also covers: the converged reference's mean
+    curve and the first round where it reaches this run's accuracy, read independently here from
+    that study's curves.csv (the mean over its seeds per round; the final rows of each run)."""
+    names = ["fedavg", "spherefed", "ccvr", "ffc"]
+    fl = replace(quick_fl(), model=model)
+    jobs, _ = reference.tune([job("fedavg+ccvr"), job("spherefed+ffc")], model, fl, refs)
+    accuracy = {"fedavg": {"accuracy_pct": 90.0}, "ccvr": {"accuracy_pct": 90.0},
+                "spherefed": {"accuracy_pct": 97.0}, "ffc": {"accuracy_pct": 100.0}}
+    conv = reference.reference_figures(model, names, jobs, accuracy, fl, refs)["converged_reference"]
+    assert conv["study"] == study and conv["rounds"] == 20
+    curves = pd.read_csv(reference.REFERENCE_DIR / study / "curves.csv")
+    curves = curves[(curves["model"] == model) & (curves["setting"] == "alpha=0.5") & curves["accuracy_pct"].notna()]
+    for name, label in [("fedavg", "fedavg"), ("spherefed", "fedavg+spherefed"), ("ffc", "fedavg+spherefed+ffc")]:
+        mine = curves[curves["method"] == label]
+        mean = mine.groupby("round")["accuracy_pct"].mean()
+        reached = [r for r, v in mean.items() if v >= accuracy[name]["accuracy_pct"]]
+        got = conv["methods"][name]
+        assert got["reaches_this_run_at_round"] == (reached[0] if reached else None)
+        assert got["final_mean_pct"] == pytest.approx(mine[mine["round"] == mine["round"].max()]["accuracy_pct"].mean())
+        assert got["n"] == 3 and got["round"] == sorted(mean.index)
+    assert conv["methods"]["ffc"]["reaches_this_run_at_round"] is None  # 100 % is reached by no mean curve
