@@ -96,7 +96,7 @@ def test_figures_put_the_run_beside_the_reference_seeds(refs):
     assert "not a difference at this budget" in text and f"lr {jobs[0].hp.lr:g}" in text
 
 
-CONVERGED = [("convnet", "digits")]
+CONVERGED = [("convnet", "digits"), ("mobilenetv2", "digits-mobilenetv2")]
 
 
 @pytest.mark.parametrize("model, study", CONVERGED)
