@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from bench.grid.engine import (
     run_id,
 )
 from bench.results import FORMAT_VERSION, ResultsError
+from iokit.provenance import git_commit
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNNER = "tests.grid_runners:train_tiny"
@@ -105,6 +107,21 @@ def test_point_json_times_the_run_itself(tmp_path):
     first, second = sorted(points, key=lambda p: p["start_unix_s"])
     assert first["end_unix_s"] <= second["start_unix_s"]  # the local backend runs one after another
     assert all("elapsed_s" in row and "seconds" not in row for row in collect(tmp_path))
+
+
+def test_each_run_records_the_commit_that_ran_it(tmp_path):
+    spec = parse_grid({"runner": RUNNER, "fixed": {"sleep_s": 0.0}, "axes": {"seed": [0, 1]}})
+    run_grid(spec, tmp_path)
+    commit = git_commit()  # this checkout: a sha (with -dirty while the tree has changes)
+    assert re.fullmatch(r"[0-9a-f]{40}(-dirty)?|unknown", commit)
+    assert [json.loads(p.read_text())["git_commit"] for p in tmp_path.glob("runs/*/point.json")] == [commit] * 2
+    assert [row["git_commit"] for row in collect(tmp_path)] == [commit] * 2
+    # a run recorded before runs recorded their commit reads as "" (not a guess)
+    point = next(tmp_path.glob("runs/*/point.json"))
+    record = json.loads(point.read_text())
+    del record["git_commit"]
+    point.write_text(json.dumps(record))
+    assert sorted(row["git_commit"] for row in collect(tmp_path)) == ["", commit]
 
 
 def test_collect_refuses_a_point_of_another_format_version(tmp_path):

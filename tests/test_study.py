@@ -181,6 +181,15 @@ def test_rerun_resumes_without_running_anything(opposite_study, tmp_path):
                                                                   if line.startswith("["))
 
 
+def test_busy_time_is_the_union_of_the_runs_intervals():
+    # Two workers: [0, 10] and [5, 12] overlap (12 s busy); a resume an hour later runs [3612, 3620]
+    # (8 s), beside [3615, 3618] (inside it): 12 + 8 = 20 s, where the span would be 3,620 s.
+    intervals = [(3615.0, 3618.0), (0.0, 10.0), (3612.0, 3620.0), (5.0, 12.0)]
+    assert report.busy_s(intervals) == 20.0
+    assert report.busy_s([]) == 0.0
+    assert report.busy_s([(1.0, 2.0), (2.0, 3.0)]) == 2.0  # touching intervals: no double count
+
+
 @pytest.mark.slow  # two spawned processes import torch: ~15 s on the loaded 2-core machine
 def test_two_local_workers_give_the_same_study(opposite_study, tmp_path):
     study, run, _, _ = opposite_study
@@ -349,6 +358,9 @@ def test_the_command_end_to_end_on_a_small_study(tmp_path, capsys):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["counts"]["evaluation"] == {"done": 4, "failed": 0, "missing": 0}
     assert summary["study"]["name"] == "ci" and summary["git_commit"] and summary["machine"]["cpu"]
+    # 5 distinct runs (evaluation seed 0 is the tuning run), each by this checkout's code
+    assert summary["run_commits"] == {summary["git_commit"]: 5} and summary["run_machines"][0]["runs"] == 5
+    assert {r["git_commit"] for r in runs} == {summary["git_commit"]}
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["state"] == "complete" and "table.md" in manifest["files"]
     table = (out / "table.md").read_text()

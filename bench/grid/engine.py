@@ -17,7 +17,8 @@ Every point of the cartesian product of the axes (in file order), merged over ``
 run. Its id is a hash of the runner's name and the point's resolved config, so the same point of
 the same runner always lands in the same folder, and a grid with another runner never reuses it:
 
-    DIR/runs/<run_id>/      the runner's files plus point.json (config, metrics, elapsed_s, start/end time)
+    DIR/runs/<run_id>/      the runner's files plus point.json (config, metrics, elapsed_s, start/end time,
+                            the git commit of the code that ran it)
     DIR/failed/<run_id>.json  the error and traceback of a run that raised
     DIR/locks/<run_id>.lock   held while a run is in progress (pid and host inside)
     DIR/runs.csv, DIR/table_*.csv   the aggregated tables (see ``aggregate``)
@@ -68,6 +69,7 @@ from bench.grid.runners import RunnerError, resolve_runner
 from bench.results import FORMAT_VERSION, ResultsError
 from iokit import outputs
 from iokit.files import atomic_write, atomic_write_text
+from iokit.provenance import git_commit
 from iokit.toml import read_toml
 
 GRID_KEYS = {"name", "runner", "fixed", "axes"}
@@ -267,7 +269,7 @@ def execute_point(runner_spec: str, config: dict[str, Any], out_root: str, cpus:
                 _set_threads(previous_threads)
         elapsed_s = time.perf_counter() - start
         _write_json(tmp / "point.json", {"version": FORMAT_VERSION, "run_id": rid, "runner": runner_spec,
-                                         "config": config, "metrics": metrics or {},
+                                         "git_commit": git_commit(), "config": config, "metrics": metrics or {},
                                          "elapsed_s": elapsed_s, "start_unix_s": start_unix_s,
                                          "end_unix_s": start_unix_s + elapsed_s})
         tmp.rename(final)
@@ -462,7 +464,8 @@ def _flat(prefix: str, obj: Any) -> dict[str, Any]:
 
 def collect(out: str | Path, run_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
     """One flat row per finished run (of ``run_ids`` when given: the grid's current points): run_id,
-    the config keys, then ``metric.*`` columns."""
+    the config keys, ``metric.*`` columns, elapsed_s and git_commit (empty for a run recorded before
+    runs recorded it)."""
     rows = []
     wanted = None if run_ids is None else set(run_ids)
     for point in sorted(Path(out).glob("runs/*/point.json")):
@@ -475,7 +478,7 @@ def collect(out: str | Path, run_ids: Iterable[str] | None = None) -> list[dict[
             raise ResultsError(f"{point} has results format version {data.get('version')!r}; this code reads "
                                f"{FORMAT_VERSION} (docs/results.md): run the grid into a new --out")
         rows.append({"run_id": data["run_id"], **_flat("", data["config"]), **_flat("metric", data["metrics"]),
-                     "elapsed_s": data["elapsed_s"]})
+                     "elapsed_s": data["elapsed_s"], "git_commit": data.get("git_commit", "")})
     return rows
 
 
@@ -498,7 +501,7 @@ def aggregate(out: str | Path, *, across: str = "seed", run_ids: Iterable[str] |
     out = Path(out)
     _write_csv(df, out / "runs.csv")
     metrics = [c for c in df.columns if c.startswith("metric.") and pd.api.types.is_numeric_dtype(df[c])]
-    group = [c for c in df.columns if c not in metrics and c not in ("run_id", "elapsed_s", across)]
+    group = [c for c in df.columns if c not in metrics and c not in ("run_id", "elapsed_s", "git_commit", across)]
     if metrics and group:
         table = df.groupby(group, dropna=False)[metrics].agg(["mean", "std", "count"])
         table.columns = [f"{m}.{stat}" for m, stat in table.columns]
@@ -523,7 +526,7 @@ def table2_long(df, metrics: list[str], across: str = "seed"):
     if not named:
         return None
     setting_cols = [c for c in df.columns
-                    if c not in metrics and c not in ("run_id", "elapsed_s", across, "model", "methods")
+                    if c not in metrics and c not in ("run_id", "elapsed_s", "git_commit", across, "model", "methods")
                     and not c.startswith("metric.")]
     records = []
     for _, row in df.iterrows():

@@ -56,6 +56,7 @@ class Outcome:
     elapsed_s: float | None = None
     start_unix_s: float | None = None
     end_unix_s: float | None = None
+    git_commit: str = ""  # of the code that ran it ("" for a run recorded before runs recorded it)
     error: str = ""
 
     def label_curve(self, label: str) -> list[dict]:
@@ -144,7 +145,7 @@ def outcome(grid_dir: Path, planned: Planned, runner: str = RUNNER) -> Outcome:
         folder = grid_dir / "runs" / rid
         info = json.loads((folder / RUN_JSON).read_text(encoding="utf-8"))
         return Outcome(planned, rid, "done", read_curve(folder / CURVE_CSV), info, record.get("elapsed_s"),
-                       record.get("start_unix_s"), record.get("end_unix_s"))
+                       record.get("start_unix_s"), record.get("end_unix_s"), record.get("git_commit", ""))
     failed = read_record(grid_dir / "failed" / f"{rid}.json", quiet=True)
     if failed is not None:
         return Outcome(planned, rid, "failed", error=str(failed.get("error", "")))

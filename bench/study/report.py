@@ -9,8 +9,8 @@
 * ``table.md``: SphereFed Tab. 2's layout (rows model / method, columns data settings, final test
   accuracy mean ± std, the paired change against the base method in parentheses), then the
   intervals, best accuracy, convergence, time-to-accuracy and the tuning choices;
-* ``summary.json``: the resolved study, every cell's statistics, the targets, the git commit, the
-  machines and the wall time;
+* ``summary.json``: the resolved study, every cell's statistics, the targets, the git commit of the
+  report and of each run, the machines and the wall time;
 * ``curves_<model>.png`` (``bench.plots.study``).
 """
 
@@ -21,7 +21,7 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
@@ -117,7 +117,8 @@ def runs_table(study: Study, runs: Sequence[MethodRun]) -> pd.DataFrame:
                      "verdict": v.verdict, "converged": v.converged, "gain_pct": v.gain_pct, "spread_pct": v.spread_pct,
                      "rounds": study.rounds, **{name: last[col] for name, col in COST_KEYS},
                      "run_wall_s": r.outcome.elapsed_s, "cpu": machine.get("cpu"), "host": machine.get("host"),
-                     "torch_threads": machine.get("torch_threads"), "run_id": r.outcome.run_id})
+                     "torch_threads": machine.get("torch_threads"), "git_commit": r.outcome.git_commit,
+                     "run_id": r.outcome.run_id})
     return pd.DataFrame(rows)
 
 
@@ -271,7 +272,8 @@ def table_markdown(study: Study, summary: Mapping[str, Any]) -> str:
     n_seeds = len(s["seeds"])
     lines = [f"# Accuracy study `{study.name}`", "",
              f"{summary['setting_note']}; {s['rounds']} rounds, {s['holdout_fraction']:g} validation hold-out, "
-             f"evaluation seeds {s['seeds']}, tuning seeds {s['tuning_seeds']}. Commit {summary['git_commit']}; "
+             f"evaluation seeds {s['seeds']}, tuning seeds {s['tuning_seeds']}. Report written at commit "
+             f"{summary['git_commit']}; runs by commit: {_commits_text(summary['run_commits'])}; "
              f"{summary['wall']['text']}.", "",
              f"## Final test accuracy (%), mean ± std over {n_seeds} seeds (SphereFed Tab. 2 layout)", "",
              f"In parentheses: the mean paired change against {study.base} (same seeds: same partition, same initial "
@@ -321,6 +323,10 @@ def table_markdown(study: Study, summary: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _commits_text(counts: Mapping[str, int]) -> str:
+    return ", ".join(f"{commit} ({n})" for commit, n in counts.items()) or "none"
+
+
 def _values(trial: Mapping[str, Any]) -> str:
     return ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in trial.items())
 
@@ -328,26 +334,56 @@ def _values(trial: Mapping[str, Any]) -> str:
 # ----------------------------------------------------------------------------- summary and files
 
 
+def busy_s(intervals: Iterable[tuple[float, float]]) -> float:
+    """Seconds during which at least one interval is open: the length of the union of ``(start, end)``.
+
+    A study resumed later (or extended by a data setting) has a gap between its invocations; the span
+    from the first start to the last end counts the gap, the union does not.
+    """
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(intervals):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
+def finished(run: StudyRun) -> list[Outcome]:
+    """Each finished run once (an evaluation seed that is also a tuning seed reuses the tuning run)."""
+    unique = {o.run_id: o for o in (*run.tuning, *run.evaluation) if o.status == "done"}
+    return list(unique.values())
+
+
 def _wall(run: StudyRun, started_unix_s: float) -> dict[str, Any]:
-    done = [o for o in (*run.tuning, *run.evaluation) if o.status == "done"]
-    starts = [o.start_unix_s for o in done if o.start_unix_s is not None]
-    ends = [o.end_unix_s for o in done if o.end_unix_s is not None]
+    done = finished(run)
+    timed = [(o.start_unix_s, o.end_unix_s) for o in done if o.start_unix_s is not None and o.end_unix_s is not None]
     total = sum(o.elapsed_s or 0.0 for o in done)
-    span = (max(ends) - min(starts)) if starts and ends else 0.0
+    first = min(s for s, _ in timed) if timed else None
+    last = max(e for _, e in timed) if timed else None
+    span = (last - first) if timed else 0.0
+    busy = busy_s(timed)
     stamp = lambda t: time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t))  # noqa: E731
-    text = (f"{len(done)} runs from {stamp(min(starts))} to {stamp(max(ends))} ({span / 3600:.2f} h of wall time; "
-            f"{total / 3600:.2f} h of run time summed over runs)") if starts else "no run finished"
-    return {"runs_first_start_unix_s": min(starts) if starts else None, "runs_last_end_unix_s": max(ends) if ends else None,
-            "runs_span_s": span, "runs_sum_s": total, "this_invocation_s": time.time() - started_unix_s, "text": text}
+    text = (f"{len(done)} runs from {stamp(first)} to {stamp(last)} ({busy / 3600:.2f} h of wall time with a run "
+            f"in progress; {total / 3600:.2f} h of run time summed over runs)") if timed else "no run finished"
+    return {"runs_first_start_unix_s": first, "runs_last_end_unix_s": last, "runs_span_s": span, "runs_busy_s": busy,
+            "runs_sum_s": total, "this_invocation_s": time.time() - started_unix_s, "text": text}
+
+
+def run_commits(run: StudyRun) -> dict[str, int]:
+    """How many finished runs each commit ran ("not recorded": runs recorded before runs recorded it)."""
+    counts: dict[str, int] = {}
+    for o in finished(run):
+        key = o.git_commit or "not recorded"
+        counts[key] = counts.get(key, 0) + 1
+    return counts
 
 
 def _machines(run: StudyRun) -> list[dict[str, Any]]:
     seen: dict[str, dict[str, Any]] = {}
-    for o in (*run.tuning, *run.evaluation):
-        if o.status == "done":
-            m = o.info.get("machine", {})
-            key = json.dumps(m, sort_keys=True)
-            seen.setdefault(key, {**m, "runs": 0})["runs"] += 1
+    for o in finished(run):
+        m = o.info.get("machine", {})
+        key = json.dumps(m, sort_keys=True)
+        seen.setdefault(key, {**m, "runs": 0})["runs"] += 1
     return list(seen.values())
 
 
@@ -369,7 +405,7 @@ def build_summary(study: Study, run: StudyRun, runs_df: pd.DataFrame, tta_df: pd
     return {"format": FORMAT_NAME, "version": FORMAT_VERSION, "command": command, "git_commit": git_commit(),
             "study": study.describe(), "setting_note": _setting_note(study),
             "execution": execution(study).describe(), "machine": machine_info(), "run_machines": _machines(run),
-            "torch": torch.__version__, "wall": _wall(run, started_unix_s), "counts": counts, "failures": failures,
+            "run_commits": run_commits(run), "torch": torch.__version__, "wall": _wall(run, started_unix_s), "counts": counts, "failures": failures,
             "choices": choices, "cells": cells(study, runs_df, tta_df)}
 
 
