@@ -122,6 +122,11 @@ def test_each_run_records_the_commit_that_ran_it(tmp_path):
     del record["git_commit"]
     point.write_text(json.dumps(record))
     assert sorted(row["git_commit"] for row in collect(tmp_path)) == ["", commit]
+    # a caller that wrote into a tracked folder before the grid (bench.study's manifest) passes the
+    # commit it took before writing: the runs record that one, not a tree its own outputs made dirty
+    run_grid(parse_grid({"runner": RUNNER, "fixed": {"sleep_s": 0.0}, "axes": {"seed": [2]}}), tmp_path / "b",
+             commit="0" * 40)
+    assert [row["git_commit"] for row in collect(tmp_path / "b")] == ["0" * 40]
 
 
 def test_collect_refuses_a_point_of_another_format_version(tmp_path):

@@ -128,7 +128,7 @@ def opposite_study(tmp_path_factory):
     out = tmp_path_factory.mktemp("opposite")
     study = parse_study(study_doc(), "test")
     run = phases.run_study(study, out, runner=OPPOSITE)
-    files = report.write_report(out, study, run, command="test", started_unix_s=0.0)
+    files = report.write_report(out, study, run, command="test", started_unix_s=0.0, commit="test")
     return study, run, out, files
 
 

@@ -228,8 +228,9 @@ def _set_threads(cpus: float) -> int | None:
 
 
 def execute_point(runner_spec: str, config: dict[str, Any], out_root: str, cpus: float = 1.0,
-                  retry_failed: bool = False) -> PointResult:
-    """Run one grid point unless it is finished, failed earlier (and no retry) or running elsewhere.
+                  retry_failed: bool = False, commit: str = "unknown") -> PointResult:
+    """Run one grid point unless it is finished, failed earlier (and no retry) or running elsewhere;
+    ``commit`` (the code's git commit, taken before the grid wrote anything) goes into its record.
 
     Pure with respect to its arguments so it can be shipped to a Ray worker as it is."""
     root = Path(out_root)
@@ -269,7 +270,7 @@ def execute_point(runner_spec: str, config: dict[str, Any], out_root: str, cpus:
                 _set_threads(previous_threads)
         elapsed_s = time.perf_counter() - start
         _write_json(tmp / "point.json", {"version": FORMAT_VERSION, "run_id": rid, "runner": runner_spec,
-                                         "git_commit": git_commit(), "config": config, "metrics": metrics or {},
+                                         "git_commit": commit, "config": config, "metrics": metrics or {},
                                          "elapsed_s": elapsed_s, "start_unix_s": start_unix_s,
                                          "end_unix_s": start_unix_s + elapsed_s})
         tmp.rename(final)
@@ -312,7 +313,7 @@ def _write_json(path: Path, obj: Any) -> None:
 # ----------------------------------------------------------------------------- backends
 
 
-def run_local(spec: GridSpec, out: Path, resources: Resources, retry_failed: bool,
+def run_local(spec: GridSpec, out: Path, resources: Resources, retry_failed: bool, commit: str,
               workers: int = 1) -> Iterator[PointResult]:
     """The points in this process, one after another; with ``workers`` > 1, side by side in that
     many spawned processes (each point still gets ``resources.cpus`` torch threads), in order of
@@ -320,7 +321,7 @@ def run_local(spec: GridSpec, out: Path, resources: Resources, retry_failed: boo
     of dead processes are taken over, their temporary folders removed)."""
     if workers <= 1:
         for config in spec.points():
-            yield execute_point(spec.runner, config, str(out), resources.cpus, retry_failed)
+            yield execute_point(spec.runner, config, str(out), resources.cpus, retry_failed, commit)
         return
     import multiprocessing
     import signal
@@ -329,7 +330,7 @@ def run_local(spec: GridSpec, out: Path, resources: Resources, retry_failed: boo
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
                                initializer=signal.signal, initargs=(signal.SIGINT, signal.SIG_IGN))
     try:
-        futures = [pool.submit(execute_point, spec.runner, c, str(out), resources.cpus, retry_failed)
+        futures = [pool.submit(execute_point, spec.runner, c, str(out), resources.cpus, retry_failed, commit)
                    for c in spec.points()]
         for future in as_completed(futures):
             yield future.result()
@@ -341,7 +342,7 @@ def run_local(spec: GridSpec, out: Path, resources: Resources, retry_failed: boo
     pool.shutdown()
 
 
-def run_ray(spec: GridSpec, out: Path, resources: Resources, retry_failed: bool,
+def run_ray(spec: GridSpec, out: Path, resources: Resources, retry_failed: bool, commit: str,
             address: str | None = None) -> Iterator[PointResult]:
     try:
         import ray
@@ -360,7 +361,7 @@ def run_ray(spec: GridSpec, out: Path, resources: Resources, retry_failed: bool,
         ray.init(**kwargs)
     try:
         remote = ray.remote(num_cpus=resources.cpus, num_gpus=resources.gpus, max_retries=0)(execute_point)
-        pending = [remote.remote(spec.runner, c, str(out.resolve()), resources.cpus, retry_failed)
+        pending = [remote.remote(spec.runner, c, str(out.resolve()), resources.cpus, retry_failed, commit)
                    for c in spec.points()]
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
@@ -423,7 +424,11 @@ def grid_hash(spec: GridSpec) -> str:
 
 def run_grid(spec: GridSpec, out: str | Path, *, backend: str = "local", resources: Resources = Resources(),
              retry_failed: bool = False, address: str | None = None,
-             progress: Callable[[PointResult, int, int], None] | None = None, workers: int = 1) -> GridReport:
+             progress: Callable[[PointResult, int, int], None] | None = None, workers: int = 1,
+             commit: str | None = None) -> GridReport:
+    """Every point of ``spec`` into ``out`` (module doc). ``commit``: the code's git commit for the runs'
+    records; by default taken here, before anything is written (a caller that wrote into a tracked
+    folder first passes the one it took before)."""
     if backend not in BACKENDS:
         raise GridError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     validate_points(spec)  # the runner registered, every point resolvable: before any folder exists
@@ -431,14 +436,15 @@ def run_grid(spec: GridSpec, out: str | Path, *, backend: str = "local", resourc
         check_ray_address(address)
     out = Path(out)
     check_grid_out(spec, out)
+    commit = git_commit() if commit is None else commit
     (out / "runs").mkdir(parents=True, exist_ok=True)
     outputs.Manifest(COMMAND, grid_hash(spec), FORMAT_VERSION, "running", TABLES, OWNED_FOLDERS).write(out)
     _write_json(out / "grid.json", {"name": spec.name, "runner": spec.runner, "fixed": spec.fixed, "axes": spec.axes})
     total = len(spec.points())
     if backend == "local":
-        stream = run_local(spec, out, resources, retry_failed, workers)
+        stream = run_local(spec, out, resources, retry_failed, commit, workers)
     else:
-        stream = run_ray(spec, out, resources, retry_failed, address)
+        stream = run_ray(spec, out, resources, retry_failed, commit, address)
     results = []
     for result in stream:
         results.append(result)

@@ -23,6 +23,7 @@ from bench.results import FORMAT_VERSION
 from bench.study import phases, report
 from bench.study.spec import load_study
 from iokit import checks, cli, outputs
+from iokit.provenance import git_commit
 
 
 def parser() -> cli.Parser:
@@ -54,15 +55,15 @@ def main(argv: list[str] | None = None) -> int:
         phases.check_study_out(study, out)
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     with outputs.claim(out):
-        started = time.time()
+        started, commit = time.time(), git_commit()  # before this command writes anything under --out
         out.mkdir(parents=True, exist_ok=True)
         outputs.Manifest(phases.COMMAND, phases.folder_hash(study), FORMAT_VERSION, "running", (),
                          (phases.GRID_FOLDER,)).write(out)
         with cli.run_failure():
             run = phases.run_study(study, out, backend=args.backend, workers=args.workers, address=args.address,
-                                   retry_failed=args.retry_failed, progress=say)
+                                   retry_failed=args.retry_failed, progress=say, commit=commit)
             files = report.write_report(out, study, run, command=shlex.join(["python", "-m", "bench.study", *argv]),
-                                        started_unix_s=started)
+                                        started_unix_s=started, commit=commit)
         complete = all(o.status == "done" for o in run.evaluation)
         outputs.Manifest(phases.COMMAND, phases.folder_hash(study), FORMAT_VERSION,
                          "complete" if complete else "running", tuple(files), (phases.GRID_FOLDER,)).write(out)

@@ -21,6 +21,7 @@ from bench.grid.engine import GridSpec, PointResult, Resources, read_record, run
 from bench.study.runner import CURVE_CSV, RUN_JSON, make_point
 from bench.study.spec import Setting, Study
 from bench.study.tuning import Choice, choose, score, trial_score
+from iokit.provenance import git_commit
 from workloads.fl.execution import Execution, execution_of
 
 RUNNER = "bench.study"
@@ -172,9 +173,12 @@ Progress = Callable[[str], None]
 
 
 def run_study(study: Study, out: str | Path, *, backend: str = "local", workers: int = 1, address: str | None = None,
-              retry_failed: bool = False, progress: Progress | None = None, runner: str = RUNNER) -> StudyRun:
-    """Both phases into ``out/grid`` (module doc); returns what they left there."""
+              retry_failed: bool = False, progress: Progress | None = None, runner: str = RUNNER,
+              commit: str | None = None) -> StudyRun:
+    """Both phases into ``out/grid`` (module doc); returns what they left there. ``commit``: the code's
+    git commit for the runs' records (default: taken now, before the first phase writes anything)."""
     grid_dir = Path(out) / GRID_FOLDER
+    commit = git_commit() if commit is None else commit
     ex = execution(study)
     say = progress or (lambda line: None)
 
@@ -188,7 +192,8 @@ def run_study(study: Study, out: str | Path, *, backend: str = "local", workers:
                 say(f"[{phase} {i}/{total}] {names.get(result.run_id, result.run_id)}: {result.status}{extra}")
 
             run_grid(grid_spec(study, planned, runner), grid_dir, backend=backend, resources=Resources(cpus=1),
-                     retry_failed=retry_failed, address=address, progress=show, workers=workers)
+                     retry_failed=retry_failed, address=address, progress=show, workers=workers,
+                     commit=commit)
         return tuple(outcome(grid_dir, p, runner) for p in planned)
 
     tuned = run_phase(tuning_plan(study, ex), "tune")

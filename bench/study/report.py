@@ -33,7 +33,6 @@ from bench.study.spec import Setting, Study
 from bench.study.stats import Estimate, estimate, paired_difference, spread
 from bench.study.tuning import score
 from iokit.files import atomic_write, atomic_write_text
-from iokit.provenance import git_commit
 
 FILES = ("runs.csv", "curves.csv", "tuning.csv", "tta.csv", "table.md", "summary.json")
 COST_KEYS = (("wall_s", "cum_wall_s"), ("device_s", "cum_device_s"), ("energy_j", "cum_energy_j"),
@@ -388,7 +387,7 @@ def _machines(run: StudyRun) -> list[dict[str, Any]]:
 
 
 def build_summary(study: Study, run: StudyRun, runs_df: pd.DataFrame, tta_df: pd.DataFrame, *, command: str,
-                  started_unix_s: float) -> dict[str, Any]:
+                  started_unix_s: float, commit: str) -> dict[str, Any]:
     import torch
 
     from bench.study.phases import execution
@@ -402,7 +401,7 @@ def build_summary(study: Study, run: StudyRun, runs_df: pd.DataFrame, tta_df: pd
                for (m, s, t), c in run.choices.items()]
     failures = [{"phase": o.planned.phase, "run": o.planned.describe(), "run_id": o.run_id, "error": o.error}
                 for o in (*run.tuning, *run.evaluation) if o.status == "failed"]
-    return {"format": FORMAT_NAME, "version": FORMAT_VERSION, "command": command, "git_commit": git_commit(),
+    return {"format": FORMAT_NAME, "version": FORMAT_VERSION, "command": command, "git_commit": commit,
             "study": study.describe(), "setting_note": _setting_note(study),
             "execution": execution(study).describe(), "machine": machine_info(), "run_machines": _machines(run),
             "run_commits": run_commits(run), "torch": torch.__version__, "wall": _wall(run, started_unix_s), "counts": counts, "failures": failures,
@@ -433,15 +432,18 @@ def _csv(df: pd.DataFrame, path: Path) -> None:
     atomic_write(path, lambda tmp: df.to_csv(tmp, index=False))
 
 
-def write_report(out: str | Path, study: Study, run: StudyRun, *, command: str, started_unix_s: float) -> list[str]:
-    """Every report file into ``out`` (module doc); returns their names."""
+def write_report(out: str | Path, study: Study, run: StudyRun, *, command: str, started_unix_s: float,
+                 commit: str) -> list[str]:
+    """Every report file into ``out`` (module doc); returns their names. ``commit``: the code's commit,
+    taken before the command wrote anything (its own outputs would otherwise mark the tree dirty)."""
     from bench.plots.study import plot_study
 
     out = Path(out)
     runs = method_runs(study, run)
     runs_df, curves_df = runs_table(study, runs), curves_table(runs)
     tta_df = tta_table(study, runs)
-    summary = build_summary(study, run, runs_df, tta_df, command=command, started_unix_s=started_unix_s)
+    summary = build_summary(study, run, runs_df, tta_df, command=command, started_unix_s=started_unix_s,
+                            commit=commit)
     _csv(runs_df, out / "runs.csv")
     _csv(curves_df, out / "curves.csv")
     _csv(tuning_table(study, run), out / "tuning.csv")
