@@ -54,8 +54,9 @@ def main(argv: list[str] | None = None) -> int:
             check_ray_address(args.address)
         phases.check_study_out(study, out)
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    commit = git_commit()  # before this command writes anything (its lock, under --out): the code's state
     with outputs.claim(out):
-        started, commit = time.time(), git_commit()  # before this command writes anything under --out
+        started = time.time()
         out.mkdir(parents=True, exist_ok=True)
         outputs.Manifest(phases.COMMAND, phases.folder_hash(study), FORMAT_VERSION, "running", (),
                          (phases.GRID_FOLDER,)).write(out)
