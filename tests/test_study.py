@@ -322,6 +322,7 @@ methods = ["fedavg", "spherefed"]
 base = "fedavg"
 alphas = [0.5]
 rounds = 3
+local_epochs = 1
 seeds = [0, 1]
 tuning_seeds = [0]          # also an evaluation seed: the chosen trial's tuning run is reused
 [search.fedavg]
@@ -339,7 +340,7 @@ accuracy_pct = [50.0]
 
 @pytest.mark.slow
 def test_the_command_end_to_end_on_a_small_study(tmp_path, capsys):
-    """ConvNet, FedAvg and SphereFed, 2 seeds, 3 rounds: 3 tuning runs and 2 more evaluation runs
+    """ConvNet, FedAvg and SphereFed, 2 seeds, 3 rounds of 1 local epoch: 3 tuning runs and 2 more evaluation runs
     (the tuning seed is evaluation seed 0); then a rerun resumes without training anything."""
     from bench.study.__main__ import main
 
