@@ -404,7 +404,8 @@ def build_summary(study: Study, run: StudyRun, runs_df: pd.DataFrame, tta_df: pd
     return {"format": FORMAT_NAME, "version": FORMAT_VERSION, "command": command, "git_commit": commit,
             "study": study.describe(), "setting_note": _setting_note(study),
             "execution": execution(study).describe(), "machine": machine_info(), "run_machines": _machines(run),
-            "run_commits": run_commits(run), "torch": torch.__version__, "wall": _wall(run, started_unix_s), "counts": counts, "failures": failures,
+            "run_commits": run_commits(run), "torch": torch.__version__, "wall": _wall(run, started_unix_s),
+            "counts": counts, "failures": failures,
             "choices": choices, "cells": cells(study, runs_df, tta_df)}
 
 
