@@ -73,6 +73,7 @@ from iokit.provenance import git_commit
 from iokit.toml import read_toml
 
 GRID_KEYS = {"name", "runner", "fixed", "axes"}
+RECORD_COLUMNS = ("run_id", "elapsed_s", "git_commit")  # a runs.csv row's columns that are neither config nor metric
 SAFE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")  # a grid's name, used in a folder name
 RAY_CONNECT_TIMEOUT_S = 10.0  # --address: how long to wait for the cluster's port to answer
 DEFAULT_RUNNER = "bench.run"
@@ -507,7 +508,7 @@ def aggregate(out: str | Path, *, across: str = "seed", run_ids: Iterable[str] |
     out = Path(out)
     _write_csv(df, out / "runs.csv")
     metrics = [c for c in df.columns if c.startswith("metric.") and pd.api.types.is_numeric_dtype(df[c])]
-    group = [c for c in df.columns if c not in metrics and c not in ("run_id", "elapsed_s", "git_commit", across)]
+    group = [c for c in df.columns if c not in metrics and c not in (*RECORD_COLUMNS, across)]
     if metrics and group:
         table = df.groupby(group, dropna=False)[metrics].agg(["mean", "std", "count"])
         table.columns = [f"{m}.{stat}" for m, stat in table.columns]
@@ -532,7 +533,7 @@ def table2_long(df, metrics: list[str], across: str = "seed"):
     if not named:
         return None
     setting_cols = [c for c in df.columns
-                    if c not in metrics and c not in ("run_id", "elapsed_s", "git_commit", across, "model", "methods")
+                    if c not in metrics and c not in (*RECORD_COLUMNS, across, "model", "methods")
                     and not c.startswith("metric.")]
     records = []
     for _, row in df.iterrows():
