@@ -35,7 +35,6 @@ arithmetic on mantissas sharing an exponent (``tests/test_resources.py`` works i
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Mapping
@@ -47,67 +46,11 @@ from accel_sim.points import HardwarePoints
 from iokit.toml import read_toml
 from accel_sim.trace_schema import GEMM_ROLES, VECTOR_OPS
 
-FORMAT_KINDS = ("fp32", "bf16", "bfp")
-BFP_EXPONENT_BITS = 8
-"""Bits of the exponent a block-floating-point group shares: FP32's 8, an assumption (it keeps
-FP32's range, the point of BFP for training)."""
-BFP_MANTISSA_BITS = (1, 23)
-BFP_GROUP_SIZES = (1, 1024)
+from accel_sim.formats import FORMAT_KINDS, NumberFormat, NumberFormatError  # noqa: F401 (re-exported)
 
 
 class ResourceModelError(ValueError):
     """A number format, device file or point the resource model cannot price; the message names it."""
-
-
-@dataclass(frozen=True)
-class NumberFormat:
-    """The number format of the array's MAC cells: ``fp32``, ``bf16``, or ``bfp`` (block floating
-    point: each value a sign and ``mantissa_bits`` of mantissa, ``group_size`` values sharing one
-    ``BFP_EXPONENT_BITS``-bit exponent). Named ``fp32``, ``bf16``, ``bfp_m4_g16``."""
-
-    kind: str
-    mantissa_bits: int = 0
-    group_size: int = 0
-
-    def __post_init__(self) -> None:
-        if self.kind not in FORMAT_KINDS:
-            raise ResourceModelError(f"number format {self.kind!r}: expected one of {', '.join(FORMAT_KINDS)} "
-                                     f"(block floating point as bfp_m<mantissa bits>_g<group size>)")
-        if self.kind == "bfp":
-            for name, value, (low, high) in (("mantissa bits", self.mantissa_bits, BFP_MANTISSA_BITS),
-                                             ("group size", self.group_size, BFP_GROUP_SIZES)):
-                if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-                    raise ResourceModelError(f"number format {self.name}: {name} must be an integer in "
-                                             f"[{low}, {high}], got {value!r}")
-        elif (self.mantissa_bits, self.group_size) != (0, 0):
-            raise ResourceModelError(f"number format {self.kind} takes no mantissa bits or group size")
-
-    @staticmethod
-    def parse(text: str) -> "NumberFormat":
-        """``fp32``, ``bf16`` or ``bfp_m<mantissa bits>_g<group size>`` as a ``NumberFormat``."""
-        match = re.fullmatch(r"bfp_m(\d+)_g(\d+)", str(text))
-        if match:
-            return NumberFormat("bfp", int(match[1]), int(match[2]))
-        return NumberFormat(str(text))
-
-    @property
-    def name(self) -> str:
-        return f"bfp_m{self.mantissa_bits}_g{self.group_size}" if self.kind == "bfp" else self.kind
-
-    @property
-    def bits_per_value(self) -> float:
-        """FP32 32, BF16 16 (IEEE 754 binary32; bfloat16: 1 + 8 + 7); BFP ``1 + m`` plus its share
-        of the group's exponent, ``8 / g``."""
-        if self.kind == "bfp":
-            return 1 + self.mantissa_bits + BFP_EXPONENT_BITS / self.group_size
-        return {"fp32": 32, "bf16": 16}[self.kind]
-
-    @property
-    def storage_bytes(self) -> int:
-        """Bytes a value occupies in memory: ``ceil(bits / 8)``. An assumption for BFP: values are
-        stored byte-aligned (packing 5.5-bit values is not modeled), so ``bfp_m4_g16`` stores one
-        byte per value; this is the ``word_bytes`` ``simulate`` must price the point with."""
-        return math.ceil(self.bits_per_value / 8)
 
 
 @dataclass(frozen=True)
@@ -135,8 +78,9 @@ def load_device(path: str | Path) -> FpgaDevice:
     lut_costs, dsp_per_mac = data.pop("lut_costs", None), data.pop("dsp_per_mac", None)
     if not isinstance(lut_costs, dict) or not isinstance(dsp_per_mac, dict):
         raise ResourceModelError(f"{path}: a device file needs the tables [dsp_per_mac] and [lut_costs]")
-    if sorted(dsp_per_mac) != sorted(FORMAT_KINDS):
-        raise ResourceModelError(f"{path}: [dsp_per_mac] must give {', '.join(FORMAT_KINDS)}, got {', '.join(dsp_per_mac)}")
+    if "fp32" not in dsp_per_mac or set(dsp_per_mac) - set(FORMAT_KINDS):
+        raise ResourceModelError(f"{path}: [dsp_per_mac] gives DSP slices per MAC by number format kind: fp32 and any "
+                                 f"of {', '.join(FORMAT_KINDS)}; got {', '.join(dsp_per_mac)}")
     values = {**data, **lut_costs, "dsp_per_mac": dsp_per_mac}
     expected = {f.name for f in fields(FpgaDevice)}
     if set(values) != expected:
@@ -156,6 +100,9 @@ def load_device(path: str | Path) -> FpgaDevice:
 
 def mac_dsp_slices(fmt: NumberFormat, device: FpgaDevice) -> int:
     """DSP slices of one multiply-add cell in ``fmt`` (the device file's ``[dsp_per_mac]``)."""
+    if fmt.kind not in device.dsp_per_mac:
+        raise ResourceModelError(f"device {device.name}: [dsp_per_mac] gives no figure for number format {fmt.name}; "
+                                 f"add {fmt.kind} = <slices> to the device file")
     return device.dsp_per_mac[fmt.kind]
 
 

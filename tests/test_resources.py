@@ -11,6 +11,7 @@ import pytest
 
 from accel_sim.hardware import HardwareConfig
 from accel_sim.points import HardwarePoints
+from accel_sim.formats import NumberFormatError
 from accel_sim.resources import NumberFormat, ResourceModelError, fpga_resources, load_device
 
 DEVICE = load_device(Path(__file__).resolve().parents[1] / "configs" / "devices" / "xc7vx485t.toml")
@@ -77,7 +78,7 @@ def test_the_format_must_match_the_word_size_simulate_prices():
                                                  "give word_bytes = 2"):
         resources(HardwareConfig(), "bf16")
     for bad in ("fp64", "bfp_m0_g16", "bfp_m4_g0", "bfp_m4"):
-        with pytest.raises(ResourceModelError, match="number format"):
+        with pytest.raises(NumberFormatError, match="number format"):
             NumberFormat.parse(bad)
 
 
@@ -94,6 +95,7 @@ def test_a_bad_device_file_is_named(tmp_path):
     bad.write_text(text.replace("dsp_slices = 2800", "dsp_slices = -1"))
     with pytest.raises(ResourceModelError, match="bad.toml: device field 'dsp_slices' must be a non-negative integer"):
         load_device(bad)
-    bad.write_text(text.replace("bf16 = 3", "fp16 = 3"))
-    with pytest.raises(ResourceModelError, match=r"\[dsp_per_mac\] must give fp32, bf16, bfp"):
+    bad.write_text(text.replace("bf16 = 3", "fp64 = 3"))
+    with pytest.raises(ResourceModelError, match=r"\[dsp_per_mac\] gives DSP slices per MAC by number format kind: "
+                                                 r"fp32 and any of fp32, bf16, fp16, e4m3, e5m2, bfp; got fp32, fp64, bfp"):
         load_device(bad)

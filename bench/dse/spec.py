@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from accel_sim.hardware import HardwareConfig, HardwareConfigError, load_hardware_config
+from accel_sim.formats import NumberFormatError
 from accel_sim.resources import FpgaDevice, ResourceModelError, load_device
 from accel_sim.space import DEFAULT_MAX_POINTS, Space, SpaceError, space_from_dict
 from iokit import checks
@@ -111,7 +112,7 @@ def load_dse(path: str | Path, *, max_points: int = DEFAULT_MAX_POINTS, stream: 
         base = load_hardware_config(_near(hw_path, path)) if hw_path is not None else HardwareConfig()
         device = load_device(_near(device_path, path))
         space = space_from_dict(doc["space"], base, max_points=max_points, stream=stream)
-    except (HardwareConfigError, ResourceModelError) as err:
+    except (HardwareConfigError, ResourceModelError, NumberFormatError) as err:
         raise DseError(f"{where}: {err}") from None
     except SpaceError as err:
         raise DseError(f"{where}: {err}") from None
