@@ -5,7 +5,8 @@ writes (``curve.csv``, ``run.json``) from a formula instead of training, in mill
 validation accuracy 0.5 + lr (higher rate, better validation), final test accuracy 0.9 - lr
 (higher rate, worse test); both ramp linearly from 0.1 at round 1, plus 0.001 x seed so that seeds
 differ. A calibrated method's calibration adds 0.01 to both. Round t costs 10 s of wall time,
-1 s of device time, 2 J and 1,000 bytes.
+1 s of device time, 2 J and 1,000 bytes. A run in a number format (its point's
+``execution.number_format``) loses ``FORMAT_LOSS[format]`` of both accuracies in every round.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from pathlib import Path
 from bench.grid.runners import grid_runner
 from bench.study.runner import labels_of, write_run
 from workloads.fl.methods import parse_method
+
+
+FORMAT_LOSS = {"fp32": 0.0, "bfp_m2_g16": 0.05, "bfp_m2_g16_sr": 0.02}
 
 
 def opposite_accuracy(lr: float, seed: int, t: int, rounds: int) -> tuple[float, float]:
@@ -28,15 +32,16 @@ def opposite_accuracy(lr: float, seed: int, t: int, rounds: int) -> tuple[float,
 def opposite(point: dict, out_dir: Path) -> dict:
     method = parse_method(point["method"])
     lr, seed, rounds = point["hparams"]["lr"], point["seed"], point["fl"]["rounds"]
+    loss = FORMAT_LOSS[point["execution"].get("number_format", "fp32")]
     curve = []
     for label in labels_of(method):
         for t in range(1, rounds + 1):
-            val, test = opposite_accuracy(lr, seed, t, rounds)
+            val, test = (a - loss for a in opposite_accuracy(lr, seed, t, rounds))
             curve.append({"method": label, "round": t, "stage": "train", "lr": lr, "mean_loss": 1.0 / t,
                           "accuracy": test, "val_accuracy": val, "cum_wall_s": 10.0 * t, "cum_device_s": 1.0 * t,
                           "cum_energy_j": 2.0 * t, "cum_bytes": 1000.0 * t})
         if label == method.name and method.calibration:
-            val, test = opposite_accuracy(lr, seed, rounds, rounds)
+            val, test = (a - loss for a in opposite_accuracy(lr, seed, rounds, rounds))
             curve.append({"method": label, "round": rounds + 1, "stage": "calibration", "lr": None, "mean_loss": None,
                           "accuracy": test + 0.01, "val_accuracy": val + 0.01, "cum_wall_s": 10.0 * rounds + 5,
                           "cum_device_s": 1.0 * rounds + 0.5, "cum_energy_j": 2.0 * rounds + 1,

@@ -6,6 +6,8 @@
 * ``workloads.fl`` (pure federated learning) imports no ``accel_sim``, no pricing
   (``workloads.cost``), no capture engine and no ``bench``;
 * ``workloads.capture`` (PyTorch -> trace) imports nothing of ``workloads.fl``;
+* ``workloads.numerics`` (training in a number format, used by ``workloads.fl``) imports only
+  ``accel_sim.formats`` of ``accel_sim`` and nothing of the other rooms of ``workloads``;
 * ``workloads`` imports nothing of ``bench``;
 * no module imports a command (a ``__main__`` module).
 """
@@ -56,6 +58,7 @@ RULES = [  # (modules, imports they may not make)
     ("iokit", ("accel_sim", "workloads", "bench", "torch", "numpy")),
     ("accel_sim", ("torch", "workloads", "bench")),
     ("workloads.fl", ("accel_sim", "workloads.cost", "workloads.capture", "workloads.flower", "bench")),
+    ("workloads.numerics", ("workloads.fl", "workloads.cost", "workloads.capture", "workloads.flower", "bench")),
     ("workloads.capture", ("workloads.fl", "workloads.cost", "bench")),
     ("workloads", ("bench",)),
 ]
@@ -65,6 +68,14 @@ RULES = [  # (modules, imports they may not make)
 def test_a_layer_imports_only_what_is_below_it(layer, forbidden):
     found = sorted(f"{module} imports {name}" for module, names in SOURCES.items() if under(module, layer)
                    for name in names if any(under(name, f) for f in forbidden))
+    assert not found, found
+
+
+def test_the_number_formats_are_the_only_door_from_training_to_accel_sim():
+    # workloads.numerics (imported by the pure FL code) takes the format vocabulary from accel_sim,
+    # and nothing else of it: the FL code still knows nothing of pricing
+    found = sorted(f"{module} imports {name}" for module, names in SOURCES.items() if under(module, "workloads.numerics")
+                   for name in names if under(name, "accel_sim") and not under(name, "accel_sim.formats"))
     assert not found, found
 
 

@@ -181,6 +181,43 @@ def test_rerun_resumes_without_running_anything(opposite_study, tmp_path):
                                                                   if line.startswith("["))
 
 
+def test_number_formats_run_at_the_fp32_choice_and_are_compared_with_fp32(tmp_path):
+    formats = parse_study(study_doc(number_formats=["bfp_m2_g16", "fp32", "bfp_m2_g16_sr"]), "test")
+    plain = parse_study(study_doc(), "test")
+    assert [s.label for s in formats.settings] == ["alpha=0.5", "alpha=0.5 bfp_m2_g16", "alpha=0.5 bfp_m2_g16_sr"]
+    ex = phases.execution(formats)
+    # tuning runs in FP32 only, and its points are the points of the study without formats
+    assert [p.config for p in phases.tuning_plan(formats, ex)] == [p.config for p in phases.tuning_plan(plain, ex)]
+    run = phases.run_study(formats, tmp_path, runner=OPPOSITE)
+    assert len(run.tuning) == 5 and len(run.evaluation) == 3 * 2 * 3  # 3 settings x 2 training methods x 3 seeds
+    lrs = {(o.planned.setting.label, o.planned.training): o.planned.config["hparams"]["lr"] for o in run.evaluation}
+    assert lrs[("alpha=0.5 bfp_m2_g16", "fedavg")] == lrs[("alpha=0.5", "fedavg")] == 0.2  # FP32's choice
+    fmt = {o.planned.setting.number_format: o.planned.config["execution"].get("number_format") for o in run.evaluation}
+    assert fmt == {"fp32": None, "bfp_m2_g16": "bfp_m2_g16", "bfp_m2_g16_sr": "bfp_m2_g16_sr"}
+    report.write_report(tmp_path, formats, run, command="test", started_unix_s=0.0, commit="test")
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    cell = next(c for c in summary["cells"] if c["setting"] == "alpha=0.5 bfp_m2_g16" and c["method"] == "fedavg+ccvr")
+    # the stand-in loses 0.05 of accuracy in bfp_m2_g16 on every seed: -5 points, no spread
+    assert cell["paired_difference_vs_fp32_pct"]["mean"] == pytest.approx(-5.0)
+    assert cell["paired_difference_vs_fp32_pct"]["std"] == pytest.approx(0.0, abs=1e-9)
+    assert "paired_difference_vs_fp32_pct" not in next(c for c in summary["cells"] if c["setting"] == "alpha=0.5")
+    table = (tmp_path / "table.md").read_text()
+    assert "## Number formats: paired difference against FP32" in table
+    assert "| convnet | fedavg | **-5.00 [-5.00, -5.00]** | **-2.00 [-2.00, -2.00]** |" in table
+    runs = pd.read_csv(tmp_path / "runs.csv")
+    assert sorted(set(runs["number_format"])) == ["bfp_m2_g16", "bfp_m2_g16_sr", "fp32"]
+
+
+@pytest.mark.parametrize("formats, message", [
+    (["bf16"], r'number_formats = \[.bf16.\]: add "fp32"'),
+    (["fp32", "int8"], "number_formats: number format 'int8'"),
+    (["fp32", "bf16", "bf16"], "number_formats"),
+])
+def test_bad_number_formats_are_refused(formats, message):
+    with pytest.raises(StudyError, match=message):
+        parse_study(study_doc(number_formats=formats), "test")
+
+
 def test_busy_time_is_the_union_of_the_runs_intervals():
     # Two workers: [0, 10] and [5, 12] overlap (12 s busy); a resume an hour later runs [3612, 3620]
     # (8 s), beside [3615, 3618] (inside it): 12 + 8 = 20 s, where the span would be 3,620 s.

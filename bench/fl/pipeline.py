@@ -70,7 +70,7 @@ class FLRun:
         return {"preset": self.preset.name, "fl": asdict(self.cfg), "methods": [m.name for m in self.methods],
                 "hparams": {k: asdict(v) for k, v in self.hparams.items()}, "classifier": self.classifier,
                 "hardware": asdict(self.hw), "system": self.system.describe(),
-                "execution": {k: v for k, v in asdict(self.execution).items()}}
+                "execution": self.execution.settings()}
 
 
 def method_list(names: Sequence[str]) -> tuple[MethodConfig, ...]:
@@ -91,7 +91,7 @@ def resolve(preset: str, *, methods: Sequence[str] | None = None, seed: int | No
             system_path: str | Path = DEFAULT_SYSTEM_PATH, device: str = "auto",
             execution_flags: Mapping[str, bool | None] | None = None) -> FLRun:
     """Step 1: every input checked (ValueError naming it). ``None`` keeps the preset's value;
-    ``execution_flags`` (``workloads.fl.execution.OPTIONS``) win over the preset's ``[execution]``."""
+    ``execution_flags`` (``workloads.fl.execution.SETTINGS``) win over the preset's ``[execution]``."""
     loaded = with_changes(load_preset(preset), seed=seed, rounds=rounds, holdout_fraction=holdout, model=model)
     chosen = method_list(methods if methods is not None else loaded.methods)
     if loaded.fl.dataset == "digits" and data_dir:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import csv
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -79,30 +79,37 @@ def execution(study: Study) -> Execution:
 
 
 def plan(study: Study, ex: Execution, phase: str, seeds: Sequence[int],
-         trials: Callable[[str, Setting, str], list[Mapping[str, Any]]]) -> list[Planned]:
-    """The runs of one phase: every model, setting, training method, trial (``trials``) and seed."""
+         trials: Callable[[str, Setting, str], list[Mapping[str, Any]]],
+         settings: Sequence[Setting] | None = None) -> list[Planned]:
+    """The runs of one phase: every model, setting (default the study's), training method, trial
+    (``trials``) and seed; each setting's runs in its number format."""
     out = []
     for model in study.models:
-        for setting in study.settings:
+        for setting in study.settings if settings is None else settings:
+            in_format = replace(ex, number_format=setting.number_format)
             for training in study.training_methods:
                 job = study.job(training)
                 for trial in trials(model, setting, training):
                     hp = study.hparams(job, trial)
                     for seed in seeds:
-                        config = make_point(model, job, seed, study.fl(model, setting, seed), hp, ex, study.hw,
+                        config = make_point(model, job, seed, study.fl(model, setting, seed), hp, in_format, study.hw,
                                             study.system)
                         out.append(Planned(phase, model, setting, training, dict(trial), seed, config))
     return out
 
 
 def tuning_plan(study: Study, ex: Execution) -> list[Planned]:
-    return plan(study, ex, "tune", study.tuning_seeds, lambda m, s, t: study.trials(t))
+    """Every trial on the tuning seeds, in FP32 only: a study's other number formats run at their
+    method's FP32-tuned hyper-parameters (the question is what the format does to a tuned method)."""
+    fp32 = [s for s in study.settings if s.number_format == "fp32"]
+    return plan(study, ex, "tune", study.tuning_seeds, lambda m, s, t: study.trials(t), fp32)
 
 
 def evaluation_plan(study: Study, ex: Execution, choices: Mapping[tuple[str, str, str], Choice]) -> list[Planned]:
-    """The chosen trial of every cell on every evaluation seed (cells whose tuning failed have none)."""
+    """The chosen trial of every cell on every evaluation seed (cells whose tuning failed have none);
+    a setting in another number format takes the choice of its FP32 setting."""
     def chosen(model: str, setting: Setting, training: str) -> list[Mapping[str, Any]]:
-        c = choices[(model, setting.label, training)]
+        c = choices[(model, setting.in_fp32.label, training)]
         return [] if c.trial is None else [c.trial]
 
     return plan(study, ex, "eval", study.seeds, chosen)

@@ -108,8 +108,8 @@ def runs_table(study: Study, runs: Sequence[MethodRun]) -> pd.DataFrame:
         v = r.verdict(study)
         last = r.curve[-1]
         machine = r.outcome.info.get("machine", {})
-        rows.append({"model": r.model, "setting": r.setting.label, "method": r.method, "seed": r.seed,
-                     **{k: r.trial.get(k) for k in keys},
+        rows.append({"model": r.model, "setting": r.setting.label, "number_format": r.setting.number_format,
+                     "method": r.method, "seed": r.seed, **{k: r.trial.get(k) for k in keys},
                      "final_accuracy_pct": 100 * acc[-1], "best_accuracy_pct": 100 * max(acc), "best_round": best_round,
                      "final_val_accuracy_pct": _pct(val[-1] if val else None),
                      "best_val_accuracy_pct": _pct(max(val) if val else None),
@@ -122,7 +122,8 @@ def runs_table(study: Study, runs: Sequence[MethodRun]) -> pd.DataFrame:
 
 
 def curves_table(runs: Sequence[MethodRun]) -> pd.DataFrame:
-    rows = [{"model": r.model, "setting": r.setting.label, "method": r.method, "seed": r.seed, "round": row["round"],
+    rows = [{"model": r.model, "setting": r.setting.label, "number_format": r.setting.number_format,
+             "method": r.method, "seed": r.seed, "round": row["round"],
              "stage": row["stage"], "lr": row["lr"], "mean_loss": row["mean_loss"],
              "accuracy_pct": _pct(row["accuracy"]), "val_accuracy_pct": _pct(row["val_accuracy"]),
              **{col: row[col] for _, col in COST_KEYS}}
@@ -159,22 +160,31 @@ def tta_table(study: Study, runs: Sequence[MethodRun]) -> pd.DataFrame:
                     if (r.model, r.setting) != (model, setting):
                         continue
                     reach = first_reaching(r.curve, target.pct)
-                    rows.append({"model": model, "setting": setting.label, "method": r.method, "seed": r.seed,
+                    rows.append({"model": model, "setting": setting.label, "number_format": setting.number_format,
+                                 "method": r.method, "seed": r.seed,
                                  "target_pct": target.pct, "target_source": target.source, "reached": reach is not None,
                                  "round": None if reach is None else reach.round,
                                  **{name: None if reach is None else getattr(reach, name) for name, _ in COST_KEYS}})
-    return pd.DataFrame(rows, columns=["model", "setting", "method", "seed", "target_pct", "target_source", "reached",
+    return pd.DataFrame(rows, columns=["model", "setting", "number_format", "method", "seed", "target_pct", "target_source", "reached",
                                        "round", *(name for name, _ in COST_KEYS)])
 
 
+def _finals(runs_df: pd.DataFrame, model: str, setting: Setting, method: str) -> dict[int, float]:
+    """seed -> final test accuracy (%) of one cell's evaluation runs."""
+    if not len(runs_df):
+        return {}
+    mine = runs_df[(runs_df["model"] == model) & (runs_df["setting"] == setting.label) & (runs_df["method"] == method)]
+    return dict(zip(mine["seed"], mine["final_accuracy_pct"]))
+
+
 def cells(study: Study, runs_df: pd.DataFrame, tta_df: pd.DataFrame) -> list[dict[str, Any]]:
-    """Every (model, setting, method)'s statistics over its evaluation seeds."""
+    """Every (model, setting, method)'s statistics over its evaluation seeds; in a number format
+    other than FP32, also the paired difference against the same method and seeds in FP32."""
     out = []
     for model in study.models:
         for setting in study.settings:
             here = runs_df[(runs_df["model"] == model) & (runs_df["setting"] == setting.label)] if len(runs_df) else runs_df
-            base = here[here["method"] == study.base] if len(here) else here
-            base_final = dict(zip(base["seed"], base["final_accuracy_pct"])) if len(base) else {}
+            base_final = _finals(runs_df, model, setting, study.base)
             for method in study.methods:
                 mine = here[here["method"] == method] if len(here) else here
                 if not len(mine):
@@ -189,6 +199,10 @@ def cells(study: Study, runs_df: pd.DataFrame, tta_df: pd.DataFrame) -> list[dic
                         "verdicts": {str(k): int(v) for k, v in mine["verdict"].value_counts().items()}}
                 if method != study.base and base_final and set(final) & set(base_final):
                     cell["paired_difference_vs_base_pct"] = _estimate(paired_difference(final, base_final))
+                cell["number_format"] = setting.number_format
+                fp32 = _finals(runs_df, model, setting.in_fp32, method) if setting.number_format != "fp32" else {}
+                if set(final) & set(fp32):
+                    cell["paired_difference_vs_fp32_pct"] = _estimate(paired_difference(final, fp32))
                 cell["time_to_accuracy"] = _tta_cell(tta_df, model, setting.label, method)
                 out.append(cell)
     return out
@@ -294,6 +308,18 @@ def table_markdown(study: Study, summary: Mapping[str, Any]) -> str:
     lines += _grid(study, cells_, lambda c: "—" if not c.get("n") else f"{c['converged']}/{c['n']}" + (
         " (" + ", ".join(f"{k} {v}" for k, v in c["verdicts"].items() if k != "converged") + ")"
         if c["converged"] < c["n"] else ""))
+    formats = [s for s in study.settings if s.number_format != "fp32"]
+    if formats:
+        lines += ["", "## Number formats: paired difference against FP32 (points), mean [95 % Student-t interval]", "",
+                  "The same method, seeds and hyper-parameters (tuned in FP32) trained with every GEMM operand rounded "
+                  "to the format (docs/numerics.md). Bold: the interval excludes 0.", ""]
+        by = {(c["model"], c["setting"], c["method"]): c for c in cells_}
+        lines += ["| model | method | " + " | ".join(s.title for s in formats) + " |", "|---|---|" + "---|" * len(formats)]
+        for model in study.models:
+            for i, method in enumerate(study.methods):
+                values = [_interval(by[(model, s.label, method)].get("paired_difference_vs_fp32_pct"), signed=True)
+                          for s in formats]
+                lines.append(f"| {model if i == 0 else ''} | {method} | " + " | ".join(values) + " |")
     lines += ["", "## Time to accuracy: median [range] over seeds, modeled", "",
               "Targets fixed before the run (declared in the study file) or derived from the base method's "
               "validation curves only; a calibrated method's curve ends with its calibration. Wall time: the "

@@ -32,7 +32,7 @@ from typing import Any, Mapping, Sequence
 from bench.grid.runners import grid_runner
 from iokit import checks
 from iokit.files import atomic_write_text
-from workloads.fl.execution import OPTIONS, Execution, kernel_environment
+from workloads.fl.execution import SETTINGS, Execution, kernel_environment
 from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.methods import MethodConfig, parse_method
 
@@ -76,7 +76,7 @@ def parse_point(point: Mapping[str, Any]) -> PointSpec:
     fl = checks.from_table(FLConfig, {**_set(FLConfig, point["fl"]), "model": point["model"], "seed": point["seed"]},
                            where=f"{where} fl")
     hp = checks.from_table(Hparams, _set(Hparams, point["hparams"]), where=f"{where} hparams")
-    checks.unknown_keys(point["execution"], ("device", *OPTIONS), where=f"{where} execution")
+    checks.unknown_keys(point["execution"], ("device", *SETTINGS), where=f"{where} execution")
     execution = Execution(**point["execution"])
     for key in ("hw", "system"):
         if point[key] is not None and not isinstance(point[key], str):
@@ -95,7 +95,7 @@ def make_point(model: str, method: str, seed: int, fl: FLConfig, hp: Hparams, ex
     """The point of one run (module doc): every setting that decides its result."""
     return {"model": model, "method": parse_method(method).name, "seed": seed,
             "fl": {k: v for k, v in asdict(fl).items() if k not in ("model", "seed")}, "hparams": asdict(hp),
-            "execution": asdict(execution), "hw": hw, "system": system}
+            "execution": execution.settings(), "hw": hw, "system": system}
 
 
 def labels_of(method: MethodConfig) -> tuple[str, ...]:

@@ -9,6 +9,8 @@ A study file (TOML) declares, before anything runs::
     base = "fedavg"                       # paired differences are taken against it
     iid = true                            # data settings: IID and / or Dirichlet alphas
     alphas = [0.5, 0.1]
+    number_formats = ["fp32", "bfp_m4_g16"]  # optional (default fp32): the clients' arithmetic; other
+                                          # formats run at their method's FP32-tuned hyper-parameters
     rounds = 20
     local_epochs = 2                      # optional: else the preset's
     holdout_fraction = 0.15               # validation hold-out (SphereFed Sec. 5.1: 15 %)
@@ -48,9 +50,10 @@ from iokit.toml import read_toml
 from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.methods import MethodConfig, parse_method
 from workloads.fl.presets import Preset, load_preset
+from workloads.numerics import NumberFormat
 
 STUDY_DIR = Path(__file__).resolve().parents[2] / "configs" / "studies"
-KEYS = ("name", "preset", "models", "methods", "base", "iid", "alphas", "rounds", "local_epochs",
+KEYS = ("name", "preset", "models", "methods", "base", "iid", "alphas", "number_formats", "rounds", "local_epochs",
         "holdout_fraction", "seeds", "tuning_seeds", "device", "hw", "system", "search", "tuning", "convergence",
         "targets")
 REQUIRED = ("name", "preset", "models", "methods", "base", "rounds", "seeds", "tuning_seeds", "search")
@@ -65,19 +68,33 @@ class StudyError(ValueError):
 
 @dataclass(frozen=True)
 class Setting:
-    """One data setting: IID, or a Dirichlet partition with concentration ``alpha``."""
+    """One setting of the runs: the data (IID, or a Dirichlet partition with concentration ``alpha``)
+    and the clients' number format (``accel_sim.formats``; ``fp32`` rounds nothing)."""
 
     partition: str  # "iid" or "dirichlet"
     alpha: float | None = None
+    number_format: str = "fp32"
+
+    @property
+    def data_label(self) -> str:
+        return "iid" if self.partition == "iid" else f"alpha={self.alpha:g}"
 
     @property
     def label(self) -> str:
-        return "iid" if self.partition == "iid" else f"alpha={self.alpha:g}"
+        """``iid``, ``alpha=0.1``; with a format other than FP32 ``alpha=0.1 bfp_m4_g16``."""
+        return self.data_label + ("" if self.number_format == "fp32" else f" {self.number_format}")
 
     @property
     def title(self) -> str:
         """Tab. 2's column header."""
-        return "IID" if self.partition == "iid" else f"α={self.alpha:g}"
+        data = "IID" if self.partition == "iid" else f"α={self.alpha:g}"
+        return data + ("" if self.number_format == "fp32" else f" {self.number_format}")
+
+    @property
+    def in_fp32(self) -> "Setting":
+        """The same data in FP32: where this setting's hyper-parameters are tuned, and what its
+        accuracy is compared with."""
+        return replace(self, number_format="fp32")
 
 
 @dataclass(frozen=True)
@@ -157,6 +174,7 @@ class Study:
         """The resolved study, as recorded in summary.json."""
         return {"name": self.name, "source": self.source, "preset": self.preset.name, "models": list(self.models),
                 "methods": list(self.methods), "base": self.base, "settings": [s.label for s in self.settings],
+                "number_formats": list(dict.fromkeys(s.number_format for s in self.settings)),
                 "rounds": self.rounds, "local_epochs": self.local_epochs, "holdout_fraction": self.holdout_fraction,
                 "seeds": list(self.seeds), "tuning_seeds": list(self.tuning_seeds),
                 "search": {m: {k: list(v) for k, v in s.items()} for m, s in self.search.items()},
@@ -251,6 +269,8 @@ def parse_study(doc: Mapping[str, Any], source: str = "<study>") -> Study:
         settings += [Setting("dirichlet", float(a)) for a in _list(doc, "alphas", where, float, low=0.0, high=1e6)]
     if not settings:
         raise StudyError(f"{where}: no data setting: give iid = true and / or alphas = [0.5, 0.1]")
+    formats = _number_formats(doc, where)
+    settings = [replace(s, number_format=f) for s in settings for f in formats]
     rounds = checks.integer_in(doc["rounds"], 1, checks.ROUNDS_MAX, name="rounds", error=StudyError)
     local_epochs = doc.get("local_epochs")
     if local_epochs is not None:
@@ -329,6 +349,23 @@ def _search(table: Any, methods: list[str], where: str) -> dict[str, dict[str, t
         raise StudyError(f"{where}: no [search.{missing[0]}] table: every training method needs one, at least "
                          "lr = [...] (a single value tunes nothing)")
     return {t: search[t] for t in trainings}
+
+
+def _number_formats(doc: Mapping[str, Any], where: str) -> list[str]:
+    """``number_formats``: format names (``accel_sim.formats``), FP32 among them when there are
+    others (it is where they are tuned and what they are compared with); canonical, file order."""
+    if "number_formats" not in doc:
+        return ["fp32"]
+    names = _list(doc, "number_formats", where, str)
+    try:
+        formats = [NumberFormat.parse(n).name for n in names]
+    except ValueError as err:
+        raise StudyError(f"{where}: number_formats: {err}") from None
+    checks.distinct(formats, name=f"{where}: number_formats (as canonical names)", error=StudyError)
+    if "fp32" not in formats:
+        raise StudyError(f"{where}: number_formats = {names}: add \"fp32\": the other formats run at the "
+                         "hyper-parameters tuned in FP32 and are compared with it")
+    return ["fp32", *(f for f in formats if f != "fp32")]
 
 
 def _targets(table: Mapping[str, Any], where: str) -> Targets:

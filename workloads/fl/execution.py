@@ -20,6 +20,12 @@ options. None of this changes what a method computes, except the options marked 
   flip), per sample, on the device, from a seeded generator. SphereFed (Dong et al., ECCV 2022)
   does not say whether its clients augment: off by default, our option (``--augment``). It changes
   numerics (that is its purpose).
+* ``number_format`` (default ``fp32``): the number format of the clients' accelerator
+  (``accel_sim.formats``: ``bf16``, ``fp16``, ``e4m3``, ``e5m2``, ``bfp_m<m>_g<g>``, each with an
+  ``_sr`` suffix for stochastic rounding). Every GEMM operand of local training and of a calibration's
+  client statistics is rounded to it, products accumulated in FP32 (``workloads.numerics``,
+  docs/numerics.md); it changes numerics (that is its purpose). ``fp32`` rounds nothing: the run is
+  bitwise the one without the option.
 * Throughput options, all off by default: ``channels_last`` (NHWC memory format for the models and
   image batches), ``bf16`` (``torch.autocast`` with bfloat16 around the forward pass and loss;
   changes numerics), ``compile`` (``torch.compile`` of the client model's forward, reused by
@@ -29,13 +35,14 @@ options. None of this changes what a method computes, except the options marked 
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from typing import Mapping
 
 import torch
 
 from workloads.fl.data import NORMALIZATION, Dataset
+from workloads.numerics import NumberFormat
 
 DEVICE_CHOICES = "auto, cpu, cuda or cuda:N"
 CROP_PADDING_PX = 4  # He et al. 2016, Sec. 4.2
@@ -52,6 +59,27 @@ class Execution:
     channels_last: bool = False
     bf16: bool = False  # autocast forward + loss in bfloat16
     compile: bool = False  # torch.compile of the client model's forward
+    number_format: str = "fp32"  # the clients' arithmetic: every GEMM operand rounded to it
+
+    def __post_init__(self) -> None:
+        fmt = NumberFormat.parse(self.number_format)  # NumberFormatError (a ValueError) names a bad one
+        object.__setattr__(self, "number_format", fmt.name)
+        if self.bf16 and not fmt.is_identity:
+            raise ValueError(f"--bf16 (autocast) and --number-format {fmt.name} both set the arithmetic: drop one "
+                             f"(--number-format bf16 rounds every GEMM operand to bfloat16 and accumulates in FP32)")
+
+    @property
+    def arithmetic(self) -> NumberFormat:
+        return NumberFormat.parse(self.number_format)
+
+    def settings(self) -> dict:
+        """The options as a dict, for identities (checkpoint fingerprints, study points) and results
+        files: ``number_format`` only where it is not ``fp32``, so that runs from before number
+        formats keep their identity."""
+        out = asdict(self)
+        if out["number_format"] == "fp32":
+            del out["number_format"]
+        return out
 
     @property
     def torch_device(self) -> torch.device:
@@ -64,7 +92,8 @@ class Execution:
     def describe(self) -> dict:
         """What results files record: the options and the device's name."""
         return {"device": self.device, "device_name": device_name(self.torch_device), "augment": self.augment,
-                "channels_last": self.channels_last, "bf16": self.bf16, "compile": self.compile}
+                "channels_last": self.channels_last, "bf16": self.bf16, "compile": self.compile,
+                "number_format": self.number_format}
 
 
 KERNEL_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_CBWR", "OMP_NUM_THREADS")
@@ -197,7 +226,8 @@ def random_crop_flip(x: torch.Tensor, generator: torch.Generator, padding: int =
                   row_idx[:, None, :, None], col_idx[:, None, None, :]]
 
 
-OPTIONS = ("augment", "channels_last", "bf16", "compile")  # what a preset's [execution] table may set
+OPTIONS = ("augment", "channels_last", "bf16", "compile")  # a preset's [execution] switches
+SETTINGS = (*OPTIONS, "number_format")  # what a preset's [execution] table may set
 
 
 def add_execution_args(parser, *, options: bool = True) -> None:
@@ -218,34 +248,47 @@ def add_execution_args(parser, *, options: bool = True) -> None:
                              "preset's, else off)")
     parser.add_argument("--compile", action=flag,
                         help="torch.compile the client model's forward (throughput; default: the preset's, else off)")
+    parser.add_argument("--number-format", metavar="FORMAT",
+                        help="the clients' arithmetic: every GEMM operand of local training rounded to fp32, bf16, "
+                             "fp16, e4m3, e5m2 or bfp_m<mantissa bits>_g<group size>, a _sr suffix for stochastic "
+                             "rounding (docs/numerics.md; default: the preset's, else fp32)")
 
 
-def preset_options(table: object, *, where: str) -> dict[str, bool]:
-    """A preset's ``[execution]`` table checked: a subset of ``OPTIONS``, each true or false."""
+def preset_options(table: object, *, where: str) -> dict[str, bool | str]:
+    """A preset's ``[execution]`` table checked: a subset of ``SETTINGS``, each switch true or false,
+    ``number_format`` a format's name."""
     if not isinstance(table, dict):
-        raise ValueError(f"{where}: execution must be a table ([execution]) of {', '.join(OPTIONS)}")
+        raise ValueError(f"{where}: execution must be a table ([execution]) of {', '.join(SETTINGS)}")
     for key, value in table.items():
-        if key not in OPTIONS:
-            raise ValueError(f"{where} [execution]: unknown key {key!r}; known keys: {list(OPTIONS)} "
+        if key not in SETTINGS:
+            raise ValueError(f"{where} [execution]: unknown key {key!r}; known keys: {list(SETTINGS)} "
                              "(the device is a flag, --device, not a preset setting)")
-        if not isinstance(value, bool):
+        if key == "number_format":
+            if not isinstance(value, str):
+                raise ValueError(f"{where} [execution]: number_format = {value!r} must be a format's name (\"bf16\")")
+            try:
+                NumberFormat.parse(value)
+            except ValueError as err:
+                raise ValueError(f"{where} [execution]: {err}") from None
+        elif not isinstance(value, bool):
             raise ValueError(f"{where} [execution]: {key} = {value!r} must be true or false")
     return dict(table)
 
 
-def execution_of(device: str = "auto", flags: Mapping[str, bool | None] | None = None,
-                 preset: Mapping[str, bool] | None = None) -> Execution:
+def execution_of(device: str = "auto", flags: Mapping[str, bool | str | None] | None = None,
+                 preset: Mapping[str, bool | str] | None = None) -> Execution:
     """The ``Execution`` of ``device`` and the option ``flags`` given (None: not given) over a
     preset's ``[execution]`` options (a flag given wins). The device is resolved now, so a CUDA
     device that is not there fails before any work starts."""
     flags, preset = flags or {}, preset or {}
-    return Execution(device=resolve_device(device),
+    fmt = preset.get("number_format", "fp32") if flags.get("number_format") is None else flags["number_format"]
+    return Execution(device=resolve_device(device), number_format=fmt,
                      **{k: bool(preset.get(k, False) if flags.get(k) is None else flags[k]) for k in OPTIONS})
 
 
-def execution_flags(args) -> dict[str, bool | None]:
+def execution_flags(args) -> dict[str, bool | str | None]:
     """The option flags of parsed ``add_execution_args`` (None where not given)."""
-    return {k: getattr(args, k, None) for k in OPTIONS}
+    return {k: getattr(args, k, None) for k in SETTINGS}
 
 
 def execution_from_args(args, preset: Mapping[str, bool] | None = None) -> Execution:

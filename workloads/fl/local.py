@@ -27,6 +27,7 @@ from workloads.fl.hparams import Hparams
 from workloads.fl.methods import MethodConfig
 from workloads.fl.methods.base import RoundContext
 from workloads.fl.methods.spherefed import apply_spherefed, mse_onehot_loss, one_hot_like
+from workloads.numerics.emulate import Arithmetic
 
 
 def loss_function(method: MethodConfig) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
@@ -52,9 +53,10 @@ class ClientTrainer:
     """One client's local optimizer and loss; ``step(x, y)`` is one SGD step."""
 
     def __init__(self, model: nn.Module, method: MethodConfig, hp: Hparams, ctx: RoundContext,
-                 lr: float, autocast_dtype: torch.dtype | None = None) -> None:
+                 lr: float, autocast_dtype: torch.dtype | None = None, arithmetic: Arithmetic | None = None) -> None:
         self.model = model
         self.autocast_dtype = autocast_dtype  # bfloat16: forward and loss under torch.autocast
+        self.arithmetic = arithmetic  # a number format: forward and backward GEMMs rounded to it
         self.algorithm = method.algo
         self.loss_fn = loss_function(method)
         self.hp = hp
@@ -66,16 +68,17 @@ class ClientTrainer:
     def step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """zero_grad, forward, loss (+ penalty), backward, optimizer step; returns the loss."""
         self.optimizer.zero_grad(set_to_none=True)
-        with self._autocast(x):
-            outputs = self.algorithm.head_outputs(self.model, x)
-            loss = self.loss_fn(outputs[0], y)
-            for extra in outputs[1:]:
-                loss = loss + self.loss_fn(extra, y)
-        penalty = self.algorithm.penalty(self.model, self.ctx, self.hp)
-        if penalty is not None:
-            loss = loss + penalty
-        loss.backward()
-        self.optimizer.step()
+        with self.arithmetic or contextlib.nullcontext():
+            with self._autocast(x):
+                outputs = self.algorithm.head_outputs(self.model, x)
+                loss = self.loss_fn(outputs[0], y)
+                for extra in outputs[1:]:
+                    loss = loss + self.loss_fn(extra, y)
+            penalty = self.algorithm.penalty(self.model, self.ctx, self.hp)
+            if penalty is not None:
+                loss = loss + penalty
+            loss.backward()
+        self.optimizer.step()  # FP32: master weights and momentum are the optimizer's, not the array's
         return loss.detach()
 
     def _autocast(self, x: torch.Tensor):
@@ -87,16 +90,17 @@ class ClientTrainer:
 def client_trainer(model: nn.Module, global_state: Mapping[str, torch.Tensor], hp: Hparams,
                    method: MethodConfig, *, round: int = 1, lr: float | None = None,
                    direction: Mapping[str, torch.Tensor] | None = None,
-                   autocast_dtype: torch.dtype | None = None) -> ClientTrainer:
+                   autocast_dtype: torch.dtype | None = None, arithmetic: Arithmetic | None = None) -> ClientTrainer:
     """A trainer for ``model``, which must already hold the client's starting weights.
 
     ``global_state`` is what the client downloaded (w_t): FedProx and FedCos anchor their penalty
     there, so for them its trainable tensors are cloned (the optimizer updates ``model`` in place).
-    ``direction`` is FedCos's d_t (None in round 1). ``lr`` defaults to ``hp.lr``.
+    ``direction`` is FedCos's d_t (None in round 1). ``lr`` defaults to ``hp.lr``. ``arithmetic``
+    (``workloads.numerics.emulate.Arithmetic``, None for FP32) rounds the step's GEMM operands.
     """
     anchors = {}
     if method.algo.anchored:
         anchors = {name: global_state[name].detach().clone()
                    for name, p in model.named_parameters() if p.requires_grad}
     ctx = RoundContext(round=round, global_params=anchors, direction=direction)
-    return ClientTrainer(model, method, hp, ctx, hp.lr if lr is None else lr, autocast_dtype)
+    return ClientTrainer(model, method, hp, ctx, hp.lr if lr is None else lr, autocast_dtype, arithmetic)

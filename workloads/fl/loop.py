@@ -33,6 +33,7 @@ every other partial batch is used.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
@@ -57,9 +58,11 @@ from workloads.fl.local import client_trainer, per_sample_loss, prepare_model
 from workloads.fl.methods import MethodConfig
 from workloads.fl.methods.base import ClientUpdate, ServerState, frozen_keys, trainable_keys
 from workloads.fl.methods.doublehead import LOCAL_HEAD
+from workloads.numerics.emulate import Arithmetic
 
 CHECKPOINT_FORMAT = 1
 AUGMENT_STREAM = 1  # last part of the augmentation generator's seed (seed, t, k, 1)
+ROUNDING_STREAM = 2  # last part of the stochastic-rounding generator's seed (seed, t, k, 2)
 FORECAST_STEPS = 3  # timed local steps behind the projected wall time (after one warm-up step)
 
 
@@ -202,6 +205,19 @@ def train_client(trainer, data: DeviceData, idx: torch.Tensor, hp: Hparams, *, s
     return steps, float(loss_sum) / max(steps, 1)
 
 
+def arithmetic_of(execution: Execution, *parts: int) -> Arithmetic | None:
+    """The client's arithmetic for this run's number format (None for FP32, which rounds nothing),
+    its stochastic rounding drawn from a generator seeded by ``derived_seed(*parts, ROUNDING_STREAM)``
+    (seed, round, client): the same run rounds the same way every time."""
+    fmt = execution.arithmetic
+    if fmt.is_identity:
+        return None
+    generator = None
+    if fmt.rounding == "stochastic":
+        generator = torch.Generator(device=execution.torch_device).manual_seed(derived_seed(*parts, ROUNDING_STREAM))
+    return Arithmetic(fmt, generator=generator)
+
+
 def _record(transfers: list, round: int, client: int, direction: str, sizes: dict[str, int]) -> None:
     transfers.extend(Transfer(round, client, direction, g, b) for g, b in sorted(sizes.items()))
 
@@ -320,7 +336,7 @@ def _client_update(setup: _Setup, server: ServerState, own_state: dict, shared: 
     own = {key: v for key, v in own_state.items() if key not in shared_set}
     setup.client_model.load_state_dict({**server.weights, **own, **down})
     trainer = client_trainer(setup.client_model, down, hp, method, round=t, lr=lr, direction=direction,
-                             autocast_dtype=ex.autocast_dtype)
+                             autocast_dtype=ex.autocast_dtype, arithmetic=arithmetic_of(ex, setup.cfg.seed, t, k))
     augment = None
     if ex.augment:
         augment = torch.Generator(device=ex.torch_device).manual_seed(derived_seed(setup.cfg.seed, t, k, AUGMENT_STREAM))
@@ -371,8 +387,9 @@ def _calibrate(setup: _Setup, *, round: int, transfers: list) -> None:
     for k, idx in enumerate(setup.client_idx):
         _record(transfers, round, k, "down", grouped_bytes(extractor))
         x = _memory_format(setup.train.take(idx), setup.execution.channels_last)
-        s = calib.client_statistics(model, calib.client_batches(x, setup.train.y[idx], hp.batch_size),
-                                    num_classes=num_classes, hp=hp)
+        with arithmetic_of(setup.execution, setup.cfg.seed, round, k) or contextlib.nullcontext():
+            s = calib.client_statistics(model, calib.client_batches(x, setup.train.y[idx], hp.batch_size),
+                                        num_classes=num_classes, hp=hp)
         _record(transfers, round, k, "up", {"calibration_statistics": sum(tensor_bytes(v) for v in s.values())})
         stats.append(s)
     gen = torch.Generator(device=setup.execution.torch_device).manual_seed(derived_seed(setup.cfg.seed, round))
@@ -425,7 +442,8 @@ def step_rate(model: nn.Module, method: MethodConfig, hp: Hparams, data: DeviceD
     x = _memory_format(data.take(batch), execution.channels_last)
     y = data.y[batch]
     anchor = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    trainer = client_trainer(model, anchor, hp, method, lr=hp.lr, autocast_dtype=execution.autocast_dtype)
+    trainer = client_trainer(model, anchor, hp, method, lr=hp.lr, autocast_dtype=execution.autocast_dtype,
+                             arithmetic=arithmetic_of(execution, 0, 0, 0))  # the forecast times the emulation too
     trainer.step(x, y)
     synchronize(execution.torch_device)
     start = time.perf_counter()
@@ -450,7 +468,7 @@ def _fingerprint(setup: _Setup, parts) -> str:
     """What a checkpoint must agree with: method, config, hyper-parameters, execution options
     (device type, not index), the partition and the initial weights."""
     h = hashlib.sha256()
-    ex = asdict(setup.execution)
+    ex = setup.execution.settings()
     ex["device"] = setup.execution.torch_device.type
     h.update(json.dumps({"method": setup.method.name, "cfg": asdict(setup.cfg), "hp": asdict(setup.hp),
                          "execution": ex}, sort_keys=True, default=str).encode())

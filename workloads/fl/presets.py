@@ -8,7 +8,7 @@ A preset is a name under ``configs/presets/`` or a path to a ``.toml`` file with
 * ``[methods.<name>]``: per-method overrides, applied in this order: the base algorithm,
   ``spherefed`` for any SphereFed variant, the calibration, then the full method name. Each
   ``<name>`` must be one of those (a misspelt table is an error, not silently unused);
-* ``[execution]``: throughput and data-path options (``workloads.fl.execution.OPTIONS``);
+* ``[execution]``: throughput and data-path options and the number format (``workloads.fl.execution.SETTINGS``);
 * ``[targets]``: ``accuracy_pct``, the time-to-accuracy target (test accuracy in percent) a
   report of the run uses, declared before the run.
 

@@ -1,0 +1,152 @@
+"""Train as the accelerator computes: every GEMM operand of a step rounded to a number format.
+
+``Arithmetic(fmt, generator)`` is a ``TorchDispatchMode`` (the mechanism the trace capture uses,
+``workloads.capture.engine``): inside ``with arithmetic:``, each aten op that the lowering registry
+prices as a GEMM on the array (``workloads.capture.lowering.LOWERINGS``: ``mm``, ``addmm``,
+``bmm``, ``baddbmm``, ``mv``, ``dot``, ``convolution`` and ``convolution_backward``) runs on
+operands rounded to the format (``workloads.numerics.quantize``); the op itself then computes in
+FP32, as the MAC array accumulates. Everything else runs untouched in FP32: the special unit's
+vector work (normalization, activations, losses, pooling, the bias add and the bias gradient), the
+optimizer and its state (master weights, momentum), and the server. So any model, built-in or a
+user's module, is emulated without a change to it, and the forward pass, the input gradient and the
+weight gradient are all rounded, because autograd's backward GEMMs are aten ops too. Gradients flow
+as if the rounding were the identity (the straight-through estimator every emulator of this kind
+uses: QPyTorch, Zhang et al. 2019; Microsoft's microxcaling).
+
+Which operands, rounded along which dimension (block floating point groups run along the GEMM's
+reduction dimension, so that a group's values meet in one dot product and one shared exponent
+scales one partial sum):
+
+=========================  =======================================  ==========================================
+op (GEMM)                  operand A, grouped along                 operand B, grouped along
+=========================  =======================================  ==========================================
+``mm`` / ``addmm``         ``a[m, k]``: k (its last dim)            ``b[k, n]``: k (its first)
+``bmm`` / ``baddbmm``      ``a[g, m, k]``: k                        ``b[g, k, n]``: k
+``mv`` / ``dot``           the matrix / vector along k              the vector along k
+``convolution`` forward    ``x[B, C_in, H, W]``: input channels     ``w[C_out, C_in/g, R, S]``: input channels
+conv backward, dX          ``dy[B, C_out, P, Q]``: output channels  ``w``: output channels
+conv backward, dW          ``dy``: pixels (B.P.Q) per channel       ``x``: pixels (B.H.W) per channel
+=========================  =======================================  ==========================================
+
+A convolution's im2col reduction runs over input channels x kernel taps (forward), output channels
+(dX) and pixels (dW). We group a stored tensor along the channels at each pixel, or along the pixels
+of each channel, not along an im2col column: a value is stored once, so it must belong to exactly
+one group, while im2col repeats each input value under up to R.S taps. With ``g`` dividing the
+channel count, grouping channels at a pixel is exactly grouping the im2col column ordered
+(tap, channel), channels innermost, as NHWC accelerators stream them. A depthwise convolution
+(``C_in / groups = 1``) reduces over taps only; its operands are grouped along the channels as well
+(the stored layout), which the table's rule shares. ``convolution_backward`` computes dX and dW in
+one aten call; it is run once per GEMM so that each sees its own rounding (the bias gradient, a sum
+on the special unit, from the unrounded ``dy``).
+
+``Arithmetic.rounded_operands`` counts the operands rounded, per op name: a test checks it against
+the GEMMs of the captured trace of the same step (two operands per GEMM).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from accel_sim.formats import NumberFormat
+from workloads.numerics.quantize import round_to_format
+
+aten = torch.ops.aten
+
+CHANNELS = 1
+PIXELS = "pixels"
+
+
+class Arithmetic(TorchDispatchMode):
+    """Inside ``with Arithmetic(fmt, generator=g):`` every GEMM operand is rounded to ``fmt``
+    (module doc). ``generator`` (a ``torch.Generator`` on the tensors' device) drives stochastic
+    rounding; ``fmt`` may be a name (``"bfp_m4_g16_sr"``)."""
+
+    def __init__(self, fmt: NumberFormat | str, generator: torch.Generator | None = None) -> None:
+        super().__init__()
+        self.fmt = NumberFormat.parse(fmt)
+        if self.fmt.rounding == "stochastic" and generator is None:
+            raise ValueError(f"number format {self.fmt.name}: stochastic rounding needs a generator")
+        self.generator = generator
+        self.rounded_operands: Counter = Counter()
+
+    def _round(self, x: torch.Tensor, along, op: str) -> torch.Tensor:
+        if not isinstance(x, torch.Tensor) or x.dtype != torch.float32:
+            return x
+        self.rounded_operands[op] += 1
+        if along == PIXELS and self.fmt.kind == "bfp":  # [B, C, *spatial]: each channel over batch and pixels
+            flat = x.transpose(0, 1).reshape(x.shape[1], -1)
+            out = round_to_format(flat, self.fmt, dim=1, generator=self.generator)
+            return torch.empty_like(x).copy_(out.view(x.transpose(0, 1).shape).transpose(0, 1))  # x's strides
+        return round_to_format(x, self.fmt, dim=1 if along == PIXELS else along, generator=self.generator)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        handler = _GEMMS.get(func.overloadpacket)
+        if handler is None or self.fmt.is_identity:
+            return func(*args, **kwargs)
+        return handler(self, func, list(args), kwargs)
+
+
+def _operands(*rules: tuple[int, int]) -> Callable:
+    """A handler rounding argument ``i`` along dim ``d`` for each ``(i, d)``."""
+
+    def handle(mode: Arithmetic, func, args: list, kwargs: dict):
+        name = str(func.overloadpacket)
+        for i, dim in rules:
+            args[i] = mode._round(args[i], dim, name)
+        return func(*args, **kwargs)
+
+    return handle
+
+
+def _convolution(mode: Arithmetic, func, args: list, kwargs: dict):
+    """``convolution(x, w, bias, stride, padding, dilation, transposed, output_padding, groups)``:
+    the forward GEMM reduces over input channels (x dim 1; w dim 1, or dim 0 when transposed)."""
+    name = str(func.overloadpacket)
+    transposed = args[6]
+    args[0] = mode._round(args[0], CHANNELS, name)
+    args[1] = mode._round(args[1], 0 if transposed else 1, name)
+    return func(*args, **kwargs)
+
+
+def _convolution_backward(mode: Arithmetic, func, args: list, kwargs: dict):
+    """``convolution_backward(dy, x, w, bias_sizes, stride, padding, dilation, transposed,
+    output_padding, groups, output_mask)``: dX and dW as two calls, each on its own rounded operands."""
+    name = str(func.overloadpacket)
+    dy, x, w = args[0], args[1], args[2]
+    transposed, mask = args[7], list(args[10])
+    dx = dw = db = None
+    if mask[0]:  # dX = dy (.) w: reduces over dy's channels (w's dim 0; dim 1 when transposed)
+        call = args[:]
+        call[0], call[2] = mode._round(dy, CHANNELS, name), mode._round(w, 1 if transposed else 0, name)
+        call[10] = [True, False, False]
+        dx = func(*call, **kwargs)[0]
+    if mask[1]:  # dW = dy^T . cols(x): reduces over pixels
+        call = args[:]
+        call[0], call[1] = mode._round(dy, PIXELS, name), mode._round(x, PIXELS, name)
+        call[10] = [False, True, False]
+        dw = func(*call, **kwargs)[1]
+    if mask[2]:  # the bias gradient: a sum on the special unit, in FP32
+        call = args[:]
+        call[10] = [False, False, True]
+        db = func(*call, **kwargs)[2]
+    return dx, dw, db
+
+
+_GEMMS = {
+    aten.mm: _operands((0, -1), (1, -2)),
+    aten.addmm: _operands((1, -1), (2, -2)),
+    aten.bmm: _operands((0, -1), (1, -2)),
+    aten.baddbmm: _operands((1, -1), (2, -2)),
+    aten.mv: _operands((0, -1), (1, -1)),
+    aten.dot: _operands((0, -1), (1, -1)),
+    aten.convolution: _convolution,
+    aten.convolution_backward: _convolution_backward,
+}
+GEMM_OPS = tuple(sorted(f"aten.{op.__name__}" for op in _GEMMS))
+"""The aten ops rounded: the GEMMs of ``workloads.capture.lowering.LOWERINGS`` (a test keeps the two
+lists equal)."""
