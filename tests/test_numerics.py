@@ -191,9 +191,16 @@ def test_the_emulation_reaches_every_gemm_of_a_captured_step(model_name, method_
 def test_rounding_keeps_a_tensors_layout():
     # a rounded operand keeps its strides, so the ops after it take the kernels they would take
     # in FP32 (a channels-last result would turn a later linear's addmm into matmul + add)
-    x = torch.randn(4, 8, 5, 5)
+    # and the groups do not depend on the layout: each channel's values over batch and pixels are
+    # grouped in (batch, row, column) order whether the tensor is NCHW or channels-last
+    x = torch.randn(32, 8, 5, 5)
+    per_channel = round_bfp(x.transpose(0, 1).reshape(8, -1), 4, 16).reshape(8, 32, 5, 5).transpose(0, 1)
+    along_channels = round_bfp(x.movedim(1, -1).contiguous(), 4, 16).movedim(-1, 1)
+    for t in (x, x.contiguous(memory_format=torch.channels_last)):
+        assert torch.equal(round_bfp(t, 4, 16, dim=(0, 2, 3)), per_channel)
+        assert torch.equal(round_bfp(t, 4, 16, dim=1), along_channels)
     for t in (x, x.contiguous(memory_format=torch.channels_last), x.transpose(2, 3)):
-        for dim in (0, 1, -1):
+        for dim in (0, 1, -1, (0, 2, 3)):
             assert round_bfp(t, 4, 16, dim=dim).stride() == t.stride()
 
 

@@ -77,11 +77,9 @@ class Arithmetic(TorchDispatchMode):
         if not isinstance(x, torch.Tensor) or x.dtype != torch.float32:
             return x
         self.rounded_operands[op] += 1
-        if along == PIXELS and self.fmt.kind == "bfp":  # [B, C, *spatial]: each channel over batch and pixels
-            flat = x.transpose(0, 1).reshape(x.shape[1], -1)
-            out = round_to_format(flat, self.fmt, dim=1, generator=self.generator)
-            return torch.empty_like(x).copy_(out.view(x.transpose(0, 1).shape).transpose(0, 1))  # x's strides
-        return round_to_format(x, self.fmt, dim=1 if along == PIXELS else along, generator=self.generator)
+        if along == PIXELS:  # [B, C, *spatial]: each channel's values over batch and pixels
+            along = (0, *range(2, x.dim()))
+        return round_to_format(x, self.fmt, dim=along, generator=self.generator)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}

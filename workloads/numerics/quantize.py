@@ -15,8 +15,9 @@
   round as the nearest-even cast does. For ``bf16`` (FP32's upper half) this is adding 16 random
   bits below the kept ones and dropping them; for the others it is computed in float32, where
   ``|x| / ulp`` keeps ``24 - p`` fractional bits (a bias below 2^-13 of a unit in FP16, 2^-20 in FP8).
-* Block floating point ``bfp_m<m>_g<g>`` along a dimension: the values are cut into groups of ``g``
-  consecutive values along that dimension (a last, shorter group where ``g`` does not divide it);
+* Block floating point ``bfp_m<m>_g<g>`` along a dimension (or several, taken together): the values
+  are cut into groups of ``g`` consecutive values along it (a last, shorter group where ``g`` does
+  not divide its length);
   a group shares the exponent ``e = floor(log2 max|x|)`` of its largest magnitude, and each value
   becomes ``sign x q x 2^(e - m + 1)`` with an integer ``q`` in ``[0, 2^m - 1]`` (a sign and ``m``
   mantissa bits, ``accel_sim.formats``); a group whose largest magnitude is below FP32's smallest
@@ -34,6 +35,8 @@ reproducible from its seed.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from accel_sim.formats import NumberFormat
@@ -41,7 +44,7 @@ from accel_sim.formats import NumberFormat
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 
 
-def round_to_format(x: torch.Tensor, fmt: NumberFormat, *, dim: int = -1,
+def round_to_format(x: torch.Tensor, fmt: NumberFormat, *, dim: int | tuple[int, ...] = -1,
                     generator: torch.Generator | None = None) -> torch.Tensor:
     """``x`` (float32) rounded to ``fmt``, as float32 values; BFP groups run along ``dim``.
     Stochastic rounding needs ``generator``."""
@@ -84,20 +87,36 @@ def round_element_stochastic(x: torch.Tensor, fmt: NumberFormat, generator: torc
     return torch.where(rounded <= spec.max_finite, torch.copysign(rounded, x), nearest)
 
 
-def round_bfp(x: torch.Tensor, mantissa_bits: int, group_size: int, *, dim: int = -1,
+def round_bfp(x: torch.Tensor, mantissa_bits: int, group_size: int, *, dim: int | tuple[int, ...] = -1,
               generator: torch.Generator | None = None) -> torch.Tensor:
-    """Block floating point along ``dim`` (module doc); stochastic with ``generator``, else to
-    nearest, ties to even. The result has ``x``'s shape and strides."""
+    """Block floating point along ``dim`` (module doc), or along several dims taken together in
+    their memory order (``(0, 2, 3)``: each channel's values over batch and pixels); stochastic with
+    ``generator``, else to nearest, ties to even. The result has ``x``'s shape and strides.
+
+    Groups are cut in memory order: a channels-last tensor's channels are its innermost values and
+    group without a copy, as do an NCHW tensor's; dims that are not adjacent in memory (an NCHW
+    tensor's batch and pixels) are brought together by one copy."""
     if x.numel() == 0:
         return x
-    d = dim % x.dim()
-    length = x.shape[d]
+    dims = {d % x.dim() for d in ((dim,) if isinstance(dim, int) else dim)}
+    order = sorted(range(x.dim()), key=lambda d: (-x.stride(d), d))  # outermost first
+    where = [i for i, d in enumerate(order) if d in dims]
+    if where != list(range(where[0], where[0] + len(where))):  # not adjacent in memory: move them together
+        order = [d for d in order if d not in dims][:where[0]] + sorted(dims, key=order.index) + \
+            [d for d in order if d not in dims][where[0]:]
+        where = list(range(where[0], where[0] + len(where)))
+    p = x.permute(order)
+    if not p.is_contiguous():
+        p = p.contiguous()
+    outer, inner = p.shape[:where[0]], p.shape[where[-1] + 1:]
+    length = math.prod(p.shape[where[0]:where[-1] + 1])
+    flat = p.reshape(*outer, length, *inner)
     pad = (-length) % group_size
-    dense = x.contiguous()
     if pad:
-        dense = torch.cat([dense, dense.new_zeros(*x.shape[:d], pad, *x.shape[d + 1:])], d)
-    groups = dense.view(*x.shape[:d], (length + pad) // group_size, group_size, *x.shape[d + 1:])  # no copy
-    top = groups.abs().amax(dim=d + 1, keepdim=True)
+        flat = torch.cat([flat, flat.new_zeros(*outer, pad, *inner)], len(outer))
+    groups = flat.view(*outer, (length + pad) // group_size, group_size, *inner)
+    axis = len(outer) + 1
+    top = groups.abs().amax(dim=axis, keepdim=True)
     unit = torch.clamp_min(binade(top), SMALLEST_NORMAL) * 2.0 ** (1 - mantissa_bits)  # 2^(e - m + 1)
     unit = torch.where(top > (2.0 ** mantissa_bits - 1) * unit, unit * 2, unit)  # else it could round past 2^m - 1
     scaled = groups / unit  # exact: division by a power of two
@@ -105,7 +124,8 @@ def round_bfp(x: torch.Tensor, mantissa_bits: int, group_size: int, *, dim: int 
         q = scaled.round_()  # half to even
     else:
         q = scaled.add_(_uniform(scaled, generator)).floor_()
-    out = q.mul_(unit).view(dense.shape)
+    out = q.mul_(unit).view(flat.shape)
     if pad:
-        out = out.narrow(d, 0, length)
+        out = out.narrow(len(outer), 0, length)
+    out = out.reshape(p.shape).permute([order.index(d) for d in range(x.dim())])
     return out if out.stride() == x.stride() else torch.empty_like(x).copy_(out)
