@@ -4,17 +4,19 @@ fit, and which resource limits it), the device's static power, and an ASIC-style
 The cycle model (``accel_sim.simulate``) makes no array or buffer free of charge in time, but it
 would let a design space grow them for nothing; this module charges them. Inputs: the points
 (``accel_sim.points.HardwarePoints``), the MAC cells' number format (``NumberFormat``: FP32, BF16,
-or block floating point with its mantissa bits and group size) and a device file
+FP16, the FP8 E4M3 and E5M2, or block floating point with its mantissa bits and group size) and a
+device file
 (``configs/devices/xc7vx485t.toml``: the paper's Xilinx VC707 board), where every figure carries
 its source or says "assumption". Formulas (one function each, below):
 
 * DSP slices = ``rows x cols x dsp_per_mac[format]`` + the special unit's lanes x ``dsp_per_mac
   ["fp32"]`` (its normalization and losses run in FP32 whatever the array's format; lanes = its
   largest throughput, rounded up: an assumption).
-* LUTs = ``rows x cols x`` the LUTs of a MAC built from LUTs (block floating point only: an
-  ``m x m`` mantissa multiplier scaled from a 9 x 9 one, plus a ``2m + ceil(log2 g)``-bit
-  accumulator at one LUT per bit). Control, the DDR3 controller and the FP cores' own LUTs are not
-  counted: ``fits`` is necessary, not sufficient.
+* LUTs = ``rows x cols x`` the LUTs of the part of a MAC built from LUTs (``mac_luts``: block
+  floating point's ``m x m`` mantissa multiplier scaled from a 9 x 9 one plus a
+  ``2m + ceil(log2 g)``-bit accumulator at one LUT per bit; FP8's significand multiplier plus its
+  exponent adder, the FP32 adder being in DSP slices). Control, the DDR3 controller and the FP
+  cores' own LUTs are not counted: ``fits`` is necessary, not sufficient.
 * BRAM36 blocks per buffer = 2 halves (double buffering, as the cycle model's active half) x the
   larger of the blocks that hold a half (``bram36_bytes`` each) and the blocks whose ports deliver
   one word per lane per cycle (``bram36_port_bytes`` each); a buffer's lanes are the array side it

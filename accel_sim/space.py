@@ -15,9 +15,9 @@ An axis is any field path of ``accel_sim.points.FIELD_PATHS`` (sub-tables as ``t
 the format's storage and its ``energy.mac_pj`` to the format's MAC figure
 (``accel_sim.mac_energy.format_mac_pj``; an FP32 point keeps the base's, as
 ``hardware_in_format`` does); without it, 4-byte words are FP32 and 2-byte words BF16. Fields
-without an axis keep the base config's value. The points are the product of the axes in row-major order
-(the last axis fastest): a point's *index* is its place in that product, stable whatever the
-constraints, so one point can be rebuilt from its index (``Space.point``).
+without an axis keep the base config's value. The points are the product of the axes in
+row-major order (the last axis fastest): a point's *index* is its place in that product, stable
+whatever the constraints, so one point can be rebuilt from its index (``Space.point``).
 
 A constraint is a condition over field paths in a small expression language parsed with
 Python's ``ast`` module and evaluated on numpy columns, never ``eval``: names, numbers, quoted
@@ -364,8 +364,8 @@ def space_from_dict(data: Mapping[str, Any], base: HardwareConfig | None = None,
     narrow = [str(f) for f in formats if not NumberFormat.parse(f).is_identity]
     if MAC_PJ in paths and narrow:
         raise SpaceError(f"space axis '{MAC_PJ}': a point in {narrow[0]} costs its format's MAC figure "
-                         f"(accel_sim.mac_energy), so the axis would vary the fp32 points only: drop it, or keep "
-                         f"number_format = [\"fp32\"]")
+                         f"(accel_sim.mac_energy), so the axis would vary the fp32 points only: drop it, or price "
+                         f"fp32 points only")
     texts = data.get("constraints", [])
     if isinstance(texts, str) or not isinstance(texts, Sequence):
         raise SpaceError(f"space constraints: give a list of conditions, got {texts!r}")

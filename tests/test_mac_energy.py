@@ -92,4 +92,5 @@ def test_hardware_in_a_format():
     assert hardware_in_format(hw, "e4m3").energy.mac_pj == 1.4
     # 1,000 MACs in bf16 (2-byte words) at 293/175 pJ each
     bf16 = hardware_in_format(HardwareConfig(), NumberFormat("bf16"))
-    assert bf16.word_bytes == 2 and mac_energy_j(1000, bf16.energy) == pytest.approx(1000 * 293 / 175 * 1e-12, rel=1e-15)
+    assert bf16.word_bytes == 2
+    assert mac_energy_j(1000, bf16.energy) == pytest.approx(1000 * 293 / 175 * 1e-12, rel=1e-15)

@@ -78,6 +78,13 @@ def test_the_number_format_sets_the_mac_energy():
     assert next(iter(only_cheap.chunks())).number_formats.tolist() == ["e4m3"]
     words = next(iter(space_from_dict({"axes": {"word_bytes": [4, 2]}}).chunks())).points
     assert words["energy.mac_pj"].tolist() == [4.6, format_mac_pj("bf16")]
+    # priced: each point's MAC energy is its MACs x its format's figure, and equals simulate's on
+    # hardware_in_format of the base
+    costs = price_points([TraceWork.of(small_trace())], chunk.points)[0]
+    expected = [costs.macs[0] * pj * 1e-12 for pj in (10.0, 2.0, 1.4, 0.1453125)]
+    assert costs.energy_mac_j.tolist() == pytest.approx(expected, rel=1e-12)
+    assert costs.energy_j[3] == pytest.approx(simulate(small_trace(), hardware_in_format(base, "bfp_m4_g16")).energy_j,
+                                              rel=1e-12)
     # an energy.mac_pj axis is fine while every point is fp32
     assert space_from_dict({"axes": {"energy.mac_pj": [1.0, 4.6]}}).size == 2
 
