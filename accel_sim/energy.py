@@ -8,7 +8,9 @@ the usual accelerator energy model: dynamic energy as a count of events times an
 the per-event figures; the same actions x energy-per-action form as Accelergy, Wu, Emer and Sze,
 "Accelergy: an architecture-level energy estimation methodology for accelerator designs", ICCAD
 2019, which Timeloop and SCALE-Sim v3 use), plus static power over the run time. The per-event
-figures are ``HardwareConfig.energy`` (``accel_sim.hardware.EnergyCosts``). Events per op:
+figures are ``HardwareConfig.energy`` (``accel_sim.hardware.EnergyCosts``); the MAC's depends on
+the array's number format (``accel_sim.mac_energy``: FP32 4.6 pJ, a 4-bit-mantissa BFP MAC
+0.145 pJ). Events per op:
 
 * MACs: the useful multiply-adds (``OpCost.macs``) of a GEMM or a linear-algebra op. Zero MACs of a
   block-diagonal packing are not charged (the cell's multiplier is gated while its stationary
@@ -59,7 +61,8 @@ class Energy:
 
 
 def mac_energy_j(macs: int, costs: EnergyCosts) -> float:
-    """``mac_pj * MACs`` (Horowitz 2014, Fig. 1.1.9: FP32 multiply 3.7 pJ + add 0.9 pJ)."""
+    """``mac_pj * MACs`` (Horowitz 2014, Fig. 1.1.9: FP32 multiply 3.7 pJ + add 0.9 pJ; another
+    number format's figure from ``accel_sim.mac_energy``)."""
     return costs.mac_pj * macs * PJ
 
 

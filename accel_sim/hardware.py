@@ -138,8 +138,10 @@ class EnergyCosts:
     """
 
     mac_pj: float = 4.6
-    """One FP32 multiply-add on the array: FP32 multiply 3.7 pJ + FP32 add 0.9 pJ (Horowitz 2014,
-    Fig. 1.1.9). Counted per useful MAC (``docs/accel_sim.md``: padded zeros are gated)."""
+    """One multiply-add on the array, in FP32 by default: FP32 multiply 3.7 pJ + FP32 add 0.9 pJ
+    (Horowitz 2014, Fig. 1.1.9). Counted per useful MAC (``docs/accel_sim.md``: padded zeros are
+    gated). The hardware in another number format carries that format's figure
+    (``accel_sim.mac_energy``: ``hardware_in_format``, a design space's ``number_format`` axis)."""
     sram_pj_per_byte: float = 1.25
     """On-chip buffer access: 10 pJ per 64-bit access of an 8 KB SRAM (Horowitz 2014, Fig. 1.1.9)
     = 1.25 pJ/B. The buffers are banks of small block RAMs (36 Kb each on the VC707), so one access

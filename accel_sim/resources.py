@@ -4,17 +4,19 @@ fit, and which resource limits it), the device's static power, and an ASIC-style
 The cycle model (``accel_sim.simulate``) makes no array or buffer free of charge in time, but it
 would let a design space grow them for nothing; this module charges them. Inputs: the points
 (``accel_sim.points.HardwarePoints``), the MAC cells' number format (``NumberFormat``: FP32, BF16,
-or block floating point with its mantissa bits and group size) and a device file
+FP16, the FP8 E4M3 and E5M2, or block floating point with its mantissa bits and group size) and a
+device file
 (``configs/devices/xc7vx485t.toml``: the paper's Xilinx VC707 board), where every figure carries
 its source or says "assumption". Formulas (one function each, below):
 
 * DSP slices = ``rows x cols x dsp_per_mac[format]`` + the special unit's lanes x ``dsp_per_mac
   ["fp32"]`` (its normalization and losses run in FP32 whatever the array's format; lanes = its
   largest throughput, rounded up: an assumption).
-* LUTs = ``rows x cols x`` the LUTs of a MAC built from LUTs (block floating point only: an
-  ``m x m`` mantissa multiplier scaled from a 9 x 9 one, plus a ``2m + ceil(log2 g)``-bit
-  accumulator at one LUT per bit). Control, the DDR3 controller and the FP cores' own LUTs are not
-  counted: ``fits`` is necessary, not sufficient.
+* LUTs = ``rows x cols x`` the LUTs of the part of a MAC built from LUTs (``mac_luts``: block
+  floating point's ``m x m`` mantissa multiplier scaled from a 9 x 9 one plus a
+  ``2m + ceil(log2 g)``-bit accumulator at one LUT per bit; FP8's significand multiplier plus its
+  exponent adder, the FP32 adder being in DSP slices). Control, the DDR3 controller and the FP
+  cores' own LUTs are not counted: ``fits`` is necessary, not sufficient.
 * BRAM36 blocks per buffer = 2 halves (double buffering, as the cycle model's active half) x the
   larger of the blocks that hold a half (``bram36_bytes`` each) and the blocks whose ports deliver
   one word per lane per cycle (``bram36_port_bytes`` each); a buffer's lanes are the array side it
@@ -46,7 +48,7 @@ from accel_sim.points import HardwarePoints
 from iokit.toml import read_toml
 from accel_sim.trace_schema import GEMM_ROLES, VECTOR_OPS
 
-from accel_sim.formats import FORMAT_KINDS, NumberFormat, NumberFormatError  # noqa: F401 (re-exported)
+from accel_sim.formats import ELEMENT_FORMATS, FORMAT_KINDS, NumberFormat, NumberFormatError  # noqa: F401 (re-exported)
 
 
 class ResourceModelError(ValueError):
@@ -109,18 +111,38 @@ def mac_dsp_slices(fmt: NumberFormat, device: FpgaDevice) -> int:
 def bfp_accumulator_bits(fmt: NumberFormat) -> int:
     """Bits of a BFP cell's fixed-point accumulator: a product of two ``m``-bit mantissas has ``2m``
     bits and a group's ``g`` of them sum in ``ceil(log2 g)`` more (an assumption: the sum over a
-    group is exact in fixed point; the cross-group accumulation is not modeled)."""
+    group is exact in fixed point). Each group's sum then joins an FP32 accumulator: its energy is
+    charged (``accel_sim.mac_energy``), its adder's resources are not (one adder serves a group of
+    ``g`` products; how many the array shares is not modeled)."""
     return 2 * fmt.mantissa_bits + math.ceil(math.log2(fmt.group_size))
 
 
+LUT_MULTIPLIER_KINDS = ("bfp", "e4m3", "e5m2")
+"""The formats whose significand (mantissa) multiplier is built from LUTs: a few bits wide, too
+narrow to spend a DSP48E1's 25 x 18 multiplier on (an assumption; DSP packing of several small
+products is not modeled)."""
+
+
+def lut_multiplier_luts(bits: int, device: FpgaDevice) -> int:
+    """A ``bits x bits`` multiplier from LUTs: ``ceil(luts_per_9x9_multiplier x (bits / 9)^2)``
+    (an array multiplier's area grows with the product of its operand widths: an assumption)."""
+    return math.ceil(device.luts_per_9x9_multiplier * bits ** 2 / 81)
+
+
 def mac_luts(fmt: NumberFormat, device: FpgaDevice) -> int:
-    """LUTs of one multiply-add cell built from LUTs (BFP): ``ceil(luts_per_9x9_multiplier x (m /
-    9)^2)`` for the mantissa multiplier plus ``luts_per_adder_bit`` per accumulator bit; 0 for the
-    formats whose arithmetic is in DSP slices."""
-    if fmt.kind != "bfp":
+    """LUTs of the LUT-built part of one multiply-add cell: for BFP the ``m x m`` mantissa
+    multiplier plus ``luts_per_adder_bit`` per accumulator bit (``bfp_accumulator_bits``); for FP8
+    (``e4m3``, ``e5m2``) the ``s x s`` significand multiplier (hidden bit included: 4 x 4, 3 x 3)
+    plus an ``e + 1``-bit adder of the two ``e``-bit exponents (assumptions: the product, exact in
+    ``2s`` bits, enters the FP32 adder in DSP slices, ``[dsp_per_mac]``, as it is; the exponent
+    bias is folded into that adder's input). 0 for the formats whose arithmetic is in DSP slices
+    (their exponent logic's LUTs are not counted, as the FP cores' are not)."""
+    if fmt.kind not in LUT_MULTIPLIER_KINDS:
         return 0
-    multiplier = math.ceil(device.luts_per_9x9_multiplier * fmt.mantissa_bits ** 2 / 81)
-    return multiplier + device.luts_per_adder_bit * bfp_accumulator_bits(fmt)
+    if fmt.kind == "bfp":
+        return lut_multiplier_luts(fmt.mantissa_bits, device) + device.luts_per_adder_bit * bfp_accumulator_bits(fmt)
+    return (lut_multiplier_luts(fmt.multiplier_bits, device)
+            + device.luts_per_adder_bit * (fmt.element.exponent_bits + 1))
 
 
 def special_unit_lanes(points: HardwarePoints) -> np.ndarray:
@@ -164,12 +186,11 @@ about it)", ISSCC 2014, Fig. 1.1.9, the source of ``EnergyCosts``' energies)."""
 FP32_ADD_UM2 = 4184.0
 """FP32 adder, same figure."""
 FP16_MULTIPLY_UM2 = 1640.0
-"""16-bit FP multiplier, same figure (for BF16: its 8-bit significand is narrower than FP16's 11,
-so this overstates a BF16 multiplier: an assumption on the safe side)."""
+"""16-bit FP multiplier, same figure; other significand widths by ``fp_multiplier_cost``."""
 INT8_MULTIPLY_UM2 = 282.0
-"""8-bit integer multiplier, same figure; an ``m``-bit one is scaled by ``(m / 8)^2``."""
+"""8-bit integer multiplier, same figure; an ``m``-bit one by ``int_multiplier_cost``."""
 INT32_ADD_UM2 = 137.0
-"""32-bit integer adder, same figure; a ``b``-bit one is scaled by ``b / 32``."""
+"""32-bit integer adder, same figure; a ``b``-bit one by ``int_adder_cost``."""
 SRAM_CELL_UM2 = 0.346
 """A 6T SRAM bit cell at 45 nm (K. Mistry et al., "A 45nm logic technology with high-k + metal gate
 transistors, strained silicon, 9 Cu interconnect layers, 193nm dry patterning, and 100% Pb-free
@@ -179,14 +200,41 @@ SRAM_ARRAY_EFFICIENCY = 0.5
 assumption, the order of compiled SRAM macros."""
 
 
+FP32_SIGNIFICAND_BITS = ELEMENT_FORMATS["fp32"].significand_bits  # 24
+FP16_SIGNIFICAND_BITS = ELEMENT_FORMATS["fp16"].significand_bits  # 11
+
+
+def fp_multiplier_cost(significand_bits: int, fp32_cost, fp16_cost):
+    """Energy or area of a floating-point multiplier with ``significand_bits`` (hidden bit
+    included), from the FP32 (24 bits) and FP16 (11 bits) multipliers' figures: ``a s^2 + c``
+    through both, i.e. ``fp32 - (fp32 - fp16) (24^2 - s^2) / (24^2 - 11^2)``. An assumption: the
+    significand multiplier's array grows with the square of its width, the rest (exponent add,
+    normalization, rounding) is a constant. Exact at both points; exact fractions in, exact out."""
+    span = FP32_SIGNIFICAND_BITS ** 2 - FP16_SIGNIFICAND_BITS ** 2
+    return fp32_cost - (fp32_cost - fp16_cost) * (FP32_SIGNIFICAND_BITS ** 2 - significand_bits ** 2) / span
+
+
+def int_multiplier_cost(bits: int, int8_cost):
+    """Energy or area of a ``bits``-bit integer multiplier: the 8-bit one's x ``(bits / 8)^2`` (an
+    assumption: an array multiplier grows with the product of its operand widths)."""
+    return int8_cost * bits ** 2 / 64
+
+
+def int_adder_cost(bits: int, int32_cost):
+    """Energy or area of a ``bits``-bit integer adder: the 32-bit one's x ``bits / 32`` (an
+    assumption: a carry-chain adder grows with its width)."""
+    return int32_cost * bits / 32
+
+
 def mac_area_um2(fmt: NumberFormat) -> float:
-    """One multiply-add cell at ``ASIC_NODE``: FP32 multiplier + adder; BF16 multiplier + FP32
-    adder (accumulating in FP32); BFP an ``m``-bit integer multiplier + the accumulator's adder."""
-    if fmt.kind == "fp32":
-        return FP32_MULTIPLY_UM2 + FP32_ADD_UM2
-    if fmt.kind == "bf16":
-        return FP16_MULTIPLY_UM2 + FP32_ADD_UM2
-    return INT8_MULTIPLY_UM2 * (fmt.mantissa_bits / 8) ** 2 + INT32_ADD_UM2 * bfp_accumulator_bits(fmt) / 32
+    """One multiply-add cell at ``ASIC_NODE``: an element format's multiplier
+    (``fp_multiplier_cost``: FP32 7,700, FP16 1,640, BF16 881, E4M3 242, E5M2 148 um2) + the FP32
+    adder (the array accumulates in FP32); BFP an ``m``-bit integer multiplier + the accumulator's
+    adder (``bfp_accumulator_bits``)."""
+    if fmt.kind == "bfp":
+        return (int_multiplier_cost(fmt.mantissa_bits, INT8_MULTIPLY_UM2)
+                + int_adder_cost(bfp_accumulator_bits(fmt), INT32_ADD_UM2))
+    return fp_multiplier_cost(fmt.multiplier_bits, FP32_MULTIPLY_UM2, FP16_MULTIPLY_UM2) + FP32_ADD_UM2
 
 
 def sram_area_um2(sram_bytes):

@@ -12,10 +12,12 @@ Declared as data (the ``[space]`` table a command reads from TOML)::
 
 An axis is any field path of ``accel_sim.points.FIELD_PATHS`` (sub-tables as ``table.field``), or
 ``number_format`` (``accel_sim.resources.NumberFormat``), which sets each point's ``word_bytes`` to
-the format's storage; without it, 4-byte words are FP32 and 2-byte words BF16. Fields without an
-axis keep the base config's value. The points are the product of the axes in row-major order
-(the last axis fastest): a point's *index* is its place in that product, stable whatever the
-constraints, so one point can be rebuilt from its index (``Space.point``).
+the format's storage and its ``energy.mac_pj`` to the format's MAC figure
+(``accel_sim.mac_energy.format_mac_pj``; an FP32 point keeps the base's, as
+``hardware_in_format`` does); without it, 4-byte words are FP32 and 2-byte words BF16. Fields
+without an axis keep the base config's value. The points are the product of the axes in
+row-major order (the last axis fastest): a point's *index* is its place in that product, stable
+whatever the constraints, so one point can be rebuilt from its index (``Space.point``).
 
 A constraint is a condition over field paths in a small expression language parsed with
 Python's ``ast`` module and evaluated on numpy columns, never ``eval``: names, numbers, quoted
@@ -23,7 +25,8 @@ names, ``+ - * / // %``, comparisons (chains too), ``and``, ``or``, ``not``, par
 
 Everything is checked before any work, each failure one ``SpaceError`` line naming the axis (or
 constraint) and the fix: an unknown field, an empty axis, a malformed range, a value outside
-``HardwareConfig``'s bounds or choices, constraints that keep no point, and a space over
+``HardwareConfig``'s bounds or choices, an ``energy.mac_pj`` axis beside formats other than
+fp32 (they set it), constraints that keep no point, and a space over
 ``max_points`` unless it is streamed.
 """
 
@@ -39,6 +42,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from accel_sim.hardware import HardwareConfig, HardwareConfigError
+from accel_sim.mac_energy import format_mac_pj
 from accel_sim.points import FIELD_PATHS, HardwarePoints, field_kind, field_value, python_value, with_field
 from accel_sim.resources import NumberFormat, ResourceModelError
 
@@ -51,6 +55,19 @@ MAX_AXIS_VALUES = 100_000
 CHUNK_POINTS = 16_384
 FORMAT_OF_WORD = {4: "fp32", 2: "bf16"}
 """The number format of a point without a ``number_format`` axis, by its word size."""
+MAC_PJ = "energy.mac_pj"
+"""Set by each point's number format (``mac_pj_column``), as ``word_bytes`` is."""
+
+
+def mac_pj_column(formats: np.ndarray, fp32_mac_pj) -> np.ndarray:
+    """Each point's ``energy.mac_pj``: its number format's MAC figure
+    (``accel_sim.mac_energy.format_mac_pj``); an FP32 point keeps ``fp32_mac_pj`` (the base's, or
+    its ``energy.mac_pj`` axis value), as ``hardware_in_format`` keeps an FP32 hardware's."""
+    column = np.array(np.broadcast_to(np.asarray(fp32_mac_pj, dtype=np.float64), formats.shape))
+    for name in np.unique(formats).tolist():
+        if not NumberFormat.parse(name).is_identity:
+            column[formats == name] = format_mac_pj(name)
+    return column
 
 
 class SpaceError(ValueError):
@@ -254,8 +271,9 @@ class Space:
         return math.prod(len(a.values) for a in self.axes)
 
     def _columns(self, index: np.ndarray, names=None) -> dict[str, np.ndarray]:
-        """Each axis' value at the grid points ``index`` (only ``names`` if given), ``word_bytes``
-        and ``number_format`` resolved together, and the base value of any other name asked for."""
+        """Each axis' value at the grid points ``index`` (only ``names`` if given), ``word_bytes``,
+        ``number_format`` and ``energy.mac_pj`` resolved together (``mac_pj_column``), and the base
+        value of any other name asked for."""
         digits = np.unravel_index(index, tuple(len(a.values) for a in self.axes)) if self.axes else ()
         columns = {a.path: a.array()[d] for a, d in zip(self.axes, digits) if names is None or a.path in names
                    or a.path == NUMBER_FORMAT}
@@ -264,10 +282,12 @@ class Space:
             storage = {name: NumberFormat.parse(name).storage_bytes for name in np.unique(formats).tolist()}
             columns["word_bytes"] = np.vectorize(storage.__getitem__, otypes=[np.int64])(formats) if formats.size \
                 else np.zeros(0, dtype=np.int64)
-        elif names is None or NUMBER_FORMAT in names:
+        elif names is None or NUMBER_FORMAT in names or MAC_PJ in names:
             words = columns.get("word_bytes", np.full(len(index), self.base.word_bytes, dtype=np.int64))
             columns[NUMBER_FORMAT] = np.vectorize(FORMAT_OF_WORD.__getitem__, otypes=[str])(words) if words.size \
                 else np.zeros(0, dtype=str)
+        if names is None or MAC_PJ in names:
+            columns[MAC_PJ] = mac_pj_column(columns[NUMBER_FORMAT], columns.get(MAC_PJ, self.base.energy.mac_pj))
         for name in names or ():
             if name not in columns:
                 columns[name] = np.full(len(index), field_value(self.base, name))
@@ -332,12 +352,20 @@ def space_from_dict(data: Mapping[str, Any], base: HardwareConfig | None = None,
     if NUMBER_FORMAT in paths and "word_bytes" in paths:
         raise SpaceError("space axes 'number_format' and 'word_bytes' both set the word size: drop the word_bytes "
                          "axis (each number format stores its values in its own bytes)")
-    if NUMBER_FORMAT not in paths:
+    if NUMBER_FORMAT in paths:
+        formats = next(a.values for a in axes if a.path == NUMBER_FORMAT)
+    else:
         words = next((a.values for a in axes if a.path == "word_bytes"), (base.word_bytes,))
         odd = [w for w in words if w not in FORMAT_OF_WORD]
         if odd:
             raise SpaceError(f"space axis 'word_bytes': {odd[0]}-byte words have no default number format: add a "
                              f"number_format axis (fp32, bf16, bfp_m<mantissa bits>_g<group size>)")
+        formats = [FORMAT_OF_WORD[w] for w in words]
+    narrow = [str(f) for f in formats if not NumberFormat.parse(f).is_identity]
+    if MAC_PJ in paths and narrow:
+        raise SpaceError(f"space axis '{MAC_PJ}': a point in {narrow[0]} costs its format's MAC figure "
+                         f"(accel_sim.mac_energy), so the axis would vary the fp32 points only: drop it, or price "
+                         f"fp32 points only")
     texts = data.get("constraints", [])
     if isinstance(texts, str) or not isinstance(texts, Sequence):
         raise SpaceError(f"space constraints: give a list of conditions, got {texts!r}")

@@ -64,6 +64,34 @@ def test_bf16_and_a_smaller_array():
     assert (small["dsp_slices"], small["fits"], small["limiting_resource"]) == (1_856, True, "bram36")
 
 
+def test_an_fp8_point():
+    # E4M3 (1-byte words), 16 x 32 array: per MAC 2 DSP48E1 for the FP32 adder (Zhang 2015's 2 of 5)
+    # and, from LUTs, the 4 x 4 significand multiplier ceil(115 x 16 / 81) = ceil(22.7) = 23 + a
+    # 4 + 1 = 5-bit exponent adder at 1 LUT/bit = 28. 512 MACs: 1,024 DSP48E1 + the special unit's
+    # 64 lanes x 5 = 320 -> 1,344 (48 %); 512 x 28 = 14,336 LUTs (4.7 %). BRAM36 as the paper's
+    # buffers (capacity decides): 384 + 384 + 256 = 1,024 (99.4 %), the limiting resource.
+    r = resources(HardwareConfig(rows=16, cols=32, word_bytes=1), "e4m3_sr")
+    assert (r["dsp_slices"], r["luts"], r["bram36_blocks"]) == (1_344, 14_336, 1_024)
+    assert (r["fits"], r["limiting_resource"]) == (True, "bram36")
+    # area: multiplier 7,700 - (7,700 - 1,640) x (24^2 - 4^2) / (24^2 - 11^2) = 7,700 - 6,060 x 560 / 455
+    # = 241.54 um2, + the FP32 adder 4,184 = 4,425.54 um2 per MAC
+    assert r["asic_area_mm2"] == pytest.approx((512 * 4425.538461538 + 64 * 11_884 + 4 * 2**20 * 8 * 0.346 / 0.5) / 1e6)
+    # E5M2: a 3 x 3 multiplier ceil(115 x 9 / 81) = 13 LUTs + a 6-bit exponent adder = 19 per MAC
+    assert resources(HardwareConfig(rows=16, cols=32, word_bytes=1), "e5m2")["luts"] == 512 * 19
+
+
+def test_fp16_and_bf16_areas():
+    # FP16: Horowitz's FP16 multiplier 1,640 + FP32 adder 4,184 um2; DSP48E1 as BF16's (3 per MAC):
+    # 32 x 64 -> 6,144 + 320 = 6,464. BF16's 8-bit significand on the same law: 7,700 - 6,060 x
+    # (576 - 64) / 455 = 880.84 um2 + 4,184.
+    lanes_and_sram = 64 * 11_884 + 4 * 2**20 * 8 * 0.346 / 0.5
+    fp16 = resources(HardwareConfig(word_bytes=2), "fp16")
+    assert fp16["dsp_slices"] == 6_464 and fp16["luts"] == 0
+    assert fp16["asic_area_mm2"] == pytest.approx((2048 * (1640 + 4184) + lanes_and_sram) / 1e6)
+    bf16 = resources(HardwareConfig(word_bytes=2), "bf16")
+    assert bf16["asic_area_mm2"] == pytest.approx((2048 * (880.835165 + 4184) + lanes_and_sram) / 1e6)
+
+
 def test_a_wide_array_is_limited_by_buffer_width():
     # 256 x 256 BFP array with 64 KiB buffers of 1-byte words: A feeds 256 rows, 256 B per cycle over
     # 8-byte ports = 32 blocks per half, more than 32 KiB / 4,096 = 8 for capacity; likewise B and
@@ -97,5 +125,10 @@ def test_a_bad_device_file_is_named(tmp_path):
         load_device(bad)
     bad.write_text(text.replace("bf16 = 3", "fp64 = 3"))
     with pytest.raises(ResourceModelError, match=r"\[dsp_per_mac\] gives DSP slices per MAC by number format kind: "
-                                                 r"fp32 and any of fp32, bf16, fp16, e4m3, e5m2, bfp; got fp32, fp64, bfp"):
+                                                 r"fp32 and any of fp32, bf16, fp16, e4m3, e5m2, bfp; got fp32, fp64, "
+                                                 r"fp16, e4m3, e5m2, bfp"):
         load_device(bad)
+    # a device file without a figure for a format refuses a point in it, naming the key to add
+    bad.write_text(text.replace("e4m3 = 2", ""))
+    with pytest.raises(ResourceModelError, match="gives no figure for number format e4m3; add e4m3 = <slices>"):
+        fpga_resources(HardwarePoints.of([HardwareConfig(word_bytes=1)]), "e4m3", load_device(bad))

@@ -2,11 +2,14 @@
 number format, constraints in the small expression language, chunks, one point from its index;
 and the fail-fast rules, each naming the axis and the fix."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from accel_sim.batch import TraceWork, price_points
-from accel_sim.hardware import HardwareConfig
+from accel_sim.hardware import EnergyCosts, HardwareConfig
+from accel_sim.mac_energy import format_mac_pj, hardware_in_format
 from accel_sim.pareto import pareto_front
 from accel_sim.simulate import simulate
 from accel_sim.space import SpaceError, space_from_dict
@@ -62,6 +65,30 @@ def test_the_number_format_sets_the_word_size():
     assert next(iter(space_from_dict({"axes": {"word_bytes": [2]}}).chunks())).number_formats.tolist() == ["bf16"]
 
 
+def test_the_number_format_sets_the_mac_energy():
+    # each point's energy.mac_pj is its format's figure (tests/test_mac_energy.py: fp16 2.0, e4m3 1.4,
+    # bfp_m4_g16 0.1453125 pJ); an fp32 point keeps the base's, here another technology's 10 pJ
+    base = HardwareConfig(energy=replace(EnergyCosts(), mac_pj=10.0))
+    space = space_from_dict({"axes": {"number_format": ["fp32", "fp16", "e4m3", "bfp_m4_g16"]}}, base)
+    chunk = next(iter(space.chunks()))
+    assert chunk.points["energy.mac_pj"].tolist() == [10.0, 2.0, 1.4, 0.1453125]
+    assert space.point(3)[0] == hardware_in_format(base, "bfp_m4_g16")
+    # a constraint sees the resolved figure; 2-byte words without a format axis are BF16 and priced so
+    only_cheap = space_from_dict({"axes": {"number_format": ["fp32", "e4m3"]}, "constraints": ["energy.mac_pj < 2"]})
+    assert next(iter(only_cheap.chunks())).number_formats.tolist() == ["e4m3"]
+    words = next(iter(space_from_dict({"axes": {"word_bytes": [4, 2]}}).chunks())).points
+    assert words["energy.mac_pj"].tolist() == [4.6, format_mac_pj("bf16")]
+    # priced: each point's MAC energy is its MACs x its format's figure, and equals simulate's on
+    # hardware_in_format of the base
+    costs = price_points([TraceWork.of(small_trace())], chunk.points)[0]
+    expected = [costs.macs[0] * pj * 1e-12 for pj in (10.0, 2.0, 1.4, 0.1453125)]
+    assert costs.energy_mac_j.tolist() == pytest.approx(expected, rel=1e-12)
+    assert costs.energy_j[3] == pytest.approx(simulate(small_trace(), hardware_in_format(base, "bfp_m4_g16")).energy_j,
+                                              rel=1e-12)
+    # an energy.mac_pj axis is fine while every point is fp32
+    assert space_from_dict({"axes": {"energy.mac_pj": [1.0, 4.6]}}).size == 2
+
+
 def test_priced_space_rows_equal_simulate_and_a_front():
     space = space_from_dict(SPACE)
     work = TraceWork.of(small_trace())
@@ -96,6 +123,9 @@ def test_priced_space_rows_equal_simulate_and_a_front():
     ({"axes": {"number_format": ["bfp_m4_g16"], "word_bytes": [1]}}, ["'number_format' and 'word_bytes'",
                                                                       "drop the word_bytes axis"]),
     ({"axes": {"word_bytes": [1, 4]}}, ["'word_bytes'", "add a number_format axis"]),
+    ({"axes": {"number_format": ["fp32", "bfp_m4_g16"], "energy.mac_pj": [1.0]}},
+     ["'energy.mac_pj'", "bfp_m4_g16 costs its format's MAC figure", "drop it"]),
+    ({"axes": {"word_bytes": [2], "energy.mac_pj": [1.0]}}, ["'energy.mac_pj'", "bf16 costs"]),
     ({"axes": {"rows": [8, 16]}, "constraints": ["rows > 64"]}, ["rows > 64", "keep none of the 2 points", "loosen"]),
     ({"axes": {"rows": [8]}, "constraints": ["rows * colz <= 4"]}, ["unknown field 'colz'", "did you mean 'cols'"]),
     ({"axes": {"rows": [8]}, "constraints": ["__import__('os').system('true')"]}, ["is not allowed", "comparisons"]),

@@ -152,8 +152,9 @@ def write_hw(dse, index: int, path: Path) -> int:
         raise DseError(f"--out {path} exists; give a new file name for point {index}'s hardware TOML")
     outputs.check_writable(path, folder=False)
     atomic_write_text(path, hardware_config_toml(hw, f"Point {index} of the design space {dse.name} "
-                                                     f"(python -m bench.dse); its MAC number format: {fmt.name} "
-                                                     f"(accel_sim.resources; the price reads word_bytes only)"))
+                                                     f"(python -m bench.dse); its MAC number format: {fmt.name}, "
+                                                     f"whose word_bytes and energy.mac_pj these are "
+                                                     f"(accel_sim.mac_energy.hardware_in_format)"))
     print(f"wrote {path}")
     return 0
 

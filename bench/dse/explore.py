@@ -23,6 +23,7 @@ import pandas as pd
 
 from accel_sim.batch import PointCosts, TraceWork, price_points, within_fold_bound
 from accel_sim.hardware import HardwareConfig, load_hardware_config
+from accel_sim.mac_energy import hardware_in_format
 from accel_sim.pareto import pareto_front
 from accel_sim.points import HardwarePoints
 from accel_sim.resources import Resources, fpga_resources
@@ -213,10 +214,12 @@ def preset_configs(dse: Dse) -> dict[str, HardwareConfig]:
 
 
 def price_presets(dse: Dse, works: dict[tuple[str, str], TraceWork]) -> pd.DataFrame:
-    """``preset_configs`` priced like the space's points (their number format from their word size)."""
-    configs = preset_configs(dse)
+    """``preset_configs`` priced like the space's points (their number format from their word size,
+    and that format's MAC energy: ``hardware_in_format``, which leaves FP32 as given)."""
+    presets = preset_configs(dse)
+    formats = np.array([FORMAT_OF_WORD.get(hw.word_bytes, "fp32") for hw in presets.values()])
+    configs = {name: hardware_in_format(hw, fmt) for (name, hw), fmt in zip(presets.items(), formats)}
     points = HardwarePoints.of(list(configs.values()))
-    formats = np.array([FORMAT_OF_WORD.get(hw.word_bytes, "fp32") for hw in configs.values()])
     keep = within_fold_bound(list(works.values()), points) & np.isin(points["word_bytes"], list(FORMAT_OF_WORD))
     names = [name for name, k in zip(configs, keep) if k]
     points, formats = points.take(keep), formats[keep]
