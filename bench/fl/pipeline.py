@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from accel_sim.mac_energy import hardware_in_format
 from accel_sim.hardware import HardwareConfig, load_hardware_config
 from bench.fl.jobs import Job, JobResult, RunInputs, run_job
 from bench.results import FORMAT_NAME, FORMAT_VERSION
@@ -104,10 +105,11 @@ def resolve(preset: str, *, methods: Sequence[str] | None = None, seed: int | No
     if classifier is not None and loaded.fl.model in MODELS:
         raise ValueError(f"--classifier {classifier}: the paper model {loaded.fl.model!r} has its classifier "
                          "built in; --classifier picks the nn.Linear of a user model (docs/byom.md)")
-    hw = load_hardware_config(hw_path) if hw_path else HardwareConfig()
-    system = load_system_model(system_path)
-    devices = client_devices(system, hw, loaded.fl.num_clients, seed=loaded.fl.seed)
     execution = execution_of(device, execution_flags, loaded.execution)
+    hw = hardware_in_format(load_hardware_config(hw_path) if hw_path else HardwareConfig(), execution.number_format)
+    system = load_system_model(system_path)
+    devices = client_devices(system, hw, loaded.fl.num_clients, seed=loaded.fl.seed,
+                             number_format=execution.number_format)
     return FLRun(loaded, chosen, {m.name: loaded.hparams(m) for m in chosen}, data_dir, classifier, hw, system,
                  devices, execution)
 

@@ -174,6 +174,7 @@ def _validate(point: Mapping[str, Any]) -> None:
 def run_point(point: Mapping[str, Any], out_dir: Path) -> dict[str, float]:
     """One run of an accuracy study (module doc)."""
     from accel_sim.hardware import HardwareConfig, load_hardware_config
+    from accel_sim.mac_energy import hardware_in_format
     from bench.fl import pipeline
     from bench.fl.jobs import Job, run_job
     from workloads.cost.rounds import client_devices
@@ -181,11 +182,12 @@ def run_point(point: Mapping[str, Any], out_dir: Path) -> dict[str, float]:
     from workloads.fl.presets import Preset
 
     p = parse_point(point)
-    hw = load_hardware_config(p.hw) if p.hw else HardwareConfig()
+    fmt = p.execution.number_format  # priced on the hardware computing in the run's format
+    hw = hardware_in_format(load_hardware_config(p.hw) if p.hw else HardwareConfig(), fmt)
     system = load_system_model(p.system or DEFAULT_SYSTEM_PATH)
     preset = Preset("study", p.fl, (p.method.name,), p.hp, {}, {})
     run = pipeline.FLRun(preset, (p.method,), {p.method.name: p.hp}, None, None, hw, system,
-                         client_devices(system, hw, p.fl.num_clients, seed=p.fl.seed), p.execution)
+                         client_devices(system, hw, p.fl.num_clients, seed=p.fl.seed, number_format=fmt), p.execution)
     data = pipeline.load(run)
     outcome = run_job(Job(p.method.name, p.hp), data.inputs)
     result = outcome.result

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from accel_sim.mac_energy import hardware_in_format
 from accel_sim.hardware import HardwareConfig, load_hardware_config
 from workloads.cost.system import ClientRound, RoundCost, SystemModel, ledger_rows, on_device, round_cost
 from workloads.cost import calibration as calibration_cost
@@ -53,12 +54,16 @@ class Device:
         return on_device(modeled_s, energy_j, static_w=self.hw.energy.static_w, speed=self.speed)
 
 
-def client_devices(system: SystemModel, hw: HardwareConfig, num_clients: int, *, seed: int) -> tuple[Device, ...]:
+def client_devices(system: SystemModel, hw: HardwareConfig, num_clients: int, *, seed: int,
+                   number_format: str = "fp32") -> tuple[Device, ...]:
     """Every client's device: the system model's hardware list (round-robin) or ``hw``, and its
-    speed factor drawn with the run's seed. Loads (and so checks) every hardware file once."""
+    speed factor drawn with the run's seed. Loads (and so checks) every hardware file once. Each
+    device computes in the run's ``number_format`` (``accel_sim.mac_energy.hardware_in_format``:
+    the format's word size and MAC energy; ``fp32`` leaves the hardware as given)."""
     loaded = {path: load_hardware_config(path) for path in dict.fromkeys(system.client_hw)}
     speeds = system.speed_factors(num_clients, seed=seed)
-    return tuple(Device(hw if system.hw_path(k) is None else loaded[system.hw_path(k)], speeds[k])
+    return tuple(Device(hardware_in_format(hw if system.hw_path(k) is None else loaded[system.hw_path(k)],
+                                           number_format), speeds[k])
                  for k in range(num_clients))
 
 
