@@ -30,7 +30,8 @@ def study_doc(**changes) -> dict:
     doc = {"name": "t", "preset": "quick", "models": ["convnet"], "methods": ["fedavg", "spherefed", "fedavg+ccvr"],
            "base": "fedavg", "alphas": [0.5], "rounds": 6, "seeds": [0, 1, 2], "tuning_seeds": [7],
            "search": {"fedavg": {"lr": [0.05, 0.1, 0.2]}, "spherefed": {"lr": [0.5, 1.0]}},
-           "convergence": {"last_rounds": 2}, "targets": {"accuracy_pct": [50.0], "base_validation_fraction": 0.9}}
+           "convergence": {"last_rounds": 2}, "targets": {"accuracy_pct": [50.0], "base_validation_fraction": 0.9},
+           "tuning": {"extend_steps": 0}}  # the edge extension: tests/test_study_protocol.py
     doc.update(changes)
     return doc
 

@@ -9,6 +9,9 @@ an evaluation run with the same settings are one run::
      "fl": {FLConfig fields but model and seed}, "hparams": {every Hparams field},
      "execution": {device and options}, "hw": null, "system": null}
 
+and, for a dataset read from a folder (CIFAR-10 / CIFAR-100 / TinyImageNet), ``"data_dir": DIR``
+(absent for the offline digits, which ship with scikit-learn).
+
 The run is ``bench.fl``'s (``pipeline.load`` then ``jobs.run_job``): the data, the validation
 hold-out and the partition from the seed, the model built under the seed. It writes into its
 folder ``curve.csv`` (``CURVE_COLUMNS``: one row per method label and round, the training rounds
@@ -37,6 +40,7 @@ from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.methods import MethodConfig, parse_method
 
 POINT_KEYS = ("model", "method", "seed", "fl", "hparams", "execution", "hw", "system")
+OPTIONAL_POINT_KEYS = ("data_dir",)  # a dataset's folder: the folder datasets only (module doc)
 FL_KEYS = tuple(f.name for f in fields(FLConfig) if f.name not in ("model", "seed"))
 CURVE_CSV = "curve.csv"
 RUN_JSON = "run.json"
@@ -58,12 +62,13 @@ class PointSpec:
     execution: Execution
     hw: str | None
     system: str | None
+    data_dir: str | None = None
 
 
 def parse_point(point: Mapping[str, Any]) -> PointSpec:
     """A ``bench.study`` point (module doc) as typed settings; ValueError naming the bad key."""
     where = "bench.study point"
-    checks.unknown_keys(point, POINT_KEYS, where=where)
+    checks.unknown_keys(point, (*POINT_KEYS, *OPTIONAL_POINT_KEYS), where=where)
     missing = [k for k in POINT_KEYS if k not in point]
     if missing:
         raise ValueError(f"{where}: missing key {missing[0]!r}")
@@ -81,7 +86,11 @@ def parse_point(point: Mapping[str, Any]) -> PointSpec:
     for key in ("hw", "system"):
         if point[key] is not None and not isinstance(point[key], str):
             raise ValueError(f"{where}: {key} must be a TOML path or null")
-    return PointSpec(point["model"], parse_method(point["method"]), fl, hp, execution, point["hw"], point["system"])
+    data_dir = point.get("data_dir")
+    if data_dir is not None and not isinstance(data_dir, str):
+        raise ValueError(f"{where}: data_dir must be a folder path")
+    return PointSpec(point["model"], parse_method(point["method"]), fl, hp, execution, point["hw"], point["system"],
+                     data_dir)
 
 
 def _set(cls: type, table: Mapping[str, Any]) -> dict[str, Any]:
@@ -91,11 +100,13 @@ def _set(cls: type, table: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def make_point(model: str, method: str, seed: int, fl: FLConfig, hp: Hparams, execution: Execution,
-               hw: str | None = None, system: str | None = None) -> dict[str, Any]:
-    """The point of one run (module doc): every setting that decides its result."""
-    return {"model": model, "method": parse_method(method).name, "seed": seed,
-            "fl": {k: v for k, v in asdict(fl).items() if k not in ("model", "seed")}, "hparams": asdict(hp),
-            "execution": asdict(execution), "hw": hw, "system": system}
+               hw: str | None = None, system: str | None = None, data_dir: str | None = None) -> dict[str, Any]:
+    """The point of one run (module doc): every setting that decides its result. ``data_dir`` (a
+    dataset's folder) is a key only when given, so the offline digits' points keep their ids."""
+    point = {"model": model, "method": parse_method(method).name, "seed": seed,
+             "fl": {k: v for k, v in asdict(fl).items() if k not in ("model", "seed")}, "hparams": asdict(hp),
+             "execution": asdict(execution), "hw": hw, "system": system}
+    return point if data_dir is None else {**point, "data_dir": str(data_dir)}
 
 
 def labels_of(method: MethodConfig) -> tuple[str, ...]:
@@ -162,8 +173,8 @@ def write_run(out_dir: Path, curve: Sequence[Mapping[str, Any]], info: Mapping[s
 
 def _validate(point: Mapping[str, Any]) -> None:
     spec = parse_point(point)
-    if spec.fl.dataset != "digits":
-        return  # data folders are not part of a study (yet): the digits ship with scikit-learn
+    if spec.fl.dataset != "digits" and (spec.data_dir is None or not Path(spec.data_dir).is_dir()):
+        raise ValueError(f"dataset {spec.fl.dataset} needs its folder: give --data-dir DIR (got {spec.data_dir!r})")
     from workloads.models import MODELS
 
     if spec.model not in MODELS and ":" not in spec.model:
@@ -184,7 +195,7 @@ def run_point(point: Mapping[str, Any], out_dir: Path) -> dict[str, float]:
     hw = load_hardware_config(p.hw) if p.hw else HardwareConfig()
     system = load_system_model(p.system or DEFAULT_SYSTEM_PATH)
     preset = Preset("study", p.fl, (p.method.name,), p.hp, {}, {})
-    run = pipeline.FLRun(preset, (p.method,), {p.method.name: p.hp}, None, None, hw, system,
+    run = pipeline.FLRun(preset, (p.method,), {p.method.name: p.hp}, p.data_dir, None, hw, system,
                          client_devices(system, hw, p.fl.num_clients, seed=p.fl.seed), p.execution)
     data = pipeline.load(run)
     outcome = run_job(Job(p.method.name, p.hp), data.inputs)
