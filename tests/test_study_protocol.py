@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +19,8 @@ from bench.study.spec import StudyError, parse_study
 from bench.study.stats import estimate, paired_difference, prediction_interval, tost
 from bench.study.tuning import extension_value
 from tests.study_runners import PEAK_LR
+
+ROOT = Path(__file__).resolve().parents[1]
 
 PEAKED = "tests.study_runners:peaked"
 
@@ -224,3 +227,80 @@ def test_the_new_keys_are_checked(changes, message):
     with pytest.raises(StudyError) as err:
         parse_study(doc(**changes), "s.toml")
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+# ----------------------------------------------------------------------------- real data
+
+
+TINY_CIFAR_STUDY = """
+name = "tiny-cifar"
+preset = "quick"            # 5 clients, 16x16, batch 32
+dataset = "cifar10"
+models = ["convnet"]
+methods = ["fedavg"]
+base = "fedavg"
+iid = true
+rounds = 2
+local_epochs = 1
+seeds = [0, 1]
+tuning_seeds = [0]          # also an evaluation seed: 2 runs in all
+[search.fedavg]
+lr = [0.05]
+[tuning]
+last_rounds = 1
+[convergence]
+last_rounds = 1
+[targets]
+accuracy_pct = [50.0]
+"""
+
+
+@pytest.mark.slow  # two real ConvNet runs of 2 rounds with pricing: ~5 s
+def test_a_study_on_a_generated_dataset_in_cifar10s_on_disk_format(tmp_path, capsys):
+    """CIFAR-10's real pickles (tests/test_fl_data.py's writer), 100 random training images: the
+    protocol runs on them through --data-dir, the projection printed before the first run."""
+    from bench.study.__main__ import main
+    from tests.test_fl_data import _write_cifar10
+
+    _write_cifar10(tmp_path / "data", np.random.default_rng(0), per_batch=20, test=20)
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY_CIFAR_STUDY)
+    out = tmp_path / "out"
+    assert main([str(path), "--out", str(out)]) == 2  # a folder dataset needs its folder
+    assert "give its folder with --data-dir DIR" in capsys.readouterr().err and not out.exists()
+    assert main([str(path), "--out", str(out), "--data-dir", str(tmp_path / "data")]) == 0
+    err = capsys.readouterr().err
+    projected = err.index("projected local training of the study's 2 runs still to do on cpu")
+    assert projected < err.index("[tune 1/1]")
+    runs = list(csv.DictReader(open(out / "runs.csv")))
+    assert [r["seed"] for r in runs] == ["0", "1"] and all(r["git_commit"] and r["kernels"] for r in runs)
+    info = json.loads(next((out / "grid" / "runs").glob("*/run.json")).read_text())
+    # 100 images, 15 held out for validation: 85 train, 20 test (the generated test batch)
+    assert (info["train_samples"], info["val_samples"], info["test_samples"]) == (85, 15, 20)
+    assert json.loads((out / "summary.json").read_text())["study"]["dataset"] == "cifar10"
+
+
+# ----------------------------------------------------------------------------- one reference point again
+
+
+@pytest.mark.parametrize("study, model, setting, method, seed", [
+    ("digits", "convnet", "alpha=0.5", "fedavg", 0),
+    ("digits", "convnet", "alpha=0.1", "fedavg+spherefed+ffc", 2),
+    ("digits-quick", "mobilenetv2", "alpha=0.5", "fedavg+ccvr", 1),
+])
+def test_the_reproduce_command_resolves_to_the_shipped_runs_point(study, model, setting, method, seed):
+    """Training one shipped point takes ~80 s (ConvNet, 20 rounds) or more: instead, the command's
+    point is the shipped row's own (the same run id: the same settings, hashed) and its point.json's."""
+    import pandas as pd
+
+    from bench.grid.engine import run_id
+    from bench.study.reproduce import reference_point
+
+    folder = ROOT / "results" / "reference" / study
+    point = reference_point(folder, model, setting, method, seed)
+    runs = pd.read_csv(folder / "runs.csv")
+    row = runs[(runs["model"] == model) & (runs["setting"] == setting) & (runs["method"] == method)
+               & (runs["seed"] == seed)]
+    assert run_id("bench.study", point) == row["run_id"].iloc[0]
+    shipped = json.loads((folder / "grid" / "runs" / row["run_id"].iloc[0] / "point.json").read_text())
+    assert shipped["config"] == json.loads(json.dumps(point))

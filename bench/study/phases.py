@@ -272,7 +272,7 @@ def run_study(study: Study, out: str | Path, *, backend: str = "local", workers:
         for line in sorted({f"{p.model} {p.setting.label} {p.training}: beyond the grid's edge, "
                             + ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in p.trial.items())
                             for p in more}):
-            say(f"extend {line}")
+            say(f"extend {line}" + ("" if execute else " (not run: the report reads the folder only)"))
         tuned += run_phase(more, "tune")
         choices = choices_from(study, tuned)
     for (model, setting, training), c in choices.items():

@@ -181,12 +181,10 @@ def _validate(point: Mapping[str, Any]) -> None:
         raise ValueError(f"model {spec.model!r} is not known; give one of {', '.join(sorted(MODELS))}")
 
 
-@grid_runner("bench.study", validate=_validate)
-def run_point(point: Mapping[str, Any], out_dir: Path) -> dict[str, float]:
-    """One run of an accuracy study (module doc)."""
+def load_point(point: Mapping[str, Any]):
+    """A point's settings and its loaded data (``bench.fl.pipeline.load``: data, hold-out, partition, model)."""
     from accel_sim.hardware import HardwareConfig, load_hardware_config
     from bench.fl import pipeline
-    from bench.fl.jobs import Job, run_job
     from workloads.cost.rounds import client_devices
     from workloads.cost.system import DEFAULT_SYSTEM_PATH, load_system_model
     from workloads.fl.presets import Preset
@@ -197,7 +195,40 @@ def run_point(point: Mapping[str, Any], out_dir: Path) -> dict[str, float]:
     preset = Preset("study", p.fl, (p.method.name,), p.hp, {}, {})
     run = pipeline.FLRun(preset, (p.method,), {p.method.name: p.hp}, p.data_dir, None, hw, system,
                          client_devices(system, hw, p.fl.num_clients, seed=p.fl.seed), p.execution)
-    data = pipeline.load(run)
+    return p, pipeline.load(run)
+
+
+def projected_local_training_s(points: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], tuple[int, float]]:
+    """Per (model, method): how many of ``points`` and their projected local training in seconds on
+    this machine and device (``workloads.fl.loop.forecast``: a few timed steps on the first point of
+    each, loaded once; each point's samples counted on that point's partition, whose sizes differ
+    from another seed's or setting's only in the batch rounding; evaluation and pricing not included)."""
+    import functools
+
+    from workloads.fl.loop import forecast, planned_samples
+
+    out: dict[tuple[str, str], tuple[int, float]] = {}
+    first: dict[tuple[str, str], tuple[Any, float]] = {}
+    for point in points:
+        key = (point["model"], point["method"])
+        if key not in first:
+            p, data = load_point(point)
+            f = forecast(p.method, model_fn=functools.partial(data.inputs.build, p.method.spherefed),
+                         train=data.inputs.train, parts=data.inputs.parts, cfg=p.fl, hp=p.hp, execution=p.execution)
+            first[key] = (data.inputs.parts, f.samples_per_s)
+        parts, rate = first[key]
+        spec = parse_point(point)
+        n, s = out.get(key, (0, 0.0))
+        out[key] = (n + 1, s + planned_samples(parts, spec.fl, spec.hp) / rate)
+    return out
+
+
+@grid_runner("bench.study", validate=_validate)
+def run_point(point: Mapping[str, Any], out_dir: Path) -> dict[str, float]:
+    """One run of an accuracy study (module doc)."""
+    from bench.fl.jobs import Job, run_job
+
+    p, data = load_point(point)
     outcome = run_job(Job(p.method.name, p.hp), data.inputs)
     result = outcome.result
     curve = curve_rows(p.method, result.history, outcome.rows, result.val_accuracy if p.method.calibration else None)
