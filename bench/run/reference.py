@@ -270,9 +270,9 @@ def format_reference(model: str, figures: Mapping[str, Any] | None, accuracy: Ma
         lines.append(f"  {n:<10} {own:6.1f} % ({lr}reference {v['mean']:.1f}{spread} %, n={v['n']})"
                      + (f": {verdict}" if verdict else ""))
     for p in figures["pairs"]:
-        ci = "" if p["reference_ci_low"] is None else f", 95 % interval [{p['reference_ci_low']:+.1f}, {p['reference_ci_high']:+.1f}]"
-        lines.append(f"  {p['method']} - {p['versus']}: {p['difference_pct']:+.1f} points here; reference "
-                     f"{p['reference_mean_pct']:+.1f} (n={p['n']}{ci}): {p['verdict']}")
+        ci = "" if p["reference_ci_low"] is None else f", 95 % interval [{p['reference_ci_low']:+.2f}, {p['reference_ci_high']:+.2f}]"
+        lines.append(f"  {p['method']} - {p['versus']}: {p['difference_pct']:+.2f} points here; reference "
+                     f"{p['reference_mean_pct']:+.2f} (n={p['n']}{ci}): {p['verdict']}")
     unconverged = {n: v for n, v in figures["methods"].items() if v["converged"] < v["n"]}
     if unconverged:
         conv = figures.get("converged_reference")
@@ -284,6 +284,6 @@ def format_reference(model: str, figures: Mapping[str, Any] | None, accuracy: Ma
                                is not None else "") for n, m in conv["methods"].items())
             where = (f"; the {conv['rounds']}-round reference {conv['study']} ends at {finals} %, and its mean curve "
                      f"reaches this run's accuracy: {', '.join(stops)} (of {conv['rounds']})")
-        lines.append(f"  not converged in {figures['rounds']} rounds (plateau rule on the reference's seeds: "
+        lines.append(f"  not converged in {figures['rounds']} rounds (convergence rule on the reference's seeds: "
                      + ", ".join(f"{n} {v['converged']}/{v['n']}" for n, v in unconverged.items()) + ")" + where)
     return "\n".join(lines)
