@@ -332,6 +332,7 @@ lr = [0.05, 0.1]
 lr = [0.5]
 [tuning]
 last_rounds = 1
+extend_steps = 0            # no edge extension: 3 tuning runs (tests/test_study_protocol.py extends)
 [convergence]
 last_rounds = 1
 [targets]

@@ -205,7 +205,7 @@ def test_every_run_records_its_provenance_and_the_report_lists_what_lacks_it(tmp
                             methods=["fedavg", "fedavg+ccvr"])
     report.write_report(tmp_path, study, run, command="test", started_unix_s=0.0, commit="abc123-dirty")
     rows = list(csv.DictReader(open(tmp_path / "runs.csv")))
-    assert rows and all(r["git_commit"] == "abc123" and r["git_dirty"] == "True" for r in rows)
+    assert rows and all(r["git_commit"] == "abc123-dirty" and r["git_dirty"] == "True" for r in rows)
     summary = json.loads((tmp_path / "summary.json").read_text())
     # the stand-in records no kernels: every finished run is listed (3 tuning trials x 2 seeds + 2 evaluation)
     assert summary["missing_provenance"]["git_commit"] == [] and len(summary["missing_provenance"]["kernels"]) == 8
@@ -304,3 +304,11 @@ def test_the_reproduce_command_resolves_to_the_shipped_runs_point(study, model, 
     assert run_id("bench.study", point) == row["run_id"].iloc[0]
     shipped = json.loads((folder / "grid" / "runs" / row["run_id"].iloc[0] / "point.json").read_text())
     assert shipped["config"] == json.loads(json.dumps(point))
+
+
+def test_the_reproduce_command_refuses_a_folder_without_a_study(tmp_path, capsys):
+    from bench.study.reproduce import main
+
+    assert main([str(tmp_path), "convnet", "iid", "fedavg", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds no summary.json" in err and not list(tmp_path.iterdir())

@@ -129,12 +129,13 @@ def runs_table(study: Study, runs: Sequence[MethodRun]) -> pd.DataFrame:
 
 
 def provenance(o: Outcome) -> dict[str, Any]:
-    """Where one run came from: the commit of the code that ran it and whether its tree had changes
-    (empty: recorded before runs recorded it), the CPU kernels it computed with (instruction set,
+    """Where one run came from: the commit of the code that ran it as recorded (``iokit.provenance``:
+    with "-dirty" when its tree had changes) and that flag on its own (empty: recorded before runs
+    recorded it), the CPU kernels it computed with (instruction set,
     threads, the variables that choose them; empty: not recorded) and the machine."""
     commit = o.git_commit or ""
     kernels = o.info.get("machine", {}).get("kernels")
-    return {"git_commit": commit.removesuffix("-dirty"), "git_dirty": commit.endswith("-dirty") if commit else None,
+    return {"git_commit": commit, "git_dirty": commit.endswith("-dirty") if commit else None,
             "kernels": json.dumps(kernels, sort_keys=True) if kernels else ""}
 
 
@@ -376,8 +377,9 @@ def _provenance_lines(summary: Mapping[str, Any]) -> list[str]:
              f"the code that trained it (`git_commit`, `git_dirty`), the CPU kernels (`kernels`) and the machine "
              f"(`cpu`, `host`, `torch_threads`). Of {total} runs:"]
     for what, ids in missing.items():
-        lines.append(f"* without `{what}`: {len(ids)}" + (f" (recorded before runs recorded it: {', '.join(ids)})"
-                                                          if ids else ""))
+        which = "" if not ids else " (all: recorded before runs recorded it)" if len(ids) == total else \
+            f" (recorded before runs recorded it: {', '.join(ids)})"
+        lines.append(f"* without `{what}`: {len(ids)}{which}")
     return lines
 
 

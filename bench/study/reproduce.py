@@ -45,28 +45,34 @@ def reference_point(folder: str | Path, model: str, setting: str, method: str, s
     raise ValueError(f"{folder}: no chosen run of {model} {setting} {training}; see its summary.json choices")
 
 
+@cli.command("interrupted; the run's folder under --out is incomplete: delete it and run again")
 def main(argv: list[str] | None = None) -> int:
     p = cli.Parser(prog="python -m bench.study.reproduce", description="Run one point of a study folder again.")
     p.add_argument("folder", help="a study's results folder, e.g. results/reference/digits")
     p.add_argument("model")
     p.add_argument("setting", help="iid or alpha=A, as in runs.csv")
     p.add_argument("method", help="a method of runs.csv, e.g. fedavg+spherefed+ffc")
-    p.add_argument("seed", type=int)
+    p.add_argument("seed", type=cli.int_in(0, 2**31 - 1))
     p.add_argument("--out", help="folder for the run (default: a new temporary folder)")
     args = p.parse_args(argv)
     import pandas as pd
 
     with cli.bad_input():
+        if not (Path(args.folder) / "summary.json").is_file():
+            raise ValueError(f"{args.folder} holds no summary.json: give a study's results folder, e.g. "
+                             "results/reference/digits")
         point = reference_point(args.folder, args.model, args.setting, args.method, args.seed)
+        rid = run_id(RUNNER, point)
+        out = Path(args.out or tempfile.mkdtemp(prefix="reproduce-")) / rid
+        if out.exists():
+            raise ValueError(f"--out {out.parent} already holds run {rid}; give another --out")
     from bench.grid.runners import resolve_runner
-
-    rid = run_id(RUNNER, point)
-    out = Path(args.out or tempfile.mkdtemp(prefix="reproduce-")) / rid
-    out.mkdir(parents=True, exist_ok=False)
     import torch
 
     torch.set_num_threads(1)  # as the study ran it: one torch thread per run (bench.study --workers)
-    metrics = resolve_runner(RUNNER).run(point, out)
+    out.mkdir(parents=True)
+    with cli.run_failure():
+        metrics = resolve_runner(RUNNER).run(point, out)
     runs = pd.read_csv(Path(args.folder) / "runs.csv")
     row = runs[(runs["model"] == args.model) & (runs["setting"] == args.setting) & (runs["method"] == args.method)
                & (runs["seed"] == args.seed)]
