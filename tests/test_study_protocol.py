@@ -82,6 +82,20 @@ def test_tost_agrees_with_scipy_one_sided_t_tests():
         assert e.p_high == pytest.approx(stats.ttest_1samp(d, 1.0, alternative="less").pvalue, rel=1e-9)
 
 
+def test_tost_is_the_90_percent_interval_inside_the_margin():
+    """An independent statement of the same test: equivalent at α = 0.05 exactly when the 90 % t
+    interval of the mean lies inside (-m, +m) (Schuirmann 1987)."""
+    rng = np.random.default_rng(11)
+    seen = set()
+    for _ in range(300):
+        d = rng.normal(rng.uniform(-1.5, 1.5), rng.uniform(0.05, 1.5), int(rng.integers(2, 7)))
+        ci = estimate(d, confidence=0.90)
+        inside = -1.0 < ci.low and ci.high < 1.0
+        assert tost(d, 1.0).equivalent == inside
+        seen.add(inside)
+    assert seen == {True, False}
+
+
 @pytest.mark.parametrize("a, b, margin, verdict", [
     # d = 0.2, 0.4, 0.6: interval 0.4 ± 4.302653 x 0.115470 = [-0.097, +0.897] includes 0; TOST p 0.0175
     ([90.2, 90.4, 90.6], [90.0] * 3, 1.0, "equivalent within ± 1"),
@@ -215,6 +229,8 @@ def test_every_run_records_its_provenance_and_the_report_lists_what_lacks_it(tmp
     cell = next(c for c in summary["cells"] if c["method"] == "fedavg+ccvr")
     assert cell["verdict_vs_base"] == "equivalent within ± 2" and cell["equivalence_vs_base"]["margin_pts"] == 2.0
     assert "+0.00 [+0.00, +0.00]: equivalent within ± 2" in table
+    # bytes: the stand-in's curve ends at 1,000 x 4 rounds = 4,000 B for both labels of the one run
+    assert (cell["bytes"], cell["bytes_vs_base"]) == (4000.0, 1.0) and "| 0.0 (× 1.000) |" in table
 
 
 @pytest.mark.parametrize("changes, message", [
@@ -312,3 +328,50 @@ def test_the_reproduce_command_refuses_a_folder_without_a_study(tmp_path, capsys
     assert main([str(tmp_path), "convnet", "iid", "fedavg", "0"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "holds no summary.json" in err and not list(tmp_path.iterdir())
+
+
+# ----------------------------------------------------------------------------- the double head's local test mode
+
+
+def test_local_test_accuracy_by_hand():
+    """Three classes, features = the input; the global head outputs 0 (softmax 1/3 each). Client 0
+    holds classes 0 and 1, its local head 10 x the input: softmax(10, 0, 0) = 0.99991 > 1/3, so Eq. 3
+    picks its local head's argmax, the true class: 2 of 2 right. Client 1 holds class 2 only and its
+    local head always says 0 (bias 10): 0 of its 2 test samples. Client 2 never trained (no local
+    parts): left out. Mean over clients 0 and 1: (1 + 0) / 2 = 0.5."""
+    import torch
+    from torch import nn
+
+    from workloads.fl.methods.doublehead import local_test_accuracy
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.features = nn.Identity()
+            self.classifier = nn.Linear(3, 3)
+            self.local_classifier = nn.Linear(3, 3)
+
+    net = Net()
+    zero = {k: torch.zeros_like(v) for k, v in net.state_dict().items()}
+    own0 = {"local_classifier.weight": 10 * torch.eye(3), "local_classifier.bias": torch.zeros(3)}
+    own1 = {"local_classifier.weight": torch.zeros(3, 3), "local_classifier.bias": torch.tensor([10.0, 0, 0])}
+    test_x, test_y = torch.eye(3)[[0, 1, 2, 2]], torch.tensor([0, 1, 2, 2])
+    acc = local_test_accuracy(net, zero, {0: own0, 1: own1}, [[0, 1, 1], [2, 2], [0]], lambda i: test_x[i], test_y)
+    assert acc == pytest.approx(0.5)
+    assert local_test_accuracy(net, zero, {}, [[0]], lambda i: test_x[i], test_y) is None
+
+
+def test_a_double_head_run_reports_its_local_test_accuracy_and_others_none():
+    from fl_standins import TinyNet, blobs
+
+    from workloads.fl.hparams import FLConfig, Hparams
+    from workloads.fl.loop import run_method
+    from workloads.fl.methods import parse_method
+    from workloads.fl.partition import dirichlet_partition
+
+    train, test = blobs(120), blobs(40, seed=1)
+    parts = dirichlet_partition(train.y.numpy(), 3, 0.5, min_size=5, seed=0)
+    cfg, hp = FLConfig(dataset="blobs", num_clients=3, rounds=2), Hparams(lr=0.05, local_epochs=1, batch_size=16)
+    results = {m: run_method(parse_method(m), model_fn=TinyNet, train=train, test=test, parts=parts, cfg=cfg, hp=hp)
+               for m in ("doublehead", "fedavg")}
+    assert 0.0 <= results["doublehead"].local_accuracy <= 1.0 and results["fedavg"].local_accuracy is None

@@ -117,6 +117,7 @@ def runs_table(study: Study, runs: Sequence[MethodRun]) -> pd.DataFrame:
         rows.append({"model": r.model, "setting": r.setting.label, "method": r.method, "seed": r.seed,
                      **{k: r.trial.get(k) for k in keys},
                      "final_accuracy_pct": 100 * acc[-1], "best_accuracy_pct": 100 * max(acc), "best_round": best_round,
+                     "final_local_accuracy_pct": _pct(r.outcome.info.get("local_accuracy")),
                      "final_val_accuracy_pct": _pct(val[-1] if val else None),
                      "best_val_accuracy_pct": _pct(max(val) if val else None),
                      "verdict": v.verdict, "converged": v.converged, "gain_pct": v.gain_pct, "spread_pct": v.spread_pct,
@@ -200,6 +201,7 @@ def cells(study: Study, runs_df: pd.DataFrame, tta_df: pd.DataFrame) -> list[dic
             here = runs_df[(runs_df["model"] == model) & (runs_df["setting"] == setting.label)] if len(runs_df) else runs_df
             base = here[here["method"] == study.base] if len(here) else here
             base_final = dict(zip(base["seed"], base["final_accuracy_pct"])) if len(base) else {}
+            base_bytes = float(base["bytes"].mean()) if len(base) else None
             for method in study.methods:
                 mine = here[here["method"] == method] if len(here) else here
                 if not len(mine):
@@ -210,7 +212,11 @@ def cells(study: Study, runs_df: pd.DataFrame, tta_df: pd.DataFrame) -> list[dic
                         "seeds": sorted(int(s) for s in mine["seed"]),
                         "final_accuracy_pct": _estimate(estimate(list(final.values()))),
                         "best_accuracy_pct": _estimate(estimate(list(mine["best_accuracy_pct"]))),
+                        **({"local_accuracy_pct": _estimate(estimate(list(mine["final_local_accuracy_pct"])))}
+                           if mine["final_local_accuracy_pct"].notna().all() else {}),
                         "converged": int(mine["converged"].sum()),
+                        "bytes": float(mine["bytes"].mean()),
+                        "bytes_vs_base": float(mine["bytes"].mean()) / base_bytes if base_bytes else None,
                         "verdicts": {str(k): int(v) for k, v in mine["verdict"].value_counts().items()}}
                 if method != study.base and base_final and set(final) & set(base_final):
                     d = paired_difference(final, base_final)
@@ -331,6 +337,17 @@ def table_markdown(study: Study, summary: Mapping[str, Any]) -> str:
                    + (f": {c['verdict_vs_base']}" if c.get("verdict_vs_base") else ""))
     lines += ["", "## Final test accuracy (%): mean [95 % Student-t interval]", ""]
     lines += _grid(study, cells_, lambda c: _interval(c.get("final_accuracy_pct")) if c.get("n") else "—")
+    if any("local_accuracy_pct" in c for c in cells_):
+        lines += ["", "## Local test accuracy (%), mean ± std: the double head's local test mode", "",
+                  "Each client's model (the global weights with its own local head and unshared layers, "
+                  "predicting by both heads) on the test samples of the classes it holds, averaged over the "
+                  "clients that trained (docs/study.md); — for methods without local parts.", ""]
+        lines += _grid(study, cells_, lambda c: "—" if "local_accuracy_pct" not in c else
+                       f"{c['local_accuracy_pct']['mean']:.2f}" + (f" ± {c['local_accuracy_pct']['std']:.2f}"
+                                                                  if c['local_accuracy_pct']['std'] is not None else ""))
+    lines += ["", f"## Communication: bytes exchanged per run (MB, modeled, mean over seeds), × {study.base}'s", ""]
+    lines += _grid(study, cells_, lambda c: "—" if not c.get("n") else f"{c['bytes'] / 1e6:.1f}"
+                   + (f" (× {c['bytes_vs_base']:.3f})" if c.get("bytes_vs_base") is not None else ""))
     lines += ["", "## Best test accuracy over the rounds (%), mean ± std", ""]
     lines += _grid(study, cells_, lambda c: "—" if not c.get("n") else f"{c['best_accuracy_pct']['mean']:.2f}"
                    + (f" ± {c['best_accuracy_pct']['std']:.2f}" if c['best_accuracy_pct']['std'] is not None else ""))

@@ -235,5 +235,9 @@ def run_point(point: Mapping[str, Any], out_dir: Path) -> dict[str, float]:
     info = {"wall_s": outcome.wall_s, "pricing_wall_s": outcome.pricing_wall_s, "machine": machine_info(),
             "execution": p.execution.describe(), "train_samples": len(data.inputs.train),
             "val_samples": 0 if data.inputs.val is None else len(data.inputs.val),
-            "test_samples": len(data.inputs.test), "partition_sizes": [len(x) for x in data.inputs.parts]}
-    return write_run(out_dir, curve, info)
+            "test_samples": len(data.inputs.test), "partition_sizes": [len(x) for x in data.inputs.parts],
+            "local_accuracy": result.local_accuracy}
+    metrics = write_run(out_dir, curve, info)
+    if result.local_accuracy is not None:  # double head's local test mode (docs/study.md)
+        metrics[f"{p.method.name}.local_accuracy"] = result.local_accuracy
+    return metrics
