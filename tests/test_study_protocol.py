@@ -369,9 +369,9 @@ def test_a_double_head_run_reports_its_local_test_accuracy_and_others_none():
     from workloads.fl.methods import parse_method
     from workloads.fl.partition import dirichlet_partition
 
-    train, test = blobs(120), blobs(40, seed=1)
+    train, test = blobs(60), blobs(20, seed=1)
     parts = dirichlet_partition(train.y.numpy(), 3, 0.5, min_size=5, seed=0)
-    cfg, hp = FLConfig(dataset="blobs", num_clients=3, rounds=2), Hparams(lr=0.05, local_epochs=1, batch_size=16)
+    cfg, hp = FLConfig(dataset="blobs", num_clients=3, rounds=1), Hparams(lr=0.05, local_epochs=1, batch_size=16)
     results = {m: run_method(parse_method(m), model_fn=TinyNet, train=train, test=test, parts=parts, cfg=cfg, hp=hp)
                for m in ("doublehead", "fedavg")}
     assert 0.0 <= results["doublehead"].local_accuracy <= 1.0 and results["fedavg"].local_accuracy is None
