@@ -95,6 +95,15 @@ def test_figures_put_the_run_beside_the_reference_seeds(refs):
     assert all(p["verdict"] == "the reference's own seed-0 run: not new evidence" for p in figures["pairs"])
     text = reference.format_reference("mobilenetv2", figures, accuracy, quick_fl())
     assert "not new evidence" in text and f"lr {jobs[0].hp.lr:g}" in text and "seed spread" not in text
+    # the same seed on another device (or other execution options) is not the reference's run
+    from workloads.fl.execution import Execution
+
+    point = next(c["point"] for c in quick.summary["choices"] if c["point"])
+    same = reference.reference_figures("mobilenetv2", names, jobs, accuracy, quick_fl(), refs,
+                                       Execution(**point["execution"]))
+    other = reference.reference_figures("mobilenetv2", names, jobs, accuracy, quick_fl(), refs,
+                                        Execution(**{**point["execution"], "channels_last": False}))
+    assert all(p["is_reference_run"] for p in same["pairs"]) and not any(p["is_reference_run"] for p in other["pairs"])
 
 
 def test_a_new_seed_is_judged_by_the_prediction_interval_of_the_reference_seeds(refs):

@@ -101,12 +101,14 @@ def covering_choice(ref: Reference, model: str, fl: FLConfig, method: MethodConf
     return None
 
 
-def reruns_choice(ref: Reference, model: str, fl: FLConfig, job) -> bool:
+def reruns_choice(ref: Reference, model: str, fl: FLConfig, job, execution=None) -> bool:
     """Whether ``job`` on ``fl`` has exactly the settings of the study's chosen runs but the seed
-    (the chosen values included: same learning rate, same configuration); with a seed the study
-    ran, it then *is* that run of the study."""
+    (the chosen values included: same learning rate, same configuration, and, when ``execution``
+    is given, the same device and execution options); with a seed the study ran, it then *is* that
+    run of the study."""
     choice = covering_choice(ref, model, fl, job.method, job.hp)
-    return choice is not None and all(getattr(job.hp, k) == v for k, v in choice["trial"].items())
+    return choice is not None and all(getattr(job.hp, k) == v for k, v in choice["trial"].items()) and (
+        execution is None or asdict(execution) == choice["point"]["execution"])
 
 
 def covering(refs: Sequence[Reference], model: str, fl: FLConfig, method: MethodConfig, hp):
@@ -142,8 +144,9 @@ def _finite(value: Any) -> float | None:
 
 
 def reference_figures(model: str, names: Sequence[str], jobs: Sequence, accuracy: Mapping[str, Mapping],
-                      fl: FLConfig, refs: Sequence[Reference]) -> dict[str, Any] | None:
-    """What ``bench.run`` reports beside its own accuracies (module doc); None when no study covers the run."""
+                      fl: FLConfig, refs: Sequence[Reference], execution=None) -> dict[str, Any] | None:
+    """What ``bench.run`` reports beside its own accuracies (module doc); None when no study covers the
+    run. ``execution``: the run's (``workloads.fl.execution.Execution``), for ``reruns_choice``."""
     job_of = {n: next(j for j in jobs if training_name(j.method) == training_name(parse_method(study_label(n))))
               for n in names}
     ref = None
@@ -170,7 +173,7 @@ def reference_figures(model: str, names: Sequence[str], jobs: Sequence, accuracy
                       "prediction_low": None if pi is None else pi.low, "prediction_high": None if pi is None else pi.high,
                       "converged": cell["converged"], "verdicts": cell["verdicts"], "lr": job_of[n].hp.lr,
                       "same_seed_pct": float(own["final_accuracy_pct"].iloc[0]) if len(own) else None,
-                      "is_reference_run": len(own) > 0 and reruns_choice(ref, model, fl, job_of[n])}
+                      "is_reference_run": len(own) > 0 and reruns_choice(ref, model, fl, job_of[n], execution)}
     pairs = []
     for a, b in COMPARED:
         if a in names and b in names and a in accuracy and b in accuracy:

@@ -12,7 +12,8 @@ Two methods on the same seeds (a study's paired differences d_s = a_s - b_s, ``b
 One new run against a reference's seeds (``bench.run``'s run beside a reference study):
 
 * ``the reference's own seed-s run: not new evidence``: the run has a reference seed's seed and
-  settings (same learning rate, same configuration): it repeats that run and proves nothing new;
+  settings (same learning rate, same configuration, same device and execution options): it
+  repeats that run and proves nothing new;
 * ``inside the reference's 95 % prediction interval for a new seed [lo, hi]``;
 * ``outside the reference's 95 % prediction interval for a new seed [lo, hi]``: unlikely to be
   another seed of the same setting (another machine's kernels, or a change in the code).
