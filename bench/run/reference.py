@@ -170,7 +170,8 @@ def reference_figures(model: str, names: Sequence[str], jobs: Sequence, accuracy
         pi = prediction_interval(per_seed) if len(per_seed) >= 2 else None
         methods[n] = {"mean": final["mean"], "std": _finite(final["std"]), "n": cell["n"],
                       "ci_low": _finite(final["ci_low"]), "ci_high": _finite(final["ci_high"]),
-                      "prediction_low": None if pi is None else pi.low, "prediction_high": None if pi is None else pi.high,
+                      "prediction_low": None if pi is None else pi.low,
+                      "prediction_high": None if pi is None else pi.high,
                       "converged": cell["converged"], "verdicts": cell["verdicts"], "lr": job_of[n].hp.lr,
                       "same_seed_pct": float(own["final_accuracy_pct"].iloc[0]) if len(own) else None,
                       "is_reference_run": len(own) > 0 and reruns_choice(ref, model, fl, job_of[n], execution)}
@@ -273,7 +274,8 @@ def format_reference(model: str, figures: Mapping[str, Any] | None, accuracy: Ma
         lines.append(f"  {n:<10} {own:6.1f} % ({lr}reference {v['mean']:.1f}{spread} %, n={v['n']})"
                      + (f": {verdict}" if verdict else ""))
     for p in figures["pairs"]:
-        ci = "" if p["reference_ci_low"] is None else f", 95 % interval [{p['reference_ci_low']:+.2f}, {p['reference_ci_high']:+.2f}]"
+        ci = "" if p["reference_ci_low"] is None else \
+            f", 95 % interval [{p['reference_ci_low']:+.2f}, {p['reference_ci_high']:+.2f}]"
         lines.append(f"  {p['method']} - {p['versus']}: {p['difference_pct']:+.2f} points here; reference "
                      f"{p['reference_mean_pct']:+.2f} (n={p['n']}{ci}): {p['verdict']}")
     unconverged = {n: v for n, v in figures["methods"].items() if v["converged"] < v["n"]}

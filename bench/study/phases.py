@@ -40,9 +40,12 @@ class Planned:
     seed: int
     config: Mapping[str, Any]  # the runner's point (bench.study.runner)
 
+    def values(self) -> str:
+        """The searched values, e.g. ``lr=0.05``."""
+        return " ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in self.trial.items())
+
     def describe(self) -> str:
-        values = " ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in self.trial.items())
-        return f"{self.model} {self.setting.label} {self.config['method']} {values} seed={self.seed}"
+        return f"{self.model} {self.setting.label} {self.config['method']} {self.values()} seed={self.seed}"
 
 
 @dataclass(frozen=True)
@@ -224,7 +227,8 @@ def extension_plan(study: Study, ex: Execution, choices: Mapping[tuple[str, str,
                       if (o.planned.model, o.planned.setting.label, o.planned.training) == (model, label, training)]
             state, value = extension_value(study.search[training][k], values, c.trial[k], study.extend_steps)
             trial = {**c.trial, k: value}
-            if state != "extend" or (model, label, training, _key(trial)) in tried or not _valid(study, training, trial):
+            if state != "extend" or (model, label, training, _key(trial)) in tried \
+                    or not _valid(study, training, trial):
                 continue
             hp = study.hparams(study.job(training), trial)
             for seed in study.tuning_seeds:
@@ -270,8 +274,7 @@ def run_study(study: Study, out: str | Path, *, backend: str = "local", workers:
         if not more:
             break
         for line in sorted({f"{p.model} {p.setting.label} {p.training}: beyond the grid's edge, "
-                            + ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in p.trial.items())
-                            for p in more}):
+                            + p.values() for p in more}):
             say(f"extend {line}" + ("" if execute else " (not run: the report reads the folder only)"))
         tuned += run_phase(more, "tune")
         choices = choices_from(study, tuned)

@@ -322,7 +322,8 @@ def table_markdown(study: Study, summary: Mapping[str, Any]) -> str:
              f"In parentheses: the mean paired change against {study.base} (same seeds: same partition, same initial "
              "weights). †: not every seed's curve converged: the plateau rule "
              f"(last {study.plateau.last_rounds} rounds' mean within {study.plateau.tolerance_pct:g} point(s) of the "
-             f"{study.plateau.last_rounds} before, and within {2 * study.plateau.tolerance_pct:g} of each other) failed "
+             f"{study.plateau.last_rounds} before, and within {2 * study.plateau.tolerance_pct:g} of each other) "
+             "failed "
              f"on the rounds run at >= {100 * study.plateau.rate_fraction:g} % of the peak learning rate or on the "
              "last rounds (docs/study.md): a comparison of unconverged runs.", ""]
     lines += _grid(study, cells_, lambda c: _cell_text(c, study))
@@ -342,9 +343,8 @@ def table_markdown(study: Study, summary: Mapping[str, Any]) -> str:
                   "Each client's model (the global weights with its own local head and unshared layers, "
                   "predicting by both heads) on the test samples of the classes it holds, averaged over the "
                   "clients that trained (docs/study.md); — for methods without local parts.", ""]
-        lines += _grid(study, cells_, lambda c: "—" if "local_accuracy_pct" not in c else
-                       f"{c['local_accuracy_pct']['mean']:.2f}" + (f" ± {c['local_accuracy_pct']['std']:.2f}"
-                                                                  if c['local_accuracy_pct']['std'] is not None else ""))
+        lines += _grid(study, cells_,
+                       lambda c: _mean_std(c["local_accuracy_pct"]) if "local_accuracy_pct" in c else "—")
     lines += ["", f"## Communication: bytes exchanged per run (MB, modeled, mean over seeds), × {study.base}'s", ""]
     lines += _grid(study, cells_, lambda c: "—" if not c.get("n") else f"{c['bytes'] / 1e6:.1f}"
                    + (f" (× {c['bytes_vs_base']:.3f})" if c.get("bytes_vs_base") is not None else ""))
@@ -398,6 +398,10 @@ def _provenance_lines(summary: Mapping[str, Any]) -> list[str]:
             f" (recorded before runs recorded it: {', '.join(ids)})"
         lines.append(f"* without `{what}`: {len(ids)}{which}")
     return lines
+
+
+def _mean_std(e: Mapping[str, Any]) -> str:
+    return f"{e['mean']:.2f}" + (f" ± {e['std']:.2f}" if e["std"] is not None else "")
 
 
 def _commits_text(counts: Mapping[str, int]) -> str:
@@ -483,7 +487,8 @@ def build_summary(study: Study, run: StudyRun, runs_df: pd.DataFrame, tta_df: pd
     return {"format": FORMAT_NAME, "version": FORMAT_VERSION, "command": command, "git_commit": commit,
             "study": study.describe(), "setting_note": _setting_note(study),
             "execution": execution(study).describe(), "machine": machine_info(), "run_machines": _machines(run),
-            "run_commits": run_commits(run), "missing_provenance": missing_provenance(run), "torch": torch.__version__, "wall": _wall(run, started_unix_s),
+            "run_commits": run_commits(run), "missing_provenance": missing_provenance(run), "torch": torch.__version__,
+            "wall": _wall(run, started_unix_s),
             "counts": counts, "failures": failures,
             "choices": choices, "cells": cells(study, runs_df, tta_df)}
 

@@ -12,7 +12,7 @@ method takes its training method's choice. Test accuracy is never read here: ``s
 A choice at the edge of its grid is not a tuned optimum: a value beyond the edge may score
 higher. So the search extends (``extension_value``, ``edge_status``): while the chosen value of a
 numeric key is the smallest or largest tried, the next value on that side, the edge value times
-the grid's own ratio at that edge (0.05 after [0.1, 0.2, 0.4], 0.8 before them: geometric), runs
+the grid's own ratio at that edge (0.05 below [0.1, 0.2, 0.4], 0.8 above it: geometric), runs
 on every tuning seed, the other keys at their chosen values, and the choice is made again over
 every trial. It stops when the choice is interior ("interior"), when ``extend_steps`` values have
 been added on that side ("bound": the stated bound), when the next value failed (a diverged run:

@@ -80,8 +80,8 @@ def local_test_accuracy(model: nn.Module, weights: dict, local_states: dict, cli
         if not len(idx):
             continue
         model.load_state_dict({**weights, **own})
-        correct = sum(int((double_head_predict(model, test_x_of(idx[s:s + batch_size])) == test_y[idx[s:s + batch_size]]).sum())
-                      for s in range(0, len(idx), batch_size))
+        batches = (idx[s:s + batch_size] for s in range(0, len(idx), batch_size))
+        correct = sum(int((double_head_predict(model, test_x_of(b)) == test_y[b]).sum()) for b in batches)
         accuracies.append(correct / len(idx))
     model.train(was_training)
     return sum(accuracies) / len(accuracies) if accuracies else None
