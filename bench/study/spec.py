@@ -14,14 +14,13 @@ A study file (TOML) declares, before anything runs::
     holdout_fraction = 0.15               # validation hold-out (SphereFed Sec. 5.1: 15 %)
     seeds = [0, 1, 2]                     # evaluation seeds (paired: same partition and initial weights)
     tuning_seeds = [100]                  # seeds the search runs on (validation accuracy only)
+    equivalence_margin_pts = 1.0          # optional: TOST margin of "equivalent within ± m" (default 1)
+    dataset = "cifar10"                   # optional: else the preset's; a folder dataset needs --data-dir
 
     [search.fedavg]                       # one table per training method: candidate values of Hparams fields
     lr = [0.025, 0.05, 0.1]
     [search.spherefed]
     lr = [0.25, 0.5, 1.0]
-
-    equivalence_margin_pts = 1.0          # optional: TOST margin of "equivalent within ± m" (default 1)
-    dataset = "cifar10"                   # optional: else the preset's; a folder dataset needs --data-dir
 
     [tuning]
     last_rounds = 3                       # score: mean validation accuracy of the last 3 rounds
@@ -48,9 +47,9 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
+from bench.study.stats import DEFAULT_EQUIVALENCE_MARGIN_PTS
 from iokit import checks
 from iokit.toml import read_toml
-from bench.study.stats import DEFAULT_EQUIVALENCE_MARGIN_PTS
 from workloads.fl.data import DATASETS
 from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.methods import MethodConfig, parse_method
@@ -64,8 +63,8 @@ REQUIRED = ("name", "preset", "models", "methods", "base", "rounds", "seeds", "t
 SAFE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")
 SEARCH_KEYS = tuple(f.name for f in fields(Hparams))
 DEFAULT_HOLDOUT_FRACTION = 0.15  # SphereFed Sec. 5.1: "we use 15 % of training data for validation"
-DEFAULT_RATE_FRACTION = 0.5  # bench.study.curves.converged: our choice (docs/study.md)
-DEFAULT_EXTEND_STEPS = 3  # bench.study.tuning.extension: geometric steps beyond an edge, our choice
+DEFAULT_RATE_FRACTION = 0.5  # bench.study.curves.convergence's high-rate part: our choice (docs/study.md)
+DEFAULT_EXTEND_STEPS = 3  # bench.study.tuning.extension_value: geometric steps beyond an edge, our choice
 
 
 class StudyError(ValueError):
