@@ -47,3 +47,29 @@ def opposite(point: dict, out_dir: Path) -> dict:
                           "cum_device_s": 1.0 * rounds + 0.5, "cum_energy_j": 2.0 * rounds + 1,
                           "cum_bytes": 1000.0 * rounds + 500})
     return write_run(out_dir, curve, {"machine": {"host": "stand-in", "cpu": "none"}, "wall_s": 0.0})
+
+
+PEAK_LR = 0.8
+DIVERGES_ABOVE_LR = 1.0
+
+
+def peaked_accuracy(lr: float, seed: int, t: int, rounds: int) -> float:
+    """Validation (and test) accuracy of round ``t`` for ``peaked``: 0.9 at lr = PEAK_LR, 0.05 less per
+    factor of 2 away from it squared, plus 0.01 x (seed mod 3), ramping linearly over the rounds."""
+    import math
+
+    return (0.9 - 0.05 * math.log2(lr / PEAK_LR) ** 2 + 0.01 * (seed % 3)) * t / rounds
+
+
+@grid_runner("tests.study_peaked")
+def peaked(point: dict, out_dir: Path) -> dict:
+    """A stand-in whose best learning rate (PEAK_LR) lies above the tests' grids, and whose runs fail
+    (a diverged run) above DIVERGES_ABOVE_LR when the point's weight_decay is 0.5 (a marker)."""
+    lr, seed, rounds = point["hparams"]["lr"], point["seed"], point["fl"]["rounds"]
+    if point["hparams"]["weight_decay"] == 0.5 and lr > DIVERGES_ABOVE_LR:
+        raise FloatingPointError(f"loss is nan at lr {lr} (stand-in divergence)")
+    curve = [{"method": label, "round": t, "stage": "train", "lr": lr, "mean_loss": 1.0 / t,
+              "accuracy": peaked_accuracy(lr, seed, t, rounds), "val_accuracy": peaked_accuracy(lr, seed, t, rounds),
+              "cum_wall_s": 10.0 * t, "cum_device_s": 1.0 * t, "cum_energy_j": 2.0 * t, "cum_bytes": 1000.0 * t}
+             for label in labels_of(parse_method(point["method"])) for t in range(1, rounds + 1)]
+    return write_run(out_dir, curve, {"machine": {"host": "stand-in", "cpu": "none"}, "wall_s": 0.0})

@@ -1,6 +1,6 @@
 """bench.run's use of the shipped reference studies (bench/run/reference.py, issue 23 item 4): which
 study covers a run, the learning rates it hands over, the fixed time-to-accuracy target, and the
-"not a difference at this budget" verdict."""
+verdict: the reference's own seed run (not new evidence) or the prediction interval for a new seed."""
 
 from __future__ import annotations
 
@@ -90,10 +90,47 @@ def test_figures_put_the_run_beside_the_reference_seeds(refs):
     assert figures["methods"]["fedavg"]["mean"] == pytest.approx(fedavg.mean())
     assert figures["methods"]["fedavg"]["std"] == pytest.approx(fedavg.std())  # sample std (n - 1)
     pair = next(p for p in figures["pairs"] if (p["method"], p["versus"]) == ("ccvr", "fedavg"))
-    # CCVR - FedAvg is 0 here; the reference's per-seed differences have a positive spread: within it
-    assert pair["difference_pct"] == 0.0 and pair["within_seed_spread"]
+    # seed 0 with the study's chosen rates and settings: this run *is* the reference's seed-0 run
+    assert pair["difference_pct"] == 0.0 and pair["is_reference_run"] and pair["inside_prediction"] is None
+    assert all(p["verdict"] == "the reference's own seed-0 run: not new evidence" for p in figures["pairs"])
     text = reference.format_reference("mobilenetv2", figures, accuracy, quick_fl())
-    assert "not a difference at this budget" in text and f"lr {jobs[0].hp.lr:g}" in text
+    assert "not new evidence" in text and f"lr {jobs[0].hp.lr:g}" in text and "seed spread" not in text
+    # the same seed on another device (or other execution options) is not the reference's run
+    from workloads.fl.execution import Execution
+
+    point = next(c["point"] for c in quick.summary["choices"] if c["point"])
+    same = reference.reference_figures("mobilenetv2", names, jobs, accuracy, quick_fl(), refs,
+                                       Execution(**point["execution"]))
+    other = reference.reference_figures("mobilenetv2", names, jobs, accuracy, quick_fl(), refs,
+                                        Execution(**{**point["execution"], "channels_last": False}))
+    assert all(p["is_reference_run"] for p in same["pairs"]) and not any(p["is_reference_run"] for p in other["pairs"])
+
+
+def test_a_new_seed_is_judged_by_the_prediction_interval_of_the_reference_seeds(refs):
+    """Seed 7 is no seed of digits-quick: this run's difference is set against mean ± t s √(1 + 1/n)
+    of the reference's per-seed differences, recomputed here from its runs.csv."""
+    import math
+
+    from scipy import stats
+
+    quick = next(r for r in refs if r.name == "digits-quick")
+    names = ["fedavg", "spherefed", "ccvr", "ffc"]
+    fl = quick_fl(seed=7)
+    jobs, _ = reference.tune([job("fedavg+ccvr"), job("spherefed+ffc")], "mobilenetv2", fl, refs)
+    runs = quick.runs[quick.runs["model"] == "mobilenetv2"]
+    by = lambda m: runs[runs["method"] == m].set_index("seed")["final_accuracy_pct"]  # noqa: E731
+    d = (by("fedavg+spherefed") - by("fedavg")).to_numpy()
+    half = stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) * math.sqrt(1 + 1 / len(d))
+    low, high = d.mean() - half, d.mean() + half
+    for here, inside in ((high - 0.01, True), (high + 0.01, False)):
+        accuracy = {"fedavg": {"accuracy_pct": 80.0}, "ccvr": {"accuracy_pct": 80.0},
+                    "spherefed": {"accuracy_pct": 80.0 + here}, "ffc": {"accuracy_pct": 90.0}}
+        figures = reference.reference_figures("mobilenetv2", names, jobs, accuracy, fl, refs)
+        pair = next(p for p in figures["pairs"] if (p["method"], p["versus"]) == ("spherefed", "fedavg"))
+        assert not pair["is_reference_run"] and pair["inside_prediction"] is inside
+        assert (pair["prediction_low"], pair["prediction_high"]) == pytest.approx((low, high), abs=1e-9)
+        assert pair["verdict"] == ("inside" if inside else "outside") + (
+            f" the reference's 95 % prediction interval for a new seed [{low:+.1f}, {high:+.1f}]")
 
 
 CONVERGED = [("convnet", "digits"), ("mobilenetv2", "digits-mobilenetv2")]

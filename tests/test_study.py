@@ -30,7 +30,8 @@ def study_doc(**changes) -> dict:
     doc = {"name": "t", "preset": "quick", "models": ["convnet"], "methods": ["fedavg", "spherefed", "fedavg+ccvr"],
            "base": "fedavg", "alphas": [0.5], "rounds": 6, "seeds": [0, 1, 2], "tuning_seeds": [7],
            "search": {"fedavg": {"lr": [0.05, 0.1, 0.2]}, "spherefed": {"lr": [0.5, 1.0]}},
-           "convergence": {"last_rounds": 2}, "targets": {"accuracy_pct": [50.0], "base_validation_fraction": 0.9}}
+           "convergence": {"last_rounds": 2}, "targets": {"accuracy_pct": [50.0], "base_validation_fraction": 0.9},
+           "tuning": {"extend_steps": 0}}  # the edge extension: tests/test_study_protocol.py
     doc.update(changes)
     return doc
 
@@ -203,7 +204,7 @@ def test_number_formats_run_at_the_fp32_choice_and_are_compared_with_fp32(tmp_pa
     assert "paired_difference_vs_fp32_pct" not in next(c for c in summary["cells"] if c["setting"] == "alpha=0.5")
     table = (tmp_path / "table.md").read_text()
     assert "## Number formats: paired difference against FP32" in table
-    assert "| convnet | fedavg | **-5.00 [-5.00, -5.00]** | **-2.00 [-2.00, -2.00]** |" in table
+    assert "| convnet | fedavg | **-5.00 [-5.00, -5.00]**: different | **-2.00 [-2.00, -2.00]**: different |" in table
     runs = pd.read_csv(tmp_path / "runs.csv")
     assert sorted(set(runs["number_format"])) == ["bfp_m2_g16", "bfp_m2_g16_sr", "fp32"]
 
@@ -368,6 +369,7 @@ lr = [0.05, 0.1]
 lr = [0.5]
 [tuning]
 last_rounds = 1
+extend_steps = 0            # no edge extension: 3 tuning runs (tests/test_study_protocol.py extends)
 [convergence]
 last_rounds = 1
 [targets]

@@ -8,9 +8,11 @@ hyper-parameters (``Hparams`` but the searched ones), so the two differ in the s
 
 * ``tune``: the run takes the study's chosen hyper-parameters (the learning rate);
 * ``reference_figures``: each method's reference mean ± std over the study's seeds, the reference's
-  paired differences (SphereFed vs FedAvg, CCVR vs FedAvg, FFC vs SphereFed) with the rule "two
-  methods whose difference in this run is within the seed spread of their paired difference (its
-  sample std over the reference's seeds) are not a difference at this budget", the plateau verdict
+  paired differences (SphereFed vs FedAvg, CCVR vs FedAvg, FFC vs SphereFed) and, for this run's
+  difference, the verdict against the t prediction interval for one new seed from the reference's
+  per-seed differences (``bench.study.stats.prediction_interval``; wording:
+  ``bench.study.verdicts``) -- or, when this run *is* one of the reference's seeds (same seed, same
+  learning rate, same configuration), that it is not new evidence; the convergence verdicts
   of the reference's seeds, and, from a study of the same setting run for more rounds (the
   converged reference), its mean curve and the round at which that curve reaches this run's
   accuracy: where on the converged curve this run stopped;
@@ -28,8 +30,9 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
+from bench.study import verdicts
 from bench.study.spec import Setting
-from bench.study.stats import paired_difference
+from bench.study.stats import Estimate, paired_difference, prediction_interval
 from workloads.cost.calibration import TRAINED_WITH
 from workloads.fl.hparams import FLConfig
 from workloads.fl.methods import CALIBRATIONS, MethodConfig, parse_method
@@ -98,6 +101,16 @@ def covering_choice(ref: Reference, model: str, fl: FLConfig, method: MethodConf
     return None
 
 
+def reruns_choice(ref: Reference, model: str, fl: FLConfig, job, execution=None) -> bool:
+    """Whether ``job`` on ``fl`` has exactly the settings of the study's chosen runs but the seed
+    (the chosen values included: same learning rate, same configuration, and, when ``execution``
+    is given, the same device and execution options); with a seed the study ran, it then *is* that
+    run of the study."""
+    choice = covering_choice(ref, model, fl, job.method, job.hp)
+    return choice is not None and all(getattr(job.hp, k) == v for k, v in choice["trial"].items()) and (
+        execution is None or execution.settings() == choice["point"]["execution"])
+
+
 def covering(refs: Sequence[Reference], model: str, fl: FLConfig, method: MethodConfig, hp):
     """(reference, choice) of the first study that covers the run exactly (module doc), or (None, None)."""
     for ref in refs:
@@ -131,8 +144,9 @@ def _finite(value: Any) -> float | None:
 
 
 def reference_figures(model: str, names: Sequence[str], jobs: Sequence, accuracy: Mapping[str, Mapping],
-                      fl: FLConfig, refs: Sequence[Reference]) -> dict[str, Any] | None:
-    """What ``bench.run`` reports beside its own accuracies (module doc); None when no study covers the run."""
+                      fl: FLConfig, refs: Sequence[Reference], execution=None) -> dict[str, Any] | None:
+    """What ``bench.run`` reports beside its own accuracies (module doc); None when no study covers the
+    run. ``execution``: the run's (``workloads.fl.execution.Execution``), for ``reruns_choice``."""
     job_of = {n: next(j for j in jobs if training_name(j.method) == training_name(parse_method(study_label(n))))
               for n in names}
     ref = None
@@ -152,10 +166,15 @@ def reference_figures(model: str, names: Sequence[str], jobs: Sequence, accuracy
             continue
         final = cell["final_accuracy_pct"]
         own = runs[(runs["method"] == study_label(n)) & (runs["seed"] == fl.seed)]
+        per_seed = list(runs[runs["method"] == study_label(n)]["final_accuracy_pct"])
+        pi = prediction_interval(per_seed) if len(per_seed) >= 2 else None
         methods[n] = {"mean": final["mean"], "std": _finite(final["std"]), "n": cell["n"],
                       "ci_low": _finite(final["ci_low"]), "ci_high": _finite(final["ci_high"]),
+                      "prediction_low": None if pi is None else pi.low,
+                      "prediction_high": None if pi is None else pi.high,
                       "converged": cell["converged"], "verdicts": cell["verdicts"], "lr": job_of[n].hp.lr,
-                      "same_seed_pct": float(own["final_accuracy_pct"].iloc[0]) if len(own) else None}
+                      "same_seed_pct": float(own["final_accuracy_pct"].iloc[0]) if len(own) else None,
+                      "is_reference_run": len(own) > 0 and reruns_choice(ref, model, fl, job_of[n], execution)}
     pairs = []
     for a, b in COMPARED:
         if a in names and b in names and a in accuracy and b in accuracy:
@@ -164,11 +183,19 @@ def reference_figures(model: str, names: Sequence[str], jobs: Sequence, accuracy
             if not (set(per_seed[a]) & set(per_seed[b])):
                 continue
             d = paired_difference(per_seed[a], per_seed[b])
+            seeds = sorted(set(per_seed[a]) & set(per_seed[b]))
+            pi = prediction_interval([per_seed[a][s] - per_seed[b][s] for s in seeds]) if len(seeds) >= 2 else None
             here = accuracy[a]["accuracy_pct"] - accuracy[b]["accuracy_pct"]
-            spread = 0.0 if math.isnan(d.std) else d.std
+            same = fl.seed in seeds and all(methods.get(m, {}).get("is_reference_run") for m in (a, b))
+            verdict = (verdicts.same_run(fl.seed) if same else "one reference seed: no verdict" if pi is None
+                       else verdicts.new_seed(here, pi))
             pairs.append({"method": a, "versus": b, "difference_pct": here, "reference_mean_pct": d.mean,
                           "reference_std_pct": _finite(d.std), "reference_ci_low": _finite(d.low),
-                          "reference_ci_high": _finite(d.high), "n": d.n, "within_seed_spread": abs(here) <= spread})
+                          "reference_ci_high": _finite(d.high), "n": d.n,
+                          "prediction_low": None if pi is None else pi.low,
+                          "prediction_high": None if pi is None else pi.high, "is_reference_run": same,
+                          "inside_prediction": None if same or pi is None else verdicts.inside(here, pi),
+                          "verdict": verdict})
     targets = ref.summary["study"]["targets"]["accuracy_pct"]
     return {"study": ref.name, "folder": _shown(ref.folder), "rounds": ref.rounds, "setting": setting,
             "machines": sorted({m.get("cpu", "?") for m in ref.summary.get("run_machines", [])}),
@@ -236,16 +263,21 @@ def format_reference(model: str, figures: Mapping[str, Any] | None, accuracy: Ma
     for n, v in figures["methods"].items():
         own = accuracy.get(n, {}).get("accuracy_pct")
         spread = f" ± {v['std']:.1f}" if v["std"] is not None else ""
-        same = f"; its seed-{fl.seed} run {v['same_seed_pct']:.1f} %" if v["same_seed_pct"] is not None else ""
         lr = f"lr {v['lr']:g}, " if v.get("lr") is not None else ""
-        lines.append(f"  {n:<10} {own:6.1f} % ({lr}reference {v['mean']:.1f}{spread} %, n={v['n']}{same})")
+        if v["is_reference_run"]:
+            verdict = f"{verdicts.same_run(fl.seed)} (there {v['same_seed_pct']:.1f} %)"
+        elif v["prediction_low"] is not None and own is not None:
+            verdict = verdicts.new_seed(own, Estimate(v["n"], v["mean"], v["std"] or 0.0, v["prediction_low"],
+                                                      v["prediction_high"]), signed=False)
+        else:
+            verdict = ""
+        lines.append(f"  {n:<10} {own:6.1f} % ({lr}reference {v['mean']:.1f}{spread} %, n={v['n']})"
+                     + (f": {verdict}" if verdict else ""))
     for p in figures["pairs"]:
-        std = p["reference_std_pct"]
-        verdict = (f"within the seed spread ({std:.1f}): not a difference at this budget" if p["within_seed_spread"]
-                   else f"beyond the seed spread ({0.0 if std is None else std:.1f})")
-        ci = "" if p["reference_ci_low"] is None else f", 95 % interval [{p['reference_ci_low']:+.1f}, {p['reference_ci_high']:+.1f}]"
-        lines.append(f"  {p['method']} - {p['versus']}: {p['difference_pct']:+.1f} points here; reference "
-                     f"{p['reference_mean_pct']:+.1f} (n={p['n']}{ci}): {verdict}")
+        ci = "" if p["reference_ci_low"] is None else \
+            f", 95 % interval [{p['reference_ci_low']:+.2f}, {p['reference_ci_high']:+.2f}]"
+        lines.append(f"  {p['method']} - {p['versus']}: {p['difference_pct']:+.2f} points here; reference "
+                     f"{p['reference_mean_pct']:+.2f} (n={p['n']}{ci}): {p['verdict']}")
     unconverged = {n: v for n, v in figures["methods"].items() if v["converged"] < v["n"]}
     if unconverged:
         conv = figures.get("converged_reference")
@@ -257,6 +289,6 @@ def format_reference(model: str, figures: Mapping[str, Any] | None, accuracy: Ma
                                is not None else "") for n, m in conv["methods"].items())
             where = (f"; the {conv['rounds']}-round reference {conv['study']} ends at {finals} %, and its mean curve "
                      f"reaches this run's accuracy: {', '.join(stops)} (of {conv['rounds']})")
-        lines.append(f"  not converged in {figures['rounds']} rounds (plateau rule on the reference's seeds: "
+        lines.append(f"  not converged in {figures['rounds']} rounds (convergence rule on the reference's seeds: "
                      + ", ".join(f"{n} {v['converged']}/{v['n']}" for n, v in unconverged.items()) + ")" + where)
     return "\n".join(lines)

@@ -3,11 +3,15 @@ validation hold-out, run the choice on several paired seeds, report mean ± std,
 intervals, paired differences against a base method, convergence and time-to-accuracy.
 
     python -m bench.study configs/studies/reference.toml [--out DIR] [--backend local|ray]
-                          [--workers N] [--address ADDR] [--retry-failed]
+                          [--workers N] [--address ADDR] [--retry-failed] [--data-dir DIR] [--report-only]
 
 Writes ``--out`` (default ``results/study-<name>``): ``runs.csv``, ``curves.csv``, ``tuning.csv``,
 ``tta.csv``, ``table.md``, ``summary.json``, ``curves_<model>.png``, the manifest, and ``grid/``
 (every run's folder: ``bench.grid``). Rerunning the same command resumes: finished runs are skipped.
+``--data-dir DIR``: the folder of the study's dataset (``dataset`` in the study file, else the
+preset's: CIFAR-10 / CIFAR-100 / TinyImageNet; not for the offline digits). Before the first run it
+prints the projected local-training time on this machine's device. ``--report-only``: train
+nothing, rebuild the report from the runs in ``--out`` (a run not there is reported missing).
 Bad input: one line, exit 2, nothing written. Exit 1 when an evaluation run failed.
 """
 
@@ -16,6 +20,7 @@ from __future__ import annotations
 import shlex
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from bench.grid.engine import BACKENDS, GridError, check_ray_address, validate_points
@@ -35,7 +40,47 @@ def parser() -> cli.Parser:
                    help="local backend: runs side by side in N processes of one torch thread each (default 1)")
     p.add_argument("--address", help="address of an existing Ray cluster (--backend ray)")
     p.add_argument("--retry-failed", action="store_true", help="run again the runs that failed before")
+    p.add_argument("--data-dir", metavar="DIR", help="folder of the study's dataset (CIFAR-10 / CIFAR-100 / "
+                   "TinyImageNet, as bench.fl reads it); not for the offline digits")
+    p.add_argument("--report-only", action="store_true", help="train nothing: rebuild the report from the runs "
+                   "already in --out")
     return p
+
+
+def check_data_dir(study, data_dir: str | None) -> None:
+    """The study's dataset and ``--data-dir`` agree (ValueError naming the fix)."""
+    dataset = study.fl(study.models[0], study.settings[0], 0).dataset
+    if dataset == "digits" and data_dir:
+        raise ValueError(f"--data-dir {data_dir}: the study's dataset is the offline digits, which ship with "
+                         "scikit-learn; leave --data-dir out (or set dataset = \"cifar10\" in the study file)")
+    if dataset != "digits" and not data_dir:
+        raise ValueError(f"the study's dataset is {dataset}: give its folder with --data-dir DIR (docs/data.md)")
+    if data_dir and not Path(data_dir).is_dir():
+        raise ValueError(f"--data-dir {data_dir} is not a folder; give the extracted dataset's folder or its parent")
+
+
+def projection_lines(study, ex, out: Path, workers: int) -> list[str]:
+    """The projected local training of the runs still to do (module doc), before the first starts."""
+    from bench.study.runner import projected_local_training_s
+    from workloads.fl.loop import duration_text
+
+    first = {t: study.trials(t)[0] for t in study.training_methods}
+    planned = phases.tuning_plan(study, ex) + phases.evaluation_plan(
+        study, ex, {(m, s.label, t): phases.Choice(first[t], None, ()) for m in study.models
+                    for s in study.settings for t in study.training_methods})
+    todo = {phases.run_id(phases.RUNNER, p.config): p.config for p in planned
+            if phases.outcome(out / phases.GRID_FOLDER, p).status != "done"}
+    if not todo:
+        return ["projected: every run is already in --out; nothing to train"]
+    per = projected_local_training_s(list(todo.values()))
+    total = sum(s for _, s in per.values())
+    lines = [f"projected local training, {n} run(s) of {model} {method}: {duration_text(s)}"
+             for (model, method), (n, s) in per.items()]
+    lines.append(f"projected local training of the study's {len(todo)} runs still to do on {ex.device}: "
+                 f"{duration_text(total)} summed, ~{duration_text(total / max(1, workers))} of wall time with "
+                 f"--workers {workers} (evaluation, pricing and start-up not included; a choice at a grid edge "
+                 f"adds up to {study.extend_steps} more trial(s) per tuning seed)")
+    return lines
 
 
 @cli.command("interrupted; finished runs are kept under --out: rerun the same command to resume")
@@ -43,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(argv if argv is not None else sys.argv[1:])
     args = parser().parse_args(argv)
     with cli.bad_input():
-        study = load_study(args.study)
+        study = replace(load_study(args.study), data_dir=args.data_dir)
+        check_data_dir(study, args.data_dir)
         if args.address and args.backend != "ray":
             raise GridError("--address is only used with --backend ray")
         if args.workers > 1 and args.backend != "local":
@@ -53,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.address:
             check_ray_address(args.address)
         phases.check_study_out(study, out)
+        if not args.report_only:
+            for line in projection_lines(study, phases.execution(study), out, args.workers):
+                print(line, file=sys.stderr, flush=True)
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     commit = git_commit()  # before this command writes anything (its lock, under --out): the code's state
     with outputs.claim(out):
@@ -62,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
                          (phases.GRID_FOLDER,)).write(out)
         with cli.run_failure():
             run = phases.run_study(study, out, backend=args.backend, workers=args.workers, address=args.address,
-                                   retry_failed=args.retry_failed, progress=say, commit=commit)
+                                   retry_failed=args.retry_failed, progress=say, commit=commit,
+                                   execute=not args.report_only)
             files = report.write_report(out, study, run, command=shlex.join(["python", "-m", "bench.study", *argv]),
                                         started_unix_s=started, commit=commit)
         complete = all(o.status == "done" for o in run.evaluation)

@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping, Sequence
 from bench.grid.engine import GridSpec, PointResult, Resources, read_record, run_grid, run_id
 from bench.study.runner import CURVE_CSV, RUN_JSON, make_point
 from bench.study.spec import Setting, Study
-from bench.study.tuning import Choice, choose, score, trial_score
+from bench.study.tuning import Choice, choose, edge_status, extension_value, score, trial_score
 from iokit.provenance import git_commit
 from workloads.fl.execution import Execution, execution_of
 
@@ -40,9 +40,12 @@ class Planned:
     seed: int
     config: Mapping[str, Any]  # the runner's point (bench.study.runner)
 
+    def values(self) -> str:
+        """The searched values, e.g. ``lr=0.05``."""
+        return " ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in self.trial.items())
+
     def describe(self) -> str:
-        values = " ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in self.trial.items())
-        return f"{self.model} {self.setting.label} {self.config['method']} {values} seed={self.seed}"
+        return f"{self.model} {self.setting.label} {self.config['method']} {self.values()} seed={self.seed}"
 
 
 @dataclass(frozen=True)
@@ -93,9 +96,19 @@ def plan(study: Study, ex: Execution, phase: str, seeds: Sequence[int],
                     hp = study.hparams(job, trial)
                     for seed in seeds:
                         config = make_point(model, job, seed, study.fl(model, setting, seed), hp, in_format, study.hw,
-                                            study.system)
+                                            study.system, data_dir=study.data_dir)
                         out.append(Planned(phase, model, setting, training, dict(trial), seed, config))
     return out
+
+
+def edge_text(e: Mapping[str, Any]) -> str:
+    """One key's edge status in words (``bench.study.tuning.edge_status``)."""
+    added = f"{e['steps']} value(s) added {'above' if e['side'] == 'high' else 'below'} the grid"
+    return {"interior": f"interior after {added}",
+            "bound": f"at the {e['side']} edge: bound hit ({added}; bound {e['bound_steps']})",
+            "diverged": f"at the {e['side']} edge: the next value failed (diverged or rejected; {added})",
+            "fixed": f"at the {e['side']} edge: not a geometric grid, not extended",
+            "not run": f"at the {e['side']} edge: extension not run ({added})"}[e["status"]]
 
 
 def tuning_plan(study: Study, ex: Execution) -> list[Planned]:
@@ -160,20 +173,77 @@ def outcome(grid_dir: Path, planned: Planned, runner: str = RUNNER) -> Outcome:
     return Outcome(planned, rid, "missing")
 
 
+def _key(trial: Mapping[str, Any]) -> str:
+    return json.dumps(dict(trial), sort_keys=True)
+
+
 def choices_from(study: Study, tuned: Sequence[Outcome]) -> dict[tuple[str, str, str], Choice]:
-    """Every cell's choice from its tuning runs' validation curves (``bench.study.tuning``)."""
+    """Every cell's choice from its tuning runs' validation curves (``bench.study.tuning``), over
+    every trial tried (the study file's and the edge extension's), with its edge status."""
     by_cell: dict[tuple[str, str, str], dict[str, dict[int, float | None]]] = {}
     trials: dict[tuple[str, str, str], dict[str, Mapping[str, Any]]] = {}
+    status: dict[tuple[str, str, str], dict[str, set]] = {}
     for o in tuned:
         p = o.planned
         cell = (p.model, p.setting.label, p.training)
-        key = json.dumps(p.trial, sort_keys=True)
+        key = _key(p.trial)
         trials.setdefault(cell, {})[key] = p.trial
+        status.setdefault(cell, {}).setdefault(key, set()).add(o.status)
         value = score(o.label_curve(p.training), study.tuning_last_rounds) if o.status == "done" else None
         by_cell.setdefault(cell, {}).setdefault(key, {})[p.seed] = value
-    return {cell: choose([trial_score(trials[cell][k], seeds) for k, seeds in by_trial.items()],
-                         study.search[cell[2]])
-            for cell, by_trial in by_cell.items()}
+    out = {}
+    for cell, by_trial in by_cell.items():
+        initial = study.search[cell[2]]
+        scores = [trial_score(trials[cell][k], seeds) for k, seeds in by_trial.items()]
+        # the values that ran on every tuning seed: a failed (or missing) value beyond an edge leaves it an edge
+        ran = [s.trial for s in scores if s.score_pct is not None] or [s.trial for s in scores]
+        tried = {k: tuple(dict.fromkeys(t[k] for t in ran)) for k in initial}
+        choice = choose(scores, tried)
+        failed_next = {}
+        for k in choice.at_edge:
+            state, value = extension_value(initial[k], tried[k], choice.trial[k], study.extend_steps)
+            nxt = {**choice.trial, k: value}
+            if state == "extend" and not _valid(study, cell[2], nxt):
+                failed_next[k] = True  # the hyper-parameters reject the next value: no further on that side
+            elif state == "extend" and _key(nxt) in status[cell]:
+                failed_next[k] = "failed" in status[cell][_key(nxt)]
+        out[cell] = replace(choice, extension=edge_status(choice, initial, tried, failed_next, study.extend_steps))
+    return out
+
+
+def _valid(study: Study, training: str, trial: Mapping[str, Any]) -> bool:
+    """Whether every method of ``training``'s run accepts ``trial`` (an extension may leave the range)."""
+    try:
+        for m in study.labels(training):
+            study.hparams(m, trial)
+    except ValueError:
+        return False
+    return True
+
+
+def extension_plan(study: Study, ex: Execution, choices: Mapping[tuple[str, str, str], Choice],
+                   tuned: Sequence[Outcome]) -> list[Planned]:
+    """The next trial of every cell whose choice is at a grid edge (``bench.study.tuning``), on every
+    tuning seed; none that was tried already."""
+    tried = {(o.planned.model, o.planned.setting.label, o.planned.training, _key(o.planned.trial)) for o in tuned}
+    settings = {s.label: s for s in study.settings}
+    out = []
+    for (model, label, training), c in choices.items():
+        for k in c.at_edge:
+            values = [o.planned.trial[k] for o in tuned
+                      if (o.planned.model, o.planned.setting.label, o.planned.training) == (model, label, training)]
+            state, value = extension_value(study.search[training][k], values, c.trial[k], study.extend_steps)
+            trial = {**c.trial, k: value}
+            if state != "extend" or (model, label, training, _key(trial)) in tried \
+                    or not _valid(study, training, trial):
+                continue
+            hp = study.hparams(study.job(training), trial)
+            for seed in study.tuning_seeds:
+                setting = settings[label]
+                config = make_point(model, study.job(training), seed, study.fl(model, setting, seed), hp, ex,
+                                    study.hw, study.system, data_dir=study.data_dir)
+                out.append(Planned("tune", model, setting, training, trial, seed, config))
+    return out
 
 
 Progress = Callable[[str], None]
@@ -181,16 +251,17 @@ Progress = Callable[[str], None]
 
 def run_study(study: Study, out: str | Path, *, backend: str = "local", workers: int = 1, address: str | None = None,
               retry_failed: bool = False, progress: Progress | None = None, runner: str = RUNNER,
-              commit: str | None = None) -> StudyRun:
+              commit: str | None = None, execute: bool = True) -> StudyRun:
     """Both phases into ``out/grid`` (module doc); returns what they left there. ``commit``: the code's
-    git commit for the runs' records (default: taken now, before the first phase writes anything)."""
+    git commit for the runs' records (default: taken now, before the first phase writes anything).
+    ``execute`` False: run nothing, read what the folder holds (a run not there is "missing")."""
     grid_dir = Path(out) / GRID_FOLDER
     commit = git_commit() if commit is None else commit
     ex = execution(study)
     say = progress or (lambda line: None)
 
     def run_phase(planned: list[Planned], phase: str) -> tuple[Outcome, ...]:
-        if planned:
+        if planned and execute:
             names = {run_id(runner, p.config): p.describe() for p in planned}
 
             def show(result: PointResult, i: int, total: int) -> None:
@@ -205,11 +276,20 @@ def run_study(study: Study, out: str | Path, *, backend: str = "local", workers:
 
     tuned = run_phase(tuning_plan(study, ex), "tune")
     choices = choices_from(study, tuned)
+    while True:  # the edge extension: ends, each side of each key adds at most extend_steps values
+        more = extension_plan(study, ex, choices, tuned)
+        if not more:
+            break
+        for line in sorted({f"{p.model} {p.setting.label} {p.training}: beyond the grid's edge, "
+                            + p.values() for p in more}):
+            say(f"extend {line}" + ("" if execute else " (not run: the report reads the folder only)"))
+        tuned += run_phase(more, "tune")
+        choices = choices_from(study, tuned)
     for (model, setting, training), c in choices.items():
         chosen = "every trial failed" if c.trial is None else \
             ", ".join(f"{k}={v}" for k, v in c.trial.items()) + f" (validation {c.score_pct:.2f} %)"
-        say(f"tuned {model} {setting} {training}: {chosen}" + (f"; at the grid's edge in {', '.join(c.at_edge)}"
-                                                               if c.at_edge else ""))
+        say(f"tuned {model} {setting} {training}: {chosen}" + "".join(
+            f"; {e['key']} {edge_text(e)}" for e in c.extension))
     evaluated = run_phase(evaluation_plan(study, ex, choices), "eval")
     return StudyRun(tuned, choices, evaluated)
 

@@ -26,11 +26,12 @@ from typing import Any, Iterable, Mapping, Sequence
 import pandas as pd
 
 from bench.results import FORMAT_NAME, FORMAT_VERSION, write_json
-from bench.study.curves import PlateauVerdict, base_validation_target, first_reaching, plateau
-from bench.study.phases import Outcome, StudyRun
+from bench.study.curves import PlateauVerdict, base_validation_target, convergence, first_reaching
+from bench.study.phases import Outcome, StudyRun, edge_text
 from bench.study.runner import machine_info
 from bench.study.spec import Setting, Study
-from bench.study.stats import Estimate, estimate, paired_difference, spread
+from bench.study import verdicts
+from bench.study.stats import Estimate, estimate, paired_difference, spread, tost
 from bench.study.tuning import score
 from iokit.files import atomic_write, atomic_write_text
 
@@ -55,12 +56,17 @@ class MethodRun:
     def final_pct(self) -> float:
         return 100 * [r["accuracy"] for r in self.curve if r["accuracy"] is not None][-1]
 
+    def _train(self) -> list[dict]:
+        return [r for r in self.curve if r["stage"] == "train" and r["accuracy"] is not None]
+
     @property
     def train_curve_pct(self) -> list[float]:
-        return [100 * r["accuracy"] for r in self.curve if r["stage"] == "train" and r["accuracy"] is not None]
+        return [100 * r["accuracy"] for r in self._train()]
 
     def verdict(self, study: Study) -> PlateauVerdict:
-        return plateau(self.train_curve_pct, study.plateau.last_rounds, study.plateau.tolerance_pct)
+        p = study.plateau
+        return convergence(self.train_curve_pct, [r.get("lr") for r in self._train()], p.last_rounds,
+                           p.tolerance_pct, p.rate_fraction)
 
 
 @dataclass(frozen=True)
@@ -111,14 +117,34 @@ def runs_table(study: Study, runs: Sequence[MethodRun]) -> pd.DataFrame:
         rows.append({"model": r.model, "setting": r.setting.label, "number_format": r.setting.number_format,
                      "method": r.method, "seed": r.seed, **{k: r.trial.get(k) for k in keys},
                      "final_accuracy_pct": 100 * acc[-1], "best_accuracy_pct": 100 * max(acc), "best_round": best_round,
+                     "final_local_accuracy_pct": _pct(r.outcome.info.get("local_accuracy")),
                      "final_val_accuracy_pct": _pct(val[-1] if val else None),
                      "best_val_accuracy_pct": _pct(max(val) if val else None),
                      "verdict": v.verdict, "converged": v.converged, "gain_pct": v.gain_pct, "spread_pct": v.spread_pct,
+                     "verdict_judged": v.judged,
                      "rounds": study.rounds, **{name: last[col] for name, col in COST_KEYS},
                      "run_wall_s": r.outcome.elapsed_s, "cpu": machine.get("cpu"), "host": machine.get("host"),
-                     "torch_threads": machine.get("torch_threads"), "git_commit": r.outcome.git_commit,
+                     "torch_threads": machine.get("torch_threads"), **provenance(r.outcome),
                      "run_id": r.outcome.run_id})
     return pd.DataFrame(rows)
+
+
+def provenance(o: Outcome) -> dict[str, Any]:
+    """Where one run came from: the commit of the code that ran it as recorded (``iokit.provenance``:
+    with "-dirty" when its tree had changes) and that flag on its own (empty: recorded before runs
+    recorded it), the CPU kernels it computed with (instruction set,
+    threads, the variables that choose them; empty: not recorded) and the machine."""
+    commit = o.git_commit or ""
+    kernels = o.info.get("machine", {}).get("kernels")
+    return {"git_commit": commit, "git_dirty": commit.endswith("-dirty") if commit else None,
+            "kernels": json.dumps(kernels, sort_keys=True) if kernels else ""}
+
+
+def missing_provenance(run: StudyRun) -> dict[str, list[str]]:
+    """The finished runs whose record lacks the commit, or the kernels (run ids, sorted)."""
+    done = finished(run)
+    return {"git_commit": sorted(o.run_id for o in done if not o.git_commit),
+            "kernels": sorted(o.run_id for o in done if not o.info.get("machine", {}).get("kernels"))}
 
 
 def curves_table(runs: Sequence[MethodRun]) -> pd.DataFrame:
@@ -184,7 +210,9 @@ def cells(study: Study, runs_df: pd.DataFrame, tta_df: pd.DataFrame) -> list[dic
     for model in study.models:
         for setting in study.settings:
             here = runs_df[(runs_df["model"] == model) & (runs_df["setting"] == setting.label)] if len(runs_df) else runs_df
+            base = here[here["method"] == study.base] if len(here) else here
             base_final = _finals(runs_df, model, setting, study.base)
+            base_bytes = float(base["bytes"].mean()) if len(base) else None
             for method in study.methods:
                 mine = here[here["method"] == method] if len(here) else here
                 if not len(mine):
@@ -195,16 +223,37 @@ def cells(study: Study, runs_df: pd.DataFrame, tta_df: pd.DataFrame) -> list[dic
                         "seeds": sorted(int(s) for s in mine["seed"]),
                         "final_accuracy_pct": _estimate(estimate(list(final.values()))),
                         "best_accuracy_pct": _estimate(estimate(list(mine["best_accuracy_pct"]))),
+                        **({"local_accuracy_pct": _estimate(estimate(list(mine["final_local_accuracy_pct"])))}
+                           if mine["final_local_accuracy_pct"].notna().all() else {}),
                         "converged": int(mine["converged"].sum()),
+                        "bytes": float(mine["bytes"].mean()),
+                        "bytes_vs_base": float(mine["bytes"].mean()) / base_bytes if base_bytes else None,
                         "verdicts": {str(k): int(v) for k, v in mine["verdict"].value_counts().items()}}
                 if method != study.base and base_final and set(final) & set(base_final):
-                    cell["paired_difference_vs_base_pct"] = _estimate(paired_difference(final, base_final))
+                    d = paired_difference(final, base_final)
+                    cell["paired_difference_vs_base_pct"] = _estimate(d)
+                    cell.update(_equivalence(final, base_final, d, study.equivalence_margin_pts))
                 cell["number_format"] = setting.number_format
                 fp32 = _finals(runs_df, model, setting.in_fp32, method) if setting.number_format != "fp32" else {}
                 if set(final) & set(fp32):
-                    cell["paired_difference_vs_fp32_pct"] = _estimate(paired_difference(final, fp32))
+                    d = paired_difference(final, fp32)
+                    cell["paired_difference_vs_fp32_pct"] = _estimate(d)
+                    cell.update(_equivalence(final, fp32, d, study.equivalence_margin_pts, against="fp32"))
                 cell["time_to_accuracy"] = _tta_cell(tta_df, model, setting.label, method)
                 out.append(cell)
+    return out
+
+
+def _equivalence(a: Mapping[int, float], b: Mapping[int, float], d: Estimate, margin: float,
+                 against: str = "base") -> dict[str, Any]:
+    """The TOST of the paired differences against ± ``margin`` and the verdict (``bench.study.verdicts``),
+    as ``verdict_vs_<against>`` and ``equivalence_vs_<against>``."""
+    seeds = sorted(set(a) & set(b))
+    eq = tost([a[s] - b[s] for s in seeds], margin) if len(seeds) >= 2 else None
+    out = {f"verdict_vs_{against}": verdicts.comparison(d, eq)}
+    if eq is not None:
+        out[f"equivalence_vs_{against}"] = {"margin_pts": margin, "p_low": eq.p_low, "p_high": eq.p_high, "p": eq.p,
+                                      "alpha": eq.alpha, "equivalent": eq.equivalent}
     return out
 
 
@@ -290,21 +339,39 @@ def table_markdown(study: Study, summary: Mapping[str, Any]) -> str:
              f"{summary['wall']['text']}.", "",
              f"## Final test accuracy (%), mean ± std over {n_seeds} seeds (SphereFed Tab. 2 layout)", "",
              f"In parentheses: the mean paired change against {study.base} (same seeds: same partition, same initial "
-             "weights). †: not every seed's curve converged by the plateau rule "
+             "weights). †: not every seed's curve converged: the plateau rule "
              f"(last {study.plateau.last_rounds} rounds' mean within {study.plateau.tolerance_pct:g} point(s) of the "
-             f"{study.plateau.last_rounds} before, and within {2 * study.plateau.tolerance_pct:g} of each other): "
-             "a comparison of unconverged runs.", ""]
+             f"{study.plateau.last_rounds} before, and within {2 * study.plateau.tolerance_pct:g} of each other) "
+             "failed "
+             f"on the rounds run at >= {100 * study.plateau.rate_fraction:g} % of the peak learning rate or on the "
+             "last rounds (docs/study.md): a comparison of unconverged runs.", ""]
     lines += _grid(study, cells_, lambda c: _cell_text(c, study))
-    lines += ["", f"## Paired difference against {study.base} (points): mean [95 % Student-t interval]", "",
-              "Bold: the interval excludes 0.", ""]
+    m = f"{study.equivalence_margin_pts:g}"
+    lines += ["", f"## Paired difference against {study.base} (points): mean [95 % Student-t interval], verdict", "",
+              "Bold: the interval excludes 0 (\"different\"). \"equivalent within ± " + m + "\": the two one-sided "
+              f"t-tests (TOST, α = 0.05) on the paired differences reject a difference of {m} point(s) or more "
+              "either way (the study's `equivalence_margin_pts`); \"not shown equivalent\": they do not, and the "
+              "interval includes 0: these seeds resolve neither (docs/study.md, \"Verdicts\").", ""]
     lines += _grid(study, [c for c in cells_], lambda c: "—" if c.get("method") == study.base or not c.get("n")
-                   else _interval(c.get("paired_difference_vs_base_pct"), signed=True))
+                   else _interval(c.get("paired_difference_vs_base_pct"), signed=True)
+                   + (f": {c['verdict_vs_base']}" if c.get("verdict_vs_base") else ""))
     lines += ["", "## Final test accuracy (%): mean [95 % Student-t interval]", ""]
     lines += _grid(study, cells_, lambda c: _interval(c.get("final_accuracy_pct")) if c.get("n") else "—")
+    if any("local_accuracy_pct" in c for c in cells_):
+        lines += ["", "## Local test accuracy (%), mean ± std: the double head's local test mode", "",
+                  "Each client's model (the global weights with its own local head and unshared layers, "
+                  "predicting by both heads) on the test samples of the classes it holds, averaged over the "
+                  "clients that trained (docs/study.md); — for methods without local parts.", ""]
+        lines += _grid(study, cells_,
+                       lambda c: _mean_std(c["local_accuracy_pct"]) if "local_accuracy_pct" in c else "—")
+    lines += ["", f"## Communication: bytes exchanged per run (MB, modeled, mean over seeds), × {study.base}'s", ""]
+    lines += _grid(study, cells_, lambda c: "—" if not c.get("n") else f"{c['bytes'] / 1e6:.1f}"
+                   + (f" (× {c['bytes_vs_base']:.3f})" if c.get("bytes_vs_base") is not None else ""))
     lines += ["", "## Best test accuracy over the rounds (%), mean ± std", ""]
     lines += _grid(study, cells_, lambda c: "—" if not c.get("n") else f"{c['best_accuracy_pct']['mean']:.2f}"
                    + (f" ± {c['best_accuracy_pct']['std']:.2f}" if c['best_accuracy_pct']['std'] is not None else ""))
-    lines += ["", "## Convergence: seeds whose curve converged by the plateau rule (other verdicts)", ""]
+    lines += ["", "## Convergence: seeds whose curve converged (other verdicts; the rounds judged in runs.csv, "
+              "`verdict_judged`)", ""]
     lines += _grid(study, cells_, lambda c: "—" if not c.get("n") else f"{c['converged']}/{c['n']}" + (
         " (" + ", ".join(f"{k} {v}" for k, v in c["verdicts"].items() if k != "converged") + ")"
         if c["converged"] < c["n"] else ""))
@@ -312,14 +379,17 @@ def table_markdown(study: Study, summary: Mapping[str, Any]) -> str:
     if formats:
         lines += ["", "## Number formats: paired difference against FP32 (points), mean [95 % Student-t interval]", "",
                   "The same method, seeds and hyper-parameters (tuned in FP32) trained with every GEMM operand rounded "
-                  "to the format (docs/numerics.md). Bold: the interval excludes 0.", ""]
+                  "to the format (docs/numerics.md). Bold: the interval excludes 0. The verdict: the TOST against "
+                  f"± {study.equivalence_margin_pts:g} point(s) (docs/study.md).", ""]
         by = {(c["model"], c["setting"], c["method"]): c for c in cells_}
         lines += ["| model | method | " + " | ".join(s.title for s in formats) + " |", "|---|---|" + "---|" * len(formats)]
         for model in study.models:
             for i, method in enumerate(study.methods):
                 values = [_interval(by[(model, s.label, method)].get("paired_difference_vs_fp32_pct"), signed=True)
-                          for s in formats]
+                          + (f": {by[(model, s.label, method)]['verdict_vs_fp32']}"
+                             if "verdict_vs_fp32" in by[(model, s.label, method)] else "") for s in formats]
                 lines.append(f"| {model if i == 0 else ''} | {method} | " + " | ".join(values) + " |")
+    lines += ["", "## Provenance", ""] + _provenance_lines(summary)
     lines += ["", "## Time to accuracy: median [range] over seeds, modeled", "",
               "Targets fixed before the run (declared in the study file) or derived from the base method's "
               "validation curves only; a calibrated method's curve ends with its calibration. Wall time: the "
@@ -336,16 +406,35 @@ def table_markdown(study: Study, summary: Mapping[str, Any]) -> str:
               "## Tuning (validation only)", "",
               f"Score: mean validation accuracy of the last {study.tuning_last_rounds} rounds, averaged over the tuning "
               "seeds; the highest wins (ties: the first listed). A calibrated method takes its training method's "
-              "choice. Edge: the choice is the smallest or largest value tried.", "",
+              f"choice. A choice at the smallest or largest value tried extends the grid on that side, one geometric "
+              f"step (the grid's own ratio there) at a time, up to {study.extend_steps} value(s) beyond the study "
+              "file's grid (`[tuning] extend_steps`), until it is interior; each choice says which.", "",
               "| model | setting | method | chosen | validation score (%) | every trial (score %) |", "|---|---|---|---|---|---|"]
     for ch in summary["choices"]:
         trials = "; ".join(f"{_values(t['trial'])}: " + ("failed" if t["score_pct"] is None else f"{t['score_pct']:.2f}")
                            for t in ch["scores"])
-        chosen = "none (every trial failed)" if ch["trial"] is None else _values(ch["trial"]) + (
-            f" (edge: {', '.join(ch['at_edge'])})" if ch["at_edge"] else "")
+        chosen = "none (every trial failed)" if ch["trial"] is None else _values(ch["trial"]) + "".join(
+            f"; {e['key']} {edge_text(e)}" for e in ch.get("extension", []))
         score_text = "—" if ch["score_pct"] is None else f"{ch['score_pct']:.2f}"
         lines.append(f"| {ch['model']} | {ch['setting']} | {ch['method']} | {chosen} | {score_text} | {trials} |")
     return "\n".join(lines) + "\n"
+
+
+def _provenance_lines(summary: Mapping[str, Any]) -> list[str]:
+    missing = summary["missing_provenance"]
+    total = sum(summary["run_commits"].values())
+    lines = [f"Every run's record (`grid/runs/<run_id>/point.json`, `run.json`) and `runs.csv` give the commit of "
+             f"the code that trained it (`git_commit`, `git_dirty`), the CPU kernels (`kernels`) and the machine "
+             f"(`cpu`, `host`, `torch_threads`). Of {total} runs:"]
+    for what, ids in missing.items():
+        which = "" if not ids else " (all: recorded before runs recorded it)" if len(ids) == total else \
+            f" (recorded before runs recorded it: {', '.join(ids)})"
+        lines.append(f"* without `{what}`: {len(ids)}{which}")
+    return lines
+
+
+def _mean_std(e: Mapping[str, Any]) -> str:
+    return f"{e['mean']:.2f}" + (f" ± {e['std']:.2f}" if e["std"] is not None else "")
 
 
 def _commits_text(counts: Mapping[str, int]) -> str:
@@ -421,7 +510,8 @@ def build_summary(study: Study, run: StudyRun, runs_df: pd.DataFrame, tta_df: pd
     counts = {phase: {s: sum(o.status == s for o in outcomes) for s in ("done", "failed", "missing")}
               for phase, outcomes in (("tuning", run.tuning), ("evaluation", run.evaluation))}
     choices = [{"model": m, "setting": s, "method": t, "trial": None if c.trial is None else dict(c.trial),
-                "score_pct": c.score_pct, "at_edge": list(c.at_edge), "point": _chosen_point(run, (m, s, t), c),
+                "score_pct": c.score_pct, "at_edge": list(c.at_edge), "extension": [dict(e) for e in c.extension],
+                "point": _chosen_point(run, (m, s, t), c),
                 "scores": [{"trial": dict(x.trial), "score_pct": x.score_pct,
                             "seed_scores_pct": {str(k): v for k, v in x.seed_scores_pct.items()}} for x in c.scores]}
                for (m, s, t), c in run.choices.items()]
@@ -430,7 +520,8 @@ def build_summary(study: Study, run: StudyRun, runs_df: pd.DataFrame, tta_df: pd
     return {"format": FORMAT_NAME, "version": FORMAT_VERSION, "command": command, "git_commit": commit,
             "study": study.describe(), "setting_note": _setting_note(study),
             "execution": execution(study).describe(), "machine": machine_info(), "run_machines": _machines(run),
-            "run_commits": run_commits(run), "torch": torch.__version__, "wall": _wall(run, started_unix_s),
+            "run_commits": run_commits(run), "missing_provenance": missing_provenance(run), "torch": torch.__version__,
+            "wall": _wall(run, started_unix_s),
             "counts": counts, "failures": failures,
             "choices": choices, "cells": cells(study, runs_df, tta_df)}
 

@@ -9,6 +9,9 @@ an evaluation run with the same settings are one run::
      "fl": {FLConfig fields but model and seed}, "hparams": {every Hparams field},
      "execution": {device and options}, "hw": null, "system": null}
 
+and, for a dataset read from a folder (CIFAR-10 / CIFAR-100 / TinyImageNet), ``"data_dir": DIR``
+(absent for the offline digits, which ship with scikit-learn).
+
 The run is ``bench.fl``'s (``pipeline.load`` then ``jobs.run_job``): the data, the validation
 hold-out and the partition from the seed, the model built under the seed. It writes into its
 folder ``curve.csv`` (``CURVE_COLUMNS``: one row per method label and round, the training rounds
@@ -37,6 +40,7 @@ from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.methods import MethodConfig, parse_method
 
 POINT_KEYS = ("model", "method", "seed", "fl", "hparams", "execution", "hw", "system")
+OPTIONAL_POINT_KEYS = ("data_dir",)  # a dataset's folder: the folder datasets only (module doc)
 FL_KEYS = tuple(f.name for f in fields(FLConfig) if f.name not in ("model", "seed"))
 CURVE_CSV = "curve.csv"
 RUN_JSON = "run.json"
@@ -58,12 +62,13 @@ class PointSpec:
     execution: Execution
     hw: str | None
     system: str | None
+    data_dir: str | None = None
 
 
 def parse_point(point: Mapping[str, Any]) -> PointSpec:
     """A ``bench.study`` point (module doc) as typed settings; ValueError naming the bad key."""
     where = "bench.study point"
-    checks.unknown_keys(point, POINT_KEYS, where=where)
+    checks.unknown_keys(point, (*POINT_KEYS, *OPTIONAL_POINT_KEYS), where=where)
     missing = [k for k in POINT_KEYS if k not in point]
     if missing:
         raise ValueError(f"{where}: missing key {missing[0]!r}")
@@ -81,7 +86,11 @@ def parse_point(point: Mapping[str, Any]) -> PointSpec:
     for key in ("hw", "system"):
         if point[key] is not None and not isinstance(point[key], str):
             raise ValueError(f"{where}: {key} must be a TOML path or null")
-    return PointSpec(point["model"], parse_method(point["method"]), fl, hp, execution, point["hw"], point["system"])
+    data_dir = point.get("data_dir")
+    if data_dir is not None and not isinstance(data_dir, str):
+        raise ValueError(f"{where}: data_dir must be a folder path")
+    return PointSpec(point["model"], parse_method(point["method"]), fl, hp, execution, point["hw"], point["system"],
+                     data_dir)
 
 
 def _set(cls: type, table: Mapping[str, Any]) -> dict[str, Any]:
@@ -91,11 +100,13 @@ def _set(cls: type, table: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def make_point(model: str, method: str, seed: int, fl: FLConfig, hp: Hparams, execution: Execution,
-               hw: str | None = None, system: str | None = None) -> dict[str, Any]:
-    """The point of one run (module doc): every setting that decides its result."""
-    return {"model": model, "method": parse_method(method).name, "seed": seed,
-            "fl": {k: v for k, v in asdict(fl).items() if k not in ("model", "seed")}, "hparams": asdict(hp),
-            "execution": execution.settings(), "hw": hw, "system": system}
+               hw: str | None = None, system: str | None = None, data_dir: str | None = None) -> dict[str, Any]:
+    """The point of one run (module doc): every setting that decides its result. ``data_dir`` (a
+    dataset's folder) is a key only when given, so the offline digits' points keep their ids."""
+    point = {"model": model, "method": parse_method(method).name, "seed": seed,
+             "fl": {k: v for k, v in asdict(fl).items() if k not in ("model", "seed")}, "hparams": asdict(hp),
+             "execution": execution.settings(), "hw": hw, "system": system}
+    return point if data_dir is None else {**point, "data_dir": str(data_dir)}
 
 
 def labels_of(method: MethodConfig) -> tuple[str, ...]:
@@ -162,21 +173,19 @@ def write_run(out_dir: Path, curve: Sequence[Mapping[str, Any]], info: Mapping[s
 
 def _validate(point: Mapping[str, Any]) -> None:
     spec = parse_point(point)
-    if spec.fl.dataset != "digits":
-        return  # data folders are not part of a study (yet): the digits ship with scikit-learn
+    if spec.fl.dataset != "digits" and (spec.data_dir is None or not Path(spec.data_dir).is_dir()):
+        raise ValueError(f"dataset {spec.fl.dataset} needs its folder: give --data-dir DIR (got {spec.data_dir!r})")
     from workloads.models import MODELS
 
     if spec.model not in MODELS and ":" not in spec.model:
         raise ValueError(f"model {spec.model!r} is not known; give one of {', '.join(sorted(MODELS))}")
 
 
-@grid_runner("bench.study", validate=_validate)
-def run_point(point: Mapping[str, Any], out_dir: Path) -> dict[str, float]:
-    """One run of an accuracy study (module doc)."""
+def load_point(point: Mapping[str, Any]):
+    """A point's settings and its loaded data (``bench.fl.pipeline.load``: data, hold-out, partition, model)."""
     from accel_sim.hardware import HardwareConfig, load_hardware_config
     from accel_sim.mac_energy import hardware_in_format
     from bench.fl import pipeline
-    from bench.fl.jobs import Job, run_job
     from workloads.cost.rounds import client_devices
     from workloads.cost.system import DEFAULT_SYSTEM_PATH, load_system_model
     from workloads.fl.presets import Preset
@@ -186,14 +195,51 @@ def run_point(point: Mapping[str, Any], out_dir: Path) -> dict[str, float]:
     hw = hardware_in_format(load_hardware_config(p.hw) if p.hw else HardwareConfig(), fmt)
     system = load_system_model(p.system or DEFAULT_SYSTEM_PATH)
     preset = Preset("study", p.fl, (p.method.name,), p.hp, {}, {})
-    run = pipeline.FLRun(preset, (p.method,), {p.method.name: p.hp}, None, None, hw, system,
+    run = pipeline.FLRun(preset, (p.method,), {p.method.name: p.hp}, p.data_dir, None, hw, system,
                          client_devices(system, hw, p.fl.num_clients, seed=p.fl.seed, number_format=fmt), p.execution)
-    data = pipeline.load(run)
+    return p, pipeline.load(run)
+
+
+def projected_local_training_s(points: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], tuple[int, float]]:
+    """Per (model, method): how many of ``points`` and their projected local training in seconds on
+    this machine and device (``workloads.fl.loop.forecast``: a few timed steps on the first point of
+    each, loaded once; each point's samples counted on that point's partition, whose sizes differ
+    from another seed's or setting's only in the batch rounding; evaluation and pricing not included)."""
+    import functools
+
+    from workloads.fl.loop import forecast, planned_samples
+
+    out: dict[tuple[str, str], tuple[int, float]] = {}
+    first: dict[tuple[str, str], tuple[Any, float]] = {}
+    for point in points:
+        key = (point["model"], point["method"])
+        if key not in first:
+            p, data = load_point(point)
+            f = forecast(p.method, model_fn=functools.partial(data.inputs.build, p.method.spherefed),
+                         train=data.inputs.train, parts=data.inputs.parts, cfg=p.fl, hp=p.hp, execution=p.execution)
+            first[key] = (data.inputs.parts, f.samples_per_s)
+        parts, rate = first[key]
+        spec = parse_point(point)
+        n, s = out.get(key, (0, 0.0))
+        out[key] = (n + 1, s + planned_samples(parts, spec.fl, spec.hp) / rate)
+    return out
+
+
+@grid_runner("bench.study", validate=_validate)
+def run_point(point: Mapping[str, Any], out_dir: Path) -> dict[str, float]:
+    """One run of an accuracy study (module doc)."""
+    from bench.fl.jobs import Job, run_job
+
+    p, data = load_point(point)
     outcome = run_job(Job(p.method.name, p.hp), data.inputs)
     result = outcome.result
     curve = curve_rows(p.method, result.history, outcome.rows, result.val_accuracy if p.method.calibration else None)
     info = {"wall_s": outcome.wall_s, "pricing_wall_s": outcome.pricing_wall_s, "machine": machine_info(),
             "execution": p.execution.describe(), "train_samples": len(data.inputs.train),
             "val_samples": 0 if data.inputs.val is None else len(data.inputs.val),
-            "test_samples": len(data.inputs.test), "partition_sizes": [len(x) for x in data.inputs.parts]}
-    return write_run(out_dir, curve, info)
+            "test_samples": len(data.inputs.test), "partition_sizes": [len(x) for x in data.inputs.parts],
+            "local_accuracy": result.local_accuracy}
+    metrics = write_run(out_dir, curve, info)
+    if result.local_accuracy is not None:  # double head's local test mode (docs/study.md)
+        metrics[f"{p.method.name}.local_accuracy"] = result.local_accuracy
+    return metrics

@@ -16,6 +16,8 @@ A study file (TOML) declares, before anything runs::
     holdout_fraction = 0.15               # validation hold-out (SphereFed Sec. 5.1: 15 %)
     seeds = [0, 1, 2]                     # evaluation seeds (paired: same partition and initial weights)
     tuning_seeds = [100]                  # seeds the search runs on (validation accuracy only)
+    equivalence_margin_pts = 1.0          # optional: TOST margin of "equivalent within ± m" (default 1)
+    dataset = "cifar10"                   # optional: else the preset's; a folder dataset needs --data-dir
 
     [search.fedavg]                       # one table per training method: candidate values of Hparams fields
     lr = [0.025, 0.05, 0.1]
@@ -24,9 +26,11 @@ A study file (TOML) declares, before anything runs::
 
     [tuning]
     last_rounds = 3                       # score: mean validation accuracy of the last 3 rounds
+    extend_steps = 3                      # a choice at a grid edge: up to 3 more geometric steps that way
     [convergence]
     last_rounds = 3                       # plateau rule: windows of 3 rounds ...
     tolerance_pct = 1.0                   # ... whose means differ by less than 1 point
+    rate_fraction = 0.5                   # judged on the rounds at >= 50 % of the peak learning rate too
     [targets]
     accuracy_pct = [90.0]                 # absolute time-to-accuracy targets, declared before the run
     base_validation_fraction = 0.95       # and / or: 95 % of the base method's best mean validation accuracy
@@ -45,8 +49,10 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
+from bench.study.stats import DEFAULT_EQUIVALENCE_MARGIN_PTS
 from iokit import checks
 from iokit.toml import read_toml
+from workloads.fl.data import DATASETS
 from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.methods import MethodConfig, parse_method
 from workloads.fl.presets import Preset, load_preset
@@ -55,11 +61,13 @@ from workloads.numerics import NumberFormat
 STUDY_DIR = Path(__file__).resolve().parents[2] / "configs" / "studies"
 KEYS = ("name", "preset", "models", "methods", "base", "iid", "alphas", "number_formats", "rounds", "local_epochs",
         "holdout_fraction", "seeds", "tuning_seeds", "device", "hw", "system", "search", "tuning", "convergence",
-        "targets")
+        "targets", "equivalence_margin_pts", "dataset")
 REQUIRED = ("name", "preset", "models", "methods", "base", "rounds", "seeds", "tuning_seeds", "search")
 SAFE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")
 SEARCH_KEYS = tuple(f.name for f in fields(Hparams))
 DEFAULT_HOLDOUT_FRACTION = 0.15  # SphereFed Sec. 5.1: "we use 15 % of training data for validation"
+DEFAULT_RATE_FRACTION = 0.5  # bench.study.curves.convergence's high-rate part: our choice (docs/study.md)
+DEFAULT_EXTEND_STEPS = 3  # bench.study.tuning.extension_value: geometric steps beyond an edge, our choice
 
 
 class StudyError(ValueError):
@@ -103,6 +111,7 @@ class Plateau:
 
     last_rounds: int = 3
     tolerance_pct: float = 1.0
+    rate_fraction: float = DEFAULT_RATE_FRACTION  # the high-rate part: rounds at >= this fraction of the peak lr
 
 
 @dataclass(frozen=True)
@@ -136,6 +145,10 @@ class Study:
     hw: str | None = None
     system: str | None = None
     source: str = "<study>"
+    equivalence_margin_pts: float = DEFAULT_EQUIVALENCE_MARGIN_PTS  # TOST margin (bench.study.stats.tost)
+    dataset: str | None = None  # None: the preset's
+    extend_steps: int = DEFAULT_EXTEND_STEPS  # [tuning] extend_steps: edge extension bound (bench.study.tuning)
+    data_dir: str | None = None  # the dataset's folder: the command's --data-dir, not a key of the file
 
     @property
     def training_methods(self) -> tuple[str, ...]:
@@ -168,7 +181,8 @@ class Study:
         rounds, hold-out and seed, evaluated after every round."""
         alpha = setting.alpha if setting.partition == "dirichlet" else FLConfig.alpha
         return replace(self.preset.fl, model=model, partition=setting.partition, alpha=alpha, rounds=self.rounds,
-                       holdout_fraction=self.holdout_fraction, seed=seed, eval_every=1)
+                       holdout_fraction=self.holdout_fraction, seed=seed, eval_every=1,
+                       dataset=self.dataset or self.preset.fl.dataset)
 
     def describe(self) -> dict[str, Any]:
         """The resolved study, as recorded in summary.json."""
@@ -179,7 +193,10 @@ class Study:
                 "seeds": list(self.seeds), "tuning_seeds": list(self.tuning_seeds),
                 "search": {m: {k: list(v) for k, v in s.items()} for m, s in self.search.items()},
                 "tuning": {"rule": "best mean validation accuracy over the last rounds, averaged over the tuning "
-                                   "seeds; ties: the first in the file", "last_rounds": self.tuning_last_rounds},
+                                   "seeds; ties: the first in the file", "last_rounds": self.tuning_last_rounds,
+                           "extend_steps": self.extend_steps},
+                "equivalence_margin_pts": self.equivalence_margin_pts,
+                "dataset": self.dataset or self.preset.fl.dataset,
                 "convergence": asdict(self.plateau),
                 "targets": {"accuracy_pct": list(self.targets.accuracy_pct),
                             "base_validation_fraction": self.targets.base_validation_fraction},
@@ -283,14 +300,24 @@ def parse_study(doc: Mapping[str, Any], source: str = "<study>") -> Study:
                          "confidence interval worth the name)")
     tuning_seeds = _list(doc, "tuning_seeds", where, int, low=0, high=checks.SEED_MAX)
     search = _search(doc["search"], methods, where)
-    tuning = _table(doc, "tuning", ("last_rounds",), where)
+    tuning = _table(doc, "tuning", ("last_rounds", "extend_steps"), where)
     tuning_last = checks.integer_in(tuning.get("last_rounds", 3), 1, rounds, name="[tuning] last_rounds",
                                     error=StudyError)
-    conv = _table(doc, "convergence", ("last_rounds", "tolerance_pct"), where)
+    extend_steps = checks.integer_in(tuning.get("extend_steps", DEFAULT_EXTEND_STEPS), 0, 20,
+                                     name="[tuning] extend_steps", error=StudyError)
+    conv = _table(doc, "convergence", ("last_rounds", "tolerance_pct", "rate_fraction"), where)
     plateau = Plateau(checks.integer_in(conv.get("last_rounds", 3), 1, checks.ROUNDS_MAX,
                                         name="[convergence] last_rounds", error=StudyError),
                       float(checks.number_in(conv.get("tolerance_pct", 1.0), 0.0, 100.0,
-                                             name="[convergence] tolerance_pct", error=StudyError, low_open=True)))
+                                             name="[convergence] tolerance_pct", error=StudyError, low_open=True)),
+                      float(checks.number_in(conv.get("rate_fraction", DEFAULT_RATE_FRACTION), 0.0, 1.0,
+                                             name="[convergence] rate_fraction", error=StudyError, low_open=True)))
+    margin = checks.number_in(doc.get("equivalence_margin_pts", DEFAULT_EQUIVALENCE_MARGIN_PTS), 0.0, 100.0,
+                              name="equivalence_margin_pts", error=StudyError, low_open=True)
+    dataset = doc.get("dataset")
+    if dataset is not None and dataset not in DATASETS:
+        raise StudyError(f"{where}: dataset = {dataset!r} is not a dataset bench.fl reads; give one of "
+                         f"{', '.join(sorted(DATASETS))} (or leave it out for the preset's)")
     if 2 * plateau.last_rounds > rounds:
         raise StudyError(f"{where}: [convergence] last_rounds = {plateau.last_rounds} needs at least "
                          f"{2 * plateau.last_rounds} rounds (two windows); rounds = {rounds}")
@@ -303,7 +330,8 @@ def parse_study(doc: Mapping[str, Any], source: str = "<study>") -> Study:
             raise StudyError(f"{where}: {key} = {doc[key]!r} is not a TOML file; give its path or leave {key} out")
     study = Study(name, preset, tuple(models), tuple(methods), base, tuple(settings), rounds, local_epochs,
                   float(holdout), tuple(seeds), tuple(tuning_seeds), search, tuning_last, plateau, targets, device,
-                  doc.get("hw"), doc.get("system"), source)
+                  doc.get("hw"), doc.get("system"), source, equivalence_margin_pts=float(margin), dataset=dataset,
+                  extend_steps=extend_steps)
     for training in study.training_methods:  # every trial's hyper-parameters are valid Hparams
         for trial in study.trials(training):
             for m in study.labels(training):

@@ -8,6 +8,15 @@ tuning seeds, of its mean *validation* accuracy over the last ``last_rounds`` ev
 listed first; a trial whose run failed on any tuning seed (a diverged run) is out. A calibrated
 method takes its training method's choice. Test accuracy is never read here: ``score`` sees the
 ``val_accuracy`` column only.
+
+A choice at the edge of its grid is not a tuned optimum: a value beyond the edge may score
+higher. So the search extends (``extension_value``, ``edge_status``): while the chosen value of a
+numeric key is the smallest or largest tried, the next value on that side, the edge value times
+the grid's own ratio at that edge (0.05 below [0.1, 0.2, 0.4], 0.8 above it: geometric), runs
+on every tuning seed, the other keys at their chosen values, and the choice is made again over
+every trial. It stops when the choice is interior ("interior"), when ``extend_steps`` values have
+been added on that side ("bound": the stated bound), when the next value failed (a diverged run:
+"diverged"), or when its runs are not there (a report written without running: "not run").
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ class Choice:
     score_pct: float | None
     scores: tuple[TrialScore, ...]
     at_edge: tuple[str, ...] = ()  # searched keys whose chosen value is the smallest or largest candidate
+    extension: tuple[Mapping[str, Any], ...] = ()  # per key extended or at an edge: ``edge_status``
 
 
 def score(curve: Sequence[Mapping[str, Any]], last_rounds: int) -> float | None:
@@ -68,3 +78,61 @@ def trial_score(trial: Mapping[str, Any], seed_scores: Mapping[int, float | None
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def grid_ratio(values: Sequence[float], side: str) -> float | None:
+    """The grid's geometric step at its ``side`` ("low" or "high"): edge / its neighbour (None when
+    the values are not positive numbers or fewer than 2)."""
+    v = sorted(set(values))
+    if len(v) < 2 or not all(_is_number(x) and x > 0 for x in v):
+        return None
+    return v[0] / v[1] if side == "low" else v[-1] / v[-2]
+
+
+def extension_value(initial: Sequence[Any], tried: Sequence[Any], chosen: Any, max_steps: int) -> tuple[str, Any]:
+    """The next value of one key whose choice ``chosen`` is at an edge of the values ``tried``
+    (module doc): ("extend", value), or ("interior" | "bound" | "fixed", None). ``initial``: the
+    study file's values (their ratio at that edge is the step; "fixed": not a geometric grid)."""
+    tried = sorted(set(tried))
+    if len(tried) < 2 or chosen not in (tried[0], tried[-1]):
+        return "interior", None
+    side = "low" if chosen == tried[0] else "high"
+    ratio = grid_ratio(initial, side)
+    if ratio is None:
+        return "fixed", None
+    beyond = [v for v in tried if (v < min(initial) if side == "low" else v > max(initial))]
+    if len(beyond) >= max_steps:
+        return "bound", None
+    value = chosen * ratio
+    if all(isinstance(v, int) for v in initial):
+        value = int(round(value))
+        if value == chosen or value < 1:
+            return "bound", None
+    return "extend", value
+
+
+def edge_status(choice: Choice, initial: Mapping[str, Sequence[Any]], tried: Mapping[str, Sequence[Any]],
+                failed_next: Mapping[str, bool], max_steps: int) -> tuple[dict[str, Any], ...]:
+    """Per searched key that was extended or whose choice is at an edge: the side, the values added
+    beyond the study file's grid, and why the search stopped (module doc). ``failed_next``: per key,
+    whether the next value's trial ran and failed (True) or is missing (False); absent: not tried."""
+    if choice.trial is None:
+        return ()
+    out = []
+    for key, values in initial.items():
+        added = sorted(v for v in set(tried.get(key, ())) if v not in values)
+        chosen = choice.trial[key]
+        at_edge = key in choice.at_edge
+        if not added and not at_edge:
+            continue
+        state, _ = extension_value(values, tried.get(key, values), chosen, max_steps)
+        if not at_edge:
+            status = "interior"
+        elif key in failed_next:
+            status = "diverged" if failed_next[key] else "not run"
+        else:
+            status = state if state in ("bound", "fixed") else "not run"
+        side = "high" if chosen == max(tried.get(key, values)) else "low"
+        out.append({"key": key, "side": side if at_edge else ("high" if added and min(added) > max(values) else "low"),
+                    "added": added, "steps": len(added), "bound_steps": max_steps, "status": status})
+    return tuple(out)

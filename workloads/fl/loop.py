@@ -57,7 +57,7 @@ from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.local import client_trainer, per_sample_loss, prepare_model
 from workloads.fl.methods import MethodConfig
 from workloads.fl.methods.base import ClientUpdate, ServerState, frozen_keys, trainable_keys
-from workloads.fl.methods.doublehead import LOCAL_HEAD
+from workloads.fl.methods.doublehead import LOCAL_HEAD, local_test_accuracy
 from workloads.numerics.emulate import Arithmetic
 
 CHECKPOINT_FORMAT = 1
@@ -82,6 +82,7 @@ class RunResult:
     resumed_after_round: int = field(compare=False, default=0)  # 0: started from round 1
     val_accuracy: float | None = None  # the final global model on the validation hold-out (None: no hold-out)
     val_accuracy_before_calibration: float | None = None
+    local_accuracy: float | None = None  # double head's local test mode (``doublehead.local_test_accuracy``)
 
 
 @dataclass(frozen=True)
@@ -363,8 +364,14 @@ def _finish(setup: _Setup, state: LoopState, resumed_after: int) -> RunResult:
         _calibrate(setup, round=setup.cfg.rounds + 1, transfers=transfers)
         accuracy, val = _scores(setup)
     final = {k: v.detach().clone() for k, v in setup.global_model.state_dict().items()}
+    local = None
+    if setup.method.algorithm == "doublehead":
+        ex = setup.execution
+        local = local_test_accuracy(setup.client_model, final, state.memory,
+                                    [setup.train.y[idx].tolist() for idx in setup.client_idx],
+                                    lambda idx: _memory_format(setup.test.take(idx), ex.channels_last), setup.test.y)
     return RunResult(setup.method.name, accuracy, before, state.history, tuple(transfers), state.samples, final,
-                     resumed_after, val, val_before)
+                     resumed_after, val, val_before, local)
 
 
 def _scores(setup: _Setup) -> tuple[float, float | None]:

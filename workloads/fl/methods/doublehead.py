@@ -61,6 +61,32 @@ def double_head_predict(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return probs.argmax(1) % model.classifier.out_features
 
 
+@torch.no_grad()
+def local_test_accuracy(model: nn.Module, weights: dict, local_states: dict, client_labels, test_x_of,
+                        test_y: torch.Tensor, batch_size: int = 1024) -> float | None:
+    """The local test mode (Li et al., "More Industry-friendly", Sec. 4.1, with its dispatch split:
+    each client is tested on the test samples of its own classes): client k's model is the final
+    global ``weights`` with its own never-shared parts ``local_states[k]`` (its local head and any
+    layer not yet shared), it predicts by Eq. 3 (``double_head_predict``), and it is tested on the
+    test samples whose class occurs in its training labels ``client_labels[k]``. Returns the mean
+    over the clients that trained at least once (they own local parts); None if none did.
+    ``test_x_of(idx)``: the test images ``idx`` as the model takes them."""
+    was_training = model.training
+    model.eval()
+    accuracies = []
+    for k, own in sorted(local_states.items()):
+        classes = torch.as_tensor(sorted({int(c) for c in client_labels[k]}), device=test_y.device)
+        idx = torch.nonzero(torch.isin(test_y, classes)).flatten()
+        if not len(idx):
+            continue
+        model.load_state_dict({**weights, **own})
+        batches = (idx[s:s + batch_size] for s in range(0, len(idx), batch_size))
+        correct = sum(int((double_head_predict(model, test_x_of(b)) == test_y[b]).sum()) for b in batches)
+        accuracies.append(correct / len(idx))
+    model.train(was_training)
+    return sum(accuracies) / len(accuracies) if accuracies else None
+
+
 class DoubleHead(FedAvg):
     name = "doublehead"
 

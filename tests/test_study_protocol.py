@@ -1,0 +1,377 @@
+"""Issue 36: the accuracy protocol a reviewer accepts. The prediction interval for one new seed, the
+equivalence test (TOST) and the verdict wording on hand-worked numbers; the convergence rule failing
+on a cosine-decayed unconverged curve; the search extending past a grid edge (stand-in runners,
+tests/study_runners.py); per-run provenance; the study file's new keys."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench.study import phases, report, verdicts
+from bench.study.curves import convergence, high_rate_rounds, plateau
+from bench.study.spec import StudyError, parse_study
+from bench.study.stats import estimate, paired_difference, prediction_interval, tost
+from bench.study.tuning import extension_value
+from tests.study_runners import PEAK_LR
+
+ROOT = Path(__file__).resolve().parents[1]
+
+PEAKED = "tests.study_runners:peaked"
+
+
+def doc(**changes) -> dict:
+    d = {"name": "p", "preset": "quick", "models": ["convnet"], "methods": ["fedavg"], "base": "fedavg",
+         "alphas": [0.5], "rounds": 4, "seeds": [0, 1], "tuning_seeds": [10, 11],
+         "search": {"fedavg": {"lr": [0.05, 0.1, 0.2]}}, "convergence": {"last_rounds": 1},
+         "tuning": {"last_rounds": 1}, "targets": {"accuracy_pct": [50.0]}}
+    d.update(changes)
+    return d
+
+
+# ----------------------------------------------------------------------------- one new seed
+
+
+def test_prediction_interval_for_one_new_seed_by_hand():
+    # values 1, 2, 3: mean 2, s = 1, n = 3; t_{0.975, 2} = 0.95 sqrt(2 / (1 - 0.95^2)) = 4.302653;
+    # half width t s sqrt(1 + 1/3) = 4.302653 x 1.154701 = 4.968275: [-2.968275, 6.968275],
+    # sqrt(n + 1) = 2 times the interval of the mean (4.302653 / sqrt(3) = 2.484138)
+    p = prediction_interval([1.0, 2.0, 3.0])
+    assert (p.low, p.high) == pytest.approx((-2.968275, 6.968275), abs=1e-6)
+    assert p.half_width == pytest.approx(2 * estimate([1.0, 2.0, 3.0]).half_width, rel=1e-12)
+    assert verdicts.new_seed(6.9, p) == "inside the reference's 95 % prediction interval for a new seed [-3.0, +7.0]"
+    assert verdicts.new_seed(7.0, p).startswith("outside")  # 7.0 > 6.968
+    assert verdicts.same_run(0) == "the reference's own seed-0 run: not new evidence"
+
+
+# ----------------------------------------------------------------------------- equivalence
+
+
+def test_tost_on_hand_worked_differences():
+    # d = 0.2, 0.4, 0.6: mean 0.4, s = 0.2, s / sqrt(3) = 0.115470; with 2 degrees of freedom
+    # F(t) = 1/2 + t / (2 sqrt(2 + t^2)).
+    # margin 1: t_high = (0.4 - 1) / 0.115470 = -3 sqrt(3) (t^2 = 27): p_high = 1/2 - 3 sqrt(3) / (2 sqrt(29))
+    # = 0.017549; t_low = 1.4 / 0.115470 = 7 sqrt(3) (t^2 = 147): p_low = 1/2 - 7 sqrt(3) / (2 sqrt(149))
+    # = 0.003367; p = 0.017549 < 0.05: equivalent within ± 1
+    e = tost([0.2, 0.4, 0.6], 1.0)
+    assert e.p_high == pytest.approx(0.5 - 3 * math.sqrt(3) / (2 * math.sqrt(29)), rel=1e-9)
+    assert e.p_low == pytest.approx(0.5 - 7 * math.sqrt(3) / (2 * math.sqrt(149)), rel=1e-9)
+    assert e.p == pytest.approx(0.017549, abs=1e-6) and e.equivalent
+    # margin 0.5: t_high = -0.1 / 0.115470 = -sqrt(3) / 2 (t^2 = 3/4): p_high = 1/2 - (sqrt(3) / 2) / (2 sqrt(2.75))
+    # = 0.238884 > 0.05: not shown equivalent
+    e = tost([0.2, 0.4, 0.6], 0.5)
+    assert e.p_high == pytest.approx(0.5 - (math.sqrt(3) / 2) / (2 * math.sqrt(2.75)), rel=1e-9)
+    assert not e.equivalent
+    # no spread: the mean decides
+    assert tost([0.3, 0.3, 0.3], 1.0).equivalent and not tost([1.5, 1.5], 1.0).equivalent
+
+
+def test_tost_agrees_with_scipy_one_sided_t_tests():
+    from scipy import stats
+
+    rng = np.random.default_rng(5)
+    for n in (3, 5, 8):
+        d = rng.normal(0.3, 0.8, n)
+        e = tost(d, 1.0)
+        assert e.p_low == pytest.approx(stats.ttest_1samp(d, -1.0, alternative="greater").pvalue, rel=1e-9)
+        assert e.p_high == pytest.approx(stats.ttest_1samp(d, 1.0, alternative="less").pvalue, rel=1e-9)
+
+
+def test_tost_is_the_90_percent_interval_inside_the_margin():
+    """An independent statement of the same test: equivalent at α = 0.05 exactly when the 90 % t
+    interval of the mean lies inside (-m, +m) (Schuirmann 1987)."""
+    rng = np.random.default_rng(11)
+    seen = set()
+    for _ in range(300):
+        d = rng.normal(rng.uniform(-1.5, 1.5), rng.uniform(0.05, 1.5), int(rng.integers(2, 7)))
+        ci = estimate(d, confidence=0.90)
+        inside = -1.0 < ci.low and ci.high < 1.0
+        assert tost(d, 1.0).equivalent == inside
+        seen.add(inside)
+    assert seen == {True, False}
+
+
+@pytest.mark.parametrize("a, b, margin, verdict", [
+    # d = 0.2, 0.4, 0.6: interval 0.4 ± 4.302653 x 0.115470 = [-0.097, +0.897] includes 0; TOST p 0.0175
+    ([90.2, 90.4, 90.6], [90.0] * 3, 1.0, "equivalent within ± 1"),
+    ([90.2, 90.4, 90.6], [90.0] * 3, 0.5, "not shown equivalent"),
+    # d = 2, 3, 4: [3 - 2.484, 3 + 2.484] excludes 0; TOST at 1: t_high = 2 / 0.577 > 0: p > 0.5
+    ([92.0, 93.0, 94.0], [90.0] * 3, 1.0, "different"),
+    # d = 0.5, 0.5, 0.6: mean 0.533, s 0.0577, interval [0.39, 0.68] excludes 0, inside ± 1 by far
+    ([90.5, 90.5, 90.6], [90.0] * 3, 1.0, "different, but within ± 1"),
+])
+def test_comparison_verdicts(a, b, margin, verdict):
+    d = paired_difference(dict(enumerate(a)), dict(enumerate(b)))
+    e = tost([x - y for x, y in zip(a, b)], margin)
+    assert verdicts.comparison(d, e) == verdict
+
+
+# ----------------------------------------------------------------------------- convergence
+
+
+def cosine_lr(rounds: int, peak: float = 0.1) -> list[float]:
+    """The loop's schedule: round t runs at peak (1 + cos(pi (t - 1) / R)) / 2."""
+    return [peak * (1 + math.cos(math.pi * (t - 1) / rounds)) / 2 for t in range(1, rounds + 1)]
+
+
+def test_high_rate_part_of_a_20_round_cosine_schedule():
+    # (1 + cos(pi 10 / 20)) / 2 = 0.5 exactly at round 11; round 12: (1 + cos(0.55 pi)) / 2 = 0.42
+    assert high_rate_rounds(cosine_lr(20), 0.5) == 11
+
+
+def test_a_cosine_decayed_unconverged_curve_is_not_converged():
+    # rising 2 points a round while the rate is high, then flattened by the decay: the last 3 rounds
+    # (80.4, 80.6, 80.8: mean 80.6) against (79.3, 79.9, 80.2: mean 79.8) gain 0.8 < 1 point, spread 0.4:
+    # the plain rule calls it converged
+    lr = cosine_lr(20)
+    curve = [50 + 2 * t for t in range(1, 12)] + [74, 76.5, 78, 79.3, 79.9, 80.2, 80.4, 80.6, 80.8]
+    assert plateau(curve).verdict == "converged"
+    v = convergence(curve, lr)
+    # rounds 1-11: the last 3 (68, 70, 72) against (62, 64, 66): gain 6 >= 1: rising
+    assert (v.verdict, v.converged, v.gain_pct) == ("rising", False, pytest.approx(6.0))
+    assert v.judged == "rounds 1-11 (learning rate >= 50 % of its peak)"
+
+
+def test_a_converged_curve_is_converged():
+    # flat from round 5 at 97 +- 0.3 points, at the high rate and at the end
+    curve = [60, 85, 93, 96] + [97 + 0.3 * (-1) ** t for t in range(16)]
+    v = convergence(curve, cosine_lr(20))
+    assert v.converged and v.judged == "last rounds"
+
+
+def test_a_curve_too_short_at_the_high_rate_cannot_converge():
+    # 5 rounds: rates 1, 0.905, 0.655, 0.345, 0.095 of the peak: 3 rounds >= 50 %, fewer than 2 windows of 3
+    assert convergence([90, 95, 96, 96, 96], cosine_lr(5), last_rounds=2).verdict == "too short"
+    assert convergence([90, 95, 96, 96, 96], None, last_rounds=2).converged  # no lr recorded: the plain rule
+    with pytest.raises(ValueError, match="5 rounds of accuracy but 4 learning rates"):
+        convergence([90, 95, 96, 96, 96], cosine_lr(4))
+
+
+# ----------------------------------------------------------------------------- tuning past an edge
+
+
+def test_extension_value_is_the_grids_own_ratio():
+    assert extension_value([0.1, 0.2, 0.4], [0.1, 0.2, 0.4], 0.4, 3) == ("extend", pytest.approx(0.8))
+    assert extension_value([0.1, 0.2, 0.4], [0.1, 0.2, 0.4], 0.1, 3) == ("extend", pytest.approx(0.05))
+    assert extension_value([0.1, 0.3], [0.1, 0.3, 0.9, 2.7], 2.7, 2) == ("bound", None)
+    assert extension_value([0.1, 0.2, 0.4], [0.1, 0.2, 0.4], 0.2, 3) == ("interior", None)
+    assert extension_value([1, 2], [1, 2], 2, 3) == ("extend", 4)  # integers stay integers
+
+
+def run_peaked(tmp_path, **changes):
+    study = parse_study(doc(**changes), "test")
+    run = phases.run_study(study, tmp_path, runner=PEAKED, commit="abc123-dirty")
+    return study, run
+
+
+def test_an_optimum_beyond_the_grid_is_found_and_said_to_be_interior(tmp_path):
+    # validation peaks at lr 0.8 (tests/study_runners.py); the grid 0.05 / 0.1 / 0.2 chooses its top,
+    # the extension adds 0.4, 0.8 and 1.6 (factor 2, the grid's ratio there); 0.8 is then interior
+    study, run = run_peaked(tmp_path, tuning={"last_rounds": 1, "extend_steps": 3})
+    c = run.choices[("convnet", "alpha=0.5", "fedavg")]
+    assert c.trial == {"lr": pytest.approx(PEAK_LR)} and c.at_edge == ()
+    assert [dict(e) for e in c.extension] == [{"key": "lr", "side": "high", "added": [0.4, 0.8, 1.6], "steps": 3,
+                                               "bound_steps": 3, "status": "interior"}]
+    # two tuning seeds, the score their mean: at lr 0.8 the last round's validation is 0.9 + 0.01 (seed mod 3),
+    # seeds 10 and 11: 91 and 92 %, mean 91.5
+    assert c.score_pct == pytest.approx(91.5) and len(c.scores[0].seed_scores_pct) == 2
+    assert sorted({o.planned.seed for o in run.tuning}) == [10, 11] and len(run.tuning) == 2 * 6
+    assert [o.planned.trial["lr"] for o in run.evaluation] == [pytest.approx(PEAK_LR)] * 2
+
+
+def test_the_bound_is_said_when_hit(tmp_path):
+    study, run = run_peaked(tmp_path, tuning={"last_rounds": 1, "extend_steps": 1})
+    c = run.choices[("convnet", "alpha=0.5", "fedavg")]
+    assert c.trial == {"lr": pytest.approx(0.4)} and c.at_edge == ("lr",)
+    assert c.extension[0]["status"] == "bound" and c.extension[0]["added"] == [pytest.approx(0.4)]
+    assert "bound hit (1 value(s) added above the grid; bound 1)" in phases.edge_text(c.extension[0])
+
+
+def test_a_diverged_next_value_stops_the_extension(tmp_path):
+    # weight_decay 0.5 makes the stand-in fail above lr 1.0: 0.4 and 0.8 run, 1.6 fails; 0.8 stays at the edge
+    study, run = run_peaked(tmp_path, search={"fedavg": {"lr": [0.05, 0.1, 0.2], "weight_decay": [0.5]}},
+                            tuning={"last_rounds": 1, "extend_steps": 5})
+    c = run.choices[("convnet", "alpha=0.5", "fedavg")]
+    assert c.trial["lr"] == pytest.approx(0.8) and c.extension[0]["status"] == "diverged"
+    assert sum(o.status == "failed" for o in run.tuning) == 2  # 1.6 on both tuning seeds
+
+
+def test_a_report_written_without_running_says_the_extension_was_not_run(tmp_path):
+    study = parse_study(doc(tuning={"last_rounds": 1, "extend_steps": 0}), "test")
+    phases.run_study(study, tmp_path, runner=PEAKED)  # the grid alone: 0.2 chosen at the edge
+    wider = parse_study(doc(tuning={"last_rounds": 1, "extend_steps": 2}), "test")
+    run = phases.run_study(wider, tmp_path, runner=PEAKED, execute=False)
+    c = run.choices[("convnet", "alpha=0.5", "fedavg")]
+    assert c.trial == {"lr": 0.2} and c.extension[0]["status"] == "not run"
+    assert [o.status for o in run.tuning if o.planned.trial["lr"] == pytest.approx(0.4)] == ["missing", "missing"]
+
+
+# ----------------------------------------------------------------------------- provenance, the report
+
+
+def test_every_run_records_its_provenance_and_the_report_lists_what_lacks_it(tmp_path):
+    study, run = run_peaked(tmp_path, tuning={"last_rounds": 1, "extend_steps": 0}, equivalence_margin_pts=2.0,
+                            methods=["fedavg", "fedavg+ccvr"])
+    report.write_report(tmp_path, study, run, command="test", started_unix_s=0.0, commit="abc123-dirty")
+    rows = list(csv.DictReader(open(tmp_path / "runs.csv")))
+    assert rows and all(r["git_commit"] == "abc123-dirty" and r["git_dirty"] == "True" for r in rows)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    # the stand-in records no kernels: every finished run is listed (3 tuning trials x 2 seeds + 2 evaluation)
+    assert summary["missing_provenance"]["git_commit"] == [] and len(summary["missing_provenance"]["kernels"]) == 8
+    table = (tmp_path / "table.md").read_text()
+    assert "* without `kernels`: 8" in table and "* without `git_commit`: 0" in table
+    # the stand-in's CCVR equals its training run: differences 0, 0: equivalent within the declared ± 2
+    cell = next(c for c in summary["cells"] if c["method"] == "fedavg+ccvr")
+    assert cell["verdict_vs_base"] == "equivalent within ± 2" and cell["equivalence_vs_base"]["margin_pts"] == 2.0
+    assert "+0.00 [+0.00, +0.00]: equivalent within ± 2" in table
+    # bytes: the stand-in's curve ends at 1,000 x 4 rounds = 4,000 B for both labels of the one run
+    assert (cell["bytes"], cell["bytes_vs_base"]) == (4000.0, 1.0) and "| 0.0 (× 1.000) |" in table
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"equivalence_margin_pts": 0}, "equivalence_margin_pts = 0 is out of range"),
+    ({"dataset": "mnist"}, "dataset = 'mnist' is not a dataset bench.fl reads"),
+    ({"tuning": {"extend_steps": -1}}, "[tuning] extend_steps = -1 is out of range"),
+    ({"convergence": {"last_rounds": 1, "rate_fraction": 1.5}}, "[convergence] rate_fraction = 1.5 is out of range"),
+])
+def test_the_new_keys_are_checked(changes, message):
+    with pytest.raises(StudyError) as err:
+        parse_study(doc(**changes), "s.toml")
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+# ----------------------------------------------------------------------------- real data
+
+
+TINY_CIFAR_STUDY = """
+name = "tiny-cifar"
+preset = "quick"            # 5 clients, 16x16, batch 32
+dataset = "cifar10"
+models = ["convnet"]
+methods = ["fedavg"]
+base = "fedavg"
+iid = true
+rounds = 2
+local_epochs = 1
+seeds = [0, 1]
+tuning_seeds = [0]          # also an evaluation seed: 2 runs in all
+[search.fedavg]
+lr = [0.05]
+[tuning]
+last_rounds = 1
+[convergence]
+last_rounds = 1
+[targets]
+accuracy_pct = [50.0]
+"""
+
+
+@pytest.mark.slow  # two real ConvNet runs of 2 rounds with pricing: ~5 s
+def test_a_study_on_a_generated_dataset_in_cifar10s_on_disk_format(tmp_path, capsys):
+    """CIFAR-10's real pickles (tests/test_fl_data.py's writer), 100 random training images: the
+    protocol runs on them through --data-dir, the projection printed before the first run."""
+    from bench.study.__main__ import main
+    from tests.test_fl_data import _write_cifar10
+
+    _write_cifar10(tmp_path / "data", np.random.default_rng(0), per_batch=20, test=20)
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY_CIFAR_STUDY)
+    out = tmp_path / "out"
+    assert main([str(path), "--out", str(out)]) == 2  # a folder dataset needs its folder
+    assert "give its folder with --data-dir DIR" in capsys.readouterr().err and not out.exists()
+    assert main([str(path), "--out", str(out), "--data-dir", str(tmp_path / "data")]) == 0
+    err = capsys.readouterr().err
+    projected = err.index("projected local training of the study's 2 runs still to do on cpu")
+    assert projected < err.index("[tune 1/1]")
+    runs = list(csv.DictReader(open(out / "runs.csv")))
+    assert [r["seed"] for r in runs] == ["0", "1"] and all(r["git_commit"] and r["kernels"] for r in runs)
+    info = json.loads(next((out / "grid" / "runs").glob("*/run.json")).read_text())
+    # 100 images, 15 held out for validation: 85 train, 20 test (the generated test batch)
+    assert (info["train_samples"], info["val_samples"], info["test_samples"]) == (85, 15, 20)
+    assert json.loads((out / "summary.json").read_text())["study"]["dataset"] == "cifar10"
+
+
+# ----------------------------------------------------------------------------- one reference point again
+
+
+@pytest.mark.parametrize("study, model, setting, method, seed", [
+    ("digits", "convnet", "alpha=0.5", "fedavg", 0),
+    ("digits", "convnet", "alpha=0.1", "fedavg+spherefed+ffc", 2),
+    ("digits-quick", "mobilenetv2", "alpha=0.5", "fedavg+ccvr", 1),
+])
+def test_the_reproduce_command_resolves_to_the_shipped_runs_point(study, model, setting, method, seed):
+    """Training one shipped point takes ~80 s (ConvNet, 20 rounds) or more: instead, the command's
+    point is the shipped row's own (the same run id: the same settings, hashed) and its point.json's."""
+    import pandas as pd
+
+    from bench.grid.engine import run_id
+    from bench.study.reproduce import reference_point
+
+    folder = ROOT / "results" / "reference" / study
+    point = reference_point(folder, model, setting, method, seed)
+    runs = pd.read_csv(folder / "runs.csv")
+    row = runs[(runs["model"] == model) & (runs["setting"] == setting) & (runs["method"] == method)
+               & (runs["seed"] == seed)]
+    assert run_id("bench.study", point) == row["run_id"].iloc[0]
+    shipped = json.loads((folder / "grid" / "runs" / row["run_id"].iloc[0] / "point.json").read_text())
+    assert shipped["config"] == json.loads(json.dumps(point))
+
+
+def test_the_reproduce_command_refuses_a_folder_without_a_study(tmp_path, capsys):
+    from bench.study.reproduce import main
+
+    assert main([str(tmp_path), "convnet", "iid", "fedavg", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds no summary.json" in err and not list(tmp_path.iterdir())
+
+
+# ----------------------------------------------------------------------------- the double head's local test mode
+
+
+def test_local_test_accuracy_by_hand():
+    """Three classes, features = the input; the global head outputs 0 (softmax 1/3 each). Client 0
+    holds classes 0 and 1, its local head 10 x the input: softmax(10, 0, 0) = 0.99991 > 1/3, so Eq. 3
+    picks its local head's argmax, the true class: 2 of 2 right. Client 1 holds class 2 only and its
+    local head always says 0 (bias 10): 0 of its 2 test samples. Client 2 never trained (no local
+    parts): left out. Mean over clients 0 and 1: (1 + 0) / 2 = 0.5."""
+    import torch
+    from torch import nn
+
+    from workloads.fl.methods.doublehead import local_test_accuracy
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.features = nn.Identity()
+            self.classifier = nn.Linear(3, 3)
+            self.local_classifier = nn.Linear(3, 3)
+
+    net = Net()
+    zero = {k: torch.zeros_like(v) for k, v in net.state_dict().items()}
+    own0 = {"local_classifier.weight": 10 * torch.eye(3), "local_classifier.bias": torch.zeros(3)}
+    own1 = {"local_classifier.weight": torch.zeros(3, 3), "local_classifier.bias": torch.tensor([10.0, 0, 0])}
+    test_x, test_y = torch.eye(3)[[0, 1, 2, 2]], torch.tensor([0, 1, 2, 2])
+    acc = local_test_accuracy(net, zero, {0: own0, 1: own1}, [[0, 1, 1], [2, 2], [0]], lambda i: test_x[i], test_y)
+    assert acc == pytest.approx(0.5)
+    assert local_test_accuracy(net, zero, {}, [[0]], lambda i: test_x[i], test_y) is None
+
+
+def test_a_double_head_run_reports_its_local_test_accuracy_and_others_none():
+    from fl_standins import TinyNet, blobs
+
+    from workloads.fl.hparams import FLConfig, Hparams
+    from workloads.fl.loop import run_method
+    from workloads.fl.methods import parse_method
+    from workloads.fl.partition import dirichlet_partition
+
+    train, test = blobs(60), blobs(20, seed=1)
+    parts = dirichlet_partition(train.y.numpy(), 3, 0.5, min_size=5, seed=0)
+    cfg, hp = FLConfig(dataset="blobs", num_clients=3, rounds=1), Hparams(lr=0.05, local_epochs=1, batch_size=16)
+    results = {m: run_method(parse_method(m), model_fn=TinyNet, train=train, test=test, parts=parts, cfg=cfg, hp=hp)
+               for m in ("doublehead", "fedavg")}
+    assert 0.0 <= results["doublehead"].local_accuracy <= 1.0 and results["fedavg"].local_accuracy is None
