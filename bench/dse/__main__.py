@@ -26,7 +26,7 @@ from accel_sim.hardware import hardware_config_toml
 from accel_sim.space import DEFAULT_MAX_POINTS, SpaceError
 import pandas as pd
 
-from bench.dse import report, rerun
+from bench.dse import accuracy, report, rerun
 from bench.dse.explore import OBJECTIVE_PAIRS, explore, price_presets
 from bench.dse.spec import DseError, load_dse
 from bench.dse.traces import method_trace
@@ -56,8 +56,14 @@ def parser() -> cli.Parser:
                    help="price chunks across N processes (default 1; the outputs are the same for any N)")
     p.add_argument("--run", metavar="DIR", help="a finished bench.run results folder: re-price its accuracy "
                                                 "curve on every point (tta.csv; docs/dse.md)")
+    p.add_argument("--study", metavar="DIR", help="a finished bench.study folder with number formats: price every "
+                                                  "point to the target with its own format's accuracy curve "
+                                                  "(tta_study.csv, fronts_study.csv; docs/numerics.md)")
+    p.add_argument("--setting", metavar="LABEL", help="with --study: its data setting (iid, alpha=0.1) when it has "
+                                                      "several")
     p.add_argument("--target", type=cli.finite_float(positive=True, high=100.0), metavar="PCT",
-                   help="with --run: the target test accuracy in percent (default: the run's own target)")
+                   help="with --run or --study: the target test accuracy in percent (default: the run's own "
+                        "target, the study's first declared one)")
     p.add_argument("--write-hw", type=cli.int_in(0, 2**62), metavar="N",
                    help="write point N's hardware TOML (its grid index: points.csv's 'point') and stop")
     return p
@@ -73,9 +79,15 @@ def main(argv: list[str] | None = None) -> int:
             return write_hw(dse, args.write_hw, Path(args.out or f"hw-{dse.name}-{args.write_hw}.toml"))
         for model in dse.models:  # a paper model or package.module:factory, checked before any capture
             model_spec.build(model_spec.as_spec(model, dse.image_size), num_classes=dse.classes, spherefed=True)
-        if args.target is not None and args.run is None:
-            raise cli.UsageError("--target goes with --run; give --run DIR or drop --target")
+        if args.target is not None and args.run is None and args.study is None:
+            raise cli.UsageError("--target goes with --run or --study; give one or drop --target")
+        if args.setting is not None and args.study is None:
+            raise cli.UsageError("--setting goes with --study; give --study DIR or drop --setting")
+        if args.run is not None and args.study is not None:
+            raise cli.UsageError("--run and --study both give the accuracy curve; give one")
         run = rerun.load_run(cli.check_folder(args.run, "--run"), dse, args.target) if args.run else None
+        study = accuracy.load_study(cli.check_folder(args.study, "--study"), dse, args.target, args.setting) \
+            if args.study else None
         out = Path(args.out or f"results/dse-{dse.name}")
         outputs.check_out(out, command=COMMAND, overwrite=args.overwrite)
     say = lambda line: print(line, file=sys.stderr, flush=True)
@@ -120,6 +132,9 @@ def main(argv: list[str] | None = None) -> int:
                 "timing_s": {"capture": capture_s, "pricing": found.pricing_s}, "workers": args.workers,
                 "run": None if run is None else {"folder": str(run.folder), "model": run.model,
                                                  "target_accuracy_pct": run.target_pct},
+                "study": None if study is None else {"folder": str(study.folder), "model": study.model,
+                                                     "setting": study.setting, "formats": list(study.formats),
+                                                     "seeds": study.seeds, "target_accuracy_pct": study.target_pct},
                 "best": best, "best_compared": compared,
                 "presets": [] if presets.empty else presets[
                     ["model", "method", "preset", "step_latency_s", "step_energy_j", "asic_area_mm2", "fits"]
@@ -130,6 +145,13 @@ def main(argv: list[str] | None = None) -> int:
                     tmp / "points.csv", usecols=["point", "model", "method", "step_latency_s", "step_energy_j", "fits"]))
                 tta.to_csv(tmp / "tta.csv", index=False)
                 state["lines"] += rerun.printout(run, tta, lambda index: report.design_of_point(dse, index))
+            if study is not None:  # points.csv's price, format and resource columns read back
+                tta = pd.DataFrame() if not found.points else accuracy.reprice(study, dse, works, pd.read_csv(
+                    tmp / "points.csv", usecols=["point", "model", "method", "number_format", "step_latency_s",
+                                                 "step_energy_j", "fits", "asic_area_mm2", "dsp_slices"]))
+                tta.to_csv(tmp / "tta_study.csv", index=False)
+                accuracy.fronts(tta).to_csv(tmp / "fronts_study.csv", index=False)
+                state["lines"] += accuracy.printout(study, tta, lambda index: report.design_of_point(dse, index))
 
         outputs.write_results_dir(out, build, command=COMMAND, config_sha256=outputs.config_hash(config),
                                   version=FORMAT_VERSION, replace=args.overwrite)
