@@ -116,3 +116,17 @@ def test_printout_names_the_best_design_and_the_unmeasured(priced):
     assert "not priced (no accuracy measured in the format): fp16" in text
     assert "fedavg: round reaching the target per format: fp32 5, bfp_m2_g16 6" in text
     assert not math.isnan(tta["energy_j_to_target"].min())
+
+
+def test_the_main_job_names_the_studied_formats_and_the_cheapest_design(priced):
+    from bench.run import formats
+
+    root, tta, _ = priced
+    fig = formats.figures(["mobilenetv2", "convnet"], "fp32", root)
+    assert fig["models_not_studied"] == ["mobilenetv2"] and fig["models_studied"] == ["convnet"]
+    line = formats.format_line(fig)
+    ok = tta[(tta["method"] == "fedavg") & tta["fits"] & tta["reached"]]
+    best = ok.sort_values(["energy_j_to_target", "point"]).iloc[0]
+    assert line.startswith("number formats: this run trains in fp32 (--number-format); mobilenetv2: not studied")
+    assert f"convnet alpha=0.5 in fp32, bfp_m2_g16 (3 seeds); least energy to 60 %" in line
+    assert f"fedavg {best['number_format']} (" in line and f"{best['energy_j_to_target']:.3g} J, round " in line

@@ -124,21 +124,6 @@ def main(argv: list[str] | None = None) -> int:
                 save(plot_pareto(model, list(dse.methods), OBJECTIVE_PAIRS, samples, fronts, mine,
                                  f"{dse.name}: {found.fitting:,} of {found.points:,} points fit {dse.device.name}"),
                      tmp / name)
-            write_json(tmp / "summary.json", {
-                "format": "fl-accel-bench-results", "version": FORMAT_VERSION, "command": shlex.join(
-                    ["python", "-m", "bench.dse", *argv]), "git_commit": git_commit(), "config": config,
-                "counts": {"points": found.points, "fitting": found.fitting,
-                           "beyond_fold_model": found.beyond_fold_model},
-                "timing_s": {"capture": capture_s, "pricing": found.pricing_s}, "workers": args.workers,
-                "run": None if run is None else {"folder": str(run.folder), "model": run.model,
-                                                 "target_accuracy_pct": run.target_pct},
-                "study": None if study is None else {"folder": str(study.folder), "model": study.model,
-                                                     "setting": study.setting, "formats": list(study.formats),
-                                                     "seeds": study.seeds, "target_accuracy_pct": study.target_pct},
-                "best": best, "best_compared": compared,
-                "presets": [] if presets.empty else presets[
-                    ["model", "method", "preset", "step_latency_s", "step_energy_j", "asic_area_mm2", "fits"]
-                ].to_dict("records")})
             state["lines"] = report.printout(dse, found, best, compared)
             if run is not None:  # points.csv's price columns read back (6 of ~30)
                 tta = pd.DataFrame() if not found.points else rerun.reprice(run, works, pd.read_csv(
@@ -151,7 +136,24 @@ def main(argv: list[str] | None = None) -> int:
                                                  "step_energy_j", "fits", "asic_area_mm2", "dsp_slices"]))
                 tta.to_csv(tmp / "tta_study.csv", index=False)
                 accuracy.fronts(tta).to_csv(tmp / "fronts_study.csv", index=False)
+                state["study_best"] = accuracy.best_records(tta, lambda index: report.design_of_point(dse, index))
                 state["lines"] += accuracy.printout(study, tta, lambda index: report.design_of_point(dse, index))
+            write_json(tmp / "summary.json", {
+                "format": "fl-accel-bench-results", "version": FORMAT_VERSION, "command": shlex.join(
+                    ["python", "-m", "bench.dse", *argv]), "git_commit": git_commit(), "config": config,
+                "counts": {"points": found.points, "fitting": found.fitting,
+                           "beyond_fold_model": found.beyond_fold_model},
+                "timing_s": {"capture": capture_s, "pricing": found.pricing_s}, "workers": args.workers,
+                "run": None if run is None else {"folder": str(run.folder), "model": run.model,
+                                                 "target_accuracy_pct": run.target_pct},
+                "study": None if study is None else {"folder": str(study.folder), "model": study.model,
+                                                     "setting": study.setting, "formats": list(study.formats),
+                                                     "seeds": study.seeds, "target_accuracy_pct": study.target_pct,
+                                                     "best": state.get("study_best", {})},
+                "best": best, "best_compared": compared,
+                "presets": [] if presets.empty else presets[
+                    ["model", "method", "preset", "step_latency_s", "step_energy_j", "asic_area_mm2", "fits"]
+                ].to_dict("records")})
 
         outputs.write_results_dir(out, build, command=COMMAND, config_sha256=outputs.config_hash(config),
                                   version=FORMAT_VERSION, replace=args.overwrite)

@@ -219,6 +219,17 @@ def best(tta: pd.DataFrame) -> dict[str, pd.Series | None]:
     return out
 
 
+def best_records(tta: pd.DataFrame, describe: Callable[[int], str] = str) -> dict[str, dict | None]:
+    """``best`` as plain records (summary.json): the point, its design and its figures to the target."""
+    out = {}
+    for method, row in best(tta).items():
+        out[method] = None if row is None else {
+            "point": int(row["point"]), "design": describe(int(row["point"])), "number_format": row["number_format"],
+            "round": int(row["round"]), "energy_j_to_target": float(row["energy_j_to_target"]),
+            "device_s_to_target": float(row["device_s_to_target"]), "bytes_to_target": float(row["bytes_to_target"])}
+    return out
+
+
 def printout(study: StudyCurves, tta: pd.DataFrame, describe: Callable[[int], str] = str) -> list[str]:
     """Per method: the cheapest design to the target in its own format's accuracy, what is unmeasured,
     and whether the methods' best designs differ."""

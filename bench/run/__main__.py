@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 
 from bench.results import FORMAT_VERSION
-from bench.run import compare_hw
+from bench.run import compare_hw, formats
 from bench.run.config import DEFAULT_METHODS, RunConfig, load_accuracy_data, resolve
 from bench.run.figures import ledger_mismatches
 from bench.run.study import run_study, write_files
@@ -102,7 +102,8 @@ def parse_args(argv: list[str]) -> RunConfig:
     hws = tuple(a.hw or ())
     return RunConfig(models, tuple(a.methods), a.batch_size, a.seed, a.preset, a.data_dir, hws[0] if hws else None,
                      out, a.overwrite, a.alpha, a.target, a.system, shape, a.classifier, a.classes,
-                     hws if len(hws) > 1 else (), a.workers, a.device, a.augment, a.channels_last, a.bf16, a.compile)
+                     hws if len(hws) > 1 else (), a.workers, a.device, a.augment, a.channels_last, a.bf16, a.compile,
+                     a.number_format)
 
 
 @cli.command("interrupted; nothing written (a results folder appears only when complete)")
@@ -124,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = study.summary
     print(format_table(summary))
     print("\n" + "\n".join(format_references(summary)))
+    print(formats.format_line(summary["number_formats"]))
     if "hardware_comparison" in summary:
         print(f"\n{compare_hw.format_comparison(summary)}")
     mismatched = ledger_mismatches(summary)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from accel_sim.mac_energy import hardware_in_format
 from accel_sim.hardware import HardwareConfig, load_hardware_config
 from bench.paper import PAPER
 from bench.run import compare_hw
@@ -19,7 +20,7 @@ from workloads import model_spec
 from workloads.cost.rounds import client_devices
 from workloads.cost.system import DEFAULT_SYSTEM_PATH, SystemModel, load_system_model
 from workloads.fl.data import Dataset, load_dataset, subset
-from workloads.fl.execution import Execution, execution_of
+from workloads.fl.execution import SETTINGS, Execution, execution_of
 from workloads.fl.methods import CALIBRATIONS, parse_method
 from workloads.fl.presets import Preset, load_preset, with_changes
 from workloads.model_spec import DEFAULT_INPUT_SHAPE, ModelSpec
@@ -53,11 +54,11 @@ class RunConfig:
     channels_last: bool | None = None  # likewise
     bf16: bool | None = None
     compile: bool | None = None
+    number_format: str | None = None  # --number-format: the arithmetic of training and pricing (None: the preset's)
 
     def execution(self, preset: Preset) -> Execution:
         """Where and how the accuracy runs train: --device, and each option from its flag or the preset."""
-        return execution_of(self.device, {k: getattr(self, k) for k in ("augment", "channels_last", "bf16", "compile")},
-                            preset.execution)
+        return execution_of(self.device, {k: getattr(self, k) for k in SETTINGS}, preset.execution)
 
     def spec(self, model: str, input_shape: tuple[int, ...] | None = None) -> ModelSpec:
         """``model`` at ``input_shape`` (default: --input-shape, else 3x32x32) with --classifier."""
@@ -119,7 +120,9 @@ def resolve(cfg: RunConfig) -> Resolved:
 
         check_folder(cfg.data_dir, "--data-dir")
     execution = cfg.execution(preset)
-    hw = load_hardware_config(cfg.hw_path) if cfg.hw_path else HardwareConfig()
+    # every figure is priced on the hardware computing in the run's number format (FP32: as given)
+    hw = hardware_in_format(load_hardware_config(cfg.hw_path) if cfg.hw_path else HardwareConfig(),
+                            execution.number_format)
     compare_hw.load_hardware_set(cfg.compare_hw)
     system = load_system_model(cfg.system_path)
     client_devices(system, hw, preset.fl.num_clients, seed=cfg.seed)  # loads every per-client hardware file

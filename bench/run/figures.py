@@ -135,7 +135,8 @@ def accuracy_runs(model: str, names: Sequence[str], preset: Preset, data, cfg: R
     train, val = split_holdout(train, fl.holdout_fraction, seed=cfg.seed)  # as bench.fl and bench.study hold out
     inputs = RunInputs(cfg.spec(model, tuple(train.x.shape[1:])), fl, train, test,
                        tuple(make_partition(train.y.numpy(), fl)), hw, system,
-                       client_devices(system, hw, fl.num_clients, seed=cfg.seed), cfg.seed, execution, val)
+                       client_devices(system, hw, fl.num_clients, seed=cfg.seed, number_format=execution.number_format),
+                       cfg.seed, execution, val)
     pairs = run_pairs(names)
     jobs = [Job(f"{base}+{calib}" if calib else base, preset.hparams(parse_method(f"{base}+{calib}" if calib else base)))
             for base, calib in pairs]

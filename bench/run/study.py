@@ -23,7 +23,7 @@ from bench.grid.runners import grid_runner
 from bench.paper import WHY_DIFFERENT
 from bench.results import (BREAKDOWN_CSV, COST_COLUMNS, FORMAT_NAME, FORMAT_VERSION, LAYERS_COLUMNS, LAYERS_CSV,
                            OPS_COLUMNS, OPS_CSV, ROUNDS_CSV, ROUNDS_CSV_COLUMNS, write_json)
-from bench.run import compare_hw, figures, reference
+from bench.run import compare_hw, figures, formats, reference
 from bench.run.breakdown import breakdown
 from bench.run.config import Resolved, RunConfig, accuracy_note, load_accuracy_data, resolve, split_methods
 from iokit.provenance import git_commit
@@ -93,6 +93,7 @@ def run_study(resolved: Resolved, data, progress: Callable[[str], None] | None, 
                           f"DRAM {hw.dram_peak_bytes_per_s / 1e9:g} GB/s peak, dataflow "
                           f"{hw.dataflow_fwd}/{hw.dataflow_dx}/{hw.dataflow_dw}",
         "models": models,
+        "number_formats": formats.figures(list(cfg.models), execution.number_format),
         "accuracy_setting": {"preset": preset.name, "fl": asdict(preset.fl), "hparams": asdict(preset.hp),
                              "overrides": preset.overrides, "note": accuracy_note(preset), "train_note": data[0].note,
                              "workers": workers, "threads": threads_per_worker(workers) or torch.get_num_threads()},
