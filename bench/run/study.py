@@ -134,7 +134,7 @@ def write_files(folder: Path, study: Study) -> None:
 POINT_KEYS = {"model": "models", "methods": "methods", "batch_size": "batch_size", "seed": "seed", "preset": "preset",
               "data_dir": "data_dir", "hw": "hw_path", "alpha": "alpha", "target": "target_accuracy_pct",
               "system": "system_path", "input_shape": "input_shape", "classifier": "classifier", "classes": "classes",
-              "workers": "workers", "device": "device"}
+              "workers": "workers", "device": "device", "number_format": "number_format"}
 """A grid point's keys (the grid file's spelling, as the command's flags) -> ``RunConfig`` fields."""
 
 
