@@ -144,6 +144,17 @@ class NumberFormat:
         byte per value; this is the ``word_bytes`` ``simulate`` must price the point with."""
         return math.ceil(self.bits_per_value / 8)
 
+    def payload_bytes(self, values: int) -> int:
+        """Bytes of ``values`` values sent over a link in this format, bit-packed (a message is not
+        bound to memory words): ``bits`` each for an element format; for BFP ``1 + m`` each plus one
+        ``BFP_EXPONENT_BITS``-bit exponent per group of ``g`` consecutive values (a last, shorter
+        group where ``g`` does not divide ``values``). ``ceil(bits / 8)``."""
+        if self.kind == "bfp":
+            bits = values * (1 + self.mantissa_bits) + -(-values // self.group_size) * BFP_EXPONENT_BITS
+        else:
+            bits = values * ELEMENT_FORMATS[self.kind].bits
+        return -(-bits // 8)
+
     @property
     def multiplier_bits(self) -> int:
         """Width of the significand (mantissa) multiplier's operands: an element format's significand

@@ -98,3 +98,54 @@ def test_bench_closed_form_equals_the_ledger_for_double_head():
     layers = closed_form_sizes(prepare_model(model_spec.build(model_spec.as_spec("convnet", 16), num_classes=10,
                                                               spherefed=False), method, seed=0))["layer_bytes"]
     assert len(layers) == 8 and closed["down_bytes"] == 2 * (2 * layers[0] + layers[1]) < 2 * 2 * sum(layers) / 10
+
+
+def test_payload_bytes_by_hand():
+    from accel_sim.formats import NumberFormat
+
+    # 100 values: bfp_m4_g16 sends 100 x (1 + 4) bits + ceil(100 / 16) = 7 exponents x 8 bits = 556
+    # bits -> 70 bytes; e4m3 one byte each; bf16 two; the sign-and-exponent share of bfp_m2_g32:
+    # 100 x 3 + 4 x 8 = 332 bits -> 42 bytes; stochastic rounding sends the same
+    assert [NumberFormat.parse(f).payload_bytes(100) for f in ("bfp_m4_g16", "e4m3", "bf16", "bfp_m2_g32",
+                                                               "bfp_m4_g16_sr")] == [70, 100, 200, 42, 70]
+
+
+@pytest.mark.parametrize("name", ["fedavg", "fedcos+spherefed+ffc", "doublehead", "fednova+ccvr"])
+def test_ledger_equals_closed_form_in_a_communication_format(name):
+    # the model, its updates and FedCos's direction sent in bfp_m4_g16_sr: each float32 tensor
+    # charged its packed payload, by the ledger and by the closed form alike
+    from workloads.fl.execution import Execution
+    from workloads.numerics import NumberFormat
+
+    method, fmt = parse_method(name), NumberFormat.parse("bfp_m4_g16_sr")
+    result = run_method(method, model_fn=lambda: TinyNet(spherefed=method.spherefed), train=TRAIN,
+                        test=TEST, parts=PARTS, cfg=CFG, hp=HP, execution=Execution(comm_format=fmt.name))
+    totals = ledger_totals(result.transfers)
+    sizes_in = closed_form_sizes(prepare_model(TinyNet(spherefed=method.spherefed), method, seed=0), fmt)
+    expected = closed_form_bytes(method, HP, rounds=4, clients_per_round=3, num_clients=5, **sizes_in)
+    assert {k: totals[k] for k in expected} == expected
+    fp32 = closed_form_bytes(method, HP, rounds=4, clients_per_round=3, num_clients=5, **sizes(method))
+    assert expected["total_bytes"] < fp32["total_bytes"]
+
+
+def test_what_travels_in_a_format_is_in_the_format():
+    # one client, one round of FedAvg: the server's new model is the client's upload, which was
+    # rounded to bfp_m2_g16: rounding it again changes nothing; in FP32 it would
+    import torch
+
+    from workloads.fl.execution import Execution
+    from workloads.numerics import NumberFormat
+    from workloads.numerics.quantize import round_tensors
+
+    method, fmt = parse_method("fedavg"), NumberFormat.parse("bfp_m2_g16")
+    cfg = FLConfig(dataset="blobs", num_clients=1, rounds=1, participation=1.0)
+    parts = [list(range(len(TRAIN.y)))]
+    weights = {}
+    for f in ("fp32", fmt.name):
+        result = run_method(method, model_fn=lambda: TinyNet(), train=TRAIN, test=TEST, parts=parts, cfg=cfg, hp=HP,
+                            execution=Execution(comm_format=f))
+        weights[f] = result.weights
+    rounded = round_tensors(weights[fmt.name], fmt)
+    assert all(torch.equal(rounded[k], weights[fmt.name][k]) for k in rounded)
+    again = round_tensors(weights["fp32"], fmt)
+    assert not all(torch.equal(again[k], weights["fp32"][k]) for k in again if again[k].dtype == torch.float32)

@@ -198,7 +198,7 @@ def closed_form_for(method: MethodConfig, data: FLData, run: FLRun) -> dict:
     model = prepare_model(data.inputs.build(method.spherefed), method, seed=run.cfg.seed)
     return closed_form_bytes(method, run.hparams[method.name], rounds=run.cfg.rounds,
                              clients_per_round=data.clients_per_round, num_clients=run.cfg.num_clients,
-                             **closed_form_sizes(model))
+                             **closed_form_sizes(model, run.execution.communication))
 
 
 def results_doc(run: FLRun, data: FLData, trained: dict, command: str) -> dict:

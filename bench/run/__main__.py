@@ -103,7 +103,7 @@ def parse_args(argv: list[str]) -> RunConfig:
     return RunConfig(models, tuple(a.methods), a.batch_size, a.seed, a.preset, a.data_dir, hws[0] if hws else None,
                      out, a.overwrite, a.alpha, a.target, a.system, shape, a.classifier, a.classes,
                      hws if len(hws) > 1 else (), a.workers, a.device, a.augment, a.channels_last, a.bf16, a.compile,
-                     a.number_format)
+                     a.number_format, a.comm_format)
 
 
 @cli.command("interrupted; nothing written (a results folder appears only when complete)")

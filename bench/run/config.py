@@ -55,6 +55,7 @@ class RunConfig:
     bf16: bool | None = None
     compile: bool | None = None
     number_format: str | None = None  # --number-format: the arithmetic of training and pricing (None: the preset's)
+    comm_format: str | None = None  # --comm-format: what the model and updates travel in (None: the preset's)
 
     def execution(self, preset: Preset) -> Execution:
         """Where and how the accuracy runs train: --device, and each option from its flag or the preset."""

@@ -9,6 +9,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from accel_sim.formats import NumberFormat
 from accel_sim.hardware import HardwareConfig
 from bench import formulas
 from bench.fl.jobs import Job, JobResult, RunInputs
@@ -85,19 +86,21 @@ def comm_method(name: str) -> MethodConfig:
 
 
 def model_closed_form_bytes(model_name: str | ModelSpec, method: MethodConfig, hp: Hparams, *, num_classes: int,
-                            image_size: int, rounds: int, num_clients: int, seed: int) -> dict[str, int]:
+                            image_size: int, rounds: int, num_clients: int, seed: int,
+                            comm_format: str = "fp32") -> dict[str, int]:
     """``closed_form_bytes`` of the FL code for a whole run, from the prepared model's shapes
     (``closed_form_sizes``: per sharing layer, so double head's gradual sharing and local head count
-    as the ledger does)."""
+    as the ledger does), each tensor as sent in ``comm_format``."""
     torch.manual_seed(seed)
     model = prepare_model(model_spec.build(as_spec(model_name, image_size), num_classes=num_classes,
                                            spherefed=method.spherefed), method, seed=seed)
     return closed_form_bytes(method, hp, rounds=rounds, clients_per_round=num_clients, num_clients=num_clients,
-                             **closed_form_sizes(model))
+                             **closed_form_sizes(model, NumberFormat.parse(comm_format)))
 
 
-def communication_figures(model: str, names: Sequence[str], cfg: RunConfig) -> dict:
-    """Fig. 5 (a) for the paper's run, and the classifier's share from Table 1's closed forms."""
+def communication_figures(model: str, names: Sequence[str], cfg: RunConfig, comm_format: str = "fp32") -> dict:
+    """Fig. 5 (a) for the paper's run (its tensors sent in ``comm_format``), and the classifier's
+    share from Table 1's closed forms (FP32, as the paper counts)."""
     setup = formulas.Table1Setup(feature_dim=model_spec.build(cfg.spec(model), num_classes=cfg.classes,
                                                               spherefed=False).feature_dim, num_classes=cfg.classes)
     table1_name = {"fedavg": "fedavg", "ccvr": "ccvr", "spherefed": "spherefed", "ffc": "spherefed"}
@@ -106,7 +109,7 @@ def communication_figures(model: str, names: Sequence[str], cfg: RunConfig) -> d
         method = comm_method(name)
         totals = model_closed_form_bytes(cfg.spec(model), method, Hparams(), num_classes=cfg.classes,
                                          image_size=PAPER.image_size, rounds=PAPER.rounds,
-                                         num_clients=PAPER.num_clients, seed=cfg.seed)
+                                         num_clients=PAPER.num_clients, seed=cfg.seed, comm_format=comm_format)
         out[name] = {"method": method.name, "total_bytes": totals["total_bytes"],
                      "per_client_bytes": totals["total_bytes"] // PAPER.num_clients}
         if name in table1_name:
@@ -163,7 +166,8 @@ def accuracy_figures(names: Sequence[str], inputs: RunInputs, jobs: list[Job], p
             rounds[base] = [row for row in outcome.rows if row["stage"] == "train"]
         closed = model_closed_form_bytes(inputs.spec, job.method, job.hp, num_classes=num_classes,
                                          image_size=int(inputs.train.x.shape[-1]), rounds=fl.rounds,
-                                         num_clients=fl.num_clients, seed=inputs.seed)
+                                         num_clients=fl.num_clients, seed=inputs.seed,
+                                         comm_format=inputs.execution.comm_format)
         ledger[job.name] = {"ledger_total_bytes": ledger_totals(result.transfers)["total_bytes"],
                             "closed_form_total_bytes": closed["total_bytes"]}
     round_rows = [{"model": fl.model, **row, "method": name} for name in names for row in rounds[name]]

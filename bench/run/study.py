@@ -78,7 +78,7 @@ def run_study(resolved: Resolved, data, progress: Callable[[str], None] | None, 
             "calibration": calibration,
             # FedAvg's bytes are always there: Fig. 5 (a) is normalized to them (closed forms, no training)
             "communication": figures.communication_figures(
-                model, list(dict.fromkeys(["fedavg", *training, *calibrations])), cfg),
+                model, list(dict.fromkeys(["fedavg", *training, *calibrations])), cfg, execution.comm_format),
             "accuracy": accuracy,
             "time_to_accuracy": figures.time_to_accuracy_figures(round_rows, target_pct, target_rule),
             "reference": references,
@@ -134,7 +134,8 @@ def write_files(folder: Path, study: Study) -> None:
 POINT_KEYS = {"model": "models", "methods": "methods", "batch_size": "batch_size", "seed": "seed", "preset": "preset",
               "data_dir": "data_dir", "hw": "hw_path", "alpha": "alpha", "target": "target_accuracy_pct",
               "system": "system_path", "input_shape": "input_shape", "classifier": "classifier", "classes": "classes",
-              "workers": "workers", "device": "device", "number_format": "number_format"}
+              "workers": "workers", "device": "device", "number_format": "number_format",
+              "comm_format": "comm_format"}
 """A grid point's keys (the grid file's spelling, as the command's flags) -> ``RunConfig`` fields."""
 
 

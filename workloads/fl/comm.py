@@ -10,6 +10,11 @@ tensors it really hands over, with bytes = numel x itemsize. Groups:
 * ``calibration_statistics``: FFC's V, U or CCVR's counts, means, covariances (once, round R+1,
   after the clients downloaded the final feature extractor).
 
+A run with a communication format (``Execution.comm_format``) sends the model, its updates and
+FedCos's direction rounded to it, and the ledger charges each float32 tensor the format's packed
+payload (``NumberFormat.payload_bytes``); the sample count, the normalizer and the calibration's
+download and statistics stay as they are.
+
 Tensors a client can rebuild from the shared seed (initial weights of never-shared parts, the
 fixed classifier) cost nothing; a double-head client's local head never leaves it.
 
@@ -30,6 +35,7 @@ from workloads.fl.hparams import Hparams
 from workloads.fl.methods import CALIBRATIONS, MethodConfig
 from workloads.fl.methods.base import frozen_keys
 from workloads.fl.methods.doublehead import LOCAL_HEAD, sharing_layers
+from workloads.numerics import NumberFormat
 
 METADATA_BYTES = 8  # num_examples as int64
 FEDNOVA_A_BYTES = 8  # a_i as float64
@@ -45,7 +51,11 @@ class Transfer:
     nbytes: int
 
 
-def tensor_bytes(t: torch.Tensor) -> int:
+def tensor_bytes(t: torch.Tensor, fmt: NumberFormat | None = None) -> int:
+    """Bytes ``t`` occupies on a link: ``numel x itemsize``, or, sent in a number format
+    (``fmt``, float32 tensors only), the format's packed payload (``NumberFormat.payload_bytes``)."""
+    if fmt is not None and not fmt.is_identity and t.dtype == torch.float32:
+        return fmt.payload_bytes(t.numel())
     return t.numel() * t.element_size()
 
 
@@ -53,11 +63,13 @@ def group_of(key: str) -> str:
     return "classifier" if key.split(".")[0] == "classifier" else "feature_extractor"
 
 
-def grouped_bytes(tensors: Mapping[str, torch.Tensor], group: str | None = None) -> dict[str, int]:
-    """Bytes per group of a dict of tensors (``group`` forces one group for all of them)."""
+def grouped_bytes(tensors: Mapping[str, torch.Tensor], group: str | None = None,
+                  fmt: NumberFormat | None = None) -> dict[str, int]:
+    """Bytes per group of a dict of tensors (``group`` forces one group for all of them), sent in
+    ``fmt`` (None: as they are)."""
     out: dict[str, int] = defaultdict(int)
     for key, t in tensors.items():
-        out[group or group_of(key)] += tensor_bytes(t)
+        out[group or group_of(key)] += tensor_bytes(t, fmt)
     return dict(out)
 
 
@@ -85,18 +97,19 @@ def calibration_stats_bytes(calibration: str, *, feature_dim: int, num_classes: 
     return CALIBRATIONS[calibration].upload_bytes(feature_dim=feature_dim, num_classes=num_classes, hp=hp)
 
 
-def closed_form_sizes(model: nn.Module) -> dict[str, object]:
+def closed_form_sizes(model: nn.Module, fmt: NumberFormat | None = None) -> dict[str, object]:
     """The sizes ``closed_form_bytes`` takes, read from a *prepared* model (after the method's
     ``prepare_model``: a double-head model has its local head, a SphereFed one its frozen
     classifier): ``layer_bytes`` per sharing layer (``sharing_layers``: shallow to deep, the local
     head left out, frozen state left out, empty layers dropped), ``head_bytes`` of the shared
     classifier, ``trainable_bytes`` of the trainable shared parameters, ``feature_dim`` and
     ``num_classes``. The one place these are built, for every caller (``workloads.fl.presets``,
-    ``bench.run``), so that the closed form cannot count what the ledger never sends."""
+    ``bench.run``), so that the closed form cannot count what the ledger never sends. ``fmt``: the
+    run's communication format (each tensor's bytes as sent in it, ``tensor_bytes``)."""
     frozen, state = frozen_keys(model), model.state_dict()
-    layers = [sum(tensor_bytes(state[k]) for k in layer if k not in frozen) for layer in sharing_layers(model)]
-    head = sum(tensor_bytes(state[k]) for k in state if k.split(".")[0] == "classifier" and k not in frozen)
-    trainable = sum(tensor_bytes(p) for n, p in model.named_parameters()
+    layers = [sum(tensor_bytes(state[k], fmt) for k in layer if k not in frozen) for layer in sharing_layers(model)]
+    head = sum(tensor_bytes(state[k], fmt) for k in state if k.split(".")[0] == "classifier" and k not in frozen)
+    trainable = sum(tensor_bytes(p, fmt) for n, p in model.named_parameters()
                     if p.requires_grad and n.split(".")[0] != LOCAL_HEAD)
     return {"layer_bytes": [b for b in layers if b], "head_bytes": head, "trainable_bytes": trainable,
             "feature_dim": model.classifier.in_features, "num_classes": model.classifier.out_features}

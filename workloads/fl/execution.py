@@ -26,6 +26,9 @@ options. None of this changes what a method computes, except the options marked 
   client statistics is rounded to it, products accumulated in FP32 (``workloads.numerics``,
   docs/numerics.md); it changes numerics (that is its purpose). ``fp32`` rounds nothing: the run is
   bitwise the one without the option.
+* ``comm_format`` (default ``fp32``): the format the model, its updates and FedCos's direction
+  travel in (``workloads.fl.comm``: rounded when sent, the ledger charging the format's packed
+  payload); a cheaper link, and what it costs in accuracy.
 * Throughput options, all off by default: ``channels_last`` (NHWC memory format for the models and
   image batches), ``bf16`` (``torch.autocast`` with bfloat16 around the forward pass and loss;
   changes numerics), ``compile`` (``torch.compile`` of the client model's forward, reused by
@@ -60,10 +63,12 @@ class Execution:
     bf16: bool = False  # autocast forward + loss in bfloat16
     compile: bool = False  # torch.compile of the client model's forward
     number_format: str = "fp32"  # the clients' arithmetic: every GEMM operand rounded to it
+    comm_format: str = "fp32"  # the model and its updates sent rounded to it, charged its payload
 
     def __post_init__(self) -> None:
         fmt = NumberFormat.parse(self.number_format)  # NumberFormatError (a ValueError) names a bad one
         object.__setattr__(self, "number_format", fmt.name)
+        object.__setattr__(self, "comm_format", NumberFormat.parse(self.comm_format).name)
         if self.bf16 and not fmt.is_identity:
             raise ValueError(f"--bf16 (autocast) and --number-format {fmt.name} both set the arithmetic: drop one "
                              f"(--number-format bf16 rounds every GEMM operand to bfloat16 and accumulates in FP32)")
@@ -72,14 +77,15 @@ class Execution:
     def arithmetic(self) -> NumberFormat:
         return NumberFormat.parse(self.number_format)
 
+    @property
+    def communication(self) -> NumberFormat:
+        return NumberFormat.parse(self.comm_format)
+
     def settings(self) -> dict:
         """The options as a dict, for identities (checkpoint fingerprints, study points) and results
-        files: ``number_format`` only where it is not ``fp32``, so that runs from before number
-        formats keep their identity."""
-        out = asdict(self)
-        if out["number_format"] == "fp32":
-            del out["number_format"]
-        return out
+        files: ``number_format`` and ``comm_format`` only where they are not ``fp32``, so that runs
+        from before number formats keep their identity."""
+        return {k: v for k, v in asdict(self).items() if not (k in FORMAT_SETTINGS and v == "fp32")}
 
     @property
     def torch_device(self) -> torch.device:
@@ -93,7 +99,7 @@ class Execution:
         """What results files record: the options and the device's name."""
         return {"device": self.device, "device_name": device_name(self.torch_device), "augment": self.augment,
                 "channels_last": self.channels_last, "bf16": self.bf16, "compile": self.compile,
-                "number_format": self.number_format}
+                "number_format": self.number_format, "comm_format": self.comm_format}
 
 
 KERNEL_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_CBWR", "OMP_NUM_THREADS")
@@ -227,7 +233,8 @@ def random_crop_flip(x: torch.Tensor, generator: torch.Generator, padding: int =
 
 
 OPTIONS = ("augment", "channels_last", "bf16", "compile")  # a preset's [execution] switches
-SETTINGS = (*OPTIONS, "number_format")  # what a preset's [execution] table may set
+FORMAT_SETTINGS = ("number_format", "comm_format")
+SETTINGS = (*OPTIONS, *FORMAT_SETTINGS)  # what a preset's [execution] table may set
 
 
 def add_execution_args(parser, *, options: bool = True) -> None:
@@ -252,6 +259,9 @@ def add_execution_args(parser, *, options: bool = True) -> None:
                         help="the clients' arithmetic: every GEMM operand of local training rounded to fp32, bf16, "
                              "fp16, e4m3, e5m2 or bfp_m<mantissa bits>_g<group size>, a _sr suffix for stochastic "
                              "rounding (docs/numerics.md; default: the preset's, else fp32)")
+    parser.add_argument("--comm-format", metavar="FORMAT",
+                        help="send the model and its updates rounded to this format, the ledger charging its "
+                             "packed payload (docs/numerics.md; default: the preset's, else fp32)")
 
 
 def preset_options(table: object, *, where: str) -> dict[str, bool | str]:
@@ -263,9 +273,9 @@ def preset_options(table: object, *, where: str) -> dict[str, bool | str]:
         if key not in SETTINGS:
             raise ValueError(f"{where} [execution]: unknown key {key!r}; known keys: {list(SETTINGS)} "
                              "(the device is a flag, --device, not a preset setting)")
-        if key == "number_format":
+        if key in FORMAT_SETTINGS:
             if not isinstance(value, str):
-                raise ValueError(f"{where} [execution]: number_format = {value!r} must be a format's name (\"bf16\")")
+                raise ValueError(f"{where} [execution]: {key} = {value!r} must be a format's name (\"bf16\")")
             try:
                 NumberFormat.parse(value)
             except ValueError as err:
@@ -281,8 +291,8 @@ def execution_of(device: str = "auto", flags: Mapping[str, bool | str | None] | 
     preset's ``[execution]`` options (a flag given wins). The device is resolved now, so a CUDA
     device that is not there fails before any work starts."""
     flags, preset = flags or {}, preset or {}
-    fmt = preset.get("number_format", "fp32") if flags.get("number_format") is None else flags["number_format"]
-    return Execution(device=resolve_device(device), number_format=fmt,
+    formats = {k: preset.get(k, "fp32") if flags.get(k) is None else flags[k] for k in FORMAT_SETTINGS}
+    return Execution(device=resolve_device(device), **formats,
                      **{k: bool(preset.get(k, False) if flags.get(k) is None else flags[k]) for k in OPTIONS})
 
 

@@ -59,10 +59,13 @@ from workloads.fl.methods import MethodConfig
 from workloads.fl.methods.base import ClientUpdate, ServerState, frozen_keys, trainable_keys
 from workloads.fl.methods.doublehead import LOCAL_HEAD, local_test_accuracy
 from workloads.numerics.emulate import Arithmetic
+from workloads.numerics.quantize import round_tensors
 
 CHECKPOINT_FORMAT = 1
 AUGMENT_STREAM = 1  # last part of the augmentation generator's seed (seed, t, k, 1)
 ROUNDING_STREAM = 2  # last part of the stochastic-rounding generator's seed (seed, t, k, 2)
+SEND_DOWN_STREAM = 3  # the server's download in a communication format (seed, t, 3): every client gets the same
+SEND_UP_STREAM = 4  # a client's upload in a communication format (seed, t, k, 4)
 FORECAST_STEPS = 3  # timed local steps behind the projected wall time (after one warm-up step)
 
 
@@ -219,6 +222,16 @@ def arithmetic_of(execution: Execution, *parts: int) -> Arithmetic | None:
     return Arithmetic(fmt, generator=generator)
 
 
+def sent(execution: Execution, tensors, *parts: int) -> dict:
+    """``tensors`` as sent in the run's communication format (``Execution.comm_format``; FP32: as
+    they are), stochastic rounding drawn from ``derived_seed(*parts)``."""
+    fmt = execution.communication
+    generator = None
+    if fmt.rounding == "stochastic":
+        generator = torch.Generator(device=execution.torch_device).manual_seed(derived_seed(*parts))
+    return round_tensors(tensors, fmt, generator=generator)
+
+
 def _record(transfers: list, round: int, client: int, direction: str, sizes: dict[str, int]) -> None:
     transfers.extend(Transfer(round, client, direction, g, b) for g, b in sorted(sizes.items()))
 
@@ -330,10 +343,11 @@ def _client_update(setup: _Setup, server: ServerState, own_state: dict, shared: 
     client's local parts to keep) and appends its transfers to the ledger."""
     method, hp, ex = setup.method, setup.hp, setup.execution
     shared_set = set(shared)
-    down = {key: server.weights[key] for key in shared}
-    _record(transfers, t, k, "down", grouped_bytes(down))
+    down = sent(ex, {key: server.weights[key] for key in shared}, setup.cfg.seed, t, SEND_DOWN_STREAM)
+    _record(transfers, t, k, "down", grouped_bytes(down, fmt=ex.communication))
     if direction is not None:
-        _record(transfers, t, k, "down", grouped_bytes(direction, "fedcos_direction"))
+        direction = sent(ex, direction, setup.cfg.seed, t, SEND_DOWN_STREAM + 100)
+        _record(transfers, t, k, "down", grouped_bytes(direction, "fedcos_direction", fmt=ex.communication))
     own = {key: v for key, v in own_state.items() if key not in shared_set}
     setup.client_model.load_state_dict({**server.weights, **own, **down})
     trainer = client_trainer(setup.client_model, down, hp, method, round=t, lr=lr, direction=direction,
@@ -346,10 +360,10 @@ def _client_update(setup: _Setup, server: ServerState, own_state: dict, shared: 
                                where=f"round {t}, client {k} ({method.name})", augment=augment,
                                channels_last=ex.channels_last)
     state = setup.client_model.state_dict()
-    up = {key: state[key].detach().clone() for key in shared}
+    up = sent(ex, {key: state[key].detach().clone() for key in shared}, setup.cfg.seed, t, k, SEND_UP_STREAM)
     local = {key: v.detach().clone() for key, v in state.items() if key not in shared_set and key not in setup.frozen}
     metadata = METADATA_BYTES + (FEDNOVA_A_BYTES if "fednova_a" in method.algo.upload_extras else 0)
-    _record(transfers, t, k, "up", {**grouped_bytes(up), "metadata": metadata})
+    _record(transfers, t, k, "up", {**grouped_bytes(up, fmt=ex.communication), "metadata": metadata})
     return ClientUpdate(k, up, len(idx), steps), loss, local
 
 
@@ -387,15 +401,21 @@ def _calibrate(setup: _Setup, *, round: int, transfers: list) -> None:
     replaces the classifier of the global model by the calibrated one."""
     calib, model, hp = setup.method.calib, setup.global_model, setup.hp
     model.eval()
-    extractor = {k: v for k, v in model.state_dict().items()
-                 if k.split(".")[0] not in ("classifier", LOCAL_HEAD)}
+    extractor = sent(setup.execution, {k: v for k, v in model.state_dict().items()
+                                       if k.split(".")[0] not in ("classifier", LOCAL_HEAD)},
+                     setup.cfg.seed, round, SEND_DOWN_STREAM)
+    clients_model = model  # the clients compute their statistics with the extractor as they received it
+    if not setup.execution.communication.is_identity:
+        clients_model = setup.client_model
+        clients_model.load_state_dict({**model.state_dict(), **extractor})
+        clients_model.eval()
     num_classes = model.classifier.out_features
     stats = []
     for k, idx in enumerate(setup.client_idx):
-        _record(transfers, round, k, "down", grouped_bytes(extractor))
+        _record(transfers, round, k, "down", grouped_bytes(extractor, fmt=setup.execution.communication))
         x = _memory_format(setup.train.take(idx), setup.execution.channels_last)
         with arithmetic_of(setup.execution, setup.cfg.seed, round, k) or contextlib.nullcontext():
-            s = calib.client_statistics(model, calib.client_batches(x, setup.train.y[idx], hp.batch_size),
+            s = calib.client_statistics(clients_model, calib.client_batches(x, setup.train.y[idx], hp.batch_size),
                                         num_classes=num_classes, hp=hp)
         _record(transfers, round, k, "up", {"calibration_statistics": sum(tensor_bytes(v) for v in s.values())})
         stats.append(s)

@@ -64,6 +64,16 @@ EXPONENT_MASK = 0x7F800000  # an FP32's exponent field: masking the rest leaves 
 SMALLEST_NORMAL = 2.0 ** -126
 
 
+def round_tensors(tensors, fmt: NumberFormat, *, generator: torch.Generator | None = None) -> dict:
+    """A dict of tensors as sent in ``fmt`` (communication in a format): each float32 tensor rounded
+    (BFP groups of consecutive values in its flattened order, the order it is sent in), every other
+    tensor (integer buffers such as BatchNorm's step count) as it is."""
+    if fmt.is_identity:
+        return dict(tensors)
+    return {k: round_to_format(v.reshape(-1), fmt, dim=0, generator=generator).view_as(v)
+            if v.dtype == torch.float32 else v for k, v in tensors.items()}
+
+
 def _uniform(like: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     return torch.rand(like.shape, generator=generator, device=like.device, dtype=like.dtype)
 
