@@ -58,6 +58,9 @@ def test_smoke_run_writes_every_file(smoke):
     assert set(m["communication"]) == set(m["accuracy"]) == set(config.DEFAULT_METHODS)
     assert all(0 <= v["accuracy_pct"] <= 100 for v in m["accuracy"].values())
     assert summary["git_commit"] and summary["command"].startswith("python -m bench.run")
+    # the setting the accuracy run trained: the run's model and seed, not the preset's (issue 33, item 8)
+    assert (summary["accuracy_setting"]["fl"]["model"], summary["accuracy_setting"]["fl"]["seed"]) == \
+        ("convnet", summary["config"]["seed"])
 
 
 @pytest.mark.slow

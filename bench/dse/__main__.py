@@ -70,13 +70,13 @@ def main(argv: list[str] | None = None) -> int:
     with cli.bad_input():
         dse = load_dse(args.space, max_points=args.max_points, stream=args.stream)
         if args.write_hw is not None:
-            return write_hw(dse, args.write_hw, Path(args.out or f"hw-{dse.name}-{args.write_hw}.toml"))
+            return write_hw(dse, args.write_hw, outputs.out_folder(args.out, f"hw-{dse.name}-{args.write_hw}.toml"))
         for model in dse.models:  # a paper model or package.module:factory, checked before any capture
             model_spec.build(model_spec.as_spec(model, dse.image_size), num_classes=dse.classes, spherefed=True)
         if args.target is not None and args.run is None:
             raise cli.UsageError("--target goes with --run; give --run DIR or drop --target")
         run = rerun.load_run(cli.check_folder(args.run, "--run"), dse, args.target) if args.run else None
-        out = Path(args.out or f"results/dse-{dse.name}")
+        out = outputs.out_folder(args.out, f"results/dse-{dse.name}")
         outputs.check_out(out, command=COMMAND, overwrite=args.overwrite)
     say = lambda line: print(line, file=sys.stderr, flush=True)
     config = dse.config()

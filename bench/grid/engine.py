@@ -67,7 +67,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from bench.grid.runners import RunnerError, resolve_runner
 from bench.results import FORMAT_VERSION, ResultsError
-from iokit import outputs
+from iokit import locks, outputs
 from iokit.files import atomic_write, atomic_write_text
 from iokit.provenance import git_commit
 from iokit.toml import read_toml
@@ -185,38 +185,6 @@ def validate_points(spec: GridSpec) -> None:
 # ----------------------------------------------------------------------------- one point
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _try_lock(lock: Path) -> bool:
-    """Create ``lock`` exclusively; take over a stale lock of a dead process on this host."""
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    me = json.dumps({"pid": os.getpid(), "host": socket.gethostname()})
-    for _ in range(2):
-        try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            try:
-                owner = json.loads(lock.read_text() or "{}")
-            except (OSError, json.JSONDecodeError):
-                return False  # being written right now: someone else holds it
-            if owner.get("host") == socket.gethostname() and not _pid_alive(int(owner.get("pid", 0))):
-                lock.unlink(missing_ok=True)  # stale: its process is gone
-                continue
-            return False
-        with os.fdopen(fd, "w") as f:
-            f.write(me)
-        return True
-    return False
-
-
 def _set_threads(cpus: float) -> int | None:
     """Give torch ``cpus`` threads; returns the previous count (None without torch)."""
     try:
@@ -244,7 +212,7 @@ def execute_point(runner_spec: str, config: dict[str, Any], out_root: str, cpus:
     if earlier is not None and not retry_failed:
         return PointResult(rid, "failed-earlier", config, error=str(earlier.get("error", "")))
     lock = root / "locks" / f"{rid}.lock"
-    if not _try_lock(lock):
+    if locks.take(lock) is not None:
         return PointResult(rid, "busy", config)
     tmp = root / "runs" / f".tmp-{rid}-{uuid.uuid4().hex[:8]}"
     try:
@@ -279,7 +247,7 @@ def execute_point(runner_spec: str, config: dict[str, Any], out_root: str, cpus:
         return PointResult(rid, "done", config, elapsed_s=elapsed_s)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-        lock.unlink(missing_ok=True)
+        locks.release(lock)
 
 
 def read_record(path: Path, *, quiet: bool = False) -> dict[str, Any] | None:
@@ -395,26 +363,9 @@ def check_grid_out(spec: GridSpec, out: str | Path) -> None:
     """``--out`` of a grid: a new (or empty) folder, or this grid's own (its manifest names
     ``bench.grid`` and the same grid name and runner: rerunning resumes it). Anything else is
     refused, naming why: the suite never mixes a grid into another folder. Checked before any
-    point runs."""
-    out = Path(out)
-    reason = outputs.forbidden_reason(out)
-    if reason:
-        raise GridError(f"--out {out}: {reason}; give a new folder for the grid, e.g. results/grid-{spec.name}")
-    if out.exists() or out.is_symlink():
-        if not out.is_dir() or out.is_symlink():
-            raise GridError(f"--out {out} exists and is not a folder; choose another --out")
-        manifest = outputs.Manifest.read(out)
-        if manifest is None:
-            foreign = outputs.foreign_file(out, None)
-            if foreign is not None:
-                raise GridError(f"--out {out} holds files this suite did not write (e.g. {foreign}); choose another "
-                                "--out")
-        elif manifest.command != COMMAND:
-            raise GridError(f"--out {out} is a {manifest.command} results folder, not a grid's; choose another --out")
-        elif manifest.config_sha256 != grid_hash(spec):
-            raise GridError(f"--out {out} holds another grid (its name or runner differs from {spec.name!r} / "
-                            f"{spec.runner!r}); choose another --out")
-    outputs.check_writable(out, "--out", error=GridError)
+    point runs (``iokit.outputs.check_own_folder``)."""
+    outputs.check_own_folder(out, command=COMMAND, config_sha256=grid_hash(spec), error=GridError,
+                             what=f"grid (its name or runner differs from {spec.name!r} / {spec.runner!r})")
 
 
 def grid_hash(spec: GridSpec) -> str:

@@ -94,7 +94,8 @@ def parse_args(argv: list[str]) -> RunConfig:
     models = tuple(a.models or ([a.model] if a.model else []))
     if not models:
         p.error("give --model NAME or --models NAME [NAME ...]")
-    out = a.out or str(Path("results") / f"{'+'.join(models).replace(':', '-')}-{Path(a.preset).stem}")
+    out = str(outputs.out_folder(a.out, Path("results") / f"{'+'.join(models).replace(':', '-')}-{Path(a.preset).stem}",
+                                 error=cli.UsageError))
     try:
         shape = parse_input_shape(a.input_shape) if a.input_shape else None
     except ValueError as exc:

@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
             raise GridError("--address is only used with --backend ray")
         if args.workers > 1 and args.backend != "local":
             raise GridError("--workers is for the local backend; Ray runs as many as its cluster has cores")
-        out = Path(args.out or f"results/study-{study.name}")
+        out = outputs.out_folder(args.out, f"results/study-{study.name}")
         validate_points(phases.grid_spec(study, phases.tuning_plan(study, phases.execution(study))))
         if args.address:
             check_ray_address(args.address)

@@ -223,23 +223,8 @@ def folder_hash(study: Study) -> str:
 def check_study_out(study: Study, out: str | Path) -> None:
     """``--out`` of a study: a new (or empty) folder, or this study's own (its manifest names
     ``bench.study`` and the same study name: rerunning resumes it). Anything else is refused before
-    any point runs (OutputError naming why)."""
+    any point runs (``iokit.outputs.check_own_folder``)."""
     from iokit import outputs
 
-    out = Path(out)
-    reason = outputs.forbidden_reason(out)
-    if reason:
-        raise outputs.OutputError(f"--out {out}: {reason}; give a new folder, e.g. results/study-{study.name}")
-    if out.exists() or out.is_symlink():
-        if not out.is_dir() or out.is_symlink():
-            raise outputs.OutputError(f"--out {out} exists and is not a folder; choose another --out")
-        manifest = outputs.Manifest.read(out)
-        if manifest is None:
-            foreign = outputs.foreign_file(out, None)
-            if foreign is not None:
-                raise outputs.OutputError(f"--out {out} holds files this suite did not write (e.g. {foreign}); "
-                                          "choose another --out")
-        elif manifest.command != COMMAND or manifest.config_sha256 != folder_hash(study):
-            raise outputs.OutputError(f"--out {out} is a results folder of another command or study "
-                                      f"({manifest.command}); choose another --out")
-    outputs.check_writable(out, "--out")
+    outputs.check_own_folder(out, command=COMMAND, config_sha256=folder_hash(study),
+                             what=f"study (not {study.name!r})")
