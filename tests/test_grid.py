@@ -278,3 +278,23 @@ def test_a_grid_with_another_runner_reuses_no_point(tmp_path):
     with pytest.raises(GridError, match="holds another grid"):  # the folder is the first grid's
         run_grid(other, tmp_path / "out")
     assert len(log.read_text().split()) == 1
+
+
+def test_an_empty_point_lock_left_by_a_crash_is_taken_over(tmp_path, capsys):
+    """Issue 33, item 6: a crash between creating a point's lock and writing it leaves it empty; once
+    older than ``iokit.locks.LOCK_GRACE_S`` it is stale, taken over with a note, and the point runs
+    (it was reported "busy" on every rerun, the grid exiting 0 without it)."""
+    from bench.grid.engine import COMMAND, grid_hash
+    from iokit.locks import LOCK_GRACE_S
+    from iokit.outputs import Manifest
+
+    spec = parse_grid({"name": "t", "runner": RUNNER, "axes": {"seed": [0]}})
+    Manifest(COMMAND, grid_hash(spec), FORMAT_VERSION, "running").write(tmp_path)  # the grid's, interrupted
+    lock = tmp_path / "locks" / f"{run_id(RUNNER, {'seed': 0})}.lock"
+    lock.parent.mkdir()
+    lock.write_text("")
+    old = time.time() - 2 * LOCK_GRACE_S
+    os.utime(lock, (old, old))
+    report = run_grid(spec, tmp_path)
+    assert [r.status for r in report.results] == ["done"] and not lock.exists()
+    assert f"took over the stale lock {lock}: empty for" in capsys.readouterr().err

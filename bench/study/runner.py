@@ -170,12 +170,14 @@ def _validate(point: Mapping[str, Any]) -> None:
         raise ValueError(f"model {spec.model!r} is not known; give one of {', '.join(sorted(MODELS))}")
 
 
-@grid_runner("bench.study", validate=_validate)
-def run_point(point: Mapping[str, Any], out_dir: Path) -> dict[str, float]:
-    """One run of an accuracy study (module doc)."""
+def prepare(point: Mapping[str, Any]):
+    """Everything one run does before it trains: the hardware and system files read, the data
+    loaded, the hold-out split, the partition made and the model built (``bench.fl.pipeline.load``);
+    ValueError naming what cannot be used. The study command calls it on one point per model and
+    data setting before any run (a malformed file, a hold-out that leaves no data, a factory that is
+    not a model: refused up front, not as every trial failing)."""
     from accel_sim.hardware import HardwareConfig, load_hardware_config
     from bench.fl import pipeline
-    from bench.fl.jobs import Job, run_job
     from workloads.cost.rounds import client_devices
     from workloads.cost.system import DEFAULT_SYSTEM_PATH, load_system_model
     from workloads.fl.presets import Preset
@@ -186,7 +188,15 @@ def run_point(point: Mapping[str, Any], out_dir: Path) -> dict[str, float]:
     preset = Preset("study", p.fl, (p.method.name,), p.hp, {}, {})
     run = pipeline.FLRun(preset, (p.method,), {p.method.name: p.hp}, None, None, hw, system,
                          client_devices(system, hw, p.fl.num_clients, seed=p.fl.seed), p.execution)
-    data = pipeline.load(run)
+    return p, pipeline.load(run)
+
+
+@grid_runner("bench.study", validate=_validate)
+def run_point(point: Mapping[str, Any], out_dir: Path) -> dict[str, float]:
+    """One run of an accuracy study (module doc)."""
+    from bench.fl.jobs import Job, run_job
+
+    p, data = prepare(point)
     outcome = run_job(Job(p.method.name, p.hp), data.inputs)
     result = outcome.result
     curve = curve_rows(p.method, result.history, outcome.rows, result.val_accuracy if p.method.calibration else None)
