@@ -42,3 +42,9 @@ def opposite(point: dict, out_dir: Path) -> dict:
                           "cum_device_s": 1.0 * rounds + 0.5, "cum_energy_j": 2.0 * rounds + 1,
                           "cum_bytes": 1000.0 * rounds + 500})
     return write_run(out_dir, curve, {"machine": {"host": "stand-in", "cpu": "none"}, "wall_s": 0.0})
+
+
+@grid_runner("tests.study_fails")
+def fails(point: dict, out_dir: Path) -> dict:
+    """Every run diverges (a stand-in for a learning rate far too large)."""
+    raise FloatingPointError(f"non-finite loss in round 1 (stand-in, lr={point['hparams']['lr']})")
