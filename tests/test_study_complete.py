@@ -77,3 +77,30 @@ def test_inputs_that_fail_every_run_are_refused_before_any(tmp_path, monkeypatch
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith(f"error: {message}"), err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("old, new, message", [
+    ("alphas = [0.5]", "alphas = [1, 1.0]", "alphas lists 1.0 (= 1) twice"),
+    ("lr = [0.05, 0.1]", "lr = [0.1, 1e-1]", "lr lists 0.1 twice"),
+    ("seeds = [0, 1]", "seeds = [0, 1, 0]", "seeds lists 0 twice"),
+    ("lr = [0.05, 0.1]", 'lr = ["0.1"]', "lr = '0.1' must be a number"),
+])
+def test_study_values_are_distinct_by_value_and_typed(tmp_path, monkeypatch, capsys, old, new, message):
+    """Issue 33, item 5: 1 and 1.0 were two values (two alpha columns, the same trial trained twice
+    with both rows "chosen"); item 10: lr = ["0.1"] was a traceback."""
+    monkeypatch.chdir(tmp_path)
+    Path("s.toml").write_text(STUDY.replace(old, new))
+    assert study_cli.main(["s.toml", "--out", "out"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err and "s.toml" in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_grid_axis_values_are_distinct_by_value():
+    from bench.grid.engine import GridError, parse_grid
+
+    with pytest.raises(GridError, match=r"axis 'lr' lists 1.0 \(= 1\) twice"):
+        parse_grid({"name": "g", "runner": "tests.grid_runners:train_tiny", "axes": {"lr": [1, 1.0]}})
+    with pytest.raises(GridError, match=r"axis 'x' lists \{'a': 1.0\} \(= \{'a': 1\}\) twice"):
+        parse_grid({"name": "g", "runner": "tests.grid_runners:train_tiny", "axes": {"x": [{"a": 1}, {"a": 1.0}]}})
+    parse_grid({"name": "g", "runner": "tests.grid_runners:train_tiny", "axes": {"x": [True, 1, "1"]}})  # 3 values

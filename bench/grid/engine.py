@@ -67,7 +67,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from bench.grid.runners import RunnerError, resolve_runner
 from bench.results import FORMAT_VERSION, ResultsError
-from iokit import locks, outputs
+from iokit import checks, locks, outputs
 from iokit.files import atomic_write, atomic_write_text
 from iokit.provenance import git_commit
 from iokit.toml import read_toml
@@ -138,8 +138,7 @@ def parse_grid(data: dict[str, Any], source: str = "<grid>") -> GridSpec:
     for name, values in axes.items():
         if not isinstance(values, list) or not values:
             raise GridError(f"{source}: axis '{name}' must be a non-empty list, got {values!r}")
-        if len({json.dumps(v, sort_keys=True) for v in values}) != len(values):
-            raise GridError(f"{source}: axis '{name}' lists a value twice: {values!r}")
+        checks.distinct(values, name=f"{source}: axis '{name}'", error=GridError)  # by value: 1 and 1.0 are one
     both = set(fixed) & set(axes)
     if both:
         raise GridError(f"{source}: {sorted(both)} appear both in [fixed] and in [axes]; keep each in one place")

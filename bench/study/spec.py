@@ -322,6 +322,8 @@ def _search(table: Any, methods: list[str], where: str) -> dict[str, dict[str, t
         for field, values in space.items():
             if not isinstance(values, list) or not values:
                 raise StudyError(f"{where}: [search.{key}] {field} = {values!r} must be a non-empty list of values")
+            for value in values:  # of the field's type (lr = ["0.1"] is refused here, not by a traceback later)
+                checks.typed_table(Hparams, {field: value}, where=f"{where} [search.{key}]", error=StudyError)
             checks.distinct(values, name=f"{where}: [search.{key}] {field}", error=StudyError)
         search[method.name] = {field: tuple(values) for field, values in space.items()}
     missing = [t for t in trainings if t not in search]
