@@ -111,7 +111,9 @@ def incomplete(run: phases.StudyRun) -> str:
     undone = [o for o in run.evaluation if o.status != "done"]
     if undone:
         counts = {s: sum(o.status == s for o in undone) for s in ("failed", "missing")}
-        return f"{', '.join(f'{n} evaluation run(s) {s}' for s, n in counts.items() if n)} of {len(run.evaluation)}"
+        errors = [o.error for o in undone if o.error]
+        return (f"{', '.join(f'{n} evaluation run(s) {s}' for s, n in counts.items() if n)} of {len(run.evaluation)}"
+                + (f" (e.g. {errors[0]})" if errors else ""))
     return ""
 
 

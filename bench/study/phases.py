@@ -144,8 +144,13 @@ def outcome(grid_dir: Path, planned: Planned, runner: str = RUNNER) -> Outcome:
     record = read_record(grid_dir / "runs" / rid / "point.json", quiet=True)
     if record is not None:
         folder = grid_dir / "runs" / rid
-        info = json.loads((folder / RUN_JSON).read_text(encoding="utf-8"))
-        return Outcome(planned, rid, "done", read_curve(folder / CURVE_CSV), info, record.get("elapsed_s"),
+        try:
+            info = json.loads((folder / RUN_JSON).read_text(encoding="utf-8"))
+            curve = read_curve(folder / CURVE_CSV)
+        except (OSError, ValueError, KeyError, TypeError) as err:  # deleted or damaged after the run finished
+            return Outcome(planned, rid, "failed", error=f"{folder} is damaged ({type(err).__name__}: "
+                                                          f"{str(err)[:80]}); delete that folder to run it again")
+        return Outcome(planned, rid, "done", curve, info, record.get("elapsed_s"),
                        record.get("start_unix_s"), record.get("end_unix_s"), record.get("git_commit", ""))
     failed = read_record(grid_dir / "failed" / f"{rid}.json", quiet=True)
     if failed is not None:
