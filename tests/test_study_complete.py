@@ -120,3 +120,18 @@ def test_a_study_resumed_after_a_runs_curve_was_deleted_says_which_folder(tmp_pa
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and f"out/grid/runs/{curve.parent.name} is damaged (FileNotFoundError" in errors[0], errors
     assert json.loads((tmp_path / "out" / "manifest.json").read_text())["state"] == "running"
+
+
+@pytest.mark.parametrize("old, new, message", [
+    ("rounds = 2", "rounds = 0", "s.toml: rounds = 0 is out of range"),
+    ("seeds = [0, 1]", "seeds = [0, -1]", "s.toml: seeds = -1 is out of range"),
+    ('name = "s"', 'name = "s"\ndevice = "tpu"', "s.toml: device = 'tpu' is not a device: use auto, cpu, cuda"),
+])
+def test_every_study_error_names_the_study_file_and_its_key(tmp_path, monkeypatch, capsys, old, new, message):
+    """Issue 33, item 11: the shared checks' messages did not name the study file, and the device key
+    was called "the flag --device"."""
+    monkeypatch.chdir(tmp_path)
+    Path("s.toml").write_text(STUDY.replace(old, new))
+    assert study_cli.main(["s.toml", "--out", "out"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {message}") and "--device" not in err, err

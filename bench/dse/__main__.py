@@ -70,6 +70,12 @@ def main(argv: list[str] | None = None) -> int:
     with cli.bad_input():
         dse = load_dse(args.space, max_points=args.max_points, stream=args.stream)
         if args.write_hw is not None:
+            ignored = [flag for flag, given in (("--run", args.run), ("--target", args.target is not None),
+                                                ("--overwrite", args.overwrite), ("--workers", args.workers != 1))
+                       if given]
+            if ignored:
+                raise cli.UsageError(f"--write-hw writes one point's hardware TOML and prices nothing: drop "
+                                     f"{', '.join(ignored)}")
             return write_hw(dse, args.write_hw, outputs.out_folder(args.out, f"hw-{dse.name}-{args.write_hw}.toml"))
         for model in dse.models:  # a paper model or package.module:factory, checked before any capture
             model_spec.build(model_spec.as_spec(model, dse.image_size), num_classes=dse.classes, spherefed=True)
