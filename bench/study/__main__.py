@@ -51,10 +51,10 @@ def main(argv: list[str] | None = None) -> int:
         out = outputs.out_folder(args.out, f"results/study-{study.name}")
         planned = phases.tuning_plan(study, phases.execution(study))
         validate_points(phases.grid_spec(study, planned))
-        check_runs(study, planned)
+        phases.check_study_out(study, out)
+        check_runs(study, planned)  # after the cheap checks: it loads the data and builds the models
         if args.address:
             check_ray_address(args.address)
-        phases.check_study_out(study, out)
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     commit = git_commit()  # before this command writes anything (its lock, under --out): the code's state
     with outputs.claim(out):
