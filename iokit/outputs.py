@@ -125,16 +125,31 @@ def forbidden_reason(out: str | Path) -> str | None:
 
 
 def foreign_file(folder: Path, manifest: Manifest | None) -> Path | None:
-    """A file (or link, or anything but a folder) under ``folder``, in any sub-folder, that
-    ``manifest`` does not list, or None. Per file: a folder the manifest names is no licence for
-    its content. An empty folder holds none."""
+    """A file (or link, or anything) under ``folder``, in any sub-folder, that ``manifest`` does
+    not list, or None. Per file: a folder the manifest names is no licence for its content; a
+    sub-folder is the suite's only when the manifest names it or a listed file lies in it (an empty
+    sub-folder of the user's counts too; in one that is not empty, what it holds is named). An
+    empty folder holds none."""
     files = set(manifest.files) | {MANIFEST} if manifest else set()
+    folders = {p.as_posix() for f in files for p in Path(f).parents} | set(manifest.folders if manifest else ())
     for root, dirs, names in os.walk(folder):
         dirs.sort()
-        for name in sorted(names) + sorted(d for d in dirs if os.path.islink(os.path.join(root, d))):
-            if Path(root, name).relative_to(folder).as_posix() not in files:
-                return Path(root, name)
+        for name in sorted(names) + sorted(dirs):
+            rel = Path(root, name).relative_to(folder).as_posix()
+            path = Path(root, name)
+            is_folder = name in dirs and not path.is_symlink()
+            if is_folder and (rel in folders or _holds_something(path)):
+                continue  # the suite's, or the user's with something in it, named when the walk gets there
+            if rel not in (folders if is_folder else files):
+                return path
     return None
+
+
+def _holds_something(folder: Path) -> bool:
+    try:
+        return any(folder.iterdir())
+    except OSError:  # unreadable: named as it is
+        return False
 
 
 def overwrite_refusal(folder: Path, command: str) -> str | None:

@@ -437,3 +437,11 @@ def test_a_fresh_empty_lock_is_being_written_and_not_taken(tmp_path):
     lock.write_text("")
     holder = locks.take(lock)
     assert holder is not None and "right now" in holder and lock.read_text() == ""
+
+
+def test_an_empty_sub_folder_of_the_users_stops_overwrite_too(tmp_path):
+    out = tmp_path / "run"
+    outputs.write_results_dir(out, lambda tmp: (tmp / "a.csv").write_text("1"), command="bench.x",
+                              config_sha256="abc", version=4, replace=False)
+    (out / "drafts").mkdir()
+    assert f"would delete {out / 'drafts'}" in outputs.overwrite_refusal(out, "bench.x")
