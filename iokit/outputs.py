@@ -332,8 +332,8 @@ def write_results_dir(out: str | Path, build: Callable[[Path], object], *, comma
     def fill(tmp: Path) -> None:
         build(tmp)
         files = tuple(f for f in written_files(tmp) if f != MANIFEST)
-        Manifest(command, config_sha256, version, "complete", files,
-                 tuple(sorted({Path(f).parent.as_posix() for f in files} - {"."}))).write(tmp)
+        folders = tuple(sorted(Path(root, d).relative_to(tmp).as_posix() for root, dirs, _ in os.walk(tmp) for d in dirs))
+        Manifest(command, config_sha256, version, "complete", files, folders).write(tmp)
 
     def replace_ok(old: Path) -> None:
         refusal = overwrite_refusal(old, command) if replace else f"{old} appeared"

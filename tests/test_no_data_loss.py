@@ -445,3 +445,13 @@ def test_an_empty_sub_folder_of_the_users_stops_overwrite_too(tmp_path):
                               config_sha256="abc", version=4, replace=False)
     (out / "drafts").mkdir()
     assert f"would delete {out / 'drafts'}" in outputs.overwrite_refusal(out, "bench.x")
+
+
+def test_a_folder_the_suite_made_empty_is_its_own(tmp_path):
+    """Every sub-folder a build made is in the manifest (an empty one too), so --overwrite replaces it."""
+    out = tmp_path / "run"
+    outputs.write_results_dir(out, lambda tmp: ((tmp / "logs" / "empty").mkdir(parents=True),
+                                                (tmp / "a.csv").write_text("1")),
+                              command="bench.x", config_sha256="abc", version=4, replace=False)
+    assert outputs.Manifest.read(out).folders == ("logs", "logs/empty")
+    assert outputs.overwrite_refusal(out, "bench.x") is None
