@@ -135,12 +135,13 @@ def foreign_file(folder: Path, manifest: Manifest | None) -> Path | None:
     for root, dirs, names in os.walk(folder):
         dirs.sort()
         for name in sorted(names) + sorted(dirs):
-            rel = Path(root, name).relative_to(folder).as_posix()
             path = Path(root, name)
-            is_folder = name in dirs and not path.is_symlink()
-            if is_folder and (rel in folders or _holds_something(path)):
-                continue  # the suite's, or the user's with something in it, named when the walk gets there
-            if rel not in (folders if is_folder else files):
+            rel = path.relative_to(folder).as_posix()
+            if name in dirs and not path.is_symlink():
+                if rel in folders or _holds_something(path):
+                    continue  # the suite's, or the user's with something in it, named when the walk gets there
+                return path
+            if rel not in files:
                 return path
     return None
 
@@ -165,7 +166,8 @@ def overwrite_refusal(folder: Path, command: str) -> str | None:
                 f"{command} wrote")
     lost = foreign_file(folder, manifest)
     if lost is not None:
-        return f"--overwrite would delete {lost}, which {command} did not write (its manifest does not list it)"
+        why = "its manifest does not list it" if manifest else "the folder has no manifest of this suite"
+        return f"--overwrite would delete {lost}, which {command} did not write ({why})"
     return None
 
 
