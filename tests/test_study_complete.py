@@ -135,3 +135,13 @@ def test_every_study_error_names_the_study_file_and_its_key(tmp_path, monkeypatc
     assert study_cli.main(["s.toml", "--out", "out"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"error: {message}") and "--device" not in err, err
+
+
+def test_a_one_value_search_is_reported_as_given_not_tuned(tmp_path, monkeypatch, capsys):
+    """Issue 33, item 11: a search of one value was reported as "tuned"."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(phases, "run_study", functools.partial(phases.run_study, runner="tests.study_runners:opposite"))
+    Path("s.toml").write_text(STUDY.replace("lr = [0.05, 0.1]", "lr = [0.05]"))
+    assert study_cli.main(["s.toml", "--out", "out"]) == 0
+    err = capsys.readouterr().err
+    assert "given (one value searched, not tuned) convnet alpha=0.5 fedavg: lr=0.05" in err and "\ntuned " not in err

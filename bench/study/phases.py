@@ -206,8 +206,9 @@ def run_study(study: Study, out: str | Path, *, backend: str = "local", workers:
     for (model, setting, training), c in choices.items():
         chosen = "every trial failed" if c.trial is None else \
             ", ".join(f"{k}={v}" for k, v in c.trial.items()) + f" (validation {c.score_pct:.2f} %)"
-        say(f"tuned {model} {setting} {training}: {chosen}" + (f"; at the grid's edge in {', '.join(c.at_edge)}"
-                                                               if c.at_edge else ""))
+        one_value = len(study.trials(training)) == 1  # nothing to choose between: given, not tuned
+        say(f"{'given (one value searched, not tuned)' if one_value else 'tuned'} {model} {setting} {training}: "
+            f"{chosen}" + (f"; at the grid's edge in {', '.join(c.at_edge)}" if c.at_edge and not one_value else ""))
     evaluated = run_phase(evaluation_plan(study, ex, choices), "eval")
     return StudyRun(tuned, choices, evaluated)
 
