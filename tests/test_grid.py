@@ -298,3 +298,36 @@ def test_an_empty_point_lock_left_by_a_crash_is_taken_over(tmp_path, capsys):
     report = run_grid(spec, tmp_path)
     assert [r.status for r in report.results] == ["done"] and not lock.exists()
     assert f"took over the stale lock {lock}: empty for" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("reply, accepted", [
+    (b"HTTP/1.0 400 Bad request\r\n\r\n", False),  # a web server: issue 33 waited ~20 s, then left --out behind
+    (b"", False),  # closes at once
+    (bytes([0, 0, 0x18, 4, 0, 0, 0, 0, 0]), True),  # a gRPC server's SETTINGS frame (what Ray's GCS sends)
+])
+def test_a_ray_address_must_answer_as_a_ray_head(reply, accepted):
+    import socket
+    import threading
+
+    from bench.grid.engine import check_ray_address
+
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+
+    def answer():
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(64)
+            conn.sendall(reply)
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    try:
+        if accepted:
+            check_ray_address(f"127.0.0.1:{port}", timeout_s=5)
+        else:
+            with pytest.raises(GridError, match="something answers there, but not a Ray head"):
+                check_ray_address(f"127.0.0.1:{port}", timeout_s=5)
+    finally:
+        thread.join(timeout=5)
+        server.close()

@@ -38,7 +38,8 @@ digits, ``.``, ``_``, ``-``), the runner (registered), every point (the runner's
 typo in ``[fixed]`` is one line naming it, before a results folder exists), ``--resources-per-run``
 (finite numbers), ``--out`` (a new folder, or this grid's own: the folder's manifest names the
 grid and its runner; any other folder is refused), and with ``--address`` that the Ray head's port
-answers within ``RAY_CONNECT_TIMEOUT_S`` (10 s; Ray itself would retry for minutes). Ctrl-C or
+answers, as a gRPC server, within ``RAY_CONNECT_TIMEOUT_S`` (10 s; Ray itself would retry for
+minutes). Ctrl-C or
 SIGTERM stop the grid with one line; finished points stay, and the next run resumes. The tables
 are built from the points of the grid as it is now (points of an earlier version of the file that
 are no longer in it are kept on disk but left out).
@@ -339,20 +340,37 @@ def run_ray(spec: GridSpec, out: Path, resources: Resources, retry_failed: bool,
             ray.shutdown()
 
 
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+"""An HTTP/2 client's connection preface and an empty SETTINGS frame (RFC 9113, Sec. 3.4 and 6.5):
+a gRPC server, as Ray's head (GCS) and Ray Client server are, answers with a SETTINGS frame, whose
+9-byte header has type 0x4 at byte 3."""
+
+
 def check_ray_address(address: str, timeout_s: float = RAY_CONNECT_TIMEOUT_S) -> None:
     """GridError unless ``host:port`` (optionally ``ray://host:port``) accepts a TCP connection
-    within ``timeout_s``: ``ray.init`` itself retries an unreachable address for minutes without a
-    word. ``auto`` (a cluster started on this machine) is left to Ray."""
+    and answers as a gRPC server does (``HTTP2_PREFACE``) within ``timeout_s``: ``ray.init``
+    itself retries an unreachable address, or a port that answers but is not Ray's, for minutes
+    without a word. ``auto`` (a cluster started on this machine) is left to Ray."""
     if address == "auto":
         return
     host, sep, port = address.removeprefix("ray://").rpartition(":")
     if not sep or not port.isdigit() or not host:
         raise GridError(f"--address {address!r}: give HOST:PORT of the Ray head (e.g. 10.0.0.5:6379) or 'auto'")
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s) as conn:
+            conn.settimeout(timeout_s)
+            conn.sendall(HTTP2_PREFACE)
+            head = b""
+            while len(head) < 9 and (chunk := conn.recv(9 - len(head))):
+                head += chunk
+    except socket.timeout:
+        head = b""
     except OSError as e:
         raise GridError(f"--address {address}: no Ray cluster answers within {timeout_s:g} s ({e.strerror or e}); "
                         "start one with `ray start --head` or leave --address out for a local Ray") from None
+    if len(head) < 9 or head[3] != 4:
+        raise GridError(f"--address {address}: something answers there, but not a Ray head (no gRPC server: it "
+                        f"replied {head[:20]!r}); give the port `ray start --head` printed (default 6379)")
 
 
 BACKENDS = ("local", "ray")
