@@ -331,3 +331,24 @@ def test_a_ray_address_must_answer_as_a_ray_head(reply, accepted):
     finally:
         thread.join(timeout=5)
         server.close()
+
+
+@pytest.mark.slow
+def test_an_interrupted_two_worker_grid_leaves_no_lock_or_temporary_folder(tmp_path):
+    """Issue 33, item 11: Ctrl-C of a grid run by 2 worker processes left their points' locks and
+    .tmp-* folders (a resume cleaned them); the parent now removes what its terminated workers left."""
+    grid = _grid_file(tmp_path, sleep_s=30.0)
+    out = tmp_path / "out"
+    script = ("import sys; from bench.grid.engine import load_grid, run_grid\n"
+              "try:\n    run_grid(load_grid(sys.argv[1]), sys.argv[2], workers=2)\n"
+              "except KeyboardInterrupt:\n    print('interrupted', file=sys.stderr)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script, str(grid), str(out)], cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while len(list(out.glob("runs/.tmp-*"))) < 2 and time.time() < deadline:
+        time.sleep(0.05)
+    assert len(list(out.glob("locks/*.lock"))) == 2  # both workers are inside a point
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert "interrupted" in stderr
+    assert not list(out.glob("runs/.tmp-*")) and not list(out.glob("locks/*.lock")), sorted(out.rglob("*"))

@@ -307,8 +307,22 @@ def run_local(spec: GridSpec, out: Path, resources: Resources, retry_failed: boo
         for process in list((getattr(pool, "_processes", None) or {}).values()):
             process.terminate()
         pool.shutdown(wait=True, cancel_futures=True)
+        remove_leftovers(out)  # the terminated workers ran no clean-up of their own
         raise
     pool.shutdown()
+
+
+def remove_leftovers(out: Path) -> None:
+    """The point locks of processes that are gone (``iokit.locks``: stale) and the temporary run
+    folders no live lock covers: what workers terminated in the middle of a point leave. A point
+    another grid is running keeps its live lock and its folder."""
+    for lock in sorted((out / "locks").glob("*.lock")):
+        if locks.holder(lock)[1] is not None:
+            lock.unlink(missing_ok=True)
+    for tmp in sorted((out / "runs").glob(".tmp-*")):
+        rid = tmp.name.removeprefix(".tmp-").rsplit("-", 1)[0]
+        if not (out / "locks" / f"{rid}.lock").exists():
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def run_ray(spec: GridSpec, out: Path, resources: Resources, retry_failed: bool, commit: str,
