@@ -252,9 +252,9 @@ def make_folder(root: Path, kind: Kind) -> Path:
     return folder
 
 
-def snapshot(root: Path) -> dict[str, bytes]:
-    """Every file under ``root`` (paths relative to it), the entries beside the folder included."""
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+def snapshot(root: Path) -> dict[str, bytes | None]:
+    """Every file (its bytes) and folder (None) under ``root``, the entries beside the folder included."""
+    return {p.relative_to(root).as_posix(): p.read_bytes() if p.is_file() else None for p in sorted(root.rglob("*"))}
 
 
 ACTORS = {  # name -> (main, argv before --out, mode)
