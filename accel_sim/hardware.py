@@ -297,6 +297,9 @@ def scalesim_bandwidth_words_per_cycle(bytes_per_cycle, word_bytes):
 def hardware_config_from_dict(data: dict[str, Any], source: str = "<config>") -> HardwareConfig:
     """Build a config from a dict shaped like the TOML file. Unknown keys raise
     ``HardwareConfigError`` naming them."""
+    if not isinstance(data, dict):
+        raise HardwareConfigError(f"{source}: a hardware config is a table of fields (rows = 32, ...), got "
+                                  f"{type(data).__name__} {str(data)[:40]!r}")
     known = {f.name for f in fields(HardwareConfig)}
     unknown = sorted(set(data) - known)
     if unknown:

@@ -27,6 +27,7 @@ from torch import nn
 from accel_sim.hardware import HardwareConfig, load_hardware_config
 from accel_sim.report import CostReport
 from accel_sim.trace_schema import Trace
+from iokit import checks
 from workloads.fl.hparams import Hparams
 from workloads.fl.methods import parse_method
 from workloads.cost.step import local_step_trace, simulate_complete
@@ -72,6 +73,9 @@ def price(model: nn.Module, example_input: torch.Tensor, target: torch.Tensor | 
     ``ValueError``) with the fix when the model cannot be wrapped, ``ValueError`` for a method with
     a calibration (price those with ``python -m bench.run``).
     """
+    if not isinstance(method, str):
+        raise ValueError(f"method = {method!r}: give a method name such as \"fedavg\" or \"fedprox+spherefed\"")
+    checks.integer_in(seed, 0, checks.SEED_MAX, name="seed")
     cfg = parse_method(method)
     hardware = hw if isinstance(hw, HardwareConfig) else (load_hardware_config(hw) if hw else HardwareConfig())
     if not isinstance(example_input, torch.Tensor) or example_input.dim() < 2:

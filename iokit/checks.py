@@ -68,14 +68,33 @@ def parse_number(text: str, low: float = -math.inf, high: float = math.inf, *, n
     return number_in(value, low, high, name=name, error=error, low_open=low_open)
 
 
+def value_key(value: Any) -> Any:
+    """A hashable key equal for equal values: numbers by value (``1`` and ``1.0`` are one value, as
+    Python's ``==`` says; ``True`` is not the number 1), strings as themselves, lists and tables
+    element by element (a table's keys in sorted order)."""
+    if isinstance(value, bool):
+        return ("bool", value)
+    if isinstance(value, (int, float)):
+        return ("number", value)
+    if isinstance(value, str):
+        return ("str", value)
+    if isinstance(value, Mapping):
+        return ("table", tuple(sorted((str(k), value_key(v)) for k, v in value.items())))
+    if isinstance(value, (list, tuple)):
+        return ("list", tuple(value_key(v) for v in value))
+    return ("repr", repr(value))
+
+
 def distinct(values: Sequence[Any], *, name: str, error: type[Exception] = ValueError) -> list[Any]:
-    """``values`` as a list when no value is given twice; else one line naming the repeated value."""
-    seen: set = set()
+    """``values`` as a list when no value is given twice (by value: ``value_key``); else one line
+    naming the repeated value."""
+    seen: dict = {}
     for value in values:
-        key = repr(value)
+        key = value_key(value)
         if key in seen:
-            raise error(f"{name} lists {value!r} twice; give each value once")
-        seen.add(key)
+            same = "" if repr(seen[key]) == repr(value) else f" (= {seen[key]!r})"
+            raise error(f"{name} lists {value!r}{same} twice; give each value once")
+        seen[key] = value
     return list(values)
 
 

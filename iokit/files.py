@@ -18,6 +18,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from iokit.locks import pid_alive
+
 
 def existing_file(path: str | Path, error: type[Exception], what: str, *, empty_hint: str) -> Path:
     """``path`` as a ``Path`` when it names a readable regular file; raises ``error`` otherwise
@@ -65,16 +67,6 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
     return atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8", newline=""))
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):
-        return True
-    return True
-
-
 def _partial_prefix(out: Path) -> str:
     return f".{out.name}."
 
@@ -89,7 +81,7 @@ def remove_stale_partials(out: str | Path) -> list[Path]:
         return removed
     for tmp in out.parent.glob(f"{_partial_prefix(out)}pid*.partial"):
         pid = tmp.name[len(_partial_prefix(out)) + 3:-len(".partial")].split("-")[0]
-        if not tmp.is_dir() or not pid.isdigit() or _pid_alive(int(pid)):
+        if not tmp.is_dir() or not pid.isdigit() or pid_alive(int(pid)):
             continue
         shutil.rmtree(tmp, ignore_errors=True)
         removed.append(tmp)

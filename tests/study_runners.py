@@ -73,3 +73,9 @@ def peaked(point: dict, out_dir: Path) -> dict:
               "cum_wall_s": 10.0 * t, "cum_device_s": 1.0 * t, "cum_energy_j": 2.0 * t, "cum_bytes": 1000.0 * t}
              for label in labels_of(parse_method(point["method"])) for t in range(1, rounds + 1)]
     return write_run(out_dir, curve, {"machine": {"host": "stand-in", "cpu": "none"}, "wall_s": 0.0})
+
+
+@grid_runner("tests.study_fails")
+def fails(point: dict, out_dir: Path) -> dict:
+    """Every run diverges (a stand-in for a learning rate far too large)."""
+    raise FloatingPointError(f"non-finite loss in round 1 (stand-in, lr={point['hparams']['lr']})")

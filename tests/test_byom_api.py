@@ -56,3 +56,12 @@ def test_price_errors_say_what_to_fix(args, message):
     call = dict(model=_net(), example_input=torch.zeros(2, 3, 8, 8), target=None) | args
     with pytest.raises(ModelSpecError, match=re.escape(message)):
         price(call["model"], call["example_input"], call["target"])
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(method=3), "method = 3: give a method name"),  # issue 33, item 10: was an AttributeError traceback
+    (dict(seed=-1), "seed = -1 is out of range"),  # issue 33, item 11: was accepted
+])
+def test_price_refuses_a_bad_method_or_seed(kwargs, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        price(_net(), torch.zeros(2, 3, 8, 8), **kwargs)

@@ -165,6 +165,9 @@ CASES = [
     ("a --run folder with no rounds.csv", HEAD + "[space.axes]\nrows = [8]\n", ["--run", "."], ("rounds.csv",)),
     ("--target without --run", HEAD + "[space.axes]\nrows = [8]\n", ["--target", "50"], ("--target", "--run")),
     ("an --out that is a file", HEAD + "[space.axes]\nrows = [8]\n", ["--out", "afile"], ("afile",)),
+    # issue 33, item 11: --write-hw silently ignored these
+    ("--write-hw with pricing flags", HEAD + "[space.axes]\nrows = [8]\n",
+     ["--write-hw", "0", "--overwrite", "--workers", "2"], ("--write-hw", "drop --overwrite, --workers")),
 ]
 
 

@@ -92,13 +92,27 @@ def test_repricing_on_the_runs_own_hardware_gives_the_runs_tta(tmp_path, capsys,
 @pytest.mark.parametrize("change, names", [
     ({"accuracy_setting": {"hparams": {"batch_size": 32}, "fl": {"image_size": 16}}}, ("batch 32", "batch_size = 32")),
     ({"models": {}}, ("--target",)),
+    # issue 33, items 10 and 11: each was a traceback or a misleading line
+    ({"accuracy_setting": {"fl": {"image_size": 16}}}, ("accuracy_setting lacks its hparams",)),
+    ({"accuracy_setting": {"hparams": {"batch_size": 8}, "fl": {"image_size": None}}}, ("sets no image_size",)),
+    ({"models": {"convnet": {"time_to_accuracy": {"target_accuracy_pct": "50"}}}}, ("'50'", "--target")),
+    ({"models": ["convnet"]}, ("--target",)),
+    ({"hardware": "paper"}, ("hardware config is a table", "summary.json")),
+    ([1, 2], ("holds a JSON list",)),
+    ("round_device_s", ("column round_device_s holds a value that is not a number",)),
 ])
 def test_a_run_that_does_not_match_the_space_is_refused_before_capture(tmp_path, capsys, change, names):
     space = tmp_path / "space.toml"
     space.write_text(SPACE)
     folder = run_folder(tmp_path, load_dse(space), 50.0)
     summary = json.loads((folder / "summary.json").read_text())
-    (folder / "summary.json").write_text(json.dumps({**summary, **change}))
+    if isinstance(change, str):  # a column of rounds.csv with a word in it
+        rounds = pd.read_csv(folder / "rounds.csv")
+        rounds[change] = rounds[change].astype(object)
+        rounds.loc[0, change] = "abc"
+        rounds.to_csv(folder / "rounds.csv", index=False)
+    else:
+        (folder / "summary.json").write_text(json.dumps({**summary, **change} if isinstance(change, dict) else change))
     assert main([str(space), "--run", str(folder), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert all(name in err for name in names) and len(err.strip().splitlines()) == 1

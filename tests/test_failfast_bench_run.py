@@ -43,6 +43,7 @@ CASES = [
     ("alpha-nan", ["--alpha", "nan"], ("argument --alpha", "finite number")),
     ("target-inf", ["--target", "inf"], "argument --target"),
     ("classes-zero", ["--classes", "0"], ("argument --classes", "out of range")),
+    ("classes-one", ["--classes", "1"], ("argument --classes", "[2, ")),  # as bench.dse's classes (issue 33)
     ("workers-zero", ["--workers", "0"], ("argument --workers", "out of range")),
     # bad types
     ("batch-text", ["--batch-size", "x"], ("argument --batch-size", "not an integer")),

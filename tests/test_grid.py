@@ -278,3 +278,77 @@ def test_a_grid_with_another_runner_reuses_no_point(tmp_path):
     with pytest.raises(GridError, match="holds another grid"):  # the folder is the first grid's
         run_grid(other, tmp_path / "out")
     assert len(log.read_text().split()) == 1
+
+
+def test_an_empty_point_lock_left_by_a_crash_is_taken_over(tmp_path, capsys):
+    """Issue 33, item 6: a crash between creating a point's lock and writing it leaves it empty; once
+    older than ``iokit.locks.LOCK_GRACE_S`` it is stale, taken over with a note, and the point runs
+    (it was reported "busy" on every rerun, the grid exiting 0 without it)."""
+    from bench.grid.engine import COMMAND, grid_hash
+    from iokit.locks import LOCK_GRACE_S
+    from iokit.outputs import Manifest
+
+    spec = parse_grid({"name": "t", "runner": RUNNER, "axes": {"seed": [0]}})
+    Manifest(COMMAND, grid_hash(spec), FORMAT_VERSION, "running").write(tmp_path)  # the grid's, interrupted
+    lock = tmp_path / "locks" / f"{run_id(RUNNER, {'seed': 0})}.lock"
+    lock.parent.mkdir()
+    lock.write_text("")
+    old = time.time() - 2 * LOCK_GRACE_S
+    os.utime(lock, (old, old))
+    report = run_grid(spec, tmp_path)
+    assert [r.status for r in report.results] == ["done"] and not lock.exists()
+    assert f"took over the stale lock {lock}: empty for" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("reply, accepted", [
+    (b"HTTP/1.0 400 Bad request\r\n\r\n", False),  # a web server: issue 33 waited ~20 s, then left --out behind
+    (b"", False),  # closes at once
+    (bytes([0, 0, 0x18, 4, 0, 0, 0, 0, 0]), True),  # a gRPC server's SETTINGS frame (what Ray's GCS sends)
+])
+def test_a_ray_address_must_answer_as_a_ray_head(reply, accepted):
+    import socket
+    import threading
+
+    from bench.grid.engine import check_ray_address
+
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+
+    def answer():
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(64)
+            conn.sendall(reply)
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    try:
+        if accepted:
+            check_ray_address(f"127.0.0.1:{port}", timeout_s=5)
+        else:
+            with pytest.raises(GridError, match="something answers there, but not a Ray head"):
+                check_ray_address(f"127.0.0.1:{port}", timeout_s=5)
+    finally:
+        thread.join(timeout=5)
+        server.close()
+
+
+@pytest.mark.slow
+def test_an_interrupted_two_worker_grid_leaves_no_lock_or_temporary_folder(tmp_path):
+    """Issue 33, item 11: Ctrl-C of a grid run by 2 worker processes left their points' locks and
+    .tmp-* folders (a resume cleaned them); the parent now removes what its terminated workers left."""
+    grid = _grid_file(tmp_path, sleep_s=30.0)
+    out = tmp_path / "out"
+    script = ("import sys; from bench.grid.engine import load_grid, run_grid\n"
+              "try:\n    run_grid(load_grid(sys.argv[1]), sys.argv[2], workers=2)\n"
+              "except KeyboardInterrupt:\n    print('interrupted', file=sys.stderr)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script, str(grid), str(out)], cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while len(list(out.glob("runs/.tmp-*"))) < 2 and time.time() < deadline:
+        time.sleep(0.05)
+    assert len(list(out.glob("locks/*.lock"))) == 2  # both workers are inside a point
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert "interrupted" in stderr
+    assert not list(out.glob("runs/.tmp-*")) and not list(out.glob("locks/*.lock")), sorted(out.rglob("*"))

@@ -1,5 +1,6 @@
 """bench.run: a smoke run of the small ConvNet into a temp dir, and bad input rejected before work."""
 
+import json
 import math
 from pathlib import Path
 
@@ -58,6 +59,9 @@ def test_smoke_run_writes_every_file(smoke):
     assert set(m["communication"]) == set(m["accuracy"]) == set(config.DEFAULT_METHODS)
     assert all(0 <= v["accuracy_pct"] <= 100 for v in m["accuracy"].values())
     assert summary["git_commit"] and summary["command"].startswith("python -m bench.run")
+    # the setting the accuracy run trained: the run's model and seed, not the preset's (issue 33, item 8)
+    assert (summary["accuracy_setting"]["fl"]["model"], summary["accuracy_setting"]["fl"]["seed"]) == \
+        ("convnet", summary["config"]["seed"])
 
 
 @pytest.mark.slow
@@ -133,6 +137,29 @@ def test_plots_regenerate_from_the_run(smoke):
     _, out = smoke
     (out / "fig5.png").unlink()
     assert plots_cli.main([str(out)]) == 0 and (out / "fig5.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", ["no clock", "a word for a figure"])
+def test_plots_of_a_damaged_summary_is_one_line_naming_it(smoke, tmp_path, capsys, damage):
+    """Issue 33, item 10: bench.plots on a summary.json without hardware.clock_hz, or with a
+    non-numeric figure, was a traceback."""
+    import shutil
+
+    _, out = smoke
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    summary = json.loads((copy / "summary.json").read_text())
+    if damage == "no clock":
+        del summary["hardware"]["clock_hz"]
+    else:
+        summary["models"]["convnet"]["training"]["fedavg"]["round_latency_s"] = "fast"
+    (copy / "summary.json").write_text(json.dumps(summary))
+    before = sorted(p.name for p in copy.iterdir())
+    assert plots_cli.main([str(copy)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{copy}/summary.json" in err, err
+    assert sorted(p.name for p in copy.iterdir()) == before
 
 
 @pytest.mark.slow

@@ -76,7 +76,13 @@ def main(argv: list[str] | None = None) -> int:
     with cli.bad_input():
         dse = load_dse(args.space, max_points=args.max_points, stream=args.stream)
         if args.write_hw is not None:
-            return write_hw(dse, args.write_hw, Path(args.out or f"hw-{dse.name}-{args.write_hw}.toml"))
+            ignored = [flag for flag, given in (("--run", args.run), ("--target", args.target is not None),
+                                                ("--overwrite", args.overwrite), ("--workers", args.workers != 1))
+                       if given]
+            if ignored:
+                raise cli.UsageError(f"--write-hw writes one point's hardware TOML and prices nothing: drop "
+                                     f"{', '.join(ignored)}")
+            return write_hw(dse, args.write_hw, outputs.out_folder(args.out, f"hw-{dse.name}-{args.write_hw}.toml"))
         for model in dse.models:  # a paper model or package.module:factory, checked before any capture
             model_spec.build(model_spec.as_spec(model, dse.image_size), num_classes=dse.classes, spherefed=True)
         if args.target is not None and args.run is None and args.study is None:
@@ -88,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         run = rerun.load_run(cli.check_folder(args.run, "--run"), dse, args.target) if args.run else None
         study = accuracy.load_study(cli.check_folder(args.study, "--study"), dse, args.target, args.setting) \
             if args.study else None
-        out = Path(args.out or f"results/dse-{dse.name}")
+        out = outputs.out_folder(args.out, f"results/dse-{dse.name}")
         outputs.check_out(out, command=COMMAND, overwrite=args.overwrite)
     say = lambda line: print(line, file=sys.stderr, flush=True)
     config = dse.config()

@@ -35,6 +35,8 @@ from iokit import checks, cli, outputs
 from workloads.cost.system import DEFAULT_SYSTEM_PATH
 from workloads.fl.execution import add_execution_args, execution_flags
 
+CHECKPOINTS = "checkpoints"  # the sub-folder of --out holding each method's checkpoint while the run is in progress
+
 
 def parser() -> cli.Parser:
     p = cli.Parser(prog="python -m bench.fl", description=__doc__.split("\n\n")[0].split(": ", 1)[-1])
@@ -73,26 +75,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser().parse_args(argv)
     with cli.bad_input():
-        run = pipeline.resolve(args.preset, methods=args.methods, seed=args.seed, rounds=args.rounds,
-                               holdout=args.holdout, model=args.model, classifier=args.classifier,
-                               data_dir=args.data_dir, hw_path=args.hw, system_path=args.system,
-                               device=args.device, execution_flags=execution_flags(args))
-        out = Path(args.out or f"results/fl/{run.preset.name}-seed{run.cfg.seed}")
+        run = resolve(args)
+        out = outputs.out_folder(args.out, f"results/fl/{run.preset.name}-seed{run.cfg.seed}")
         config_sha = outputs.config_hash(run.config())
-        outputs.check_out(out, command=pipeline.COMMAND, overwrite=args.overwrite,
-                          resume_hash=config_sha if args.resume else None)
+        earlier = outputs.check_out(out, command=pipeline.COMMAND, overwrite=args.overwrite,
+                                    resume_hash=config_sha if args.resume else None,
+                                    resume_files=checkpoint_files(run))
+        if args.resume and earlier.state == "complete":
+            print(f"--resume: {out} holds a complete {pipeline.COMMAND} run of this config: nothing to resume "
+                  f"(its results: {out}/{pipeline.RESULTS_FILES[0]}; --overwrite runs it again)", file=sys.stderr)
+            return 0
         if args.threads is not None:
             import torch
 
             torch.set_num_threads(args.threads)
         if args.resume:
-            pipeline.check_checkpoints(run, out / "checkpoints")
+            pipeline.check_checkpoints(run, out / CHECKPOINTS)
         data = pipeline.load(run)
     with outputs.claim(out):
-        start_run_folder(out, config_sha, resume=args.resume)
+        start_run_folder(out, config_sha, earlier, run)
         with cli.run_failure():
             trained = pipeline.train(run, data, progress=args.progress or sys.stderr.isatty(),
-                                     checkpoints=out / "checkpoints", resume=args.resume)
+                                     checkpoints=out / CHECKPOINTS, resume=args.resume)
             doc = pipeline.results_doc(run, data, trained, shlex.join(["python", "-m", "bench.fl", *argv]))
             outputs.write_results_dir(out, lambda tmp: pipeline.write(tmp, run, data, trained, doc),
                                       command=pipeline.COMMAND, config_sha256=config_sha, version=FORMAT_VERSION,
@@ -101,16 +105,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def start_run_folder(out: Path, config_sha: str, *, resume: bool) -> None:
+def resolve(args) -> pipeline.FLRun:
+    """The run the parsed command line ``args`` describes (its config hash identifies its folder)."""
+    return pipeline.resolve(args.preset, methods=args.methods, seed=args.seed, rounds=args.rounds,
+                            holdout=args.holdout, model=args.model, classifier=args.classifier,
+                            data_dir=args.data_dir, hw_path=args.hw, system_path=args.system,
+                            device=args.device, execution_flags=execution_flags(args))
+
+
+def checkpoint_files(run: pipeline.FLRun) -> tuple[str, ...]:
+    """Every method's checkpoint file, relative to ``--out``."""
+    return tuple(pipeline.checkpoint_path(Path(CHECKPOINTS), m).as_posix() for m in run.methods)
+
+
+def start_run_folder(out: Path, config_sha: str, earlier: outputs.Manifest | None, run: pipeline.FLRun) -> None:
     """``out`` as the running run's folder: its manifest says a run of this config is in progress
-    and owns ``checkpoints/`` (files an earlier results folder listed stay listed, so that
-    ``--overwrite`` can still replace them at the end)."""
-    if resume:
-        return
-    earlier = outputs.Manifest.read(out)
+    and lists every method's checkpoint file, file by file (the files an earlier folder of
+    ``bench.fl`` listed stay listed, so that ``--overwrite`` or ``--resume`` can still replace them at
+    the end)."""
     out.mkdir(parents=True, exist_ok=True)
-    outputs.Manifest(pipeline.COMMAND, config_sha, FORMAT_VERSION, "running",
-                     earlier.files if earlier else (), ("checkpoints",)).write(out)
+    files = tuple(dict.fromkeys((*(earlier.files if earlier else ()), *checkpoint_files(run))))
+    outputs.Manifest(pipeline.COMMAND, config_sha, FORMAT_VERSION, "running", files, (CHECKPOINTS,)).write(out)
 
 
 if __name__ == "__main__":

@@ -52,7 +52,7 @@ def parser() -> cli.Parser:
                    help="hardware TOML the clients' steps are priced on")
     p.add_argument("--system", default=str(ROOT / "configs" / "system" / "default.toml"),
                    help="system-model TOML: links, speed factors, per-client hardware")
-    p.add_argument("--out", type=Path, default=None, help="default: results/flower/<model>-seed<seed>")
+    p.add_argument("--out", help="default: results/flower/<model>-seed<seed>")
     p.add_argument("--overwrite", action="store_true", help="replace an existing results folder of this suite")
     return p
 
@@ -125,8 +125,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from accel_sim.hardware import load_hardware_config
     from workloads.cost.system import load_system_model
 
-    out = args.out or ROOT / "results" / "flower" / f"{args.model}-seed{args.seed}"
     with cli.bad_input():
+        out = outputs.out_folder(args.out, ROOT / "results" / "flower" / f"{args.model}-seed{args.seed}")
         method_list(args.methods)  # each a method, each once, separated by spaces
         methods = tuple(args.methods)
         app.check_methods(methods)

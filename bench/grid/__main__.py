@@ -8,11 +8,10 @@ docs/grid.md).
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from bench.grid.engine import BACKENDS, GridError, PointResult, load_grid, parse_resources, run_grid
 from bench.results import ResultsError
-from iokit import cli
+from iokit import cli, outputs
 
 
 
@@ -31,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
         resources = parse_resources(args.resources_per_run)
         if args.address and args.backend != "ray":
             raise GridError("--address is only used with --backend ray")
-        out = Path(args.out or f"results/grid-{spec.name}")
+        out = outputs.out_folder(args.out, f"results/grid-{spec.name}", error=GridError)
 
         def show(result: PointResult, i: int, total: int) -> None:
             extra = f" ({result.elapsed_s:.1f} s)" if result.status == "done" else ""

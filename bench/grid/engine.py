@@ -38,7 +38,8 @@ digits, ``.``, ``_``, ``-``), the runner (registered), every point (the runner's
 typo in ``[fixed]`` is one line naming it, before a results folder exists), ``--resources-per-run``
 (finite numbers), ``--out`` (a new folder, or this grid's own: the folder's manifest names the
 grid and its runner; any other folder is refused), and with ``--address`` that the Ray head's port
-answers within ``RAY_CONNECT_TIMEOUT_S`` (10 s; Ray itself would retry for minutes). Ctrl-C or
+answers, as a gRPC server, within ``RAY_CONNECT_TIMEOUT_S`` (10 s; Ray itself would retry for
+minutes). Ctrl-C or
 SIGTERM stop the grid with one line; finished points stay, and the next run resumes. The tables
 are built from the points of the grid as it is now (points of an earlier version of the file that
 are no longer in it are kept on disk but left out).
@@ -67,7 +68,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from bench.grid.runners import RunnerError, resolve_runner
 from bench.results import FORMAT_VERSION, ResultsError
-from iokit import outputs
+from iokit import checks, locks, outputs
 from iokit.files import atomic_write, atomic_write_text
 from iokit.provenance import git_commit
 from iokit.toml import read_toml
@@ -138,8 +139,7 @@ def parse_grid(data: dict[str, Any], source: str = "<grid>") -> GridSpec:
     for name, values in axes.items():
         if not isinstance(values, list) or not values:
             raise GridError(f"{source}: axis '{name}' must be a non-empty list, got {values!r}")
-        if len({json.dumps(v, sort_keys=True) for v in values}) != len(values):
-            raise GridError(f"{source}: axis '{name}' lists a value twice: {values!r}")
+        checks.distinct(values, name=f"{source}: axis '{name}'", error=GridError)  # by value: 1 and 1.0 are one
     both = set(fixed) & set(axes)
     if both:
         raise GridError(f"{source}: {sorted(both)} appear both in [fixed] and in [axes]; keep each in one place")
@@ -185,38 +185,6 @@ def validate_points(spec: GridSpec) -> None:
 # ----------------------------------------------------------------------------- one point
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _try_lock(lock: Path) -> bool:
-    """Create ``lock`` exclusively; take over a stale lock of a dead process on this host."""
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    me = json.dumps({"pid": os.getpid(), "host": socket.gethostname()})
-    for _ in range(2):
-        try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            try:
-                owner = json.loads(lock.read_text() or "{}")
-            except (OSError, json.JSONDecodeError):
-                return False  # being written right now: someone else holds it
-            if owner.get("host") == socket.gethostname() and not _pid_alive(int(owner.get("pid", 0))):
-                lock.unlink(missing_ok=True)  # stale: its process is gone
-                continue
-            return False
-        with os.fdopen(fd, "w") as f:
-            f.write(me)
-        return True
-    return False
-
-
 def _set_threads(cpus: float) -> int | None:
     """Give torch ``cpus`` threads; returns the previous count (None without torch)."""
     try:
@@ -244,7 +212,7 @@ def execute_point(runner_spec: str, config: dict[str, Any], out_root: str, cpus:
     if earlier is not None and not retry_failed:
         return PointResult(rid, "failed-earlier", config, error=str(earlier.get("error", "")))
     lock = root / "locks" / f"{rid}.lock"
-    if not _try_lock(lock):
+    if locks.take(lock) is not None:
         return PointResult(rid, "busy", config)
     tmp = root / "runs" / f".tmp-{rid}-{uuid.uuid4().hex[:8]}"
     try:
@@ -279,7 +247,7 @@ def execute_point(runner_spec: str, config: dict[str, Any], out_root: str, cpus:
         return PointResult(rid, "done", config, elapsed_s=elapsed_s)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-        lock.unlink(missing_ok=True)
+        locks.release(lock)
 
 
 def read_record(path: Path, *, quiet: bool = False) -> dict[str, Any] | None:
@@ -339,8 +307,22 @@ def run_local(spec: GridSpec, out: Path, resources: Resources, retry_failed: boo
         for process in list((getattr(pool, "_processes", None) or {}).values()):
             process.terminate()
         pool.shutdown(wait=True, cancel_futures=True)
+        remove_leftovers(out)  # the terminated workers ran no clean-up of their own
         raise
     pool.shutdown()
+
+
+def remove_leftovers(out: Path) -> None:
+    """The point locks of processes that are gone (``iokit.locks``: stale) and the temporary run
+    folders no live lock covers: what workers terminated in the middle of a point leave. A point
+    another grid is running keeps its live lock and its folder."""
+    for lock in sorted((out / "locks").glob("*.lock")):
+        if locks.holder(lock)[1] is not None:
+            lock.unlink(missing_ok=True)
+    for tmp in sorted((out / "runs").glob(".tmp-*")):
+        rid = tmp.name.removeprefix(".tmp-").rsplit("-", 1)[0]
+        if not (out / "locks" / f"{rid}.lock").exists():
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def run_ray(spec: GridSpec, out: Path, resources: Resources, retry_failed: bool, commit: str,
@@ -372,20 +354,37 @@ def run_ray(spec: GridSpec, out: Path, resources: Resources, retry_failed: bool,
             ray.shutdown()
 
 
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+"""An HTTP/2 client's connection preface and an empty SETTINGS frame (RFC 9113, Sec. 3.4 and 6.5):
+a gRPC server, as Ray's head (GCS) and Ray Client server are, answers with a SETTINGS frame, whose
+9-byte header has type 0x4 at byte 3."""
+
+
 def check_ray_address(address: str, timeout_s: float = RAY_CONNECT_TIMEOUT_S) -> None:
     """GridError unless ``host:port`` (optionally ``ray://host:port``) accepts a TCP connection
-    within ``timeout_s``: ``ray.init`` itself retries an unreachable address for minutes without a
-    word. ``auto`` (a cluster started on this machine) is left to Ray."""
+    and answers as a gRPC server does (``HTTP2_PREFACE``) within ``timeout_s``: ``ray.init``
+    itself retries an unreachable address, or a port that answers but is not Ray's, for minutes
+    without a word. ``auto`` (a cluster started on this machine) is left to Ray."""
     if address == "auto":
         return
     host, sep, port = address.removeprefix("ray://").rpartition(":")
     if not sep or not port.isdigit() or not host:
         raise GridError(f"--address {address!r}: give HOST:PORT of the Ray head (e.g. 10.0.0.5:6379) or 'auto'")
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s) as conn:
+            conn.settimeout(timeout_s)
+            conn.sendall(HTTP2_PREFACE)
+            head = b""
+            while len(head) < 9 and (chunk := conn.recv(9 - len(head))):
+                head += chunk
+    except socket.timeout:
+        head = b""
     except OSError as e:
         raise GridError(f"--address {address}: no Ray cluster answers within {timeout_s:g} s ({e.strerror or e}); "
                         "start one with `ray start --head` or leave --address out for a local Ray") from None
+    if len(head) < 9 or head[3] != 4:
+        raise GridError(f"--address {address}: something answers there, but not a Ray head (no gRPC server: it "
+                        f"replied {head[:20]!r}); give the port `ray start --head` printed (default 6379)")
 
 
 BACKENDS = ("local", "ray")
@@ -395,26 +394,9 @@ def check_grid_out(spec: GridSpec, out: str | Path) -> None:
     """``--out`` of a grid: a new (or empty) folder, or this grid's own (its manifest names
     ``bench.grid`` and the same grid name and runner: rerunning resumes it). Anything else is
     refused, naming why: the suite never mixes a grid into another folder. Checked before any
-    point runs."""
-    out = Path(out)
-    reason = outputs.forbidden_reason(out)
-    if reason:
-        raise GridError(f"--out {out}: {reason}; give a new folder for the grid, e.g. results/grid-{spec.name}")
-    if out.exists() or out.is_symlink():
-        if not out.is_dir() or out.is_symlink():
-            raise GridError(f"--out {out} exists and is not a folder; choose another --out")
-        manifest = outputs.Manifest.read(out)
-        if manifest is None:
-            foreign = outputs.foreign_file(out, None)
-            if foreign is not None:
-                raise GridError(f"--out {out} holds files this suite did not write (e.g. {foreign}); choose another "
-                                "--out")
-        elif manifest.command != COMMAND:
-            raise GridError(f"--out {out} is a {manifest.command} results folder, not a grid's; choose another --out")
-        elif manifest.config_sha256 != grid_hash(spec):
-            raise GridError(f"--out {out} holds another grid (its name or runner differs from {spec.name!r} / "
-                            f"{spec.runner!r}); choose another --out")
-    outputs.check_writable(out, "--out", error=GridError)
+    point runs (``iokit.outputs.check_own_folder``)."""
+    outputs.check_own_folder(out, command=COMMAND, config_sha256=grid_hash(spec), error=GridError,
+                             what=f"grid (its name or runner differs from {spec.name!r} / {spec.runner!r})")
 
 
 def grid_hash(spec: GridSpec) -> str:

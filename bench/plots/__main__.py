@@ -29,6 +29,11 @@ def main(argv: list[str] | None = None) -> int:
     except ResultsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a key missing, a figure not a number
+        what = f"key {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
+        print(f"error: {args.run_dir}/summary.json or its CSVs cannot be drawn ({what}); rerun `python -m bench.run` "
+              "to rewrite the folder", file=sys.stderr)
+        return 2
     for fig, path in figures:
         print(save(fig, path))
     print(save(tta, args.run_dir / TTA_PNG, dpi=110))

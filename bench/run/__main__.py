@@ -76,7 +76,7 @@ def parser() -> cli.Parser:
                    help="one sample's input shape, priced and trained (3,S,S; default: 3,32,32 priced, the "
                         "preset's size trained)")
     p.add_argument("--classifier", metavar="DOTTED.NAME", help="the nn.Linear the methods act on (default: the last)")
-    p.add_argument("--classes", type=cli.int_in(1, checks.CLASSES_MAX), default=100,
+    p.add_argument("--classes", type=cli.int_in(2, checks.CLASSES_MAX), default=100,  # one class is no classifier
                    help=f"classes of the priced figures (default 100, at most {checks.CLASSES_MAX:,})")
     p.add_argument("--workers", type=cli.int_in(1, checks.WORKERS_MAX), metavar="N",
                    help="federated runs side by side in N processes, each with cores/N torch threads (default: one "
@@ -94,7 +94,8 @@ def parse_args(argv: list[str]) -> RunConfig:
     models = tuple(a.models or ([a.model] if a.model else []))
     if not models:
         p.error("give --model NAME or --models NAME [NAME ...]")
-    out = a.out or str(Path("results") / f"{'+'.join(models).replace(':', '-')}-{Path(a.preset).stem}")
+    out = str(outputs.out_folder(a.out, Path("results") / f"{'+'.join(models).replace(':', '-')}-{Path(a.preset).stem}",
+                                 error=cli.UsageError))
     try:
         shape = parse_input_shape(a.input_shape) if a.input_shape else None
     except ValueError as exc:

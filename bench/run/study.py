@@ -94,7 +94,7 @@ def run_study(resolved: Resolved, data, progress: Callable[[str], None] | None, 
                           f"{hw.dataflow_fwd}/{hw.dataflow_dx}/{hw.dataflow_dw}",
         "models": models,
         "number_formats": formats.figures(list(cfg.models), execution.number_format),
-        "accuracy_setting": {"preset": preset.name, "fl": asdict(preset.fl), "hparams": asdict(preset.hp),
+        "accuracy_setting": {"preset": preset.name, "fl": trained_setting(preset, cfg), "hparams": asdict(preset.hp),
                              "overrides": preset.overrides, "note": accuracy_note(preset), "train_note": data[0].note,
                              "workers": workers, "threads": threads_per_worker(workers) or torch.get_num_threads()},
         "system": system.describe(),
@@ -105,6 +105,13 @@ def run_study(resolved: Resolved, data, progress: Callable[[str], None] | None, 
         **comparison,
     }
     return Study(summary, all_ops, all_rounds)
+
+
+def trained_setting(preset, cfg: RunConfig) -> dict:
+    """The preset's federated setting as the accuracy runs trained it (``figures.accuracy_runs``):
+    the run's model (several joined by "+", as in the default folder name) and seed, not the
+    preset's."""
+    return asdict(replace(preset.fl, model="+".join(cfg.models), seed=cfg.seed))
 
 
 def layer_rows(op_rows: list[dict]) -> pd.DataFrame:

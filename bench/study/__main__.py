@@ -94,11 +94,13 @@ def main(argv: list[str] | None = None) -> int:
             raise GridError("--address is only used with --backend ray")
         if args.workers > 1 and args.backend != "local":
             raise GridError("--workers is for the local backend; Ray runs as many as its cluster has cores")
-        out = Path(args.out or f"results/study-{study.name}")
-        validate_points(phases.grid_spec(study, phases.tuning_plan(study, phases.execution(study))))
+        out = outputs.out_folder(args.out, f"results/study-{study.name}")
+        planned = phases.tuning_plan(study, phases.execution(study))
+        validate_points(phases.grid_spec(study, planned))
+        phases.check_study_out(study, out)
+        check_runs(study, planned)  # after the cheap checks: it loads the data and builds the models
         if args.address:
             check_ray_address(args.address)
-        phases.check_study_out(study, out)
         if not args.report_only:
             for line in projection_lines(study, phases.execution(study), out, args.workers):
                 print(line, file=sys.stderr, flush=True)
@@ -115,11 +117,54 @@ def main(argv: list[str] | None = None) -> int:
                                    execute=not args.report_only)
             files = report.write_report(out, study, run, command=shlex.join(["python", "-m", "bench.study", *argv]),
                                         started_unix_s=started, commit=commit)
-        complete = all(o.status == "done" for o in run.evaluation)
+        missing = incomplete(run)
         outputs.Manifest(phases.COMMAND, phases.folder_hash(study), FORMAT_VERSION,
-                         "complete" if complete else "running", tuple(files), (phases.GRID_FOLDER,)).write(out)
+                         "running" if missing else "complete", tuple(files), (phases.GRID_FOLDER,)).write(out)
     print(report.headline(out))
-    return 0 if complete else 1
+    if missing:
+        print(f"error: study {study.name} ({study.source}) is not complete: {missing}; rerun the same command to "
+              "resume (--retry-failed runs the failed runs again)", file=sys.stderr)
+    return 1 if missing else 0
+
+
+def check_runs(study, planned: list[phases.Planned]) -> None:
+    """One run per model and data setting prepared up to its training (``bench.study.runner.prepare``:
+    the hardware and system files, the data and its hold-out, the partition, the model), before any
+    run: a bad input is one line naming the study file, not every trial failing (issue 33)."""
+    from bench.study.runner import prepare
+
+    seen = set()
+    for p in planned:
+        if (p.model, p.setting.label) in seen:
+            continue
+        seen.add((p.model, p.setting.label))
+        try:
+            prepare(p.config)
+        except (ValueError, SystemExit) as err:
+            raise cli.UsageError(f"{study.source}: {p.model}, {p.setting.label}: {err}") from None
+
+
+def incomplete(run: phases.StudyRun) -> str:
+    """Why the study did not do the work it declared ("" when it did): a cell whose every tuning
+    trial failed has no evaluation runs at all (so "every evaluation run done" alone would hold of
+    nothing), an evaluation run failed or did not run."""
+    no_choice = [cell for cell, c in run.choices.items() if c.trial is None]
+    if no_choice:
+        model, setting, training = no_choice[0]
+        errors = [o.error for o in run.tuning if (o.planned.model, o.planned.setting.label, o.planned.training)
+                  == no_choice[0] and o.error]
+        return (f"every tuning trial of {model} {setting} {training} failed"
+                + (f" (e.g. {errors[0]})" if errors else "")
+                + (f", and of {len(no_choice) - 1} more cell(s)" if len(no_choice) > 1 else ""))
+    if not run.evaluation:
+        return "no evaluation run was planned"
+    undone = [o for o in run.evaluation if o.status != "done"]
+    if undone:
+        counts = {s: sum(o.status == s for o in undone) for s in ("failed", "missing")}
+        errors = [o.error for o in undone if o.error]
+        return (f"{', '.join(f'{n} evaluation run(s) {s}' for s, n in counts.items() if n)} of {len(run.evaluation)}"
+                + (f" (e.g. {errors[0]})" if errors else ""))
+    return ""
 
 
 if __name__ == "__main__":

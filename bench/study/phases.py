@@ -164,8 +164,13 @@ def outcome(grid_dir: Path, planned: Planned, runner: str = RUNNER) -> Outcome:
     record = read_record(grid_dir / "runs" / rid / "point.json", quiet=True)
     if record is not None:
         folder = grid_dir / "runs" / rid
-        info = json.loads((folder / RUN_JSON).read_text(encoding="utf-8"))
-        return Outcome(planned, rid, "done", read_curve(folder / CURVE_CSV), info, record.get("elapsed_s"),
+        try:
+            info = json.loads((folder / RUN_JSON).read_text(encoding="utf-8"))
+            curve = read_curve(folder / CURVE_CSV)
+        except (OSError, ValueError, KeyError, TypeError) as err:  # deleted or damaged after the run finished
+            return Outcome(planned, rid, "failed", error=f"{folder} is damaged ({type(err).__name__}: "
+                                                          f"{str(err)[:80]}); delete that folder to run it again")
+        return Outcome(planned, rid, "done", curve, info, record.get("elapsed_s"),
                        record.get("start_unix_s"), record.get("end_unix_s"), record.get("git_commit", ""))
     failed = read_record(grid_dir / "failed" / f"{rid}.json", quiet=True)
     if failed is not None:
@@ -288,8 +293,9 @@ def run_study(study: Study, out: str | Path, *, backend: str = "local", workers:
     for (model, setting, training), c in choices.items():
         chosen = "every trial failed" if c.trial is None else \
             ", ".join(f"{k}={v}" for k, v in c.trial.items()) + f" (validation {c.score_pct:.2f} %)"
-        say(f"tuned {model} {setting} {training}: {chosen}" + "".join(
-            f"; {e['key']} {edge_text(e)}" for e in c.extension))
+        one_value = len(study.trials(training)) == 1  # nothing to choose between: given, not tuned
+        say(f"{'given (one value searched, not tuned)' if one_value else 'tuned'} {model} {setting} {training}: "
+            f"{chosen}" + ("" if one_value else "".join(f"; {e['key']} {edge_text(e)}" for e in c.extension)))
     evaluated = run_phase(evaluation_plan(study, ex, choices), "eval")
     return StudyRun(tuned, choices, evaluated)
 
@@ -310,23 +316,8 @@ def folder_hash(study: Study) -> str:
 def check_study_out(study: Study, out: str | Path) -> None:
     """``--out`` of a study: a new (or empty) folder, or this study's own (its manifest names
     ``bench.study`` and the same study name: rerunning resumes it). Anything else is refused before
-    any point runs (OutputError naming why)."""
+    any point runs (``iokit.outputs.check_own_folder``)."""
     from iokit import outputs
 
-    out = Path(out)
-    reason = outputs.forbidden_reason(out)
-    if reason:
-        raise outputs.OutputError(f"--out {out}: {reason}; give a new folder, e.g. results/study-{study.name}")
-    if out.exists() or out.is_symlink():
-        if not out.is_dir() or out.is_symlink():
-            raise outputs.OutputError(f"--out {out} exists and is not a folder; choose another --out")
-        manifest = outputs.Manifest.read(out)
-        if manifest is None:
-            foreign = outputs.foreign_file(out, None)
-            if foreign is not None:
-                raise outputs.OutputError(f"--out {out} holds files this suite did not write (e.g. {foreign}); "
-                                          "choose another --out")
-        elif manifest.command != COMMAND or manifest.config_sha256 != folder_hash(study):
-            raise outputs.OutputError(f"--out {out} is a results folder of another command or study "
-                                      f"({manifest.command}); choose another --out")
-    outputs.check_writable(out, "--out")
+    outputs.check_own_folder(out, command=COMMAND, config_sha256=folder_hash(study),
+                             what=f"study (not {study.name!r})")

@@ -181,8 +181,12 @@ def _validate(point: Mapping[str, Any]) -> None:
         raise ValueError(f"model {spec.model!r} is not known; give one of {', '.join(sorted(MODELS))}")
 
 
-def load_point(point: Mapping[str, Any]):
-    """A point's settings and its loaded data (``bench.fl.pipeline.load``: data, hold-out, partition, model)."""
+def prepare(point: Mapping[str, Any]):
+    """Everything one run does before it trains: the hardware and system files read, the data
+    loaded, the hold-out split, the partition made and the model built (``bench.fl.pipeline.load``);
+    ValueError naming what cannot be used. The study command calls it on one point per model and
+    data setting before any run (a malformed file, a hold-out that leaves no data, a factory that is
+    not a model: refused up front, not as every trial failing)."""
     from accel_sim.hardware import HardwareConfig, load_hardware_config
     from accel_sim.mac_energy import hardware_in_format
     from bench.fl import pipeline
@@ -214,7 +218,7 @@ def projected_local_training_s(points: Sequence[Mapping[str, Any]]) -> dict[tupl
     for point in points:
         key = (point["model"], point["method"])
         if key not in first:
-            p, data = load_point(point)
+            p, data = prepare(point)
             f = forecast(p.method, model_fn=functools.partial(data.inputs.build, p.method.spherefed),
                          train=data.inputs.train, parts=data.inputs.parts, cfg=p.fl, hp=p.hp, execution=p.execution)
             first[key] = (data.inputs.parts, f.samples_per_s)
@@ -230,7 +234,7 @@ def run_point(point: Mapping[str, Any], out_dir: Path) -> dict[str, float]:
     """One run of an accuracy study (module doc)."""
     from bench.fl.jobs import Job, run_job
 
-    p, data = load_point(point)
+    p, data = prepare(point)
     outcome = run_job(Job(p.method.name, p.hp), data.inputs)
     result = outcome.result
     curve = curve_rows(p.method, result.history, outcome.rows, result.val_accuracy if p.method.calibration else None)

@@ -53,6 +53,7 @@ from bench.study.stats import DEFAULT_EQUIVALENCE_MARGIN_PTS
 from iokit import checks
 from iokit.toml import read_toml
 from workloads.fl.data import DATASETS
+from workloads.fl.execution import resolve_device
 from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.methods import MethodConfig, parse_method
 from workloads.fl.presets import Preset, load_preset
@@ -242,7 +243,17 @@ def _list(doc: Mapping, key: str, where: str, kind: type, *, low=None, high=None
 
 
 def parse_study(doc: Mapping[str, Any], source: str = "<study>") -> Study:
-    """A study file's table, checked (module doc); StudyError naming ``source``, the key and the fix."""
+    """A study file's table, checked (module doc); StudyError naming ``source``, the key and the fix
+    (every message starts with ``source``, the shared checks' too)."""
+    try:
+        return _parse_study(doc, source)
+    except StudyError as err:
+        if str(err).startswith(source):
+            raise
+        raise StudyError(f"{source}: {err}") from None
+
+
+def _parse_study(doc: Mapping[str, Any], source: str) -> Study:
     where = source
     checks.unknown_keys(doc, KEYS, where=where, error=StudyError)
     missing = [k for k in REQUIRED if k not in doc]
@@ -325,6 +336,11 @@ def parse_study(doc: Mapping[str, Any], source: str = "<study>") -> Study:
     device = doc.get("device", "auto")
     if not isinstance(device, str):
         raise StudyError(f"{where}: device = {device!r}: give auto, cpu, cuda or cuda:N")
+    try:
+        resolve_device(device)
+    except ValueError as err:  # its words are the flag's (--device); here it is the key
+        raise StudyError(f"{where}: device = {device!r}" + str(err).split(device, 1)[-1].lstrip("'")
+                         .replace("use --device cpu (or auto)", 'use device = "cpu" (or "auto")')) from None
     for key in ("hw", "system"):
         if key in doc and (not isinstance(doc[key], str) or not Path(doc[key]).is_file()):
             raise StudyError(f"{where}: {key} = {doc[key]!r} is not a TOML file; give its path or leave {key} out")
@@ -370,6 +386,8 @@ def _search(table: Any, methods: list[str], where: str) -> dict[str, dict[str, t
         for field, values in space.items():
             if not isinstance(values, list) or not values:
                 raise StudyError(f"{where}: [search.{key}] {field} = {values!r} must be a non-empty list of values")
+            for value in values:  # of the field's type (lr = ["0.1"] is refused here, not by a traceback later)
+                checks.typed_table(Hparams, {field: value}, where=f"{where} [search.{key}]", error=StudyError)
             checks.distinct(values, name=f"{where}: [search.{key}] {field}", error=StudyError)
         search[method.name] = {field: tuple(values) for field, values in space.items()}
     missing = [t for t in trainings if t not in search]

@@ -34,7 +34,7 @@ def parser() -> cli.Parser:
                    help=f"batch of the hardware sweeps (default 64, at most {checks.BATCH_SIZE_MAX:,})")
     p.add_argument("--batch-sizes", type=batch, nargs="+", default=list(BATCH_SIZES), metavar="B",
                    help=f"batch sizes of the batch sweep (default {' '.join(map(str, BATCH_SIZES))})")
-    p.add_argument("--out", type=Path, default=Path("results/sweep"), help="output folder (default results/sweep)")
+    p.add_argument("--out", help="output folder (default results/sweep)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing results folder of this suite")
     return p
 
@@ -51,8 +51,9 @@ def main(argv: list[str] | None = None) -> int:
         base = load_hardware_config(args.hw) if args.hw is not None else HardwareConfig()
         config = {"models": models, "batch_size": args.batch_size, "batch_sizes": batch_sizes,
                   "hardware": asdict(base)}
-        outputs.check_out(args.out, command=COMMAND, overwrite=args.overwrite)
-    with outputs.claim(args.out):
+        out = outputs.out_folder(args.out, "results/sweep")
+        outputs.check_out(out, command=COMMAND, overwrite=args.overwrite)
+    with outputs.claim(out):
         frame = sweep(models, base, batch_size=args.batch_size, batch_sizes=tuple(batch_sizes),
                       progress=lambda msg: print(msg, file=sys.stderr))
 
@@ -64,12 +65,12 @@ def main(argv: list[str] | None = None) -> int:
             save(plot_sweep(frame), tmp / "sweep.png")
 
         with cli.run_failure():
-            outputs.write_results_dir(args.out, build, command=COMMAND, config_sha256=outputs.config_hash(config),
+            outputs.write_results_dir(out, build, command=COMMAND, config_sha256=outputs.config_hash(config),
                                       version=FORMAT_VERSION, replace=args.overwrite)
     with pd.option_context("display.width", 200, "display.max_rows", 200):
         print(frame[["model", "parameter", "value", "latency_saving_pct", "memory_saving_pct", "energy_saving_pct"]]
               .to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    print(f"wrote {args.out}")
+    print(f"wrote {out}")
     return 0
 
 
