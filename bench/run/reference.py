@@ -174,7 +174,11 @@ def reference_figures(model: str, names: Sequence[str], jobs: Sequence, accuracy
                       "prediction_high": None if pi is None else pi.high,
                       "converged": cell["converged"], "verdicts": cell["verdicts"], "lr": job_of[n].hp.lr,
                       "same_seed_pct": float(own["final_accuracy_pct"].iloc[0]) if len(own) else None,
-                      "is_reference_run": len(own) > 0 and reruns_choice(ref, model, fl, job_of[n], execution)}
+                      "same_settings": len(own) > 0 and reruns_choice(ref, model, fl, job_of[n], execution)}
+        # the same settings reproduce the reference's run only on the same kernels: to the digit, or not at all
+        here = accuracy.get(n, {}).get("accuracy_pct")
+        methods[n]["is_reference_run"] = methods[n]["same_settings"] and here is not None and \
+            abs(here - methods[n]["same_seed_pct"]) < 1e-9
     pairs = []
     for a, b in COMPARED:
         if a in names and b in names and a in accuracy and b in accuracy:
@@ -187,14 +191,15 @@ def reference_figures(model: str, names: Sequence[str], jobs: Sequence, accuracy
             pi = prediction_interval([per_seed[a][s] - per_seed[b][s] for s in seeds]) if len(seeds) >= 2 else None
             here = accuracy[a]["accuracy_pct"] - accuracy[b]["accuracy_pct"]
             same = fl.seed in seeds and all(methods.get(m, {}).get("is_reference_run") for m in (a, b))
-            verdict = (verdicts.same_run(fl.seed) if same else "one reference seed: no verdict" if pi is None
-                       else verdicts.new_seed(here, pi))
+            settings = fl.seed in seeds and all(methods.get(m, {}).get("same_settings") for m in (a, b))
+            verdict = (verdicts.same_run(fl.seed) if same else verdicts.same_settings(fl.seed) if settings
+                       else "one reference seed: no verdict" if pi is None else verdicts.new_seed(here, pi))
             pairs.append({"method": a, "versus": b, "difference_pct": here, "reference_mean_pct": d.mean,
                           "reference_std_pct": _finite(d.std), "reference_ci_low": _finite(d.low),
                           "reference_ci_high": _finite(d.high), "n": d.n,
                           "prediction_low": None if pi is None else pi.low,
                           "prediction_high": None if pi is None else pi.high, "is_reference_run": same,
-                          "inside_prediction": None if same or pi is None else verdicts.inside(here, pi),
+                          "inside_prediction": None if settings or pi is None else verdicts.inside(here, pi),
                           "verdict": verdict})
     targets = ref.summary["study"]["targets"]["accuracy_pct"]
     return {"study": ref.name, "folder": _shown(ref.folder), "rounds": ref.rounds, "setting": setting,
@@ -266,6 +271,8 @@ def format_reference(model: str, figures: Mapping[str, Any] | None, accuracy: Ma
         lr = f"lr {v['lr']:g}, " if v.get("lr") is not None else ""
         if v["is_reference_run"]:
             verdict = f"{verdicts.same_run(fl.seed)} (there {v['same_seed_pct']:.1f} %)"
+        elif v.get("same_settings"):
+            verdict = f"{verdicts.same_settings(fl.seed)} (there {v['same_seed_pct']:.1f} %)"
         elif v["prediction_low"] is not None and own is not None:
             verdict = verdicts.new_seed(own, Estimate(v["n"], v["mean"], v["std"] or 0.0, v["prediction_low"],
                                                       v["prediction_high"]), signed=False)

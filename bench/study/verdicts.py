@@ -12,8 +12,11 @@ Two methods on the same seeds (a study's paired differences d_s = a_s - b_s, ``b
 One new run against a reference's seeds (``bench.run``'s run beside a reference study):
 
 * ``the reference's own seed-s run: not new evidence``: the run has a reference seed's seed and
-  settings (same learning rate, same configuration, same device and execution options): it
-  repeats that run and proves nothing new;
+  settings (same learning rate, same configuration, same device and execution options) and its
+  result, to the digit: it repeats that run and proves nothing new;
+* ``the reference's seed-s settings on other CPU kernels: not new evidence``: the same seed and
+  settings, another result: the machine's kernels differ from the reference's (instruction set,
+  threads; docs/results.md, "Reproducibility across machines"). Not an independent seed either;
 * ``inside the reference's 95 % prediction interval for a new seed [lo, hi]``;
 * ``outside the reference's 95 % prediction interval for a new seed [lo, hi]``: unlikely to be
   another seed of the same setting (another machine's kernels, or a change in the code).
@@ -40,6 +43,10 @@ def comparison(difference: Estimate, equivalence: Equivalence | None) -> str:
 
 def same_run(seed: int) -> str:
     return f"the reference's own seed-{seed} run: not new evidence"
+
+
+def same_settings(seed: int) -> str:
+    return f"the reference's seed-{seed} settings on other CPU kernels: not new evidence"
 
 
 def inside(value: float, interval: Estimate) -> bool:
