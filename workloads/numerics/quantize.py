@@ -17,16 +17,16 @@
   ``|x| / ulp`` keeps ``24 - p`` fractional bits (a bias below 2^-13 of a unit in FP16, 2^-20 in FP8).
 * Block floating point ``bfp_m<m>_g<g>`` along a dimension (or several, taken together): the values
   are cut into groups of ``g`` consecutive values along it (a last, shorter group where ``g`` does
-  not divide its length);
-  a group shares the exponent ``e = floor(log2 max|x|)`` of its largest magnitude, and each value
-  becomes ``sign x q x 2^(e - m + 1)`` with an integer ``q`` in ``[0, 2^m - 1]`` (a sign and ``m``
-  mantissa bits, ``accel_sim.formats``); a group whose largest magnitude is below FP32's smallest
-  normal number (2^-126) takes that number's exponent. Where ``max|x| / 2^(e - m + 1)`` exceeds ``2^m - 1`` (it
-  could round past the largest mantissa) the group takes the next exponent, so no value is ever
-  clipped: round to nearest errs by at most half the group's unit ``2^(e - m + 1)``, and stochastic
-  rounding (of the signed value, ``floor(x / unit + u)``) stays unbiased up to float32's resolution
-  of ``x / unit`` (``24 - m`` fractional bits). An all-zero group stays zero; a group holding an infinity or NaN becomes
-  NaN (the shared exponent overflows). The shared exponent is not limited to 8 bits: FP32's range is
+  not divide its length); a group shares the exponent ``e = floor(log2 max|x|)`` of its largest
+  magnitude, and each value becomes ``sign x q x 2^(e - m + 1)`` with an integer ``q`` in
+  ``[0, 2^m - 1]`` (a sign and ``m`` mantissa bits, ``accel_sim.formats``); a group whose largest
+  magnitude is below FP32's smallest normal number (2^-126) takes that number's exponent. Where
+  ``max|x| / 2^(e - m + 1)`` exceeds ``2^m - 1`` (it could round past the largest mantissa) the
+  group takes the next exponent, so no value is ever clipped: round to nearest errs by at most half
+  the group's unit ``2^(e - m + 1)``, and stochastic rounding (of the signed value,
+  ``floor(x / unit + u)``) stays unbiased up to float32's resolution of ``x / unit`` (``24 - m``
+  fractional bits). An all-zero group stays zero; a group holding an infinity or NaN becomes NaN
+  (the shared exponent overflows). The shared exponent is not limited to 8 bits: FP32's range is
   kept (``BFP_EXPONENT_BITS``).
 
 Stochastic rounding draws its uniform numbers from the ``torch.Generator`` given, so a run is
