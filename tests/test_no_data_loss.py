@@ -412,11 +412,13 @@ def test_an_empty_out_is_refused(tmp_path, monkeypatch, capsys, main, argv):
 @pytest.mark.parametrize("content, stale", [
     ("", True), ('{"pid": 12', True),  # empty or half-written, older than the grace period
     ("[1, 2]", True), ('{"pid": "abc", "host": "h"}', True), ('{"pid": 99999999999999999999, "host": "h"}', True),
-    ('{"pid": 4206969, "host": "%s"}' % socket.gethostname(), True),  # its process is gone
-    ('{"pid": %d, "host": "%s"}' % (__import__("os").getpid(), socket.gethostname()), False),  # alive: this one
+    ('{"pid": 4206969, "host": "HOST"}', True),  # its process is gone
+    ('{"pid": PID, "host": "HOST"}', False),  # alive: this one (PID and HOST filled in by the test: the
+                                              # ids stay the same in every process that collects them)
     ('{"pid": 1, "host": "another-host"}', False),  # another host's: cannot be checked
 ])
 def test_every_partial_or_garbage_lock_is_stale_and_a_live_one_held(tmp_path, capsys, content, stale):
+    content = content.replace("PID", str(__import__("os").getpid())).replace("HOST", socket.gethostname())
     lock = tmp_path / "x.lock"
     lock.write_text(content)
     old = time.time() - 2 * locks.LOCK_GRACE_S
