@@ -54,7 +54,7 @@ def main() -> None:
     train, _ = load_dataset("digits", image_size=16)
     x, y = train.x[:32], train.y[:32]
     print(f"{args.model}, digits 16x16, one step at batch 32: share of the non-zero values of the convolutions' "
-          "backward operands rounded to zero")
+          "output gradients dy rounded to zero")
     print(f"{'method':<12}" + "".join(f"{f:>14}" for f in args.formats))
     for name in ("fedavg", "spherefed"):
         method = parse_method(name)
