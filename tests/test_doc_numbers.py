@@ -98,3 +98,30 @@ def test_accel_sim_step_shares_match_the_model(mobilenetv2_traces, mobilenetv2_s
     assert f"stalls {100 * packed.totals.stall_cycles / packed.total_cycles:.0f}%" in doc
     assert f"10x the DRAM bandwidth, {fast.latency_s * 1e3:,.0f} ms (stalls " \
            f"{100 * fast.totals.stall_cycles / fast.total_cycles:.1f}%" in doc
+
+
+def test_readme_number_format_table_is_the_shipped_studys():
+    # every cell of README's ConvNet number-format table read back against the shipped study's
+    # summary.json: FP32's mean ± std, every other format's paired difference against FP32 [interval]
+    summary = json.loads((ROOT / "results/reference/digits-formats/summary.json").read_text())
+    cells = {(c["setting"], c["method"]): c for c in summary["cells"]}
+    methods = ("fedavg", "fedavg+spherefed", "fedavg+spherefed+ffc")
+    lines = [line for line in (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+             if line.startswith("| fp32 |") or line.startswith("| bf16 |") or line.startswith("| e4m3 ")
+             or line.startswith("| e5m2 ") or line.startswith("| bfp_m")]
+    assert len(lines) == 9
+    number = r"[−+-]?\d+\.\d\d"
+    for line in lines:
+        label, *values = [v.strip() for v in line.strip("|").split("|")]
+        fmt = label.split(" ")[0].rstrip(",") + ("_sr" if "stochastic" in label else "")
+        for method, value in zip(methods, values):
+            cell = cells[("alpha=0.1" if fmt == "fp32" else f"alpha=0.1 {fmt}", method)]
+            found = [float(x.replace("−", "-")) for x in re.findall(number, value)]
+            if fmt == "fp32":
+                e = cell["final_accuracy_pct"]
+                expected = [e["mean"], e["std"]]
+            else:
+                e = cell["paired_difference_vs_fp32_pct"]
+                expected = [e["mean"], e["ci_low"], e["ci_high"]]
+            assert found == pytest.approx([round(v, 2) for v in expected], abs=0.0051), (label, method, value)
+            assert ("equivalent" in value) == (cell.get("verdict_vs_fp32") == "equivalent within ± 1"), (label, method)
