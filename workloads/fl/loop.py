@@ -66,6 +66,7 @@ AUGMENT_STREAM = 1  # last part of the augmentation generator's seed (seed, t, k
 ROUNDING_STREAM = 2  # last part of the stochastic-rounding generator's seed (seed, t, k, 2)
 SEND_DOWN_STREAM = 3  # the server's download in a communication format (seed, t, 3): every client gets the same
 SEND_UP_STREAM = 4  # a client's upload in a communication format (seed, t, k, 4)
+SEND_DIRECTION_STREAM = 5  # FedCos's direction d_t in a communication format (seed, t, 5)
 FORECAST_STEPS = 3  # timed local steps behind the projected wall time (after one warm-up step)
 
 
@@ -346,7 +347,7 @@ def _client_update(setup: _Setup, server: ServerState, own_state: dict, shared: 
     down = sent(ex, {key: server.weights[key] for key in shared}, setup.cfg.seed, t, SEND_DOWN_STREAM)
     _record(transfers, t, k, "down", grouped_bytes(down, fmt=ex.communication))
     if direction is not None:
-        direction = sent(ex, direction, setup.cfg.seed, t, SEND_DOWN_STREAM + 100)
+        direction = sent(ex, direction, setup.cfg.seed, t, SEND_DIRECTION_STREAM)
         _record(transfers, t, k, "down", grouped_bytes(direction, "fedcos_direction", fmt=ex.communication))
     own = {key: v for key, v in own_state.items() if key not in shared_set}
     setup.client_model.load_state_dict({**server.weights, **own, **down})
