@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -65,7 +65,7 @@ class StudyCurves:
 def _stage_names(method: str) -> dict[str, str]:
     """The study's canonical method label -> the canonical names of its training and calibration."""
     parsed = parse_method(method)
-    stages = {"train": parsed.__class__(**{**parsed.__dict__, "calibration": None}).name}
+    stages = {"train": replace(parsed, calibration=None).name}
     if parsed.calibration:
         stages["calibration"] = parsed.calibration
     return stages
