@@ -25,6 +25,7 @@ from bench.grid.engine import (
     run_id,
 )
 from bench.results import FORMAT_VERSION, ResultsError
+from tests.failfast import as_in_a_terminal
 from iokit.provenance import git_commit
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -343,7 +344,8 @@ def test_an_interrupted_two_worker_grid_leaves_no_lock_or_temporary_folder(tmp_p
               "try:\n    run_grid(load_grid(sys.argv[1]), sys.argv[2], workers=2)\n"
               "except KeyboardInterrupt:\n    print('interrupted', file=sys.stderr)\n")
     proc = subprocess.Popen([sys.executable, "-c", script, str(grid), str(out)], cwd=ROOT,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=subprocess.PIPE, text=True)
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=as_in_a_terminal)  # SIGINT at its default, even under a background shell
     deadline = time.time() + 120
     while len(list(out.glob("runs/.tmp-*"))) < 2 and time.time() < deadline:
         time.sleep(0.05)
