@@ -1,6 +1,7 @@
 """The scripts behind the measured facts of docs/fl.md ("SphereFed's slow start",
-scripts/slow_start.py) and docs/results.md ("Reproducibility across machines",
-scripts/kernel_drift.py): their arithmetic on hand-made cases and their hooks on the real loop."""
+scripts/slow_start.py), docs/results.md ("Reproducibility across machines",
+scripts/kernel_drift.py) and docs/numerics.md (scripts/fp8_underflow.py): their arithmetic on
+hand-made cases and their hooks on the real loop."""
 
 import importlib.util
 import math
@@ -85,3 +86,18 @@ def test_gradient_scales_on_convnet():
     assert sphere["cos"] < 1e-6 and table["frozen W, no FeatureNorm, MSE"]["cos"] > 1e-3
     assert table["spherefed, loss x 10"]["dtheta"] == pytest.approx(10 * sphere["dtheta"], rel=1e-5)
     assert table["fedavg: trainable head, CE"]["dtheta"] > 10 * sphere["dtheta"]
+
+
+def test_fp8_underflow_counts_the_output_gradients_a_format_flushes():
+    # scripts/fp8_underflow.py (docs/numerics.md): a 1x1 convolution whose output gradient dy holds
+    # 1.0, 1e-4, -3e-3 and 0 (the loss is sum(y * g) with g those values): E4M3's smallest subnormal is
+    # 2^-9 ~ 1.95e-3, so 1e-4 rounds to 0 (below half of it), -3e-3 to -2^-9 x 2 ~ -3.9e-3 (kept);
+    # the exact 0 is not counted: 1 of 3 non-zero values flushed
+    fp8 = _script("fp8_underflow")
+    conv = torch.nn.Conv2d(1, 1, 1, bias=False)
+    x = torch.ones(1, 1, 2, 2, requires_grad=True)
+    g = torch.tensor([1.0, 1e-4, -3e-3, 0.0]).view(1, 1, 2, 2)
+    counting = fp8.Counting("e4m3")
+    with counting:
+        (conv(x) * g).sum().backward()
+    assert (counting.nonzero, counting.flushed) == (3, 1)
