@@ -11,8 +11,8 @@ Names (``NumberFormat.parse``):
 * element formats, each value its own exponent: ``fp32`` (IEEE 754 binary32, the reference: nothing
   is rounded), ``bf16`` (bfloat16: 8 exponent bits, 7 stored mantissa bits), ``fp16`` (IEEE 754
   binary16: 5 + 10), ``e4m3`` and ``e5m2`` (the FP8 formats of Micikevicius et al., "FP8 Formats for
-  Deep Learning", arXiv 2209.05433, 2022, Sec. 3: E4M3 without infinities, saturating at 448; E5M2
-  with IEEE-style infinities);
+  Deep Learning", arXiv 2209.05433, 2022, Sec. 3 and Table 1: E4M3 without infinities, its largest
+  value 448; E5M2 with IEEE-style infinities);
 * block floating point ``bfp_m<m>_g<g>``: a sign and ``m`` mantissa bits per value, ``g`` values
   sharing one ``BFP_EXPONENT_BITS``-bit exponent (Drumond et al., "Training DNNs with Hybrid Block
   Floating Point", NeurIPS 2018; FAST, Zhang, McDanel and Kung, HPCA 2022, SphereFed's ref. [91]);

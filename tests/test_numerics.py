@@ -48,7 +48,7 @@ def test_round_to_nearest_even_equals_ml_dtypes_cast(name):
         ref = x.numpy().astype(ML_DTYPES[name]).astype(np.float32)
     if name == "e4m3":
         # E4M3 has no infinity: beyond 448 + half a unit torch's cast saturates at +-448 (the
-        # "saturating" conversion FP8 training uses, Micikevicius et al. 2022, Sec. 3), ml_dtypes
+        # saturating conversion Micikevicius et al. 2022 discuss in Sec. 2), ml_dtypes
         # gives NaN. Element by element everywhere else, and the saturation checked on its own.
         over = ~np.isnan(x.numpy()) & (np.abs(x.numpy()) >= 464)
         assert over.sum() > 10

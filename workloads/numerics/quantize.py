@@ -4,7 +4,7 @@
   own cast to the format's dtype and back (``torch.bfloat16``, ``torch.float16``,
   ``torch.float8_e4m3fn``, ``torch.float8_e5m2``): subnormals as the format has them, overflow to
   infinity where the format has one and saturating at 448 in E4M3 (torch's cast; Micikevicius et
-  al., "FP8 Formats for Deep Learning", 2022, Sec. 3 allows saturation). ``tests/test_numerics.py``
+  al., "FP8 Formats for Deep Learning", 2022, Sec. 2, discuss saturating conversions). ``tests/test_numerics.py``
   checks it against ``ml_dtypes`` (an independent implementation) element by element.
 * Element formats, stochastic rounding: ``|x|`` is rounded down or up to the two neighbouring
   values of the format, up with probability equal to the distance from the lower one in units in
