@@ -9,7 +9,7 @@
 * Element formats, stochastic rounding: ``|x|`` is rounded down or up to the two neighbouring
   values of the format, up with probability equal to the distance from the lower one in units in
   the last place, so the result is unbiased (Gupta et al., "Deep Learning with Limited Numerical
-  Precision", ICML 2015, Eq. 2). The unit in the last place of ``x`` is ``2^(max(e, e_min) - p + 1)``
+  Precision", ICML 2015, Sec. 2). The unit in the last place of ``x`` is ``2^(max(e, e_min) - p + 1)``
   with ``e = floor(log2 |x|)``, ``p`` the significand bits and ``e_min`` the smallest normal
   exponent, so subnormals are rounded on the subnormal grid. Values beyond the largest finite one
   round as the nearest-even cast does. For ``bf16`` (FP32's upper half) this is adding 16 random
