@@ -44,11 +44,10 @@ from typing import Mapping
 import numpy as np
 
 from accel_sim.dataflows import DATAFLOWS
+from accel_sim.formats import ELEMENT_FORMATS, FORMAT_KINDS, NumberFormat
 from accel_sim.points import HardwarePoints
 from iokit.toml import read_toml
 from accel_sim.trace_schema import GEMM_ROLES, VECTOR_OPS
-
-from accel_sim.formats import ELEMENT_FORMATS, FORMAT_KINDS, NumberFormat, NumberFormatError  # noqa: F401 (re-exported)
 
 
 class ResourceModelError(ValueError):

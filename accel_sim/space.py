@@ -50,7 +50,8 @@ import numpy as np
 from accel_sim.hardware import HardwareConfig, HardwareConfigError
 from accel_sim.mac_energy import format_mac_pj
 from accel_sim.points import FIELD_PATHS, HardwarePoints, field_kind, field_value, python_value, with_field
-from accel_sim.resources import NumberFormat, ResourceModelError
+from accel_sim.formats import NumberFormat
+from accel_sim.resources import ResourceModelError
 
 NUMBER_FORMAT = "number_format"
 AXIS_NAMES = (*FIELD_PATHS, NUMBER_FORMAT)

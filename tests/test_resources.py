@@ -11,8 +11,8 @@ import pytest
 
 from accel_sim.hardware import HardwareConfig
 from accel_sim.points import HardwarePoints
-from accel_sim.formats import NumberFormatError
-from accel_sim.resources import NumberFormat, ResourceModelError, fpga_resources, load_device
+from accel_sim.formats import NumberFormat, NumberFormatError
+from accel_sim.resources import ResourceModelError, fpga_resources, load_device
 
 DEVICE = load_device(Path(__file__).resolve().parents[1] / "configs" / "devices" / "xc7vx485t.toml")
 
