@@ -24,8 +24,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from accel_sim.mac_energy import hardware_in_format
 from accel_sim.hardware import HardwareConfig, load_hardware_config
+from accel_sim.mac_energy import hardware_in_format
 from bench.fl.jobs import Job, JobResult, RunInputs, run_job
 from bench.results import FORMAT_NAME, FORMAT_VERSION
 from iokit import checks
@@ -105,13 +105,20 @@ def resolve(preset: str, *, methods: Sequence[str] | None = None, seed: int | No
     if classifier is not None and loaded.fl.model in MODELS:
         raise ValueError(f"--classifier {classifier}: the paper model {loaded.fl.model!r} has its classifier "
                          "built in; --classifier picks the nn.Linear of a user model (docs/byom.md)")
-    execution = execution_of(device, execution_flags, loaded.execution)
-    hw = hardware_in_format(load_hardware_config(hw_path) if hw_path else HardwareConfig(), execution.number_format)
-    system = load_system_model(system_path)
-    devices = client_devices(system, hw, loaded.fl.num_clients, seed=loaded.fl.seed,
+    return fl_run(loaded, chosen, {m.name: loaded.hparams(m) for m in chosen}, data_dir, classifier,
+                  load_hardware_config(hw_path) if hw_path else HardwareConfig(), load_system_model(system_path),
+                  execution_of(device, execution_flags, loaded.execution))
+
+
+def fl_run(preset: Preset, methods: Sequence[MethodConfig], hparams: Mapping[str, Hparams], data_dir: str | None,
+           classifier: str | None, hw: HardwareConfig, system: SystemModel, execution: Execution) -> FLRun:
+    """The ``FLRun`` of these inputs, priced on ``hw`` computing in the run's number format
+    (``accel_sim.mac_energy.hardware_in_format``: the format's word size and MAC energy; FP32 leaves
+    it as given), and its clients' devices (``client_devices``, each in that format too)."""
+    hw = hardware_in_format(hw, execution.number_format)
+    devices = client_devices(system, hw, preset.fl.num_clients, seed=preset.fl.seed,
                              number_format=execution.number_format)
-    return FLRun(loaded, chosen, {m.name: loaded.hparams(m) for m in chosen}, data_dir, classifier, hw, system,
-                 devices, execution)
+    return FLRun(preset, tuple(methods), hparams, data_dir, classifier, hw, system, devices, execution)
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from accel_sim.mac_energy import hardware_in_format
 from accel_sim.hardware import HardwareConfig, load_hardware_config
+from accel_sim.mac_energy import hardware_in_format
 from bench.paper import PAPER
 from bench.run import compare_hw
 from iokit import checks

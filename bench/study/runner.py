@@ -188,19 +188,14 @@ def prepare(point: Mapping[str, Any]):
     data setting before any run (a malformed file, a hold-out that leaves no data, a factory that is
     not a model: refused up front, not as every trial failing)."""
     from accel_sim.hardware import HardwareConfig, load_hardware_config
-    from accel_sim.mac_energy import hardware_in_format
     from bench.fl import pipeline
-    from workloads.cost.rounds import client_devices
     from workloads.cost.system import DEFAULT_SYSTEM_PATH, load_system_model
     from workloads.fl.presets import Preset
 
     p = parse_point(point)
-    fmt = p.execution.number_format  # priced on the hardware computing in the run's format
-    hw = hardware_in_format(load_hardware_config(p.hw) if p.hw else HardwareConfig(), fmt)
-    system = load_system_model(p.system or DEFAULT_SYSTEM_PATH)
-    preset = Preset("study", p.fl, (p.method.name,), p.hp, {}, {})
-    run = pipeline.FLRun(preset, (p.method,), {p.method.name: p.hp}, p.data_dir, None, hw, system,
-                         client_devices(system, hw, p.fl.num_clients, seed=p.fl.seed, number_format=fmt), p.execution)
+    run = pipeline.fl_run(Preset("study", p.fl, (p.method.name,), p.hp, {}, {}), (p.method,), {p.method.name: p.hp},
+                          p.data_dir, None, load_hardware_config(p.hw) if p.hw else HardwareConfig(),
+                          load_system_model(p.system or DEFAULT_SYSTEM_PATH), p.execution)
     return p, pipeline.load(run)
 
 

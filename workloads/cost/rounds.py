@@ -28,8 +28,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from accel_sim.mac_energy import hardware_in_format
 from accel_sim.hardware import HardwareConfig, load_hardware_config
+from accel_sim.mac_energy import hardware_in_format
 from workloads.cost.system import ClientRound, RoundCost, SystemModel, ledger_rows, on_device, round_cost
 from workloads.cost import calibration as calibration_cost
 from workloads.fl.hparams import Hparams
