@@ -8,7 +8,7 @@ computing in the run's format (``accel_sim.mac_energy.hardware_in_format``). Per
 we take the mean curve over the study's seeds (accuracy and cumulative costs averaged round by
 round) and its first round at or above the target (``workloads.cost.system.time_to_accuracy``,
 the one definition). On a point of the space in format ``f``, as ``bench.dse --run`` does for one
-run (``bench.dse.rerun``), each stage's device time and energy scale by the ratio of the method's
+run (``bench.dse.rerun.on_points``), each stage's device time and energy scale by the ratio of the method's
 step there to the step on the study's hardware in ``f``:
 
     device_s(point) = device_s_train(f, R) x step_latency_s(point) / step_latency_s(study hw in f)
@@ -31,12 +31,12 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from accel_sim.batch import TraceWork, price_points
+from accel_sim.batch import TraceWork
 from accel_sim.formats import NumberFormat
 from accel_sim.hardware import HardwareConfig, HardwareConfigError, load_hardware_config
 from accel_sim.mac_energy import hardware_in_format
 from accel_sim.pareto import pareto_front
-from accel_sim.points import HardwarePoints
+from bench.dse.rerun import on_points, step_price
 from bench.dse.spec import Dse, DseError
 from workloads.cost.calibration import TRAINED_WITH
 from workloads.cost.system import time_to_accuracy
@@ -145,13 +145,7 @@ def reprice(study: StudyCurves, dse: Dse, works: dict[tuple[str, str], TraceWork
     names = dse_names(dse)
     mine = points[points["model"] == study.model]
     by_method = {m: g.set_index("point") for m, g in mine.groupby("method")}
-    own: dict[tuple[str, str], tuple[float, float]] = {}
-
-    def own_price(dse_method: str, fmt: str) -> tuple[float, float]:
-        if (dse_method, fmt) not in own:
-            cost = price_points([works[(study.model, dse_method)]], HardwarePoints.of([hardware_in_format(study.hw, fmt)]))[0]
-            own[(dse_method, fmt)] = (float(cost.latency_s[0]), float(cost.energy_j[0]))
-        return own[(dse_method, fmt)]
+    own: dict[tuple[str, str], tuple[float, float]] = {}  # (method, format) -> its step on the study's hardware
 
     frames = []
     for method in dict.fromkeys(study.curves["method"]):
@@ -181,10 +175,12 @@ def reprice(study: StudyCurves, dse: Dse, works: dict[tuple[str, str], TraceWork
             d = np.zeros(at.sum())
             e = np.zeros(at.sum())
             for stage, stage_s, stage_j in parts:
-                step = by_method[stages[stage]].loc[index[at]]
-                base_s, base_j = own_price(stages[stage], fmt)
-                d += stage_s * step["step_latency_s"].to_numpy() / base_s
-                e += stage_j * step["step_energy_j"].to_numpy() / base_j
+                key = (stages[stage], fmt)
+                if key not in own:
+                    own[key] = step_price(works[(study.model, stages[stage])], hardware_in_format(study.hw, fmt))
+                stage_d, stage_e = on_points(stage_s, stage_j, by_method[stages[stage]].loc[index[at]], own[key])
+                d += stage_d
+                e += stage_e
             device[at], energy[at], target_round[at], reached_at[at], bytes_to[at] = d, e, tta.round, True, tta.bytes
         measured = np.isin(formats, study.formats)
         frames.append(pd.DataFrame({

@@ -138,14 +138,26 @@ def run_rows(run: Run) -> list[dict]:
             for row in run.rounds.to_dict("records")]
 
 
+def step_price(work: TraceWork, hw: HardwareConfig) -> tuple[float, float]:
+    """(latency_s, energy_j) of one step of ``work`` on ``hw``: the denominator of ``on_points``."""
+    cost = price_points([work], HardwarePoints.of([hw]))[0]
+    return float(cost.latency_s[0]), float(cost.energy_j[0])
+
+
+def on_points(device_s: float, energy_j: float, step: pd.DataFrame, own: tuple[float, float]):
+    """Device time and energy that cost ``device_s`` and ``energy_j`` on the run's accelerator, on each
+    point of ``step`` (points.csv rows of the stage's method): scaled by the ratio of one step's
+    latency (energy) there to the run's own, ``own`` (``step_price``; module docstring)."""
+    return (device_s * step["step_latency_s"].to_numpy() / own[0], energy_j * step["step_energy_j"].to_numpy() / own[1])
+
+
 def reprice(run: Run, works: dict[tuple[str, str], TraceWork], points: pd.DataFrame) -> pd.DataFrame:
     """Per method of the run and point of ``points`` (points.csv's columns ``point``, ``model``,
     ``method``, ``step_latency_s``, ``step_energy_j``, ``fits``): the round reaching the run's target and the
     device time, energy and bytes to it (module docstring). Methods that never reach it are left out."""
     rows = run_rows(run)
     reached = time_to_accuracy(rows, run.target_pct / 100)
-    own = {key: price_points([work], HardwarePoints.of([run.hw]))[0]
-           for key, work in works.items() if key[0] == run.model}
+    own = {key: step_price(work, run.hw) for key, work in works.items() if key[0] == run.model}
     mine = points[points["model"] == run.model]
     by_method = {m: g.set_index("point")[["step_latency_s", "step_energy_j", "fits"]] for m, g in mine.groupby("method")}
     frames = []
@@ -161,10 +173,10 @@ def reprice(run: Run, works: dict[tuple[str, str], TraceWork], points: pd.DataFr
             done = [r for r in upto if r["stage"] == stage]
             if not done:
                 continue
-            step = by_method[dse_method].loc[index]
-            base = own[(run.model, dse_method)]
-            device += math.fsum(r["round_device_s"] for r in done) * step["step_latency_s"].to_numpy() / base.latency_s[0]
-            energy += math.fsum(r["round_energy_j"] for r in done) * step["step_energy_j"].to_numpy() / base.energy_j[0]
+            d, e = on_points(math.fsum(r["round_device_s"] for r in done), math.fsum(r["round_energy_j"] for r in done),
+                             by_method[dse_method].loc[index], own[(run.model, dse_method)])
+            device += d
+            energy += e
         frames.append(pd.DataFrame({"model": run.model, "method": method, "point": index,
                                     "fits": by_method[stages["train"]]["fits"].to_numpy(),
                                     "target_accuracy_pct": run.target_pct, "round": tta.round,
