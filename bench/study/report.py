@@ -298,13 +298,15 @@ def _cell_text(cell: Mapping[str, Any], study: Study) -> str:
     return text
 
 
-def _grid(study: Study, cells_: Sequence[Mapping[str, Any]], text) -> list[str]:
+def _grid(study: Study, cells_: Sequence[Mapping[str, Any]], text,
+          settings: Sequence[Setting] | None = None) -> list[str]:
+    """Rows model / method, a column per setting (default: the study's), each cell ``text(cell)``."""
+    settings = study.settings if settings is None else settings
     by = {(c["model"], c["setting"], c["method"]): c for c in cells_}
-    lines = ["| model | method | " + " | ".join(s.title for s in study.settings) + " |",
-             "|---|---|" + "---|" * len(study.settings)]
+    lines = ["| model | method | " + " | ".join(s.title for s in settings) + " |", "|---|---|" + "---|" * len(settings)]
     for model in study.models:
         for i, method in enumerate(study.methods):
-            values = [text(by[(model, s.label, method)]) for s in study.settings]
+            values = [text(by[(model, s.label, method)]) for s in settings]
             lines.append(f"| {model if i == 0 else ''} | {method} | " + " | ".join(values) + " |")
     return lines
 
@@ -381,14 +383,8 @@ def table_markdown(study: Study, summary: Mapping[str, Any]) -> str:
                   "The same method, seeds and hyper-parameters (tuned in FP32) trained with every GEMM operand rounded "
                   "to the format (docs/numerics.md). Bold: the interval excludes 0. The verdict: the TOST against "
                   f"± {study.equivalence_margin_pts:g} point(s) (docs/study.md).", ""]
-        by = {(c["model"], c["setting"], c["method"]): c for c in cells_}
-        lines += ["| model | method | " + " | ".join(s.title for s in formats) + " |", "|---|---|" + "---|" * len(formats)]
-        for model in study.models:
-            for i, method in enumerate(study.methods):
-                values = [_interval(by[(model, s.label, method)].get("paired_difference_vs_fp32_pct"), signed=True)
-                          + (f": {by[(model, s.label, method)]['verdict_vs_fp32']}"
-                             if "verdict_vs_fp32" in by[(model, s.label, method)] else "") for s in formats]
-                lines.append(f"| {model if i == 0 else ''} | {method} | " + " | ".join(values) + " |")
+        lines += _grid(study, cells_, lambda c: _interval(c.get("paired_difference_vs_fp32_pct"), signed=True)
+                       + (f": {c['verdict_vs_fp32']}" if "verdict_vs_fp32" in c else ""), formats)
     lines += ["", "## Provenance", ""] + _provenance_lines(summary)
     lines += ["", "## Time to accuracy: median [range] over seeds, modeled", "",
               "Targets fixed before the run (declared in the study file) or derived from the base method's "

@@ -146,5 +146,5 @@ _GEMMS = {
     aten.convolution_backward: _convolution_backward,
 }
 GEMM_OPS = tuple(sorted(f"aten.{op.__name__}" for op in _GEMMS))
-"""The aten ops rounded: the GEMMs of ``workloads.capture.lowering.LOWERINGS`` (a test keeps the two
-lists equal)."""
+"""The aten ops rounded: the GEMMs of ``workloads.capture.lowering.LOWERINGS`` (a test checks, on
+captured steps, that every GEMM the trace records is one of them and rounded as often)."""
