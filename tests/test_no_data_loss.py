@@ -223,11 +223,11 @@ class Kind:
 KINDS = {
     "run": Kind("bench.run", ("summary.json", "ops.csv", "fig5.png"), "figures/my_analysis.txt"),
     "fl": Kind("bench.fl", ("results.json", "rounds.csv"), "analysis/my_analysis.txt", own_hash=True),
-    "fl-running": Kind("bench.fl", ("checkpoints/fedavg.pt",), "checkpoints/NOTES.md", "running", own_hash=True),
+    "fl-running": Kind("bench.fl", ("checkpoints/fedavg.pt",), "checkpoints/my_notes.txt", "running", own_hash=True),
     "sweep": Kind("bench.sweep", ("sweep.csv", "sweep.json"), "plots/my_analysis.txt"),
     "dse": Kind("bench.dse", ("points.csv", "pareto.csv", "summary.json"), "plots/my_analysis.txt"),
     "flower": Kind("bench.flower", ("rounds.csv", "summary.json"), "logs/my_analysis.txt"),
-    "grid": Kind("bench.grid", ("grid.json", "runs.csv", "runs/0123456789ab/point.json"), "runs/NOTES.md",
+    "grid": Kind("bench.grid", ("grid.json", "runs.csv", "runs/0123456789ab/point.json"), "runs/my_notes.txt",
                  "running"),  # another grid's (its name differs)
     "study": Kind("bench.study", ("runs.csv", "table.md"), "grid/my_analysis.txt"),  # another study's
 }
@@ -303,13 +303,13 @@ def test_a_grid_resumed_in_its_own_folder_keeps_a_users_file_under_runs(tmp_path
     grid = grid_file(tmp_path)
     out = tmp_path / "target"
     assert grid_cli.main([grid, "--out", str(out)]) == 0
-    (out / "runs" / "NOTES.md").write_bytes(USER_FILE)
+    (out / "runs" / "my_notes.txt").write_bytes(USER_FILE)
     (out / "analysis").mkdir()
     (out / "analysis" / "mine.txt").write_bytes(USER_FILE)
     assert outputs.Manifest.read(out).config_sha256 == grid_hash(load_grid(grid))
     assert grid_cli.main([grid, "--out", str(out)]) == 0  # resumes: the point is skipped
     assert "1 skipped" in capsys.readouterr().out
-    assert (out / "runs" / "NOTES.md").read_bytes() == USER_FILE == (out / "analysis" / "mine.txt").read_bytes()
+    assert (out / "runs" / "my_notes.txt").read_bytes() == USER_FILE == (out / "analysis" / "mine.txt").read_bytes()
 
 
 @pytest.fixture
@@ -322,7 +322,7 @@ def real_study(tmp_path, monkeypatch):
     out = tmp_path / "study"
     assert study_cli.main([study, "--out", str(out)]) == 0
     assert outputs.Manifest.read(out).config_sha256 == phases.folder_hash(load_study(study))
-    for rel in ("grid/my_analysis.txt", "grid/runs/NOTES.md"):
+    for rel in ("grid/my_analysis.txt", "grid/runs/my_notes.txt"):
         (out / rel).write_bytes(USER_FILE)
     return study, out
 
@@ -331,7 +331,7 @@ def real_study(tmp_path, monkeypatch):
                                    "bench.fl --resume"])
 def test_a_real_study_is_never_replaced_by_another_command(real_study, tmp_path, capsys, actor):
     """Issue 33, item 1 as reproduced: bench.dse --overwrite deleted grid/my_analysis.txt and
-    grid/runs/NOTES.md of a study; bench.fl --overwrite rewrote the study's manifest, trained and
+    grid/runs/my_notes.txt of a study; bench.fl --overwrite rewrote the study's manifest, trained and
     left a .new-PID folder."""
     _, out = real_study
     main, argv, mode = ACTORS[actor]
@@ -348,7 +348,7 @@ def test_a_real_study_is_never_replaced_by_another_command(real_study, tmp_path,
 def test_a_real_study_rerun_resumes_and_keeps_the_users_files(real_study, capsys):
     study, out = real_study
     assert study_cli.main([study, "--out", str(out)]) == 0
-    assert (out / "grid" / "my_analysis.txt").read_bytes() == USER_FILE == (out / "grid/runs/NOTES.md").read_bytes()
+    assert (out / "grid" / "my_analysis.txt").read_bytes() == USER_FILE == (out / "grid/runs/my_notes.txt").read_bytes()
     assert outputs.Manifest.read(out).state == "complete"
 
 
