@@ -176,7 +176,7 @@ def test_cli_resume_without_checkpoints_is_refused(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_cli_resume_after_an_interruption_gives_the_uninterrupted_results(tmp_path, monkeypatch):
-    import bench.fl.jobs as loop  # where the jobs call the loop's run_method
+    import bench.lib.fl.jobs as loop  # where the jobs call the loop's run_method
 
     preset = tmp_path / "tiny.toml"
     preset.write_text(TINY.replace("rounds = 1", "rounds = 2\nmax_train_samples = 300\nmax_test_samples = 100"))

@@ -1,4 +1,4 @@
-"""bench.fig5.fig5, bench.run.breakdown and bench.results against a small hand-made results folder
+"""bench.fig5.fig5, bench.lib.run.breakdown and bench.lib.results against a small hand-made results folder
 (tests/data/results_small)."""
 
 import json
@@ -11,10 +11,10 @@ import pytest
 from accel_sim.hardware import HardwareConfig
 from accel_sim.simulate import simulate
 import bench.plots.__main__ as plots_cli
-from bench import results
-from bench.plots import breakdown as breakdown_plots
-from bench.plots import fig5, tta
-from bench.run import breakdown
+from bench.lib import results
+from bench.lib.plots import breakdown as breakdown_plots
+from bench.lib.plots import fig5, tta
+from bench.lib.run import breakdown
 from bench.run.table import format_time_to_accuracy
 from tests.accel_traces import small_trace
 

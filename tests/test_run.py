@@ -10,8 +10,8 @@ import pytest
 from workloads.cost.system import ROUNDS_COLUMNS
 import bench.plots.__main__ as plots_cli
 import bench.run.__main__ as run
-from bench import results
-from bench.run import config, figures, study
+from bench.lib import results
+from bench.lib.run import config, figures, study
 
 ROOT = Path(__file__).resolve().parents[1]
 # the smoke preset with a smaller test set, fewer virtual features and two rounds

@@ -1,4 +1,4 @@
-"""bench.run's use of the shipped reference studies (bench/run/reference.py, issue 23 item 4): which
+"""bench.run's use of the shipped reference studies (bench/lib/run/reference.py, issue 23 item 4): which
 study covers a run, the learning rates it hands over, the fixed time-to-accuracy target, and the
 verdict: the reference's own seed run (not new evidence) or the prediction interval for a new seed."""
 
@@ -9,8 +9,8 @@ from dataclasses import replace
 import pandas as pd
 import pytest
 
-from bench.fl.jobs import Job
-from bench.run import reference
+from bench.lib.fl.jobs import Job
+from bench.lib.run import reference
 from workloads.fl.methods import parse_method
 from workloads.fl.presets import load_preset
 

@@ -1,6 +1,6 @@
 """``python -m bench.plots RUN_DIR``: rewrite the figures of a ``bench.run`` folder from its saved data:
-``fig5.png`` (``bench.plots.fig5``), ``breakdown_<model>.png`` (``bench.plots.breakdown``) and
-``tta.png`` (``bench.plots.tta``). Every input is read and checked before the first figure is
+``fig5.png`` (``bench.lib.plots.fig5``), ``breakdown_<model>.png`` (``bench.lib.plots.breakdown``) and
+``tta.png`` (``bench.lib.plots.tta``). Every input is read and checked before the first figure is
 written."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from bench.plots.run import run_figures
-from bench.plots import save
-from bench.plots.tta import TTA_PNG, read_rounds, tta_figure
-from bench.results import ResultsError, load_summary
+from bench.lib.plots.run import run_figures
+from bench.lib.plots import save
+from bench.lib.plots.tta import TTA_PNG, read_rounds, tta_figure
+from bench.lib.results import ResultsError, load_summary
 from iokit import cli, outputs
 
 @cli.command("interrupted; the figures written so far are complete, the others unchanged")

@@ -9,8 +9,8 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from bench.plots import save
-from bench.run.compare_hw import ROWS
+from bench.lib.plots import save
+from bench.lib.run.compare_hw import ROWS
 
 def plot_comparison(summary: dict, folder: Path) -> list[Path]:
     """``hardware_<model>.png``: one panel per figure, accelerators on the x axis, one bar per method."""

@@ -49,7 +49,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from bench.study.stats import DEFAULT_EQUIVALENCE_MARGIN_PTS
+from bench.lib.study.stats import DEFAULT_EQUIVALENCE_MARGIN_PTS
 from iokit import checks
 from iokit.toml import read_toml
 from workloads.fl.data import DATASETS
@@ -67,8 +67,8 @@ REQUIRED = ("name", "preset", "models", "methods", "base", "rounds", "seeds", "t
 SAFE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")
 SEARCH_KEYS = tuple(f.name for f in fields(Hparams))
 DEFAULT_HOLDOUT_FRACTION = 0.15  # SphereFed Sec. 5.1: "we use 15 % of training data for validation"
-DEFAULT_RATE_FRACTION = 0.5  # bench.study.curves.convergence's high-rate part: our choice (docs/study.md)
-DEFAULT_EXTEND_STEPS = 3  # bench.study.tuning.extension_value: geometric steps beyond an edge, our choice
+DEFAULT_RATE_FRACTION = 0.5  # bench.lib.study.curves.convergence's high-rate part: our choice (docs/study.md)
+DEFAULT_EXTEND_STEPS = 3  # bench.lib.study.tuning.extension_value: geometric steps beyond an edge, our choice
 
 
 class StudyError(ValueError):
@@ -108,7 +108,7 @@ class Setting:
 
 @dataclass(frozen=True)
 class Plateau:
-    """The plateau rule (``bench.study.curves.plateau``): windows of ``last_rounds`` rounds."""
+    """The plateau rule (``bench.lib.study.curves.plateau``): windows of ``last_rounds`` rounds."""
 
     last_rounds: int = 3
     tolerance_pct: float = 1.0
@@ -146,9 +146,9 @@ class Study:
     hw: str | None = None
     system: str | None = None
     source: str = "<study>"
-    equivalence_margin_pts: float = DEFAULT_EQUIVALENCE_MARGIN_PTS  # TOST margin (bench.study.stats.tost)
+    equivalence_margin_pts: float = DEFAULT_EQUIVALENCE_MARGIN_PTS  # TOST margin (bench.lib.study.stats.tost)
     dataset: str | None = None  # None: the preset's
-    extend_steps: int = DEFAULT_EXTEND_STEPS  # [tuning] extend_steps: edge extension bound (bench.study.tuning)
+    extend_steps: int = DEFAULT_EXTEND_STEPS  # [tuning] extend_steps: edge extension bound (bench.lib.study.tuning)
     data_dir: str | None = None  # the dataset's folder: the command's --data-dir, not a key of the file
 
     @property

@@ -10,8 +10,8 @@ hyper-parameters (``Hparams`` but the searched ones), so the two differ in the s
 * ``reference_figures``: each method's reference mean ± std over the study's seeds, the reference's
   paired differences (SphereFed vs FedAvg, CCVR vs FedAvg, FFC vs SphereFed) and, for this run's
   difference, the verdict against the t prediction interval for one new seed from the reference's
-  per-seed differences (``bench.study.stats.prediction_interval``; wording:
-  ``bench.study.verdicts``) -- or, when this run *is* one of the reference's seeds (same seed, same
+  per-seed differences (``bench.lib.study.stats.prediction_interval``; wording:
+  ``bench.lib.study.verdicts``) -- or, when this run *is* one of the reference's seeds (same seed, same
   learning rate, same configuration), that it is not new evidence; the convergence verdicts
   of the reference's seeds, and, from a study of the same setting run for more rounds (the
   converged reference), its mean curve and the round at which that curve reaches this run's
@@ -30,9 +30,9 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
-from bench.study import verdicts
-from bench.study.spec import Setting
-from bench.study.stats import Estimate, paired_difference, prediction_interval
+from bench.lib.study import verdicts
+from bench.lib.study.spec import Setting
+from bench.lib.study.stats import Estimate, paired_difference, prediction_interval
 from workloads.cost.calibration import TRAINED_WITH
 from workloads.fl.hparams import FLConfig
 from workloads.fl.methods import CALIBRATIONS, MethodConfig, parse_method

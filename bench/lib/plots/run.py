@@ -7,10 +7,10 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from bench.plots import save
-from bench.plots.breakdown import block_breakdown, read_breakdown
-from bench.plots.fig5 import FIG5_PNG, fig5
-from bench.results import load_summary
+from bench.lib.plots import save
+from bench.lib.plots.breakdown import block_breakdown, read_breakdown
+from bench.lib.plots.fig5 import FIG5_PNG, fig5
+from bench.lib.results import load_summary
 
 def run_figures(run_dir: Path) -> list[tuple[object, Path]]:
     """(figure, path) of ``fig5.png`` and every ``breakdown_<model>.png``, drawn from the checked
