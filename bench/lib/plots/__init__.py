@@ -5,10 +5,13 @@
 * ``tta``: accuracy against modeled time, energy and bytes (``tta.png``);
 * ``compare_hw``: every method on several accelerators (``hardware_<model>.png``);
 * ``sweep``: SphereFed's saving as each unpublished hardware parameter varies (``sweep.png``);
-* ``run``: all figures of a ``bench.run`` folder, from its saved data (``python -m bench.plots``).
+* ``run``: the one list of a ``bench.run`` folder's figures (``run_figures``: which files, how each
+  is drawn), from its saved data; ``bench.run`` writes it and ``python -m bench.plots`` redraws it;
+* ``study``: a ``bench.study`` report's figures; ``dse``: a design-space exploration's Pareto fronts.
 
 To add a plot: a function ``figure(data) -> matplotlib Figure`` in a module here, saved with
-``save(fig, path)``; nothing else sets matplotlib's backend.
+``save(fig, path)``; a figure of a ``bench.run`` folder is one more entry of ``run.run_figures``.
+Nothing else sets matplotlib's backend.
 """
 
 from __future__ import annotations

@@ -18,8 +18,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from bench.lib.plots import save
-from bench.lib.results import ROUNDS_CSV, ResultsError, load_summary
+from bench.lib.results import ROUNDS_CSV, ResultsError
 
 TTA_PNG = "tta.png"
 AXES = (("cum_wall_s", "modeled wall time (s)", 1.0),
@@ -88,9 +87,3 @@ def reference_band(ax, reference: dict, method: str, x_end: float, key: str, sca
     if conv is not None:
         xs = conv["round"] if key == "round" else [v * scale for v in conv[key]]
         ax.plot(xs, conv["mean_pct"], color=color, linestyle=":", linewidth=1.0, alpha=0.8)
-
-
-def plot_time_to_accuracy(run_dir: Path) -> Path:
-    """Write ``tta.png`` from ``rounds.csv`` and the summary's targets; returns its path."""
-    summary = load_summary(Path(run_dir))
-    return save(tta_figure(summary, read_rounds(run_dir)), Path(run_dir) / TTA_PNG, dpi=110)

@@ -121,10 +121,9 @@ def layer_rows(op_rows: list[dict]) -> pd.DataFrame:
 
 
 def write_files(folder: Path, study: Study) -> None:
-    """summary.json, the per-op, per-layer, per-block and per-round CSVs and the plots, into ``folder``."""
-    from bench.lib.plots.compare_hw import plot_comparison
+    """summary.json, the per-op, per-layer, per-block and per-round CSVs and the figures
+    (``bench.lib.plots.run.run_figures``), into ``folder``."""
     from bench.lib.plots.run import plot_run
-    from bench.lib.plots.tta import plot_time_to_accuracy
 
     ops = pd.DataFrame(study.ops, columns=OPS_COLUMNS)
     ops.to_csv(folder / OPS_CSV, index=False)
@@ -133,9 +132,6 @@ def write_files(folder: Path, study: Study) -> None:
     pd.DataFrame(study.rounds, columns=ROUNDS_CSV_COLUMNS).to_csv(folder / ROUNDS_CSV, index=False)
     write_json(folder / "summary.json", study.summary)
     plot_run(folder)
-    plot_time_to_accuracy(folder)
-    if "hardware_comparison" in study.summary:
-        plot_comparison(study.summary, folder)
 
 
 POINT_KEYS = {"model": "models", "methods": "methods", "batch_size": "batch_size", "seed": "seed", "preset": "preset",
