@@ -137,6 +137,22 @@ def test_the_command_rule_fails_on_a_planted_violation(tmp_path):
         "bench.lib.shared imports bench.b", "bench.lib.shared imports bench.b.helper"]
 
 
+def test_one_lock_implementation():
+    # the stale-lock takeover and the process check are written once (iokit.locks), used by the
+    # results folders (iokit.outputs), the grid's point locks and the partial-folder sweep (iokit.files)
+    exclusive, pid_checks = set(), set()
+    for pkg in PACKAGES:
+        for path in (ROOT / pkg).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Attribute) and node.attr == "O_EXCL":
+                    exclusive.add(module_name(path))
+                if isinstance(node, ast.FunctionDef) and "pid_alive" in node.name:
+                    pid_checks.add(module_name(path))
+    assert exclusive == pid_checks == {"iokit.locks"}, (exclusive, pid_checks)
+    assert all("iokit.locks" in SOURCES[m] for m in ("iokit.outputs", "bench.lib.grid.engine"))
+    assert "iokit.locks.pid_alive" in SOURCES["iokit.files"]
+
+
 def test_the_rules_see_real_imports():
     # the checker itself: it finds what these modules are known to import
     assert "accel_sim.trace_schema" in SOURCES["workloads.capture.engine"]

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY = (ROOT / "configs" / "presets" / "smoke.toml").read_text().replace(
     "max_test_samples = 100", "max_test_samples = 40").replace(
     "ccvr_virtual_per_class = 50", "ccvr_virtual_per_class = 5").replace("rounds = 1", "rounds = 2") + (
-    "\n[targets]\naccuracy_pct = 20.0\n")  # a time-to-accuracy target declared before the run
+    "\n[targets]\naccuracy_pct = [20.0]\n")  # a time-to-accuracy target declared before the run
 
 
 def _numbers(obj):

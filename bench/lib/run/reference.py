@@ -17,7 +17,7 @@ hyper-parameters (``Hparams`` but the searched ones), so the two differ in the s
   converged reference), its mean curve and the round at which that curve reaches this run's
   accuracy: where on the converged curve this run stopped;
 * ``target``: the time-to-accuracy target, fixed before any run: ``--target``, else the preset's
-  ``[targets] accuracy_pct``, else the covering study's first declared target.
+  first ``[targets] accuracy_pct``, else the covering study's first declared target.
 """
 
 from __future__ import annotations
@@ -244,12 +244,13 @@ def _shown(folder: Path) -> str:
         return str(folder)
 
 
-def target(cli_pct: float | None, preset_pct: float | None, figures: Mapping[str, Any] | None) -> tuple[float | None, str]:
+def target(cli_pct: float | None, preset_pcts: tuple[float, ...], figures: Mapping[str, Any] | None
+           ) -> tuple[float | None, str]:
     """The time-to-accuracy target in percent and where it comes from (module doc)."""
     if cli_pct is not None:
         return cli_pct, "--target"
-    if preset_pct is not None:
-        return preset_pct, "declared in the preset ([targets] accuracy_pct)"
+    if preset_pcts:
+        return preset_pcts[0], "declared in the preset ([targets] accuracy_pct)"
     if figures and figures.get("declared_target_pct") is not None:
         return figures["declared_target_pct"], f"declared in the reference study {figures['study']}"
     return None, "no target declared: give --target PCT, or [targets] accuracy_pct in the preset"

@@ -70,7 +70,7 @@ def run_study(resolved: Resolved, data, progress: Callable[[str], None] | None, 
                                                                             pairs, results())
         references = reference.reference_figures(model, training + calibrations, jobs, accuracy, inputs.fl,
                                                  reference.studies(), inputs.execution)
-        target_pct, target_rule = reference.target(cfg.target_accuracy_pct, preset.target_accuracy_pct, references)
+        target_pct, target_rule = reference.target(cfg.target_accuracy_pct, preset.accuracy_targets_pct, references)
         all_ops += op_rows
         all_rounds += round_rows
         models[model] = {

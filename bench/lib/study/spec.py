@@ -56,7 +56,7 @@ from workloads.fl.data import DATASETS
 from workloads.fl.execution import resolve_device
 from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.methods import MethodConfig, parse_method
-from workloads.fl.presets import Preset, load_preset
+from workloads.fl.presets import Preset, accuracy_targets_pct, load_preset
 from workloads.numerics import NumberFormat
 
 STUDY_DIR = Path(__file__).resolve().parents[2] / "configs" / "studies"
@@ -415,12 +415,7 @@ def _number_formats(doc: Mapping[str, Any], where: str) -> list[str]:
 
 
 def _targets(table: Mapping[str, Any], where: str) -> Targets:
-    pct = table.get("accuracy_pct", [])
-    if not isinstance(pct, list):
-        raise StudyError(f"{where}: [targets] accuracy_pct = {pct!r} must be a list of percentages, e.g. [90.0]")
-    for v in pct:
-        checks.number_in(v, 0.0, 100.0, name="[targets] accuracy_pct", error=StudyError, low_open=True)
-    checks.distinct(pct, name=f"{where}: [targets] accuracy_pct", error=StudyError)
+    pct = accuracy_targets_pct(table.get("accuracy_pct", []), where=f"{where}: [targets]", error=StudyError)
     fraction = table.get("base_validation_fraction")
     if fraction is not None:
         checks.number_in(fraction, 0.0, 1.0, name="[targets] base_validation_fraction", error=StudyError,
@@ -428,4 +423,4 @@ def _targets(table: Mapping[str, Any], where: str) -> Targets:
     if not pct and fraction is None:
         raise StudyError(f"{where}: [targets] declares no target: give accuracy_pct = [90.0] and / or "
                          "base_validation_fraction = 0.95")
-    return Targets(tuple(float(v) for v in pct), None if fraction is None else float(fraction))
+    return Targets(pct, None if fraction is None else float(fraction))
