@@ -82,6 +82,7 @@ RULES = [  # (modules, imports they may not make)
     ("workloads.numerics", ("workloads.fl", "workloads.cost", "workloads.capture", "workloads.flower", "bench")),
     ("workloads.capture", ("workloads.fl", "workloads.cost", "bench")),
     ("workloads", ("bench",)),
+    ("bench.lib", ("bench.api",)),  # the library floor; its imports of command packages: sideways_imports
 ]
 
 
