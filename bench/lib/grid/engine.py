@@ -338,7 +338,7 @@ def run_ray(spec: GridSpec, out: Path, resources: Resources, retry_failed: bool,
             kwargs["address"] = address  # reachable: run_grid checked it (check_ray_address)
         else:  # a local Ray for this command: its workers inherit this environment, so the project
             kwargs["num_cpus"] = os.cpu_count()  # root on PYTHONPATH makes them import this checkout
-            root = str(Path(__file__).resolve().parent.parent)
+            root = str(outputs.CHECKOUT_ROOT)
             paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != root]
             os.environ["PYTHONPATH"] = os.pathsep.join([root, *paths])
         ray.init(**kwargs)

@@ -33,11 +33,12 @@ import pandas as pd
 from bench.lib.study import verdicts
 from bench.lib.study.spec import Setting
 from bench.lib.study.stats import Estimate, paired_difference, prediction_interval
+from iokit.outputs import CHECKOUT_ROOT
 from workloads.cost.calibration import TRAINED_WITH
 from workloads.fl.hparams import FLConfig
 from workloads.fl.methods import CALIBRATIONS, MethodConfig, parse_method
 
-REFERENCE_DIR = Path(__file__).resolve().parents[2] / "results" / "reference"
+REFERENCE_DIR = CHECKOUT_ROOT / "results" / "reference"
 COMPARED = (("spherefed", "fedavg"), ("ccvr", "fedavg"), ("ffc", "spherefed"))
 """The paper's claims, as pairs of bench.run's method names (method, the one it is compared with)."""
 

@@ -51,6 +51,7 @@ from typing import Any, Mapping
 
 from bench.lib.study.stats import DEFAULT_EQUIVALENCE_MARGIN_PTS
 from iokit import checks
+from iokit.outputs import CHECKOUT_ROOT
 from iokit.toml import read_toml
 from workloads.fl.data import DATASETS
 from workloads.fl.execution import resolve_device
@@ -59,7 +60,7 @@ from workloads.fl.methods import MethodConfig, parse_method
 from workloads.fl.presets import Preset, accuracy_targets_pct, load_preset
 from workloads.numerics import NumberFormat
 
-STUDY_DIR = Path(__file__).resolve().parents[2] / "configs" / "studies"
+STUDY_DIR = CHECKOUT_ROOT / "configs" / "studies"
 KEYS = ("name", "preset", "models", "methods", "base", "iid", "alphas", "number_formats", "rounds", "local_epochs",
         "holdout_fraction", "seeds", "tuning_seeds", "device", "hw", "system", "search", "tuning", "convergence",
         "targets", "equivalence_margin_pts", "dataset")
