@@ -1,10 +1,12 @@
 """The commands of the suite and their libraries; ``from bench import price`` is the Python API
 (``bench/api.py``).
 
-Every command is a package's ``__main__.py`` (``python -m bench.run``, ``bench.fl``, ``bench.grid``,
-``bench.sweep``, ``bench.plots``, ``bench.capture``, ``bench.flower``, ``bench.formulas``); the rest
-of the package is its library, and no module imports a ``__main__``. ``bench.paper`` holds the
-paper's setting and claims, ``bench.results`` the results format, ``bench.plots`` every figure.
+Every command is a package's ``__main__.py`` (``python -m bench.run``, ``bench.fl``, ``bench.study``,
+``bench.grid``, ``bench.sweep``, ``bench.dse``, ``bench.plots``, ``bench.capture``, ``bench.flower``,
+``bench.formulas``) beside the modules only it uses; what several commands share is ``bench.lib``
+(``bench.lib.paper`` the paper's setting and claims, ``bench.lib.results`` the results format,
+``bench.lib.plots`` every figure). A command imports ``bench.lib`` and the layers below, never
+another command, and no module imports a ``__main__`` (``tests/test_architecture.py``).
 
 ``price`` is imported on first use (PEP 562 module ``__getattr__``), so importing any other part of
 ``bench`` stays light.

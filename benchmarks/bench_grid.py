@@ -2,7 +2,7 @@
 
     python benchmarks/bench_grid.py [--grid configs/grids/small.toml] [--repeats 2]
 
-Each backend is timed as a user runs it: the whole ``python -m bench.grid.engine GRID --backend B``
+Each backend is timed as a user runs it: the whole ``python -m bench.lib.grid.engine GRID --backend B``
 command in a fresh Python process (imports, Ray's start and shutdown, the aggregation included),
 into a fresh folder. Both run every point with 1 torch thread (the grid's default
 ``--resources-per-run cpus=1``); Ray starts a local instance with one CPU per core, so on a 2-core
@@ -50,7 +50,7 @@ class Timing:
 
 
 def time_command(grid: str, backend: str, out: Path) -> Timing:
-    cmd = [sys.executable, "-m", "bench.grid.engine", grid, "--backend", backend, "--out", str(out)]
+    cmd = [sys.executable, "-m", "bench.lib.grid.engine", grid, "--backend", backend, "--out", str(out)]
     start_unix_s, start = time.time(), time.perf_counter()
     subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wall_s = time.perf_counter() - start

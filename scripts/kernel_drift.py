@@ -41,7 +41,7 @@ def record(args: argparse.Namespace) -> None:
         torch.backends.mkldnn.enabled = False
     if args.deterministic:
         torch.use_deterministic_algorithms(True)
-    from bench.fl import pipeline
+    from bench.lib.fl import pipeline
     from workloads.fl.execution import DeviceData, kernel_environment
     from workloads.fl.local import client_trainer
     from workloads.fl.loop import _memory_format, batch_starts, build_on_device, derived_seed

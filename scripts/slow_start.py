@@ -39,7 +39,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.fl import pipeline  # noqa: E402
+from bench.lib.fl import pipeline  # noqa: E402
 from workloads.fl.execution import DeviceData  # noqa: E402
 from workloads.fl.loop import batch_starts, build_on_device, derived_seed, run_method  # noqa: E402
 from workloads.fl.methods import parse_method  # noqa: E402

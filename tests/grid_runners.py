@@ -10,7 +10,7 @@ import os
 import time
 from pathlib import Path
 
-from bench.grid.runners import grid_runner
+from bench.lib.grid.runners import grid_runner
 
 
 @grid_runner("tests.train_tiny")

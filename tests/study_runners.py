@@ -1,4 +1,4 @@
-"""Stand-in runners for the accuracy-study tests: they write what ``bench.study.runner.run_point``
+"""Stand-in runners for the accuracy-study tests: they write what ``bench.lib.study.runner.run_point``
 writes (``curve.csv``, ``run.json``) from a formula instead of training, in milliseconds.
 
 ``opposite``: the validation and test accuracies rank the learning rates oppositely. Final
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.grid.runners import grid_runner
-from bench.study.runner import labels_of, write_run
+from bench.lib.grid.runners import grid_runner
+from bench.lib.study.runner import labels_of, write_run
 from workloads.fl.methods import parse_method
 
 

@@ -13,9 +13,9 @@ import pytest
 import torch
 
 import bench.run.__main__ as bench_run
-from bench.run.study import run_point
+from bench.lib.run.study import run_point
 import bench.fl.__main__ as fl_run
-from bench import results
+from bench.lib import results
 import workloads.capture as wtrace
 import bench.capture.__main__ as capture
 from accel_sim.trace_schema import load_trace

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from accel_sim.simulate import simulate
-from bench.paper import saving_pct
+from bench.lib.paper import saving_pct
 from workloads.cost.step import method_step_trace
 
 ROOT = Path(__file__).resolve().parent.parent

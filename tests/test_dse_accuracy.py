@@ -17,7 +17,7 @@ from bench.dse import accuracy
 from bench.dse.__main__ import main
 from bench.dse.spec import DseError
 from bench.study import phases, report
-from bench.study.spec import parse_study
+from bench.lib.study.spec import parse_study
 from tests.test_study import OPPOSITE, study_doc
 
 SPACE = """
@@ -119,7 +119,7 @@ def test_printout_names_the_best_design_and_the_unmeasured(priced):
 
 
 def test_the_main_job_names_the_studied_formats_and_the_cheapest_design(priced):
-    from bench.run import formats
+    from bench.lib.run import formats
 
     root, tta, points = priced
     fig = formats.figures(["mobilenetv2", "convnet"], "fp32", root)

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 import bench.grid.__main__ as grid
-from bench.grid import engine
-from bench.grid.engine import parse_grid, run_grid
+from bench.lib.grid import engine
+from bench.lib.grid.engine import parse_grid, run_grid
 from tests.failfast import as_in_a_terminal, assert_fails_clean
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""python -m bench.plots.fig5 on bad inputs: every input file is read and checked before the first
+"""python -m bench.lib.plots.fig5 on bad inputs: every input file is read and checked before the first
 figure is written, so a truncated, empty or binary file gives one line naming it, exit 2, and the
 folder's figures stay as they were (tests/failfast.py)."""
 

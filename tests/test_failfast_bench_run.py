@@ -5,7 +5,7 @@ captured or a federated run starts."""
 import pytest
 
 import bench.run.__main__ as run
-from bench.run.study import run_point
+from bench.lib.run.study import run_point
 from tests.failfast import assert_fails_clean, workspace
 from iokit import checks
 

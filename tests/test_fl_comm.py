@@ -77,7 +77,7 @@ def test_bench_closed_form_equals_the_ledger_for_double_head():
     import numpy as np
     import torch
 
-    from bench.run.figures import model_closed_form_bytes
+    from bench.lib.run.figures import model_closed_form_bytes
     from workloads import model_spec
     from workloads.fl.data import Dataset
 

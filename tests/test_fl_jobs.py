@@ -1,4 +1,4 @@
-"""bench.fl.jobs: federated runs side by side in worker processes give the very results of the
+"""bench.lib.fl.jobs: federated runs side by side in worker processes give the very results of the
 same runs one after another in this process with the same thread count."""
 
 import numpy as np
@@ -7,7 +7,7 @@ import torch
 
 from accel_sim.hardware import HardwareConfig
 from workloads.cost.system import SystemModel
-from bench.fl.jobs import (Job, RunInputs, available_cpus, resolve_workers, run_job, started,
+from bench.lib.fl.jobs import (Job, RunInputs, available_cpus, resolve_workers, run_job, started,
                                  threads_per_worker)
 from workloads.fl.data import load_dataset, subset
 from workloads.fl.hparams import FLConfig, Hparams

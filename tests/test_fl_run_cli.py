@@ -2,6 +2,8 @@
 
 import json
 import os
+import re
+import tomllib
 
 import pytest
 import torch
@@ -176,7 +178,7 @@ def test_cli_resume_without_checkpoints_is_refused(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_cli_resume_after_an_interruption_gives_the_uninterrupted_results(tmp_path, monkeypatch):
-    import bench.fl.jobs as loop  # where the jobs call the loop's run_method
+    import bench.lib.fl.jobs as loop  # where the jobs call the loop's run_method
 
     preset = tmp_path / "tiny.toml"
     preset.write_text(TINY.replace("rounds = 1", "rounds = 2\nmax_train_samples = 300\nmax_test_samples = 100"))
@@ -236,3 +238,32 @@ def test_bad_preset_execution_table_is_one_line(tmp_path, capsys, table, message
     err = capsys.readouterr().err.strip()
     assert message in err and str(preset) in err and len(err.splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_preset_targets_are_a_list_as_in_a_study_file(tmp_path):
+    preset = tmp_path / "p.toml"
+    preset.write_text(TINY + "\n[targets]\naccuracy_pct = [80, 92.5]\n")
+    assert load_preset(str(preset)).accuracy_targets_pct == (80.0, 92.5)
+    assert load_preset("quick").accuracy_targets_pct == (80.0,)  # the main job's: digits-quick's declared target
+    assert load_preset("small").accuracy_targets_pct == ()  # none declared
+
+
+@pytest.mark.parametrize("value, message", [
+    ("80.0", "accuracy_pct = 80.0 must be a list of percentages, as in a study file: give accuracy_pct = [80.0]"),
+    ('"80"', "accuracy_pct = '80' must be a list of percentages, e.g. [90.0]"),
+    ("[80.0, 80]", "lists 80 (= 80.0) twice"),
+    ("[0.0]", "is out of range; give a number in (0, 100]"),
+])
+def test_bad_preset_targets_are_one_line_and_spelt_as_a_studys(tmp_path, capsys, value, message):
+    from bench.lib.study.spec import StudyError, parse_study
+    from tests.test_study import study_doc
+
+    preset = tmp_path / "p.toml"
+    preset.write_text(TINY + f"\n[targets]\naccuracy_pct = {value}\n")
+    assert main(["--preset", str(preset), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and str(preset) in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+    # a study file's [targets] accuracy_pct is read by the same function: the same words
+    with pytest.raises(StudyError, match=re.escape(message)):
+        parse_study(study_doc(targets={"accuracy_pct": tomllib.loads(f"v = {value}")["v"]}), "test")

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import bench.formulas.__main__ as formulas_cli
-from bench import formulas as f
+from bench.lib import formulas as f
 
 PAPER = f.Table1Setup()  # MobileNetV2 (l=1280), CIFAR-100 (C=100), 10 clients, 100 rounds, 32-bit
 

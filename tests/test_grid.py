@@ -1,4 +1,4 @@
-"""bench.grid.engine: ids, resumability, failure isolation, concurrency safety, local vs Ray backends."""
+"""bench.lib.grid.engine: ids, resumability, failure isolation, concurrency safety, local vs Ray backends."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.grid.engine import (
+from bench.lib.grid.engine import (
     BACKENDS,
     GridError,
     Resources,
@@ -24,7 +24,7 @@ from bench.grid.engine import (
     run_grid,
     run_id,
 )
-from bench.results import FORMAT_VERSION, ResultsError
+from bench.lib.results import FORMAT_VERSION, ResultsError
 from tests.failfast import as_in_a_terminal
 from iokit.provenance import git_commit
 
@@ -285,7 +285,7 @@ def test_an_empty_point_lock_left_by_a_crash_is_taken_over(tmp_path, capsys):
     """Issue 33, item 6: a crash between creating a point's lock and writing it leaves it empty; once
     older than ``iokit.locks.LOCK_GRACE_S`` it is stale, taken over with a note, and the point runs
     (it was reported "busy" on every rerun, the grid exiting 0 without it)."""
-    from bench.grid.engine import COMMAND, grid_hash
+    from bench.lib.grid.engine import COMMAND, grid_hash
     from iokit.locks import LOCK_GRACE_S
     from iokit.outputs import Manifest
 
@@ -310,7 +310,7 @@ def test_a_ray_address_must_answer_as_a_ray_head(reply, accepted):
     import socket
     import threading
 
-    from bench.grid.engine import check_ray_address
+    from bench.lib.grid.engine import check_ray_address
 
     server = socket.create_server(("127.0.0.1", 0))
     port = server.getsockname()[1]
@@ -340,7 +340,7 @@ def test_an_interrupted_two_worker_grid_leaves_no_lock_or_temporary_folder(tmp_p
     .tmp-* folders (a resume cleaned them); the parent now removes what its terminated workers left."""
     grid = _grid_file(tmp_path, sleep_s=30.0)
     out = tmp_path / "out"
-    script = ("import sys; from bench.grid.engine import load_grid, run_grid\n"
+    script = ("import sys; from bench.lib.grid.engine import load_grid, run_grid\n"
               "try:\n    run_grid(load_grid(sys.argv[1]), sys.argv[2], workers=2)\n"
               "except KeyboardInterrupt:\n    print('interrupted', file=sys.stderr)\n")
     proc = subprocess.Popen([sys.executable, "-c", script, str(grid), str(out)], cwd=ROOT,

@@ -32,9 +32,9 @@ import bench.grid.__main__ as grid_cli
 import bench.run.__main__ as run_cli
 import bench.study.__main__ as study_cli
 import bench.sweep.__main__ as sweep_cli
-from bench.grid.engine import grid_hash, load_grid
+from bench.lib.grid.engine import grid_hash, load_grid
 from bench.study import phases
-from bench.study.spec import load_study
+from bench.lib.study.spec import load_study
 from iokit import locks, outputs
 
 ROOT = Path(__file__).resolve().parents[1]

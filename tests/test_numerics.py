@@ -244,8 +244,8 @@ def test_a_run_names_its_format_once_and_refuses_bad_ones():
 
 
 def test_a_grid_point_takes_a_number_format():
-    from bench.run.config import resolve
-    from bench.run.study import point_config
+    from bench.lib.run.config import resolve
+    from bench.lib.run.study import point_config
 
     cfg = point_config({"model": "convnet", "number_format": "bfp_m4_g16", "preset": "smoke", "device": "cpu"})
     resolved = resolve(cfg)

@@ -1,9 +1,9 @@
-"""The paper's setting is defined once (bench.paper.PAPER); the FL code's defaults (Tab. 16, the
+"""The paper's setting is defined once (bench.lib.paper.PAPER); the FL code's defaults (Tab. 16, the
 method settings) and the paper preset must agree with it (SphereFed, Dong et al., ECCV 2022,
 Sec. 5.1 and appendix Tab. 16)."""
 
-from bench.formulas import Table1Setup
-from bench.paper import PAPER
+from bench.lib.formulas import Table1Setup
+from bench.lib.paper import PAPER
 from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.presets import load_preset
 

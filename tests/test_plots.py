@@ -1,4 +1,4 @@
-"""bench.fig5.fig5, bench.run.breakdown and bench.results against a small hand-made results folder
+"""bench.fig5.fig5, bench.lib.run.breakdown and bench.lib.results against a small hand-made results folder
 (tests/data/results_small)."""
 
 import json
@@ -11,10 +11,11 @@ import pytest
 from accel_sim.hardware import HardwareConfig
 from accel_sim.simulate import simulate
 import bench.plots.__main__ as plots_cli
-from bench import results
-from bench.plots import breakdown as breakdown_plots
-from bench.plots import fig5, tta
-from bench.run import breakdown
+from bench.lib import results
+from bench.lib.plots import breakdown as breakdown_plots
+from bench.lib.plots import fig5
+from bench.lib.plots import run as run_plots
+from bench.lib.run import breakdown
 from bench.run.table import format_time_to_accuracy
 from tests.accel_traces import small_trace
 
@@ -125,7 +126,49 @@ def test_time_to_accuracy_table():
 def test_unreadable_rounds_csv_is_one_clear_error(run_dir):
     (run_dir / "rounds.csv").write_bytes(b"\xff\xfe\x00\x01")
     with pytest.raises(results.ResultsError, match="rounds.csv"):
-        tta.plot_time_to_accuracy(run_dir)
+        run_plots.plot_run(run_dir)
+    assert not list(run_dir.glob("*.png"))  # every input is checked before the first figure is written
+
+
+def with_hardware_comparison(run_dir: Path) -> dict:
+    """The fixture's summary as a ``bench.run --hw base.toml half.toml`` run writes it: the second
+    accelerator's figures are the first's halved."""
+    summary = json.loads((run_dir / "summary.json").read_text())
+    halved = {m: {section: {method: {k: v / 2 for k, v in figs.items() if isinstance(v, (int, float))}
+                            for method, figs in summary["models"][m][section].items()}
+                  for section in ("training", "calibration")} for m in summary["models"]}
+    own = {m: {section: summary["models"][m][section] for section in ("training", "calibration")}
+           for m in summary["models"]}
+    summary["hardware_comparison"] = {"labels": ["base", "half"], "by_hardware": {
+        "base": {"hardware": summary["hardware"], "models": own},
+        "half": {"hardware": summary["hardware"], "models": halved}}}
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    return summary
+
+
+def test_plots_redraw_the_hardware_comparison_with_the_runs_own_list(run_dir, capsys):
+    # bench.plots and bench.run write the one list run_figures draws: with a hardware_comparison
+    # block it holds hardware_<model>.png for both models, and bench.plots rewrites exactly it
+    with_hardware_comparison(run_dir)
+    listed = [(drawn.path.name, drawn.dpi) for drawn in run_plots.run_figures(run_dir)]
+    assert listed == [("fig5.png", 120), ("breakdown_tiny.png", 120), ("breakdown_small.png", 120),
+                      ("tta.png", 110), ("hardware_tiny.png", 110), ("hardware_small.png", 110)]
+    capsys.readouterr()
+    assert plots_cli.main([str(run_dir)]) == 0
+    printed = [Path(line).name for line in capsys.readouterr().out.splitlines()]
+    assert printed == [name for name, _ in listed]
+    assert sorted(p.name for p in run_dir.glob("*.png")) == sorted(printed)
+    panels = mpimg.imread(run_dir / "hardware_tiny.png")  # six panels (compare_hw.ROWS) side by side
+    assert panels.shape[1] > 4 * panels.shape[0]
+
+
+def test_a_malformed_hardware_comparison_writes_no_figure(run_dir, capsys):
+    summary = with_hardware_comparison(run_dir)
+    del summary["hardware_comparison"]["by_hardware"]["half"]["models"]["small"]
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    assert plots_cli.main([str(run_dir)]) == 2
+    assert "key 'small'" in capsys.readouterr().err
+    assert not list(run_dir.glob("*.png"))
 
 
 def test_missing_folder_is_one_clear_error(tmp_path, capsys):

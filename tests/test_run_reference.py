@@ -1,4 +1,4 @@
-"""bench.run's use of the shipped reference studies (bench/run/reference.py, issue 23 item 4): which
+"""bench.run's use of the shipped reference studies (bench/lib/run/reference.py, issue 23 item 4): which
 study covers a run, the learning rates it hands over, the fixed time-to-accuracy target, and the
 verdict: the reference's own seed run (not new evidence) or the prediction interval for a new seed."""
 
@@ -9,8 +9,8 @@ from dataclasses import replace
 import pandas as pd
 import pytest
 
-from bench.fl.jobs import Job
-from bench.run import reference
+from bench.lib.fl.jobs import Job
+from bench.lib.run import reference
 from workloads.fl.methods import parse_method
 from workloads.fl.presets import load_preset
 
@@ -67,10 +67,10 @@ def test_a_model_the_studies_did_not_run_is_not_covered(refs):
 
 def test_the_target_is_fixed_before_the_run_in_this_order():
     figures = {"declared_target_pct": 80.0, "study": "s"}
-    assert reference.target(75.0, 90.0, figures) == (75.0, "--target")
-    assert reference.target(None, 90.0, figures)[0] == 90.0
-    assert reference.target(None, None, figures) == (80.0, "declared in the reference study s")
-    assert reference.target(None, None, None)[0] is None
+    assert reference.target(75.0, (90.0,), figures) == (75.0, "--target")
+    assert reference.target(None, (90.0, 85.0), figures)[0] == 90.0  # the preset's first declared target
+    assert reference.target(None, (), figures) == (80.0, "declared in the reference study s")
+    assert reference.target(None, (), None)[0] is None
 
 
 def test_figures_put_the_run_beside_the_reference_seeds(refs):

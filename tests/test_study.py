@@ -16,11 +16,11 @@ import pytest
 import torch
 
 from bench.study import phases, report
-from bench.study.curves import base_validation_target, first_reaching, plateau
-from bench.study.runner import make_point, parse_point
-from bench.study.spec import Setting, StudyError, parse_study
-from bench.study.stats import estimate, paired_difference, spread, t_quantile
-from bench.study.tuning import TrialScore, choose, score
+from bench.lib.study.curves import base_validation_target, first_reaching, plateau
+from bench.lib.study.runner import make_point, parse_point
+from bench.lib.study.spec import Setting, StudyError, parse_study
+from bench.lib.study.stats import estimate, paired_difference, spread, t_quantile
+from bench.lib.study.tuning import TrialScore, choose, score
 
 ROOT = Path(__file__).resolve().parents[1]
 OPPOSITE = "tests.study_runners:opposite"

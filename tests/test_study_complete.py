@@ -97,7 +97,7 @@ def test_study_values_are_distinct_by_value_and_typed(tmp_path, monkeypatch, cap
 
 
 def test_grid_axis_values_are_distinct_by_value():
-    from bench.grid.engine import GridError, parse_grid
+    from bench.lib.grid.engine import GridError, parse_grid
 
     with pytest.raises(GridError, match=r"axis 'lr' lists 1.0 \(= 1\) twice"):
         parse_grid({"name": "g", "runner": "tests.grid_runners:train_tiny", "axes": {"lr": [1, 1.0]}})

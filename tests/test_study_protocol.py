@@ -13,11 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.study import phases, report, verdicts
-from bench.study.curves import convergence, high_rate_rounds, plateau
-from bench.study.spec import StudyError, parse_study
-from bench.study.stats import estimate, paired_difference, prediction_interval, tost
-from bench.study.tuning import extension_value
+from bench.study import phases, report
+from bench.lib.study import verdicts
+from bench.lib.study.curves import convergence, high_rate_rounds, plateau
+from bench.lib.study.spec import StudyError, parse_study
+from bench.lib.study.stats import estimate, paired_difference, prediction_interval, tost
+from bench.lib.study.tuning import extension_value
 from tests.study_runners import PEAK_LR
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -309,7 +310,7 @@ def test_the_reproduce_command_resolves_to_the_shipped_runs_point(study, model, 
     point is the shipped row's own (the same run id: the same settings, hashed) and its point.json's."""
     import pandas as pd
 
-    from bench.grid.engine import run_id
+    from bench.lib.grid.engine import run_id
     from bench.study.reproduce import reference_point
 
     folder = ROOT / "results" / "reference" / study

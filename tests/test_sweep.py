@@ -8,8 +8,8 @@ import pytest
 from accel_sim.hardware import HardwareConfig
 import bench.sweep.__main__ as sweep_cli
 from bench import sweep
-from bench.paper import saving_pct
-from bench.results import FORMAT_VERSION
+from bench.lib.paper import saving_pct
+from bench.lib.results import FORMAT_VERSION
 
 
 @pytest.fixture(scope="module")

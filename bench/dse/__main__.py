@@ -30,8 +30,8 @@ from bench.dse import accuracy, report, rerun
 from bench.dse.explore import OBJECTIVE_PAIRS, explore, price_presets
 from bench.dse.spec import DseError, load_dse
 from bench.dse.traces import method_trace
-from bench.plots import save
-from bench.results import FORMAT_VERSION, write_json
+from bench.lib.plots import save
+from bench.lib.results import FORMAT_VERSION, write_json
 from iokit import cli, outputs
 from iokit.files import atomic_write_text
 from iokit.provenance import git_commit
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
             best = report.best_points(dse, found)
             compared = report.same_best(best)
             report.pareto_table(dse, found).to_csv(tmp / "pareto.csv", index=False)
-            from bench.plots.dse import plot_pareto
+            from bench.lib.plots.dse import plot_pareto
 
             for model in dse.models:
                 fronts = {(method, "|".join(pair)): found.front(model, method, pair)

@@ -29,8 +29,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from bench.fl import pipeline
-from bench.results import FORMAT_VERSION
+from bench.lib.fl import pipeline
+from bench.lib.results import FORMAT_VERSION
 from iokit import checks, cli, outputs
 from workloads.cost.system import DEFAULT_SYSTEM_PATH
 from workloads.fl.execution import add_execution_args, execution_flags

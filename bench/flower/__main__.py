@@ -23,9 +23,9 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from bench.fl.pipeline import method_list
+from bench.lib.fl.pipeline import method_list
 from bench.flower.simulation import LOG, simulate
-from bench.results import FORMAT_VERSION
+from bench.lib.results import FORMAT_VERSION
 from iokit import checks, cli, outputs
 
 INSTALL_HINT = ("the Flower integration needs the 'flower' extra: "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from dataclasses import fields
 
-from bench.formulas import Table1Setup, format_table1
+from bench.lib.formulas import Table1Setup, format_table1
 from iokit import cli
 
 COUNT_MAX = 10**12  # any Table 1 setting by orders of magnitude (CIFAR-100: 50,000 samples)

@@ -1,4 +1,4 @@
-"""``python -m bench.grid GRID.toml``: many independent runs, locally or on Ray (``bench.grid.engine``;
+"""``python -m bench.grid GRID.toml``: many independent runs, locally or on Ray (``bench.lib.grid.engine``;
 docs/grid.md).
 
     python -m bench.grid grid.toml [--out DIR] [--backend local|ray] [--address ADDR]
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import sys
 
-from bench.grid.engine import BACKENDS, GridError, PointResult, load_grid, parse_resources, run_grid
-from bench.results import ResultsError
+from bench.lib.grid.engine import BACKENDS, GridError, PointResult, load_grid, parse_resources, run_grid
+from bench.lib.results import ResultsError
 from iokit import cli, outputs
 
 

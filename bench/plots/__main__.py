@@ -1,18 +1,18 @@
-"""``python -m bench.plots RUN_DIR``: rewrite the figures of a ``bench.run`` folder from its saved data:
-``fig5.png`` (``bench.plots.fig5``), ``breakdown_<model>.png`` (``bench.plots.breakdown``) and
-``tta.png`` (``bench.plots.tta``). Every input is read and checked before the first figure is
-written."""
+"""``python -m bench.plots RUN_DIR``: rewrite the figures of a ``bench.run`` folder from its saved data,
+the same figures the run wrote (``bench.lib.plots.run.run_figures``): ``fig5.png``,
+``breakdown_<model>.png``, ``tta.png`` and, for a run on several accelerators, ``hardware_<model>.png``.
+Every input is read and checked before the first figure is written."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from bench.plots.run import run_figures
-from bench.plots import save
-from bench.plots.tta import TTA_PNG, read_rounds, tta_figure
-from bench.results import ResultsError, load_summary
+from bench.lib.plots import save
+from bench.lib.plots.run import run_figures
+from bench.lib.results import ResultsError
 from iokit import cli, outputs
+
 
 @cli.command("interrupted; the figures written so far are complete, the others unchanged")
 def main(argv: list[str] | None = None) -> int:
@@ -23,9 +23,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.run_dir.is_dir():
             raise ResultsError(f"{args.run_dir} is not a folder: give a folder written by `python -m bench.run`")
         outputs.check_writable(args.run_dir, "run_dir")
-        summary = load_summary(args.run_dir)
-        tta = tta_figure(summary, read_rounds(args.run_dir))  # every input read and checked first
-        figures = run_figures(args.run_dir)
+        figures = run_figures(args.run_dir)  # every input read and checked, every figure drawn, first
     except ResultsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -34,9 +32,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {args.run_dir}/summary.json or its CSVs cannot be drawn ({what}); rerun `python -m bench.run` "
               "to rewrite the folder", file=sys.stderr)
         return 2
-    for fig, path in figures:
-        print(save(fig, path))
-    print(save(tta, args.run_dir / TTA_PNG, dpi=110))
+    for drawn in figures:
+        print(save(drawn.figure, drawn.path, dpi=drawn.dpi))
     return 0
 
 

@@ -29,11 +29,11 @@ import shlex
 import sys
 from pathlib import Path
 
-from bench.results import FORMAT_VERSION
-from bench.run import compare_hw, formats
-from bench.run.config import DEFAULT_METHODS, RunConfig, load_accuracy_data, resolve
-from bench.run.figures import ledger_mismatches
-from bench.run.study import run_study, write_files
+from bench.lib.results import FORMAT_VERSION
+from bench.lib.run import compare_hw, formats
+from bench.lib.run.config import DEFAULT_METHODS, RunConfig, load_accuracy_data, resolve
+from bench.lib.run.figures import ledger_mismatches
+from bench.lib.run.study import run_study, write_files
 from bench.run.table import format_references, format_table
 from iokit import checks, cli, outputs
 from workloads.cost.system import DEFAULT_SYSTEM_PATH

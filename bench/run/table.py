@@ -3,7 +3,7 @@ time-to-accuracy table."""
 
 from __future__ import annotations
 
-from bench.paper import PAPER
+from bench.lib.paper import PAPER
 from workloads.model_spec import DEFAULT_INPUT_SHAPE
 
 ROWS = (  # section, figure, normalized to, unit, scale
@@ -73,8 +73,8 @@ def format_table(summary: dict) -> str:
 
 
 def format_references(summary: dict) -> list[str]:
-    """Per model: the accuracy beside the reference study's seeds (``bench.run.reference``)."""
-    from bench.run.reference import format_reference
+    """Per model: the accuracy beside the reference study's seeds (``bench.lib.run.reference``)."""
+    from bench.lib.run.reference import format_reference
     from workloads.fl.hparams import FLConfig
 
     fl = summary["accuracy_setting"]["fl"]

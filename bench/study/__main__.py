@@ -23,10 +23,10 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from bench.grid.engine import BACKENDS, GridError, check_ray_address, validate_points
-from bench.results import FORMAT_VERSION
+from bench.lib.grid.engine import BACKENDS, GridError, check_ray_address, validate_points
+from bench.lib.results import FORMAT_VERSION
 from bench.study import phases, report
-from bench.study.spec import load_study
+from bench.lib.study.spec import load_study
 from iokit import checks, cli, outputs
 from iokit.provenance import git_commit
 
@@ -61,7 +61,7 @@ def check_data_dir(study, data_dir: str | None) -> None:
 
 def projection_lines(study, ex, out: Path, workers: int) -> list[str]:
     """The projected local training of the runs still to do (module doc), before the first starts."""
-    from bench.study.runner import projected_local_training_s
+    from bench.lib.study.runner import projected_local_training_s
     from workloads.fl.loop import duration_text
 
     first = {t: study.trials(t)[0] for t in study.training_methods}
@@ -128,10 +128,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def check_runs(study, planned: list[phases.Planned]) -> None:
-    """One run per model and data setting prepared up to its training (``bench.study.runner.prepare``:
+    """One run per model and data setting prepared up to its training (``bench.lib.study.runner.prepare``:
     the hardware and system files, the data and its hold-out, the partition, the model), before any
     run: a bad input is one line naming the study file, not every trial failing (issue 33)."""
-    from bench.study.runner import prepare
+    from bench.lib.study.runner import prepare
 
     seen = set()
     for p in planned:

@@ -1,10 +1,10 @@
 """An accuracy study's two phases on the grid engine: tune on validation, then evaluate the choice
 on the evaluation seeds (docs/study.md).
 
-Both phases are points of one grid (``DIR/grid``, ``bench.grid.engine``): content-addressed,
+Both phases are points of one grid (``DIR/grid``, ``bench.lib.grid.engine``): content-addressed,
 resumable, failures isolated, local (``workers`` processes side by side) or on Ray. Phase 1 runs
 every trial of every cell (model x data setting x training method) on the tuning seeds; the
-choice is made from their validation curves (``bench.study.tuning``); phase 2 runs the chosen
+choice is made from their validation curves (``bench.lib.study.tuning``); phase 2 runs the chosen
 hyper-parameters on every evaluation seed. Rerunning a study skips every finished point; a point
 whose settings coincide in both phases (a tuning seed that is also an evaluation seed) runs once.
 """
@@ -17,10 +17,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from bench.grid.engine import GridSpec, PointResult, Resources, read_record, run_grid, run_id
-from bench.study.runner import CURVE_CSV, RUN_JSON, make_point
-from bench.study.spec import Setting, Study
-from bench.study.tuning import Choice, choose, edge_status, extension_value, score, trial_score
+from bench.lib.grid.engine import GridSpec, PointResult, Resources, read_record, run_grid, run_id
+from bench.lib.study.runner import CURVE_CSV, RUN_JSON, make_point
+from bench.lib.study.spec import Setting, Study
+from bench.lib.study.tuning import Choice, choose, edge_status, extension_value, score, trial_score
 from iokit.provenance import git_commit
 from workloads.fl.execution import Execution, execution_of
 
@@ -38,7 +38,7 @@ class Planned:
     training: str  # the training method (its run also gives its calibrated method's curve)
     trial: Mapping[str, Any]  # the searched values
     seed: int
-    config: Mapping[str, Any]  # the runner's point (bench.study.runner)
+    config: Mapping[str, Any]  # the runner's point (bench.lib.study.runner)
 
     def values(self) -> str:
         """The searched values, e.g. ``lr=0.05``."""
@@ -102,7 +102,7 @@ def plan(study: Study, ex: Execution, phase: str, seeds: Sequence[int],
 
 
 def edge_text(e: Mapping[str, Any]) -> str:
-    """One key's edge status in words (``bench.study.tuning.edge_status``)."""
+    """One key's edge status in words (``bench.lib.study.tuning.edge_status``)."""
     added = f"{e['steps']} value(s) added {'above' if e['side'] == 'high' else 'below'} the grid"
     return {"interior": f"interior after {added}",
             "bound": f"at the {e['side']} edge: bound hit ({added}; bound {e['bound_steps']})",
@@ -183,7 +183,7 @@ def _key(trial: Mapping[str, Any]) -> str:
 
 
 def choices_from(study: Study, tuned: Sequence[Outcome]) -> dict[tuple[str, str, str], Choice]:
-    """Every cell's choice from its tuning runs' validation curves (``bench.study.tuning``), over
+    """Every cell's choice from its tuning runs' validation curves (``bench.lib.study.tuning``), over
     every trial tried (the study file's and the edge extension's), with its edge status."""
     by_cell: dict[tuple[str, str, str], dict[str, dict[int, float | None]]] = {}
     trials: dict[tuple[str, str, str], dict[str, Mapping[str, Any]]] = {}
@@ -228,7 +228,7 @@ def _valid(study: Study, training: str, trial: Mapping[str, Any]) -> bool:
 
 def extension_plan(study: Study, ex: Execution, choices: Mapping[tuple[str, str, str], Choice],
                    tuned: Sequence[Outcome]) -> list[Planned]:
-    """The next trial of every cell whose choice is at a grid edge (``bench.study.tuning``), on every
+    """The next trial of every cell whose choice is at a grid edge (``bench.lib.study.tuning``), on every
     tuning seed; none that was tried already."""
     tried = {(o.planned.model, o.planned.setting.label, o.planned.training, _key(o.planned.trial)) for o in tuned}
     settings = {s.label: s for s in study.settings}

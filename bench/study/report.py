@@ -11,7 +11,7 @@
   intervals, best accuracy, convergence, time-to-accuracy and the tuning choices;
 * ``summary.json``: the resolved study, every cell's statistics, the targets, the git commit of the
   report and of each run, the machines and the wall time;
-* ``curves_<model>.png`` (``bench.plots.study``).
+* ``curves_<model>.png`` (``bench.lib.plots.study``).
 """
 
 from __future__ import annotations
@@ -25,14 +25,14 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from bench.results import FORMAT_NAME, FORMAT_VERSION, write_json
-from bench.study.curves import PlateauVerdict, base_validation_target, convergence, first_reaching
+from bench.lib.results import FORMAT_NAME, FORMAT_VERSION, write_json
+from bench.lib.study.curves import PlateauVerdict, base_validation_target, convergence, first_reaching
 from bench.study.phases import Outcome, StudyRun, edge_text
-from bench.study.runner import machine_info
-from bench.study.spec import Setting, Study
-from bench.study import verdicts
-from bench.study.stats import Estimate, estimate, paired_difference, spread, tost
-from bench.study.tuning import score
+from bench.lib.study.runner import machine_info
+from bench.lib.study.spec import Setting, Study
+from bench.lib.study import verdicts
+from bench.lib.study.stats import Estimate, estimate, paired_difference, spread, tost
+from bench.lib.study.tuning import score
 from iokit.files import atomic_write, atomic_write_text
 
 FILES = ("runs.csv", "curves.csv", "tuning.csv", "tta.csv", "table.md", "summary.json")
@@ -246,7 +246,7 @@ def cells(study: Study, runs_df: pd.DataFrame, tta_df: pd.DataFrame) -> list[dic
 
 def _equivalence(a: Mapping[int, float], b: Mapping[int, float], d: Estimate, margin: float,
                  against: str = "base") -> dict[str, Any]:
-    """The TOST of the paired differences against ± ``margin`` and the verdict (``bench.study.verdicts``),
+    """The TOST of the paired differences against ± ``margin`` and the verdict (``bench.lib.study.verdicts``),
     as ``verdict_vs_<against>`` and ``equivalence_vs_<against>``."""
     seeds = sorted(set(a) & set(b))
     eq = tost([a[s] - b[s] for s in seeds], margin) if len(seeds) >= 2 else None
@@ -550,7 +550,7 @@ def write_report(out: str | Path, study: Study, run: StudyRun, *, command: str, 
                  commit: str) -> list[str]:
     """Every report file into ``out`` (module doc); returns their names. ``commit``: the code's commit,
     taken before the command wrote anything (its own outputs would otherwise mark the tree dirty)."""
-    from bench.plots.study import plot_study
+    from bench.lib.plots.study import plot_study
 
     out = Path(out)
     runs = method_runs(study, run)

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.grid.engine import run_id
+from bench.lib.grid.engine import run_id
 from bench.study.phases import RUNNER
 from iokit import cli
 
@@ -27,8 +27,8 @@ from iokit import cli
 def reference_point(folder: str | Path, model: str, setting: str, method: str, seed: int) -> dict[str, Any]:
     """The study point of ``method`` (a label of runs.csv, e.g. ``fedavg+spherefed+ffc``) on ``model``,
     ``setting`` and ``seed`` (ValueError naming what the folder lacks)."""
-    from bench.study.runner import make_point
-    from bench.study.spec import training_method
+    from bench.lib.study.runner import make_point
+    from bench.lib.study.spec import training_method
     from workloads.fl.execution import Execution
     from workloads.fl.hparams import FLConfig, Hparams
 
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(args.out or tempfile.mkdtemp(prefix="reproduce-")) / rid
         if out.exists():
             raise ValueError(f"--out {out.parent} already holds run {rid}; give another --out")
-    from bench.grid.runners import resolve_runner
+    from bench.lib.grid.runners import resolve_runner
     import torch
 
     torch.set_num_threads(1)  # as the study ran it: one torch thread per run (bench.study --workers)

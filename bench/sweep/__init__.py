@@ -32,7 +32,7 @@ from typing import Callable
 import pandas as pd
 
 from accel_sim.hardware import MEMORY_MODELS, EnergyCosts, HardwareConfig, SpecialUnit
-from bench.paper import saving_pct
+from bench.lib.paper import saving_pct
 from workloads.cost.step import method_step_trace, simulate_complete
 
 SWEEP_CSV = "sweep.csv"

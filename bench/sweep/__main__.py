@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.plots import save
-from bench.plots.sweep import plot_sweep
+from bench.lib.plots import save
+from bench.lib.plots.sweep import plot_sweep
 from accel_sim.hardware import HardwareConfig, load_hardware_config
-from bench.results import FORMAT_VERSION, write_json
+from bench.lib.results import FORMAT_VERSION, write_json
 from bench.sweep import BATCH_SIZES, SWEEP_CSV, sweep
 from iokit import checks, cli, outputs
 from iokit.provenance import git_commit

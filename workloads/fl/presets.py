@@ -9,8 +9,9 @@ A preset is a name under ``configs/presets/`` or a path to a ``.toml`` file with
   ``spherefed`` for any SphereFed variant, the calibration, then the full method name. Each
   ``<name>`` must be one of those (a misspelt table is an error, not silently unused);
 * ``[execution]``: throughput and data-path options and the number format (``workloads.fl.execution.SETTINGS``);
-* ``[targets]``: ``accuracy_pct``, the time-to-accuracy target (test accuracy in percent) a
-  report of the run uses, declared before the run.
+* ``[targets]``: ``accuracy_pct``, the time-to-accuracy targets (test accuracies in percent) a
+  report of the run uses, declared before the run: a list, spelt as a study file's
+  (``accuracy_targets_pct``); ``bench.run`` reports the first.
 
 Every key and value is checked when the file is read, with one line naming the file, table and key.
 """
@@ -43,7 +44,7 @@ class Preset:
     hp: Hparams  # defaults for every method
     overrides: Mapping[str, Mapping]  # [methods.<name>] tables
     execution: Mapping[str, bool]  # [execution]
-    target_accuracy_pct: float | None = None  # [targets] accuracy_pct: declared before the run (None: none)
+    accuracy_targets_pct: tuple[float, ...] = ()  # [targets] accuracy_pct: declared before the run
 
     def hparams(self, method: MethodConfig) -> Hparams:
         """``method``'s hyper-parameters: the defaults with its override tables applied in order."""
@@ -100,11 +101,23 @@ def load_preset(preset: str) -> Preset:
     execution = preset_options(doc.get("execution", {}), where=str(path))
     targets = doc.get("targets", {})
     checks.unknown_keys(targets, ("accuracy_pct",), where=f"{path} [targets]")
-    target = targets.get("accuracy_pct")
-    if target is not None:
-        checks.number_in(target, 0.0, 100.0, name=f"{path} [targets] accuracy_pct", low_open=True)
     return Preset(path.stem, cfg, tuple(methods), hp, overrides, execution,
-                  None if target is None else float(target))
+                  accuracy_targets_pct(targets.get("accuracy_pct", []), where=f"{path} [targets]"))
+
+
+def accuracy_targets_pct(value: object, *, where: str, error: type[Exception] = ValueError) -> tuple[float, ...]:
+    """``[targets] accuracy_pct`` of a preset or a study file (one spelling for both): a list of
+    distinct test accuracies in percent, each in (0, 100]. A lone number (a preset's spelling before
+    the two were one) is refused with the list it means."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        raise error(f"{where}: accuracy_pct = {value!r} must be a list of percentages, as in a study file: "
+                    f"give accuracy_pct = [{value!r}]")
+    if not isinstance(value, list):
+        raise error(f"{where}: accuracy_pct = {value!r} must be a list of percentages, e.g. [90.0]")
+    for pct in value:
+        checks.number_in(pct, 0.0, 100.0, name=f"{where} accuracy_pct", error=error, low_open=True)
+    checks.distinct(value, name=f"{where} accuracy_pct", error=error)
+    return tuple(float(pct) for pct in value)
 
 
 def check_override_name(name: str, *, where: str) -> None:

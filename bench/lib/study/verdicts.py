@@ -1,7 +1,7 @@
 """What a comparison shows, in one wording used by every report and by ``bench.run``
 (docs/study.md, "Verdicts").
 
-Two methods on the same seeds (a study's paired differences d_s = a_s - b_s, ``bench.study.stats``):
+Two methods on the same seeds (a study's paired differences d_s = a_s - b_s, ``bench.lib.study.stats``):
 
 * ``different``: the 95 % t interval of the mean difference excludes 0;
 * ``equivalent within ± m``: the TOST at α = 0.05 shows the mean difference inside (-m, +m), m the
@@ -24,7 +24,7 @@ One new run against a reference's seeds (``bench.run``'s run beside a reference 
 
 from __future__ import annotations
 
-from bench.study.stats import Equivalence, Estimate
+from bench.lib.study.stats import Equivalence, Estimate
 
 
 def comparison(difference: Estimate, equivalence: Equivalence | None) -> str:

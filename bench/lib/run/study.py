@@ -1,10 +1,10 @@
 """``bench.run``'s study: every figure for every model, as data (``Study``), and its files.
 
 ``run_study`` prices the paper-shape steps and calibrations while the accuracy runs train (in
-worker processes when there are several cores, ``bench.fl.jobs``), then joins them; ``write_files``
+worker processes when there are several cores, ``bench.lib.fl.jobs``), then joins them; ``write_files``
 writes ``summary.json``, ``ops.csv``, ``layers.csv``, ``breakdown.csv``, ``rounds.csv`` and the
 figures (docs/results.md). ``run_point`` is the registered grid runner ``bench.run``
-(``bench.grid.runners``): the same study and files for one grid point.
+(``bench.lib.grid.runners``): the same study and files for one grid point.
 """
 
 from __future__ import annotations
@@ -17,15 +17,15 @@ from typing import Any, Callable, Mapping
 import pandas as pd
 import torch
 
-from bench import formulas
-from bench.fl.jobs import resolve_workers, started, threads_per_worker
-from bench.grid.runners import grid_runner
-from bench.paper import WHY_DIFFERENT
-from bench.results import (BREAKDOWN_CSV, COST_COLUMNS, FORMAT_NAME, FORMAT_VERSION, LAYERS_COLUMNS, LAYERS_CSV,
+from bench.lib import formulas
+from bench.lib.fl.jobs import resolve_workers, started, threads_per_worker
+from bench.lib.grid.runners import grid_runner
+from bench.lib.paper import WHY_DIFFERENT
+from bench.lib.results import (BREAKDOWN_CSV, COST_COLUMNS, FORMAT_NAME, FORMAT_VERSION, LAYERS_COLUMNS, LAYERS_CSV,
                            OPS_COLUMNS, OPS_CSV, ROUNDS_CSV, ROUNDS_CSV_COLUMNS, write_json)
-from bench.run import compare_hw, figures, formats, reference
-from bench.run.breakdown import breakdown
-from bench.run.config import Resolved, RunConfig, accuracy_note, load_accuracy_data, resolve, split_methods
+from bench.lib.run import compare_hw, figures, formats, reference
+from bench.lib.run.breakdown import breakdown
+from bench.lib.run.config import Resolved, RunConfig, accuracy_note, load_accuracy_data, resolve, split_methods
 from iokit.provenance import git_commit
 from workloads.fl.execution import kernel_environment
 
@@ -40,7 +40,7 @@ class Study:
 
 
 def hardware_comparison(cfg: RunConfig, training, calibrations, progress) -> dict:
-    """Every method of every model priced on each ``--hw`` accelerator (``bench/run/compare_hw.py``)."""
+    """Every method of every model priced on each ``--hw`` accelerator (``bench/lib/run/compare_hw.py``)."""
     hws = compare_hw.load_hardware_set(cfg.compare_hw)
     return compare_hw.comparison({
         m: compare_hw.hardware_figures(m, cfg.spec(m), training, calibrations, batch_size=cfg.batch_size,
@@ -70,7 +70,7 @@ def run_study(resolved: Resolved, data, progress: Callable[[str], None] | None, 
                                                                             pairs, results())
         references = reference.reference_figures(model, training + calibrations, jobs, accuracy, inputs.fl,
                                                  reference.studies(), inputs.execution)
-        target_pct, target_rule = reference.target(cfg.target_accuracy_pct, preset.target_accuracy_pct, references)
+        target_pct, target_rule = reference.target(cfg.target_accuracy_pct, preset.accuracy_targets_pct, references)
         all_ops += op_rows
         all_rounds += round_rows
         models[model] = {
@@ -121,10 +121,9 @@ def layer_rows(op_rows: list[dict]) -> pd.DataFrame:
 
 
 def write_files(folder: Path, study: Study) -> None:
-    """summary.json, the per-op, per-layer, per-block and per-round CSVs and the plots, into ``folder``."""
-    from bench.plots.compare_hw import plot_comparison
-    from bench.plots.run import plot_run
-    from bench.plots.tta import plot_time_to_accuracy
+    """summary.json, the per-op, per-layer, per-block and per-round CSVs and the figures
+    (``bench.lib.plots.run.run_figures``), into ``folder``."""
+    from bench.lib.plots.run import plot_run
 
     ops = pd.DataFrame(study.ops, columns=OPS_COLUMNS)
     ops.to_csv(folder / OPS_CSV, index=False)
@@ -133,9 +132,6 @@ def write_files(folder: Path, study: Study) -> None:
     pd.DataFrame(study.rounds, columns=ROUNDS_CSV_COLUMNS).to_csv(folder / ROUNDS_CSV, index=False)
     write_json(folder / "summary.json", study.summary)
     plot_run(folder)
-    plot_time_to_accuracy(folder)
-    if "hardware_comparison" in study.summary:
-        plot_comparison(study.summary, folder)
 
 
 POINT_KEYS = {"model": "models", "methods": "methods", "batch_size": "batch_size", "seed": "seed", "preset": "preset",

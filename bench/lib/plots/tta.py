@@ -3,7 +3,7 @@
 ``tta.png`` has one row of three panels per model: test accuracy against the modeled wall time,
 the clients' device energy and the bytes exchanged, cumulative over the rounds of the accuracy run
 (``rounds.csv``), one line per method, with the target accuracy as a grey dashed line. Where a
-reference study covers the run (``bench.run.reference``), each method's reference mean ± std over
+reference study covers the run (``bench.lib.run.reference``), each method's reference mean ± std over
 seeds is a diamond with an error bar at the run's last point, and the same setting's longer
 (converged) reference run its dotted mean curve. Reading it:
 the method whose line crosses the target furthest to the left needs the least of that resource; a
@@ -18,8 +18,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from bench.plots import save
-from bench.results import ROUNDS_CSV, ResultsError, load_summary
+from bench.lib.results import ROUNDS_CSV, ResultsError
 
 TTA_PNG = "tta.png"
 AXES = (("cum_wall_s", "modeled wall time (s)", 1.0),
@@ -78,7 +77,7 @@ def tta_figure(summary: dict, rounds: pd.DataFrame):
 
 
 def reference_band(ax, reference: dict, method: str, x_end: float, key: str, scale: float, color: str) -> None:
-    """The reference study's band of ``method`` (``bench.run.reference``): its mean ± std over seeds
+    """The reference study's band of ``method`` (``bench.lib.run.reference``): its mean ± std over seeds
     as an error bar at the run's last point, and the converged reference's mean curve, dotted."""
     ref = reference.get("methods", {}).get(method)
     if ref is not None:
@@ -88,9 +87,3 @@ def reference_band(ax, reference: dict, method: str, x_end: float, key: str, sca
     if conv is not None:
         xs = conv["round"] if key == "round" else [v * scale for v in conv[key]]
         ax.plot(xs, conv["mean_pct"], color=color, linestyle=":", linewidth=1.0, alpha=0.8)
-
-
-def plot_time_to_accuracy(run_dir: Path) -> Path:
-    """Write ``tta.png`` from ``rounds.csv`` and the summary's targets; returns its path."""
-    summary = load_summary(Path(run_dir))
-    return save(tta_figure(summary, read_rounds(run_dir)), Path(run_dir) / TTA_PNG, dpi=110)

@@ -1,12 +1,12 @@
 """Experiment grids: many independent runs, locally by default, on Ray when one machine is not enough.
 
-    python -m bench.grid.engine grid.toml [--out DIR] [--backend local|ray] [--address ADDR]
+    python -m bench.grid grid.toml [--out DIR] [--backend local|ray] [--address ADDR]
                                    [--resources-per-run cpus=1,gpus=0] [--retry-failed]
 
 A grid file (TOML) names a runner, the settings shared by every run, and the axes to sweep::
 
     name = "small"
-    runner = "bench.run:run_point"      # module:function(config: dict, out_dir: Path) -> dict
+    runner = "bench.run"                 # a registered runner (bench.lib.grid.runners)
     [fixed]
     preset = "smoke"
     [axes]
@@ -66,8 +66,8 @@ from hashlib import sha256
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from bench.grid.runners import RunnerError, resolve_runner
-from bench.results import FORMAT_VERSION, ResultsError
+from bench.lib.grid.runners import RunnerError, resolve_runner
+from bench.lib.results import FORMAT_VERSION, ResultsError
 from iokit import checks, locks, outputs
 from iokit.files import atomic_write, atomic_write_text
 from iokit.provenance import git_commit
@@ -338,7 +338,7 @@ def run_ray(spec: GridSpec, out: Path, resources: Resources, retry_failed: bool,
             kwargs["address"] = address  # reachable: run_grid checked it (check_ray_address)
         else:  # a local Ray for this command: its workers inherit this environment, so the project
             kwargs["num_cpus"] = os.cpu_count()  # root on PYTHONPATH makes them import this checkout
-            root = str(Path(__file__).resolve().parent.parent)
+            root = str(outputs.CHECKOUT_ROOT)
             paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != root]
             os.environ["PYTHONPATH"] = os.pathsep.join([root, *paths])
         ray.init(**kwargs)

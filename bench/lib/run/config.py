@@ -13,8 +13,8 @@ from typing import Sequence
 
 from accel_sim.hardware import HardwareConfig, load_hardware_config
 from accel_sim.mac_energy import hardware_in_format
-from bench.paper import PAPER
-from bench.run import compare_hw
+from bench.lib.paper import PAPER
+from bench.lib.run import compare_hw
 from iokit import checks
 from workloads import model_spec
 from workloads.cost.rounds import client_devices
@@ -48,7 +48,7 @@ class RunConfig:
     classifier: str | None = None  # the nn.Linear the methods act on (user models; None: the last one)
     classes: int = PAPER.num_classes  # C of the priced figures (the accuracy run has its dataset's)
     compare_hw: tuple[str, ...] = ()  # every --hw when several are given; the first is hw_path
-    workers: int | None = None  # accuracy runs side by side (bench/fl/jobs.py); None: one per run, <= cores
+    workers: int | None = None  # accuracy runs side by side (bench/lib/fl/jobs.py); None: one per run, <= cores
     device: str = "auto"  # where the accuracy runs train (workloads.fl.execution.resolve_device)
     augment: bool | None = None  # --augment / --no-augment; None: the preset's [execution] (else off)
     channels_last: bool | None = None  # likewise

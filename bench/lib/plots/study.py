@@ -13,7 +13,7 @@ from typing import Sequence
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from bench.plots import save
+from bench.lib.plots import save
 
 AXES = (("round", "round", 1.0), ("cum_wall_s", "modeled wall time (s)", 1.0),
         ("cum_energy_j", "clients' device energy (J)", 1.0), ("cum_bytes", "bytes exchanged (MB)", 1e-6))

@@ -49,17 +49,18 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from bench.study.stats import DEFAULT_EQUIVALENCE_MARGIN_PTS
+from bench.lib.study.stats import DEFAULT_EQUIVALENCE_MARGIN_PTS
 from iokit import checks
+from iokit.outputs import CHECKOUT_ROOT
 from iokit.toml import read_toml
 from workloads.fl.data import DATASETS
 from workloads.fl.execution import resolve_device
 from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.methods import MethodConfig, parse_method
-from workloads.fl.presets import Preset, load_preset
+from workloads.fl.presets import Preset, accuracy_targets_pct, load_preset
 from workloads.numerics import NumberFormat
 
-STUDY_DIR = Path(__file__).resolve().parents[2] / "configs" / "studies"
+STUDY_DIR = CHECKOUT_ROOT / "configs" / "studies"
 KEYS = ("name", "preset", "models", "methods", "base", "iid", "alphas", "number_formats", "rounds", "local_epochs",
         "holdout_fraction", "seeds", "tuning_seeds", "device", "hw", "system", "search", "tuning", "convergence",
         "targets", "equivalence_margin_pts", "dataset")
@@ -67,8 +68,8 @@ REQUIRED = ("name", "preset", "models", "methods", "base", "rounds", "seeds", "t
 SAFE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")
 SEARCH_KEYS = tuple(f.name for f in fields(Hparams))
 DEFAULT_HOLDOUT_FRACTION = 0.15  # SphereFed Sec. 5.1: "we use 15 % of training data for validation"
-DEFAULT_RATE_FRACTION = 0.5  # bench.study.curves.convergence's high-rate part: our choice (docs/study.md)
-DEFAULT_EXTEND_STEPS = 3  # bench.study.tuning.extension_value: geometric steps beyond an edge, our choice
+DEFAULT_RATE_FRACTION = 0.5  # bench.lib.study.curves.convergence's high-rate part: our choice (docs/study.md)
+DEFAULT_EXTEND_STEPS = 3  # bench.lib.study.tuning.extension_value: geometric steps beyond an edge, our choice
 
 
 class StudyError(ValueError):
@@ -108,7 +109,7 @@ class Setting:
 
 @dataclass(frozen=True)
 class Plateau:
-    """The plateau rule (``bench.study.curves.plateau``): windows of ``last_rounds`` rounds."""
+    """The plateau rule (``bench.lib.study.curves.plateau``): windows of ``last_rounds`` rounds."""
 
     last_rounds: int = 3
     tolerance_pct: float = 1.0
@@ -146,9 +147,9 @@ class Study:
     hw: str | None = None
     system: str | None = None
     source: str = "<study>"
-    equivalence_margin_pts: float = DEFAULT_EQUIVALENCE_MARGIN_PTS  # TOST margin (bench.study.stats.tost)
+    equivalence_margin_pts: float = DEFAULT_EQUIVALENCE_MARGIN_PTS  # TOST margin (bench.lib.study.stats.tost)
     dataset: str | None = None  # None: the preset's
-    extend_steps: int = DEFAULT_EXTEND_STEPS  # [tuning] extend_steps: edge extension bound (bench.study.tuning)
+    extend_steps: int = DEFAULT_EXTEND_STEPS  # [tuning] extend_steps: edge extension bound (bench.lib.study.tuning)
     data_dir: str | None = None  # the dataset's folder: the command's --data-dir, not a key of the file
 
     @property
@@ -415,12 +416,7 @@ def _number_formats(doc: Mapping[str, Any], where: str) -> list[str]:
 
 
 def _targets(table: Mapping[str, Any], where: str) -> Targets:
-    pct = table.get("accuracy_pct", [])
-    if not isinstance(pct, list):
-        raise StudyError(f"{where}: [targets] accuracy_pct = {pct!r} must be a list of percentages, e.g. [90.0]")
-    for v in pct:
-        checks.number_in(v, 0.0, 100.0, name="[targets] accuracy_pct", error=StudyError, low_open=True)
-    checks.distinct(pct, name=f"{where}: [targets] accuracy_pct", error=StudyError)
+    pct = accuracy_targets_pct(table.get("accuracy_pct", []), where=f"{where}: [targets]", error=StudyError)
     fraction = table.get("base_validation_fraction")
     if fraction is not None:
         checks.number_in(fraction, 0.0, 1.0, name="[targets] base_validation_fraction", error=StudyError,
@@ -428,4 +424,4 @@ def _targets(table: Mapping[str, Any], where: str) -> Targets:
     if not pct and fraction is None:
         raise StudyError(f"{where}: [targets] declares no target: give accuracy_pct = [90.0] and / or "
                          "base_validation_fraction = 0.95")
-    return Targets(tuple(float(v) for v in pct), None if fraction is None else float(fraction))
+    return Targets(pct, None if fraction is None else float(fraction))

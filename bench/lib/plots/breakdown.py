@@ -1,6 +1,6 @@
 """Where one local training step's time and energy go, per block of the model
 (``breakdown_<model>.png``): stacked by kind of work and by energy component, one panel per method,
-from a ``bench.run`` folder's ``breakdown.csv`` (``bench.run.breakdown``)."""
+from a ``bench.run`` folder's ``breakdown.csv`` (``bench.lib.run.breakdown``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pandas as pd
 from matplotlib.patches import Patch
 
 from accel_sim.energy import COMPONENTS
-from bench.results import BREAKDOWN_COLUMNS, BREAKDOWN_CSV, COST_COLUMNS, ResultsError
+from bench.lib.results import BREAKDOWN_COLUMNS, BREAKDOWN_CSV, COST_COLUMNS, ResultsError
 
 def read_breakdown(run_dir: Path) -> pd.DataFrame:
     """``breakdown.csv`` of a results folder, checked: readable, every column, numbers in every

@@ -24,7 +24,7 @@ from __future__ import annotations
 import pandas as pd
 
 from accel_sim.report import CostReport
-from bench.results import BREAKDOWN_COLUMNS, COST_COLUMNS
+from bench.lib.results import BREAKDOWN_COLUMNS, COST_COLUMNS
 
 OUTSIDE_MODULES = "(outside modules)"
 UNITS = {"gemm": "array", "vector": "special_unit", "linalg": "linalg"}

@@ -7,7 +7,7 @@ Four named steps, each a function the command (``bench/fl/__main__.py``) and oth
    the execution options, checked (``FLRun``; nothing loaded, nothing written);
 2. ``load``: the data (subsets, the validation hold-out), the partition, every model built once
    (``FLData``);
-3. ``train``: every method trained and priced (``bench.fl.jobs.run_job``), checkpointed per round
+3. ``train``: every method trained and priced (``bench.lib.fl.jobs.run_job``), checkpointed per round
    when given a folder for it;
 4. ``write``: the results files into a folder (``results.json``, ``accuracy.csv``,
    ``ledger.csv``, ``partition.csv``, ``rounds.csv``; docs/results.md).
@@ -26,8 +26,8 @@ from typing import Any, Mapping, Sequence
 
 from accel_sim.hardware import HardwareConfig, load_hardware_config
 from accel_sim.mac_energy import hardware_in_format
-from bench.fl.jobs import Job, JobResult, RunInputs, run_job
-from bench.results import FORMAT_NAME, FORMAT_VERSION
+from bench.lib.fl.jobs import Job, JobResult, RunInputs, run_job
+from bench.lib.results import FORMAT_NAME, FORMAT_VERSION
 from iokit import checks
 from iokit.files import atomic_write_text
 from iokit.provenance import git_commit

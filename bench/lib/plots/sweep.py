@@ -6,7 +6,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from bench.paper import LATENCY_SAVING, MEMORY_SAVING
+from bench.lib.paper import LATENCY_SAVING, MEMORY_SAVING
 
 def plot_sweep(frame: pd.DataFrame):
     """One panel per parameter: latency, memory and energy saving (%) per value, per model."""

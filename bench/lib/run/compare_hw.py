@@ -16,7 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from accel_sim.hardware import HardwareConfig, load_hardware_config
-from bench.paper import PAPER
+from bench.lib.paper import PAPER
 from workloads.cost.calibration import calibration_cost
 from workloads.cost.step import method_step_trace, simulate_complete
 from workloads.fl.hparams import Hparams
@@ -48,7 +48,7 @@ def load_hardware_set(paths) -> dict[str, HardwareConfig]:
 def hardware_figures(model: str, spec: ModelSpec, training, calibrations, *, batch_size: int, num_classes: int,
                      seed: int, hws: dict[str, HardwareConfig], progress) -> dict:
     """label -> {"training": {method: figures}, "calibration": {calibration: figures}} for one model
-    at the paper's setting (``bench.paper.PAPER``: a round's steps, the calibration's average client)."""
+    at the paper's setting (``bench.lib.paper.PAPER``: a round's steps, the calibration's average client)."""
     steps_per_round = PAPER.steps_per_round(batch_size)
     train_samples, num_clients = PAPER.train_samples, PAPER.num_clients
     out = {label: {"training": {}, "calibration": {}} for label in hws}

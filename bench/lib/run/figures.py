@@ -11,11 +11,11 @@ import torch
 
 from accel_sim.formats import NumberFormat
 from accel_sim.hardware import HardwareConfig
-from bench import formulas
-from bench.fl.jobs import Job, JobResult, RunInputs
-from bench.paper import PAPER, PAPER_CLAIMS, saving_pct
-from bench.run.breakdown import energy_by_kind
-from bench.run.config import RunConfig
+from bench.lib import formulas
+from bench.lib.fl.jobs import Job, JobResult, RunInputs
+from bench.lib.paper import PAPER, PAPER_CLAIMS, saving_pct
+from bench.lib.run.breakdown import energy_by_kind
+from bench.lib.run.config import RunConfig
 from workloads import model_spec
 from workloads.cost.calibration import TRAINED_WITH, calibration_cost
 from workloads.cost.rounds import client_devices
@@ -33,7 +33,7 @@ Progress = Callable[[str], None]
 
 
 def op_row(model: str, method: str, region: str, c, clock_hz: float) -> dict:
-    """One ``ops.csv`` row of a priced op (``bench.results.OPS_COLUMNS``)."""
+    """One ``ops.csv`` row of a priced op (``bench.lib.results.OPS_COLUMNS``)."""
     return {"model": model, "method": method, "region": region, "idx": c.idx, "aten": c.aten, "layer": c.layer,
             "phase": c.phase, "work": f"{c.work_kind}:{c.work_op}" if c.work_op else c.work_kind,
             "gemm_groups": c.gemm_groups, "macs": c.macs, "total_cycles": c.total_cycles,
@@ -131,7 +131,7 @@ def accuracy_runs(model: str, names: Sequence[str], preset: Preset, data, cfg: R
                   system: SystemModel, execution: Execution) -> tuple[RunInputs, list[Job], list[tuple]]:
     """The federated runs that give ``names``' accuracies, what they share, and each job's
     (base name, calibration) pair."""
-    from bench.run import reference
+    from bench.lib.run import reference
 
     train, test = data
     fl = replace(preset.fl, model=model, seed=cfg.seed)
@@ -176,7 +176,7 @@ def accuracy_figures(names: Sequence[str], inputs: RunInputs, jobs: list[Job], p
 
 def time_to_accuracy_figures(round_rows: list[dict], target_pct: float | None, rule: str) -> dict:
     """Per method, the modeled wall time, device time, energy and bytes to first reach the target
-    (fixed before the run: ``bench.run.reference.target``; None: no target, no figures)."""
+    (fixed before the run: ``bench.lib.run.reference.target``; None: no target, no figures)."""
     if target_pct is None:
         return {"target_accuracy_pct": None, "rule": rule, "methods": {}}
     reached = time_to_accuracy(round_rows, target_pct / 100)

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench.run.reference import REFERENCE_DIR, _shown
+from bench.lib.run.reference import REFERENCE_DIR, _shown
 
 
 def explorations(root: Path = REFERENCE_DIR) -> list[dict[str, Any]]:

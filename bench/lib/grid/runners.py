@@ -4,8 +4,8 @@ A runner is ``runner(point: dict, out_dir: Path) -> dict[str, float]``: it runs 
 (its resolved settings), writes its files into ``out_dir`` and returns its headline metrics. A grid
 file names its runner by the name it was registered under::
 
-    runner = "bench.run"              # SphereFed's efficiency study for one model (bench/run/study.py)
-    runner = "bench.study"            # one training run of an accuracy study (bench/study/runner.py)
+    runner = "bench.run"              # SphereFed's efficiency study for one model (bench/lib/run/study.py)
+    runner = "bench.study"            # one training run of an accuracy study (bench/lib/study/runner.py)
     runner = "mypackage.grids:mine"   # a function of yours, decorated with @grid_runner("...")
 
 Registering: decorate the function with ``@grid_runner(name, validate=...)``; ``validate(point)``
@@ -28,7 +28,7 @@ from typing import Any, Callable, Mapping
 Runner = Callable[[Mapping[str, Any], Any], Mapping[str, float]]
 Validate = Callable[[Mapping[str, Any]], object]
 
-BUILT_IN = {"bench.run": "bench.run.study", "bench.study": "bench.study.runner"}
+BUILT_IN = {"bench.run": "bench.lib.run.study", "bench.study": "bench.lib.study.runner"}
 """The suite's runners: name -> the module that registers it (imported when the name is used)."""
 _REGISTRY: dict[str, "RegisteredRunner"] = {}
 
@@ -72,10 +72,10 @@ def resolve_runner(spec: str) -> RegisteredRunner:
     module_name, sep, func_name = spec.partition(":")
     if not sep or not module_name or not func_name:
         raise RunnerError(f"runner = {spec!r} is not a registered runner; give one of {', '.join(BUILT_IN)} or "
-                          "'module:function' of a function decorated with @grid_runner (bench.grid.runners)")
+                          "'module:function' of a function decorated with @grid_runner (bench.lib.grid.runners)")
     if standard_module(module_name):
         raise RunnerError(f"runner = {spec!r}: {module_name} is part of Python's standard library, not a grid "
-                          "runner; name a function decorated with @grid_runner (bench.grid.runners)")
+                          "runner; name a function decorated with @grid_runner (bench.lib.grid.runners)")
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
@@ -84,5 +84,5 @@ def resolve_runner(spec: str) -> RegisteredRunner:
     name = getattr(func, "__grid_runner__", None)
     if not callable(func) or name is None or name not in _REGISTRY:
         raise RunnerError(f"runner {spec!r}: {module_name}.{func_name} is not a grid runner; decorate it with "
-                          "@grid_runner(\"name\") from bench.grid.runners")
+                          "@grid_runner(\"name\") from bench.lib.grid.runners")
     return _REGISTRY[name]

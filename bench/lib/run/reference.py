@@ -10,14 +10,14 @@ hyper-parameters (``Hparams`` but the searched ones), so the two differ in the s
 * ``reference_figures``: each method's reference mean ± std over the study's seeds, the reference's
   paired differences (SphereFed vs FedAvg, CCVR vs FedAvg, FFC vs SphereFed) and, for this run's
   difference, the verdict against the t prediction interval for one new seed from the reference's
-  per-seed differences (``bench.study.stats.prediction_interval``; wording:
-  ``bench.study.verdicts``) -- or, when this run *is* one of the reference's seeds (same seed, same
+  per-seed differences (``bench.lib.study.stats.prediction_interval``; wording:
+  ``bench.lib.study.verdicts``) -- or, when this run *is* one of the reference's seeds (same seed, same
   learning rate, same configuration), that it is not new evidence; the convergence verdicts
   of the reference's seeds, and, from a study of the same setting run for more rounds (the
   converged reference), its mean curve and the round at which that curve reaches this run's
   accuracy: where on the converged curve this run stopped;
 * ``target``: the time-to-accuracy target, fixed before any run: ``--target``, else the preset's
-  ``[targets] accuracy_pct``, else the covering study's first declared target.
+  first ``[targets] accuracy_pct``, else the covering study's first declared target.
 """
 
 from __future__ import annotations
@@ -30,14 +30,15 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
-from bench.study import verdicts
-from bench.study.spec import Setting
-from bench.study.stats import Estimate, paired_difference, prediction_interval
+from bench.lib.study import verdicts
+from bench.lib.study.spec import Setting
+from bench.lib.study.stats import Estimate, paired_difference, prediction_interval
+from iokit.outputs import CHECKOUT_ROOT
 from workloads.cost.calibration import TRAINED_WITH
 from workloads.fl.hparams import FLConfig
 from workloads.fl.methods import CALIBRATIONS, MethodConfig, parse_method
 
-REFERENCE_DIR = Path(__file__).resolve().parents[2] / "results" / "reference"
+REFERENCE_DIR = CHECKOUT_ROOT / "results" / "reference"
 COMPARED = (("spherefed", "fedavg"), ("ccvr", "fedavg"), ("ffc", "spherefed"))
 """The paper's claims, as pairs of bench.run's method names (method, the one it is compared with)."""
 
@@ -244,12 +245,13 @@ def _shown(folder: Path) -> str:
         return str(folder)
 
 
-def target(cli_pct: float | None, preset_pct: float | None, figures: Mapping[str, Any] | None) -> tuple[float | None, str]:
+def target(cli_pct: float | None, preset_pcts: tuple[float, ...], figures: Mapping[str, Any] | None
+           ) -> tuple[float | None, str]:
     """The time-to-accuracy target in percent and where it comes from (module doc)."""
     if cli_pct is not None:
         return cli_pct, "--target"
-    if preset_pct is not None:
-        return preset_pct, "declared in the preset ([targets] accuracy_pct)"
+    if preset_pcts:
+        return preset_pcts[0], "declared in the preset ([targets] accuracy_pct)"
     if figures and figures.get("declared_target_pct") is not None:
         return figures["declared_target_pct"], f"declared in the reference study {figures['study']}"
     return None, "no target declared: give --target PCT, or [targets] accuracy_pct in the preset"

@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from bench.results import ResultsError
+from bench.lib.results import ResultsError
 
 FIG5_PNG = "fig5.png"
 
@@ -74,7 +74,7 @@ def _bars(ax, frame: pd.DataFrame, panel: Panel) -> None:
 
 
 def _reference_bars(ax, summary: dict, frame: pd.DataFrame) -> None:
-    """Panel (e): a reference study's mean ± std over seeds (``bench.run.reference``) on each bar it covers."""
+    """Panel (e): a reference study's mean ± std over seeds (``bench.lib.run.reference``) on each bar it covers."""
     models, methods = list(frame.index), list(frame.columns)
     width = 0.8 / max(len(methods), 1)
     for row, model in enumerate(models):

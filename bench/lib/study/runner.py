@@ -1,7 +1,7 @@
 """The grid runner ``bench.study``: one federated training run of an accuracy study, every round
 priced, its curves written (docs/study.md).
 
-A point is self-contained, so that its id (``bench.grid.engine.run_id``: a hash of the runner and
+A point is self-contained, so that its id (``bench.lib.grid.engine.run_id``: a hash of the runner and
 the point) changes exactly when something that decides the result changes, and a tuning run and
 an evaluation run with the same settings are one run::
 
@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from bench.grid.runners import grid_runner
+from bench.lib.grid.runners import grid_runner
 from iokit import checks
 from iokit.files import atomic_write_text
 from workloads.fl.execution import SETTINGS, Execution, kernel_environment
@@ -183,12 +183,12 @@ def _validate(point: Mapping[str, Any]) -> None:
 
 def prepare(point: Mapping[str, Any]):
     """Everything one run does before it trains: the hardware and system files read, the data
-    loaded, the hold-out split, the partition made and the model built (``bench.fl.pipeline.load``);
+    loaded, the hold-out split, the partition made and the model built (``bench.lib.fl.pipeline.load``);
     ValueError naming what cannot be used. The study command calls it on one point per model and
     data setting before any run (a malformed file, a hold-out that leaves no data, a factory that is
     not a model: refused up front, not as every trial failing)."""
     from accel_sim.hardware import HardwareConfig, load_hardware_config
-    from bench.fl import pipeline
+    from bench.lib.fl import pipeline
     from workloads.cost.system import DEFAULT_SYSTEM_PATH, load_system_model
     from workloads.fl.presets import Preset
 
@@ -227,7 +227,7 @@ def projected_local_training_s(points: Sequence[Mapping[str, Any]]) -> dict[tupl
 @grid_runner("bench.study", validate=_validate)
 def run_point(point: Mapping[str, Any], out_dir: Path) -> dict[str, float]:
     """One run of an accuracy study (module doc)."""
-    from bench.fl.jobs import Job, run_job
+    from bench.lib.fl.jobs import Job, run_job
 
     p, data = prepare(point)
     outcome = run_job(Job(p.method.name, p.hp), data.inputs)

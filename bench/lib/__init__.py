@@ -1,0 +1,15 @@
+"""The library floor of the commands: the machinery several ``bench/<command>/`` packages share.
+
+A command (``bench/<name>/__main__.py``) parses its flags, calls functions of this package and
+writes; a module only one command uses stays in that command's package. This package imports no
+command package, and no command package imports another (``tests/test_architecture.py``):
+
+* ``fl``: federated runs as jobs (``jobs``) and ``bench.fl``'s four steps (``pipeline``);
+* ``run``: ``bench.run``'s pricing of every figure for every model, and its grid runner;
+* ``grid``: the grid engine (``engine``) and the registered runners a grid may name (``runners``);
+* ``study``: an accuracy study's specification, tuning rule, statistics, convergence rule,
+  verdict wording, and its grid runner (``runner``);
+* ``plots``: every figure, with one matplotlib backend;
+* ``formulas``: SphereFed Table 1's closed forms; ``paper``: the paper's setting and claims;
+  ``results``: the results format (files, columns, version).
+"""
