@@ -115,6 +115,16 @@ def closed_form_sizes(model: nn.Module, fmt: NumberFormat | None = None) -> dict
             "feature_dim": model.classifier.in_features, "num_classes": model.classifier.out_features}
 
 
+def client_round_bytes(method: MethodConfig, hp: Hparams, round: int, *, layer_bytes: Sequence[int],
+                       trainable_bytes: int) -> tuple[int, int]:
+    """(down, up) bytes of one sampled client in training round ``round``, from sizes only
+    (``closed_form_bytes``): down the layers the method shares that round (+ FedCos's d_t from
+    round 2), up the same + the sample count + the method's upload extras."""
+    shared = sum(layer_bytes[:method.algo.shared_layer_count(round, hp, len(layer_bytes))])
+    down = shared + (trainable_bytes if method.algo.needs_direction and round > 1 else 0)
+    return down, shared + METADATA_BYTES + UPLOAD_EXTRA_BYTES * len(method.algo.upload_extras)
+
+
 def closed_form_bytes(method: MethodConfig, hp: Hparams, *, rounds: int, clients_per_round: int,
                       num_clients: int, layer_bytes: Sequence[int], head_bytes: int,
                       trainable_bytes: int, feature_dim: int, num_classes: int) -> dict[str, int]:
@@ -134,9 +144,7 @@ def closed_form_bytes(method: MethodConfig, hp: Hparams, *, rounds: int, clients
     """
     down = up = 0
     for t in range(1, rounds + 1):
-        shared = sum(layer_bytes[:method.algo.shared_layer_count(t, hp, len(layer_bytes))])
-        down_t = shared + (trainable_bytes if method.algo.needs_direction and t > 1 else 0)
-        up_t = shared + METADATA_BYTES + UPLOAD_EXTRA_BYTES * len(method.algo.upload_extras)
+        down_t, up_t = client_round_bytes(method, hp, t, layer_bytes=layer_bytes, trainable_bytes=trainable_bytes)
         down += clients_per_round * down_t
         up += clients_per_round * up_t
     if method.calibration:
