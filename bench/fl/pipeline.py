@@ -32,7 +32,7 @@ from iokit import checks
 from iokit.files import atomic_write_text
 from iokit.provenance import git_commit
 from workloads import model_spec
-from workloads.cost.fleet import Fleet, assign_classes, load_fleet
+from workloads.cost.fleet import Fleet, ParticipationPlan, assign_classes, load_fleet, summary_line
 from workloads.cost.rounds import Device, RunPricer, client_devices, fleet_devices, fleet_system
 from workloads.cost.system import DEFAULT_SYSTEM_PATH, ROUNDS_COLUMNS, SystemModel, load_system_model
 from workloads.fl.comm import closed_form_bytes, closed_form_sizes, ledger_totals
@@ -212,7 +212,7 @@ def train(run: FLRun, data: FLData, *, progress: bool = False, checkpoints: Path
         outcomes[method.name] = outcome
         r, rows = outcome.result, outcome.rows
         if outcome.plan is not None:
-            print(f"{method.name:28s} {fleet_line(outcome.plan.summary(run.fleet))}", file=sys.stderr)
+            print(f"{method.name:28s} {summary_line(outcome.plan.summary(run.fleet))}", file=sys.stderr)
         print(f"{method.name:28s} accuracy {r.accuracy:.4f}"
               + (f" (before calibration {r.accuracy_before_calibration:.4f})" if method.calibration else "")
               + (f"  validation {r.val_accuracy:.4f}" if r.val_accuracy is not None else "")
@@ -222,19 +222,13 @@ def train(run: FLRun, data: FLData, *, progress: bool = False, checkpoints: Path
     return {"forecasts": forecasts, "outcomes": outcomes}
 
 
-def fleet_line(summary: Mapping[str, Any]) -> str:
-    """One line of a participation plan's totals (``ParticipationPlan.summary``)."""
-    dropped = ", ".join(f"{n} {reason}" for reason, n in summary["dropped"].items() if n) or "none dropped"
-    cannot = [name for name, c in summary["classes"].items() if not c["fits"]]
-    return (f"fleet: {summary['arrived']} of {summary['sampled']} sampled updates arrived ({dropped})"
-            + (f"; memory too small to train in class(es) {', '.join(cannot)}" if cannot else ""))
-
-
-def closed_form_for(method: MethodConfig, data: FLData, run: FLRun) -> dict:
-    """The closed-form communication totals (``workloads.fl.comm.closed_form_bytes``) for this run."""
+def closed_form_for(method: MethodConfig, data: FLData, run: FLRun, plan: ParticipationPlan | None = None) -> dict:
+    """The closed-form communication totals (``workloads.fl.comm.closed_form_bytes``) for this run
+    (with a fleet's ``plan``: over each round's arrivals)."""
     model = prepare_model(data.inputs.build(method.spherefed), method, seed=run.cfg.seed)
+    clients = data.clients_per_round if plan is None else [len(a) for a in plan.arrivals]
     return closed_form_bytes(method, run.hparams[method.name], rounds=run.cfg.rounds,
-                             clients_per_round=data.clients_per_round, num_clients=run.cfg.num_clients,
+                             clients_per_round=clients, num_clients=run.cfg.num_clients,
                              **closed_form_sizes(model, run.execution.communication))
 
 
@@ -257,7 +251,7 @@ def results_doc(run: FLRun, data: FLData, trained: dict, command: str) -> dict:
             "resumed_after_round": r.resumed_after_round, "samples_trained": r.samples_trained,
             "modeled": {key: rows[-1][key] for key in ("cum_wall_s", "cum_device_s", "cum_energy_j", "cum_bytes")},
             **({} if o.plan is None else {"fleet": o.plan.summary(run.fleet)}),
-            "comm": ledger_totals(r.transfers), "comm_closed_form": closed_form_for(method, data, run),
+            "comm": ledger_totals(r.transfers), "comm_closed_form": closed_form_for(method, data, run, o.plan),
             "history": list(r.history)}
     val = inputs.val
     return {"format": FORMAT_NAME, "version": FORMAT_VERSION, "preset": run.preset.name, "command": command,

@@ -436,3 +436,11 @@ class ParticipationPlan:
                 "classes": {c.name: {"peak_memory_bytes": peak, "memory_bytes": "inf" if math.isinf(c.memory_bytes)
                                      else c.memory_bytes, "fits": peak <= c.memory_bytes}
                             for c, peak in zip(fleet.classes, self.class_peak_memory_bytes)}}
+
+
+def summary_line(summary: Mapping[str, Any]) -> str:
+    """One line of a participation plan's totals (``ParticipationPlan.summary``)."""
+    dropped = ", ".join(f"{n} {reason}" for reason, n in summary["dropped"].items() if n) or "none dropped"
+    cannot = [name for name, c in summary["classes"].items() if not c["fits"]]
+    return (f"fleet: {summary['arrived']} of {summary['sampled']} sampled updates arrived ({dropped})"
+            + (f"; memory too small to train in class(es) {', '.join(cannot)}" if cannot else ""))
