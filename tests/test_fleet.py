@@ -308,3 +308,27 @@ def test_a_round_nobody_arrives_in_keeps_the_model(digits, pricer):
     assert [h["clients"] for h in out.result.history] == [[], []]
     assert all(r["clients"] == 0 and r["dropped_deadline"] == 3 and r["server_s"] == 0.0 for r in out.rows)
     assert out.result.samples_trained == 0 and out.result.transfers == ()
+
+
+# ---- grids and studies -------------------------------------------------------------------------------------
+
+def test_a_fleet_is_a_grid_key_and_a_study_axis():
+    import tomllib
+
+    from bench.run.config import resolve
+    from bench.run.study import point_config
+    from bench.study.spec import StudyError, load_study, parse_study
+
+    cfg = point_config({"model": "convnet", "preset": "smoke", "fleet": "mixed"})
+    assert cfg.fleet_path == "mixed" and resolve(cfg).fleet.name == "mixed"
+    with pytest.raises(ValueError, match="--fleet mixed and --system"):
+        resolve(dataclasses.replace(cfg, system_path="configs/system/ideal.toml"))
+    study = load_study("configs/studies/digits-fleets.toml")
+    assert [s.label for s in study.settings] == ["alpha=0.5", "alpha=0.5 fleet=mixed"]
+    assert study.settings[1].tuned_on == study.settings[0]  # the fleet runs at the all-clients choice
+    with open("configs/studies/digits-fleets.toml", "rb") as f:
+        doc = tomllib.load(f)
+    with pytest.raises(StudyError, match='add "none"'):
+        parse_study({**doc, "fleets": ["mixed"]}, "s.toml")
+    with pytest.raises(StudyError, match="fleets: .*nowhere"):
+        parse_study({**doc, "fleets": ["none", "nowhere.toml"]}, "s.toml")
