@@ -201,9 +201,10 @@ def _device_class(name: str, table: Any, *, folder: Path, where: str, listed: bo
     availability = availability_of(table.get("availability", "always"), at)
     share = None
     if not listed:
-        share = checks.number_in(table["share"], 0.0, 1.0, name="share", error=FleetError, low_open=True) \
-            if not isinstance(table["share"], bool) else checks.number_in(table["share"], 0, 1, name="share",
-                                                                          error=FleetError)
+        try:
+            share = float(checks.number_in(table["share"], 0.0, 1.0, name="share", error=FleetError, low_open=True))
+        except FleetError as e:
+            raise FleetError(f"{at}: {e}") from None
     return DeviceClass(name, hw_path, hw, memory, link, availability, share)
 
 
