@@ -3,7 +3,7 @@ priced on the modeled accelerator.
 
     python -m bench.fl --preset small [--methods fedavg spherefed+ffc] [--seed 0] [--rounds N]
                        [--holdout FRACTION] [--data-dir DIR] [--out DIR] [--overwrite | --resume]
-                       [--threads N] [--progress] [--hw HW.toml] [--system SYSTEM.toml]
+                       [--threads N] [--progress] [--hw HW.toml] [--system SYSTEM.toml | --fleet FLEET.toml]
                        [--model NAME|package.module:factory] [--classifier DOTTED.NAME]
                        [--device auto|cpu|cuda|cuda:N] [--augment] [--channels-last] [--bf16] [--compile]
 
@@ -12,7 +12,9 @@ Writes ``--out`` (default ``results/fl/<preset>-seed<seed>``): ``results.json`` 
 validation accuracy per method, per-round history, ledger totals beside the closed forms, measured
 and projected wall time, resolved config, execution, command, git commit), ``accuracy.csv``,
 ``ledger.csv`` (every transfer), ``partition.csv`` and ``rounds.csv`` (every round priced under
-``--hw`` and ``--system``; docs/rounds.md), and ``manifest.json`` (what the suite wrote).
+``--hw`` and ``--system``, or with ``--fleet`` on a fleet's devices with a deadline, the loop
+aggregating only the clients that arrive: docs/rounds.md, docs/fleets.md), and ``manifest.json``
+(what the suite wrote).
 
 While it runs, ``--out`` holds the per-round checkpoints (``checkpoints/``) and a manifest saying
 the run is in progress; ``--resume`` continues an interrupted run from them, with results identical
@@ -65,6 +67,10 @@ def parser() -> cli.Parser:
                    help="the nn.Linear of a user model the methods act on (default: its last nn.Linear)")
     p.add_argument("--system", default=str(DEFAULT_SYSTEM_PATH),
                    help="system-model TOML: clients' links and devices (default configs/system/default.toml)")
+    p.add_argument("--fleet", metavar="FILE",
+                   help="fleet TOML (or a name under configs/fleets/): each client's device class, memory, link "
+                        "and availability, rounds with a deadline and over-commitment (docs/fleets.md); "
+                        "replaces --system")
     add_execution_args(p)
     return p
 
@@ -107,10 +113,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def resolve(args) -> pipeline.FLRun:
     """The run the parsed command line ``args`` describes (its config hash identifies its folder)."""
+    check_fleet_flags(args.fleet, args.system)
     return pipeline.resolve(args.preset, methods=args.methods, seed=args.seed, rounds=args.rounds,
                             holdout=args.holdout, model=args.model, classifier=args.classifier,
                             data_dir=args.data_dir, hw_path=args.hw, system_path=args.system,
-                            device=args.device, execution_flags=execution_flags(args))
+                            device=args.device, execution_flags=execution_flags(args), fleet_path=args.fleet)
+
+
+def check_fleet_flags(fleet: str | None, system: str) -> None:
+    """A fleet gives every client's link and device: it and a ``--system`` file are not combined."""
+    if fleet is not None and system != str(DEFAULT_SYSTEM_PATH):
+        raise ValueError(f"--fleet {fleet} and --system {system}: a fleet gives every client's device and link; "
+                         "leave --system out (or --fleet, for the system model's synchronous rounds)")
 
 
 def checkpoint_files(run: pipeline.FLRun) -> tuple[str, ...]:

@@ -36,6 +36,7 @@ from bench.lib.run.figures import ledger_mismatches
 from bench.lib.run.study import run_study, write_files
 from bench.run.table import format_references, format_table
 from iokit import checks, cli, outputs
+from workloads.cost.fleet import summary_line
 from workloads.cost.system import DEFAULT_SYSTEM_PATH
 from workloads.fl.execution import add_execution_args
 from workloads.model_spec import parse_input_shape
@@ -72,6 +73,10 @@ def parser() -> cli.Parser:
                         "accuracy_pct, else the covering reference study's declared target)")
     p.add_argument("--system", default=str(DEFAULT_SYSTEM_PATH),
                    help="system-model TOML of the priced rounds: links and devices (default configs/system/default.toml)")
+    p.add_argument("--fleet", metavar="FILE",
+                   help="fleet TOML (or a name under configs/fleets/): the accuracy runs' rounds on a fleet of "
+                        "devices with a deadline, aggregating only the clients that arrive (docs/fleets.md); "
+                        "replaces --system")
     p.add_argument("--input-shape", metavar="C,H,W",
                    help="one sample's input shape, priced and trained (3,S,S; default: 3,32,32 priced, the "
                         "preset's size trained)")
@@ -104,7 +109,7 @@ def parse_args(argv: list[str]) -> RunConfig:
     return RunConfig(models, tuple(a.methods), a.batch_size, a.seed, a.preset, a.data_dir, hws[0] if hws else None,
                      out, a.overwrite, a.alpha, a.target, a.system, shape, a.classifier, a.classes,
                      hws if len(hws) > 1 else (), a.workers, a.device, a.augment, a.channels_last, a.bf16, a.compile,
-                     a.number_format, a.comm_format)
+                     a.number_format, a.comm_format, a.fleet)
 
 
 @cli.command("interrupted; nothing written (a results folder appears only when complete)")
@@ -127,6 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     print(format_table(summary))
     print("\n" + "\n".join(format_references(summary)))
     print(formats.format_line(summary["number_formats"]))
+    for model, s in summary["models"].items():
+        for method, plan in s.get("fleet", {}).get("methods", {}).items():
+            print(f"{model} {method} on fleet {s['fleet']['name']}: {summary_line(plan)}")
     if "hardware_comparison" in summary:
         print(f"\n{compare_hw.format_comparison(summary)}")
     mismatched = ledger_mismatches(summary)

@@ -96,7 +96,7 @@ def plan(study: Study, ex: Execution, phase: str, seeds: Sequence[int],
                     hp = study.hparams(job, trial)
                     for seed in seeds:
                         config = make_point(model, job, seed, study.fl(model, setting, seed), hp, in_format, study.hw,
-                                            study.system, data_dir=study.data_dir)
+                                            study.system, data_dir=study.data_dir, fleet=setting.fleet)
                         out.append(Planned(phase, model, setting, training, dict(trial), seed, config))
     return out
 
@@ -114,15 +114,15 @@ def edge_text(e: Mapping[str, Any]) -> str:
 def tuning_plan(study: Study, ex: Execution) -> list[Planned]:
     """Every trial on the tuning seeds, in FP32 only: a study's other number formats run at their
     method's FP32-tuned hyper-parameters (the question is what the format does to a tuned method)."""
-    fp32 = [s for s in study.settings if s.number_format == "fp32"]
-    return plan(study, ex, "tune", study.tuning_seeds, lambda m, s, t: study.trials(t), fp32)
+    tuned = [s for s in study.settings if s == s.tuned_on]
+    return plan(study, ex, "tune", study.tuning_seeds, lambda m, s, t: study.trials(t), tuned)
 
 
 def evaluation_plan(study: Study, ex: Execution, choices: Mapping[tuple[str, str, str], Choice]) -> list[Planned]:
     """The chosen trial of every cell on every evaluation seed (cells whose tuning failed have none);
     a setting in another number format takes the choice of its FP32 setting."""
     def chosen(model: str, setting: Setting, training: str) -> list[Mapping[str, Any]]:
-        c = choices[(model, setting.in_fp32.label, training)]
+        c = choices[(model, setting.tuned_on.label, training)]
         return [] if c.trial is None else [c.trial]
 
     return plan(study, ex, "eval", study.seeds, chosen)

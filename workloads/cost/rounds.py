@@ -30,15 +30,18 @@ from torch import nn
 
 from accel_sim.hardware import HardwareConfig, load_hardware_config
 from accel_sim.mac_energy import hardware_in_format
+from workloads.cost.fleet import ClientOffer, Fleet, ParticipationPlan, online, plan_round, sampled_count
 from workloads.cost.system import ClientRound, RoundCost, SystemModel, ledger_rows, on_device, round_cost
+from workloads.fl.comm import client_round_bytes, closed_form_sizes
 from workloads.cost import calibration as calibration_cost
 from workloads.fl.hparams import Hparams
 from workloads.fl.local import prepare_model
-from workloads.fl.loop import RunResult, batch_starts
+from workloads.fl.loop import RunResult, batch_starts, clients_per_round, draw_clients
 from workloads.fl.methods import MethodConfig
 from workloads.fl.methods.base import ClientUpdate, ServerState, trainable_keys
 from workloads.cost.step import StepPrice, local_step_trace, simulate_complete
 from workloads.capture import capture
+from workloads.numerics import NumberFormat
 
 
 @dataclass(frozen=True)
@@ -101,10 +104,11 @@ class RunPricer:
     def __init__(self, spec: RunSpec) -> None:
         self.spec = spec
         self._models: dict[tuple, nn.Module] = {}
+        self._traces: dict[tuple, object] = {}
         self._steps: dict[tuple, StepPrice] = {}
         self._aggregations: dict[tuple, float] = {}
 
-    def _prepared(self, method: MethodConfig) -> nn.Module:
+    def prepared(self, method: MethodConfig) -> nn.Module:
         """The method's prepared model on ``meta`` (shapes and frozen parts only)."""
         key = (type(method.algo).prepare_model, method.spherefed)
         if key not in self._models:
@@ -115,16 +119,27 @@ class RunPricer:
 
     def step(self, method: MethodConfig, hp: Hparams, batch_size: int, later_round: bool,
              hw: HardwareConfig) -> StepPrice:
-        """One local step at ``batch_size`` (``later_round``: FedCos with its direction d_t)."""
-        key = (_local_step_key(method, hp), batch_size, later_round, hw)
+        """One local step at ``batch_size`` (``later_round``: FedCos with its direction d_t) on
+        ``hw``: captured once per step program and batch size, priced once per accelerator (so a
+        fleet's device classes share one capture)."""
+        program = (_local_step_key(method, hp), batch_size, later_round)
+        key = (*program, hw)
         if key not in self._steps:
-            trace = local_step_trace(lambda: self.spec.model_fn(method.spherefed), _training(method), hp,
-                                     batch_size=batch_size, input_shape=self.spec.input_shape,
-                                     round=2 if later_round else 1, seed=self.spec.seed,
-                                     model_name=self.spec.model_name)
-            report = simulate_complete(trace, hw, f"{method.name} local step at batch {batch_size}")
+            if program not in self._traces:
+                self._traces[program] = local_step_trace(
+                    lambda: self.spec.model_fn(method.spherefed), _training(method), hp, batch_size=batch_size,
+                    input_shape=self.spec.input_shape, round=2 if later_round else 1, seed=self.spec.seed,
+                    model_name=self.spec.model_name)
+            report = simulate_complete(self._traces[program], hw, f"{method.name} local step at batch {batch_size}")
             self._steps[key] = StepPrice.of(report)
         return self._steps[key]
+
+    def peak_memory_bytes(self, method: MethodConfig, hp: Hparams, n: int, later_round: bool,
+                          hw: HardwareConfig) -> int:
+        """The most memory one client's local training over ``n`` samples holds at once: the
+        peak of its largest mini-batch's step on ``hw`` (its word size)."""
+        return max(self.step(method, hp, b, later_round, hw).peak_memory_bytes
+                   for b in set(epoch_batch_sizes(n, hp.batch_size)))
 
     def local_training(self, method: MethodConfig, hp: Hparams, n: int, later_round: bool,
                        device: Device) -> tuple[float, float]:
@@ -140,7 +155,7 @@ class RunPricer:
         """Server seconds of the method's ``aggregate`` over ``num_updates`` updates of the keys it
         shares in round ``round``, in steady state (a first, uncaptured aggregation creates any
         server momentum)."""
-        model = self._prepared(method)
+        model = self.prepared(method)
         shared = tuple(method.algo.shared_keys(model, round, hp))
         key = (type(method.algo).aggregate, shared, num_updates, replace(hp, lr=1.0), hw)
         if key not in self._aggregations:
@@ -167,18 +182,86 @@ def _bytes_by_round_client(result: RunResult) -> dict[tuple[int, int], dict[str,
     return out
 
 
+def fleet_devices(fleet: Fleet, classes: Sequence[int], *, number_format: str = "fp32") -> tuple[Device, ...]:
+    """Every client's device in a fleet: its class's accelerator in the run's number format
+    (``client_devices``), at speed 1 (the class's accelerator is the device)."""
+    in_format = [hardware_in_format(c.hw, number_format) for c in fleet.classes]
+    return tuple(Device(in_format[c], 1.0) for c in classes)
+
+
+def fleet_system(fleet: Fleet, classes: Sequence[int]) -> SystemModel:
+    """The system model of a fleet: client k's link is its class's (lists over the clients)."""
+    links = [fleet.classes[c].link for c in classes]
+    return SystemModel(downlink_bytes_per_s=tuple(l.downlink_bytes_per_s for l in links),
+                       uplink_bytes_per_s=tuple(l.uplink_bytes_per_s for l in links),
+                       latency_s=tuple(l.latency_s for l in links))
+
+
+def plan_run(fleet: Fleet, classes: Sequence[int], method: MethodConfig, hp: Hparams, *, pricer: RunPricer,
+             client_sizes: Sequence[int], devices: Sequence[Device], system: SystemModel, rounds: int,
+             participation: float, seed: int, comm_format: NumberFormat | None = None,
+             number_format: str = "fp32") -> ParticipationPlan:
+    """The participation plan of one method's run on ``fleet`` (``workloads.cost.fleet``), from
+    deterministic prices only, before the run: per round, the sampled clients (over-committed),
+    each one's download, local training on its own device (this method's captured step at its
+    batch sizes, ``RunPricer``), upload and peak memory, and so who arrives.
+
+    ``classes[k]``: client k's class (``assign_classes``); ``devices``, ``system``: from
+    ``fleet_devices`` and ``fleet_system``; ``comm_format``: the run's communication format (the
+    bytes each transfer carries, ``workloads.fl.comm.client_round_bytes``); ``number_format``: the
+    run's, the devices' (for each class's peak memory at the full batch)."""
+    num_clients = len(client_sizes)
+    target = clients_per_round(num_clients, participation)
+    count = sampled_count(target, fleet.overcommit, num_clients)
+    sizes = closed_form_sizes(pricer.prepared(method), comm_format)
+    work: dict[tuple, tuple[float, float, bool]] = {}
+    plans = []
+    for t in range(1, rounds + 1):
+        later = method.algo.needs_direction and t > 1
+        down, up = client_round_bytes(method, hp, t, layer_bytes=sizes["layer_bytes"],
+                                      trainable_bytes=sizes["trainable_bytes"])
+        is_online = online(fleet, classes, t, seed=seed)
+        offers = []
+        for k in draw_clients(num_clients, count, seed=seed, round=t):
+            device, memory = devices[k], fleet.classes[classes[k]].memory_bytes
+            key = (client_sizes[k], later, device, memory)
+            if key not in work:
+                compute_s, energy_j = pricer.local_training(method, hp, client_sizes[k], later, device)
+                fits = pricer.peak_memory_bytes(method, hp, client_sizes[k], later, device.hw) <= memory
+                work[key] = (compute_s, energy_j, fits)
+            compute_s, energy_j, fits = work[key]
+            link = system.link(k)
+            offers.append(ClientOffer(k, bool(is_online[k]), fits, link.download_s(down), compute_s,
+                                      link.upload_s(up), energy_j, down, up))
+        plans.append(plan_round(t, offers, target=target, deadline_s=fleet.deadline_s))
+    peaks = tuple(pricer.step(method, hp, hp.batch_size, False, hardware_in_format(c.hw, number_format)).peak_memory_bytes
+                  for c in fleet.classes)
+    return ParticipationPlan(tuple(plans), peaks)
+
+
 def price_run(result: RunResult, method: MethodConfig, hp: Hparams, *, pricer: RunPricer,
               client_labels: Sequence[np.ndarray], hw: HardwareConfig, system: SystemModel,
-              devices: Sequence[Device]) -> list[dict]:
+              devices: Sequence[Device], plan: ParticipationPlan | None = None) -> list[dict]:
     """``rounds.csv`` rows (``workloads.cost.system.ROUNDS_COLUMNS``) of one method's run.
 
     ``pricer``: the run's (shared by its methods); ``client_labels[k]``: client k's training labels;
-    ``devices[k]``: its device (``client_devices``); ``hw``: the server's accelerator."""
+    ``devices[k]``: its device (``client_devices``); ``hw``: the server's accelerator. ``plan``: the
+    participation plan the run trained with (``plan_run``): each round is its ``RoundPlan``'s cost
+    (the dropped clients' work included) and the server aggregates its arrivals; None: the
+    synchronous round over the clients the loop sampled."""
     moved = _bytes_by_round_client(result)
     sizes = [len(y) for y in client_labels]
     rounds: list[tuple[int, str, int, float | None, RoundCost]] = []
     for entry in result.history:
         t, clients = entry["round"], entry["clients"]
+        if plan is not None:
+            planned = plan.rounds[t - 1]
+            if list(planned.arrived) != list(clients):
+                raise ValueError(f"round {t}: the loop trained clients {clients}, the plan's arrivals are "
+                                 f"{list(planned.arrived)}")
+            server_s = pricer.aggregation_s(method, hp, t, len(clients), hw) if clients else 0.0
+            rounds.append((t, "train", len(clients), entry["accuracy"], planned.cost(server_s)))
+            continue
         later = method.algo.needs_direction and t > 1
         work = []
         for k in clients:

@@ -28,7 +28,7 @@ static energy grows with the time it is powered (``device_energy_j``).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -112,6 +112,9 @@ class RoundCost:
     down_bytes: int
     up_bytes: int
     slowest_client: int | None  # None: no client took part (a server-only step)
+    sampled: int  # clients sampled; more than took part where a fleet dropped some (workloads.cost.fleet)
+    collect_s: float  # from the round's start until the server stops waiting for clients
+    dropped: Mapping[str, int] = field(default_factory=dict)  # clients dropped, by reason (fleet.DROP_REASONS)
 
     @property
     def bytes(self) -> int:
@@ -130,6 +133,8 @@ def round_cost(clients: Sequence[ClientRound], *, server_s: float = 0.0) -> Roun
         down_bytes=sum(c.down_bytes for c in clients),
         up_bytes=sum(c.up_bytes for c in clients),
         slowest_client=None if slowest is None else clients[slowest].client,
+        sampled=len(clients),
+        collect_s=times[slowest] if clients else 0.0,
     )
 
 
@@ -150,14 +155,20 @@ def on_device(modeled_s: float, energy_j: float, *, static_w: float, speed: floa
 
 # ---- the ledger: one row per method and round ------------------------------------------------------
 
+DROP_REASONS = ("unavailable", "memory", "deadline", "surplus")
+"""Why a sampled client's update is not aggregated (``workloads.cost.fleet``), in column order."""
 ROUNDS_COLUMNS = (
     "method", "round", "stage", "clients", "accuracy",
     "round_wall_s", "server_s", "round_device_s", "round_energy_j", "round_bytes",
     "cum_wall_s", "cum_device_s", "cum_energy_j", "cum_bytes",
+    "sampled", *(f"dropped_{reason}" for reason in DROP_REASONS), "collect_s",
 )
 """Columns of ``rounds.csv`` (docs/results.md). ``stage`` is ``train`` for rounds 1..R and
 ``calibration`` for the one-shot calibration after round R (round R + 1); ``accuracy`` is the
-global model's test accuracy in [0, 1] after that round, empty where it was not evaluated."""
+global model's test accuracy in [0, 1] after that round, empty where it was not evaluated;
+``clients`` took part (were aggregated) of ``sampled``, the others dropped by reason
+(``dropped_<reason>``); ``collect_s``: the round's wall time to its last awaited arrival or its
+deadline, before the server's ``server_s``."""
 
 
 def ledger_rows(method: str, rounds: Iterable[tuple[int, str, int, float | None, RoundCost]]) -> list[dict]:
@@ -172,7 +183,10 @@ def ledger_rows(method: str, rounds: Iterable[tuple[int, str, int, float | None,
         rows.append({"method": method, "round": round_, "stage": stage, "clients": clients, "accuracy": accuracy,
                      "round_wall_s": cost.round_wall_s, "server_s": cost.server_s,
                      "round_device_s": cost.device_s, "round_energy_j": cost.energy_j, "round_bytes": cost.bytes,
-                     "cum_wall_s": wall, "cum_device_s": device, "cum_energy_j": energy, "cum_bytes": nbytes})
+                     "cum_wall_s": wall, "cum_device_s": device, "cum_energy_j": energy, "cum_bytes": nbytes,
+                     "sampled": cost.sampled,
+                     **{f"dropped_{r}": cost.dropped.get(r, 0) for r in DROP_REASONS},
+                     "collect_s": cost.collect_s})
     return rows
 
 

@@ -115,7 +115,17 @@ def closed_form_sizes(model: nn.Module, fmt: NumberFormat | None = None) -> dict
             "feature_dim": model.classifier.in_features, "num_classes": model.classifier.out_features}
 
 
-def closed_form_bytes(method: MethodConfig, hp: Hparams, *, rounds: int, clients_per_round: int,
+def client_round_bytes(method: MethodConfig, hp: Hparams, round: int, *, layer_bytes: Sequence[int],
+                       trainable_bytes: int) -> tuple[int, int]:
+    """(down, up) bytes of one sampled client in training round ``round``, from sizes only
+    (``closed_form_bytes``): down the layers the method shares that round (+ FedCos's d_t from
+    round 2), up the same + the sample count + the method's upload extras."""
+    shared = sum(layer_bytes[:method.algo.shared_layer_count(round, hp, len(layer_bytes))])
+    down = shared + (trainable_bytes if method.algo.needs_direction and round > 1 else 0)
+    return down, shared + METADATA_BYTES + UPLOAD_EXTRA_BYTES * len(method.algo.upload_extras)
+
+
+def closed_form_bytes(method: MethodConfig, hp: Hparams, *, rounds: int, clients_per_round: int | Sequence[int],
                       num_clients: int, layer_bytes: Sequence[int], head_bytes: int,
                       trainable_bytes: int, feature_dim: int, num_classes: int) -> dict[str, int]:
     """Total bytes down and up over a run, from sizes only.
@@ -123,7 +133,9 @@ def closed_form_bytes(method: MethodConfig, hp: Hparams, *, rounds: int, clients
     ``layer_bytes``: bytes of the shared state of each sharing layer, shallow to deep, the global
     head last if it is shared (for plain methods any split of the shared state works: only the
     sum matters); ``head_bytes``: bytes of the shared classifier (0 when frozen);
-    ``trainable_bytes``: bytes of the trainable shared parameters (FedCos's d_t).
+    ``trainable_bytes``: bytes of the trainable shared parameters (FedCos's d_t);
+    ``clients_per_round``: the clients that train each round, one number for all rounds or one per
+    round (a fleet's arrivals, ``workloads.cost.fleet``).
 
     Per round and sampled client: down = the layers the method shares that round (its
     ``shared_layer_count``: all; double head with gradual sharing layers 1..p(t) in round t, Li et
@@ -134,11 +146,10 @@ def closed_form_bytes(method: MethodConfig, hp: Hparams, *, rounds: int, clients
     """
     down = up = 0
     for t in range(1, rounds + 1):
-        shared = sum(layer_bytes[:method.algo.shared_layer_count(t, hp, len(layer_bytes))])
-        down_t = shared + (trainable_bytes if method.algo.needs_direction and t > 1 else 0)
-        up_t = shared + METADATA_BYTES + UPLOAD_EXTRA_BYTES * len(method.algo.upload_extras)
-        down += clients_per_round * down_t
-        up += clients_per_round * up_t
+        down_t, up_t = client_round_bytes(method, hp, t, layer_bytes=layer_bytes, trainable_bytes=trainable_bytes)
+        clients = clients_per_round if isinstance(clients_per_round, int) else clients_per_round[t - 1]
+        down += clients * down_t
+        up += clients * up_t
     if method.calibration:
         down += num_clients * (sum(layer_bytes) - head_bytes)
         up += num_clients * calibration_stats_bytes(method.calibration, feature_dim=feature_dim,

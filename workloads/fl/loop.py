@@ -41,7 +41,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -117,6 +117,7 @@ class _Setup:
     test: DeviceData
     client_idx: tuple[torch.Tensor, ...]  # per client: indices into train, on the device
     val: DeviceData | None = None  # the validation hold-out (scored whenever the test set is)
+    arrivals: tuple[tuple[int, ...], ...] | None = None  # per round, the clients trained (None: the sampled ones)
 
 
 def cosine_lr(lr: float, lr_min: float, round: int, rounds: int) -> float:
@@ -125,11 +126,37 @@ def cosine_lr(lr: float, lr_min: float, round: int, rounds: int) -> float:
 
 
 def sample_clients(num_clients: int, participation: float, *, seed: int, round: int) -> list[int]:
-    m = max(1, round_half_up(participation * num_clients))
-    if m >= num_clients:
+    """The clients of round ``round``: ``clients_per_round`` of them (``draw_clients``)."""
+    return draw_clients(num_clients, clients_per_round(num_clients, participation), seed=seed, round=round)
+
+
+def clients_per_round(num_clients: int, participation: float) -> int:
+    """``round(participation x K)`` clients (half up), at least one."""
+    return max(1, round_half_up(participation * num_clients))
+
+
+def draw_clients(num_clients: int, count: int, *, seed: int, round: int) -> list[int]:
+    """``count`` of the clients, drawn without replacement from ``default_rng([seed, round])``
+    (all of them, in order, when ``count`` >= K), sorted."""
+    if count >= num_clients:
         return list(range(num_clients))
     rng = np.random.default_rng([seed, round])
-    return sorted(int(k) for k in rng.choice(num_clients, size=m, replace=False))
+    return sorted(int(k) for k in rng.choice(num_clients, size=count, replace=False))
+
+
+def check_arrivals(arrivals: Sequence[Sequence[int]], num_clients: int, rounds: int) -> tuple[tuple[int, ...], ...]:
+    """A participation plan's arrivals as the loop takes them: one sorted list of distinct clients
+    per round (an empty one: nobody arrived, the global model stays as it was)."""
+    if len(arrivals) != rounds:
+        raise ValueError(f"the participation plan covers {len(arrivals)} round(s); the run has {rounds}")
+    out = []
+    for t, clients in enumerate(arrivals, start=1):
+        clients = tuple(int(k) for k in clients)
+        if list(clients) != sorted(set(clients)) or any(not 0 <= k < num_clients for k in clients):
+            raise ValueError(f"round {t} of the participation plan: {list(clients)} is not a sorted list of "
+                             f"distinct clients in 0..{num_clients - 1}")
+        out.append(clients)
+    return tuple(out)
 
 
 def round_half_up(value: float) -> int:
@@ -153,11 +180,14 @@ def epoch_samples(n: int, batch_size: int) -> int:
     return sum(min(batch_size, n - s) for s in batch_starts(n, batch_size))
 
 
-def planned_samples(parts: Sequence[np.ndarray], cfg: FLConfig, hp: Hparams) -> int:
-    """Local training samples of a whole run (what ``RunResult.samples_trained`` will be)."""
+def planned_samples(parts: Sequence[np.ndarray], cfg: FLConfig, hp: Hparams,
+                    arrivals: Sequence[Sequence[int]] | None = None) -> int:
+    """Local training samples of a whole run (what ``RunResult.samples_trained`` will be);
+    ``arrivals``: the clients each round trains where a participation plan gives them."""
     return sum(hp.local_epochs * epoch_samples(len(parts[k]), hp.batch_size)
                for t in range(1, cfg.rounds + 1)
-               for k in sample_clients(len(parts), cfg.participation, seed=cfg.seed, round=t))
+               for k in (sample_clients(len(parts), cfg.participation, seed=cfg.seed, round=t) if arrivals is None
+                         else arrivals[t - 1]))
 
 
 @torch.no_grad()
@@ -244,8 +274,13 @@ def run_method(method: MethodConfig, *, model_fn: Callable[[], nn.Module], train
                parts: Sequence[np.ndarray], cfg: FLConfig, hp: Hparams,
                execution: Execution = Execution(), progress: bool = False,
                checkpoint: str | Path | None = None, resume: bool = False,
-               after_round: Callable[[int], None] | None = None, val=None) -> RunResult:
+               after_round: Callable[[int], None] | None = None, val=None,
+               arrivals: Sequence[Sequence[int]] | None = None) -> RunResult:
     """Run ``method`` on ``train`` split by ``parts`` (one index array per client).
+
+    ``arrivals`` (a participation plan, ``workloads.cost.fleet``: per round, the sampled clients
+    whose updates arrive in time; None: every sampled client) are the clients each round trains
+    and aggregates, instead of ``sample_clients``; the loop never learns why the others were left out.
 
     ``val`` (a ``Dataset`` held out of ``train`` before partitioning, or None) is scored wherever
     the test set is: every evaluated round's ``val_accuracy`` and the final model's, so that
@@ -256,6 +291,8 @@ def run_method(method: MethodConfig, *, model_fn: Callable[[], nn.Module], train
     ``after_round(t)`` is called after round t's checkpoint is written (a test interrupts a run there).
     """
     setup = _set_up(method, model_fn, train, test, parts, cfg, hp, execution, val)
+    if arrivals is not None:
+        setup = replace(setup, arrivals=check_arrivals(arrivals, len(parts), cfg.rounds))
     fingerprint = _fingerprint(setup, parts) if checkpoint is not None else ""
     state = _initial_state(setup)
     if resume and checkpoint is not None and Path(checkpoint).is_file():
@@ -265,7 +302,7 @@ def run_method(method: MethodConfig, *, model_fn: Callable[[], nn.Module], train
                disable=not progress)
     for t in range(state.round + 1, cfg.rounds + 1):
         state = _federated_round(setup, state, t)
-        if state.history[-1]["accuracy"] is not None:
+        if state.history[-1]["accuracy"] is not None and state.history[-1]["mean_loss"] is not None:
             bar.set_postfix(acc=f"{state.history[-1]['accuracy']:.3f}", loss=f"{state.history[-1]['mean_loss']:.3f}")
         bar.update(1)
         if checkpoint is not None:
@@ -314,7 +351,8 @@ def _federated_round(setup: _Setup, state: LoopState, t: int) -> LoopState:
     method, cfg, hp = setup.method, setup.cfg, setup.hp
     algo, server = method.algo, state.server
     lr = cosine_lr(hp.lr, hp.lr_min, t, cfg.rounds)
-    clients = sample_clients(len(setup.client_idx), cfg.participation, seed=cfg.seed, round=t)
+    clients = (sample_clients(len(setup.client_idx), cfg.participation, seed=cfg.seed, round=t)
+               if setup.arrivals is None else list(setup.arrivals[t - 1]))
     shared = algo.shared_keys(setup.client_model, t, hp)
     direction = None
     if algo.needs_direction and server.prev_weights is not None:
@@ -328,12 +366,14 @@ def _federated_round(setup: _Setup, state: LoopState, t: int) -> LoopState:
         updates.append(update)
         losses.append(loss)
         samples += hp.local_epochs * epoch_samples(len(setup.client_idx[k]), hp.batch_size)
-    server = algo.aggregate(server, updates, hp, [k for k in shared if k in setup.params])
+    if updates:  # a round nobody arrived in leaves the global model as it was
+        server = algo.aggregate(server, updates, hp, [k for k in shared if k in setup.params])
     acc = val_acc = None
     if t == cfg.rounds or (cfg.eval_every and t % cfg.eval_every == 0):
         setup.global_model.load_state_dict(server.weights)
         acc, val_acc = _scores(setup)
-    entry = {"round": t, "lr": lr, "clients": clients, "mean_loss": float(np.mean(losses)), "accuracy": acc,
+    entry = {"round": t, "lr": lr, "clients": clients, "mean_loss": float(np.mean(losses)) if losses else None,
+             "accuracy": acc,
              "val_accuracy": val_acc}
     return LoopState(t, server, memory, tuple(transfers), state.history + (entry,), samples)
 
@@ -498,8 +538,10 @@ def _fingerprint(setup: _Setup, parts) -> str:
     h = hashlib.sha256()
     ex = setup.execution.settings()
     ex["device"] = setup.execution.torch_device.type
-    h.update(json.dumps({"method": setup.method.name, "cfg": asdict(setup.cfg), "hp": asdict(setup.hp),
-                         "execution": ex}, sort_keys=True, default=str).encode())
+    doc = {"method": setup.method.name, "cfg": asdict(setup.cfg), "hp": asdict(setup.hp), "execution": ex}
+    if setup.arrivals is not None:
+        doc["arrivals"] = setup.arrivals
+    h.update(json.dumps(doc, sort_keys=True, default=str).encode())
     for p in parts:
         h.update(np.asarray(p, dtype=np.int64).tobytes() + b"|")
     for key, v in setup.global_model.state_dict().items():

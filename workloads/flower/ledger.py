@@ -36,7 +36,7 @@ training at the accelerator's speed; ``compute_s``: that divided by the client's
 ``client_round_s``: download + compute + upload over its link; ``energy_j``: at its speed."""
 
 ROUND_KEYS = ("accel_clients", "accel_round_wall_s", "accel_server_s", "accel_round_device_s", "accel_round_energy_j",
-              "accel_round_down_bytes", "accel_round_up_bytes", "accel_slowest_client",
+              "accel_round_down_bytes", "accel_round_up_bytes", "accel_slowest_client", "accel_round_collect_s",
               *(f"accel_clients_{c}" for c in CLIENT_COLUMNS[2:]))
 """Metrics of one round, in the strategy's aggregated train ``MetricRecord``: the round's cost and,
 as lists in reply order, each client's ``clients.csv`` values (``accel_clients_<column>``)."""
@@ -79,6 +79,7 @@ def round_metrics(clients: Sequence[Mapping[str, float]], system: SystemModel, s
             "accel_round_device_s": cost.device_s, "accel_round_energy_j": cost.energy_j,
             "accel_round_down_bytes": cost.down_bytes, "accel_round_up_bytes": cost.up_bytes,
             "accel_slowest_client": -1 if cost.slowest_client is None else cost.slowest_client,
+            "accel_round_collect_s": cost.collect_s,
             **{f"accel_clients_{c}": v for c, v in per_client.items()}}
 
 
@@ -88,7 +89,8 @@ def round_cost_of(metrics: Mapping[str, float]) -> RoundCost:
     return RoundCost(round_wall_s=float(metrics["accel_round_wall_s"]), server_s=float(metrics["accel_server_s"]),
                      device_s=float(metrics["accel_round_device_s"]), energy_j=float(metrics["accel_round_energy_j"]),
                      down_bytes=int(metrics["accel_round_down_bytes"]), up_bytes=int(metrics["accel_round_up_bytes"]),
-                     slowest_client=None if slowest < 0 else slowest)
+                     slowest_client=None if slowest < 0 else slowest, sampled=int(metrics["accel_clients"]),
+                     collect_s=float(metrics["accel_round_collect_s"]))
 
 
 def ledger_rows_of(method: str, train_metrics: Mapping[int, Mapping[str, float]],

@@ -31,7 +31,8 @@ import torch
 
 from accel_sim.hardware import HardwareConfig
 from workloads import model_spec
-from workloads.cost.rounds import Device, RunPricer, RunSpec, price_run
+from workloads.cost.fleet import Fleet, ParticipationPlan
+from workloads.cost.rounds import Device, RunPricer, RunSpec, plan_run, price_run
 from workloads.cost.system import SystemModel
 from workloads.fl.data import Dataset
 from workloads.fl.execution import Execution
@@ -56,6 +57,8 @@ class RunInputs:
     seed: int
     execution: Execution = Execution()  # where the runs train (workloads.fl.execution)
     val: Dataset | None = None  # the validation hold-out, scored wherever the test set is
+    fleet: Fleet | None = None  # rounds with deadlines on a fleet (then ``devices`` and ``system`` are its)
+    classes: tuple[int, ...] = ()  # with a fleet: client k's device class (``assign_classes``)
 
     def build(self, spherefed: bool):
         return model_spec.build(self.spec, num_classes=self.train.num_classes, norm=self.fl.norm, spherefed=spherefed)
@@ -81,7 +84,8 @@ class JobResult:
     result: RunResult  # the loop's record of the run (its final weights left out)
     rows: list[dict]  # rounds.csv rows (workloads.cost.system.ROUNDS_COLUMNS)
     wall_s: float  # this machine's wall time of the training (not a modeled figure)
-    pricing_wall_s: float  # this machine's wall time of pricing every round
+    pricing_wall_s: float  # this machine's wall time of pricing every round (and planning the participation)
+    plan: ParticipationPlan | None = None  # with a fleet: who arrived in each round (``plan_run``)
 
     @property
     def accuracy(self) -> float:
@@ -110,14 +114,24 @@ def run_job(job: Job, inputs: RunInputs, *, pricer: RunPricer | None = None, bar
         print(f"{job.name}: round {t}/{inputs.fl.rounds} done ({time.perf_counter() - start:.0f} s)",
               file=sys.stderr, flush=True)
 
+    pricer = pricer or RunPricer(inputs.run_spec())
+    plan, planning_s = None, time.perf_counter()
+    if inputs.fleet is not None:  # who arrives in each round, from deterministic prices, before the run
+        plan = plan_run(inputs.fleet, inputs.classes, method, job.hp, pricer=pricer,
+                        client_sizes=[len(p) for p in inputs.parts], devices=inputs.devices, system=inputs.system,
+                        rounds=inputs.fl.rounds, participation=inputs.fl.participation, seed=inputs.seed,
+                        comm_format=inputs.execution.communication, number_format=inputs.execution.number_format)
+    planning_s = time.perf_counter() - planning_s
     result = run_method(method, model_fn=model_fn, train=inputs.train, test=inputs.test, parts=inputs.parts,
                         cfg=inputs.fl, hp=job.hp, execution=inputs.execution, progress=bars,
                         after_round=round_done if announce and not bars else None, val=inputs.val,
-                        checkpoint=checkpoint, resume=resume)
+                        checkpoint=checkpoint, resume=resume,
+                        arrivals=None if plan is None else plan.arrivals)
     trained = time.perf_counter()
-    rows = price_run(result, method, job.hp, pricer=pricer or RunPricer(inputs.run_spec()), client_labels=labels,
-                     hw=inputs.hw, system=inputs.system, devices=inputs.devices)
-    return JobResult(replace(result, weights={}), rows, trained - start, time.perf_counter() - trained)
+    rows = price_run(result, method, job.hp, pricer=pricer, client_labels=labels, hw=inputs.hw, system=inputs.system,
+                     devices=inputs.devices, plan=plan)
+    return JobResult(replace(result, weights={}), rows, trained - start - planning_s,
+                     time.perf_counter() - trained + planning_s, plan)
 
 
 def available_cpus() -> int:

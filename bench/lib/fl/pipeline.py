@@ -32,7 +32,8 @@ from iokit import checks
 from iokit.files import atomic_write_text
 from iokit.provenance import git_commit
 from workloads import model_spec
-from workloads.cost.rounds import Device, RunPricer, client_devices
+from workloads.cost.fleet import Fleet, ParticipationPlan, assign_classes, load_fleet, summary_line
+from workloads.cost.rounds import Device, RunPricer, client_devices, fleet_devices, fleet_system
 from workloads.cost.system import DEFAULT_SYSTEM_PATH, ROUNDS_COLUMNS, SystemModel, load_system_model
 from workloads.fl.comm import closed_form_bytes, closed_form_sizes, ledger_totals
 from workloads.fl.data import Dataset, load_dataset, subset
@@ -61,17 +62,26 @@ class FLRun:
     system: SystemModel
     devices: tuple[Device, ...]
     execution: Execution
+    fleet: Fleet | None = None  # rounds with deadlines on a fleet (docs/fleets.md); then devices and system are its
+    classes: tuple[int, ...] = ()  # with a fleet: client k's device class
 
     @property
     def cfg(self):
         return self.preset.fl
 
     def config(self) -> dict[str, Any]:
-        """The resolved config, as recorded in results.json and hashed into the folder's manifest."""
-        return {"preset": self.preset.name, "fl": asdict(self.cfg), "methods": [m.name for m in self.methods],
-                "hparams": {k: asdict(v) for k, v in self.hparams.items()}, "classifier": self.classifier,
-                "hardware": asdict(self.hw), "system": self.system.describe(),
-                "execution": self.execution.settings()}
+        """The resolved config, as recorded in results.json and hashed into the folder's manifest
+        (a fleet's key only where there is one: a run without one keeps its hash)."""
+        doc = {"preset": self.preset.name, "fl": asdict(self.cfg), "methods": [m.name for m in self.methods],
+               "hparams": {k: asdict(v) for k, v in self.hparams.items()}, "classifier": self.classifier,
+               "hardware": asdict(self.hw), "system": self.system.describe(),
+               "execution": self.execution.settings()}
+        return doc if self.fleet is None else {**doc, "fleet": fleet_record(self.fleet, self.classes)}
+
+
+def fleet_record(fleet: Fleet, classes: Sequence[int]) -> dict:
+    """A fleet as results files record it: its classes and rule, and each client's class."""
+    return {**fleet.describe(), "client_classes": [fleet.classes[c].name for c in classes]}
 
 
 def method_list(names: Sequence[str]) -> tuple[MethodConfig, ...]:
@@ -90,9 +100,10 @@ def resolve(preset: str, *, methods: Sequence[str] | None = None, seed: int | No
             rounds: int | None = None, holdout: float | None = None, model: str | None = None,
             classifier: str | None = None, data_dir: str | None = None, hw_path: str | None = None,
             system_path: str | Path = DEFAULT_SYSTEM_PATH, device: str = "auto",
-            execution_flags: Mapping[str, bool | None] | None = None) -> FLRun:
+            execution_flags: Mapping[str, bool | None] | None = None, fleet_path: str | None = None) -> FLRun:
     """Step 1: every input checked (ValueError naming it). ``None`` keeps the preset's value;
-    ``execution_flags`` (``workloads.fl.execution.SETTINGS``) win over the preset's ``[execution]``."""
+    ``execution_flags`` (``workloads.fl.execution.SETTINGS``) win over the preset's ``[execution]``;
+    ``fleet_path``: a fleet file (docs/fleets.md), which then gives every client's device and link."""
     loaded = with_changes(load_preset(preset), seed=seed, rounds=rounds, holdout_fraction=holdout, model=model)
     chosen = method_list(methods if methods is not None else loaded.methods)
     if loaded.fl.dataset == "digits" and data_dir:
@@ -107,15 +118,23 @@ def resolve(preset: str, *, methods: Sequence[str] | None = None, seed: int | No
                          "built in; --classifier picks the nn.Linear of a user model (docs/byom.md)")
     return fl_run(loaded, chosen, {m.name: loaded.hparams(m) for m in chosen}, data_dir, classifier,
                   load_hardware_config(hw_path) if hw_path else HardwareConfig(), load_system_model(system_path),
-                  execution_of(device, execution_flags, loaded.execution))
+                  execution_of(device, execution_flags, loaded.execution),
+                  fleet=None if fleet_path is None else load_fleet(fleet_path))
 
 
 def fl_run(preset: Preset, methods: Sequence[MethodConfig], hparams: Mapping[str, Hparams], data_dir: str | None,
-           classifier: str | None, hw: HardwareConfig, system: SystemModel, execution: Execution) -> FLRun:
+           classifier: str | None, hw: HardwareConfig, system: SystemModel, execution: Execution,
+           fleet: Fleet | None = None) -> FLRun:
     """The ``FLRun`` of these inputs, priced on ``hw`` computing in the run's number format
     (``accel_sim.mac_energy.hardware_in_format``: the format's word size and MAC energy; FP32 leaves
-    it as given), and its clients' devices (``client_devices``, each in that format too)."""
+    it as given), and its clients' devices (``client_devices``, each in that format too). With a
+    ``fleet``, each client's device and link are its class's (``assign_classes`` from the seed) and
+    ``system`` is not used; the server stays on ``hw``."""
     hw = hardware_in_format(hw, execution.number_format)
+    if fleet is not None:
+        classes = assign_classes(fleet, preset.fl.num_clients, seed=preset.fl.seed)
+        return FLRun(preset, tuple(methods), hparams, data_dir, classifier, hw, fleet_system(fleet, classes),
+                     fleet_devices(fleet, classes, number_format=execution.number_format), execution, fleet, classes)
     devices = client_devices(system, hw, preset.fl.num_clients, seed=preset.fl.seed,
                              number_format=execution.number_format)
     return FLRun(preset, tuple(methods), hparams, data_dir, classifier, hw, system, devices, execution)
@@ -143,7 +162,8 @@ def load(run: FLRun) -> FLData:
     train, val = split_holdout(train, cfg.holdout_fraction, seed=cfg.seed)
     spec = model_spec.ModelSpec(cfg.model, tuple(train.x.shape[1:]), run.classifier)
     parts = tuple(make_partition(train.y.numpy(), cfg))
-    inputs = RunInputs(spec, cfg, train, test, parts, run.hw, run.system, run.devices, cfg.seed, run.execution, val)
+    inputs = RunInputs(spec, cfg, train, test, parts, run.hw, run.system, run.devices, cfg.seed, run.execution, val,
+                       run.fleet, run.classes)
     for spherefed in sorted({m.spherefed for m in run.methods}):
         inputs.build(spherefed)
     clients_per_round = len(sample_clients(cfg.num_clients, cfg.participation, seed=cfg.seed, round=1))
@@ -191,6 +211,8 @@ def train(run: FLRun, data: FLData, *, progress: bool = False, checkpoints: Path
         outcome = run_job(job, inputs, pricer=pricer, bars=progress, checkpoint=checkpoint, resume=resume)
         outcomes[method.name] = outcome
         r, rows = outcome.result, outcome.rows
+        if outcome.plan is not None:
+            print(f"{method.name:28s} {summary_line(outcome.plan.summary(run.fleet))}", file=sys.stderr)
         print(f"{method.name:28s} accuracy {r.accuracy:.4f}"
               + (f" (before calibration {r.accuracy_before_calibration:.4f})" if method.calibration else "")
               + (f"  validation {r.val_accuracy:.4f}" if r.val_accuracy is not None else "")
@@ -200,11 +222,13 @@ def train(run: FLRun, data: FLData, *, progress: bool = False, checkpoints: Path
     return {"forecasts": forecasts, "outcomes": outcomes}
 
 
-def closed_form_for(method: MethodConfig, data: FLData, run: FLRun) -> dict:
-    """The closed-form communication totals (``workloads.fl.comm.closed_form_bytes``) for this run."""
+def closed_form_for(method: MethodConfig, data: FLData, run: FLRun, plan: ParticipationPlan | None = None) -> dict:
+    """The closed-form communication totals (``workloads.fl.comm.closed_form_bytes``) for this run
+    (with a fleet's ``plan``: over each round's arrivals)."""
     model = prepare_model(data.inputs.build(method.spherefed), method, seed=run.cfg.seed)
+    clients = data.clients_per_round if plan is None else [len(a) for a in plan.arrivals]
     return closed_form_bytes(method, run.hparams[method.name], rounds=run.cfg.rounds,
-                             clients_per_round=data.clients_per_round, num_clients=run.cfg.num_clients,
+                             clients_per_round=clients, num_clients=run.cfg.num_clients,
                              **closed_form_sizes(model, run.execution.communication))
 
 
@@ -226,7 +250,8 @@ def results_doc(run: FLRun, data: FLData, trained: dict, command: str) -> dict:
             "projected_wall_s": round(forecasts[method.name].wall_s, 3),
             "resumed_after_round": r.resumed_after_round, "samples_trained": r.samples_trained,
             "modeled": {key: rows[-1][key] for key in ("cum_wall_s", "cum_device_s", "cum_energy_j", "cum_bytes")},
-            "comm": ledger_totals(r.transfers), "comm_closed_form": closed_form_for(method, data, run),
+            **({} if o.plan is None else {"fleet": o.plan.summary(run.fleet)}),
+            "comm": ledger_totals(r.transfers), "comm_closed_form": closed_form_for(method, data, run, o.plan),
             "history": list(r.history)}
     val = inputs.val
     return {"format": FORMAT_NAME, "version": FORMAT_VERSION, "preset": run.preset.name, "command": command,
@@ -234,6 +259,7 @@ def results_doc(run: FLRun, data: FLData, trained: dict, command: str) -> dict:
             "execution": run.execution.describe(), "kernels": kernel_environment(), "dataset_note": inputs.train.note, "test_note": inputs.test.note,
             "config": asdict(cfg), "hparams": {k: asdict(v) for k, v in run.hparams.items()},
             "hardware": asdict(run.hw), "system": run.system.describe(),
+            **({} if run.fleet is None else {"fleet": fleet_record(run.fleet, run.classes)}),
             "holdout": {"fraction": cfg.holdout_fraction, "val_samples": 0 if val is None else len(val),
                         "note": None if val is None else val.note},
             "partition_sizes": [int(len(p)) for p in inputs.parts], "methods": methods}

@@ -18,7 +18,8 @@ from bench.lib.run.breakdown import energy_by_kind
 from bench.lib.run.config import RunConfig
 from workloads import model_spec
 from workloads.cost.calibration import TRAINED_WITH, calibration_cost
-from workloads.cost.rounds import client_devices
+from workloads.cost.fleet import Fleet, assign_classes
+from workloads.cost.rounds import client_devices, fleet_devices, fleet_system
 from workloads.cost.step import method_step_trace, simulate_complete
 from workloads.cost.system import SystemModel, time_to_accuracy
 from workloads.fl.comm import closed_form_bytes, closed_form_sizes, ledger_totals
@@ -87,14 +88,17 @@ def comm_method(name: str) -> MethodConfig:
 
 def model_closed_form_bytes(model_name: str | ModelSpec, method: MethodConfig, hp: Hparams, *, num_classes: int,
                             image_size: int, rounds: int, num_clients: int, seed: int,
-                            comm_format: str = "fp32") -> dict[str, int]:
+                            comm_format: str = "fp32", clients_per_round: Sequence[int] | None = None
+                            ) -> dict[str, int]:
     """``closed_form_bytes`` of the FL code for a whole run, from the prepared model's shapes
     (``closed_form_sizes``: per sharing layer, so double head's gradual sharing and local head count
-    as the ledger does), each tensor as sent in ``comm_format``."""
+    as the ledger does), each tensor as sent in ``comm_format``; every client in every round, or
+    ``clients_per_round`` (a fleet's arrivals)."""
     torch.manual_seed(seed)
     model = prepare_model(model_spec.build(as_spec(model_name, image_size), num_classes=num_classes,
                                            spherefed=method.spherefed), method, seed=seed)
-    return closed_form_bytes(method, hp, rounds=rounds, clients_per_round=num_clients, num_clients=num_clients,
+    return closed_form_bytes(method, hp, rounds=rounds, num_clients=num_clients,
+                             clients_per_round=num_clients if clients_per_round is None else clients_per_round,
                              **closed_form_sizes(model, NumberFormat.parse(comm_format)))
 
 
@@ -128,18 +132,24 @@ def run_pairs(names: Sequence[str]) -> list[tuple[str, str | None]]:
 
 
 def accuracy_runs(model: str, names: Sequence[str], preset: Preset, data, cfg: RunConfig, hw: HardwareConfig,
-                  system: SystemModel, execution: Execution) -> tuple[RunInputs, list[Job], list[tuple]]:
+                  system: SystemModel, execution: Execution, fleet: Fleet | None = None
+                  ) -> tuple[RunInputs, list[Job], list[tuple]]:
     """The federated runs that give ``names``' accuracies, what they share, and each job's
-    (base name, calibration) pair."""
+    (base name, calibration) pair; with a ``fleet``, rounds with its deadline on its devices."""
     from bench.lib.run import reference
 
     train, test = data
     fl = replace(preset.fl, model=model, seed=cfg.seed)
     train, val = split_holdout(train, fl.holdout_fraction, seed=cfg.seed)  # as bench.fl and bench.study hold out
+    devices = client_devices(system, hw, fl.num_clients, seed=cfg.seed, number_format=execution.number_format)
+    classes = ()
+    if fleet is not None:  # each client's device and link are its class's (docs/fleets.md)
+        classes = assign_classes(fleet, fl.num_clients, seed=cfg.seed)
+        system = fleet_system(fleet, classes)
+        devices = fleet_devices(fleet, classes, number_format=execution.number_format)
     inputs = RunInputs(cfg.spec(model, tuple(train.x.shape[1:])), fl, train, test,
-                       tuple(make_partition(train.y.numpy(), fl)), hw, system,
-                       client_devices(system, hw, fl.num_clients, seed=cfg.seed, number_format=execution.number_format),
-                       cfg.seed, execution, val)
+                       tuple(make_partition(train.y.numpy(), fl)), hw, system, devices, cfg.seed, execution, val,
+                       fleet, classes)
     pairs = run_pairs(names)
     jobs = [Job(f"{base}+{calib}" if calib else base, preset.hparams(parse_method(f"{base}+{calib}" if calib else base)))
             for base, calib in pairs]
@@ -167,7 +177,9 @@ def accuracy_figures(names: Sequence[str], inputs: RunInputs, jobs: list[Job], p
         closed = model_closed_form_bytes(inputs.spec, job.method, job.hp, num_classes=num_classes,
                                          image_size=int(inputs.train.x.shape[-1]), rounds=fl.rounds,
                                          num_clients=fl.num_clients, seed=inputs.seed,
-                                         comm_format=inputs.execution.comm_format)
+                                         comm_format=inputs.execution.comm_format,
+                                         clients_per_round=None if outcome.plan is None else
+                                         [len(a) for a in outcome.plan.arrivals])
         ledger[job.name] = {"ledger_total_bytes": ledger_totals(result.transfers)["total_bytes"],
                             "closed_form_total_bytes": closed["total_bytes"]}
     round_rows = [{"model": fl.model, **row, "method": name} for name in names for row in rounds[name]]
@@ -198,6 +210,13 @@ def paper_vs_model(models: dict) -> list[dict]:
     return rows
 
 
+def fleet_figures(inputs: RunInputs, jobs: list[Job], results: list[JobResult]) -> dict:
+    """Per federated run on a fleet, its participation plan's totals (``ParticipationPlan.summary``:
+    updates sampled and arrived, dropped by reason, each class's peak memory and whether it fits)."""
+    return {"name": inputs.fleet.name,
+            "methods": {job.name: outcome.plan.summary(inputs.fleet) for job, outcome in zip(jobs, results)}}
+
+
 def ledger_mismatches(summary: dict) -> dict:
     """Runs whose ledger total differs from the closed form (there should be none)."""
     return {m: r for m, runs in summary["ledger_check"].items() for r, v in runs.items()
@@ -218,6 +237,9 @@ def headline_metrics(summary: dict) -> dict[str, float]:
             out[f"{model}.{method}.communication_bytes"] = v["total_bytes"]
         for method, v in s["accuracy"].items():
             out[f"{model}.{method}.accuracy_pct"] = v["accuracy_pct"]
+        for method, v in s.get("fleet", {}).get("methods", {}).items():
+            out[f"{model}.{method}.fleet_arrived"] = v["arrived"]
+            out[f"{model}.{method}.fleet_sampled"] = v["sampled"]
         for method, v in s["time_to_accuracy"]["methods"].items():
             if v["reached"]:
                 for key in ("wall_s", "energy_j", "bytes"):

@@ -60,16 +60,19 @@ def run_study(resolved: Resolved, data, progress: Callable[[str], None] | None, 
     models, all_ops, ledgers, all_rounds = {}, [], {}, []
     for model in cfg.models:
         inputs, jobs, pairs = figures.accuracy_runs(model, training + calibrations, preset, data, cfg, hw, system,
-                                                    execution)
+                                                    execution, resolved.fleet)
         with started(jobs, inputs, workers=workers, progress=progress, bars=bars) as results:
             # with workers, the federated runs train in their processes while this one prices
             train_figs, op_rows = figures.training_figures(model, training, cfg, hw, progress)
             calibration = figures.calibration_figures(model, calibrations, hw, progress, spec=cfg.spec(model),
                                                       num_classes=cfg.classes)
+            outcomes = results()
             accuracy, ledgers[model], round_rows = figures.accuracy_figures(training + calibrations, inputs, jobs,
-                                                                            pairs, results())
-        references = reference.reference_figures(model, training + calibrations, jobs, accuracy, inputs.fl,
-                                                 reference.studies(), inputs.execution)
+                                                                            pairs, outcomes)
+        # a reference study's runs trained every sampled client: beside a fleet's run they are another
+        # experiment, not the same settings (its learning rates still apply: figures.accuracy_runs)
+        references = None if resolved.fleet is not None else reference.reference_figures(
+            model, training + calibrations, jobs, accuracy, inputs.fl, reference.studies(), inputs.execution)
         target_pct, target_rule = reference.target(cfg.target_accuracy_pct, preset.accuracy_targets_pct, references)
         all_ops += op_rows
         all_rounds += round_rows
@@ -82,6 +85,7 @@ def run_study(resolved: Resolved, data, progress: Callable[[str], None] | None, 
             "accuracy": accuracy,
             "time_to_accuracy": figures.time_to_accuracy_figures(round_rows, target_pct, target_rule),
             "reference": references,
+            **({} if resolved.fleet is None else {"fleet": figures.fleet_figures(inputs, jobs, outcomes)}),
         }
     comparison = {"hardware_comparison": hardware_comparison(cfg, training, calibrations, progress)} \
         if cfg.compare_hw else {}
@@ -138,7 +142,7 @@ POINT_KEYS = {"model": "models", "methods": "methods", "batch_size": "batch_size
               "data_dir": "data_dir", "hw": "hw_path", "alpha": "alpha", "target": "target_accuracy_pct",
               "system": "system_path", "input_shape": "input_shape", "classifier": "classifier", "classes": "classes",
               "workers": "workers", "device": "device", "number_format": "number_format",
-              "comm_format": "comm_format"}
+              "comm_format": "comm_format", "fleet": "fleet_path"}
 """A grid point's keys (the grid file's spelling, as the command's flags) -> ``RunConfig`` fields."""
 
 

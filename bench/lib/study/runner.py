@@ -40,7 +40,7 @@ from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.methods import MethodConfig, parse_method
 
 POINT_KEYS = ("model", "method", "seed", "fl", "hparams", "execution", "hw", "system")
-OPTIONAL_POINT_KEYS = ("data_dir",)  # a dataset's folder: the folder datasets only (module doc)
+OPTIONAL_POINT_KEYS = ("data_dir", "fleet")  # a dataset's folder (folder datasets only); a fleet file (docs/fleets.md)
 FL_KEYS = tuple(f.name for f in fields(FLConfig) if f.name not in ("model", "seed"))
 CURVE_CSV = "curve.csv"
 RUN_JSON = "run.json"
@@ -63,6 +63,7 @@ class PointSpec:
     hw: str | None
     system: str | None
     data_dir: str | None = None
+    fleet: str | None = None
 
 
 def parse_point(point: Mapping[str, Any]) -> PointSpec:
@@ -86,11 +87,13 @@ def parse_point(point: Mapping[str, Any]) -> PointSpec:
     for key in ("hw", "system"):
         if point[key] is not None and not isinstance(point[key], str):
             raise ValueError(f"{where}: {key} must be a TOML path or null")
-    data_dir = point.get("data_dir")
+    data_dir, fleet = point.get("data_dir"), point.get("fleet")
     if data_dir is not None and not isinstance(data_dir, str):
         raise ValueError(f"{where}: data_dir must be a folder path")
+    if fleet is not None and not isinstance(fleet, str):
+        raise ValueError(f"{where}: fleet must be a fleet TOML path or name")
     return PointSpec(point["model"], parse_method(point["method"]), fl, hp, execution, point["hw"], point["system"],
-                     data_dir)
+                     data_dir, fleet)
 
 
 def _set(cls: type, table: Mapping[str, Any]) -> dict[str, Any]:
@@ -100,13 +103,17 @@ def _set(cls: type, table: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def make_point(model: str, method: str, seed: int, fl: FLConfig, hp: Hparams, execution: Execution,
-               hw: str | None = None, system: str | None = None, data_dir: str | None = None) -> dict[str, Any]:
+               hw: str | None = None, system: str | None = None, data_dir: str | None = None,
+               fleet: str | None = None) -> dict[str, Any]:
     """The point of one run (module doc): every setting that decides its result. ``data_dir`` (a
-    dataset's folder) is a key only when given, so the offline digits' points keep their ids."""
+    dataset's folder) and ``fleet`` (docs/fleets.md) are keys only when given, so the offline
+    digits' points without a fleet keep their ids."""
     point = {"model": model, "method": parse_method(method).name, "seed": seed,
              "fl": {k: v for k, v in asdict(fl).items() if k not in ("model", "seed")}, "hparams": asdict(hp),
              "execution": execution.settings(), "hw": hw, "system": system}
-    return point if data_dir is None else {**point, "data_dir": str(data_dir)}
+    if data_dir is not None:
+        point["data_dir"] = str(data_dir)
+    return point if fleet is None else {**point, "fleet": fleet}
 
 
 def labels_of(method: MethodConfig) -> tuple[str, ...]:
@@ -189,13 +196,15 @@ def prepare(point: Mapping[str, Any]):
     not a model: refused up front, not as every trial failing)."""
     from accel_sim.hardware import HardwareConfig, load_hardware_config
     from bench.lib.fl import pipeline
+    from workloads.cost.fleet import load_fleet
     from workloads.cost.system import DEFAULT_SYSTEM_PATH, load_system_model
     from workloads.fl.presets import Preset
 
     p = parse_point(point)
     run = pipeline.fl_run(Preset("study", p.fl, (p.method.name,), p.hp, {}, {}), (p.method,), {p.method.name: p.hp},
                           p.data_dir, None, load_hardware_config(p.hw) if p.hw else HardwareConfig(),
-                          load_system_model(p.system or DEFAULT_SYSTEM_PATH), p.execution)
+                          load_system_model(p.system or DEFAULT_SYSTEM_PATH), p.execution,
+                          fleet=None if p.fleet is None else load_fleet(p.fleet))
     return p, pipeline.load(run)
 
 

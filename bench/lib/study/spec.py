@@ -63,7 +63,7 @@ from workloads.numerics import NumberFormat
 STUDY_DIR = CHECKOUT_ROOT / "configs" / "studies"
 KEYS = ("name", "preset", "models", "methods", "base", "iid", "alphas", "number_formats", "rounds", "local_epochs",
         "holdout_fraction", "seeds", "tuning_seeds", "device", "hw", "system", "search", "tuning", "convergence",
-        "targets", "equivalence_margin_pts", "dataset")
+        "targets", "equivalence_margin_pts", "dataset", "fleets")
 REQUIRED = ("name", "preset", "models", "methods", "base", "rounds", "seeds", "tuning_seeds", "search")
 SAFE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")
 SEARCH_KEYS = tuple(f.name for f in fields(Hparams))
@@ -84,27 +84,38 @@ class Setting:
     partition: str  # "iid" or "dirichlet"
     alpha: float | None = None
     number_format: str = "fp32"
+    fleet: str | None = None  # a fleet file (docs/fleets.md): rounds with a deadline; None: every sampled client
 
     @property
     def data_label(self) -> str:
         return "iid" if self.partition == "iid" else f"alpha={self.alpha:g}"
 
     @property
+    def _suffix(self) -> str:
+        return (("" if self.number_format == "fp32" else f" {self.number_format}")
+                + ("" if self.fleet is None else f" fleet={Path(self.fleet).stem}"))
+
+    @property
     def label(self) -> str:
-        """``iid``, ``alpha=0.1``; with a format other than FP32 ``alpha=0.1 bfp_m4_g16``."""
-        return self.data_label + ("" if self.number_format == "fp32" else f" {self.number_format}")
+        """``iid``, ``alpha=0.1``; with a format other than FP32 ``alpha=0.1 bfp_m4_g16``; on a
+        fleet ``alpha=0.1 fleet=mixed``."""
+        return self.data_label + self._suffix
 
     @property
     def title(self) -> str:
         """Tab. 2's column header."""
-        data = "IID" if self.partition == "iid" else f"α={self.alpha:g}"
-        return data + ("" if self.number_format == "fp32" else f" {self.number_format}")
+        return ("IID" if self.partition == "iid" else f"α={self.alpha:g}") + self._suffix
 
     @property
     def in_fp32(self) -> "Setting":
-        """The same data in FP32: where this setting's hyper-parameters are tuned, and what its
-        accuracy is compared with."""
+        """The same data in FP32 (on the same fleet): what its accuracy is compared with."""
         return replace(self, number_format="fp32")
+
+    @property
+    def tuned_on(self) -> "Setting":
+        """Where this setting's hyper-parameters are tuned: the same data in FP32, every sampled
+        client taking part (a fleet's runs take the hyper-parameters tuned without it)."""
+        return replace(self, number_format="fp32", fleet=None)
 
 
 @dataclass(frozen=True)
@@ -299,7 +310,8 @@ def _parse_study(doc: Mapping[str, Any], source: str) -> Study:
     if not settings:
         raise StudyError(f"{where}: no data setting: give iid = true and / or alphas = [0.5, 0.1]")
     formats = _number_formats(doc, where)
-    settings = [replace(s, number_format=f) for s in settings for f in formats]
+    settings = [replace(s, number_format=f, fleet=fleet) for s in settings for f in formats
+                for fleet in _fleets(doc, where)]
     rounds = checks.integer_in(doc["rounds"], 1, checks.ROUNDS_MAX, name="rounds", error=StudyError)
     local_epochs = doc.get("local_epochs")
     if local_epochs is not None:
@@ -413,6 +425,27 @@ def _number_formats(doc: Mapping[str, Any], where: str) -> list[str]:
         raise StudyError(f"{where}: number_formats = {names}: add \"fp32\": the other formats run at the "
                          "hyper-parameters tuned in FP32 and are compared with it")
     return ["fp32", *(f for f in formats if f != "fp32")]
+
+
+def _fleets(doc: Mapping[str, Any], where: str) -> list[str | None]:
+    """``fleets``: ``"none"`` (every sampled client, synchronous rounds: where the hyper-parameters
+    are tuned) and fleet files or names under configs/fleets/ (docs/fleets.md), each loaded and so
+    checked; None for ``"none"``, file order after it."""
+    if "fleets" not in doc:
+        return [None]
+    from workloads.cost.fleet import FleetError, load_fleet
+
+    names = checks.distinct(_list(doc, "fleets", where, str), name=f"{where}: fleets", error=StudyError)
+    if "none" not in names:
+        raise StudyError(f"{where}: fleets = {names}: add \"none\": the fleets run at the hyper-parameters tuned "
+                         "with every client taking part, and are compared with that run")
+    for name in names:
+        if name != "none":
+            try:
+                load_fleet(name)
+            except FleetError as err:
+                raise StudyError(f"{where}: fleets: {err}") from None
+    return [None, *(n for n in names if n != "none")]
 
 
 def _targets(table: Mapping[str, Any], where: str) -> Targets:

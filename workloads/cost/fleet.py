@@ -1,0 +1,447 @@
+"""A fleet of real devices: which accelerator, memory, link and availability each client has, and
+which of a round's sampled clients arrive before the round closes. Torch-free and pure.
+
+A fleet file (``configs/fleets/*.toml``, docs/fleets.md) declares device classes, each a hardware
+TOML (a ``configs/hw/`` preset or a ``python -m bench.dse --write-hw`` point), its on-device memory,
+its link and its availability, with a share of the clients; and the round's rule: a deadline and
+an over-commitment factor. Clients are assigned to classes from the run's seed (or listed one by
+one), so the same seed gives the same fleet.
+
+The round (Bonawitz et al., "Towards Federated Learning at Scale: System Design", MLSys 2019,
+Sec. 2-3: the server selects more devices than it needs, about 130 %, and a round that has not
+heard from enough of them by its reporting deadline is closed or abandoned; FedScale's deadline and
+over-commitment, Lai et al., "FedScale", ICML 2022; Oort, Lai et al., OSDI 2021): the server wants
+``m`` updates (the preset's participation); it samples ``min(K, ceil(overcommit x m))`` clients;
+a sampled client that is offline this round never answers (``unavailable``); one whose device
+cannot hold the method's training state (the peak memory of its captured step) declines the task
+(``memory``); every other client downloads, trains and uploads (``client_round_s``, the synchronous
+model's time). The round closes at the ``m``-th arrival if it comes by the deadline (later ones are
+``surplus``), else at the deadline if some client is still working (``deadline``), else at the last
+arrival. Only the arrivals are aggregated: ``RoundPlan.arrived`` is what the federated loop trains
+(``workloads.fl.loop.run_method(arrivals=...)``).
+
+What a dropped client costs: ``unavailable`` and ``memory``: nothing (it never took the task).
+``surplus`` and ``deadline``: its download (the server sent it) and its device's work until the
+round closed (compute time cut at the close, energy in proportion: an assumption, the device's
+power taken as constant over its local training); its upload never counts.
+
+With no deadline, unlimited memory, every device always available and no over-commitment, every
+sampled client arrives and the round is ``workloads.cost.system.round_cost`` exactly (tested).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from accel_sim.hardware import HardwareConfig, HardwareConfigError, load_hardware_config
+from iokit import checks
+from iokit.toml import read_toml
+from workloads.cost.system import DROP_REASONS, Link, RoundCost, SystemModelError
+
+FLEET_DIR = Path(__file__).resolve().parents[2] / "configs" / "fleets"
+"""Fleet files shipped with the suite; ``--fleet NAME`` names one of them."""
+ASSIGN_STREAM = 0xF1EE7  # numpy seed part of the client-to-class permutation: (seed, ASSIGN_STREAM)
+ONLINE_STREAM = 0x0A1E  # per-round availability draws: (seed, ONLINE_STREAM, round); phases: (seed, ONLINE_STREAM)
+SHARE_TOLERANCE = 1e-9  # shares must sum to one within this
+OVERCOMMIT_BOUNDS = (1.0, 10.0)  # our choice: Bonawitz et al. select ~1.3x; 10x is far past any deployment
+MEMORY_BYTES_BOUNDS = (1.0, 1e15)  # a positive byte count (or inf: no limit)
+DEADLINE_S_BOUNDS = (1e-9, 1e9)  # a positive number of seconds (or inf: no deadline)
+PERIOD_ROUNDS_MAX = 100_000
+SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+CLASS_KEYS = ("hw", "memory_bytes", "share", "downlink_bytes_per_s", "uplink_bytes_per_s", "latency_s",
+              "availability")
+ROUND_KEYS = ("deadline_s", "overcommit")
+TOP_KEYS = ("name", "round", "classes", "assignment")
+
+
+class FleetError(ValueError):
+    """A fleet file that cannot be used; the message names the file, the key and the fix."""
+
+
+# ---- availability ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Availability:
+    """When a device is online: ``always``; with ``probability`` p each round, drawn independently
+    per client and round from the run's seed; or a day/night pattern of ``period_rounds`` rounds of
+    which ``online_rounds`` are online, each client at its own phase (its time zone) drawn from the
+    seed."""
+
+    probability: float = 1.0
+    period_rounds: int = 0  # 0: no day/night pattern
+    online_rounds: int = 0
+
+    def __post_init__(self) -> None:
+        checks.number_in(self.probability, 0.0, 1.0, name="availability probability", error=FleetError,
+                         low_open=True)
+        if self.period_rounds:
+            checks.integer_in(self.period_rounds, 1, PERIOD_ROUNDS_MAX, name="availability period_rounds",
+                              error=FleetError)
+            checks.integer_in(self.online_rounds, 1, self.period_rounds, name="availability online_rounds",
+                              error=FleetError)
+
+    @property
+    def label(self) -> str:
+        if self.period_rounds:
+            return f"online {self.online_rounds} of every {self.period_rounds} rounds"
+        return "always" if self.probability == 1.0 else f"online with probability {self.probability:g} per round"
+
+
+ALWAYS = Availability()
+
+
+def availability_of(value: Any, where: str) -> Availability:
+    """``"always"``, ``{probability = p}`` or ``{period_rounds = P, online_rounds = N}``."""
+    if value == "always":
+        return ALWAYS
+    if not isinstance(value, Mapping):
+        raise FleetError(f"{where}: availability = {value!r}; give \"always\", {{probability = 0.8}} or "
+                         "{period_rounds = 24, online_rounds = 8}")
+    checks.unknown_keys(value, ("probability", "period_rounds", "online_rounds"), where=f"{where}.availability",
+                        error=FleetError)
+    if "probability" in value and ("period_rounds" in value or "online_rounds" in value):
+        raise FleetError(f"{where}.availability: give either probability or period_rounds and online_rounds")
+    if ("period_rounds" in value) != ("online_rounds" in value):
+        raise FleetError(f"{where}.availability: a day/night pattern needs both period_rounds and online_rounds")
+    try:
+        return Availability(**value)
+    except FleetError as e:
+        raise FleetError(f"{where}: {e}") from None
+
+
+# ---- the fleet ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DeviceClass:
+    """One kind of device: its accelerator, memory, link, availability and share of the clients."""
+
+    name: str
+    hw_path: str  # as the fleet file names it
+    hw: HardwareConfig = field(repr=False)
+    memory_bytes: float  # on-device memory for training (inf: no limit)
+    link: Link
+    availability: Availability = ALWAYS
+    share: float | None = None  # None: the fleet lists its clients (``Fleet.assignment``)
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """Device classes and the round's rule (``deadline_s``: inf for none; ``overcommit`` >= 1)."""
+
+    name: str
+    classes: tuple[DeviceClass, ...]
+    deadline_s: float = math.inf
+    overcommit: float = 1.0
+    assignment: tuple[str, ...] = ()  # client k's class name; empty: drawn from the shares and the seed
+
+    def describe(self) -> dict:
+        """The fleet as results files record it (JSON: infinities as ``"inf"``)."""
+        def finite(value):
+            return "inf" if isinstance(value, float) and math.isinf(value) else value
+
+        return {"name": self.name, "deadline_s": finite(self.deadline_s), "overcommit": self.overcommit,
+                "assignment": list(self.assignment),
+                "classes": {c.name: {"hw": c.hw_path, "memory_bytes": finite(c.memory_bytes), "share": c.share,
+                                     "downlink_bytes_per_s": finite(c.link.downlink_bytes_per_s),
+                                     "uplink_bytes_per_s": finite(c.link.uplink_bytes_per_s),
+                                     "latency_s": c.link.latency_s, "availability": c.availability.label}
+                            for c in self.classes}}
+
+    def check_clients(self, num_clients: int, source: str = "--fleet") -> None:
+        """An explicit assignment must list every client of the run, no more."""
+        if self.assignment and len(self.assignment) != num_clients:
+            raise FleetError(f"{source}: fleet {self.name!r} lists {len(self.assignment)} client(s) in 'assignment' "
+                             f"but the run has {num_clients}; list one class per client or give shares instead")
+
+
+def _positive_or_inf(value: Any, bounds: tuple[float, float], name: str, where: str) -> float:
+    if isinstance(value, float) and value == math.inf:
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and not value > 0:
+        raise FleetError(f"{where}: {name} = {value!r} must be > 0 (or inf)")
+    try:
+        return float(checks.number_in(value, *bounds, name=name, error=FleetError))
+    except FleetError as e:
+        raise FleetError(f"{where}: {e} (or inf)") from None
+
+
+def _device_class(name: str, table: Any, *, folder: Path, where: str, listed: bool) -> DeviceClass:
+    if not isinstance(table, Mapping):
+        raise FleetError(f"{where}: [classes.{name}] must be a table")
+    if not SAFE_NAME.fullmatch(name):
+        raise FleetError(f"{where}: class name {name!r}: use letters, digits, '_', '.', '-'")
+    at = f"{where} [classes.{name}]"
+    checks.unknown_keys(table, CLASS_KEYS, where=at, error=FleetError)
+    for key in ("hw", "memory_bytes", "downlink_bytes_per_s", "uplink_bytes_per_s", "latency_s"):
+        if key not in table:
+            raise FleetError(f"{at}: '{key}' is missing (docs/fleets.md lists every key)")
+    if listed and "share" in table:
+        raise FleetError(f"{at}: 'share' given beside a fleet 'assignment'; give one or the other")
+    if not listed and "share" not in table:
+        raise FleetError(f"{at}: 'share' is missing (each class's fraction of the clients; they sum to 1)")
+    hw_path = table["hw"]
+    if not isinstance(hw_path, str) or not hw_path:
+        raise FleetError(f"{at}: hw = {hw_path!r} must name a hardware TOML (a configs/hw/ preset or a "
+                         "bench.dse --write-hw point)")
+    try:
+        hw = load_hardware_config(resolve_hw_path(hw_path, folder))
+    except HardwareConfigError as e:
+        raise FleetError(f"{at}: hw: {e}") from None
+    memory = _positive_or_inf(table["memory_bytes"], MEMORY_BYTES_BOUNDS, "memory_bytes", at)
+    try:
+        link = Link(table["downlink_bytes_per_s"], table["uplink_bytes_per_s"], table["latency_s"])
+    except SystemModelError as e:
+        raise FleetError(f"{at}: {e}") from None
+    availability = availability_of(table.get("availability", "always"), at)
+    share = None
+    if not listed:
+        try:
+            share = float(checks.number_in(table["share"], 0.0, 1.0, name="share", error=FleetError, low_open=True))
+        except FleetError as e:
+            raise FleetError(f"{at}: {e}") from None
+    return DeviceClass(name, hw_path, hw, memory, link, availability, share)
+
+
+def resolve_hw_path(hw_path: str, folder: Path) -> Path:
+    """A class's hardware file: a ``configs/hw/`` preset name (``gemmini_like``) or a path, relative
+    to the fleet file's folder."""
+    preset = Path(__file__).resolve().parents[2] / "configs" / "hw" / f"{hw_path}.toml"
+    if "/" not in hw_path and not hw_path.endswith(".toml") and preset.is_file():
+        return preset
+    path = Path(hw_path)
+    return path if path.is_absolute() else folder / path
+
+
+def fleet_from_dict(data: Mapping[str, Any], source: str = "<fleet>", folder: Path = Path(".")) -> Fleet:
+    """A ``Fleet`` from a TOML-shaped dict (docs/fleets.md); ``FleetError`` naming ``source`` and the key."""
+    checks.unknown_keys(data, TOP_KEYS, where=source, error=FleetError)
+    round_table = data.get("round", {})
+    if not isinstance(round_table, Mapping):
+        raise FleetError(f"{source}: 'round' must be a table ([round] deadline_s = ..., overcommit = ...)")
+    checks.unknown_keys(round_table, ROUND_KEYS, where=f"{source} [round]", error=FleetError)
+    deadline = _positive_or_inf(round_table.get("deadline_s", math.inf), DEADLINE_S_BOUNDS, "deadline_s",
+                                f"{source} [round]")
+    try:
+        overcommit = float(checks.number_in(round_table.get("overcommit", 1.0), *OVERCOMMIT_BOUNDS,
+                                            name="overcommit", error=FleetError))
+    except FleetError as e:
+        raise FleetError(f"{source} [round]: {e}") from None
+    tables = data.get("classes")
+    if not isinstance(tables, Mapping) or not tables:
+        raise FleetError(f"{source}: no device classes; add at least one [classes.NAME] table")
+    assignment = data.get("assignment", [])
+    if not isinstance(assignment, list) or not all(isinstance(a, str) for a in assignment):
+        raise FleetError(f"{source}: assignment = {assignment!r} must be a list of class names, one per client")
+    listed = bool(assignment)
+    classes = tuple(_device_class(name, table, folder=folder, where=source, listed=listed)
+                    for name, table in tables.items())
+    names = [c.name for c in classes]
+    for a in assignment:
+        if a not in names:
+            hint = checks.closest(a, names)
+            raise FleetError(f"{source}: assignment names unknown class {a!r}"
+                             + (f" (did you mean {hint!r}?)" if hint else "") + f"; classes: {', '.join(names)}")
+    if not listed:
+        total = math.fsum(c.share for c in classes)
+        if abs(total - 1.0) > SHARE_TOLERANCE:
+            raise FleetError(f"{source}: the classes' shares sum to {total:g}, not 1 "
+                             f"({', '.join(f'{c.name} {c.share:g}' for c in classes)}); make them sum to 1")
+    name = data.get("name", Path(source).stem)
+    if not isinstance(name, str) or not SAFE_NAME.fullmatch(name):
+        raise FleetError(f"{source}: name = {name!r}: use letters, digits, '_', '.', '-'")
+    return Fleet(name, classes, deadline, overcommit, tuple(assignment))
+
+
+def fleet_path(name_or_path: str | Path) -> Path:
+    """A fleet under ``configs/fleets/`` by name (``mixed``), or a path."""
+    text = str(name_or_path)
+    if "/" not in text and not text.endswith(".toml") and (FLEET_DIR / f"{text}.toml").is_file():
+        return FLEET_DIR / f"{text}.toml"
+    return Path(text)
+
+
+def load_fleet(name_or_path: str | Path) -> Fleet:
+    """Read a fleet file (every hardware file it names loaded and so checked)."""
+    path = fleet_path(name_or_path)
+    data = read_toml(path, FleetError, "fleet")
+    return fleet_from_dict(data, source=str(path), folder=path.parent)
+
+
+# ---- clients to classes, and who is online -----------------------------------------------------------
+
+def class_counts(shares: Sequence[float], num_clients: int) -> list[int]:
+    """Clients per class: ``floor(share x K)``, the rest one each to the largest remainders (ties
+    to the earlier class): Hamilton's largest-remainder rule, so the counts sum to K."""
+    exact = [s * num_clients for s in shares]
+    counts = [math.floor(x) for x in exact]
+    order = sorted(range(len(shares)), key=lambda i: (-(exact[i] - counts[i]), i))
+    for i in order[:num_clients - sum(counts)]:
+        counts[i] += 1
+    return counts
+
+
+def assign_classes(fleet: Fleet, num_clients: int, *, seed: int) -> tuple[int, ...]:
+    """Client k's class index: the fleet's list, or ``class_counts`` clients per class in a random
+    order drawn from ``numpy.random.default_rng([seed, ASSIGN_STREAM])`` (the same seed, the same
+    fleet)."""
+    names = [c.name for c in fleet.classes]
+    if fleet.assignment:
+        fleet.check_clients(num_clients)
+        return tuple(names.index(a) for a in fleet.assignment)
+    ordered = [i for i, n in enumerate(class_counts([c.share for c in fleet.classes], num_clients)) for _ in range(n)]
+    order = np.random.default_rng([seed, ASSIGN_STREAM]).permutation(num_clients)
+    return tuple(ordered[int(j)] for j in order)
+
+
+def online(fleet: Fleet, classes: Sequence[int], round: int, *, seed: int) -> np.ndarray:
+    """Which clients are online in ``round`` (1-based), as a boolean array over all clients: a
+    probability class draws ``u < p`` from ``default_rng([seed, ONLINE_STREAM, round])`` (one draw
+    per client every round, whatever its class, so a class's change moves no other client's draw);
+    a day/night class is online when ``(round - 1 + phase_k) mod period < online_rounds``, the phase
+    drawn once per client from ``default_rng([seed, ONLINE_STREAM])``."""
+    k = len(classes)
+    avail = [c.availability for c in fleet.classes]
+    cls = np.asarray(classes, dtype=np.int64)
+    probability = np.array([a.probability for a in avail])[cls]
+    result = np.ones(k, dtype=bool)
+    if (probability < 1.0).any():
+        result &= np.random.default_rng([seed, ONLINE_STREAM, round]).random(k) < probability
+    period = np.array([a.period_rounds for a in avail])[cls]
+    if period.any():
+        phase = np.random.default_rng([seed, ONLINE_STREAM]).integers(0, np.iinfo(np.int64).max, k)
+        on = np.array([a.online_rounds for a in avail])[cls]
+        patterned = period > 0
+        result[patterned] &= ((round - 1 + phase[patterned] % period[patterned]) % period[patterned]
+                              < on[patterned])
+    return result
+
+
+def sampled_count(target: int, overcommit: float, num_clients: int) -> int:
+    """Clients sampled for ``target`` updates: ``min(K, ceil(overcommit x target))`` (the product
+    rounded to 12 digits first, so that 1.1 x 10 samples 11, not 12)."""
+    return min(num_clients, math.ceil(round(overcommit * target, 12)))
+
+
+# ---- one round: who arrives, when the round closes, what it cost ---------------------------------------
+
+@dataclass(frozen=True)
+class ClientOffer:
+    """A sampled client's round, as priced before the round runs."""
+
+    client: int
+    available: bool
+    fits: bool  # its device memory holds the method's peak training memory
+    download_s: float
+    compute_s: float
+    upload_s: float
+    energy_j: float
+    down_bytes: int
+    up_bytes: int
+
+    @property
+    def finish_s(self) -> float:
+        """Download, compute, upload, one after another (``workloads.cost.system.client_round_s``)."""
+        return self.download_s + self.compute_s + self.upload_s
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """Who of a round's sampled clients arrived, who was dropped and why, and what it cost."""
+
+    round: int
+    sampled: tuple[int, ...]
+    arrived: tuple[int, ...]  # in client order
+    dropped: Mapping[int, str]  # client -> a DROP_REASONS entry
+    collect_s: float  # from the round's start until the server stops waiting
+    device_s: float
+    energy_j: float
+    down_bytes: int
+    up_bytes: int
+    slowest_client: int | None  # the last arrival the server waited for
+
+    def dropped_counts(self) -> dict[str, int]:
+        reasons = list(self.dropped.values())
+        return {r: reasons.count(r) for r in DROP_REASONS}
+
+    def cost(self, server_s: float) -> RoundCost:
+        """The round's ``RoundCost``: the collection, then the server's ``server_s``."""
+        return RoundCost(round_wall_s=self.collect_s + server_s, server_s=server_s, device_s=self.device_s,
+                         energy_j=self.energy_j, down_bytes=self.down_bytes, up_bytes=self.up_bytes,
+                         slowest_client=self.slowest_client, sampled=len(self.sampled),
+                         dropped=self.dropped_counts(), collect_s=self.collect_s)
+
+
+def plan_round(round: int, offers: Sequence[ClientOffer], *, target: int, deadline_s: float) -> RoundPlan:
+    """The round of the module docstring over the sampled clients' ``offers``."""
+    dropped: dict[int, str] = {}
+    working = []
+    for o in offers:
+        if not o.available:
+            dropped[o.client] = "unavailable"
+        elif not o.fits:
+            dropped[o.client] = "memory"
+        else:
+            working.append(o)
+    working.sort(key=lambda o: (o.finish_s, o.client))
+    in_time = [o for o in working if o.finish_s <= deadline_s]
+    if len(in_time) >= target:
+        arrived, late_reason = in_time[:target], "surplus"
+        collect_s = arrived[-1].finish_s
+    else:
+        arrived, late_reason = in_time, "deadline"
+        late = len(in_time) < len(working)
+        collect_s = deadline_s if late else (in_time[-1].finish_s if in_time else 0.0)
+    arrived_set = {o.client for o in arrived}
+    device, energy, down = [], [], 0
+    for o in working:
+        down += o.down_bytes
+        if o.client in arrived_set:
+            device.append(o.compute_s)
+            energy.append(o.energy_j)
+            continue
+        dropped[o.client] = late_reason
+        spent = min(max(collect_s - o.download_s, 0.0), o.compute_s)
+        device.append(spent)
+        energy.append(o.energy_j * spent / o.compute_s if o.compute_s else 0.0)
+    return RoundPlan(round, tuple(o.client for o in offers), tuple(sorted(arrived_set)),
+                     dict(sorted(dropped.items())), collect_s, math.fsum(device), math.fsum(energy), down,
+                     sum(o.up_bytes for o in arrived), arrived[-1].client if arrived else None)
+
+
+@dataclass(frozen=True)
+class ParticipationPlan:
+    """One method's run on a fleet, planned before it trains: every round's ``RoundPlan``, and per
+    device class the method's peak training memory at the run's batch size on that class's
+    accelerator (which classes can run the method at all)."""
+
+    rounds: tuple[RoundPlan, ...]
+    class_peak_memory_bytes: tuple[int, ...]
+
+    @property
+    def arrivals(self) -> tuple[tuple[int, ...], ...]:
+        """What the federated loop trains: per round, the clients that arrive."""
+        return tuple(r.arrived for r in self.rounds)
+
+    def summary(self, fleet: Fleet) -> dict:
+        """Totals over the run, as ``results.json`` records them."""
+        dropped = {reason: sum(r.dropped_counts()[reason] for r in self.rounds) for reason in DROP_REASONS}
+        return {"sampled": sum(len(r.sampled) for r in self.rounds),
+                "arrived": sum(len(r.arrived) for r in self.rounds), "dropped": dropped,
+                "arrived_per_round": [len(r.arrived) for r in self.rounds],
+                "classes": {c.name: {"peak_memory_bytes": peak, "memory_bytes": "inf" if math.isinf(c.memory_bytes)
+                                     else c.memory_bytes, "fits": peak <= c.memory_bytes}
+                            for c, peak in zip(fleet.classes, self.class_peak_memory_bytes)}}
+
+
+def summary_line(summary: Mapping[str, Any]) -> str:
+    """One line of a participation plan's totals (``ParticipationPlan.summary``)."""
+    dropped = ", ".join(f"{n} {reason}" for reason, n in summary["dropped"].items() if n) or "none dropped"
+    cannot = [name for name, c in summary["classes"].items() if not c["fits"]]
+    return (f"fleet: {summary['arrived']} of {summary['sampled']} sampled updates arrived ({dropped})"
+            + (f"; memory too small to train in class(es) {', '.join(cannot)}" if cannot else ""))
