@@ -17,7 +17,7 @@ from bench.paper import PAPER, PAPER_CLAIMS, saving_pct
 from bench.run.breakdown import energy_by_kind
 from bench.run.config import RunConfig
 from workloads import model_spec
-from workloads.cost.calibration import TRAINED_WITH, calibration_cost
+from workloads.cost.calibration import calibration_cost
 from workloads.cost.rounds import client_devices
 from workloads.cost.step import method_step_trace, simulate_complete
 from workloads.cost.system import SystemModel, time_to_accuracy
@@ -25,7 +25,7 @@ from workloads.fl.comm import closed_form_bytes, closed_form_sizes, ledger_total
 from workloads.fl.execution import Execution
 from workloads.fl.hparams import Hparams
 from workloads.fl.local import prepare_model
-from workloads.fl.methods import CALIBRATIONS, MethodConfig, parse_method
+from workloads.fl.methods import MethodConfig, calibration_named, is_calibration, parse_method
 from workloads.fl.presets import Preset, make_partition, split_holdout
 from workloads.model_spec import ModelSpec, as_spec
 
@@ -73,7 +73,7 @@ def calibration_figures(model: str, calibrations: Sequence[str], hw: HardwareCon
         progress(f"{model}: pricing {calibration} calibration (average client + server)")
         cost = calibration_cost(calibration, spec or model, train_samples=PAPER.train_samples,
                                 num_clients=PAPER.num_clients, num_classes=num_classes, image_size=PAPER.image_size,
-                                hp=Hparams(), hw=hw)
+                                hp=Hparams(declared=calibration_named(calibration).knobs), hw=hw)
         out[calibration] = {"client_total_cycles": cost.client_total_cycles, "server_total_cycles": cost.server_total_cycles,
                             "latency_s": cost.latency_s, "client_energy_j": cost.client_energy_j,
                             "server_energy_j": cost.server_energy_j, "energy_j": cost.energy_j}
@@ -82,7 +82,7 @@ def calibration_figures(model: str, calibrations: Sequence[str], hw: HardwareCon
 
 def comm_method(name: str) -> MethodConfig:
     """The FL method whose communication a Fig. 5 (a) bar shows (calibrations on their base)."""
-    return parse_method(f"{TRAINED_WITH[name]}+{name}" if name in CALIBRATIONS else name)
+    return parse_method(f"{calibration_named(name).trained_with}+{name}" if is_calibration(name) else name)
 
 
 def model_closed_form_bytes(model_name: str | ModelSpec, method: MethodConfig, hp: Hparams, *, num_classes: int,
@@ -107,7 +107,7 @@ def communication_figures(model: str, names: Sequence[str], cfg: RunConfig, comm
     out = {}
     for name in names:
         method = comm_method(name)
-        totals = model_closed_form_bytes(cfg.spec(model), method, Hparams(), num_classes=cfg.classes,
+        totals = model_closed_form_bytes(cfg.spec(model), method, Hparams(declared=method.knobs), num_classes=cfg.classes,
                                          image_size=PAPER.image_size, rounds=PAPER.rounds,
                                          num_clients=PAPER.num_clients, seed=cfg.seed, comm_format=comm_format)
         out[name] = {"method": method.name, "total_bytes": totals["total_bytes"],
@@ -121,10 +121,10 @@ def run_pairs(names: Sequence[str]) -> list[tuple[str, str | None]]:
     """The federated runs that give ``names``' accuracies: each training method with the calibration
     that reuses its run (CCVR on FedAvg, FFC on SphereFed), and a calibration's base run where its
     base is not asked for."""
-    training = [n for n in names if n not in CALIBRATIONS]
-    calibrations = [n for n in names if n in CALIBRATIONS]
-    pairs = [(t, next((c for c in calibrations if TRAINED_WITH[c] == t), None)) for t in training]
-    return pairs + [(TRAINED_WITH[c], c) for c in calibrations if TRAINED_WITH[c] not in training]
+    training = [n for n in names if not is_calibration(n)]
+    base = {c: calibration_named(c).trained_with for c in names if is_calibration(c)}
+    pairs = [(t, next((c for c in base if base[c] == t), None)) for t in training]
+    return pairs + [(base[c], c) for c in base if base[c] not in training]
 
 
 def accuracy_runs(model: str, names: Sequence[str], preset: Preset, data, cfg: RunConfig, hw: HardwareConfig,
@@ -152,7 +152,7 @@ def accuracy_figures(names: Sequence[str], inputs: RunInputs, jobs: list[Job], p
     """Accuracy per method from the runs' results (calibrations reuse their base run), every round
     priced (``rounds.csv`` rows, labelled with ``names``), and the ledger check: every run's ledger
     total against ``closed_form_bytes`` at the run's own settings."""
-    training = [n for n in names if n not in CALIBRATIONS]
+    training = [n for n in names if not is_calibration(n)]
     fl, num_classes = inputs.fl, inputs.train.num_classes
     accuracy, ledger, rounds = {}, {}, {}
     for job, (base, calibration), outcome in zip(jobs, pairs, results):

@@ -33,9 +33,8 @@ import pandas as pd
 from bench.study import verdicts
 from bench.study.spec import Setting
 from bench.study.stats import Estimate, paired_difference, prediction_interval
-from workloads.cost.calibration import TRAINED_WITH
 from workloads.fl.hparams import FLConfig
-from workloads.fl.methods import CALIBRATIONS, MethodConfig, parse_method
+from workloads.fl.methods import MethodConfig, calibration_named, is_calibration, parse_method
 
 REFERENCE_DIR = Path(__file__).resolve().parents[2] / "results" / "reference"
 COMPARED = (("spherefed", "fedavg"), ("ccvr", "fedavg"), ("ffc", "spherefed"))
@@ -95,7 +94,7 @@ def covering_choice(ref: Reference, model: str, fl: FLConfig, method: MethodConf
             continue
         if any(ours_fl.get(k) != v for k, v in point["fl"].items() if k not in ignore):
             continue
-        if asdict(replace(hp, **choice["trial"])) != point["hparams"]:
+        if hp.replace(**choice["trial"]).as_dict() != point["hparams"]:
             continue
         return choice
     return None
@@ -128,7 +127,7 @@ def tune(jobs: Sequence, model: str, fl: FLConfig, refs: Sequence[Reference]) ->
         if ref is None:
             tuned.append(job)
             continue
-        tuned.append(replace(job, hp=replace(job.hp, **choice["trial"])))
+        tuned.append(replace(job, hp=job.hp.replace(**choice["trial"])))
         notes[job.name] = {"study": ref.name, "trial": dict(choice["trial"]),
                            "validation_score_pct": choice["score_pct"]}
     return tuned, notes
@@ -136,7 +135,7 @@ def tune(jobs: Sequence, model: str, fl: FLConfig, refs: Sequence[Reference]) ->
 
 def study_label(name: str) -> str:
     """The study's method label of one of ``bench.run``'s method names (a calibration on its base)."""
-    return parse_method(f"{TRAINED_WITH[name]}+{name}" if name in CALIBRATIONS else name).name
+    return parse_method(f"{calibration_named(name).trained_with}+{name}" if is_calibration(name) else name).name
 
 
 def _finite(value: Any) -> float | None:
