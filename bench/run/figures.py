@@ -113,7 +113,7 @@ def communication_figures(model: str, names: Sequence[str], cfg: RunConfig, comm
         out[name] = {"method": method.name, "total_bytes": totals["total_bytes"],
                      "per_client_bytes": totals["total_bytes"] // PAPER.num_clients}
         if name in table1_name:
-            out[name]["classifier_per_client_bytes_table1"] = formulas.comm_bytes_per_client(table1_name[name], setup)
+            out[name]["classifier_per_client_bytes_table1"] = formulas.per_client_bytes(table1_name[name], setup)
     return out
 
 
@@ -168,8 +168,8 @@ def accuracy_figures(names: Sequence[str], inputs: RunInputs, jobs: list[Job], p
                                          image_size=int(inputs.train.x.shape[-1]), rounds=fl.rounds,
                                          num_clients=fl.num_clients, seed=inputs.seed,
                                          comm_format=inputs.execution.comm_format)
-        ledger[job.name] = {"ledger_total_bytes": ledger_totals(result.transfers)["total_bytes"],
-                            "closed_form_total_bytes": closed["total_bytes"]}
+        ledger[job.name] = {"ledger": {"total_bytes": ledger_totals(result.transfers)["total_bytes"]},
+                            "closed_form": {"total_bytes": closed["total_bytes"]}}
     round_rows = [{"model": fl.model, **row, "method": name} for name in names for row in rounds[name]]
     return {n: accuracy[n] for n in names}, ledger, round_rows
 
@@ -201,7 +201,7 @@ def paper_vs_model(models: dict) -> list[dict]:
 def ledger_mismatches(summary: dict) -> dict:
     """Runs whose ledger total differs from the closed form (there should be none)."""
     return {m: r for m, runs in summary["ledger_check"].items() for r, v in runs.items()
-            if v["ledger_total_bytes"] != v["closed_form_total_bytes"]}
+            if v["ledger"]["total_bytes"] != v["closed_form"]["total_bytes"]}
 
 
 def headline_metrics(summary: dict) -> dict[str, float]:
@@ -215,7 +215,7 @@ def headline_metrics(summary: dict) -> dict[str, float]:
             out[f"{model}.{method}.calibration_latency_s"] = v["latency_s"]
             out[f"{model}.{method}.calibration_energy_j"] = v["energy_j"]
         for method, v in s["communication"].items():
-            out[f"{model}.{method}.communication_bytes"] = v["total_bytes"]
+            out[f"{model}.{method}.total_bytes"] = v["total_bytes"]
         for method, v in s["accuracy"].items():
             out[f"{model}.{method}.accuracy_pct"] = v["accuracy_pct"]
         for method, v in s["time_to_accuracy"]["methods"].items():

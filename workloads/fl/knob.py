@@ -36,7 +36,7 @@ class Knob:
         if isinstance(value, bool) or not isinstance(value, int if self.kind is int else (int, float)):
             return f"{self.name} = {value!r} must be {'an integer' if self.kind is int else 'a number'}"
         if isinstance(value, float) and not math.isfinite(value):
-            return f"hyper-parameter {self.name} must be a finite number, got {value!r}"
+            return f"{self.name} = {value!r} must be a finite number"
         return None
 
     def check(self, value: Any) -> Any:

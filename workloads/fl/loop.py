@@ -493,7 +493,7 @@ def _fingerprint(setup: _Setup, parts) -> str:
     h = hashlib.sha256()
     ex = setup.execution.settings()
     ex["device"] = setup.execution.torch_device.type
-    h.update(json.dumps({"method": setup.method.name, "cfg": asdict(setup.cfg), "hp": asdict(setup.hp),
+    h.update(json.dumps({"method": setup.method.name, "cfg": asdict(setup.cfg), "hp": setup.hp.as_dict(),
                          "execution": ex}, sort_keys=True, default=str).encode())
     for p in parts:
         h.update(np.asarray(p, dtype=np.int64).tobytes() + b"|")

@@ -84,11 +84,19 @@ def role_of(part: str) -> str:
 
 
 def algorithm_named(name: str) -> FedAvg:
-    return _own(name) if is_dotted(name) else ALGORITHMS[name]
+    return _named(name, ALGORITHMS, FedAvg, "algorithm")
 
 
 def calibration_named(name: str) -> Calibration:
-    return _own(name) if is_dotted(name) else CALIBRATIONS[name]
+    return _named(name, CALIBRATIONS, Calibration, "calibration")
+
+
+def _named(name: str, registry: dict, kind: type, role: str):
+    found = _own(name) if is_dotted(name) else registry.get(name)
+    if not isinstance(found, kind):
+        raise MethodError(f"unknown {role} {name!r}; choose one of {', '.join(sorted(registry))} "
+                          "(or a class of yours, package.module:Class)")
+    return found
 
 
 def is_calibration(name: str) -> bool:
