@@ -160,3 +160,28 @@ def test_an_own_method_runs_through_a_grid_of_bench_runs(own):
     assert (run / "fig5.png").stat().st_size > 0 and (run / "tta.png").stat().st_size > 0
     point = json.loads((run / "point.json").read_text())
     assert point["metrics"][f"convnet.{METHOD}.accuracy_pct"] >= 0
+
+
+def test_an_own_method_in_a_study_file_and_its_run_points(own):
+    """A study names it and searches its knob; a run's point (the grid's unit) carries the knob and
+    reads back to the same hyper-parameters; an exploration (bench.dse) file accepts it."""
+    from bench.dse.spec import check_method
+    from bench.study.runner import make_point, parse_point
+    from bench.study.spec import StudyError, parse_study
+    from tests.test_study import study_doc
+    from workloads.fl.execution import Execution
+
+    doc = study_doc(methods=["fedavg", METHOD], search={"fedavg": {"lr": [0.05, 0.1]},
+                                                        METHOD: {"lr": [0.05], "plus_mu": [0.0, 0.25]}})
+    study = parse_study(doc, "s.toml")
+    trials = study.trials(METHOD)
+    assert [t["plus_mu"] for t in trials] == [0.0, 0.25]
+    hp = study.hparams(METHOD, trials[1])
+    assert (hp.plus_mu, hp.lr) == (0.25, 0.05)
+    point = make_point("convnet", METHOD, 0, study.fl("convnet", study.settings[0], 0), hp, Execution())
+    assert point["method"] == METHOD and point["hparams"]["plus_mu"] == 0.25
+    assert parse_point(json.loads(json.dumps(point))).hp == hp
+    bad = study_doc(methods=["fedavg", METHOD], search={"fedavg": {"lr": [0.1]}, METHOD: {"lr": [0.1], "plus_mu": ["x"]}})
+    with pytest.raises(StudyError, match="plus_mu = 'x' must be a number"):
+        parse_study(bad, "s.toml")
+    assert check_method(METHOD, "space.toml") == METHOD

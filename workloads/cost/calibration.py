@@ -192,7 +192,8 @@ def _captured(work: ServerWork, steps: int, hw: HardwareConfig) -> Cost:
 def calibration_cost(calibration: str, model_name: str | ModelSpec, *, train_samples: int, num_clients: int,
                      num_classes: int, image_size: int, hp: Hparams, hw: HardwareConfig) -> CalibrationCost:
     """Average client plus server cost of one calibration (``"ccvr"`` or ``"ffc"``)."""
-    model, _ = method_setup("fedavg", model_name, num_classes=num_classes, image_size=image_size, norm="bn")
+    model, _ = method_setup(calibration_named(calibration).trained_with, model_name, num_classes=num_classes,
+                            image_size=image_size, norm="bn")
     client = average_client_cost(calibration, model_name, samples=train_samples // num_clients,
                                  num_classes=num_classes, image_size=image_size, hp=hp, hw=hw)
     server = server_cost(calibration, feature_dim=model.feature_dim, num_classes=num_classes,
