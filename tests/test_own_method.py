@@ -185,3 +185,15 @@ def test_an_own_method_in_a_study_file_and_its_run_points(own):
     with pytest.raises(StudyError, match="plus_mu = 'x' must be a number"):
         parse_study(bad, "s.toml")
     assert check_method(METHOD, "space.toml") == METHOD
+
+
+def test_the_flower_app_asks_the_method(own):
+    pytest.importorskip("flwr", reason="the Flower example is an optional extra: pip install -e '.[flower]'")
+    from workloads.flower.app import check_methods
+
+    check_methods(("fedavg", "fedprox+spherefed"))  # their declared strategy: Flower's FedAvg
+    for name, message in ((METHOD, r"sends more than the model \(plus_norm, plus_steps\)"),
+                          ("fednova", "server rule is a Flower strategy"),  # it declares none
+                          ("spherefed+ffc", "with no calibration")):
+        with pytest.raises(ValueError, match=message):
+            check_methods((name,))

@@ -41,7 +41,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from iokit.dotted import first_line, import_attribute
+from iokit.dotted import first_line, import_attribute, is_dotted
 from workloads.models import MODELS, SUPPORTED_IMAGE_SIZES, FLNet, build_model
 
 DEFAULT_INPUT_SHAPE: tuple[int, int, int] = (3, 32, 32)
@@ -61,11 +61,6 @@ class ModelSpec:
     name: str  # "mobilenetv2", "package.module:factory", "torchvision:resnet50", "timm:..."
     input_shape: tuple[int, int, int] = DEFAULT_INPUT_SHAPE  # C, H, W of one sample
     classifier: str | None = None  # dotted name of the nn.Linear to use; None: the last one
-
-
-def is_external(name: str) -> bool:
-    """True for ``module:factory`` names (user and library models)."""
-    return ":" in name
 
 
 def parse_input_shape(text: str) -> tuple[int, int, int]:
@@ -226,7 +221,7 @@ def wrap_module(module: nn.Module, *, num_classes: int, spherefed: bool, input_s
 
 def build(spec: ModelSpec, *, num_classes: int, spherefed: bool, norm: str = "bn") -> FLNet:
     """The FLNet of ``spec``: a paper model (``norm`` applies) or a wrapped external one."""
-    if not is_external(spec.name):
+    if not is_dotted(spec.name):
         c, h, w = spec.input_shape
         if c != 3 or h != w or h not in SUPPORTED_IMAGE_SIZES:
             raise ModelSpecError(f"model {spec.name!r} takes 3xSxS inputs with S in {list(SUPPORTED_IMAGE_SIZES)}, "

@@ -19,7 +19,7 @@ A study file (TOML) declares, before anything runs::
     equivalence_margin_pts = 1.0          # optional: TOST margin of "equivalent within ± m" (default 1)
     dataset = "cifar10"                   # optional: else the preset's; a folder dataset needs --data-dir
 
-    [search.fedavg]                       # one table per training method: candidate values of Hparams fields
+    [search.fedavg]                       # one table per training method: candidate values of its knobs
     lr = [0.025, 0.05, 0.1]
     [search.spherefed]
     lr = [0.25, 0.5, 1.0]
