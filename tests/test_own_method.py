@@ -94,7 +94,8 @@ def test_an_own_method_declares_its_knob_and_composes(own):
 
 @pytest.mark.parametrize("name, message", [
     ("plusmethods:Nothing", "module 'plusmethods' has no attribute 'Nothing'"),
-    ("plusmethods:NotAMethod", "not an FL method class; name a subclass of workloads.fl.methods.base.FedAvg"),
+    ("plusmethods:NotAMethod", "names class NotAMethod, which is not an FL method class; name a subclass of "
+                               "workloads.fl.methods.base.FedAvg"),
     ("no_such_pkg.mod:Method", "cannot import 'no_such_pkg.mod' for method 'no_such_pkg.mod:Method'"),
     ("os:path", "standard library"),
     ("plusmethods:", "write package.module:Class"),

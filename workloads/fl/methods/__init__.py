@@ -69,8 +69,9 @@ def _own(path: str) -> FedAvg | Calibration:
             return found()
         except Exception as exc:  # noqa: BLE001 - the user's constructor: its own error, on one line
             raise MethodError(f"method {path!r}: {found.__name__}() failed: {type(exc).__name__}: {exc}") from None
-    raise MethodError(f"method {path!r} is {type(found).__name__} {found!r}, not an FL method class; name a subclass "
-                      "of workloads.fl.methods.base.FedAvg (an algorithm) or of "
+    what = f"class {found.__name__}, which is not" if isinstance(found, type) else f"a {type(found).__name__}, not"
+    raise MethodError(f"method {path!r} names {what} an FL method class; name a subclass of "
+                      "workloads.fl.methods.base.FedAvg (an algorithm) or of "
                       "workloads.fl.methods.calibration.Calibration (a calibration), docs/methods.md")
 
 
