@@ -89,7 +89,7 @@ def price(model: nn.Module, example_input: torch.Tensor, target: torch.Tensor | 
     num_classes = find_classifier(model, classifier, name)[1].out_features
     wrapped = wrap_module(copy.deepcopy(model), num_classes=num_classes, spherefed=cfg.spherefed,
                           input_shape=shape, classifier=classifier, model_name=name)
-    trace = local_step_trace(lambda: wrapped, cfg, hp or Hparams(declared=cfg.knobs), batch_size=batch, input_shape=shape, seed=seed,
+    trace = local_step_trace(lambda: wrapped, cfg, hp or Hparams(), batch_size=batch, input_shape=shape, seed=seed,
                              model_name=name, meta={"classes": num_classes})
     report = simulate_complete(trace, hardware, f"{name} {cfg.name} training step")
     return PriceReport(method=cfg.name, batch_size=batch, latency_s=report.latency_s, total_cycles=report.total_cycles,

@@ -73,7 +73,7 @@ def calibration_figures(model: str, calibrations: Sequence[str], hw: HardwareCon
         progress(f"{model}: pricing {calibration} calibration (average client + server)")
         cost = calibration_cost(calibration, spec or model, train_samples=PAPER.train_samples,
                                 num_clients=PAPER.num_clients, num_classes=num_classes, image_size=PAPER.image_size,
-                                hp=Hparams(declared=calibration_named(calibration).knobs), hw=hw)
+                                hp=Hparams(), hw=hw)
         out[calibration] = {"client_total_cycles": cost.client_total_cycles, "server_total_cycles": cost.server_total_cycles,
                             "latency_s": cost.latency_s, "client_energy_j": cost.client_energy_j,
                             "server_energy_j": cost.server_energy_j, "energy_j": cost.energy_j}
@@ -107,7 +107,7 @@ def communication_figures(model: str, names: Sequence[str], cfg: RunConfig, comm
     out = {}
     for name in names:
         method = comm_method(name)
-        totals = model_closed_form_bytes(cfg.spec(model), method, Hparams(declared=method.knobs), num_classes=cfg.classes,
+        totals = model_closed_form_bytes(cfg.spec(model), method, Hparams(), num_classes=cfg.classes,
                                          image_size=PAPER.image_size, rounds=PAPER.rounds,
                                          num_clients=PAPER.num_clients, seed=cfg.seed, comm_format=comm_format)
         out[name] = {"method": method.name, "total_bytes": totals["total_bytes"],

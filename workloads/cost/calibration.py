@@ -151,6 +151,7 @@ def client_cost(calibration: str, model_name: str | ModelSpec, *, class_counts: 
     n_batches = client_batches(calibration, class_counts, hp.batch_size)
     if n_batches == 0:
         return ZERO
+    hp = hp.with_knobs(calibration_named(calibration).knobs)
     one, two = _client_batch_costs(calibration, model_name, hp.batch_size, num_classes, image_size, hp, hw)
     return extrapolate(one, two, n_batches)
 
@@ -158,6 +159,7 @@ def client_cost(calibration: str, model_name: str | ModelSpec, *, class_counts: 
 def average_client_cost(calibration: str, model_name: str | ModelSpec, *, samples: int, num_classes: int, image_size: int,
                         hp: Hparams, hw: HardwareConfig) -> Cost:
     """The average client's statistics over ``samples`` local samples, classes balanced (Fig. 5 d)."""
+    hp = hp.with_knobs(calibration_named(calibration).knobs)
     if calibration_named(calibration).single_class_batches:
         per_class = max(1, samples // num_classes)
         batch = min(hp.batch_size, per_class)
@@ -174,6 +176,7 @@ def server_cost(calibration: str, *, feature_dim: int, num_classes: int, num_cli
     calibration declares (``Calibration.server_work``), each piece captured on ``meta`` and a loop
     of identical steps extrapolated from two captures (``extrapolate``)."""
     calib = calibration_named(calibration)
+    hp = hp.with_knobs(calib.knobs)  # a calibration of yours: its knobs' defaults where ``hp`` lacks them
     loss_fn = per_sample_loss(parse_method(calib.trained_with))
     total = ZERO
     for work in calib.server_work(feature_dim=feature_dim, num_classes=num_classes, num_clients=num_clients,

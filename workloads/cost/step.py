@@ -47,7 +47,7 @@ def local_step_trace(model_fn: Callable[[], nn.Module], method: MethodConfig, hp
     the loop). ``label``: the method's name in the trace (default its canonical name)."""
     if method.calibration:
         raise ValueError(f"{method.name!r}: a training step has no calibration; price the calibration on its own")
-    hp = hp.replace(batch_size=batch_size)
+    hp = hp.with_knobs(method.knobs).replace(batch_size=batch_size)  # a method of yours: its knobs' defaults
     torch.manual_seed(seed)
     model = prepare_model(model_fn(), method, seed=seed).train()
 
@@ -76,7 +76,7 @@ def method_step_trace(model: str | ModelSpec, method: str | MethodConfig, *, hp:
     spec = model_spec.as_spec(model, image_size)
     return local_step_trace(
         lambda: model_spec.build(spec, num_classes=num_classes, norm=norm, spherefed=method.spherefed),
-        method, hp or Hparams(declared=method.knobs), batch_size=batch_size, input_shape=spec.input_shape, seed=seed,
+        method, hp or Hparams(), batch_size=batch_size, input_shape=spec.input_shape, seed=seed,
         model_name=spec.name, meta={"classes": num_classes, "image_size": spec.input_shape[-1], "norm": norm},
         label=label)
 

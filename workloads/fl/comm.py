@@ -133,6 +133,7 @@ def closed_form_bytes(method: MethodConfig, hp: Hparams, *, rounds: int, clients
     every client downloads the feature extractor and uploads what the calibration says it sends
     (``upload_bytes``, from its ``statistics``) once.
     """
+    hp = hp.with_knobs(method.knobs)  # a method of yours: its knobs' defaults where ``hp`` lacks them
     down = up = 0
     for t in range(1, rounds + 1):
         shared = sum(layer_bytes[:method.algo.shared_layer_count(t, hp, len(layer_bytes))])

@@ -15,6 +15,7 @@ from typing import Any, Mapping, Sequence
 from iokit import checks
 from iokit.checks import SEED_MAX
 from workloads.fl.knob import LOCAL_TRAINING, Knob
+from workloads.fl.methods import registered_knobs
 
 
 @dataclass(frozen=True, init=False, repr=False)
@@ -80,13 +81,6 @@ class Hparams:
         """A copy that also declares ``knobs`` (at their defaults where not set yet)."""
         new = [k for k in knobs if k not in self.declared]
         return Hparams(declared=(*self.declared, *new), values=(*self.values, *(k.default for k in new)))
-
-
-def registered_knobs() -> tuple[Knob, ...]:
-    """The knobs of every method of the registry (``workloads.fl.methods``), in registry order."""
-    from workloads.fl.methods import registered_knobs as knobs  # the registry's methods import this module
-
-    return knobs()
 
 
 @dataclass(frozen=True)

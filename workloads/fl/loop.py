@@ -253,7 +253,7 @@ def run_method(method: MethodConfig, *, model_fn: Callable[[], nn.Module], train
     ``torch.manual_seed(seed)`` so every method starts from the same initial weights on any device.
     ``after_round(t)`` is called after round t's checkpoint is written (a test interrupts a run there).
     """
-    setup = _set_up(method, model_fn, train, test, parts, cfg, hp, execution, val)
+    setup = _set_up(method, model_fn, train, test, parts, cfg, hp.with_knobs(method.knobs), execution, val)
     fingerprint = _fingerprint(setup, parts) if checkpoint is not None else ""
     state = _initial_state(setup)
     if resume and checkpoint is not None and Path(checkpoint).is_file():
