@@ -202,7 +202,7 @@ def curves(args: argparse.Namespace) -> None:
         hook = register_optimizer_step_pre_hook(recorder.before_optimizer_step)
         result = run_method(method, model_fn=lambda m=method: recorder.attach(inputs.build(m.spherefed)),
                             train=inputs.train, test=inputs.test, parts=inputs.parts, cfg=cfg,
-                            hp=dataclasses.replace(run.hparams[method.name], lr=lr), execution=inputs.execution,
+                            hp=run.hparams[method.name].replace(lr=lr), execution=inputs.execution,
                             after_round=lambda t: per_round.append(recorder.close_round()))
         hook.remove()
         for entry, steps in zip(result.history, per_round):

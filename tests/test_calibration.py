@@ -68,7 +68,7 @@ def test_ffc_is_cheaper_than_ccvr_on_the_server():
     # CCVR samples C x M_c features and re-trains; FFC sums and solves once
     hp = Hparams(ccvr_virtual_per_class=20, ccvr_epochs=2)
     kw = dict(feature_dim=64, num_classes=10, num_clients=3, hp=hp, hw=HW)
-    ffc, ccvr = cal.ffc_server_cost(**kw), cal.ccvr_server_cost(**kw)
+    ffc, ccvr = cal.server_cost("ffc", **kw), cal.server_cost("ccvr", **kw)
     assert 0 < ffc.total_cycles < ccvr.total_cycles
     assert 0 < ffc.energy_j < ccvr.energy_j
 

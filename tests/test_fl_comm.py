@@ -3,11 +3,11 @@
 import pytest
 
 from fl_standins import TinyNet, blobs
-from workloads.fl.comm import calibration_stats_bytes, closed_form_bytes, closed_form_sizes, ledger_totals
+from workloads.fl.comm import closed_form_bytes, closed_form_sizes, ledger_totals
 from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.local import prepare_model
 from workloads.fl.loop import run_method
-from workloads.fl.methods import parse_method
+from workloads.fl.methods import CALIBRATIONS, parse_method
 from workloads.fl.partition import dirichlet_partition
 
 TRAIN, TEST = blobs(160), blobs(40, seed=1)
@@ -64,9 +64,9 @@ def test_calibration_bytes_match_sphere_fed_table1_sizes():
     # l (l + C) = 1,766,400 values = 7.07 MB ("7"); CCVR's Sigma (l x l x C) + mu (l x C) is
     # 163,968,000 values = 655.9 MB, the difference 758 - 102 of the table.
     hp32 = Hparams(ffc_stats_dtype="float32")
-    assert calibration_stats_bytes("ffc", feature_dim=1280, num_classes=100, hp=hp32) == 7_065_600
+    assert CALIBRATIONS["ffc"].upload_bytes(feature_dim=1280, num_classes=100, hp=hp32) == 7_065_600
     # we send CCVR statistics in float64, plus the C counts
-    assert calibration_stats_bytes("ccvr", feature_dim=1280, num_classes=100, hp=hp32) == (100 + 163_968_000) * 8
+    assert CALIBRATIONS["ccvr"].upload_bytes(feature_dim=1280, num_classes=100, hp=hp32) == (100 + 163_968_000) * 8
 
 
 def test_bench_closed_form_equals_the_ledger_for_double_head():

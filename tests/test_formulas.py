@@ -38,22 +38,22 @@ def test_setup_defaults_are_the_papers():
 
 def test_fedavg_communication_102_mb():
     # W is 1280 x 100 = 128,000 words; down + up every round: 2 x 100 x 128,000 x 4 B = 102,400,000 B
-    assert f.comm_bytes_per_client("fedavg", PAPER) == 102_400_000
-    assert round(f.comm_bytes_per_client("fedavg", PAPER) / 1e6) == printed_mb("fedavg") == 102
-    assert f.total_comm_bytes("fedavg", PAPER) == 10 * 102_400_000
+    assert f.per_client_bytes("fedavg", PAPER) == 102_400_000
+    assert round(f.per_client_bytes("fedavg", PAPER) / 1e6) == printed_mb("fedavg") == 102
+    assert f.total_bytes("fedavg", PAPER) == 10 * 102_400_000
 
 
 def test_ccvr_communication_758_mb():
     # mu: 128,000 words; Sigma: 1280 x 1280 x 100 = 163,840,000 words; once:
     # (128,000 + 163,840,000) x 4 = 655,872,000 B; + FedAvg's 102,400,000 = 758,272,000 B
-    assert f.comm_bytes_per_client("ccvr", PAPER) == 758_272_000
-    assert round(f.comm_bytes_per_client("ccvr", PAPER) / 1e6) == printed_mb("ccvr") == 758
+    assert f.per_client_bytes("ccvr", PAPER) == 758_272_000
+    assert round(f.per_client_bytes("ccvr", PAPER) / 1e6) == printed_mb("ccvr") == 758
 
 
 def test_spherefed_communication_7_mb():
     # U: 1280 x 100, V: 1280 x 1280 -> 1280 x 1380 = 1,766,400 words x 4 B = 7,065,600 B, once
-    assert f.comm_bytes_per_client("spherefed", PAPER) == 7_065_600
-    assert round(f.comm_bytes_per_client("spherefed", PAPER) / 1e6) == printed_mb("spherefed") == 7
+    assert f.per_client_bytes("spherefed", PAPER) == 7_065_600
+    assert round(f.per_client_bytes("spherefed", PAPER) / 1e6) == printed_mb("spherefed") == 7
 
 
 def test_ffc_client_flops_eq9():
@@ -124,8 +124,8 @@ def test_table1_rows_and_savings():
     rows = {r.method: r for r in f.table1(PAPER)}
     assert list(rows) == ["fedavg", "ccvr", "spherefed"]
     # "over two orders of magnitude" less communication than FedAvg and CCVR (Sec. 5.4)
-    assert rows["fedavg"].comm_bytes_per_client / rows["spherefed"].comm_bytes_per_client > 10
-    assert rows["ccvr"].comm_bytes_per_client / rows["spherefed"].comm_bytes_per_client > 100
+    assert rows["fedavg"].per_client_bytes / rows["spherefed"].per_client_bytes > 10
+    assert rows["ccvr"].per_client_bytes / rows["spherefed"].per_client_bytes > 100
     assert rows["fedavg"].gflops / rows["spherefed"].gflops > 70
     for r in rows.values():
         assert r.gflops == pytest.approx(2 * (r.client_macs + r.server_macs) / 1e9)
@@ -145,19 +145,19 @@ settings = st.builds(
 @given(settings, st.integers(1, 1000))
 def test_only_fedavgs_weights_scale_with_rounds(s, more):
     longer = f.Table1Setup(**{**s.__dict__, "rounds": s.rounds + more})
-    assert f.comm_bytes_per_client("spherefed", longer) == f.comm_bytes_per_client("spherefed", s)
+    assert f.per_client_bytes("spherefed", longer) == f.per_client_bytes("spherefed", s)
     extra = 2 * more * s.feature_dim * s.num_classes * s.word_bytes
     for method in ("fedavg", "ccvr"):
-        assert f.comm_bytes_per_client(method, longer) - f.comm_bytes_per_client(method, s) == extra
+        assert f.per_client_bytes(method, longer) - f.per_client_bytes(method, s) == extra
     assert f.classifier_flops("spherefed", longer) == f.classifier_flops("spherefed", s)
     assert f.classifier_flops("fedavg", longer) > f.classifier_flops("fedavg", s)
 
 
 @given(settings)
 def test_ccvr_costs_fedavg_plus_calibration(s):
-    assert f.comm_bytes_per_client("ccvr", s) > f.comm_bytes_per_client("fedavg", s)
+    assert f.per_client_bytes("ccvr", s) > f.per_client_bytes("fedavg", s)
     assert f.classifier_flops("ccvr", s) > f.classifier_flops("fedavg", s)
-    assert f.total_comm_bytes("ccvr", s) == s.num_clients * f.comm_bytes_per_client("ccvr", s)
+    assert f.total_bytes("ccvr", s) == s.num_clients * f.per_client_bytes("ccvr", s)
 
 
 @pytest.mark.parametrize("bad", [{"feature_dim": 0}, {"rounds": -1}, {"word_bytes": 2.5},
@@ -169,7 +169,7 @@ def test_bad_setup_is_rejected(bad):
 
 def test_unknown_method_names_the_choices():
     with pytest.raises(ValueError, match="ccvr"):
-        f.comm_bytes_per_client("fedprox", PAPER)
+        f.per_client_bytes("fedprox", PAPER)
 
 
 def test_cli_prints_table(capsys):

@@ -106,7 +106,7 @@ def test_ledger_agrees_with_closed_forms(smoke):
     checks = results.load_summary(out)["ledger_check"]["convnet"]
     assert set(checks) == {"fedavg+ccvr", "spherefed+ffc"}
     for v in checks.values():
-        assert v["ledger_total_bytes"] == v["closed_form_total_bytes"] > 0
+        assert v["ledger"]["total_bytes"] == v["closed_form"]["total_bytes"] > 0
 
 
 @pytest.mark.slow
@@ -231,8 +231,8 @@ def test_rounds_csv_joins_accuracy_and_cost(smoke):
         assert 100 * rows["accuracy"].iloc[-1] == pytest.approx(m["accuracy"][method]["accuracy_pct"])
     # the runs' totals are the ledger's: ccvr (fedavg+ccvr) and ffc (spherefed+ffc) end on the run's total bytes
     checks = summary["ledger_check"]["convnet"]
-    assert rounds[rounds["method"] == "ccvr"]["cum_bytes"].iloc[-1] == checks["fedavg+ccvr"]["ledger_total_bytes"]
-    assert rounds[rounds["method"] == "ffc"]["cum_bytes"].iloc[-1] == checks["spherefed+ffc"]["ledger_total_bytes"]
+    assert rounds[rounds["method"] == "ccvr"]["cum_bytes"].iloc[-1] == checks["fedavg+ccvr"]["ledger"]["total_bytes"]
+    assert rounds[rounds["method"] == "ffc"]["cum_bytes"].iloc[-1] == checks["spherefed+ffc"]["ledger"]["total_bytes"]
 
 
 @pytest.mark.slow

@@ -34,8 +34,6 @@ import difflib
 import importlib
 import importlib.util
 import inspect
-import sys
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -43,6 +41,7 @@ from typing import Callable
 import torch
 from torch import nn
 
+from iokit.dotted import first_line, import_attribute, is_dotted
 from workloads.models import MODELS, SUPPORTED_IMAGE_SIZES, FLNet, build_model
 
 DEFAULT_INPUT_SHAPE: tuple[int, int, int] = (3, 32, 32)
@@ -64,11 +63,6 @@ class ModelSpec:
     classifier: str | None = None  # dotted name of the nn.Linear to use; None: the last one
 
 
-def is_external(name: str) -> bool:
-    """True for ``module:factory`` names (user and library models)."""
-    return ":" in name
-
-
 def parse_input_shape(text: str) -> tuple[int, int, int]:
     """``"3,32,32"`` -> (3, 32, 32); ModelSpecError otherwise."""
     try:
@@ -78,20 +72,6 @@ def parse_input_shape(text: str) -> tuple[int, int, int]:
     if len(shape) != 3 or min(shape) < 1:
         raise ModelSpecError(f"--input-shape {text!r}: give C,H,W as three positive integers, e.g. 3,32,32")
     return shape  # type: ignore[return-value]
-
-
-@contextmanager
-def _cwd_on_path():
-    """The current directory on ``sys.path`` while a user's module is imported."""
-    cwd = str(Path.cwd())
-    added = cwd not in sys.path
-    if added:
-        sys.path.insert(0, cwd)
-    try:
-        yield
-    finally:
-        if added:
-            sys.path.remove(cwd)
 
 
 def _import_library(library: str):
@@ -154,30 +134,11 @@ def _library_factory(library: str, model: str) -> Callable[..., nn.Module]:
 def load_factory(name: str) -> tuple[Callable[..., nn.Module], bool]:
     """(factory, takes_num_classes) for ``module:factory``; ModelSpecError with the fix otherwise."""
     module_name, _, attr = name.partition(":")
-    if not module_name or not attr:
-        raise ModelSpecError(f"model {name!r}: write package.module:factory (e.g. mynets:small_cnn)")
-    if module_name in LIBRARIES:
+    if module_name in LIBRARIES and attr:
         return _library_factory(module_name, attr), True
-    top = module_name.split(".")[0]
-    if top in sys.stdlib_module_names or top in sys.builtin_module_names or top == "builtins":
-        raise ModelSpecError(f"model {name!r}: {module_name} is part of Python's standard library, not a model "
-                             "factory; name a function of yours that returns an nn.Module (docs/byom.md)")
-    try:
-        with _cwd_on_path():
-            module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        raise ModelSpecError(f"cannot import {module_name!r} for model {name!r} ({exc}); run from the folder "
-                             f"that holds {module_name.split('.')[0]} or add that folder to PYTHONPATH") from None
-    except (Exception, SystemExit) as exc:  # the user's module failed (or exited) while importing: its own error
-        raise ModelSpecError(f"importing {module_name!r} for model {name!r} failed: "
-                             f"{type(exc).__name__}: {_first_line(exc)}") from None
-    factory = module
-    for part in attr.split("."):
-        if not hasattr(factory, part):
-            public = sorted(n for n in dir(module) if not n.startswith("_"))
-            raise ModelSpecError(f"module {module_name!r} has no attribute {attr!r} (model {name!r}); "
-                                 f"it defines: {', '.join(public) or 'nothing public'}")
-        factory = getattr(factory, part)
+    factory = import_attribute(name, role="model", form="package.module:factory (e.g. mynets:small_cnn)",
+                               wanted="a function of yours that returns an nn.Module (docs/byom.md)",
+                               error=ModelSpecError)
     if isinstance(factory, nn.Module) or not callable(factory):
         raise ModelSpecError(f"{name!r} is a {type(factory).__name__}, not a factory; name a function or "
                              "class that returns a new nn.Module")
@@ -186,11 +147,6 @@ def load_factory(name: str) -> tuple[Callable[..., nn.Module], bool]:
     except (TypeError, ValueError):
         params = {}
     return factory, "num_classes" in params
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def find_classifier(module: nn.Module, name: str | None, model_name: str) -> tuple[str, nn.Linear]:
@@ -229,7 +185,7 @@ def _check_classifier_is_output(module: nn.Module, classifier: str, input_shape,
         shape = ",".join(map(str, input_shape))
         exc = _cpu_error(module, input_shape) or exc
         raise ModelSpecError(f"model {model_name!r} rejects input shape {shape} (--input-shape C,H,W): "
-                             f"{type(exc).__name__}: {_first_line(exc)}") from None
+                             f"{type(exc).__name__}: {first_line(exc)}") from None
     finally:
         hook.remove()
     if "out" not in seen or out is not seen["out"]:
@@ -265,7 +221,7 @@ def wrap_module(module: nn.Module, *, num_classes: int, spherefed: bool, input_s
 
 def build(spec: ModelSpec, *, num_classes: int, spherefed: bool, norm: str = "bn") -> FLNet:
     """The FLNet of ``spec``: a paper model (``norm`` applies) or a wrapped external one."""
-    if not is_external(spec.name):
+    if not is_dotted(spec.name):
         c, h, w = spec.input_shape
         if c != 3 or h != w or h not in SUPPORTED_IMAGE_SIZES:
             raise ModelSpecError(f"model {spec.name!r} takes 3xSxS inputs with S in {list(SUPPORTED_IMAGE_SIZES)}, "
@@ -279,7 +235,7 @@ def build(spec: ModelSpec, *, num_classes: int, spherefed: bool, norm: str = "bn
     try:
         module = factory(num_classes=num_classes) if takes_classes else factory()
     except (Exception, SystemExit) as exc:  # a factory that exits must not end the command silently
-        raise ModelSpecError(f"building model {spec.name!r} failed: {type(exc).__name__}: {_first_line(exc)}") from None
+        raise ModelSpecError(f"building model {spec.name!r} failed: {type(exc).__name__}: {first_line(exc)}") from None
     if not isinstance(module, nn.Module):
         raise ModelSpecError(f"{spec.name!r} returned a {type(module).__name__}, not an nn.Module")
     return wrap_module(module, num_classes=num_classes, spherefed=spherefed, input_shape=spec.input_shape,

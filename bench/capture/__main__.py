@@ -98,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         shape = parse_input_shape(args.input_shape) if args.input_shape else (3, side, side)
         spec = ModelSpec(args.model, shape, args.classifier)
         prepare_model(build(spec, num_classes=args.classes, norm=args.norm, spherefed=method.spherefed), method, seed=0)
-        hp = replace(Hparams(), lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
+        hp = Hparams(declared=method.knobs, lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
     trace = method_step_trace(spec, args.method, hp=hp, batch_size=args.batch_size, num_classes=args.classes,
                               norm=args.norm)
     atomic_write(out, lambda tmp: dump_trace(trace, tmp))

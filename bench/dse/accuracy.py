@@ -38,9 +38,8 @@ from accel_sim.mac_energy import hardware_in_format
 from accel_sim.pareto import pareto_front
 from bench.dse.rerun import on_points, step_price
 from bench.dse.spec import Dse, DseError
-from workloads.cost.calibration import TRAINED_WITH
 from workloads.cost.system import time_to_accuracy
-from workloads.fl.methods import parse_method
+from workloads.fl.methods import is_calibration, parse_method
 
 STUDY_FILES = ("curves.csv", "summary.json")
 FRONT_PAIRS = (("energy_j_to_target", "asic_area_mm2"), ("energy_j_to_target", "dsp_slices"))
@@ -73,7 +72,7 @@ def _stage_names(method: str) -> dict[str, str]:
 
 def dse_names(dse: Dse) -> dict[str, str]:
     """Canonical name (``fedavg+spherefed``, ``ccvr``) -> the space file's spelling (``spherefed``)."""
-    return {name if name in TRAINED_WITH else parse_method(name).name: name for name in dse.methods}
+    return {name if is_calibration(name) else parse_method(name).name: name for name in dse.methods}
 
 
 def load_study(folder: str | Path, dse: Dse, target_pct: float | None, setting: str | None) -> StudyCurves:

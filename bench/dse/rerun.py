@@ -9,7 +9,7 @@ device time and energy scale by the ratio of one step's latency (energy) there t
     device_s(point) = sum over the rows up to the target round of round_device_s x step_latency_s(point) / step_latency_s(run)
 
 with the step of the method's training (a calibration's training is its base method's,
-``workloads.cost.calibration.TRAINED_WITH``) for ``train`` rows and the calibration's batch for its
+the calibration's ``trained_with``) for ``train`` rows and the calibration's batch for its
 ``calibration`` row; bytes do not depend on the accelerator. The round reaching the target is
 ``workloads.cost.system.time_to_accuracy``'s (the one definition), so the round does not move.
 
@@ -34,7 +34,7 @@ from accel_sim.batch import TraceWork, price_points
 from accel_sim.hardware import HardwareConfig, HardwareConfigError, hardware_config_from_dict
 from accel_sim.points import HardwarePoints
 from bench.dse.spec import Dse, DseError
-from workloads.cost.calibration import TRAINED_WITH
+from workloads.fl.methods import calibration_named, is_calibration
 from workloads.cost.system import ROUNDS_COLUMNS, time_to_accuracy
 
 TTA_COLUMNS = ("device_s_to_target", "energy_j_to_target", "bytes_to_target")
@@ -54,7 +54,8 @@ class Run:
 
 def stage_methods(method: str) -> dict[str, str]:
     """The dse method whose step prices each stage of ``method``'s rounds.csv rows."""
-    return {"train": TRAINED_WITH.get(method, method), "calibration": method}
+    return {"train": calibration_named(method).trained_with if is_calibration(method) else method,
+            "calibration": method}
 
 
 def load_run(folder: str | Path, dse: Dse, target_pct: float | None) -> Run:

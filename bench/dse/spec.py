@@ -33,8 +33,7 @@ from accel_sim.resources import FpgaDevice, ResourceModelError, load_device
 from accel_sim.space import DEFAULT_MAX_POINTS, Space, SpaceError, space_from_dict
 from iokit import checks
 from iokit.toml import read_toml
-from workloads.cost.calibration import TRAINED_WITH
-from workloads.fl.methods import parse_method
+from workloads.fl.methods import is_calibration, parse_method
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DEVICE = ROOT / "configs" / "devices" / "xc7vx485t.toml"
@@ -72,9 +71,9 @@ class Dse:
 
 def check_method(name: Any, where: str) -> str:
     """A training method (``fedavg``, ``fedprox+spherefed``, ...) or a calibration (``ccvr``, ``ffc``)."""
-    if name in TRAINED_WITH:
-        return name
     try:
+        if isinstance(name, str) and is_calibration(name):
+            return name
         method = parse_method(name) if isinstance(name, str) else None
     except ValueError as err:
         raise DseError(f"{where}: {err}") from None

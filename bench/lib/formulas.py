@@ -127,7 +127,7 @@ def flops(macs: int, flops_per_mac: int = 2) -> int:
 # ---- communication (Table 1, "Communication" columns) ----------------------------------------
 
 
-def fedavg_comm_bytes_per_client(feature_dim: int, num_classes: int, rounds: int, word_bytes: int) -> int:
+def fedavg_per_client_bytes(feature_dim: int, num_classes: int, rounds: int, word_bytes: int) -> int:
     """FedAvg: W in R^{l x C} down and up every round: 2.R.l.C.w bytes (Table 1, row FedAvg).
 
     l = 1280, C = 100, R = 100, w = 4: 2 x 100 x 128,000 x 4 = 102,400,000 B = 102.4 MB.
@@ -135,17 +135,17 @@ def fedavg_comm_bytes_per_client(feature_dim: int, num_classes: int, rounds: int
     return 2 * rounds * feature_dim * num_classes * word_bytes
 
 
-def ccvr_comm_bytes_per_client(feature_dim: int, num_classes: int, rounds: int, word_bytes: int) -> int:
+def ccvr_per_client_bytes(feature_dim: int, num_classes: int, rounds: int, word_bytes: int) -> int:
     """CCVR: FedAvg's W every round, plus mu in R^{l x C} and Sigma in R^{l x l x C} once (Table 1).
 
     l = 1280, C = 100: (128,000 + 163,840,000) x 4 = 655,872,000 B, plus FedAvg's 102,400,000 B
     = 758,272,000 B = 758.3 MB.
     """
     stats_words = feature_dim * num_classes + feature_dim * feature_dim * num_classes
-    return fedavg_comm_bytes_per_client(feature_dim, num_classes, rounds, word_bytes) + stats_words * word_bytes
+    return fedavg_per_client_bytes(feature_dim, num_classes, rounds, word_bytes) + stats_words * word_bytes
 
 
-def ffc_comm_bytes_per_client(feature_dim: int, num_classes: int, word_bytes: int) -> int:
+def ffc_per_client_bytes(feature_dim: int, num_classes: int, word_bytes: int) -> int:
     """SphereFed + FFC: U^k in R^{l x C} and V^k in R^{l x l} once: l.(l + C).w bytes (Eq. 9, text after Eq. 10).
 
     l = 1280, C = 100: 1280 x 1380 x 4 = 7,065,600 B = 7.07 MB. The fixed classifier is never sent.
@@ -153,15 +153,15 @@ def ffc_comm_bytes_per_client(feature_dim: int, num_classes: int, word_bytes: in
     return feature_dim * (feature_dim + num_classes) * word_bytes
 
 
-def comm_bytes_per_client(method: str, s: Table1Setup) -> int:
+def per_client_bytes(method: str, s: Table1Setup) -> int:
     """Per-client classifier communication of a Table 1 method over the whole run."""
     return _table1_form(TABLE1_COMM, method)(s)
 
 
 TABLE1_COMM = {  # Table 1 row -> its per-client communication
-    "fedavg": lambda s: fedavg_comm_bytes_per_client(s.feature_dim, s.num_classes, s.rounds, s.word_bytes),
-    "ccvr": lambda s: ccvr_comm_bytes_per_client(s.feature_dim, s.num_classes, s.rounds, s.word_bytes),
-    "spherefed": lambda s: ffc_comm_bytes_per_client(s.feature_dim, s.num_classes, s.word_bytes),
+    "fedavg": lambda s: fedavg_per_client_bytes(s.feature_dim, s.num_classes, s.rounds, s.word_bytes),
+    "ccvr": lambda s: ccvr_per_client_bytes(s.feature_dim, s.num_classes, s.rounds, s.word_bytes),
+    "spherefed": lambda s: ffc_per_client_bytes(s.feature_dim, s.num_classes, s.word_bytes),
 }
 
 
@@ -171,9 +171,9 @@ def _table1_form(forms: dict, method: str):
     return forms[method]
 
 
-def total_comm_bytes(method: str, s: Table1Setup) -> int:
+def total_bytes(method: str, s: Table1Setup) -> int:
     """All clients together: K x the per-client amount (every client participates every round)."""
-    return s.num_clients * comm_bytes_per_client(method, s)
+    return s.num_clients * per_client_bytes(method, s)
 
 
 # ---- computation building blocks (MACs) --------------------------------------------------------
@@ -306,8 +306,8 @@ TABLE1_METHODS = {
 @dataclass(frozen=True)
 class Table1Row:
     method: str
-    comm_bytes_per_client: int
-    comm_bytes_total: int
+    per_client_bytes: int
+    total_bytes: int
     client_macs: int
     server_macs: int
     gflops: float  # ours: 2 x (client + server MACs) / 1e9
@@ -325,8 +325,8 @@ def table1(s: Table1Setup) -> tuple[Table1Row, ...]:
         rows.append(
             Table1Row(
                 method=method,
-                comm_bytes_per_client=comm_bytes_per_client(method, s),
-                comm_bytes_total=total_comm_bytes(method, s),
+                per_client_bytes=per_client_bytes(method, s),
+                total_bytes=total_bytes(method, s),
                 client_macs=client,
                 server_macs=server,
                 gflops=flops(client + server) / GIGA,
@@ -352,8 +352,8 @@ def format_table1(s: Table1Setup) -> str:
     ]
     for r in table1(s):
         lines.append(
-            f"{r.method:<10} {r.comm_bytes_per_client / DECIMAL_MB_BYTES:>10.1f} {r.paper.comm_mb:>9g} "
-            f"{r.comm_bytes_total / DECIMAL_MB_BYTES:>10.1f} {r.client_macs / GIGA:>12.1f} "
+            f"{r.method:<10} {r.per_client_bytes / DECIMAL_MB_BYTES:>10.1f} {r.paper.comm_mb:>9g} "
+            f"{r.total_bytes / DECIMAL_MB_BYTES:>10.1f} {r.client_macs / GIGA:>12.1f} "
             f"{r.server_macs / GIGA:>12.1f} {r.gflops:>10.3g} {r.paper_reading_gflops:>12.3g} "
             f"{r.paper.gflops:>9.2g}"
         )

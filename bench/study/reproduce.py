@@ -31,6 +31,7 @@ def reference_point(folder: str | Path, model: str, setting: str, method: str, s
     from bench.lib.study.spec import training_method
     from workloads.fl.execution import Execution
     from workloads.fl.hparams import FLConfig, Hparams
+    from workloads.fl.methods import parse_method
 
     summary = json.loads((Path(folder) / "summary.json").read_text(encoding="utf-8"))
     training = training_method(method)
@@ -40,7 +41,8 @@ def reference_point(folder: str | Path, model: str, setting: str, method: str, s
             if method not in (training, p["method"]):
                 raise ValueError(f"{folder}: {model} {setting} ran {p['method']}, not {method}")
             fl = FLConfig(**{**p["fl"], "model": model, "seed": seed})
-            return make_point(model, p["method"], seed, fl, Hparams(**p["hparams"]), Execution(**p["execution"]),
+            hp = Hparams(declared=parse_method(p["method"]).knobs, **p["hparams"])
+            return make_point(model, p["method"], seed, fl, hp, Execution(**p["execution"]),
                               summary["study"].get("hw"), summary["study"].get("system"))
     raise ValueError(f"{folder}: no chosen run of {model} {setting} {training}; see its summary.json choices")
 

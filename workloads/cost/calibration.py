@@ -9,9 +9,15 @@ the on-server latency". We price, with the FL code's own functions (``workloads/
   the FedAvg model. Fig. 5 (d) prices the average client (|D| / K samples, classes balanced, so
   |D| / (K.C) samples per class: ``calibration_cost``); a federated run's ledger prices each client
   from its own class counts (``client_cost``).
-* server: FFC ``FFC.server_calibrate`` (sum V and U over K clients, solve Eq. 10). CCVR the steps
-  of ``CCVR.server_calibrate``: ``pool_class_statistics``, ``sample_virtual_features``
-  (M_c per class) and ``retrain_classifier`` (``ccvr_epochs`` epochs over C.M_c virtual features).
+* server: the work the calibration declares (``Calibration.server_work``), on inputs of the shapes
+  of its declared ``statistics``. FFC ``FFC.server_calibrate`` (sum V and U over K clients, solve
+  Eq. 10). CCVR the steps of ``CCVR.server_calibrate``: ``pool_class_statistics``,
+  ``sample_virtual_features`` (M_c per class) and ``retrain_classifier`` (``ccvr_epochs`` epochs
+  over C.M_c virtual features), re-training with the loss of the method it calibrates
+  (``trained_with``).
+
+Which model a calibration's client side is priced on is the calibration's ``trained_with`` (Fig.
+5 (d): CCVR on FedAvg's, FFC on SphereFed's). This module names no calibration.
 
 Every step of a loop over batches runs the same ops on the same shapes, so instead of capturing
 thousands of identical steps we capture one and two of them (on the ``meta`` device) and
@@ -28,23 +34,19 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Sequence
 
 import torch
-import torch.nn.functional as F
 
 from accel_sim.hardware import HardwareConfig
-from workloads.fl.hparams import Hparams
-from workloads.fl.methods import CALIBRATIONS
-from workloads.fl.methods.ccvr import pool_class_statistics, retrain_classifier, sample_virtual_features
-from workloads.fl.methods.ffc import FFC
-from workloads.cost.step import simulate_complete
-from workloads.model_spec import ModelSpec, as_spec, example_batch
-from workloads.cost.step import method_setup
 from workloads.capture import capture
-
-TRAINED_WITH = {"ccvr": "fedavg", "ffc": "spherefed"}  # Fig. 5 (d): CCVR on FedAvg, FFC on SphereFed
+from workloads.cost.step import method_setup, simulate_complete
+from workloads.fl.hparams import Hparams
+from workloads.fl.local import per_sample_loss
+from workloads.fl.methods import calibration_named, parse_method
+from workloads.fl.methods.calibration import ServerWork
+from workloads.model_spec import ModelSpec, as_spec, example_batch
 
 
 @dataclass(frozen=True)
@@ -117,18 +119,13 @@ def _cost(fn, *args, hw: HardwareConfig, model=None, **kwargs) -> Cost:
     return Cost(report.total_cycles, report.energy_j)
 
 
-def _meta(*shape, dtype=torch.float32):
-    return torch.empty(*shape, dtype=dtype, device="meta")
-
-
 @functools.lru_cache(maxsize=64)
 def _client_batch_costs(calibration: str, model_name: str | ModelSpec, batch: int, num_classes: int, image_size: int,
                         hp: Hparams, hw: HardwareConfig) -> tuple[Cost, Cost]:
     """Cost of the client statistics over one and over two batches of ``batch`` samples."""
-    model, _ = method_setup(TRAINED_WITH[calibration], model_name, num_classes=num_classes,
-                            image_size=image_size, norm="bn")
+    calib = calibration_named(calibration)
+    model, _ = method_setup(calib.trained_with, model_name, num_classes=num_classes, image_size=image_size, norm="bn")
     model = model.to("meta").eval()
-    calib = CALIBRATIONS[calibration]
 
     def stats_fn(batches):
         return calib.client_statistics(model, batches, num_classes=num_classes, hp=hp)
@@ -142,7 +139,7 @@ def client_batches(calibration: str, class_counts: Sequence[int], batch_size: in
     """Batches a client's statistics run over: ``ceil(n_k / B)`` over all its samples (FFC), or
     ``sum_c ceil(n_kc / B)`` for a calibration that needs single-class batches (CCVR,
     ``workloads.fl.methods.ccvr.class_batches``)."""
-    if CALIBRATIONS[calibration].single_class_batches:
+    if calibration_named(calibration).single_class_batches:
         return sum(math.ceil(n / batch_size) for n in class_counts)
     return math.ceil(sum(class_counts) / batch_size)
 
@@ -154,6 +151,7 @@ def client_cost(calibration: str, model_name: str | ModelSpec, *, class_counts: 
     n_batches = client_batches(calibration, class_counts, hp.batch_size)
     if n_batches == 0:
         return ZERO
+    hp = hp.with_knobs(calibration_named(calibration).knobs)
     one, two = _client_batch_costs(calibration, model_name, hp.batch_size, num_classes, image_size, hp, hw)
     return extrapolate(one, two, n_batches)
 
@@ -161,7 +159,8 @@ def client_cost(calibration: str, model_name: str | ModelSpec, *, class_counts: 
 def average_client_cost(calibration: str, model_name: str | ModelSpec, *, samples: int, num_classes: int, image_size: int,
                         hp: Hparams, hw: HardwareConfig) -> Cost:
     """The average client's statistics over ``samples`` local samples, classes balanced (Fig. 5 d)."""
-    if CALIBRATIONS[calibration].single_class_batches:
+    hp = hp.with_knobs(calibration_named(calibration).knobs)
+    if calibration_named(calibration).single_class_batches:
         per_class = max(1, samples // num_classes)
         batch = min(hp.batch_size, per_class)
         n_batches = num_classes * math.ceil(per_class / batch)
@@ -171,60 +170,33 @@ def average_client_cost(calibration: str, model_name: str | ModelSpec, *, sample
     return extrapolate(one, two, n_batches)
 
 
-def ffc_server_cost(*, feature_dim: int, num_classes: int, num_clients: int, hp: Hparams,
-                    hw: HardwareConfig) -> Cost:
-    """Eq. 10 on the server: sum of K clients' V and U, then the solve."""
-    dtype = getattr(torch, hp.ffc_stats_dtype)
-    stats = [{"ffc_V": _meta(feature_dim, feature_dim, dtype=dtype), "ffc_U": _meta(feature_dim, num_classes, dtype=dtype)}
-             for _ in range(num_clients)]
-    return _cost(FFC().server_calibrate, stats, classifier_weight=_meta(num_classes, feature_dim), hp=hp, hw=hw)
-
-
-def _ccvr_loss(outputs, targets):
-    """FedAvg's loss per sample (CCVR re-trains with the base method's loss)."""
-    return F.cross_entropy(outputs, targets, reduction="none")
-
-
-def ccvr_server_cost(*, feature_dim: int, num_classes: int, num_clients: int, hp: Hparams,
-                     hw: HardwareConfig) -> Cost:
-    """Pool K clients' statistics, sample C.M_c virtual features, re-train the classifier."""
-    l, c = feature_dim, num_classes
-    stats = [{"ccvr_counts": _meta(c, dtype=torch.float64), "ccvr_means": _meta(c, l, dtype=torch.float64),
-              "ccvr_covs": _meta(c, l, l, dtype=torch.float64)} for _ in range(num_clients)]
-
-    def pool_and_sample(stats):
-        n, mu, cov = pool_class_statistics(stats)
-        return sample_virtual_features(n, mu, cov, per_class=hp.ccvr_virtual_per_class, eps=hp.ccvr_cov_eps)
-
-    prepare = _cost(pool_and_sample, stats, hw=hw)
-    one_epoch = replace(hp, ccvr_epochs=1)
-    w = _meta(c, l)
-
-    def retrain(steps):
-        rows = steps * hp.ccvr_batch_size
-        return _cost(retrain_classifier, w, _meta(rows, l), torch.zeros(rows, dtype=torch.long, device="meta"),
-                       _meta(rows), per_sample_loss=_ccvr_loss, hp=one_epoch, hw=hw)
-
-    steps = hp.ccvr_epochs * math.ceil(c * hp.ccvr_virtual_per_class / hp.ccvr_batch_size)
-    return prepare + extrapolate(retrain(2), retrain(3), steps, a=2)
-
-
-SERVER_COSTS = {"ffc": ffc_server_cost, "ccvr": ccvr_server_cost}
-
-
 def server_cost(calibration: str, *, feature_dim: int, num_classes: int, num_clients: int, hp: Hparams,
                 hw: HardwareConfig) -> Cost:
-    """The server's side of one calibration over ``num_clients`` clients' statistics."""
-    return SERVER_COSTS[calibration](feature_dim=feature_dim, num_classes=num_classes, num_clients=num_clients,
-                                     hp=hp, hw=hw)
+    """The server's side of one calibration over ``num_clients`` clients' statistics: the work the
+    calibration declares (``Calibration.server_work``), each piece captured on ``meta`` and a loop
+    of identical steps extrapolated from two captures (``extrapolate``)."""
+    calib = calibration_named(calibration)
+    hp = hp.with_knobs(calib.knobs)  # a calibration of yours: its knobs' defaults where ``hp`` lacks them
+    loss_fn = per_sample_loss(parse_method(calib.trained_with))
+    total = ZERO
+    for work in calib.server_work(feature_dim=feature_dim, num_classes=num_classes, num_clients=num_clients,
+                                  hp=hp, loss_fn=loss_fn):
+        at_steady = _captured(work, work.steady, hw)
+        total += at_steady if work.steps == work.steady else extrapolate(
+            at_steady, _captured(work, work.steady + 1, hw), work.steps, a=work.steady)
+    return total
+
+
+def _captured(work: ServerWork, steps: int, hw: HardwareConfig) -> Cost:
+    fn, args, kwargs = work.call(steps)
+    return _cost(fn, *args, hw=hw, **kwargs)
 
 
 def calibration_cost(calibration: str, model_name: str | ModelSpec, *, train_samples: int, num_clients: int,
                      num_classes: int, image_size: int, hp: Hparams, hw: HardwareConfig) -> CalibrationCost:
     """Average client plus server cost of one calibration (``"ccvr"`` or ``"ffc"``)."""
-    if calibration not in CALIBRATIONS:
-        raise ValueError(f"unknown calibration {calibration!r}; choose one of {', '.join(sorted(CALIBRATIONS))}")
-    model, _ = method_setup("fedavg", model_name, num_classes=num_classes, image_size=image_size, norm="bn")
+    model, _ = method_setup(calibration_named(calibration).trained_with, model_name, num_classes=num_classes,
+                            image_size=image_size, norm="bn")
     client = average_client_cost(calibration, model_name, samples=train_samples // num_clients,
                                  num_classes=num_classes, image_size=image_size, hp=hp, hw=hw)
     server = server_cost(calibration, feature_dim=model.feature_dim, num_classes=num_classes,

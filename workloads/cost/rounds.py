@@ -21,7 +21,7 @@ factors, the synchronous max) is ``workloads.cost.system``.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
@@ -94,7 +94,7 @@ def _local_step_key(method: MethodConfig, hp: Hparams) -> tuple:
     (FedAvg, FedNova, FedOpt, FedAvgM; a method and its calibrated variant) share captures."""
     algo = type(method.algo)
     return (algo.prepare_model, algo.head_outputs, algo.penalty, algo.anchored, method.spherefed,
-            replace(hp, lr=1.0, batch_size=1))
+            hp.replace(lr=1.0, batch_size=1))
 
 
 class RunPricer:
@@ -113,7 +113,7 @@ class RunPricer:
         key = (type(method.algo).prepare_model, method.spherefed)
         if key not in self._models:
             torch.manual_seed(self.spec.seed)
-            self._models[key] = prepare_model(self.spec.model_fn(method.spherefed), _training(method),
+            self._models[key] = prepare_model(self.spec.model_fn(method.spherefed), method.training,
                                               seed=self.spec.seed).to("meta")
         return self._models[key]
 
@@ -127,7 +127,7 @@ class RunPricer:
         if key not in self._steps:
             if program not in self._traces:
                 self._traces[program] = local_step_trace(
-                    lambda: self.spec.model_fn(method.spherefed), _training(method), hp, batch_size=batch_size,
+                    lambda: self.spec.model_fn(method.spherefed), method.training, hp, batch_size=batch_size,
                     input_shape=self.spec.input_shape, round=2 if later_round else 1, seed=self.spec.seed,
                     model_name=self.spec.model_name)
             report = simulate_complete(self._traces[program], hw, f"{method.name} local step at batch {batch_size}")
@@ -157,7 +157,7 @@ class RunPricer:
         server momentum)."""
         model = self.prepared(method)
         shared = tuple(method.algo.shared_keys(model, round, hp))
-        key = (type(method.algo).aggregate, shared, num_updates, replace(hp, lr=1.0), hw)
+        key = (type(method.algo).aggregate, shared, num_updates, hp.replace(lr=1.0), hw)
         if key not in self._aggregations:
             weights = {k: v.detach() for k, v in model.state_dict().items()}
             params = set(trainable_keys(model))
@@ -168,11 +168,6 @@ class RunPricer:
             captured = capture(method.algo.aggregate, server, updates, hp, keys, default_phase="aggregation")
             self._aggregations[key] = simulate_complete(captured.trace, hw, f"{method.name} aggregation").latency_s
         return self._aggregations[key]
-
-
-def _training(method: MethodConfig) -> MethodConfig:
-    """The method without its calibration: what its clients run in rounds 1..R."""
-    return MethodConfig(method.algorithm, method.spherefed, None)
 
 
 def _bytes_by_round_client(result: RunResult) -> dict[tuple[int, int], dict[str, int]]:

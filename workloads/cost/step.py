@@ -10,7 +10,7 @@ whatever device the run itself uses.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
@@ -47,7 +47,7 @@ def local_step_trace(model_fn: Callable[[], nn.Module], method: MethodConfig, hp
     the loop). ``label``: the method's name in the trace (default its canonical name)."""
     if method.calibration:
         raise ValueError(f"{method.name!r}: a training step has no calibration; price the calibration on its own")
-    hp = replace(hp, batch_size=batch_size)
+    hp = hp.with_knobs(method.knobs).replace(batch_size=batch_size)  # a method of yours: its knobs' defaults
     torch.manual_seed(seed)
     model = prepare_model(model_fn(), method, seed=seed).train()
 

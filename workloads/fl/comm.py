@@ -5,8 +5,10 @@ tensors it really hands over, with bytes = numel x itemsize. Groups:
 
 * ``feature_extractor``: every state_dict entry outside the heads (weights and BatchNorm buffers);
 * ``classifier``: ``classifier.*`` (absent when frozen: SphereFed, FedBABU rebuild it from the seed);
-* ``metadata``: the client's sample count (int64) and, for FedNova, its normalizer a_i (float64);
-* ``fedcos_direction``: FedCos's d_t, sent to every sampled client from round 2 on;
+* ``metadata``: the client's sample count (int64) and what its method declares it uploads beside it
+  (``upload_extras``: FedNova's normalizer a_i, one float64);
+* ``fedcos_direction``: FedCos's d_t (a method that ``needs_direction``), sent to every sampled
+  client from round 2 on;
 * ``calibration_statistics``: FFC's V, U or CCVR's counts, means, covariances (once, round R+1,
   after the clients downloaded the final feature extractor).
 
@@ -16,7 +18,8 @@ payload (``NumberFormat.payload_bytes``); the sample count, the normalizer and t
 download and statistics stay as they are.
 
 Tensors a client can rebuild from the shared seed (initial weights of never-shared parts, the
-fixed classifier) cost nothing; a double-head client's local head never leaves it.
+fixed classifier) cost nothing; what a method keeps on its clients (``local_modules``: double
+head's local head) never leaves them. The ledger and the closed form ask the method, and name none.
 
 ``closed_form_bytes`` computes the totals from sizes alone (parameter shapes, l, C, rounds,
 clients), independently of the loop; tests check the two agree.
@@ -32,14 +35,18 @@ import torch
 from torch import nn
 
 from workloads.fl.hparams import Hparams
-from workloads.fl.methods import CALIBRATIONS, MethodConfig
-from workloads.fl.methods.base import frozen_keys
-from workloads.fl.methods.doublehead import LOCAL_HEAD, sharing_layers
+from workloads.fl.methods import MethodConfig
+from workloads.fl.methods.base import FedAvg, frozen_keys
+from workloads.fl.methods.doublehead import sharing_layers
 from workloads.numerics import NumberFormat
 
-METADATA_BYTES = 8  # num_examples as int64
-FEDNOVA_A_BYTES = 8  # a_i as float64
-UPLOAD_EXTRA_BYTES = 8  # each of a method's upload extras (``upload_extras``) is one float64 scalar
+SAMPLE_COUNT_BYTES = 8  # num_examples as int64
+
+
+def metadata_bytes(algorithm: FedAvg) -> int:
+    """What a client uploads each round beside the model: its sample count and its method's
+    ``upload_extras``."""
+    return SAMPLE_COUNT_BYTES + sum(algorithm.upload_extras.values())
 
 
 @dataclass(frozen=True)
@@ -89,14 +96,6 @@ def ledger_totals(transfers: Iterable[Transfer]) -> dict:
                           for c, dv in sorted(by_client.items())}}
 
 
-def calibration_stats_bytes(calibration: str, *, feature_dim: int, num_classes: int, hp: Hparams) -> int:
-    """Bytes one client uploads for the calibration: what the calibration says it sends
-    (``FFC.upload_bytes``, ``CCVR.upload_bytes``)."""
-    if calibration not in CALIBRATIONS:
-        raise ValueError(f"unknown calibration {calibration!r}; choose one of {', '.join(sorted(CALIBRATIONS))}")
-    return CALIBRATIONS[calibration].upload_bytes(feature_dim=feature_dim, num_classes=num_classes, hp=hp)
-
-
 def closed_form_sizes(model: nn.Module, fmt: NumberFormat | None = None) -> dict[str, object]:
     """The sizes ``closed_form_bytes`` takes, read from a *prepared* model (after the method's
     ``prepare_model``: a double-head model has its local head, a SphereFed one its frozen
@@ -106,11 +105,12 @@ def closed_form_sizes(model: nn.Module, fmt: NumberFormat | None = None) -> dict
     ``num_classes``. The one place these are built, for every caller (``workloads.fl.presets``,
     ``bench.run``), so that the closed form cannot count what the ledger never sends. ``fmt``: the
     run's communication format (each tensor's bytes as sent in it, ``tensor_bytes``)."""
-    frozen, state = frozen_keys(model), model.state_dict()
-    layers = [sum(tensor_bytes(state[k], fmt) for k in layer if k not in frozen) for layer in sharing_layers(model)]
+    frozen, state, layered = frozen_keys(model), model.state_dict(), sharing_layers(model)
+    layers = [sum(tensor_bytes(state[k], fmt) for k in layer if k not in frozen) for layer in layered]
+    shared = {k for layer in layered for k in layer}
     head = sum(tensor_bytes(state[k], fmt) for k in state if k.split(".")[0] == "classifier" and k not in frozen)
     trainable = sum(tensor_bytes(p, fmt) for n, p in model.named_parameters()
-                    if p.requires_grad and n.split(".")[0] != LOCAL_HEAD)
+                    if p.requires_grad and n in shared)
     return {"layer_bytes": [b for b in layers if b], "head_bytes": head, "trainable_bytes": trainable,
             "feature_dim": model.classifier.in_features, "num_classes": model.classifier.out_features}
 
@@ -119,10 +119,10 @@ def client_round_bytes(method: MethodConfig, hp: Hparams, round: int, *, layer_b
                        trainable_bytes: int) -> tuple[int, int]:
     """(down, up) bytes of one sampled client in training round ``round``, from sizes only
     (``closed_form_bytes``): down the layers the method shares that round (+ FedCos's d_t from
-    round 2), up the same + the sample count + the method's upload extras."""
+    round 2), up the same + ``metadata_bytes`` (the sample count + the method's ``upload_extras``)."""
     shared = sum(layer_bytes[:method.algo.shared_layer_count(round, hp, len(layer_bytes))])
     down = shared + (trainable_bytes if method.algo.needs_direction and round > 1 else 0)
-    return down, shared + METADATA_BYTES + UPLOAD_EXTRA_BYTES * len(method.algo.upload_extras)
+    return down, shared + metadata_bytes(method.algo)
 
 
 def closed_form_bytes(method: MethodConfig, hp: Hparams, *, rounds: int, clients_per_round: int | Sequence[int],
@@ -140,10 +140,12 @@ def closed_form_bytes(method: MethodConfig, hp: Hparams, *, rounds: int, clients
     Per round and sampled client: down = the layers the method shares that round (its
     ``shared_layer_count``: all; double head with gradual sharing layers 1..p(t) in round t, Li et
     al., "More Industry-friendly: Federated Learning with High Efficient Design", Alg. 2; its local
-    head is never sent) (+ d_t for FedCos from round 2), up = the same + 8 B sample count + 8 B per
-    upload extra (FedNova's a_i). Calibration: every client downloads the feature extractor and
-    uploads what the calibration says it sends (``upload_bytes``) once.
+    head is never sent) (+ d_t from round 2 for a method that ``needs_direction``, FedCos), up = the
+    same + ``metadata_bytes`` (8 B sample count + the method's ``upload_extras``). Calibration:
+    every client downloads the feature extractor and uploads what the calibration says it sends
+    (``upload_bytes``, from its ``statistics``) once.
     """
+    hp = hp.with_knobs(method.knobs)  # a method of yours: its knobs' defaults where ``hp`` lacks them
     down = up = 0
     for t in range(1, rounds + 1):
         down_t, up_t = client_round_bytes(method, hp, t, layer_bytes=layer_bytes, trainable_bytes=trainable_bytes)
@@ -152,6 +154,5 @@ def closed_form_bytes(method: MethodConfig, hp: Hparams, *, rounds: int, clients
         up += clients * up_t
     if method.calibration:
         down += num_clients * (sum(layer_bytes) - head_bytes)
-        up += num_clients * calibration_stats_bytes(method.calibration, feature_dim=feature_dim,
-                                                    num_classes=num_classes, hp=hp)
+        up += num_clients * method.calib.upload_bytes(feature_dim=feature_dim, num_classes=num_classes, hp=hp)
     return {"down_bytes": down, "up_bytes": up, "total_bytes": down + up}

@@ -1,65 +1,86 @@
 """Hyper-parameters of one federated run, as frozen dataclasses.
 
-Defaults are the SphereFed paper's (appendix 0.F.2, Tab. 16, FedAvg/MobileNetV2 column) where the
-paper gives one; every other default is our choice and says so in its comment. Presets
+Each knob (``workloads.fl.knob.Knob``) is declared by the method it belongs to, with its default,
+bounds and source: the SphereFed paper's (appendix 0.F.2, Tab. 16, FedAvg/MobileNetV2 column) where
+the paper gives one; every other default is our choice and says so. Presets
 (``configs/presets/*.toml``) override them per method.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields, replace
-from typing import Any, Mapping
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
 
 from iokit import checks
 from iokit.checks import SEED_MAX
+from workloads.fl.knob import LOCAL_TRAINING, Knob
+from workloads.fl.methods import registered_knobs
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False, repr=False)
 class Hparams:
-    """Local training and method hyper-parameters for one method."""
+    """Local training and method hyper-parameters for one method: a value for every declared knob.
 
-    lr: float = 0.1  # Tab. 16, FedAvg (MobileNetV2)
-    momentum: float = 0.9  # Tab. 16 / Sec. 5.1: SGD momentum 0.9 for all approaches
-    weight_decay: float = 1e-5  # Tab. 16
-    local_epochs: int = 10  # E, Tab. 16
-    batch_size: int = 64  # B, Tab. 16
-    lr_min: float = 0.0  # cosine annealing floor (torch CosineAnnealingLR default eta_min = 0)
-    prox_mu: float = 0.001  # FedProx mu, Tab. 16 (FedProx / ResNet18 row)
-    fedcos_mu: float = 0.02  # FedCos mu: FedCos paper's best setting, its Tab. (FedCos(0.02))
-    server_lr: float = 1.0  # FedOpt on-server SGD learning rate, Tab. 16
-    server_momentum: float = 0.3  # FedOpt on-server momentum, Tab. 16
-    avgm_momentum: float = 0.9  # FedAvgM server momentum: our choice (Hsu et al. sweep; 0.9 common)
-    # gradual sharing F (Li et al., "More Industry-friendly: Federated Learning with High Efficient
-    # Design", Alg. 2); 0 = share everything from round 1
-    share_every_rounds: int = 0
-    ffc_ridge: float = 0.0  # FFC L2 penalty lambda (appendix 0.C.1); paper keeps 0 in main runs
-    ffc_stats_dtype: str = "float64"  # dtype FFC statistics are accumulated and sent in: our choice (Z^T Z squares the condition number)
-    ccvr_virtual_per_class: int = 500  # M_c, Tab. 16 (CIFAR-100)
-    ccvr_lr: float = 1e-5  # CCVR fine-tuning learning rate, Tab. 16
-    ccvr_epochs: int = 10  # classifier re-training epochs over the virtual features: our choice
-    ccvr_batch_size: int = 64  # our choice (the local batch size of Tab. 16)
-    ccvr_cov_eps: float = 1e-5  # diagonal added to pooled covariances before sampling: our choice (they may be singular)
+    The knobs are the local training's (``LOCAL_TRAINING``), every registered method's (each
+    method's ``knobs``: FedProx its mu, CCVR its re-training, ...) and those passed as ``declared``
+    (a method named by a dotted path brings its own). ``Hparams(lr=0.05, ccvr_epochs=2)`` sets
+    values by name, each checked by its knob; ``hp.prox_mu`` reads one; ``hp.replace(...)`` (or
+    ``dataclasses.replace``) changes some; ``hp.as_dict()`` is the flat name -> value table results
+    files record.
+    """
 
-    def __post_init__(self) -> None:
-        positive = ("lr", "local_epochs", "batch_size", "server_lr", "ccvr_virtual_per_class",
-                    "ccvr_epochs", "ccvr_batch_size")
-        for name in positive:
-            if not getattr(self, name) > 0:
-                raise ValueError(f"hyper-parameter {name} must be > 0, got {getattr(self, name)!r}")
-        for name in ("momentum", "server_momentum", "avgm_momentum"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"hyper-parameter {name} must be in [0, 1), got {getattr(self, name)!r}")
-        for name in ("weight_decay", "lr_min", "prox_mu", "fedcos_mu", "share_every_rounds",
-                     "ffc_ridge", "ccvr_lr", "ccvr_cov_eps"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"hyper-parameter {name} must be >= 0, got {getattr(self, name)!r}")
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, float) and not math.isfinite(value):
-                raise ValueError(f"hyper-parameter {f.name} must be a finite number, got {value!r}")
-        if self.ffc_stats_dtype not in ("float32", "float64"):
-            raise ValueError(f"ffc_stats_dtype must be 'float32' or 'float64', got {self.ffc_stats_dtype!r}")
+    declared: tuple[Knob, ...]  # in declaration order: local training, then the methods'
+    values: tuple[Any, ...]  # one per declared knob
+
+    def __init__(self, *, declared: Sequence[Knob] = (), values: Sequence[Any] | None = None, **settings: Any) -> None:
+        """``declared``: knobs besides the local training's and the registered methods'; ``values``:
+        one per ``declared`` knob (as ``dataclasses.replace`` and ``Hparams(**hp.__dict__)`` pass
+        them back); ``settings``: values by name, over those."""
+        known: dict[str, Knob] = {}
+        for knob in (*LOCAL_TRAINING, *registered_knobs(), *declared):
+            if known.setdefault(knob.name, knob) != knob:
+                raise ValueError(f"hyper-parameter {knob.name} is declared twice, differently ({known[knob.name]} "
+                                 f"and {knob}); give one of the methods' knobs another name")
+        given = {**({} if values is None else {k.name: v for k, v in zip(declared, values)}), **settings}
+        unknown = [name for name in given if name not in known]
+        if unknown:
+            hint = checks.closest(unknown[0], known)
+            raise ValueError(f"unknown hyper-parameter {unknown[0]!r}" + (f" (did you mean {hint!r}?)" if hint else "")
+                             + f"; known: {', '.join(known)}")
+        object.__setattr__(self, "declared", tuple(known.values()))
+        object.__setattr__(self, "values", tuple(k.check(given[k.name]) if k.name in given else k.default
+                                                 for k in known.values()))
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name in ("declared", "values"):  # unpickling, copying: not a knob
+            raise AttributeError(name)
+        for knob, value in zip(self.declared, self.values):
+            if knob.name == name:
+                return value
+        raise AttributeError(f"no hyper-parameter {name!r}; known: {', '.join(self.names())}")
+
+    def __repr__(self) -> str:
+        return "Hparams(" + ", ".join(f"{k}={v!r}" for k, v in self.as_dict().items()) + ")"
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(k.name for k in self.declared)
+
+    def knob(self, name: str) -> Knob:
+        return next(k for k in self.declared if k.name == name)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Name -> value, in declaration order (what results files record as a method's hparams)."""
+        return {k.name: v for k, v in zip(self.declared, self.values)}
+
+    def replace(self, **changes: Any) -> "Hparams":
+        """A copy with ``changes`` (names of declared knobs, each value checked)."""
+        return Hparams(declared=self.declared, values=self.values, **changes)
+
+    def with_knobs(self, knobs: Sequence[Knob]) -> "Hparams":
+        """A copy that also declares ``knobs`` (at their defaults where not set yet)."""
+        new = [k for k in knobs if k not in self.declared]
+        return Hparams(declared=(*self.declared, *new), values=(*self.values, *(k.default for k in new)))
 
 
 @dataclass(frozen=True)
@@ -103,10 +124,17 @@ class FLConfig:
                              f"got {self.holdout_fraction!r}")
 
 
-def override(hp: Hparams, values: Mapping[str, Any], *, where: str) -> Hparams:
+def hparams_from_table(values: Mapping[str, Any], *, where: str, knobs: Sequence[Knob] = (),
+                       error: type[Exception] = ValueError) -> Hparams:
+    """``Hparams`` of a config table (the defaults, and ``knobs`` besides the registered ones, with
+    ``values`` set); unknown keys and bad values rejected, naming ``where``."""
+    return override(Hparams(declared=knobs), values, where=where, error=error)
+
+
+def override(hp: Hparams, values: Mapping[str, Any], *, where: str, error: type[Exception] = ValueError) -> Hparams:
     """``hp`` with the keys of ``values`` replaced (unknown keys and bad values rejected, naming ``where``)."""
-    checks.typed_table(Hparams, values, where=where)
+    checks.unknown_keys(values, hp.names(), where=where, error=error)
     try:
-        return replace(hp, **dict(values))
+        return hp.replace(**dict(values))
     except ValueError as err:
-        raise ValueError(f"{where}: {err}") from None
+        raise error(f"{where}: {err}") from None

@@ -9,8 +9,8 @@ the very same call on ``meta``-device copies of the model and a batch::
 
 ``step`` uses tensor ops only (no ``.item()``, no branching on data), so it runs on ``meta``; the
 loop checks the returned loss for NaN outside the step. Calibration hooks are
-``CALIBRATIONS[name].client_statistics(model, batches, num_classes=C, hp=hp)`` and
-``CALIBRATIONS[name].server_calibrate(stats, classifier_weight=W, loss_fn=per_sample_loss(method),
+``method.calib.client_statistics(model, batches, num_classes=C, hp=hp)`` and
+``method.calib.server_calibrate(stats, classifier_weight=W, loss_fn=per_sample_loss(method),
 hp=hp)``.
 """
 

@@ -50,14 +50,12 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from workloads.fl.comm import (FEDNOVA_A_BYTES, METADATA_BYTES, Transfer, grouped_bytes,
-                               tensor_bytes)
+from workloads.fl.comm import Transfer, grouped_bytes, metadata_bytes, tensor_bytes
 from workloads.fl.execution import DeviceData, Execution, synchronize
 from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.local import client_trainer, per_sample_loss, prepare_model
 from workloads.fl.methods import MethodConfig
 from workloads.fl.methods.base import ClientUpdate, ServerState, frozen_keys, trainable_keys
-from workloads.fl.methods.doublehead import LOCAL_HEAD, local_test_accuracy
 from workloads.numerics.emulate import Arithmetic
 from workloads.numerics.quantize import round_tensors
 
@@ -86,7 +84,7 @@ class RunResult:
     resumed_after_round: int = field(compare=False, default=0)  # 0: started from round 1
     val_accuracy: float | None = None  # the final global model on the validation hold-out (None: no hold-out)
     val_accuracy_before_calibration: float | None = None
-    local_accuracy: float | None = None  # double head's local test mode (``doublehead.local_test_accuracy``)
+    local_accuracy: float | None = None  # the method's personalized test mode (``local_test_accuracy``; double head's)
 
 
 @dataclass(frozen=True)
@@ -290,7 +288,7 @@ def run_method(method: MethodConfig, *, model_fn: Callable[[], nn.Module], train
     ``torch.manual_seed(seed)`` so every method starts from the same initial weights on any device.
     ``after_round(t)`` is called after round t's checkpoint is written (a test interrupts a run there).
     """
-    setup = _set_up(method, model_fn, train, test, parts, cfg, hp, execution, val)
+    setup = _set_up(method, model_fn, train, test, parts, cfg, hp.with_knobs(method.knobs), execution, val)
     if arrivals is not None:
         setup = replace(setup, arrivals=check_arrivals(arrivals, len(parts), cfg.rounds))
     fingerprint = _fingerprint(setup, parts) if checkpoint is not None else ""
@@ -403,8 +401,7 @@ def _client_update(setup: _Setup, server: ServerState, own_state: dict, shared: 
     state = setup.client_model.state_dict()
     up = sent(ex, {key: state[key].detach().clone() for key in shared}, setup.cfg.seed, t, k, SEND_UP_STREAM)
     local = {key: v.detach().clone() for key, v in state.items() if key not in shared_set and key not in setup.frozen}
-    metadata = METADATA_BYTES + (FEDNOVA_A_BYTES if "fednova_a" in method.algo.upload_extras else 0)
-    _record(transfers, t, k, "up", {**grouped_bytes(up, fmt=ex.communication), "metadata": metadata})
+    _record(transfers, t, k, "up", {**grouped_bytes(up, fmt=ex.communication), "metadata": metadata_bytes(method.algo)})
     return ClientUpdate(k, up, len(idx), steps), loss, local
 
 
@@ -419,12 +416,10 @@ def _finish(setup: _Setup, state: LoopState, resumed_after: int) -> RunResult:
         _calibrate(setup, round=setup.cfg.rounds + 1, transfers=transfers)
         accuracy, val = _scores(setup)
     final = {k: v.detach().clone() for k, v in setup.global_model.state_dict().items()}
-    local = None
-    if setup.method.algorithm == "doublehead":
-        ex = setup.execution
-        local = local_test_accuracy(setup.client_model, final, state.memory,
-                                    [setup.train.y[idx].tolist() for idx in setup.client_idx],
-                                    lambda idx: _memory_format(setup.test.take(idx), ex.channels_last), setup.test.y)
+    ex = setup.execution
+    local = setup.method.algo.local_test_accuracy(
+        setup.client_model, final, state.memory, [setup.train.y[idx].tolist() for idx in setup.client_idx],
+        lambda idx: _memory_format(setup.test.take(idx), ex.channels_last), setup.test.y)
     return RunResult(setup.method.name, accuracy, before, state.history, tuple(transfers), state.samples, final,
                      resumed_after, val, val_before, local)
 
@@ -442,8 +437,8 @@ def _calibrate(setup: _Setup, *, round: int, transfers: list) -> None:
     replaces the classifier of the global model by the calibrated one."""
     calib, model, hp = setup.method.calib, setup.global_model, setup.hp
     model.eval()
-    extractor = sent(setup.execution, {k: v for k, v in model.state_dict().items()
-                                       if k.split(".")[0] not in ("classifier", LOCAL_HEAD)},
+    heads = ("classifier", *setup.method.algo.local_modules)
+    extractor = sent(setup.execution, {k: v for k, v in model.state_dict().items() if k.split(".")[0] not in heads},
                      setup.cfg.seed, round, SEND_DOWN_STREAM)
     clients_model = model  # the clients compute their statistics with the extractor as they received it
     if not setup.execution.communication.is_identity:
@@ -538,7 +533,7 @@ def _fingerprint(setup: _Setup, parts) -> str:
     h = hashlib.sha256()
     ex = setup.execution.settings()
     ex["device"] = setup.execution.torch_device.type
-    doc = {"method": setup.method.name, "cfg": asdict(setup.cfg), "hp": asdict(setup.hp), "execution": ex}
+    doc = {"method": setup.method.name, "cfg": asdict(setup.cfg), "hp": setup.hp.as_dict(), "execution": ex}
     if setup.arrivals is not None:
         doc["arrivals"] = setup.arrivals
     h.update(json.dumps(doc, sort_keys=True, default=str).encode())

@@ -27,7 +27,7 @@ import numpy as np
 from iokit import checks
 from iokit.toml import read_toml
 from workloads.fl.execution import preset_options
-from workloads.fl.hparams import FLConfig, Hparams, override
+from workloads.fl.hparams import FLConfig, Hparams, hparams_from_table, override
 from workloads.fl.methods import NAME_PARTS, MethodConfig, parse_method
 
 PRESET_DIR = Path(__file__).resolve().parents[2] / "configs" / "presets"
@@ -91,13 +91,15 @@ def load_preset(preset: str) -> Preset:
         except ValueError as err:
             raise ValueError(f"{path} [run]: methods: {err}") from None
     cfg = checks.from_table(FLConfig, run, where=f"{path} [run]")
-    hp = checks.from_table(Hparams, doc.get("hparams", {}), where=f"{path} [hparams]")
+    own_knobs = [k for m in methods for k in parse_method(m).knobs]  # a method of yours brings its knobs
+    hp = hparams_from_table(doc.get("hparams", {}), knobs=own_knobs, where=f"{path} [hparams]")
     overrides = doc.get("methods", {})
     for name, table in overrides.items():
         check_override_name(name, where=f"{path} [methods.{name}]")
         if not isinstance(table, dict):
             raise ValueError(f"{path}: methods.{name} must be a table ([methods.{name}]) of hyper-parameters")
-        override(hp, table, where=f"{path} [methods.{name}]")  # validate now, not mid-run
+        knobs = () if name in NAME_PARTS else parse_method(name).knobs
+        override(hp.with_knobs(knobs), table, where=f"{path} [methods.{name}]")  # validate now, not mid-run
     execution = preset_options(doc.get("execution", {}), where=str(path))
     targets = doc.get("targets", {})
     checks.unknown_keys(targets, ("accuracy_pct",), where=f"{path} [targets]")
@@ -139,7 +141,8 @@ def check_override_name(name: str, *, where: str) -> None:
 
 def method_hparams(method: MethodConfig, hp: Hparams, overrides: Mapping[str, Mapping]) -> Hparams:
     """``hp`` with ``overrides``' tables for ``method`` applied: base algorithm, ``spherefed``,
-    calibration, full name."""
+    calibration, full name; a method of yours starts from its own knobs' defaults."""
+    hp = hp.with_knobs(method.knobs)
     keys = [method.algorithm] + (["spherefed"] if method.spherefed else [])
     keys += [method.calibration] if method.calibration else []
     keys.append(method.name)

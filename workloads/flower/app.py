@@ -36,9 +36,10 @@ from workloads.fl.methods import MethodConfig, parse_method
 from workloads.fl.presets import load_preset, make_partition, method_hparams, split_holdout
 from workloads.model_spec import ModelSpec, build
 
-FLOWER_ALGORITHMS = ("fedavg", "fedprox")
-"""Base algorithms whose server rule is Flower's FedAvg (a sample-weighted average of the shared
-state); FedProx differs from FedAvg on the client only (its proximal term)."""
+STRATEGIES = {"FedAvg": FedAvg}
+"""The Flower strategies the example runs a method on, by the name a method declares as its
+``flower_strategy`` (the strategy whose server rule is its ``aggregate``: FedAvg's sample-weighted
+average for FedAvg and FedProx, which differs on the client only)."""
 
 
 @dataclass(frozen=True)
@@ -61,12 +62,17 @@ class FlowerRun:
 
 
 def check_methods(names: tuple[str, ...]) -> None:
-    """Only methods whose server is Flower's FedAvg and that need no calibration round."""
+    """Only methods that declare a Flower strategy the example has, and need no calibration round."""
     for name in names:
         m = parse_method(name)
-        if m.algorithm not in FLOWER_ALGORITHMS or m.calibration:
-            raise ValueError(f"method {name!r}: the Flower example runs {', '.join(FLOWER_ALGORITHMS)} "
-                             f"(optionally +spherefed) on Flower's FedAvg strategy, with no calibration")
+        if m.algo.flower_strategy not in STRATEGIES or m.calibration:
+            raise ValueError(f"method {name!r}: the Flower example runs methods whose server rule is a Flower "
+                             f"strategy ({', '.join(STRATEGIES)}: fedavg, fedprox, optionally +spherefed), with no "
+                             "calibration")
+        if m.algo.upload_extras or m.algo.needs_direction:  # a Flower message here carries the model only
+            sent = ", ".join(m.algo.upload_extras) or "a direction"
+            raise ValueError(f"method {name!r} sends more than the model ({sent}), which the Flower example does "
+                             "not carry; run it with bench.fl")
 
 
 @functools.cache
@@ -161,7 +167,7 @@ and ``out/clients.csv``."""
                 model.load_state_dict({**model.state_dict(), **arrays.to_torch_state_dict()})
                 return MetricRecord({"accuracy": evaluate(model, test.x, test.y)})
 
-            strategy = FedAvg(fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=run.num_clients,
+            strategy = STRATEGIES[method.algo.flower_strategy](fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=run.num_clients,
                               min_available_nodes=run.num_clients,
                               train_metrics_aggr_fn=accel_train_metrics(system, num_clients=run.num_clients,
                                                                         seed=run.seed))

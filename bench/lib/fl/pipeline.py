@@ -73,7 +73,7 @@ class FLRun:
         """The resolved config, as recorded in results.json and hashed into the folder's manifest
         (a fleet's key only where there is one: a run without one keeps its hash)."""
         doc = {"preset": self.preset.name, "fl": asdict(self.cfg), "methods": [m.name for m in self.methods],
-               "hparams": {k: asdict(v) for k, v in self.hparams.items()}, "classifier": self.classifier,
+               "hparams": {k: v.as_dict() for k, v in self.hparams.items()}, "classifier": self.classifier,
                "hardware": asdict(self.hw), "system": self.system.describe(),
                "execution": self.execution.settings()}
         return doc if self.fleet is None else {**doc, "fleet": fleet_record(self.fleet, self.classes)}
@@ -257,7 +257,7 @@ def results_doc(run: FLRun, data: FLData, trained: dict, command: str) -> dict:
     return {"format": FORMAT_NAME, "version": FORMAT_VERSION, "preset": run.preset.name, "command": command,
             "git_commit": git_commit(), "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
             "execution": run.execution.describe(), "kernels": kernel_environment(), "dataset_note": inputs.train.note, "test_note": inputs.test.note,
-            "config": asdict(cfg), "hparams": {k: asdict(v) for k, v in run.hparams.items()},
+            "config": asdict(cfg), "hparams": {k: v.as_dict() for k, v in run.hparams.items()},
             "hardware": asdict(run.hw), "system": run.system.describe(),
             **({} if run.fleet is None else {"fleet": fleet_record(run.fleet, run.classes)}),
             "holdout": {"fraction": cfg.holdout_fraction, "val_samples": 0 if val is None else len(val),

@@ -503,7 +503,7 @@ def aggregate(out: str | Path, *, across: str = "seed", run_ids: Iterable[str] |
 
 
 TABLE2_FIGURES = ("accuracy_pct", "round_latency_s", "peak_memory_bytes", "calibration_latency_s",
-                  "communication_bytes")
+                  "total_bytes")
 
 
 def table2_long(df, metrics: list[str], across: str = "seed"):

@@ -22,7 +22,7 @@ from workloads.cost.fleet import Fleet, load_fleet
 from workloads.cost.system import DEFAULT_SYSTEM_PATH, SystemModel, load_system_model
 from workloads.fl.data import Dataset, load_dataset, subset
 from workloads.fl.execution import SETTINGS, Execution, execution_of
-from workloads.fl.methods import CALIBRATIONS, parse_method
+from workloads.fl.methods import CALIBRATIONS, calibration_named, is_calibration, parse_method
 from workloads.fl.presets import Preset, load_preset, with_changes
 from workloads.model_spec import DEFAULT_INPUT_SHAPE, ModelSpec
 
@@ -85,7 +85,7 @@ def split_methods(methods: Sequence[str]) -> tuple[list[str], list[str]]:
     checks.distinct(list(methods), name="--methods")
     training, calibrations = [], []
     for name in methods:
-        if name in CALIBRATIONS:
+        if is_calibration(name):
             calibrations.append(name)
             continue
         method = parse_method(name)
@@ -145,7 +145,8 @@ def check_models(cfg: RunConfig, *, classes: int, input_shape: tuple[int, ...]) 
     """Build every model once (import, classifier, input shape: docs/byom.md; SphereFed's C <= l);
     ValueError (ModelSpecError) if one cannot be built."""
     training, calibrations = split_methods(cfg.methods)
-    spherefed = any(parse_method(m).spherefed for m in training) or "ffc" in calibrations
+    spherefed = any(parse_method(m).spherefed for m in training + [calibration_named(c).trained_with
+                                                                   for c in calibrations])
     for model in cfg.models:
         if cfg.classifier is not None and model in model_spec.MODELS:
             raise ValueError(f"--classifier {cfg.classifier}: the paper model {model!r} has its classifier built in; "

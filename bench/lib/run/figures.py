@@ -17,7 +17,7 @@ from bench.lib.paper import PAPER, PAPER_CLAIMS, saving_pct
 from bench.lib.run.breakdown import energy_by_kind
 from bench.lib.run.config import RunConfig
 from workloads import model_spec
-from workloads.cost.calibration import TRAINED_WITH, calibration_cost
+from workloads.cost.calibration import calibration_cost
 from workloads.cost.fleet import Fleet, assign_classes
 from workloads.cost.rounds import client_devices, fleet_devices, fleet_system
 from workloads.cost.step import method_step_trace, simulate_complete
@@ -26,7 +26,7 @@ from workloads.fl.comm import closed_form_bytes, closed_form_sizes, ledger_total
 from workloads.fl.execution import Execution
 from workloads.fl.hparams import Hparams
 from workloads.fl.local import prepare_model
-from workloads.fl.methods import CALIBRATIONS, MethodConfig, parse_method
+from workloads.fl.methods import MethodConfig, calibration_named, is_calibration, parse_method
 from workloads.fl.presets import Preset, make_partition, split_holdout
 from workloads.model_spec import ModelSpec, as_spec
 
@@ -83,7 +83,7 @@ def calibration_figures(model: str, calibrations: Sequence[str], hw: HardwareCon
 
 def comm_method(name: str) -> MethodConfig:
     """The FL method whose communication a Fig. 5 (a) bar shows (calibrations on their base)."""
-    return parse_method(f"{TRAINED_WITH[name]}+{name}" if name in CALIBRATIONS else name)
+    return parse_method(f"{calibration_named(name).trained_with}+{name}" if is_calibration(name) else name)
 
 
 def model_closed_form_bytes(model_name: str | ModelSpec, method: MethodConfig, hp: Hparams, *, num_classes: int,
@@ -117,7 +117,7 @@ def communication_figures(model: str, names: Sequence[str], cfg: RunConfig, comm
         out[name] = {"method": method.name, "total_bytes": totals["total_bytes"],
                      "per_client_bytes": totals["total_bytes"] // PAPER.num_clients}
         if name in table1_name:
-            out[name]["classifier_per_client_bytes_table1"] = formulas.comm_bytes_per_client(table1_name[name], setup)
+            out[name]["classifier_per_client_bytes_table1"] = formulas.per_client_bytes(table1_name[name], setup)
     return out
 
 
@@ -125,10 +125,10 @@ def run_pairs(names: Sequence[str]) -> list[tuple[str, str | None]]:
     """The federated runs that give ``names``' accuracies: each training method with the calibration
     that reuses its run (CCVR on FedAvg, FFC on SphereFed), and a calibration's base run where its
     base is not asked for."""
-    training = [n for n in names if n not in CALIBRATIONS]
-    calibrations = [n for n in names if n in CALIBRATIONS]
-    pairs = [(t, next((c for c in calibrations if TRAINED_WITH[c] == t), None)) for t in training]
-    return pairs + [(TRAINED_WITH[c], c) for c in calibrations if TRAINED_WITH[c] not in training]
+    training = [n for n in names if not is_calibration(n)]
+    base = {c: calibration_named(c).trained_with for c in names if is_calibration(c)}
+    pairs = [(t, next((c for c in base if base[c] == t), None)) for t in training]
+    return pairs + [(base[c], c) for c in base if base[c] not in training]
 
 
 def accuracy_runs(model: str, names: Sequence[str], preset: Preset, data, cfg: RunConfig, hw: HardwareConfig,
@@ -162,7 +162,7 @@ def accuracy_figures(names: Sequence[str], inputs: RunInputs, jobs: list[Job], p
     """Accuracy per method from the runs' results (calibrations reuse their base run), every round
     priced (``rounds.csv`` rows, labelled with ``names``), and the ledger check: every run's ledger
     total against ``closed_form_bytes`` at the run's own settings."""
-    training = [n for n in names if n not in CALIBRATIONS]
+    training = [n for n in names if not is_calibration(n)]
     fl, num_classes = inputs.fl, inputs.train.num_classes
     accuracy, ledger, rounds = {}, {}, {}
     for job, (base, calibration), outcome in zip(jobs, pairs, results):
@@ -180,8 +180,8 @@ def accuracy_figures(names: Sequence[str], inputs: RunInputs, jobs: list[Job], p
                                          comm_format=inputs.execution.comm_format,
                                          clients_per_round=None if outcome.plan is None else
                                          [len(a) for a in outcome.plan.arrivals])
-        ledger[job.name] = {"ledger_total_bytes": ledger_totals(result.transfers)["total_bytes"],
-                            "closed_form_total_bytes": closed["total_bytes"]}
+        ledger[job.name] = {"ledger": {"total_bytes": ledger_totals(result.transfers)["total_bytes"]},
+                            "closed_form": {"total_bytes": closed["total_bytes"]}}
     round_rows = [{"model": fl.model, **row, "method": name} for name in names for row in rounds[name]]
     return {n: accuracy[n] for n in names}, ledger, round_rows
 
@@ -220,7 +220,7 @@ def fleet_figures(inputs: RunInputs, jobs: list[Job], results: list[JobResult]) 
 def ledger_mismatches(summary: dict) -> dict:
     """Runs whose ledger total differs from the closed form (there should be none)."""
     return {m: r for m, runs in summary["ledger_check"].items() for r, v in runs.items()
-            if v["ledger_total_bytes"] != v["closed_form_total_bytes"]}
+            if v["ledger"]["total_bytes"] != v["closed_form"]["total_bytes"]}
 
 
 def headline_metrics(summary: dict) -> dict[str, float]:
@@ -234,7 +234,7 @@ def headline_metrics(summary: dict) -> dict[str, float]:
             out[f"{model}.{method}.calibration_latency_s"] = v["latency_s"]
             out[f"{model}.{method}.calibration_energy_j"] = v["energy_j"]
         for method, v in s["communication"].items():
-            out[f"{model}.{method}.communication_bytes"] = v["total_bytes"]
+            out[f"{model}.{method}.total_bytes"] = v["total_bytes"]
         for method, v in s["accuracy"].items():
             out[f"{model}.{method}.accuracy_pct"] = v["accuracy_pct"]
         for method, v in s.get("fleet", {}).get("methods", {}).items():

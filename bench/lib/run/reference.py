@@ -34,9 +34,8 @@ from bench.lib.study import verdicts
 from bench.lib.study.spec import Setting
 from bench.lib.study.stats import Estimate, paired_difference, prediction_interval
 from iokit.outputs import CHECKOUT_ROOT
-from workloads.cost.calibration import TRAINED_WITH
 from workloads.fl.hparams import FLConfig
-from workloads.fl.methods import CALIBRATIONS, MethodConfig, parse_method
+from workloads.fl.methods import MethodConfig, calibration_named, is_calibration, parse_method
 
 REFERENCE_DIR = CHECKOUT_ROOT / "results" / "reference"
 COMPARED = (("spherefed", "fedavg"), ("ccvr", "fedavg"), ("ffc", "spherefed"))
@@ -96,7 +95,7 @@ def covering_choice(ref: Reference, model: str, fl: FLConfig, method: MethodConf
             continue
         if any(ours_fl.get(k) != v for k, v in point["fl"].items() if k not in ignore):
             continue
-        if asdict(replace(hp, **choice["trial"])) != point["hparams"]:
+        if hp.replace(**choice["trial"]).as_dict() != point["hparams"]:
             continue
         return choice
     return None
@@ -129,7 +128,7 @@ def tune(jobs: Sequence, model: str, fl: FLConfig, refs: Sequence[Reference]) ->
         if ref is None:
             tuned.append(job)
             continue
-        tuned.append(replace(job, hp=replace(job.hp, **choice["trial"])))
+        tuned.append(replace(job, hp=job.hp.replace(**choice["trial"])))
         notes[job.name] = {"study": ref.name, "trial": dict(choice["trial"]),
                            "validation_score_pct": choice["score_pct"]}
     return tuned, notes
@@ -137,7 +136,7 @@ def tune(jobs: Sequence, model: str, fl: FLConfig, refs: Sequence[Reference]) ->
 
 def study_label(name: str) -> str:
     """The study's method label of one of ``bench.run``'s method names (a calibration on its base)."""
-    return parse_method(f"{TRAINED_WITH[name]}+{name}" if name in CALIBRATIONS else name).name
+    return parse_method(f"{calibration_named(name).trained_with}+{name}" if is_calibration(name) else name).name
 
 
 def _finite(value: Any) -> float | None:

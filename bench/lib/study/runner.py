@@ -36,7 +36,7 @@ from bench.lib.grid.runners import grid_runner
 from iokit import checks
 from iokit.files import atomic_write_text
 from workloads.fl.execution import SETTINGS, Execution, kernel_environment
-from workloads.fl.hparams import FLConfig, Hparams
+from workloads.fl.hparams import FLConfig, Hparams, hparams_from_table
 from workloads.fl.methods import MethodConfig, parse_method
 
 POINT_KEYS = ("model", "method", "seed", "fl", "hparams", "execution", "hw", "system")
@@ -81,7 +81,8 @@ def parse_point(point: Mapping[str, Any]) -> PointSpec:
         raise ValueError(f"{where}: model and method must be names")
     fl = checks.from_table(FLConfig, {**_set(FLConfig, point["fl"]), "model": point["model"], "seed": point["seed"]},
                            where=f"{where} fl")
-    hp = checks.from_table(Hparams, _set(Hparams, point["hparams"]), where=f"{where} hparams")
+    method = parse_method(point["method"])
+    hp = hparams_from_table(point["hparams"], knobs=method.knobs, where=f"{where} hparams")
     checks.unknown_keys(point["execution"], ("device", *SETTINGS), where=f"{where} execution")
     execution = Execution(**point["execution"])
     for key in ("hw", "system"):
@@ -92,8 +93,7 @@ def parse_point(point: Mapping[str, Any]) -> PointSpec:
         raise ValueError(f"{where}: data_dir must be a folder path")
     if fleet is not None and not isinstance(fleet, str):
         raise ValueError(f"{where}: fleet must be a fleet TOML path or name")
-    return PointSpec(point["model"], parse_method(point["method"]), fl, hp, execution, point["hw"], point["system"],
-                     data_dir, fleet)
+    return PointSpec(point["model"], method, fl, hp, execution, point["hw"], point["system"], data_dir, fleet)
 
 
 def _set(cls: type, table: Mapping[str, Any]) -> dict[str, Any]:
@@ -109,7 +109,7 @@ def make_point(model: str, method: str, seed: int, fl: FLConfig, hp: Hparams, ex
     dataset's folder) and ``fleet`` (docs/fleets.md) are keys only when given, so the offline
     digits' points without a fleet keep their ids."""
     point = {"model": model, "method": parse_method(method).name, "seed": seed,
-             "fl": {k: v for k, v in asdict(fl).items() if k not in ("model", "seed")}, "hparams": asdict(hp),
+             "fl": {k: v for k, v in asdict(fl).items() if k not in ("model", "seed")}, "hparams": hp.as_dict(),
              "execution": execution.settings(), "hw": hw, "system": system}
     if data_dir is not None:
         point["data_dir"] = str(data_dir)

@@ -19,7 +19,7 @@ A study file (TOML) declares, before anything runs::
     equivalence_margin_pts = 1.0          # optional: TOST margin of "equivalent within ± m" (default 1)
     dataset = "cifar10"                   # optional: else the preset's; a folder dataset needs --data-dir
 
-    [search.fedavg]                       # one table per training method: candidate values of Hparams fields
+    [search.fedavg]                       # one table per training method: candidate values of its knobs
     lr = [0.025, 0.05, 0.1]
     [search.spherefed]
     lr = [0.25, 0.5, 1.0]
@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -66,7 +66,6 @@ KEYS = ("name", "preset", "models", "methods", "base", "iid", "alphas", "number_
         "targets", "equivalence_margin_pts", "dataset", "fleets")
 REQUIRED = ("name", "preset", "models", "methods", "base", "rounds", "seeds", "tuning_seeds", "search")
 SAFE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")
-SEARCH_KEYS = tuple(f.name for f in fields(Hparams))
 DEFAULT_HOLDOUT_FRACTION = 0.15  # SphereFed Sec. 5.1: "we use 15 % of training data for validation"
 DEFAULT_RATE_FRACTION = 0.5  # bench.lib.study.curves.convergence's high-rate part: our choice (docs/study.md)
 DEFAULT_EXTEND_STEPS = 3  # bench.lib.study.tuning.extension_value: geometric steps beyond an edge, our choice
@@ -186,8 +185,8 @@ class Study:
         """The preset's hyper-parameters of ``method`` with the study's local epochs and ``trial``."""
         hp = self.preset.hparams(parse_method(method))
         if self.local_epochs is not None:
-            hp = replace(hp, local_epochs=self.local_epochs)
-        return replace(hp, **dict(trial))
+            hp = hp.replace(local_epochs=self.local_epochs)
+        return hp.replace(**dict(trial))
 
     def fl(self, model: str, setting: Setting, seed: int) -> FLConfig:
         """The federated setting of one run: the preset's, with the study's model, data setting,
@@ -395,12 +394,15 @@ def _search(table: Any, methods: list[str], where: str) -> dict[str, dict[str, t
             raise StudyError(f"{where}: [search.{key}] repeats the search of {method.name}")
         if not isinstance(space, dict) or "lr" not in space:
             raise StudyError(f"{where}: [search.{key}] must search at least lr, e.g. lr = [0.025, 0.05, 0.1]")
-        checks.unknown_keys(space, SEARCH_KEYS, where=f"{where} [search.{key}]", error=StudyError)
+        searchable = Hparams(declared=method.knobs)  # the registered methods' knobs and a method of yours's
+        checks.unknown_keys(space, searchable.names(), where=f"{where} [search.{key}]", error=StudyError)
         for field, values in space.items():
             if not isinstance(values, list) or not values:
                 raise StudyError(f"{where}: [search.{key}] {field} = {values!r} must be a non-empty list of values")
             for value in values:  # of the field's type (lr = ["0.1"] is refused here, not by a traceback later)
-                checks.typed_table(Hparams, {field: value}, where=f"{where} [search.{key}]", error=StudyError)
+                problem = searchable.knob(field).type_problem(value)
+                if problem:
+                    raise StudyError(f"{where} [search.{key}]: {problem}")
             checks.distinct(values, name=f"{where}: [search.{key}] {field}", error=StudyError)
         search[method.name] = {field: tuple(values) for field, values in space.items()}
     missing = [t for t in trainings if t not in search]

@@ -3,15 +3,24 @@
 A method name is a base algorithm, optionally followed by modifiers joined with ``+``:
 ``fedavg``, ``fedprox+spherefed``, ``fedopt+spherefed+ffc``, ``fedavg+ccvr``. ``spherefed``,
 ``ffc`` and ``ccvr`` alone mean FedAvg with them (``spherefed+ffc`` is the paper's "Ours" on
-FedAvg). ``NAME_PARTS`` maps every name that may appear in such a string to what it is
+FedAvg). ``NAME_PARTS`` maps every built-in name that may appear in such a string to what it is
 (``algorithm``, ``modifier`` or ``calibration``).
+
+Bring your own method: a part written ``package.module:Class`` names a class of yours, a subclass
+of ``FedAvg`` (an algorithm) or of ``Calibration`` (a calibration), imported from the current
+directory or ``PYTHONPATH`` (docs/methods.md). It composes like a built-in
+(``mymethods:FedAvgPlus+spherefed+ffc``) and is spelt as given (case and all) in results.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
+from iokit.dotted import import_attribute, is_dotted
+from workloads.fl.knob import Knob
 from workloads.fl.methods.base import FedAvg
+from workloads.fl.methods.calibration import Calibration
 from workloads.fl.methods.ccvr import CCVR
 from workloads.fl.methods.doublehead import DoubleHead
 from workloads.fl.methods.fedbabu import FedBABU
@@ -24,23 +33,84 @@ from workloads.fl.methods.ffc import FFC
 ALGORITHMS = {
     "fedavg": FedAvg(),
     "fedprox": FedProx(),
+    "fedcos": FedCos(),
     "fednova": FedNova(),
     "fedopt": FedOpt(),
     "fedavgm": FedAvgM(),
-    "fedcos": FedCos(),
     "fedbabu": FedBABU(),
     "doublehead": DoubleHead(),
-}
+}  # in the order their knobs are listed (Hparams, results files)
 CALIBRATIONS = {"ffc": FFC(), "ccvr": CCVR()}
 NAME_PARTS = {**{name: "algorithm" for name in ALGORITHMS}, "spherefed": "modifier",
               **{name: "calibration" for name in CALIBRATIONS}}
+COMPOSE = "compose as base+spherefed+ffc|ccvr; a method of yours is package.module:Class"
+
+
+class MethodError(ValueError):
+    """A method named so that it cannot be run; the message is one line with the fix."""
+
+
+def registered_knobs() -> tuple[Knob, ...]:
+    """Every registered method's own knobs, in registry order (each name once)."""
+    knobs: dict[str, Knob] = {}
+    for part in (*ALGORITHMS.values(), *CALIBRATIONS.values()):
+        for knob in part.knobs:
+            knobs.setdefault(knob.name, knob)
+    return tuple(knobs.values())
+
+
+@functools.cache
+def _own(path: str) -> FedAvg | Calibration:
+    """The method a ``package.module:Class`` path names, made once per process."""
+    found = import_attribute(path, role="method", form="package.module:Class (e.g. mymethods:FedAvgPlus)",
+                             wanted="a subclass of FedAvg or Calibration of yours (docs/methods.md)", error=MethodError)
+    if isinstance(found, type) and issubclass(found, (FedAvg, Calibration)):
+        try:
+            return found()
+        except Exception as exc:  # noqa: BLE001 - the user's constructor: its own error, on one line
+            raise MethodError(f"method {path!r}: {found.__name__}() failed: {type(exc).__name__}: {exc}") from None
+    what = f"class {found.__name__}, which is not" if isinstance(found, type) else f"a {type(found).__name__}, not"
+    raise MethodError(f"method {path!r} names {what} an FL method class; name a subclass of "
+                      "workloads.fl.methods.base.FedAvg (an algorithm) or of "
+                      "workloads.fl.methods.calibration.Calibration (a calibration), docs/methods.md")
+
+
+def role_of(part: str) -> str:
+    """``algorithm``, ``modifier`` or ``calibration`` of one part of a method name (MethodError otherwise)."""
+    if is_dotted(part):
+        return "calibration" if isinstance(_own(part), Calibration) else "algorithm"
+    if part.lower() in NAME_PARTS:
+        return NAME_PARTS[part.lower()]
+    raise MethodError(f"unknown method name {part!r}; known: {sorted(NAME_PARTS)} ({COMPOSE})")
+
+
+def algorithm_named(name: str) -> FedAvg:
+    return _named(name, ALGORITHMS, FedAvg, "algorithm")
+
+
+def calibration_named(name: str) -> Calibration:
+    return _named(name, CALIBRATIONS, Calibration, "calibration")
+
+
+def _named(name: str, registry: dict, kind: type, role: str):
+    found = _own(name) if is_dotted(name) else registry.get(name)
+    if not isinstance(found, kind):
+        raise MethodError(f"unknown {role} {name!r}; choose one of {', '.join(sorted(registry))} "
+                          "(or a class of yours, package.module:Class)")
+    return found
+
+
+def is_calibration(name: str) -> bool:
+    """Whether ``name`` is a calibration on its own (``ccvr``, or a ``Calibration`` class of yours),
+    as ``bench.run``'s ``--methods`` names one."""
+    return name in CALIBRATIONS or ("+" not in name and is_dotted(name) and isinstance(_own(name), Calibration))
 
 
 @dataclass(frozen=True)
 class MethodConfig:
-    algorithm: str = "fedavg"
+    algorithm: str = "fedavg"  # a key of ALGORITHMS or package.module:Class
     spherefed: bool = False
-    calibration: str | None = None
+    calibration: str | None = None  # a key of CALIBRATIONS or package.module:Class
 
     @property
     def name(self) -> str:
@@ -48,30 +118,40 @@ class MethodConfig:
         return "+".join(parts + ([self.calibration] if self.calibration else []))
 
     @property
-    def algo(self):
-        return ALGORITHMS[self.algorithm]
+    def algo(self) -> FedAvg:
+        return algorithm_named(self.algorithm)
 
     @property
-    def calib(self):
-        return CALIBRATIONS[self.calibration] if self.calibration else None
+    def calib(self) -> Calibration | None:
+        return calibration_named(self.calibration) if self.calibration else None
+
+    @property
+    def training(self) -> "MethodConfig":
+        """The method without its calibration: what its clients run in rounds 1..R."""
+        return MethodConfig(self.algorithm, self.spherefed)
+
+    @property
+    def knobs(self) -> tuple[Knob, ...]:
+        """The method's own hyper-parameters: its algorithm's and its calibration's."""
+        return (*self.algo.knobs, *(self.calib.knobs if self.calib else ()))
 
 
 def parse_method(text: str) -> MethodConfig:
-    """``"fedprox+spherefed+ffc"`` -> MethodConfig("fedprox", True, "ffc"); clear errors otherwise."""
-    parts = [p.strip().lower() for p in text.split("+") if p.strip()]
-    unknown = [p for p in parts if p not in NAME_PARTS]
-    if not parts or unknown:
-        raise ValueError(f"unknown method name(s) {unknown or [text]} in {text!r}; known: "
-                         f"{sorted(NAME_PARTS)} (compose as base+spherefed+ffc|ccvr)")
-    algos = [p for p in parts if NAME_PARTS[p] == "algorithm"]
-    calibs = [p for p in parts if NAME_PARTS[p] == "calibration"]
+    """``"fedprox+spherefed+ffc"`` -> MethodConfig("fedprox", True, "ffc"); one-line MethodError otherwise."""
+    parts = [p.strip() if is_dotted(p) else p.strip().lower() for p in text.split("+") if p.strip()]
+    if not parts:
+        raise MethodError(f"unknown method name(s) {[text]} in {text!r}; known: {sorted(NAME_PARTS)} ({COMPOSE})")
+    unknown = [p for p in parts if not is_dotted(p) and p not in NAME_PARTS]
+    if unknown:
+        raise MethodError(f"unknown method name(s) {unknown} in {text!r}; known: {sorted(NAME_PARTS)} ({COMPOSE})")
+    roles = [role_of(p) for p in parts]
+    algos = [p for p, r in zip(parts, roles) if r == "algorithm"]
+    calibs = [p for p, r in zip(parts, roles) if r == "calibration"]
     if len(algos) > 1 or len(calibs) > 1 or parts.count("spherefed") > 1:
-        raise ValueError(f"{text!r}: at most one base algorithm, one calibration and one spherefed")
-    cfg = MethodConfig(algos[0] if algos else "fedavg", "spherefed" in parts,
-                       calibs[0] if calibs else None)
-    if cfg.algorithm in ("fedbabu", "doublehead") and cfg.spherefed:
-        raise ValueError(f"{text!r}: {cfg.algorithm} defines its own head; it does not compose "
-                         "with spherefed")
-    if cfg.algorithm == "doublehead" and cfg.calibration:
-        raise ValueError(f"{text!r}: calibrating the global head of double head is not supported")
+        raise MethodError(f"{text!r}: at most one base algorithm, one calibration and one spherefed")
+    cfg = MethodConfig(algos[0] if algos else "fedavg", "spherefed" in parts, calibs[0] if calibs else None)
+    if cfg.algo.own_head and cfg.spherefed:
+        raise MethodError(f"{text!r}: {cfg.algorithm} defines its own head; it does not compose with spherefed")
+    if cfg.calibration and not cfg.algo.calibratable:
+        raise MethodError(f"{text!r}: calibrating the global head of {cfg.algorithm} is not supported")
     return cfg

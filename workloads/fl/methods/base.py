@@ -1,7 +1,21 @@
 """FedAvg, the base every other algorithm derives from by overriding only what differs.
 
-An ``Algorithm`` answers four questions for the federated loop (``workloads/fl/loop.py``) and the
-trace hooks (``workloads/fl/local.py``):
+An algorithm answers every question the suite asks about it, so that the federated loop
+(``workloads/fl/loop.py``), the communication ledger and its closed form (``workloads/fl/comm.py``),
+the pricing (``workloads/cost``) and the Flower app (``workloads/flower``) name no method. What it
+declares:
+
+* ``knobs``: its own hyper-parameters, each with default, bounds and source (``workloads.fl.knob``);
+* ``upload_extras``: what each client uploads each round beside the model and its sample count,
+  name -> bytes (FedNova: its normalizer a_i, one float64); the ledger and the closed form charge it;
+* ``needs_direction``: the server also sends FedCos's d_t; ``anchored``: the penalty reads w_t;
+* ``own_head``: it builds its own head, so it does not compose with SphereFed's fixed one;
+  ``calibratable``: a calibration may replace its global head after training;
+* ``local_modules``: top-level modules each client keeps and never sends (double head's local head);
+* ``flower_strategy``: the Flower strategy whose server rule is its ``aggregate`` (None: it does
+  not run under Flower: a different server rule, extras or state the Flower app does not carry).
+
+and what it does:
 
 * ``prepare_model(model, seed)``: changes to the freshly built model (FedBABU freezes its head,
   double head adds a local head). Frozen parameters use ``requires_grad=False``.
@@ -10,7 +24,8 @@ trace hooks (``workloads/fl/local.py``):
 * ``head_outputs(model, x)``: the logits the loss is taken on (double head: two heads).
 * ``shared_keys(model, round, hp)``: the state_dict keys the server sends and the clients send back
   this round (default: every key except frozen parameters, which clients rebuild from the seed).
-* ``aggregate(server, updates, hp, keys)``: the new global state from the client updates.
+* ``aggregate(server, updates, hp, keys)``: the new global state from the client updates;
+* ``local_test_accuracy(...)``: a personalized test mode's accuracy (double head's), else None.
 
 FedAvg (McMahan et al. 2017): weighted average of the client states by sample count.
 """
@@ -18,13 +33,16 @@ FedAvg (McMahan et al. 2017): weighted average of the client states by sample co
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import torch
 from torch import nn
 
 from workloads.fl.aggregate import weighted_average
-from workloads.fl.hparams import Hparams
+from workloads.fl.knob import Knob
+
+if TYPE_CHECKING:  # the hyper-parameters' defaults come from the methods' knobs: no import at run time
+    from workloads.fl.hparams import Hparams
 
 TensorDict = dict[str, torch.Tensor]
 
@@ -67,10 +85,14 @@ def frozen_keys(model: nn.Module) -> set[str]:
 
 
 class FedAvg:
-    name = "fedavg"
+    knobs: tuple[Knob, ...] = ()
+    upload_extras: Mapping[str, int] = {}  # name -> bytes per client and round (read-only)
     needs_direction = False  # FedCos: the server sends d_t each round
     anchored = False  # the penalty reads w_t (FedProx, FedCos): clients keep a copy of it
-    upload_extras: tuple[str, ...] = ()  # scalars sent beside num_examples (FedNova: a_i)
+    own_head = False
+    calibratable = True
+    local_modules: tuple[str, ...] = ()
+    flower_strategy: str | None = "FedAvg"
 
     def shared_layer_count(self, round: int, hp: Hparams, num_layers: int) -> int:
         """How many of the model's sharing layers (shallow to deep) round ``round`` sends: all."""
@@ -94,6 +116,15 @@ class FedAvg:
                   keys: Sequence[str]) -> ServerState:
         averaged = weighted_average([(u.state, u.num_examples) for u in updates])
         return self._advance(server, averaged)
+
+    def local_test_accuracy(self, model: nn.Module, weights: Mapping[str, torch.Tensor],
+                            local_states: Mapping[int, Mapping[str, torch.Tensor]], client_labels, test_x_of,
+                            test_y: torch.Tensor) -> float | None:
+        """The accuracy of a personalized test mode (each client's model on its own classes), or
+        None for a method without one: ``weights`` the final global state, ``local_states[k]``
+        client k's never-sent parts, ``client_labels[k]`` its training labels, ``test_x_of(idx)``
+        the test inputs ``idx``."""
+        return None
 
     @staticmethod
     def _advance(server: ServerState, new_values: Mapping[str, torch.Tensor], **changes) -> ServerState:

@@ -14,7 +14,7 @@ in float64. The server pools them exactly (Luo et al., Sec. 4; each client's mea
 samples M_c virtual features per class from N(mu_c, Sigma_c + eps I) (the pooled covariance may
 be singular), and re-trains the classifier, initialized at the global one, on them with
 SGD (Tab. 16: M_c = 500, fine-tuning lr 1e-5; epochs, batch size, momentum and weight decay are
-our choices, see ``Hparams``), using the method's own loss. Classes no client has get no virtual
+our choices, see ``CCVR.knobs``), using the method's own loss. Classes no client has get no virtual
 features (their samples are drawn but weighted 0, so shapes stay data-independent for ``meta``).
 The Tukey transform of SphereFed's Tab. 1 is not applied (CCVR itself does not use it).
 
@@ -25,12 +25,17 @@ masked GEMMs.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Sequence
+import math
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 import torch
 from torch import nn
 
-from workloads.fl.hparams import Hparams
+from workloads.fl.knob import non_negative, positive
+from workloads.fl.methods.calibration import Calibration, ServerWork, Shapes, meta_tensor
+
+if TYPE_CHECKING:
+    from workloads.fl.hparams import Hparams
 
 
 def class_batches(x: torch.Tensor, y: torch.Tensor, batch_size: int):
@@ -133,14 +138,23 @@ def retrain_classifier(weight: torch.Tensor, feats, labels, sample_weights, *,
     return w.detach()
 
 
-class CCVR:
-    name = "ccvr"
+class CCVR(Calibration):
+    knobs = (
+        positive("ccvr_virtual_per_class", 500, "M_c, Tab. 16 (CIFAR-100)"),
+        non_negative("ccvr_lr", 1e-5, "CCVR fine-tuning learning rate, Tab. 16"),
+        positive("ccvr_epochs", 10, "classifier re-training epochs over the virtual features: our choice"),
+        positive("ccvr_batch_size", 64, "our choice (the local batch size of Tab. 16)"),
+        non_negative("ccvr_cov_eps", 1e-5, "diagonal added to pooled covariances before sampling: our choice "
+                     "(they may be singular)"),
+    )
+    trained_with = "fedavg"  # Fig. 5 (d): CCVR after FedAvg
     single_class_batches = True  # the statistics need batches that each hold one class (class_batches)
 
-    def upload_bytes(self, *, feature_dim: int, num_classes: int, hp: Hparams) -> int:
+    def statistics(self, *, feature_dim: int, num_classes: int, hp: Hparams) -> Shapes:
         """Counts (C) + means (C x l) + covariances (C x l x l), float64, every class (SphereFed Tab. 1)."""
         l, c = feature_dim, num_classes
-        return (c + c * l + c * l * l) * torch.float64.itemsize
+        return {"ccvr_counts": ((c,), torch.float64), "ccvr_means": ((c, l), torch.float64),
+                "ccvr_covs": ((c, l, l), torch.float64)}
 
     def client_batches(self, x, y, batch_size: int):
         """Single-class batches: each batch's second moment is then one GEMM (see above)."""
@@ -155,3 +169,27 @@ class CCVR:
             n, mu, cov, per_class=hp.ccvr_virtual_per_class, eps=hp.ccvr_cov_eps, generator=generator)
         return retrain_classifier(classifier_weight, feats.to(classifier_weight.device), labels,
                                   weights, per_sample_loss=loss_fn, hp=hp, generator=generator)
+
+    def server_work(self, *, feature_dim: int, num_classes: int, num_clients: int, hp: Hparams,
+                    loss_fn: Callable) -> tuple[ServerWork, ...]:
+        """Pool K clients' statistics and sample C M_c virtual features (one capture), then the
+        re-training: ``ccvr_epochs`` epochs of ceil(C M_c / B) SGD steps, priced from captures of
+        two and three steps (the first creates the momentum buffers) of one epoch over as many rows
+        (E epochs priced as one epoch of E times the steps: the same elements, one shuffle)."""
+        l, c = feature_dim, num_classes
+        stats = [self.meta_statistics(feature_dim=l, num_classes=c, hp=hp) for _ in range(num_clients)]
+
+        def pool_and_sample(stats):
+            n, mu, cov = pool_class_statistics(stats)
+            return sample_virtual_features(n, mu, cov, per_class=hp.ccvr_virtual_per_class, eps=hp.ccvr_cov_eps)
+
+        one_epoch = hp.replace(ccvr_epochs=1)
+
+        def retrain(steps: int):
+            rows = steps * hp.ccvr_batch_size
+            labels = torch.zeros(rows, dtype=torch.long, device="meta")
+            return (retrain_classifier, (meta_tensor((c, l)), meta_tensor((rows, l)), labels, meta_tensor((rows,))),
+                    {"per_sample_loss": loss_fn, "hp": one_epoch})
+
+        steps = hp.ccvr_epochs * math.ceil(c * hp.ccvr_virtual_per_class / hp.ccvr_batch_size)
+        return ServerWork(lambda k: (pool_and_sample, (stats,), {})), ServerWork(retrain, steps, steady=2)

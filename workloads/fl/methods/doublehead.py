@@ -20,11 +20,16 @@ double head).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
-from workloads.fl.hparams import Hparams
+from workloads.fl.knob import non_negative
 from workloads.fl.methods.base import FedAvg, frozen_keys
+
+if TYPE_CHECKING:
+    from workloads.fl.hparams import Hparams
 
 LOCAL_HEAD = "local_classifier"
 
@@ -88,7 +93,17 @@ def local_test_accuracy(model: nn.Module, weights: dict, local_states: dict, cli
 
 
 class DoubleHead(FedAvg):
-    name = "doublehead"
+    knobs = (non_negative("share_every_rounds", 0, "gradual sharing F (Li et al., \"More Industry-friendly: "
+                          "Federated Learning with High Efficient Design\", Alg. 2); 0 = share everything from "
+                          "round 1"),)
+    own_head = True  # two heads of its own
+    calibratable = False  # calibrating the global head of double head is not supported
+    local_modules = (LOCAL_HEAD,)
+    flower_strategy = None  # its clients keep local parts between rounds; the Flower example's do not
+
+    def local_test_accuracy(self, model, weights, local_states, client_labels, test_x_of, test_y):
+        """Li et al.'s local test mode (``local_test_accuracy`` above)."""
+        return local_test_accuracy(model, weights, local_states, client_labels, test_x_of, test_y)
 
     def prepare_model(self, model: nn.Module, *, seed: int) -> nn.Module:
         head = model.classifier

@@ -12,11 +12,16 @@ round 2 on: one extra download of the trainable parameters' size per round.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
-from workloads.fl.hparams import Hparams
+from workloads.fl.knob import non_negative
 from workloads.fl.methods.base import FedAvg, RoundContext
+
+if TYPE_CHECKING:
+    from workloads.fl.hparams import Hparams
 
 
 def cosine_penalty(model: nn.Module, global_params, direction, mu: float) -> torch.Tensor:
@@ -38,9 +43,10 @@ def cosine_penalty(model: nn.Module, global_params, direction, mu: float) -> tor
 
 
 class FedCos(FedAvg):
-    name = "fedcos"
+    knobs = (non_negative("fedcos_mu", 0.02, "FedCos mu: the FedCos paper's best setting, its Tab. (FedCos(0.02))"),)
     anchored = True
     needs_direction = True
+    flower_strategy = None  # the server also sends d_t: no Flower strategy does
 
     def penalty(self, model: nn.Module, ctx: RoundContext, hp: Hparams) -> torch.Tensor | None:
         if ctx.direction is None:  # round 1: d_1 = 0, the penalty is identically 0

@@ -6,16 +6,18 @@ FedAvg."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from workloads.fl.aggregate import fednova_average, fednova_normalizer, weighted_average
-from workloads.fl.hparams import Hparams
 from workloads.fl.methods.base import ClientUpdate, FedAvg, ServerState
+
+if TYPE_CHECKING:
+    from workloads.fl.hparams import Hparams
 
 
 class FedNova(FedAvg):
-    name = "fednova"
-    upload_extras = ("fednova_a",)
+    upload_extras = {"fednova_a": 8}  # a_i, one float64
+    flower_strategy = None  # its server rule is not Flower's FedAvg
 
     def aggregate(self, server: ServerState, updates: Sequence[ClientUpdate], hp: Hparams,
                   keys: Sequence[str]) -> ServerState:

@@ -6,15 +6,20 @@ value most used after Hsu et al.'s sweep). Buffers (BatchNorm statistics) are av
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from workloads.fl.aggregate import pseudo_gradient, server_sgd_momentum, weighted_average
-from workloads.fl.hparams import Hparams
+from workloads.fl.knob import fraction, positive
 from workloads.fl.methods.base import ClientUpdate, FedAvg, ServerState
+
+if TYPE_CHECKING:
+    from workloads.fl.hparams import Hparams
 
 
 class FedOpt(FedAvg):
-    name = "fedopt"
+    knobs = (positive("server_lr", 1.0, "FedOpt on-server SGD learning rate, Tab. 16"),
+             fraction("server_momentum", 0.3, "FedOpt on-server momentum, Tab. 16"))
+    flower_strategy = None  # the Flower example runs Flower's FedAvg only
 
     def server_momentum(self, hp: Hparams) -> float:
         return hp.server_momentum
@@ -31,7 +36,8 @@ class FedOpt(FedAvg):
 
 
 class FedAvgM(FedOpt):
-    name = "fedavgm"
+    knobs = (*FedOpt.knobs, fraction("avgm_momentum", 0.9, "FedAvgM server momentum: our choice (Hsu et al. "
+                                      "sweep; 0.9 common)"))
 
     def server_momentum(self, hp: Hparams) -> float:
         return hp.avgm_momentum

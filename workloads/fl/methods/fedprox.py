@@ -3,11 +3,16 @@ parameters, w_t being the global model the client downloaded. mu = 0 gives FedAv
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
-from workloads.fl.hparams import Hparams
+from workloads.fl.knob import non_negative
 from workloads.fl.methods.base import FedAvg, RoundContext
+
+if TYPE_CHECKING:
+    from workloads.fl.hparams import Hparams
 
 
 def proximal_term(model: nn.Module, global_params, mu: float) -> torch.Tensor:
@@ -18,7 +23,7 @@ def proximal_term(model: nn.Module, global_params, mu: float) -> torch.Tensor:
 
 
 class FedProx(FedAvg):
-    name = "fedprox"
+    knobs = (non_negative("prox_mu", 0.001, "FedProx mu, Tab. 16 (FedProx / ResNet18 row)"),)
     anchored = True
 
     def penalty(self, model: nn.Module, ctx: RoundContext, hp: Hparams) -> torch.Tensor:

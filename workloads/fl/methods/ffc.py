@@ -17,12 +17,16 @@ features), so the calibrated classifier matches the model's own inference path.
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 import torch
 from torch import nn
 
-from workloads.fl.hparams import Hparams
+from workloads.fl.knob import Knob, non_negative
+from workloads.fl.methods.calibration import Calibration, Shapes
+
+if TYPE_CHECKING:
+    from workloads.fl.hparams import Hparams
 
 
 def ffc_client_statistics(model: nn.Module, batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
@@ -55,17 +59,19 @@ def ffc_solve(v_sum: torch.Tensor, u_sum: torch.Tensor, *, ridge: float) -> torc
     return w.T
 
 
-class FFC:
-    name = "ffc"
+class FFC(Calibration):
+    knobs = (
+        non_negative("ffc_ridge", 0.0, "FFC L2 penalty lambda (appendix 0.C.1); the paper keeps 0 in main runs"),
+        Knob("ffc_stats_dtype", "float64", "the dtype FFC statistics are accumulated and sent in: our choice "
+             "(Z^T Z squares the condition number)", choices=("float32", "float64")),
+    )
+    trained_with = "spherefed"  # Fig. 5 (d): FFC after SphereFed
     single_class_batches = False  # the statistics run over a client's samples in batches of B
 
-    def upload_bytes(self, *, feature_dim: int, num_classes: int, hp: Hparams) -> int:
+    def statistics(self, *, feature_dim: int, num_classes: int, hp: Hparams) -> Shapes:
         """V (l x l) + U (l x C) in ``hp.ffc_stats_dtype``: l (l + C) values (SphereFed Sec. 4.3)."""
-        return feature_dim * (feature_dim + num_classes) * getattr(torch, hp.ffc_stats_dtype).itemsize
-
-    def client_batches(self, x, y, batch_size: int):
-        """Consecutive batches of the client's samples in their order."""
-        return ((x[s:s + batch_size], y[s:s + batch_size]) for s in range(0, len(y), batch_size))
+        dtype = getattr(torch, hp.ffc_stats_dtype)
+        return {"ffc_V": ((feature_dim, feature_dim), dtype), "ffc_U": ((feature_dim, num_classes), dtype)}
 
     def client_statistics(self, model, batches, *, num_classes, hp):
         return ffc_client_statistics(model, batches, num_classes=num_classes, hp=hp)
