@@ -2,7 +2,7 @@
 
 A formula of ``accel_sim.effects`` is evaluated on one hardware point (``simulate``: Python
 numbers, or arrays over the folds of one GEMM) and on many at once (``accel_sim.batch``: arrays
-over GEMMs x points). On numbers these are Python's own ``max`` / ``min`` / conditional /
+over GEMMs x points). On numbers these are Python's own comparisons, conditional and
 ``math.ceil``, so the scalar path keeps Python's exact integers and its speed; on arrays numpy's.
 Both give the same value for the same inputs.
 """
@@ -14,28 +14,29 @@ import math
 import numpy as np
 
 
-def _any_array(*values) -> bool:
-    return any(isinstance(v, np.ndarray) for v in values)
-
-
 def maximum(a, b):
-    """Elementwise ``max(a, b)``."""
-    return np.maximum(a, b) if _any_array(a, b) else max(a, b)
+    """Elementwise ``max(a, b)`` (on numbers: ``a`` unless ``b > a``, as Python's ``max``)."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.maximum(a, b)
+    return b if b > a else a
 
 
 def minimum(a, b):
-    """Elementwise ``min(a, b)``."""
-    return np.minimum(a, b) if _any_array(a, b) else min(a, b)
+    """Elementwise ``min(a, b)`` (on numbers: ``a`` unless ``b < a``, as Python's ``min``)."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.minimum(a, b)
+    return b if b < a else a
 
 
 def where(condition, a, b):
-    """Elementwise ``a if condition else b``."""
-    return np.where(condition, a, b) if _any_array(condition, a, b) else (a if condition else b)
+    """Elementwise ``a if condition else b``; a single condition (a number) picks ``a`` or ``b``
+    whole."""
+    return np.where(condition, a, b) if isinstance(condition, np.ndarray) else (a if condition else b)
 
 
 def logical_not(condition):
     """Elementwise ``not condition`` (``~`` would turn a Python ``True`` into ``-2``)."""
-    return np.logical_not(condition) if _any_array(condition) else not condition
+    return np.logical_not(condition) if isinstance(condition, np.ndarray) else not condition
 
 
 def ceil_cycles(cycles):

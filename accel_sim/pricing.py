@@ -61,7 +61,7 @@ def gemm_parts(work: GemmWork, hw: HardwareConfig, dataflow: str) -> list[tuple[
     times)``: ``times`` back-to-back runs of ``m x n x k`` with ``packed_groups`` groups packed
     block-diagonally (1: not packed; ``accel_sim.effects.packed_groups``)."""
     m, n, k, groups = work.m, work.n, work.k, work.groups
-    if min(m, n, k) == 0:  # an empty GEMM packs nothing
+    if groups == 1 or min(m, n, k) == 0:  # nothing to pack
         return [(m, n, k, 1, groups)]
     p = packed_groups(dataflow_named(dataflow), n, k, groups, hw)
     full, rest = divmod(groups, p)
