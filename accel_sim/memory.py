@@ -20,6 +20,10 @@ WS / IS (S_R, S_C, T) = (K, N, M) / (K, M, N), partial sums accumulate over the 
       row fold, if ``cols x T`` words fit the output buffer's active half; otherwise every fold
       stores them and every fold after the first reads them back (a spill).
 
+These rules and the on-chip ones below are written once, in ``accel_sim.effects`` (``Residency``,
+``fold_traffic``): applied
+here fold by fold, and by ``accel_sim.memory_batch`` once per class of folds.
+
 On-chip buffer traffic (what the array itself reads from the A / B buffers and writes to the
 output buffer, per fold; the energy model prices it, ``accel_sim.energy``):
 
