@@ -57,8 +57,6 @@ class FoldGrid:
     ``accel_sim.memory``, "Exact arithmetic"). Numbers, or arrays over instances."""
 
     flow: Dataflow
-    m: Any
-    k: Any
     s_r: Any
     s_c: Any
     t: Any
@@ -78,7 +76,7 @@ class FoldGrid:
         s_r, s_c, t = flow.map_gemm(m, n, k)
         rows, cols, word_bytes = hw.rows, hw.cols, hw.word_bytes
         row_folds, col_folds = fold_counts(s_r, s_c, rows=rows, cols=cols)
-        return FoldGrid(flow, m, k, s_r, s_c, t, rows, cols, row_folds, col_folds,
+        return FoldGrid(flow, s_r, s_c, t, rows, cols, row_folds, col_folds,
                         fold_cycles_of(t, rows, cols, preloads=flow.preloads), word_bytes, packed,
                         word_bytes * scale, word_bytes * scale // packed, python_ints)
 
