@@ -188,12 +188,14 @@ def within_fold_bound(works: Sequence[TraceWork], points: HardwarePoints) -> np.
 
 def _max_folds(keys, points: HardwarePoints) -> np.ndarray:
     worst = np.zeros(len(points), dtype=np.int64)
-    for m, n, k, groups, role in keys:
+    for role in GEMM_ROLES:
+        shapes = [key[:4] for key in keys if key[4] == role]
         for name, flow in DATAFLOWS.items():
             at = np.flatnonzero(points[f"dataflow_{role}"] == name)
-            if at.size:
-                folds = gemm_folds_batch(flow, m, n, k, groups, PointColumns(points.take(at)))
-                worst[at] = np.maximum(worst[at], folds)
+            if shapes and at.size:
+                hw = PointColumns(points.take(at))
+                for m, n, k, groups in shapes:
+                    worst[at] = np.maximum(worst[at], gemm_folds_batch(flow, m, n, k, groups, hw))
     return worst
 
 
@@ -251,8 +253,8 @@ def _price_gemms(keys, points: HardwarePoints) -> dict[str, np.ndarray]:
             if not at.size:
                 continue
             hw = distinct.take(at)
-            costs = gemm_costs_batch(flow, *(np.repeat(shapes[:, j], at.size) for j in range(4)),
-                                     PointColumns(hw, repeat=len(shapes)))  # every shape on every point, shape-major
+            costs = gemm_costs_batch(flow, *(shapes[:, j, None] for j in range(4)),
+                                     PointColumns(hw))  # every shape (a column) on every point
             for figure in GEMM_FIGURES:
                 values = np.asarray(getattr(costs, figure)).reshape(len(shapes), at.size)
                 if values.dtype == object:  # past int64 (accel_sim.memory.INT64_SAFE)

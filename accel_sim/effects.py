@@ -37,7 +37,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from accel_sim.dataflows import Dataflow
-from accel_sim.elementwise import ceil_cycles, ceil_int, logical_not, maximum, minimum, where
+from accel_sim.elementwise import ceil_cycles, ceil_int, maximum, minimum, where
 from accel_sim.systolic import fold_counts, fold_cycles_of
 
 # ----------------------------------------------------------------------------- fold counts
@@ -152,22 +152,22 @@ def fold_traffic(g: FoldGrid, resident: Residency, first_r, last_r, first_c, las
     c = where(last_c, g.s_c - (g.col_folds - 1) * g.cols, g.cols)
     if g.python_ints:
         r, c = r.astype(object), c.astype(object)
-    t = g.t
-    row_operand_words = where(resident.row_operand, r * t * first_c, r * t)
+    rt, ct, rc = r * g.t, c * g.t, r * c  # words: an r x T block, a c x T (or T x c) block, an r x c block
+    row_operand_words = where(resident.row_operand, where(first_c, rt, 0), rt)
     if not g.flow.partial_sums_span_row_folds:  # OS: outputs complete inside the fold
-        b_words = where(resident.b_column_block, c * t * first_r, c * t)
-        stores = r * c * g.dense
-        return FoldTraffic(row_operand_words * g.dense + b_words * g.b, stores, r * t * g.dense, c * t * g.b, 0, stores)
+        b_words = where(resident.b_column_block, where(first_r, ct, 0), ct)
+        outputs = rc * g.dense
+        return FoldTraffic(row_operand_words * g.dense + b_words * g.b, outputs, rt * g.dense, ct * g.b, 0, outputs)
     # WS (B stationary, A^T streamed) / IS (A^T stationary, B streamed): partial sums over the row folds
     stationary, streamed = (g.b, g.dense) if g.flow.stationary == "b" else (g.dense, g.b)
-    psum = c * t
-    later_row_fold = logical_not(first_r)
-    psum_stores = where(resident.partial_sums, psum * last_r, psum)
-    psum_reads = where(resident.partial_sums, 0, psum * later_row_fold)
-    stationary_sram, streamed_sram = r * c * stationary, r * t * streamed
-    a_sram, b_sram = (streamed_sram, stationary_sram) if g.flow.stationary == "b" else (stationary_sram, streamed_sram)
-    return FoldTraffic(r * c * stationary + row_operand_words * streamed + psum_reads * g.dense, psum_stores * g.dense,
-                       a_sram, b_sram, psum * later_row_fold * g.dense, psum * g.dense)
+    stationary_units, streamed_units = rc * stationary, rt * streamed
+    psum_units = ct * g.dense
+    psum_read_back = where(first_r, 0, psum_units)  # every row fold after the first accumulates into them
+    psum_stores = where(resident.partial_sums, where(last_r, psum_units, 0), psum_units)
+    psum_loads = where(resident.partial_sums, 0, psum_read_back)
+    a_sram, b_sram = (streamed_units, stationary_units) if g.flow.stationary == "b" else (stationary_units, streamed_units)
+    return FoldTraffic(stationary_units + row_operand_words * streamed + psum_loads, psum_stores,
+                       a_sram, b_sram, psum_read_back, psum_units)
 
 
 # ----------------------------------------------------------------------------- stalls

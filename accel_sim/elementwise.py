@@ -34,11 +34,6 @@ def where(condition, a, b):
     return np.where(condition, a, b) if isinstance(condition, np.ndarray) else (a if condition else b)
 
 
-def logical_not(condition):
-    """Elementwise ``not condition`` (``~`` would turn a Python ``True`` into ``-2``)."""
-    return np.logical_not(condition) if isinstance(condition, np.ndarray) else not condition
-
-
 def ceil_cycles(cycles):
     """Whole cycles: ``ceil(cycles - 1e-9)`` (the 1e-9 absorbs a division's rounding), as Python
     integers for a number or an object array, int64 for a float array."""

@@ -85,22 +85,32 @@ COMBINATIONS = tuple((row, col, *_neighbours(row, col)) for row in SITUATIONS fo
 """(row situation, column situation, previous class, next class) for the 81 pairs."""
 
 
-def class_traffic(grid: FoldGrid, resident: Residency) -> dict[tuple[str, str], FoldTraffic]:
-    """The traffic of a fold of each (row class, column class) of ``grid``
-    (``accel_sim.effects.fold_traffic``)."""
-    return {(row, col): fold_traffic(grid, resident, *CLASSES[row], *CLASSES[col]) for row in CLASSES for col in CLASSES}
+def class_counts(grid: FoldGrid) -> dict[tuple[str, str], np.ndarray]:
+    """The folds of each (row class, column class) of ``grid`` that some instance has."""
+    counts = {(row, col): _class_count(row, grid.row_folds) * _class_count(col, grid.col_folds)
+              for row in CLASSES for col in CLASSES}
+    return {key: n for key, n in counts.items() if np.any(n)}
 
 
-def traffic_sums(grid: FoldGrid, classes: dict[tuple[str, str], FoldTraffic]):
+def class_traffic(grid: FoldGrid, resident: Residency, counts) -> dict[tuple[str, str], FoldTraffic]:
+    """The traffic of a fold of each (row class, column class) in ``counts``
+    (``accel_sim.effects.fold_traffic``); a fold's neighbours are of classes its instance has."""
+    return {(row, col): fold_traffic(grid, resident, *CLASSES[row], *CLASSES[col]) for row, col in counts}
+
+
+def traffic_sums(classes: dict[tuple[str, str], FoldTraffic], counts):
     """(DRAM load, DRAM store, on-chip read, on-chip write) units of the whole grid: every class
     times its number of folds."""
-    loads = stores = sram_reads = sram_writes = 0
-    for (row, col), f in classes.items():
-        n = _class_count(row, grid.row_folds) * _class_count(col, grid.col_folds)
-        loads, stores = loads + n * f.load, stores + n * f.store
-        sram_reads = sram_reads + n * (f.sram_a_read + f.sram_b_read + f.sram_psum_read)
-        sram_writes = sram_writes + n * f.sram_out_write
-    return loads, stores, sram_reads, sram_writes
+    sums = None
+    for key, f in classes.items():
+        n = counts[key]
+        terms = (f.load, f.store, f.sram_a_read + f.sram_b_read + f.sram_psum_read, f.sram_out_write)
+        if sums is None:
+            sums = [n * x for x in terms]
+        else:
+            for total, x in zip(sums, terms):
+                total += n * x  # in place: the sums are arrays of the instances' shape
+    return tuple(sums)
 
 
 def first_fold(grid: FoldGrid, resident: Residency) -> FoldTraffic:
@@ -163,8 +173,9 @@ def gemm_folds_batch(flow: Dataflow, m, n, k, groups, hw) -> np.ndarray:
 def gemm_costs_batch(flow: Dataflow, m, n, k, groups, hw) -> GemmCosts:
     """The GEMMs ``m x n x k`` (``groups`` of them) of each instance under ``flow`` (one dataflow
     for all) and the ``on_chip_accumulation`` memory model, on the instance's hardware ``hw``
-    (``accel_sim.points.PointColumns``: one entry per instance in every column):
-    ``price_gemm``'s figures (module docstring)."""
+    (``accel_sim.points.PointColumns``): ``price_gemm``'s figures (module docstring). The shapes
+    and the hardware columns broadcast: one entry each per instance, or shapes as a column
+    (``S x 1``) against ``P`` points, every shape on every point (``S x P``)."""
     m, n, k, groups = (np.asarray(x, dtype=np.int64) for x in (m, n, k, groups))
     empty = (m == 0) | (n == 0) | (k == 0)
     m, n, k = (np.where(empty, 1, x) for x in (m, n, k))  # priced as 1 x 1 x 1, then zeroed
@@ -172,7 +183,7 @@ def gemm_costs_batch(flow: Dataflow, m, n, k, groups, hw) -> GemmCosts:
     has_rest = rest > 0
     rest_groups = np.where(has_rest, rest, 1)
     scale = np.lcm(p, rest_groups)
-    longest = np.maximum.reduce([m, n * p, k * p]).astype(np.float64)  # the streamed length is one of them
+    longest = np.maximum(np.maximum(m, n * p), k * p).astype(np.float64)  # the streamed length is one of them
     python_ints = bool(np.any(per_fold_units_bound(hw.rows, hw.cols, longest, hw.word_bytes, scale)
                               * float(MAX_FOLDS_PER_OP) >= INT64_SAFE))
     if python_ints:  # beyond int64 (far outside real hardware): the same sums in Python integers
@@ -195,8 +206,9 @@ def gemm_costs_batch(flow: Dataflow, m, n, k, groups, hw) -> GemmCosts:
     for part, part_resident, times, before, after, part_first, part_last in (
             (grid, resident, full, nothing, after_grid, first, last),
             (rest_grid, rest_resident, has_rest.astype(np.int64), last, nothing, rest_first, rest_last)):
-        classes = class_traffic(part, part_resident)
-        sums.append(traffic_sums(part, classes))
+        counts = class_counts(part)
+        classes = class_traffic(part, part_resident, counts)
+        sums.append(traffic_sums(classes, counts))
 
         def traffic(fold) -> FoldTraffic:  # a (row class, column class) of this part, or a fold's traffic
             return fold if isinstance(fold, FoldTraffic) else classes[fold]
@@ -227,7 +239,8 @@ def gemm_costs_batch(flow: Dataflow, m, n, k, groups, hw) -> GemmCosts:
                units_to_bytes(full * sram_reads + has_rest * rest_sram_reads, scale),
                units_to_bytes(full * sram_writes + has_rest * rest_sram_writes, scale),
                full * grid_folds + has_rest * rest_folds)
-    return GemmCosts(*(np.where(empty, 0, x) for x in figures))
+    shape = np.broadcast_shapes(*(np.shape(x) for x in figures))
+    return GemmCosts(*(np.broadcast_to(np.where(empty, 0, x), shape) for x in figures))
 
 
 def _copies(prev, nxt, times, before, after, first, last):

@@ -173,18 +173,17 @@ class HardwarePoints:
 
 class PointColumns:
     """Points read as one ``HardwareConfig`` whose every field is a numpy column: ``hw.rows`` is
-    the rows of every point (each column tiled ``repeat`` times: one entry per instance when every
-    GEMM shape meets every point). The formulas of ``accel_sim.effects`` read it as they read a
+    the rows of every point. The formulas of ``accel_sim.effects`` read it as they read a
     ``HardwareConfig``, so a field they read reaches both evaluations without being passed on.
-    Top-level fields only; a column is built on first read."""
+    Top-level fields only."""
 
-    def __init__(self, points: HardwarePoints, repeat: int = 1, python_ints: bool = False):
-        self._points, self._repeat, self._python_ints = points, repeat, python_ints
+    def __init__(self, points: HardwarePoints, python_ints: bool = False):
+        self._points, self._python_ints = points, python_ints
 
     def __getattr__(self, name: str) -> np.ndarray:
         if name.startswith("_") or name not in self._points.columns:
             raise AttributeError(f"hardware points have no field {name!r}")
-        column = np.tile(self._points[name], self._repeat)
+        column = self._points[name]
         if self._python_ints and column.dtype.kind == "i":
             column = column.astype(object)
         setattr(self, name, column)  # read once
@@ -193,4 +192,4 @@ class PointColumns:
     def in_python_ints(self) -> "PointColumns":
         """The same columns with every integer field as Python integers (``dtype=object``: no sum
         can wrap, ``accel_sim.memory.INT64_SAFE``)."""
-        return PointColumns(self._points, self._repeat, python_ints=True)
+        return PointColumns(self._points, python_ints=True)
