@@ -28,7 +28,7 @@ from accel_sim.hardware import HardwareConfig
 from accel_sim.memory import (MAX_FOLDS_PER_OP, FoldSchedule, Timing, gemm_fold_schedule, pipelined_cycles,  # noqa: F401
                              streaming_cycles)
 from accel_sim.memory_scalesim import gemm_memory_scalesim
-from accel_sim.systolic import fold_counts
+from accel_sim.systolic import fold_counts, map_gemm
 from accel_sim.trace_schema import MAX_DIM, MAX_GROUPS, GemmWork, LinalgWork, VectorWork, Work
 
 
@@ -81,7 +81,7 @@ def gemm_folds(work: GemmWork, hw: HardwareConfig) -> int:
     total = 0
     for m, n, k, _, times in gemm_parts(work, hw, dataflow):
         if min(m, n, k) > 0:
-            s_r, s_c, _t = dataflow_named(dataflow).map_gemm(m, n, k)
+            s_r, s_c, _t = map_gemm(m, n, k, dataflow)
             row_folds, col_folds = fold_counts(s_r, s_c, rows=hw.rows, cols=hw.cols)
             total += times * row_folds * col_folds
     return total
