@@ -37,12 +37,13 @@ from typing import Sequence
 import numpy as np
 
 from accel_sim.dataflows import DATAFLOWS
+from accel_sim.effects import linalg_cycles, special_unit_cycles, streaming_total_cycles
 from accel_sim.energy import COMPONENTS, energy_of
 from accel_sim.hardware import dram_bytes_per_cycle
 from accel_sim.lifetimes import peak_memory
 from accel_sim.memory import MAX_FOLDS_PER_OP
 from accel_sim.memory_batch import gemm_costs_batch, gemm_folds_batch
-from accel_sim.points import HardwarePoints
+from accel_sim.points import HardwarePoints, PointColumns
 from accel_sim.pricing import GemmTooLargeError, scalesim_timing
 from accel_sim.simulate import streamed_bytes
 from accel_sim.trace_schema import GEMM_ROLES, GemmWork, Trace
@@ -187,13 +188,14 @@ def within_fold_bound(works: Sequence[TraceWork], points: HardwarePoints) -> np.
 
 def _max_folds(keys, points: HardwarePoints) -> np.ndarray:
     worst = np.zeros(len(points), dtype=np.int64)
-    for m, n, k, groups, role in keys:
+    for role in GEMM_ROLES:
+        shapes = [key[:4] for key in keys if key[4] == role]
         for name, flow in DATAFLOWS.items():
             at = np.flatnonzero(points[f"dataflow_{role}"] == name)
-            if at.size:
-                folds = gemm_folds_batch(flow, m, n, k, groups, rows=points["rows"][at], cols=points["cols"][at],
-                                         block_diagonal=points["grouped_mapping"][at] == "block_diagonal")
-                worst[at] = np.maximum(worst[at], folds)
+            if shapes and at.size:
+                hw = PointColumns(points.take(at))
+                for m, n, k, groups in shapes:
+                    worst[at] = np.maximum(worst[at], gemm_folds_batch(flow, m, n, k, groups, hw))
     return worst
 
 
@@ -216,11 +218,16 @@ GEMM_FIGURES = ("compute_cycles", "total_cycles", "dram_read_bytes", "dram_write
                 "sram_write_bytes")
 
 
-def _gemm_fields(role: str) -> tuple[str, ...]:
-    """The fields a GEMM of ``role`` is priced from (with the bandwidth, which three fields make)."""
-    return ("rows", "cols", f"dataflow_{role}", "grouped_mapping", "word_bytes", "a_buffer_bytes", "b_buffer_bytes",
-            "out_buffer_bytes", "dram_latency_cycles", "memory_model", "dram_peak_bytes_per_s", "clock_hz",
-            "dram_efficiency")
+NOT_READ_BY_GEMMS = frozenset({"linalg_efficiency", "special_unit", "energy"})
+"""The fields and sub-tables no GEMM is priced from (vector work's, linear algebra's, energy's).
+Every other field, a new one too, tells GEMM prices apart (``_gemm_fields``)."""
+
+
+def _gemm_fields(points: HardwarePoints, role: str) -> tuple[str, ...]:
+    """The fields a GEMM of ``role`` may be priced from: all but ``NOT_READ_BY_GEMMS`` and the
+    other roles' dataflows."""
+    skip = NOT_READ_BY_GEMMS | {f"dataflow_{r}" for r in GEMM_ROLES if r != role}
+    return tuple(path for path in points.columns if path.partition(".")[0] not in skip)
 
 
 def _distinct(points: HardwarePoints, paths: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -237,7 +244,7 @@ def _price_gemms(keys, points: HardwarePoints) -> dict[str, np.ndarray]:
         rows_of_role = [i for i, key in enumerate(keys) if key[4] == role]
         if not rows_of_role:
             continue
-        first, inverse = _distinct(points, _gemm_fields(role))
+        first, inverse = _distinct(points, _gemm_fields(points, role))
         distinct = points.take(first)
         shapes = np.array([keys[i][:4] for i in rows_of_role], dtype=np.int64)  # (m, n, k, groups)
         priced = {name: np.zeros((len(rows_of_role), len(distinct)), dtype=np.int64) for name in GEMM_FIGURES}
@@ -246,18 +253,8 @@ def _price_gemms(keys, points: HardwarePoints) -> dict[str, np.ndarray]:
             if not at.size:
                 continue
             hw = distinct.take(at)
-            tile = np.tile  # instances: every shape on every point of this dataflow, shape-major
-            costs = gemm_costs_batch(
-                flow, *(np.repeat(shapes[:, j], at.size) for j in range(4)),
-                rows=tile(hw["rows"], len(shapes)), cols=tile(hw["cols"], len(shapes)),
-                word_bytes=tile(hw["word_bytes"], len(shapes)),
-                a_buffer_bytes=tile(hw["a_buffer_bytes"], len(shapes)),
-                b_buffer_bytes=tile(hw["b_buffer_bytes"], len(shapes)),
-                out_buffer_bytes=tile(hw["out_buffer_bytes"], len(shapes)),
-                block_diagonal=tile(hw["grouped_mapping"] == "block_diagonal", len(shapes)),
-                bytes_per_cycle=tile(dram_bytes_per_cycle(hw["dram_peak_bytes_per_s"], hw["clock_hz"],
-                                                          hw["dram_efficiency"]), len(shapes)),
-                latency_cycles=tile(hw["dram_latency_cycles"], len(shapes)))
+            costs = gemm_costs_batch(flow, *(shapes[:, j, None] for j in range(4)),
+                                     PointColumns(hw))  # every shape (a column) on every point
             for figure in GEMM_FIGURES:
                 values = np.asarray(getattr(costs, figure)).reshape(len(shapes), at.size)
                 if values.dtype == object:  # past int64 (accel_sim.memory.INT64_SAFE)
@@ -309,14 +306,13 @@ def _assemble(work: TraceWork, points: HardwarePoints, gemm: dict[str, np.ndarra
         peak[at] = w.peak_memory_bytes
         throughput = np.stack([points[f"special_unit.{kind}"][at] for kind in w.vector_kinds]) if w.vector_kinds \
             else np.zeros((0, at.size))
-        linalg_rate = points["rows"][at] * points["cols"][at] * points["linalg_efficiency"][at]
         for counts, compute, read, write in (
-            (w.vector_counts, np.ceil(w.vector_elements[:, None] / throughput), w.vector_read_bytes, w.vector_write_bytes),
-            (w.linalg_counts, np.ceil(w.linalg_macs[:, None] / linalg_rate[None, :]), w.linalg_read_bytes,
-             w.linalg_write_bytes),
+            (w.vector_counts, special_unit_cycles(w.vector_elements[:, None], throughput), w.vector_read_bytes,
+             w.vector_write_bytes),
+            (w.linalg_counts, linalg_cycles(w.linalg_macs[:, None], points["rows"][at], points["cols"][at],
+                                            points["linalg_efficiency"][at]), w.linalg_read_bytes, w.linalg_write_bytes),
         ):
-            compute = compute.astype(np.int64)
-            total = _streaming_total_cycles(compute, read, write, bytes_per_cycle[at], latency[at])
+            total = streaming_total_cycles(compute, (read + write)[:, None], bytes_per_cycle[at], latency[at])
             moved_read, moved_write = int(counts @ read), int(counts @ write)
             figures["compute_cycles"][at] += _weighted_sum(counts, compute)
             figures["total_cycles"][at] += _weighted_sum(counts, total)
@@ -341,13 +337,4 @@ def _assemble(work: TraceWork, points: HardwarePoints, gemm: dict[str, np.ndarra
         sram_read_bytes=figures["sram_read_bytes"], sram_write_bytes=figures["sram_write_bytes"],
         special_unit_elements=elements, **{f"energy_{c}_j": getattr(energy, f"{c}_j") for c in COMPONENTS},
         energy_j=energy.energy_j, peak_memory_bytes=peak)
-
-
-def _streaming_total_cycles(compute, read, write, bytes_per_cycle, latency_cycles) -> np.ndarray:
-    """``accel_sim.memory.streaming_cycles``' total for each (work, point): ``latency + max(compute,
-    (read + write) / bw)`` (no latency when nothing moves), rounded up, at least the compute."""
-    moved = (read + write)[:, None]
-    transfer = moved / bytes_per_cycle[None, :]
-    total = np.where(moved > 0, latency_cycles[None, :], 0) + np.maximum(compute, transfer)
-    return np.maximum(compute, np.ceil(total - 1e-9).astype(np.int64))
 

@@ -33,6 +33,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from accel_sim.elementwise import maximum, minimum
+
 GEMM_DIMS = ("m", "n", "k")
 OPERAND_DIMS = {"a": frozenset("mk"), "b": frozenset("kn"), "out": frozenset("mn")}
 """The GEMM dimensions of each matrix: A[M x K], B[K x N], out[M x N]."""
@@ -89,13 +91,16 @@ class Dataflow:
         packed = {"n": n, "k": k}
         return [side // packed[dim] for dim, side in zip(self.mapping[:2], (rows, cols)) if dim in packed]
 
-    def packing_factor(self, n: int, k: int, groups: int, *, rows: int, cols: int) -> int:
+    def packing_factor(self, n, k, groups, *, rows, cols):
         """Groups per packed GEMM under the ``block_diagonal`` grouped mapping: packing ``p``
         groups makes the GEMM ``m x pn x pk``; each packed dimension laid over the array (``S_R``
         or ``S_C``) must fit one fold (WS: ``pk <= rows`` and ``pn <= cols``; IS: ``pk <= rows``;
         OS: ``pn <= cols``; a streamed one is free), so ``p`` is the most that fit, at least 1 and
-        at most ``groups`` (``accel_sim.hardware.GROUPED_MAPPINGS``)."""
-        return max(1, min(*self.packing_limits(n, k, rows=rows, cols=cols), groups))
+        at most ``groups`` (``accel_sim.hardware.GROUPED_MAPPINGS``); numbers or numpy arrays alike."""
+        most = groups
+        for limit in self.packing_limits(n, k, rows=rows, cols=cols):
+            most = minimum(most, limit)
+        return maximum(1, most)
 
 
 DATAFLOWS: dict[str, Dataflow] = {

@@ -20,6 +20,10 @@ WS / IS (S_R, S_C, T) = (K, N, M) / (K, M, N), partial sums accumulate over the 
       row fold, if ``cols x T`` words fit the output buffer's active half; otherwise every fold
       stores them and every fold after the first reads them back (a spill).
 
+These rules and the on-chip ones below are written once, in ``accel_sim.effects`` (``Residency``,
+``fold_traffic``): applied
+here fold by fold, and by ``accel_sim.memory_batch`` once per class of folds.
+
 On-chip buffer traffic (what the array itself reads from the A / B buffers and writes to the
 output buffer, per fold; the energy model prices it, ``accel_sim.energy``):
 
@@ -59,8 +63,9 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from accel_sim.dataflows import Dataflow, dataflow_named
-from accel_sim.systolic import fold_counts, fold_cycles, map_gemm
+from accel_sim.dataflows import dataflow_named
+from accel_sim.effects import (FoldGrid, Residency, fold_traffic, pipelined_total_cycles, streaming_total_cycles,
+                               transfer_bound)
 
 INT64_SAFE = 2**62
 """Integer figures whose bound stays below this are kept in numpy's int64; above it (beyond any
@@ -148,22 +153,11 @@ def units_to_bytes(units, byte_scale):
     return int(q + (2 * r > byte_scale or (2 * r == byte_scale and q % 2 == 1)))
 
 
-def gemm_fold_schedule(
-    m: int,
-    n: int,
-    k: int,
-    *,
-    rows: int,
-    cols: int,
-    dataflow: str,
-    word_bytes: int,
-    a_buffer_bytes: int,
-    b_buffer_bytes: int,
-    out_buffer_bytes: int,
-    packed_groups: int = 1,
-) -> FoldSchedule:
+def gemm_fold_schedule(m: int, n: int, k: int, *, hw, dataflow: str, packed_groups: int = 1) -> FoldSchedule:
     """Per-fold compute cycles, loaded and stored bytes of ``out[m x n] = A[m x k] . B[k x n]``
-    under the reuse rules of the module docstring. An empty GEMM has no folds.
+    on ``hw`` (a ``HardwareConfig``: the array, ``word_bytes`` and the buffers) under the reuse
+    rules of the module docstring, fold by fold (``accel_sim.effects.fold_traffic``). An empty
+    GEMM has no folds.
 
     ``packed_groups`` = ``p`` > 1 is for a block-diagonal B (groups packed by the
     ``block_diagonal`` mapping, ``accel_sim.pricing``): its zero blocks are not fetched nor stored
@@ -175,91 +169,17 @@ def gemm_fold_schedule(
         empty = np.zeros(0, dtype=np.int64)
         return FoldSchedule(packed_groups, *[empty] * 7)
     flow = dataflow_named(dataflow)
-    folds = _Folds.of(m, n, k, rows=rows, cols=cols, dataflow=dataflow)
-    if per_fold_units_bound(rows, cols, folds.t, word_bytes, packed_groups) * MAX_FOLDS_PER_OP >= INT64_SAFE:
-        # beyond int64: count in Python integers
-        folds = folds.as_objects()
-    units = _Units(dense=word_bytes * packed_groups, b=word_bytes, scale=packed_groups,
-                   a_half=a_buffer_bytes // 2, b_half=b_buffer_bytes // 2, out_half=out_buffer_bytes // 2)
-    family = stationary_operand_traffic if flow.partial_sums_span_row_folds else output_stationary_traffic
-    loads, stores, sram = family(folds, units, m=m, k=k, flow=flow, word_bytes=word_bytes)
-    compute = np.full(folds.fr.shape, fold_cycles(folds.t, rows=rows, cols=cols, dataflow=dataflow), dtype=np.int64)
-    dtype = folds.r.dtype
-    return FoldSchedule(packed_groups, compute, *(np.broadcast_to(np.asarray(x, dtype=dtype), folds.fr.shape).copy()
-                                                  for x in (loads, stores, *sram)))
-
-
-@dataclass(frozen=True)
-class _Folds:
-    """The folds of one GEMM in SCALE-Sim's order: per fold its row / column fold index (``fr``,
-    ``fc``) and the rows / columns of the array it uses (``r``, ``c``)."""
-
-    s_r: int
-    s_c: int
-    t: int
-    row_folds: int
-    cols: int
-    fr: np.ndarray
-    fc: np.ndarray
-    r: np.ndarray
-    c: np.ndarray
-
-    @staticmethod
-    def of(m: int, n: int, k: int, *, rows: int, cols: int, dataflow: str) -> "_Folds":
-        s_r, s_c, t = map_gemm(m, n, k, dataflow)
-        row_folds, col_folds = fold_counts(s_r, s_c, rows=rows, cols=cols)
-        fr = np.tile(np.arange(row_folds, dtype=np.int64), col_folds)
-        fc = np.repeat(np.arange(col_folds, dtype=np.int64), row_folds)
-        return _Folds(s_r, s_c, t, row_folds, cols, fr, fc,
-                      np.minimum(rows, s_r - fr * rows), np.minimum(cols, s_c - fc * cols))
-
-    def as_objects(self) -> "_Folds":
-        """The same folds with ``r`` and ``c`` as Python integers, so products cannot wrap."""
-        return _Folds(self.s_r, self.s_c, self.t, self.row_folds, self.cols, self.fr, self.fc,
-                      self.r.astype(object), self.c.astype(object))
-
-
-@dataclass(frozen=True)
-class _Units:
-    """Units per word of a dense operand (A, outputs, partial sums) and of B (a block-diagonal B
-    moves ``1 / scale`` of each word), and the bytes of the active half of each double-buffered
-    on-chip buffer."""
-
-    dense: int
-    b: int
-    scale: int
-    a_half: int
-    b_half: int
-    out_half: int
-
-
-def output_stationary_traffic(f: _Folds, u: _Units, *, m: int, k: int, flow: Dataflow, word_bytes: int):
-    """OS: per-fold DRAM loads and stores and on-chip (A, B, partial-sum, output) traffic, in
-    units; outputs complete inside the fold (module docstring)."""
-    r, c, t = f.r, f.c, f.t
-    a_words = r * t if m * k * word_bytes > u.a_half else r * t * (f.fc == 0)
-    b_words = c * t * (f.fr == 0) if min(f.cols, f.s_c) * t * u.b <= u.b_half * u.scale else c * t
-    loads = a_words * u.dense + b_words * u.b
-    stores = r * c * u.dense
-    return loads, stores, (r * t * u.dense, c * t * u.b, 0, stores)
-
-
-def stationary_operand_traffic(f: _Folds, u: _Units, *, m: int, k: int, flow: Dataflow, word_bytes: int):
-    """WS (B stationary, A^T streamed) and IS (A^T stationary, B streamed): per-fold DRAM loads and
-    stores and on-chip traffic, in units; partial sums accumulate over the row folds, kept on chip
-    when ``cols x T`` words fit the output buffer's active half, else spilled (module docstring)."""
-    r, c, t = f.r, f.c, f.t
-    stationary, streamed, streamed_half = (u.b, u.dense, u.a_half) if flow.stationary == "b" else (u.dense, u.b, u.b_half)
-    streamed_words = r * t if f.s_r * t * streamed > streamed_half * u.scale else r * t * (f.fc == 0)
-    psum = c * t
-    if min(f.cols, f.s_c) * t * word_bytes <= u.out_half:
-        stores, reads = psum * (f.fr == f.row_folds - 1), 0
-    else:
-        stores, reads = psum, psum * (f.fr > 0)
-    loads = r * c * stationary + streamed_words * streamed + reads * u.dense
-    stationary_sram, streamed_sram = r * c * stationary, r * t * streamed
-    a_sram, b_sram = (streamed_sram, stationary_sram) if flow.stationary == "b" else (stationary_sram, streamed_sram)
-    return loads, stores * u.dense, (a_sram, b_sram, psum * (f.fr > 0) * u.dense, psum * u.dense)
+    t = flow.map_gemm(m, n, k)[2]
+    python_ints = per_fold_units_bound(hw.rows, hw.cols, t, hw.word_bytes, packed_groups) * MAX_FOLDS_PER_OP >= INT64_SAFE
+    grid = FoldGrid.of(flow, m, n, k, packed=packed_groups, scale=packed_groups, hw=hw, python_ints=python_ints)
+    fr = np.tile(np.arange(grid.row_folds, dtype=np.int64), grid.col_folds)  # SCALE-Sim's order: column fold major
+    fc = np.repeat(np.arange(grid.col_folds, dtype=np.int64), grid.row_folds)
+    traffic = fold_traffic(grid, Residency.of(grid, hw), fr == 0, fr == grid.row_folds - 1, fc == 0,
+                           fc == grid.col_folds - 1)
+    compute = np.full(fr.shape, grid.fold_cycles, dtype=np.int64)
+    dtype = object if python_ints else np.int64
+    return FoldSchedule(packed_groups, compute, *(np.broadcast_to(np.asarray(x, dtype=dtype), fr.shape).copy()
+                                                  for x in traffic))
 
 
 @dataclass(frozen=True)
@@ -269,15 +189,6 @@ class Timing:
     total_cycles: int
     dram_read_bytes: int
     dram_write_bytes: int
-
-
-def total_cycles_of(*, compute_cycles: int, latency_cycles: int, compute_bound_cycles: int, transfer_units: int,
-                    units_per_cycle: float) -> int:
-    """The whole cycles of a fold sequence from its order-free parts (module docstring, "Exact
-    arithmetic"): ``ceil(latency + compute-bound cycles + transfer units / units per cycle)``
-    (less 1e-9 against the division's rounding), at least the compute cycles."""
-    total = (latency_cycles + compute_bound_cycles) + transfer_units / units_per_cycle
-    return max(compute_cycles, math.ceil(total - 1e-9))
 
 
 def pipelined_cycles(schedule: FoldSchedule, *, bytes_per_cycle: float, latency_cycles: int) -> Timing:
@@ -292,9 +203,9 @@ def pipelined_cycles(schedule: FoldSchedule, *, bytes_per_cycle: float, latency_
     overlapped[:-1] += loads[1:]
     overlapped[1:] += stores[:-1]
     units_per_cycle = schedule.byte_scale * bytes_per_cycle
-    bound = np.asarray(overlapped / units_per_cycle > compute, dtype=bool)
+    bound = transfer_bound(overlapped, units_per_cycle, compute)
     compute_total = _sum(compute)
-    total_cycles = total_cycles_of(
+    total_cycles = pipelined_total_cycles(
         compute_cycles=compute_total, latency_cycles=latency_cycles, compute_bound_cycles=_sum(compute[~bound]),
         transfer_units=int(loads[0]) + _sum(overlapped[bound]) + int(stores[-1]), units_per_cycle=units_per_cycle)
     read_bytes, write_bytes = schedule.dram_bytes
@@ -306,8 +217,6 @@ def streaming_cycles(compute_cycles: int, dram_read_bytes: int, dram_write_bytes
     """An op that streams its operands from DRAM and its results back while it computes (vector
     work on the special unit, linear algebra): ``latency + max(compute, (read + write)/bw)``;
     no latency for an op that moves nothing."""
-    moved = dram_read_bytes + dram_write_bytes
-    transfer = moved / bytes_per_cycle
-    total = (latency_cycles if moved else 0) + max(compute_cycles, transfer)
-    total_cycles = max(compute_cycles, math.ceil(total - 1e-9))
+    total_cycles = streaming_total_cycles(compute_cycles, dram_read_bytes + dram_write_bytes, bytes_per_cycle,
+                                          latency_cycles)
     return Timing(compute_cycles, total_cycles - compute_cycles, total_cycles, dram_read_bytes, dram_write_bytes)

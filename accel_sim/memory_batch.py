@@ -3,9 +3,10 @@
 An *instance* is one (possibly grouped) GEMM on one hardware point. ``gemm_costs_batch`` prices a
 numpy vector of instances that share a dataflow and returns, per instance, exactly what
 ``accel_sim.pricing.price_gemm`` gives under ``memory_model = "on_chip_accumulation"``: compute,
-stall and total cycles, DRAM and on-chip buffer bytes. Nothing here is a new model: it is the fold
-model of ``accel_sim.memory`` (per-fold traffic by the reuse rules, the pipelined time in its
-order-free exact form) with the sums over folds taken in closed form.
+stall and total cycles, DRAM and on-chip buffer bytes. Nothing here is a new model, nor a second
+statement of it: a fold's traffic, whether it waits on DRAM and the pipelined time are the formulas
+of ``accel_sim.effects`` that ``accel_sim.memory`` applies fold by fold; here they are applied once
+per class of folds and multiplied by the number of folds of the class.
 
 Why it can be counted. A fold's traffic depends only on whether it is the first / last row fold
 (``fr = 0``, ``fr = Rf - 1``: the latter uses ``S_R - (Rf-1) rows`` rows) and the first / last
@@ -27,13 +28,15 @@ hardware, cycle for cycle and byte for byte.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import numpy as np
 
 from accel_sim.dataflows import Dataflow
+from accel_sim.effects import (FoldGrid, FoldTraffic, Residency, fold_traffic, packed_groups, pipelined_total_cycles,
+                               transfer_bound)
+from accel_sim.hardware import dram_bytes_per_cycle
 from accel_sim.memory import INT64_SAFE, MAX_FOLDS_PER_OP, per_fold_units_bound, units_to_bytes
-from accel_sim.systolic import fold_cycles_of
+from accel_sim.systolic import fold_counts
 
 CLASSES = {"F": (True, False), "M": (False, False), "L": (False, True), "FL": (True, True)}
 """Row (or column) fold classes: (is the first fold, is the last fold)."""
@@ -82,99 +85,40 @@ COMBINATIONS = tuple((row, col, *_neighbours(row, col)) for row in SITUATIONS fo
 """(row situation, column situation, previous class, next class) for the 81 pairs."""
 
 
-class FoldTraffic(NamedTuple):
-    """DRAM units a fold loads and stores (arrays over instances)."""
+def class_counts(grid: FoldGrid) -> dict[tuple[str, str], np.ndarray]:
+    """The folds of each (row class, column class) of ``grid`` that some instance has."""
+    counts = {(row, col): _class_count(row, grid.row_folds) * _class_count(col, grid.col_folds)
+              for row in CLASSES for col in CLASSES}
+    return {key: n for key, n in counts.items() if np.any(n)}
 
-    load: np.ndarray
-    store: np.ndarray
+
+def class_traffic(grid: FoldGrid, resident: Residency, counts) -> dict[tuple[str, str], FoldTraffic]:
+    """The traffic of a fold of each (row class, column class) in ``counts``
+    (``accel_sim.effects.fold_traffic``); a fold's neighbours are of classes its instance has."""
+    return {(row, col): fold_traffic(grid, resident, *CLASSES[row], *CLASSES[col]) for row, col in counts}
 
 
-@dataclass(frozen=True)
-class _Grid:
-    """One part of a grouped GEMM (``m x n x k``, ``packed`` groups block-diagonal) on each
-    instance's array, with the instance's buffers; traffic in units of ``1 / scale`` bytes."""
+def traffic_sums(classes: dict[tuple[str, str], FoldTraffic], counts):
+    """(DRAM load, DRAM store, on-chip read, on-chip write) units of the whole grid: every class
+    times its number of folds."""
+    sums = None
+    for key, f in classes.items():
+        n = counts[key]
+        terms = (f.load, f.store, f.sram_a_read + f.sram_b_read + f.sram_psum_read, f.sram_out_write)
+        if sums is None:
+            sums = [n * x for x in terms]
+        else:
+            for total, x in zip(sums, terms):
+                total += n * x  # in place: the sums are arrays of the instances' shape
+    return tuple(sums)
 
-    flow: Dataflow
-    m: np.ndarray
-    k: np.ndarray
-    s_r: np.ndarray
-    s_c: np.ndarray
-    t: np.ndarray
-    rows: np.ndarray
-    cols: np.ndarray
-    row_folds: np.ndarray
-    col_folds: np.ndarray
-    fold_cycles: np.ndarray
-    dense: np.ndarray  # units per dense word (A, outputs, partial sums)
-    b: np.ndarray  # units per B word (a block-diagonal B moves 1 / packed of each)
-    word_bytes: np.ndarray
-    packed: np.ndarray
-    a_half: np.ndarray
-    b_half: np.ndarray
-    out_half: np.ndarray
 
-    @staticmethod
-    def of(flow: Dataflow, m, n, k, packed, scale, *, rows, cols, word_bytes, a_half, b_half, out_half) -> "_Grid":
-        s_r, s_c, t = flow.map_gemm(m, n, k)
-        row_folds, col_folds = -(-s_r // rows), -(-s_c // cols)
-        return _Grid(flow, m, k, s_r, s_c, t, rows, cols, row_folds, col_folds,
-                     fold_cycles_of(t, rows, cols, preloads=flow.preloads),
-                     word_bytes * scale, word_bytes * scale // packed, word_bytes, packed, a_half, b_half, out_half)
+def first_fold(grid: FoldGrid, resident: Residency) -> FoldTraffic:
+    return fold_traffic(grid, resident, True, grid.row_folds == 1, True, grid.col_folds == 1)
 
-    def fold_traffic(self, first_r, last_r, first_c, last_c) -> FoldTraffic:
-        """(DRAM load, DRAM store) units of a fold of this class (``accel_sim.memory``'s
-        ``output_stationary_traffic`` / ``stationary_operand_traffic``, fold by fold)."""
-        r = np.where(last_r, self.s_r - (self.row_folds - 1) * self.rows, self.rows)
-        c = np.where(last_c, self.s_c - (self.col_folds - 1) * self.cols, self.cols)
-        t, wb = self.t, self.word_bytes
-        if not self.flow.partial_sums_span_row_folds:  # OS
-            a_fits = self.m * self.k * wb <= self.a_half
-            b_fits = np.minimum(self.cols, self.s_c) * t * wb <= self.b_half * self.packed
-            a_words = np.where(a_fits, r * t * first_c, r * t)
-            b_words = np.where(b_fits, c * t * first_r, c * t)
-            return FoldTraffic(a_words * self.dense + b_words * self.b, r * c * self.dense)
-        if self.flow.stationary == "b":  # WS: A (dense) streamed, its fit in bytes
-            stationary, streamed = self.b, self.dense
-            streamed_fits = self.s_r * t * wb <= self.a_half
-        else:  # IS: B (1 / packed of each word) streamed
-            stationary, streamed = self.dense, self.b
-            streamed_fits = self.s_r * t * wb <= self.b_half * self.packed
-        streamed_words = np.where(streamed_fits, r * t * first_c, r * t)
-        psum = c * t
-        psum_fits = np.minimum(self.cols, self.s_c) * t * wb <= self.out_half
-        stores = np.where(psum_fits, psum * last_r, psum)
-        reads = np.where(psum_fits, 0, psum * np.logical_not(first_r))
-        return FoldTraffic(r * c * stationary + streamed_words * streamed + reads * self.dense, stores * self.dense)
 
-    def traffic_sums(self) -> tuple[np.ndarray, np.ndarray]:
-        """(DRAM load, DRAM store) units of the whole grid: every class times its number of folds."""
-        loads = stores = 0
-        for row_class, (first_r, last_r) in CLASSES.items():
-            n_r = _class_count(row_class, self.row_folds)
-            for col_class, (first_c, last_c) in CLASSES.items():
-                n = n_r * _class_count(col_class, self.col_folds)
-                load, store = self.fold_traffic(first_r, last_r, first_c, last_c)
-                loads, stores = loads + n * load, stores + n * store
-        return loads, stores
-
-    def sram_sums(self) -> tuple[np.ndarray, np.ndarray]:
-        """(read, written) on-chip buffer units of the whole grid, in closed form (the per-fold
-        rules of ``accel_sim.memory`` summed: ``sum r = S_R`` per column fold, ``sum c = S_C`` per
-        row fold)."""
-        s_r, s_c, t = self.s_r, self.s_c, self.t
-        if not self.flow.partial_sums_span_row_folds:  # OS: A r x T, B T x c, outputs r x c
-            reads = t * self.dense * self.col_folds * s_r + t * self.b * self.row_folds * s_c
-            return reads, s_r * s_c * self.dense
-        stationary, streamed = (self.b, self.dense) if self.flow.stationary == "b" else (self.dense, self.b)
-        reads = (s_r * s_c * stationary + self.col_folds * s_r * t * streamed
-                 + (self.row_folds - 1) * s_c * t * self.dense)
-        return reads, self.row_folds * s_c * t * self.dense
-
-    def first_fold(self):
-        return self.fold_traffic(True, self.row_folds == 1, True, self.col_folds == 1)
-
-    def last_fold(self):
-        return self.fold_traffic(self.row_folds == 1, True, self.col_folds == 1, True)
+def last_fold(grid: FoldGrid, resident: Residency) -> FoldTraffic:
+    return fold_traffic(grid, resident, grid.row_folds == 1, True, grid.col_folds == 1, True)
 
 
 def _class_count(cls: str, folds: np.ndarray) -> np.ndarray:
@@ -200,75 +144,74 @@ class GemmCosts:
     folds: np.ndarray
 
 
-def gemm_parts_batch(flow: Dataflow, n, k, groups, *, rows, cols, block_diagonal):
-    """``accel_sim.pricing.gemm_parts`` per instance: the packed groups ``p`` (1 unless the mapping
-    is ``block_diagonal`` and there are groups: ``Dataflow.packing_factor``), the copies of the
-    ``m x pn x pk`` grid (``groups // p``) and the remainder's groups (``groups % p``, 0: none)."""
-    limits = flow.packing_limits(n, k, rows=rows, cols=cols)
-    p = np.clip(np.minimum.reduce(limits), 1, groups) if limits else groups
-    p = np.where(block_diagonal & (groups > 1), p, 1)
+def gemm_parts_batch(flow: Dataflow, n, k, groups, hw):
+    """``accel_sim.pricing.gemm_parts`` per instance: the packed groups ``p``
+    (``accel_sim.effects.packed_groups``), the copies of the ``m x pn x pk`` grid (``groups // p``)
+    and the remainder's groups (``groups % p``, 0: none)."""
+    p = packed_groups(flow, n, k, groups, hw)
     full, rest = np.divmod(groups, p)
     return p, full, rest
 
 
-def gemm_folds_batch(flow: Dataflow, m, n, k, groups, *, rows, cols, block_diagonal) -> np.ndarray:
+def gemm_folds_batch(flow: Dataflow, m, n, k, groups, hw) -> np.ndarray:
     """Folds the array runs for each instance's GEMM (``accel_sim.pricing.gemm_folds``): the grid's
-    ``ceil(S_R / rows) x ceil(S_C / cols)`` per copy, plus the remainder's; 0 for an empty GEMM."""
-    m, n, k, groups, rows, cols = (np.asarray(x, dtype=np.int64) for x in (m, n, k, groups, rows, cols))
+    ``ceil(S_R / rows) x ceil(S_C / cols)`` per copy, plus the remainder's; 0 for an empty GEMM.
+    ``hw``: the instances' hardware (``accel_sim.points.PointColumns``)."""
+    m, n, k, groups = (np.asarray(x, dtype=np.int64) for x in (m, n, k, groups))
     empty = (m == 0) | (n == 0) | (k == 0)
     n1, k1 = np.where(empty, 1, n), np.where(empty, 1, k)
-    p, full, rest = gemm_parts_batch(flow, n1, k1, groups, rows=rows, cols=cols, block_diagonal=block_diagonal)
+    p, full, rest = gemm_parts_batch(flow, n1, k1, groups, hw)
 
     def grid_folds(packed):
         s_r, s_c, _ = flow.map_gemm(m, packed * n1, packed * k1)
-        return -(-s_r // rows) * -(-s_c // cols)
+        row_folds, col_folds = fold_counts(s_r, s_c, rows=hw.rows, cols=hw.cols)
+        return row_folds * col_folds
 
     return np.where(empty, 0, full * grid_folds(p) + np.where(rest > 0, grid_folds(np.maximum(rest, 1)), 0))
 
 
-def gemm_costs_batch(flow: Dataflow, m, n, k, groups, *, rows, cols, word_bytes, a_buffer_bytes, b_buffer_bytes,
-                     out_buffer_bytes, block_diagonal, bytes_per_cycle, latency_cycles) -> GemmCosts:
-    """The GEMMs ``m x n x k`` (``groups`` of them) on each instance's hardware under ``flow``
-    (one dataflow for all; every other argument an array of one entry per instance, or a scalar)
-    and the ``on_chip_accumulation`` memory model: ``price_gemm``'s figures (module docstring)."""
-    m, n, k, groups, rows, cols, word_bytes = (np.asarray(x, dtype=np.int64) for x in
-                                                (m, n, k, groups, rows, cols, word_bytes))
-    a_half, b_half, out_half = (np.asarray(x, dtype=np.int64) // 2 for x in (a_buffer_bytes, b_buffer_bytes,
-                                                                              out_buffer_bytes))
+def gemm_costs_batch(flow: Dataflow, m, n, k, groups, hw) -> GemmCosts:
+    """The GEMMs ``m x n x k`` (``groups`` of them) of each instance under ``flow`` (one dataflow
+    for all) and the ``on_chip_accumulation`` memory model, on the instance's hardware ``hw``
+    (``accel_sim.points.PointColumns``): ``price_gemm``'s figures (module docstring). The shapes
+    and the hardware columns broadcast: one entry each per instance, or shapes as a column
+    (``S x 1``) against ``P`` points, every shape on every point (``S x P``)."""
+    m, n, k, groups = (np.asarray(x, dtype=np.int64) for x in (m, n, k, groups))
     empty = (m == 0) | (n == 0) | (k == 0)
     m, n, k = (np.where(empty, 1, x) for x in (m, n, k))  # priced as 1 x 1 x 1, then zeroed
-    p, full, rest = gemm_parts_batch(flow, n, k, groups, rows=rows, cols=cols, block_diagonal=block_diagonal)
+    p, full, rest = gemm_parts_batch(flow, n, k, groups, hw)
     has_rest = rest > 0
     rest_groups = np.where(has_rest, rest, 1)
     scale = np.lcm(p, rest_groups)
-    longest = np.maximum.reduce([m, n * p, k * p]).astype(np.float64)  # the streamed length is one of them
-    if np.any(per_fold_units_bound(rows, cols, longest, word_bytes, scale) * float(MAX_FOLDS_PER_OP) >= INT64_SAFE):
-        # beyond int64 (far outside real hardware): the same sums in Python integers
-        m, n, k, p, full, rest_groups, scale, rows, cols, word_bytes, a_half, b_half, out_half = (
-            np.asarray(x).astype(object) for x in (m, n, k, p, full, rest_groups, scale, rows, cols, word_bytes,
-                                                   a_half, b_half, out_half))
-    buffers = dict(rows=rows, cols=cols, word_bytes=word_bytes, a_half=a_half, b_half=b_half, out_half=out_half)
-    grid = _Grid.of(flow, m, p * n, p * k, p, scale, **buffers)
-    rest_grid = _Grid.of(flow, m, rest_groups * n, rest_groups * k, rest_groups, scale, **buffers)
-    units_per_cycle = scale * np.asarray(bytes_per_cycle, dtype=np.float64)
+    longest = np.maximum(np.maximum(m, n * p), k * p).astype(np.float64)  # the streamed length is one of them
+    python_ints = bool(np.any(per_fold_units_bound(hw.rows, hw.cols, longest, hw.word_bytes, scale)
+                              * float(MAX_FOLDS_PER_OP) >= INT64_SAFE))
+    if python_ints:  # beyond int64 (far outside real hardware): the same sums in Python integers
+        m, n, k, p, full, rest_groups, scale = (np.asarray(x).astype(object)
+                                                for x in (m, n, k, p, full, rest_groups, scale))
+        hw = hw.in_python_ints()
+    grid = FoldGrid.of(flow, m, p * n, p * k, packed=p, scale=scale, hw=hw, python_ints=python_ints)
+    rest_grid = FoldGrid.of(flow, m, rest_groups * n, rest_groups * k, packed=rest_groups, scale=scale, hw=hw,
+                            python_ints=python_ints)
+    resident, rest_resident = Residency.of(grid, hw), Residency.of(rest_grid, hw)
+    units_per_cycle = scale * dram_bytes_per_cycle(hw.dram_peak_bytes_per_s, hw.clock_hz, hw.dram_efficiency)
 
-    first, last = grid.first_fold(), grid.last_fold()
-    rest_first, rest_last = rest_grid.first_fold(), rest_grid.last_fold()
+    first, last = first_fold(grid, resident), last_fold(grid, resident)
+    rest_first, rest_last = first_fold(rest_grid, rest_resident), last_fold(rest_grid, rest_resident)
     zero = np.zeros_like(first.load)
     nothing = FoldTraffic(zero, zero)  # before the first fold, after the last
     after_grid = FoldTraffic(np.where(has_rest, rest_first.load, zero), zero)  # after the grid's last copy
     transfer = compute_bound = 0
-    for part, times, before, after, part_first, part_last in (
-            (grid, full, nothing, after_grid, first, last),
-            (rest_grid, has_rest.astype(np.int64), last, nothing, rest_first, rest_last)):
-        classes: dict[tuple[str, str], FoldTraffic] = {}
+    sums = []
+    for part, part_resident, times, before, after, part_first, part_last in (
+            (grid, resident, full, nothing, after_grid, first, last),
+            (rest_grid, rest_resident, has_rest.astype(np.int64), last, nothing, rest_first, rest_last)):
+        counts = class_counts(part)
+        classes = class_traffic(part, part_resident, counts)
+        sums.append(traffic_sums(classes, counts))
 
         def traffic(fold) -> FoldTraffic:  # a (row class, column class) of this part, or a fold's traffic
-            if isinstance(fold, FoldTraffic):
-                return fold
-            if fold not in classes:
-                classes[fold] = part.fold_traffic(*CLASSES[fold[0]], *CLASSES[fold[1]])
-            return classes[fold]
+            return fold if isinstance(fold, FoldTraffic) else classes[fold]
 
         for row, col, prev, nxt in COMBINATIONS:
             count = row[3](part.row_folds) * col[3](part.col_folds)
@@ -279,27 +222,25 @@ def gemm_costs_batch(flow: Dataflow, m, n, k, groups, *, rows, cols, word_bytes,
                 if not np.any(folds):
                     continue
                 overlapped = traffic(next_fold).load + traffic(prev_fold).store
-                bound = np.asarray(overlapped / units_per_cycle > part.fold_cycles, dtype=bool)
+                bound = transfer_bound(overlapped, units_per_cycle, part.fold_cycles)
                 transfer = transfer + np.where(bound, overlapped * folds, 0)
                 compute_bound = compute_bound + np.where(bound, 0, part.fold_cycles * folds)
 
-    loads, stores = grid.traffic_sums()
-    rest_loads, rest_stores = rest_grid.traffic_sums()
-    sram_reads, sram_writes = grid.sram_sums()
-    rest_sram_reads, rest_sram_writes = rest_grid.sram_sums()
+    (loads, stores, sram_reads, sram_writes), (rest_loads, rest_stores, rest_sram_reads, rest_sram_writes) = sums
     grid_folds, rest_folds = grid.row_folds * grid.col_folds, rest_grid.row_folds * rest_grid.col_folds
     compute = full * grid_folds * grid.fold_cycles + has_rest * rest_folds * rest_grid.fold_cycles
     transfer = transfer + first.load + np.where(has_rest, rest_last.store, last.store)
-    total = (latency_cycles + compute_bound) + transfer / units_per_cycle
-    total_cycles = np.maximum(compute, np.ceil(total - 1e-9).astype(np.int64) if compute.dtype != object
-                              else np.array([int(np.ceil(x - 1e-9)) for x in total], dtype=object))
+    total_cycles = pipelined_total_cycles(compute_cycles=compute, latency_cycles=hw.dram_latency_cycles,
+                                          compute_bound_cycles=compute_bound, transfer_units=transfer,
+                                          units_per_cycle=units_per_cycle)
 
     figures = (compute, total_cycles, units_to_bytes(full * loads + has_rest * rest_loads, scale),
                units_to_bytes(full * stores + has_rest * rest_stores, scale),
                units_to_bytes(full * sram_reads + has_rest * rest_sram_reads, scale),
                units_to_bytes(full * sram_writes + has_rest * rest_sram_writes, scale),
                full * grid_folds + has_rest * rest_folds)
-    return GemmCosts(*(np.where(empty, 0, x) for x in figures))
+    shape = np.broadcast_shapes(*(np.shape(x) for x in figures))
+    return GemmCosts(*(np.broadcast_to(np.where(empty, 0, x), shape) for x in figures))
 
 
 def _copies(prev, nxt, times, before, after, first, last):

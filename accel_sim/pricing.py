@@ -20,10 +20,10 @@ unit, linear algebra, and nothing for metadata ops.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from accel_sim.dataflows import dataflow_named
+from accel_sim.effects import linalg_cycles, packed_groups, special_unit_cycles
 from accel_sim.hardware import HardwareConfig
 from accel_sim.memory import (MAX_FOLDS_PER_OP, FoldSchedule, Timing, gemm_fold_schedule, pipelined_cycles,  # noqa: F401
                              streaming_cycles)
@@ -59,11 +59,11 @@ def packing_factor(n: int, k: int, groups: int, *, rows: int, cols: int, dataflo
 def gemm_parts(work: GemmWork, hw: HardwareConfig, dataflow: str) -> list[tuple[int, int, int, int, int]]:
     """The GEMMs the array runs for a (possibly grouped) GEMM, as ``(m, n, k, packed_groups,
     times)``: ``times`` back-to-back runs of ``m x n x k`` with ``packed_groups`` groups packed
-    block-diagonally (1: not packed)."""
+    block-diagonally (1: not packed; ``accel_sim.effects.packed_groups``)."""
     m, n, k, groups = work.m, work.n, work.k, work.groups
-    if groups == 1 or hw.grouped_mapping == "per_group" or min(m, n, k) == 0:  # an empty GEMM packs nothing
+    if groups == 1 or min(m, n, k) == 0:  # nothing to pack
         return [(m, n, k, 1, groups)]
-    p = packing_factor(n, k, groups, rows=hw.rows, cols=hw.cols, dataflow=dataflow)
+    p = packed_groups(dataflow_named(dataflow), n, k, groups, hw)
     full, rest = divmod(groups, p)
     parts = [(m, p * n, p * k, p, full)]
     if rest:
@@ -106,11 +106,7 @@ def gemm_schedule(work: GemmWork, hw: HardwareConfig, dataflow: str) -> FoldSche
     """The fold sequence the array runs for a (possibly grouped) GEMM."""
 
     def one(m: int, n: int, k: int, packed_groups: int = 1) -> FoldSchedule:
-        return gemm_fold_schedule(
-            m, n, k, rows=hw.rows, cols=hw.cols, dataflow=dataflow, word_bytes=hw.word_bytes,
-            a_buffer_bytes=hw.a_buffer_bytes, b_buffer_bytes=hw.b_buffer_bytes, out_buffer_bytes=hw.out_buffer_bytes,
-            packed_groups=packed_groups,
-        )
+        return gemm_fold_schedule(m, n, k, hw=hw, dataflow=dataflow, packed_groups=packed_groups)
 
     parts = [one(m, n, k, p).repeat(times) for m, n, k, p, times in gemm_parts(work, hw, dataflow)]
     return parts[0] if len(parts) == 1 else FoldSchedule.concat(parts)
@@ -150,7 +146,7 @@ def price_gemm(work: GemmWork, hw: HardwareConfig) -> WorkCost:
 
 
 def price_vector(work: VectorWork, hw: HardwareConfig, dram_read_bytes: int, dram_write_bytes: int) -> WorkCost:
-    compute = math.ceil(work.elements / hw.special_unit.elements_per_cycle(work.op))
+    compute = special_unit_cycles(work.elements, hw.special_unit.elements_per_cycle(work.op))
     timing = streaming_cycles(
         compute, dram_read_bytes, dram_write_bytes, bytes_per_cycle=hw.dram_bytes_per_cycle, latency_cycles=hw.dram_latency_cycles
     )
@@ -160,7 +156,7 @@ def price_vector(work: VectorWork, hw: HardwareConfig, dram_read_bytes: int, dra
 
 
 def price_linalg(work: LinalgWork, hw: HardwareConfig, dram_read_bytes: int, dram_write_bytes: int) -> WorkCost:
-    compute = math.ceil(work.macs / (hw.macs_per_cycle * hw.linalg_efficiency))
+    compute = linalg_cycles(work.macs, hw.rows, hw.cols, hw.linalg_efficiency)
     timing = streaming_cycles(
         compute, dram_read_bytes, dram_write_bytes, bytes_per_cycle=hw.dram_bytes_per_cycle, latency_cycles=hw.dram_latency_cycles
     )

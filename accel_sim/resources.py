@@ -22,7 +22,7 @@ its source or says "assumption". Formulas (one function each, below):
   one word per lane per cycle (``bram36_port_bytes`` each); a buffer's lanes are the array side it
   feeds (``Dataflow.operand_layout``: a streamed operand enters along the side it spans, a
   stationary one is shifted in from the top, one per column), the widest over the point's
-  dataflows; the output buffer takes one word per column.
+  dataflows; the output buffer takes one word per column (``BUFFER_LANES``: every buffer and its lanes).
 
 The number format sets the storage of a value: ``NumberFormat.storage_bytes`` must equal the
 point's ``word_bytes``, the size ``simulate`` prices every byte with, or the point is refused
@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -150,20 +150,28 @@ def special_unit_lanes(points: HardwarePoints) -> np.ndarray:
     return np.ceil(np.max([points[f"special_unit.{kind}"] for kind in VECTOR_OPS], axis=0)).astype(np.int64)
 
 
-def buffer_lanes(points: HardwarePoints, operand: str) -> np.ndarray:
-    """Words per cycle a buffer must deliver: for A ("a") and B ("b") the array side the operand
-    enters along (``Dataflow.operand_layout``: a streamed operand along the side it spans, a
-    stationary one shifted in from the top, one word per column), the widest over the point's
-    three dataflows; for the outputs ("out") one word per column."""
+def operand_lanes(points: HardwarePoints, operand: str) -> np.ndarray:
+    """Words per cycle the buffer of an input operand ("a" or "b") must deliver: the array side the
+    operand enters along (``Dataflow.operand_layout``: a streamed operand along the side it spans,
+    a stationary one shifted in from the top, one word per column), the widest over the point's
+    three dataflows."""
     rows, cols = points["rows"], points["cols"]
-    if operand == "out":
-        return cols
     lanes = np.zeros(len(points), dtype=np.int64)
     for role in GEMM_ROLES:
         for name, flow in DATAFLOWS.items():
             side = rows if flow.operand_layout(operand) == "rows" else cols
             lanes = np.where(points[f"dataflow_{role}"] == name, np.maximum(lanes, side), lanes)
     return lanes
+
+
+BUFFER_LANES: dict[str, Callable[[HardwarePoints], np.ndarray]] = {
+    "a_buffer_bytes": lambda points: operand_lanes(points, "a"),
+    "b_buffer_bytes": lambda points: operand_lanes(points, "b"),
+    "out_buffer_bytes": lambda points: points["cols"],  # one word per column
+}
+"""Every on-chip buffer (its ``HardwareConfig`` field, in bytes) and the words per cycle it must
+deliver: what its BRAM (``buffer_bram36_blocks``) and its area (``sram_area_um2``) are charged
+from. A new buffer field is one more entry."""
 
 
 def buffer_bram36_blocks(buffer_bytes, lanes, word_bytes, device: FpgaDevice):
@@ -290,11 +298,11 @@ def fpga_resources(points: HardwarePoints, number_formats, device: FpgaDevice) -
     dsp = (macs * per_mac["dsp"]).astype(np.int64) + lanes * device.dsp_per_mac["fp32"]
     luts = (macs * per_mac["lut"]).astype(np.int64)
     word_bytes = points["word_bytes"]
-    bram = sum(buffer_bram36_blocks(points[f"{operand}_buffer_bytes"], buffer_lanes(points, operand), word_bytes, device)
-               for operand in ("a", "b", "out"))
+    bram = sum(buffer_bram36_blocks(points[buffer], lanes_of(points), word_bytes, device)
+               for buffer, lanes_of in BUFFER_LANES.items())
     utilization = {"dsp": dsp / device.dsp_slices, "bram36": bram / device.bram36_blocks, "lut": luts / device.luts}
     stacked = np.stack([utilization[r] for r in RESOURCES])
-    buffer_bytes = points["a_buffer_bytes"] + points["b_buffer_bytes"] + points["out_buffer_bytes"]
+    buffer_bytes = sum(points[buffer] for buffer in BUFFER_LANES)
     area_um2 = macs * per_mac["area"] + lanes * mac_area_um2(NumberFormat("fp32")) + sram_area_um2(buffer_bytes)
     return Resources(
         number_format=np.asarray(names, dtype=str), dsp_slices=dsp, bram36_blocks=bram, luts=luts,

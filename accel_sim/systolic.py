@@ -49,8 +49,6 @@ simulation of the array. A GEMM with a zero dimension does no work and takes 0 c
 
 from __future__ import annotations
 
-import math
-
 from accel_sim.dataflows import dataflow_named
 
 
@@ -66,9 +64,10 @@ def map_gemm(m: int, n: int, k: int, dataflow: str) -> tuple[int, int, int]:
     return dataflow_named(dataflow).map_gemm(m, n, k)
 
 
-def fold_counts(s_r: int, s_c: int, *, rows: int, cols: int) -> tuple[int, int]:
-    """``(row_folds, col_folds) = (ceil(S_R / rows), ceil(S_C / cols))``."""
-    return math.ceil(s_r / rows), math.ceil(s_c / cols)
+def fold_counts(s_r, s_c, *, rows, cols) -> tuple:
+    """``(row_folds, col_folds) = (ceil(S_R / rows), ceil(S_C / cols))``, in integer arithmetic,
+    on numbers or numpy arrays alike."""
+    return -(-s_r // rows), -(-s_c // cols)
 
 
 def fold_cycles(t: int, *, rows: int, cols: int, dataflow: str) -> int:

@@ -15,7 +15,7 @@ from accel_sim.dataflows import DATAFLOWS
 from accel_sim.hardware import EnergyCosts, HardwareConfig, SpecialUnit
 from accel_sim.memory import MAX_FOLDS_PER_OP
 from accel_sim.memory_batch import gemm_costs_batch, gemm_folds_batch
-from accel_sim.points import HardwarePoints
+from accel_sim.points import HardwarePoints, PointColumns
 from accel_sim.pricing import GemmTooLargeError, gemm_folds, price_gemm
 from accel_sim.simulate import simulate
 from accel_sim.trace_schema import (GEMM_ROLES, LINALG_OPS, VECTOR_OPS, GemmWork, LinalgWork, NoWork, OpRecord,
@@ -107,18 +107,12 @@ def test_closed_form_gemm_equals_the_fold_by_fold_pricing(cases, dataflow):
     def column(get):
         return np.array([get(w, hw) for w, hw in cases])
 
+    instances = PointColumns(HardwarePoints.of([hw for _, hw in cases]))  # one point per GEMM
     got = gemm_costs_batch(
         DATAFLOWS[dataflow], column(lambda w, hw: w.m), column(lambda w, hw: w.n), column(lambda w, hw: w.k),
-        column(lambda w, hw: w.groups), rows=column(lambda w, hw: hw.rows), cols=column(lambda w, hw: hw.cols),
-        word_bytes=column(lambda w, hw: hw.word_bytes), a_buffer_bytes=column(lambda w, hw: hw.a_buffer_bytes),
-        b_buffer_bytes=column(lambda w, hw: hw.b_buffer_bytes), out_buffer_bytes=column(lambda w, hw: hw.out_buffer_bytes),
-        block_diagonal=column(lambda w, hw: hw.grouped_mapping == "block_diagonal"),
-        bytes_per_cycle=column(lambda w, hw: hw.dram_bytes_per_cycle),
-        latency_cycles=column(lambda w, hw: hw.dram_latency_cycles))
+        column(lambda w, hw: w.groups), instances)
     folds = gemm_folds_batch(DATAFLOWS[dataflow], column(lambda w, hw: w.m), column(lambda w, hw: w.n),
-                             column(lambda w, hw: w.k), column(lambda w, hw: w.groups),
-                             rows=column(lambda w, hw: hw.rows), cols=column(lambda w, hw: hw.cols),
-                             block_diagonal=column(lambda w, hw: hw.grouped_mapping == "block_diagonal"))
+                             column(lambda w, hw: w.k), column(lambda w, hw: w.groups), instances)
     for i, (w, hw) in enumerate(cases):
         cost = price_gemm(w, hw)
         t = cost.timing
@@ -137,10 +131,8 @@ def test_a_hand_counted_schedule():
     hw = HardwareConfig(rows=4, cols=4, dataflow_fwd="ws", dram_peak_bytes_per_s=1.6e9, dram_efficiency=1.0,
                         dram_latency_cycles=5)
     for groups in (1, 3):
-        got = gemm_costs_batch(DATAFLOWS["ws"], [8], [4], [8], [groups], rows=[4], cols=[4], word_bytes=[4],
-                               a_buffer_bytes=[hw.a_buffer_bytes], b_buffer_bytes=[hw.b_buffer_bytes],
-                               out_buffer_bytes=[hw.out_buffer_bytes], block_diagonal=[False],
-                               bytes_per_cycle=[16.0], latency_cycles=[5])
+        assert hw.dram_bytes_per_cycle == 16.0
+        got = gemm_costs_batch(DATAFLOWS["ws"], [8], [4], [8], [groups], PointColumns(HardwarePoints.of([hw])))
         t = price_gemm(GemmWork(8, 4, 8, groups), hw).timing
         assert (got.total_cycles[0], got.dram_read_bytes[0], got.dram_write_bytes[0]) == (
             t.total_cycles, t.dram_read_bytes, t.dram_write_bytes)
@@ -155,10 +147,7 @@ def test_beyond_int64_both_paths_count_in_python_integers():
     hw = HardwareConfig(rows=65536, cols=65536, word_bytes=16, dataflow_fwd="ws")
     work = GemmWork(2**34, 1, 1)
     cost = price_gemm(work, hw)
-    got = gemm_costs_batch(DATAFLOWS["ws"], [work.m], [1], [1], [1], rows=[65536], cols=[65536], word_bytes=[16],
-                           a_buffer_bytes=[hw.a_buffer_bytes], b_buffer_bytes=[hw.b_buffer_bytes],
-                           out_buffer_bytes=[hw.out_buffer_bytes], block_diagonal=[False],
-                           bytes_per_cycle=[hw.dram_bytes_per_cycle], latency_cycles=[hw.dram_latency_cycles])
+    got = gemm_costs_batch(DATAFLOWS["ws"], [work.m], [1], [1], [1], PointColumns(HardwarePoints.of([hw])))
     assert got.total_cycles.dtype == object
     assert int(got.total_cycles[0]) == cost.timing.total_cycles
     assert int(got.dram_read_bytes[0]) == cost.timing.dram_read_bytes == (2**34 + 1) * 16  # A once, B once

@@ -17,9 +17,8 @@ BIG = 1 << 30
 
 
 def sched(m, n, k, dataflow, a=BIG, b=BIG, out=BIG):
-    return gemm_fold_schedule(
-        m, n, k, rows=4, cols=4, dataflow=dataflow, word_bytes=4, a_buffer_bytes=a, b_buffer_bytes=b, out_buffer_bytes=out
-    )
+    hw = HardwareConfig(rows=4, cols=4, word_bytes=4, a_buffer_bytes=a, b_buffer_bytes=b, out_buffer_bytes=out)
+    return gemm_fold_schedule(m, n, k, hw=hw, dataflow=dataflow)
 
 
 def test_ws_single_fold():
@@ -173,8 +172,9 @@ def test_on_chip_traffic_closed_forms(m, n, k, rows, cols, dataflow, buffers):
     # docs/scalesim.md: with Rf row folds and Cf column folds of (S_R, S_C, T), the array reads
     # A: os M K Cf, ws M K Cf, is K M; B: os K N Rf, ws K N, is K N Cf; writes M N (os) or M N Rf
     # (ws / is) and reads back M N (Rf - 1) partial sums (ws / is); whatever the buffer sizes.
-    s = gemm_fold_schedule(m, n, k, rows=rows, cols=cols, dataflow=dataflow, word_bytes=1,
-                           a_buffer_bytes=buffers, b_buffer_bytes=buffers, out_buffer_bytes=buffers)
+    hw = HardwareConfig(rows=rows, cols=cols, word_bytes=1, a_buffer_bytes=buffers, b_buffer_bytes=buffers,
+                        out_buffer_bytes=buffers)
+    s = gemm_fold_schedule(m, n, k, hw=hw, dataflow=dataflow)
     s_r, s_c = {"os": (m, n), "ws": (k, n), "is": (k, m)}[dataflow]
     rf, cf = math.ceil(s_r / rows), math.ceil(s_c / cols)
     a, b, out, psum = {"os": (m * k * cf, k * n * rf, m * n, 0),

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from accel_sim.hardware import HardwareConfig
 from accel_sim.memory import gemm_fold_schedule
 from accel_sim.systolic import fold_counts, gemm_cycles
 
@@ -121,8 +122,9 @@ def test_sram_accesses_equal_scalesim(row):
     m, n, k, rows, cols = (int(row[key]) for key in ("m", "n", "k", "rows", "cols"))
     dataflow = row["dataflow"]
     big = 1 << 40  # our SRAM counts do not depend on the buffer sizes (the DRAM traffic does)
-    s = gemm_fold_schedule(m, n, k, rows=rows, cols=cols, dataflow=dataflow, word_bytes=WORD_BYTES,
-                           a_buffer_bytes=big, b_buffer_bytes=big, out_buffer_bytes=big)
+    hw = HardwareConfig(rows=rows, cols=cols, word_bytes=WORD_BYTES, a_buffer_bytes=big, b_buffer_bytes=big,
+                        out_buffer_bytes=big)
+    s = gemm_fold_schedule(m, n, k, hw=hw, dataflow=dataflow)
     a_read, b_read = s.sram_a_read_units.sum(), s.sram_b_read_units.sum()
     psum_read, out_write = s.sram_psum_read_units.sum(), s.sram_out_write_units.sum()
     ifmap, filt, ofmap = (int(row[f"sram_{op}_{rw}_words"]) * WORD_BYTES

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from accel_sim.hardware import HardwareConfig
 from accel_sim.memory import gemm_fold_schedule, pipelined_cycles
 from accel_sim.memory_scalesim import OperandImage, _skew_line_of, gemm_memory_scalesim, prefetch_image_words
 from accel_sim.systolic import fold_counts, map_gemm
@@ -125,9 +126,9 @@ def _ours(row: dict, latency_cycles: int = 0):
     """Our default model on a recorded row: 1-byte words, every buffer ``sram_kb`` kB, one DRAM
     channel of ``bw`` bytes per cycle."""
     m, n, k, rows, cols, sram_kb, bw = _ints(row, "m", "n", "k", "rows", "cols", "sram_kb", "bandwidth_words_per_cycle")
-    schedule = gemm_fold_schedule(m, n, k, rows=rows, cols=cols, dataflow=row["dataflow"], word_bytes=1,
-                                  a_buffer_bytes=sram_kb * 1024, b_buffer_bytes=sram_kb * 1024,
-                                  out_buffer_bytes=sram_kb * 1024)
+    hw = HardwareConfig(rows=rows, cols=cols, word_bytes=1, a_buffer_bytes=sram_kb * 1024,
+                        b_buffer_bytes=sram_kb * 1024, out_buffer_bytes=sram_kb * 1024)
+    schedule = gemm_fold_schedule(m, n, k, hw=hw, dataflow=row["dataflow"])
     return pipelined_cycles(schedule, bytes_per_cycle=bw, latency_cycles=latency_cycles)
 
 
