@@ -167,7 +167,7 @@ class PointCosts:
 def price_points(works: Sequence[TraceWork], points: HardwarePoints) -> list[PointCosts]:
     """Each trace of ``works`` priced on every point of ``points`` (module docstring). Raises
     ``GemmTooLargeError`` naming the point and the GEMM, before anything is priced, if a GEMM takes
-    more folds on a point than ``simulate`` prices (``accel_sim.pricing.MAX_FOLDS_PER_OP``;
+    more folds on a point than ``simulate`` prices (``accel_sim.memory.MAX_FOLDS_PER_OP``;
     ``within_fold_bound`` finds such points beforehand)."""
     works = list(works)
     keys = sorted(set().union(*(w.gemms for w in works)), key=lambda key: (key[4], key[:4]))

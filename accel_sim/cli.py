@@ -9,7 +9,7 @@ a per-layer table and the totals (latency in cycles and ms, energy in mJ, peak m
 bytes), or JSON with ``--json`` (``energy_j`` and ``energy_by_component_j`` at the top level, per
 phase and per layer). A malformed trace or hardware config (binary, truncated, a field of the
 wrong type or out of its range: ``accel_sim.trace_schema``, ``accel_sim.hardware.FIELD_BOUNDS``),
-an empty ``--hw ""``, or a GEMM beyond the fold model (``accel_sim.pricing.MAX_FOLDS_PER_OP``)
+an empty ``--hw ""``, or a GEMM beyond the fold model (``accel_sim.memory.MAX_FOLDS_PER_OP``)
 prints one line naming the file and what is wrong, and exits with status 2; nothing is written.
 """
 

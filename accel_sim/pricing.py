@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from accel_sim.dataflows import dataflow_named
 from accel_sim.effects import linalg_cycles, packed_groups, special_unit_cycles
 from accel_sim.hardware import HardwareConfig
-from accel_sim.memory import (MAX_FOLDS_PER_OP, FoldSchedule, Timing, gemm_fold_schedule, pipelined_cycles,  # noqa: F401
+from accel_sim.memory import (MAX_FOLDS_PER_OP, FoldSchedule, Timing, gemm_fold_schedule, pipelined_cycles,
                              streaming_cycles)
 from accel_sim.memory_scalesim import gemm_memory_scalesim
 from accel_sim.systolic import fold_counts, map_gemm

@@ -51,7 +51,7 @@ def streamed_bytes(op: OpRecord, tensors: Mapping[int, TensorInfo], tensor_bytes
 
 def check_trace_fits(trace: Trace, hw: HardwareConfig) -> None:
     """Raise ``GemmTooLargeError`` naming the op if any GEMM of ``trace`` is beyond what the fold
-    model prices on ``hw`` (``accel_sim.pricing.MAX_FOLDS_PER_OP``); checked before any pricing."""
+    model prices on ``hw`` (``accel_sim.memory.MAX_FOLDS_PER_OP``); checked before any pricing."""
     for op in trace.ops:
         if op.work.kind == "gemm":
             try:

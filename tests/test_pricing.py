@@ -228,7 +228,8 @@ def test_gemm_folds_counts_the_schedule(m, n, k, groups, rows, cols, dataflow, m
 def test_gemm_beyond_the_fold_model_is_refused_before_pricing():
     import pytest
 
-    from accel_sim.pricing import MAX_FOLDS_PER_OP, GemmTooLargeError, gemm_folds, price_gemm
+    from accel_sim.memory import MAX_FOLDS_PER_OP
+    from accel_sim.pricing import GemmTooLargeError, gemm_folds, price_gemm
     from accel_sim.trace_schema import OpRecord, Trace
 
     hw = HardwareConfig()  # 32 x 64, WS forward: (S_R, S_C) = (k, n)
