@@ -1,5 +1,6 @@
 """Import what a dotted path ``package.module:attribute`` names: a user's model factory
-(``workloads.model_spec``) or FL method (``workloads.fl.methods``).
+(``workloads.model_spec``), FL method (``workloads.fl.methods``) or grid runner
+(``bench.lib.grid.runners``).
 
 The module is imported from the current directory or ``PYTHONPATH``; Python's standard library is
 refused (it holds no model or method, and importing it by a config's say-so is never meant). Every
@@ -34,17 +35,18 @@ def cwd_on_path():
             sys.path.remove(cwd)
 
 
-def import_attribute(name: str, *, role: str, form: str, wanted: str, error: type[Exception]) -> Any:
-    """The object ``module:attr.sub`` names. ``role`` ("model", "method"), ``form`` (how to write
-    the path, with an example) and ``wanted`` (what to name instead of the standard library) word
-    the errors."""
+def import_attribute(name: str, *, role: str, kind: str, form: str, wanted: str, error: type[Exception]) -> Any:
+    """The object ``module:attr.sub`` names. ``role`` ("model", "method", "runner"), ``kind`` (what
+    the object must be: "model factory", "method class", "grid runner"), ``form`` (how to write the
+    path, with an example) and ``wanted`` (what to name instead of the standard library) word the
+    errors."""
     module_name, _, attr = name.partition(":")
     if not module_name or not attr:
         raise error(f"{role} {name!r}: write {form}")
     top = module_name.split(".")[0]
     if top in sys.stdlib_module_names or top in sys.builtin_module_names or top == "builtins":
-        raise error(f"{role} {name!r}: {module_name} is part of Python's standard library, not a {role} "
-                    f"{'factory' if role == 'model' else 'class'}; name {wanted}")
+        raise error(f"{role} {name!r}: {module_name} is part of Python's standard library, not a {kind}; "
+                    f"name {wanted}")
     try:
         with cwd_on_path():
             module = importlib.import_module(module_name)

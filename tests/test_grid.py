@@ -255,7 +255,7 @@ def test_a_grid_of_bench_runs_end_to_end(tmp_path):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("runner, message", [
-    ("tests.grid_runners:no_such_runner", "is not a grid runner"),
+    ("tests.grid_runners:no_such_runner", "has no attribute 'no_such_runner'"),  # the module's names listed
     ("tests.grid_runners:not_a_runner", "is not a grid runner"),  # the right shape, never registered
     ("no_such_package.runners:run", "cannot import 'no_such_package.runners'"),
     ("os:fork", "standard library"),  # configs are code, but not the standard library's

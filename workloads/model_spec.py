@@ -136,7 +136,7 @@ def load_factory(name: str) -> tuple[Callable[..., nn.Module], bool]:
     module_name, _, attr = name.partition(":")
     if module_name in LIBRARIES and attr:
         return _library_factory(module_name, attr), True
-    factory = import_attribute(name, role="model", form="package.module:factory (e.g. mynets:small_cnn)",
+    factory = import_attribute(name, role="model", kind="model factory", form="package.module:factory (e.g. mynets:small_cnn)",
                                wanted="a function of yours that returns an nn.Module (docs/byom.md)",
                                error=ModelSpecError)
     if isinstance(factory, nn.Module) or not callable(factory):

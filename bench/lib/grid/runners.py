@@ -21,9 +21,10 @@ called (docs/grid.md).
 from __future__ import annotations
 
 import importlib
-import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
+
+from iokit.dotted import import_attribute
 
 Runner = Callable[[Mapping[str, Any], Any], Mapping[str, float]]
 Validate = Callable[[Mapping[str, Any]], object]
@@ -55,12 +56,6 @@ def grid_runner(name: str, *, validate: Validate | None = None) -> Callable[[Run
     return register
 
 
-def standard_module(module: str) -> bool:
-    """Whether ``module`` (dotted) belongs to Python's standard library or builtins."""
-    top = module.split(".")[0]
-    return top in sys.stdlib_module_names or top in sys.builtin_module_names or top == "builtins"
-
-
 def resolve_runner(spec: str) -> RegisteredRunner:
     """The registered runner ``spec`` names: a built-in name (``BUILT_IN``) or
     ``module:function`` of a function decorated with ``@grid_runner``."""
@@ -73,14 +68,8 @@ def resolve_runner(spec: str) -> RegisteredRunner:
     if not sep or not module_name or not func_name:
         raise RunnerError(f"runner = {spec!r} is not a registered runner; give one of {', '.join(BUILT_IN)} or "
                           "'module:function' of a function decorated with @grid_runner (bench.lib.grid.runners)")
-    if standard_module(module_name):
-        raise RunnerError(f"runner = {spec!r}: {module_name} is part of Python's standard library, not a grid "
-                          "runner; name a function decorated with @grid_runner (bench.lib.grid.runners)")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise RunnerError(f"runner {spec!r}: cannot import {module_name!r} ({e})") from None
-    func = getattr(module, func_name, None)
+    func = import_attribute(spec, role="runner", kind="grid runner", form="'module:function' (e.g. mygrid:train)",
+                            wanted="a function decorated with @grid_runner (bench.lib.grid.runners)", error=RunnerError)
     name = getattr(func, "__grid_runner__", None)
     if not callable(func) or name is None or name not in _REGISTRY:
         raise RunnerError(f"runner {spec!r}: {module_name}.{func_name} is not a grid runner; decorate it with "

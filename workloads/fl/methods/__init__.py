@@ -62,7 +62,7 @@ def registered_knobs() -> tuple[Knob, ...]:
 @functools.cache
 def _own(path: str) -> FedAvg | Calibration:
     """The method a ``package.module:Class`` path names, made once per process."""
-    found = import_attribute(path, role="method", form="package.module:Class (e.g. mymethods:FedAvgPlus)",
+    found = import_attribute(path, role="method", kind="method class", form="package.module:Class (e.g. mymethods:FedAvgPlus)",
                              wanted="a subclass of FedAvg or Calibration of yours (docs/methods.md)", error=MethodError)
     if isinstance(found, type) and issubclass(found, (FedAvg, Calibration)):
         try:
