@@ -332,3 +332,25 @@ def test_a_fleet_is_a_grid_key_and_a_study_axis():
         parse_study({**doc, "fleets": ["mixed"]}, "s.toml")
     with pytest.raises(StudyError, match="fleets: .*nowhere"):
         parse_study({**doc, "fleets": ["none", "nowhere.toml"]}, "s.toml")
+
+
+def test_a_fleet_runs_participation_is_recorded_and_reported():
+    # two training rounds and a calibration row: round 1 aggregated 2 of 3 sampled (one past the
+    # deadline), round 2 aggregated 1 of 3 (one unavailable, one over memory); the calibration row
+    # is not a training round. Per round: clients (2 + 1) / 2 = 1.5, sampled (3 + 3) / 2 = 3.0;
+    # drops over the run: deadline 1, unavailable 1, memory 1, surplus 0.
+    from bench.lib.study.runner import participation
+    from bench.study.report import _participation, participation_columns
+
+    def row(stage, clients, sampled, **dropped):
+        return {"stage": stage, "clients": clients, "sampled": sampled, "collect_s": 1.5,
+                **{f"dropped_{r}": dropped.get(r, 0) for r in ("unavailable", "memory", "deadline", "surplus")}}
+
+    plan = participation([row("train", 2, 3, deadline=1), row("train", 1, 3, unavailable=1, memory=1),
+                          row("calibration", 3, 3)])
+    assert plan["clients"] == [2, 1] and plan["sampled"] == [3, 3] and plan["collect_s"] == [1.5, 1.5]
+    columns = participation_columns(plan)
+    assert columns == {"clients_per_round": 1.5, "sampled_per_round": 3.0, "dropped_unavailable": 1,
+                       "dropped_memory": 1, "dropped_deadline": 1, "dropped_surplus": 0}
+    assert _participation(columns) == "1.5 / 3.0; unavailable 1.0, memory 1.0, deadline 1.0"
+    assert participation_columns(None) == {}  # a run without a fleet adds no column

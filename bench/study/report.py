@@ -125,8 +125,24 @@ def runs_table(study: Study, runs: Sequence[MethodRun]) -> pd.DataFrame:
                      "rounds": study.rounds, **{name: last[col] for name, col in COST_KEYS},
                      "run_wall_s": r.outcome.elapsed_s, "cpu": machine.get("cpu"), "host": machine.get("host"),
                      "torch_threads": machine.get("torch_threads"), **provenance(r.outcome),
-                     "run_id": r.outcome.run_id})
+                     "run_id": r.outcome.run_id, **participation_columns(r.outcome.info.get("participation"))})
     return pd.DataFrame(rows)
+
+
+def participation_columns(plan: Mapping[str, Sequence] | None) -> dict[str, float]:
+    """A fleet run's participation (``run.json``, docs/fleets.md) as ``runs.csv`` columns: clients
+    aggregated and sampled per training round (mean over the rounds), the sampled clients dropped
+    over the run by reason; none for a run without a fleet (so a study without fleets keeps its columns)."""
+    if not plan:
+        return {}
+    rounds = len(plan["clients"])
+    return {"clients_per_round": sum(plan["clients"]) / rounds, "sampled_per_round": sum(plan["sampled"]) / rounds,
+            **{key: sum(values) for key, values in plan.items() if key.startswith("dropped_")}}
+
+
+def _participation(p: Mapping[str, float]) -> str:
+    drops = ", ".join(f"{k.removeprefix('dropped_')} {v:.1f}" for k, v in p.items() if k.startswith("dropped_") and v)
+    return f"{p['clients_per_round']:.1f} / {p['sampled_per_round']:.1f}" + (f"; {drops}" if drops else "")
 
 
 def provenance(o: Outcome) -> dict[str, Any]:
@@ -225,6 +241,9 @@ def cells(study: Study, runs_df: pd.DataFrame, tta_df: pd.DataFrame) -> list[dic
                         "best_accuracy_pct": _estimate(estimate(list(mine["best_accuracy_pct"]))),
                         **({"local_accuracy_pct": _estimate(estimate(list(mine["final_local_accuracy_pct"])))}
                            if mine["final_local_accuracy_pct"].notna().all() else {}),
+                        **({"participation": {c: float(mine[c].mean()) for c in mine.columns
+                                              if c in ("clients_per_round", "sampled_per_round") or c.startswith("dropped_")}}
+                           if "clients_per_round" in mine and mine["clients_per_round"].notna().all() else {}),
                         "converged": int(mine["converged"].sum()),
                         "bytes": float(mine["bytes"].mean()),
                         "bytes_vs_base": float(mine["bytes"].mean()) / base_bytes if base_bytes else None,
@@ -366,6 +385,12 @@ def table_markdown(study: Study, summary: Mapping[str, Any]) -> str:
                   "clients that trained (docs/study.md); — for methods without local parts.", ""]
         lines += _grid(study, cells_,
                        lambda c: _mean_std(c["local_accuracy_pct"]) if "local_accuracy_pct" in c else "—")
+    if any("participation" in c for c in cells_):
+        lines += ["", "## Participation on a fleet: clients aggregated / sampled per round; drops per run by reason", "",
+                  "Mean over the training rounds and the seeds; drops summed over a run's rounds, mean over seeds "
+                  "(unavailable, memory, deadline, surplus: docs/fleets.md); — without a fleet (every sampled "
+                  "client aggregated).", ""]
+        lines += _grid(study, cells_, lambda c: "—" if "participation" not in c else _participation(c["participation"]))
     lines += ["", f"## Communication: bytes exchanged per run (MB, modeled, mean over seeds), × {study.base}'s", ""]
     lines += _grid(study, cells_, lambda c: "—" if not c.get("n") else f"{c['bytes'] / 1e6:.1f}"
                    + (f" (× {c['bytes_vs_base']:.3f})" if c.get("bytes_vs_base") is not None else ""))

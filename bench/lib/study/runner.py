@@ -35,6 +35,7 @@ from typing import Any, Mapping, Sequence
 from bench.lib.grid.runners import grid_runner
 from iokit import checks
 from iokit.files import atomic_write_text
+from workloads.cost.system import DROP_REASONS
 from workloads.fl.execution import SETTINGS, Execution, kernel_environment
 from workloads.fl.hparams import FLConfig, Hparams, hparams_from_table
 from workloads.fl.methods import MethodConfig, parse_method
@@ -159,6 +160,15 @@ def curve_rows(method: MethodConfig, history: Sequence[Mapping], rows: Sequence[
     return out
 
 
+def participation(rows: Sequence[Mapping[str, Any]]) -> dict[str, list]:
+    """Per training round of a run's ``rounds.csv`` rows: the clients aggregated, those sampled and
+    those dropped by reason (``workloads.cost.system.DROP_REASONS``), and the collection time."""
+    train = [r for r in rows if r["stage"] == "train"]
+    return {"clients": [int(r["clients"]) for r in train], "sampled": [int(r["sampled"]) for r in train],
+            **{f"dropped_{reason}": [int(r[f"dropped_{reason}"]) for r in train] for reason in DROP_REASONS},
+            "collect_s": [float(r["collect_s"]) for r in train]}
+
+
 def write_run(out_dir: Path, curve: Sequence[Mapping[str, Any]], info: Mapping[str, Any]) -> dict[str, float]:
     """``curve.csv`` and ``run.json`` into ``out_dir``; returns the point's metrics (the last
     evaluated test and validation accuracy of every label). Also what a test's stand-in runner calls."""
@@ -247,6 +257,8 @@ def run_point(point: Mapping[str, Any], out_dir: Path) -> dict[str, float]:
             "val_samples": 0 if data.inputs.val is None else len(data.inputs.val),
             "test_samples": len(data.inputs.test), "partition_sizes": [len(x) for x in data.inputs.parts],
             "local_accuracy": result.local_accuracy}
+    if p.fleet is not None:  # who took part in each training round (docs/fleets.md); a run without a fleet: all sampled
+        info["participation"] = participation(outcome.rows)
     metrics = write_run(out_dir, curve, info)
     if result.local_accuracy is not None:  # double head's local test mode (docs/study.md)
         metrics[f"{p.method.name}.local_accuracy"] = result.local_accuracy
