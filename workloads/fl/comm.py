@@ -7,7 +7,7 @@ tensors it really hands over, with bytes = numel x itemsize. Groups:
 * ``classifier``: ``classifier.*`` (absent when frozen: SphereFed, FedBABU rebuild it from the seed);
 * ``metadata``: the client's sample count (int64) and what its method declares it uploads beside it
   (``upload_extras``: FedNova's normalizer a_i, one float64);
-* ``fedcos_direction``: FedCos's d_t (a method that ``needs_direction``), sent to every sampled
+* ``fedcos_direction``: FedCos's d_t (a method that ``needs_direction`` names its ``direction_group``), sent to every sampled
   client from round 2 on;
 * ``calibration_statistics``: FFC's V, U or CCVR's counts, means, covariances (once, round R+1,
   after the clients downloaded the final feature extractor).

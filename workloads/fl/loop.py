@@ -386,7 +386,7 @@ def _client_update(setup: _Setup, server: ServerState, own_state: dict, shared: 
     _record(transfers, t, k, "down", grouped_bytes(down, fmt=ex.communication))
     if direction is not None:
         direction = sent(ex, direction, setup.cfg.seed, t, SEND_DIRECTION_STREAM)
-        _record(transfers, t, k, "down", grouped_bytes(direction, "fedcos_direction", fmt=ex.communication))
+        _record(transfers, t, k, "down", grouped_bytes(direction, method.algo.direction_group, fmt=ex.communication))
     own = {key: v for key, v in own_state.items() if key not in shared_set}
     setup.client_model.load_state_dict({**server.weights, **own, **down})
     trainer = client_trainer(setup.client_model, down, hp, method, round=t, lr=lr, direction=direction,

@@ -8,7 +8,8 @@ declares:
 * ``knobs``: its own hyper-parameters, each with default, bounds and source (``workloads.fl.knob``);
 * ``upload_extras``: what each client uploads each round beside the model and its sample count,
   name -> bytes (FedNova: its normalizer a_i, one float64); the ledger and the closed form charge it;
-* ``needs_direction``: the server also sends FedCos's d_t; ``anchored``: the penalty reads w_t;
+* ``needs_direction``: the server also sends FedCos's d_t, under the ledger group ``direction_group``;
+  ``anchored``: the penalty reads w_t;
 * ``own_head``: it builds its own head, so it does not compose with SphereFed's fixed one;
   ``calibratable``: a calibration may replace its global head after training;
 * ``local_modules``: top-level modules each client keeps and never sends (double head's local head);
@@ -88,6 +89,7 @@ class FedAvg:
     knobs: tuple[Knob, ...] = ()
     upload_extras: Mapping[str, int] = {}  # name -> bytes per client and round (read-only)
     needs_direction = False  # FedCos: the server sends d_t each round
+    direction_group = "direction"  # the ledger group (ledger.csv) of that d_t
     anchored = False  # the penalty reads w_t (FedProx, FedCos): clients keep a copy of it
     own_head = False
     calibratable = True

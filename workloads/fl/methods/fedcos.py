@@ -46,6 +46,7 @@ class FedCos(FedAvg):
     knobs = (non_negative("fedcos_mu", 0.02, "FedCos mu: the FedCos paper's best setting, its Tab. (FedCos(0.02))"),)
     anchored = True
     needs_direction = True
+    direction_group = "fedcos_direction"
     flower_strategy = None  # the server also sends d_t: no Flower strategy does
 
     def penalty(self, model: nn.Module, ctx: RoundContext, hp: Hparams) -> torch.Tensor | None:
