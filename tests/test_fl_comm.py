@@ -20,7 +20,7 @@ HP = Hparams(lr=0.05, local_epochs=1, batch_size=32, share_every_rounds=2, ccvr_
 def sizes(method):
     """Sizes for the closed form, from the prepared model: ``closed_form_sizes``, the one builder
     ``workloads.fl.presets`` and ``bench.run`` use."""
-    return closed_form_sizes(prepare_model(TinyNet(spherefed=method.spherefed), method, seed=0))
+    return closed_form_sizes(prepare_model(TinyNet(spherefed=method.spherefed), method, seed=0), method)
 
 
 def test_closed_form_sizes_by_hand():
@@ -29,11 +29,13 @@ def test_closed_form_sizes_by_hand():
     # (int64, 8 B) = 624 + 192 + 8 = 824 B; body.4 Linear 156 floats = 624 B; classifier 4 x 12 =
     # 192 B; the local head (another 192 B) is never sent, so it is in no layer and not trainable
     # shared state: trainable = 624 + 2 x 48 (BN weight, bias) + 624 + 192 = 1536 B.
-    model = prepare_model(TinyNet(), parse_method("doublehead"), seed=0)
-    assert closed_form_sizes(model) == {"layer_bytes": [824, 624, 192], "head_bytes": 192, "trainable_bytes": 1536,
+    doublehead = parse_method("doublehead")
+    model = prepare_model(TinyNet(), doublehead, seed=0)
+    assert closed_form_sizes(model, doublehead) == {"layer_bytes": [824, 624, 192], "head_bytes": 192, "trainable_bytes": 1536,
                                         "feature_dim": 12, "num_classes": 4}
     # SphereFed: the frozen classifier is rebuilt from the seed, never sent
-    sphere = closed_form_sizes(prepare_model(TinyNet(spherefed=True), parse_method("spherefed"), seed=0))
+    spherefed = parse_method("spherefed")
+    sphere = closed_form_sizes(prepare_model(TinyNet(spherefed=True), spherefed, seed=0), spherefed)
     assert (sphere["layer_bytes"], sphere["head_bytes"], sphere["trainable_bytes"]) == ([824, 624], 0, 1344)
 
 
@@ -96,7 +98,7 @@ def test_bench_closed_form_equals_the_ledger_for_double_head():
     assert {k: ledger[k] for k in closed} == closed
     # 2 clients download layer 1 in round 1 and layers 1, 2 in round 2; not the whole model twice
     layers = closed_form_sizes(prepare_model(model_spec.build(model_spec.as_spec("convnet", 16), num_classes=10,
-                                                              spherefed=False), method, seed=0))["layer_bytes"]
+                                                              spherefed=False), method, seed=0), method)["layer_bytes"]
     assert len(layers) == 8 and closed["down_bytes"] == 2 * (2 * layers[0] + layers[1]) < 2 * 2 * sum(layers) / 10
 
 
@@ -121,7 +123,7 @@ def test_ledger_equals_closed_form_in_a_communication_format(name):
     result = run_method(method, model_fn=lambda: TinyNet(spherefed=method.spherefed), train=TRAIN,
                         test=TEST, parts=PARTS, cfg=CFG, hp=HP, execution=Execution(comm_format=fmt.name))
     totals = ledger_totals(result.transfers)
-    sizes_in = closed_form_sizes(prepare_model(TinyNet(spherefed=method.spherefed), method, seed=0), fmt)
+    sizes_in = closed_form_sizes(prepare_model(TinyNet(spherefed=method.spherefed), method, seed=0), method, fmt)
     expected = closed_form_bytes(method, HP, rounds=4, clients_per_round=3, num_clients=5, **sizes_in)
     assert {k: totals[k] for k in expected} == expected
     fp32 = closed_form_bytes(method, HP, rounds=4, clients_per_round=3, num_clients=5, **sizes(method))

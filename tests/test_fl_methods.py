@@ -8,7 +8,7 @@ from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.local import client_trainer, prepare_model
 from workloads.fl.loop import NonFiniteLossError, cosine_lr, run_method, sample_clients
 from workloads.fl.methods import NAME_PARTS, MethodConfig, parse_method
-from workloads.fl.methods.doublehead import double_head_predict, sharing_layers, sharing_phase
+from workloads.fl.methods.doublehead import double_head_predict, sharing_phase
 from workloads.fl.methods.fedcos import cosine_penalty
 from workloads.fl.methods.spherefed import orthonormal_classifier
 from workloads.fl.partition import dirichlet_partition
@@ -115,8 +115,9 @@ def test_fednova_sends_its_normalizer():
 def test_doublehead_local_head_stays_local_and_layers_are_released():
     hp = Hparams(**{**HP.__dict__, "share_every_rounds": 1})
     result = run("doublehead", hp)
-    model = prepare_model(TinyNet(), parse_method("doublehead"), seed=0)
-    layers = sharing_layers(model)
+    doublehead = parse_method("doublehead")
+    model = prepare_model(TinyNet(), doublehead, seed=0)
+    layers = doublehead.algo.sharing_layers(model)
     # TinyNet: body.1 (Linear) + body.2 (its BatchNorm), body.4 (Linear), classifier
     assert [sorted({k.rsplit(".", 1)[0] for k in layer}) for layer in layers] == [
         ["body.1", "body.2"], ["body.4"], ["classifier"]]

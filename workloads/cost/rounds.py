@@ -208,7 +208,7 @@ def plan_run(fleet: Fleet, classes: Sequence[int], method: MethodConfig, hp: Hpa
     num_clients = len(client_sizes)
     target = clients_per_round(num_clients, participation)
     count = sampled_count(target, fleet.overcommit, num_clients)
-    sizes = closed_form_sizes(pricer.prepared(method), comm_format)
+    sizes = closed_form_sizes(pricer.prepared(method), method, comm_format)
     work: dict[tuple, tuple[float, float, bool]] = {}
     plans = []
     for t in range(1, rounds + 1):

@@ -37,7 +37,6 @@ from torch import nn
 from workloads.fl.hparams import Hparams
 from workloads.fl.methods import MethodConfig
 from workloads.fl.methods.base import FedAvg, frozen_keys
-from workloads.fl.methods.doublehead import sharing_layers
 from workloads.numerics import NumberFormat
 
 SAMPLE_COUNT_BYTES = 8  # num_examples as int64
@@ -96,16 +95,16 @@ def ledger_totals(transfers: Iterable[Transfer]) -> dict:
                           for c, dv in sorted(by_client.items())}}
 
 
-def closed_form_sizes(model: nn.Module, fmt: NumberFormat | None = None) -> dict[str, object]:
+def closed_form_sizes(model: nn.Module, method: MethodConfig, fmt: NumberFormat | None = None) -> dict[str, object]:
     """The sizes ``closed_form_bytes`` takes, read from a *prepared* model (after the method's
     ``prepare_model``: a double-head model has its local head, a SphereFed one its frozen
-    classifier): ``layer_bytes`` per sharing layer (``sharing_layers``: shallow to deep, the local
-    head left out, frozen state left out, empty layers dropped), ``head_bytes`` of the shared
+    classifier): ``layer_bytes`` per sharing layer (``method``'s ``sharing_layers``: shallow to deep, its
+    local modules left out, frozen state left out, empty layers dropped), ``head_bytes`` of the shared
     classifier, ``trainable_bytes`` of the trainable shared parameters, ``feature_dim`` and
     ``num_classes``. The one place these are built, for every caller (``workloads.fl.presets``,
     ``bench.run``), so that the closed form cannot count what the ledger never sends. ``fmt``: the
     run's communication format (each tensor's bytes as sent in it, ``tensor_bytes``)."""
-    frozen, state, layered = frozen_keys(model), model.state_dict(), sharing_layers(model)
+    frozen, state, layered = frozen_keys(model), model.state_dict(), method.algo.sharing_layers(model)
     layers = [sum(tensor_bytes(state[k], fmt) for k in layer if k not in frozen) for layer in layered]
     shared = {k for layer in layered for k in layer}
     head = sum(tensor_bytes(state[k], fmt) for k in state if k.split(".")[0] == "classifier" and k not in frozen)

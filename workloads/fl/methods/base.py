@@ -24,7 +24,9 @@ and what it does:
   Must run on the ``meta`` device: tensor ops only, no ``.item()``, no data-dependent branches.
 * ``head_outputs(model, x)``: the logits the loss is taken on (double head: two heads).
 * ``shared_keys(model, round, hp)``: the state_dict keys the server sends and the clients send back
-  this round (default: every key except frozen parameters, which clients rebuild from the seed).
+  this round (default: every key except frozen parameters, which clients rebuild from the seed);
+  ``sharing_layers(model)`` / ``shared_layer_count``: the layers, shallow to deep, and how many a
+  round sends (default: all), which the closed form (``workloads.fl.comm``) counts too.
 * ``aggregate(server, updates, hp, keys)``: the new global state from the client updates;
 * ``local_test_accuracy(...)``: a personalized test mode's accuracy (double head's), else None.
 
@@ -85,6 +87,24 @@ def frozen_keys(model: nn.Module) -> set[str]:
     return {name for name, p in model.named_parameters() if not p.requires_grad}
 
 
+def model_layers(model: nn.Module, exclude: Sequence[str] = ()) -> list[list[str]]:
+    """State_dict keys grouped into layers, shallow to deep, the top-level modules ``exclude`` left
+    out: a new layer starts at each convolution or linear module; normalization state joins the
+    layer before it."""
+    layers: list[list[str]] = []
+    owner_seen = None
+    for key in model.state_dict():
+        owner = key.rsplit(".", 1)[0]
+        if owner.split(".")[0] in exclude:
+            continue
+        starts = isinstance(model.get_submodule(owner), (nn.modules.conv._ConvNd, nn.Linear))
+        if not layers or (starts and owner != owner_seen):
+            layers.append([])
+        layers[-1].append(key)
+        owner_seen = owner
+    return layers
+
+
 class FedAvg:
     knobs: tuple[Knob, ...] = ()
     upload_extras: Mapping[str, int] = {}  # name -> bytes per client and round (read-only)
@@ -95,6 +115,12 @@ class FedAvg:
     calibratable = True
     local_modules: tuple[str, ...] = ()
     flower_strategy: str | None = "FedAvg"
+
+    def sharing_layers(self, model: nn.Module) -> list[list[str]]:
+        """The model's state_dict keys grouped into layers, shallow to deep, its ``local_modules`` left
+        out (``model_layers``): the unit of ``shared_layer_count`` and of the closed form's
+        ``layer_bytes`` (``workloads.fl.comm.closed_form_sizes``)."""
+        return model_layers(model, exclude=self.local_modules)
 
     def shared_layer_count(self, round: int, hp: Hparams, num_layers: int) -> int:
         """How many of the model's sharing layers (shallow to deep) round ``round`` sends: all."""

@@ -34,23 +34,6 @@ if TYPE_CHECKING:
 LOCAL_HEAD = "local_classifier"
 
 
-def sharing_layers(model: nn.Module) -> list[list[str]]:
-    """State_dict keys grouped into layers, shallow to deep, local head excluded: a new layer
-    starts at each convolution or linear module; normalization state joins the layer before it."""
-    layers: list[list[str]] = []
-    owner_seen = None
-    for key in model.state_dict():
-        owner = key.rsplit(".", 1)[0]
-        if owner.split(".")[0] == LOCAL_HEAD:
-            continue
-        starts = isinstance(model.get_submodule(owner), (nn.modules.conv._ConvNd, nn.Linear))
-        if not layers or (starts and owner != owner_seen):
-            layers.append([])
-        layers[-1].append(key)
-        owner_seen = owner
-    return layers
-
-
 def sharing_phase(round: int, share_every_rounds: int, num_layers: int) -> int:
     """Alg. 2's phase p in round t (1-based): min(1 + (t - 1) // F, L); L when F = 0."""
     if share_every_rounds == 0:
@@ -126,7 +109,7 @@ class DoubleHead(FedAvg):
         return sharing_phase(round, hp.share_every_rounds, num_layers)
 
     def shared_keys(self, model: nn.Module, round: int, hp: Hparams) -> list[str]:
-        layers = sharing_layers(model)
+        layers = self.sharing_layers(model)
         phase = self.shared_layer_count(round, hp, len(layers))
         frozen = frozen_keys(model)
         return [k for layer in layers[:phase] for k in layer if k not in frozen]
