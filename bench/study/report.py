@@ -414,7 +414,9 @@ def table_markdown(study: Study, summary: Mapping[str, Any]) -> str:
     lines += ["", "## Time to accuracy: median [range] over seeds, modeled", "",
               "Targets fixed before the run (declared in the study file) or derived from the base method's "
               "validation curves only; a calibrated method's curve ends with its calibration. Wall time: the "
-              "synchronous rounds on the default system model (links and devices, docs/rounds.md).", "",
+              "synchronous rounds on the default system model (links and devices, docs/rounds.md)"
+              + ("; a fleet setting's, its rounds with a deadline on its own devices and links (docs/fleets.md)."
+                 if any(s.fleet is not None for s in study.settings) else "."), "",
               "| model | setting | method | target (%) | reached | round | wall time (s) | energy (J) | MB |",
               "|---|---|---|---|---|---|---|---|---|"]
     for c in cells_:
