@@ -229,7 +229,7 @@ def closed_form_for(method: MethodConfig, data: FLData, run: FLRun, plan: Partic
     clients = data.clients_per_round if plan is None else [len(a) for a in plan.arrivals]
     return closed_form_bytes(method, run.hparams[method.name], rounds=run.cfg.rounds,
                              clients_per_round=clients, num_clients=run.cfg.num_clients,
-                             **closed_form_sizes(model, run.execution.communication))
+                             **closed_form_sizes(model, method, run.execution.communication))
 
 
 def results_doc(run: FLRun, data: FLData, trained: dict, command: str) -> dict:

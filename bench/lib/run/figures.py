@@ -99,7 +99,7 @@ def model_closed_form_bytes(model_name: str | ModelSpec, method: MethodConfig, h
                                            spherefed=method.spherefed), method, seed=seed)
     return closed_form_bytes(method, hp, rounds=rounds, num_clients=num_clients,
                              clients_per_round=num_clients if clients_per_round is None else clients_per_round,
-                             **closed_form_sizes(model, NumberFormat.parse(comm_format)))
+                             **closed_form_sizes(model, method, NumberFormat.parse(comm_format)))
 
 
 def communication_figures(model: str, names: Sequence[str], cfg: RunConfig, comm_format: str = "fp32") -> dict:
