@@ -3,7 +3,8 @@ priced on the modeled accelerator.
 
     python -m bench.fl --preset small [--methods fedavg spherefed+ffc] [--seed 0] [--rounds N]
                        [--holdout FRACTION] [--data-dir DIR] [--out DIR] [--overwrite | --resume]
-                       [--threads N] [--progress] [--hw HW.toml] [--system SYSTEM.toml | --fleet FLEET.toml]
+                       [--threads N] [--progress] [--hw HW.toml] [--system SYSTEM.toml | --fleet FLEET.toml
+                       [--deadline-s S] [--overcommit X]]
                        [--model NAME|package.module:factory] [--classifier DOTTED.NAME]
                        [--device auto|cpu|cuda|cuda:N] [--augment] [--channels-last] [--bf16] [--compile]
 
@@ -34,6 +35,7 @@ from typing import Sequence
 from bench.lib.fl import pipeline
 from bench.lib.results import FORMAT_VERSION
 from iokit import checks, cli, outputs
+from workloads.cost.fleet import add_round_args
 from workloads.cost.system import DEFAULT_SYSTEM_PATH
 from workloads.fl.execution import add_execution_args, execution_flags
 
@@ -71,6 +73,7 @@ def parser() -> cli.Parser:
                    help="fleet TOML (or a name under configs/fleets/): each client's device class, memory, link "
                         "and availability, rounds with a deadline and over-commitment (docs/fleets.md); "
                         "replaces --system")
+    add_round_args(p)
     add_execution_args(p)
     return p
 
@@ -107,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             outputs.write_results_dir(out, lambda tmp: pipeline.write(tmp, run, data, trained, doc),
                                       command=pipeline.COMMAND, config_sha256=config_sha, version=FORMAT_VERSION,
                                       replace=True)
-    print(f"wrote {out}/{', '.join(pipeline.RESULTS_FILES)}", file=sys.stderr)
+    print(f"wrote {out}/{', '.join(pipeline.written_files(run))}", file=sys.stderr)
     return 0
 
 
@@ -117,7 +120,8 @@ def resolve(args) -> pipeline.FLRun:
     return pipeline.resolve(args.preset, methods=args.methods, seed=args.seed, rounds=args.rounds,
                             holdout=args.holdout, model=args.model, classifier=args.classifier,
                             data_dir=args.data_dir, hw_path=args.hw, system_path=args.system,
-                            device=args.device, execution_flags=execution_flags(args), fleet_path=args.fleet)
+                            device=args.device, execution_flags=execution_flags(args), fleet_path=args.fleet,
+                            deadline_s=args.deadline_s, overcommit=args.overcommit)
 
 
 def check_fleet_flags(fleet: str | None, system: str) -> None:
