@@ -14,8 +14,10 @@ validation accuracy per method, per-round history, ledger totals beside the clos
 and projected wall time, resolved config, execution, command, git commit), ``accuracy.csv``,
 ``ledger.csv`` (every transfer), ``partition.csv`` and ``rounds.csv`` (every round priced under
 ``--hw`` and ``--system``, or with ``--fleet`` on a fleet's devices with a deadline, the loop
-aggregating only the clients that arrive: docs/rounds.md, docs/fleets.md), and ``manifest.json``
-(what the suite wrote).
+aggregating only the clients that arrive: docs/rounds.md, docs/fleets.md; ``--deadline-s`` and
+``--overcommit`` replace the fleet file's round rule), on a fleet ``fleet_<model>.png`` (accuracy
+and each round's arrivals against modeled wall time, ``bench.lib.plots.fleet``), and
+``manifest.json`` (what the suite wrote).
 
 While it runs, ``--out`` holds the per-round checkpoints (``checkpoints/``) and a manifest saying
 the run is in progress; ``--resume`` continues an interrupted run from them, with results identical
