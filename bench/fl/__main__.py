@@ -3,7 +3,8 @@ priced on the modeled accelerator.
 
     python -m bench.fl --preset small [--methods fedavg spherefed+ffc] [--seed 0] [--rounds N]
                        [--holdout FRACTION] [--data-dir DIR] [--out DIR] [--overwrite | --resume]
-                       [--threads N] [--progress] [--hw HW.toml] [--system SYSTEM.toml | --fleet FLEET.toml]
+                       [--threads N] [--progress] [--hw HW.toml] [--system SYSTEM.toml | --fleet FLEET.toml
+                       [--deadline-s S] [--overcommit X]]
                        [--model NAME|package.module:factory] [--classifier DOTTED.NAME]
                        [--device auto|cpu|cuda|cuda:N] [--augment] [--channels-last] [--bf16] [--compile]
 
@@ -13,8 +14,10 @@ validation accuracy per method, per-round history, ledger totals beside the clos
 and projected wall time, resolved config, execution, command, git commit), ``accuracy.csv``,
 ``ledger.csv`` (every transfer), ``partition.csv`` and ``rounds.csv`` (every round priced under
 ``--hw`` and ``--system``, or with ``--fleet`` on a fleet's devices with a deadline, the loop
-aggregating only the clients that arrive: docs/rounds.md, docs/fleets.md), and ``manifest.json``
-(what the suite wrote).
+aggregating only the clients that arrive: docs/rounds.md, docs/fleets.md; ``--deadline-s`` and
+``--overcommit`` replace the fleet file's round rule), on a fleet ``fleet_<model>.png`` (accuracy
+and each round's arrivals against modeled wall time, ``bench.lib.plots.fleet``), and
+``manifest.json`` (what the suite wrote).
 
 While it runs, ``--out`` holds the per-round checkpoints (``checkpoints/``) and a manifest saying
 the run is in progress; ``--resume`` continues an interrupted run from them, with results identical
@@ -34,6 +37,7 @@ from typing import Sequence
 from bench.lib.fl import pipeline
 from bench.lib.results import FORMAT_VERSION
 from iokit import checks, cli, outputs
+from workloads.cost.fleet import add_round_args
 from workloads.cost.system import DEFAULT_SYSTEM_PATH
 from workloads.fl.execution import add_execution_args, execution_flags
 
@@ -71,6 +75,7 @@ def parser() -> cli.Parser:
                    help="fleet TOML (or a name under configs/fleets/): each client's device class, memory, link "
                         "and availability, rounds with a deadline and over-commitment (docs/fleets.md); "
                         "replaces --system")
+    add_round_args(p)
     add_execution_args(p)
     return p
 
@@ -107,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             outputs.write_results_dir(out, lambda tmp: pipeline.write(tmp, run, data, trained, doc),
                                       command=pipeline.COMMAND, config_sha256=config_sha, version=FORMAT_VERSION,
                                       replace=True)
-    print(f"wrote {out}/{', '.join(pipeline.RESULTS_FILES)}", file=sys.stderr)
+    print(f"wrote {out}/{', '.join(pipeline.written_files(run))}", file=sys.stderr)
     return 0
 
 
@@ -117,7 +122,8 @@ def resolve(args) -> pipeline.FLRun:
     return pipeline.resolve(args.preset, methods=args.methods, seed=args.seed, rounds=args.rounds,
                             holdout=args.holdout, model=args.model, classifier=args.classifier,
                             data_dir=args.data_dir, hw_path=args.hw, system_path=args.system,
-                            device=args.device, execution_flags=execution_flags(args), fleet_path=args.fleet)
+                            device=args.device, execution_flags=execution_flags(args), fleet_path=args.fleet,
+                            deadline_s=args.deadline_s, overcommit=args.overcommit)
 
 
 def check_fleet_flags(fleet: str | None, system: str) -> None:

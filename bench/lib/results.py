@@ -36,6 +36,7 @@ FORMAT_VERSION = 4
 point.json. 2: energy (summary, ops.csv, layers.csv), breakdown.csv, rounds.csv, time_to_accuracy.
 3: one spelling per quantity (docs/results.md, "changes in version 3")."""
 SUMMARY = "summary.json"
+FL_RESULTS = "results.json"  # a bench.fl folder's results (bench.lib.fl.pipeline.RESULTS_FILES)
 OPS_CSV = "ops.csv"
 LAYERS_CSV = "layers.csv"
 BREAKDOWN_CSV = "breakdown.csv"

@@ -1,6 +1,7 @@
 """``python -m bench.plots RUN_DIR``: rewrite the figures of a ``bench.run`` folder from its saved data,
 the same figures the run wrote (``bench.lib.plots.run.run_figures``): ``fig5.png``,
-``breakdown_<model>.png``, ``tta.png`` and, for a run on several accelerators, ``hardware_<model>.png``.
+``breakdown_<model>.png``, ``tta.png``, for a run on several accelerators ``hardware_<model>.png``,
+and for a run on a fleet ``fleet_<model>.png`` (also of a ``bench.fl`` folder, its only figure).
 Every input is read and checked before the first figure is written."""
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from iokit import cli, outputs
 @cli.command("interrupted; the figures written so far are complete, the others unchanged")
 def main(argv: list[str] | None = None) -> int:
     parser = cli.Parser(prog="python -m bench.plots", description=__doc__.splitlines()[0])
-    parser.add_argument("run_dir", type=Path, help="a results folder written by python -m bench.run")
+    parser.add_argument("run_dir", type=Path, help="a results folder written by python -m bench.run (or bench.fl)")
     args = parser.parse_args(argv)
     try:
         if not args.run_dir.is_dir():

@@ -36,7 +36,7 @@ from bench.lib.run.figures import ledger_mismatches
 from bench.lib.run.study import run_study, write_files
 from bench.run.table import format_references, format_table
 from iokit import checks, cli, outputs
-from workloads.cost.fleet import summary_line
+from workloads.cost.fleet import add_round_args, summary_line
 from workloads.cost.system import DEFAULT_SYSTEM_PATH
 from workloads.fl.execution import add_execution_args
 from workloads.model_spec import parse_input_shape
@@ -77,6 +77,7 @@ def parser() -> cli.Parser:
                    help="fleet TOML (or a name under configs/fleets/): the accuracy runs' rounds on a fleet of "
                         "devices with a deadline, aggregating only the clients that arrive (docs/fleets.md); "
                         "replaces --system")
+    add_round_args(p)
     p.add_argument("--input-shape", metavar="C,H,W",
                    help="one sample's input shape, priced and trained (3,S,S; default: 3,32,32 priced, the "
                         "preset's size trained)")
@@ -109,7 +110,7 @@ def parse_args(argv: list[str]) -> RunConfig:
     return RunConfig(models, tuple(a.methods), a.batch_size, a.seed, a.preset, a.data_dir, hws[0] if hws else None,
                      out, a.overwrite, a.alpha, a.target, a.system, shape, a.classifier, a.classes,
                      hws if len(hws) > 1 else (), a.workers, a.device, a.augment, a.channels_last, a.bf16, a.compile,
-                     a.number_format, a.comm_format, a.fleet)
+                     a.number_format, a.comm_format, a.fleet, a.deadline_s, a.overcommit)
 
 
 @cli.command("interrupted; nothing written (a results folder appears only when complete)")

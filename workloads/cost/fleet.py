@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -139,19 +139,23 @@ class Fleet:
     deadline_s: float = math.inf
     overcommit: float = 1.0
     assignment: tuple[str, ...] = ()  # client k's class name; empty: drawn from the shares and the seed
+    overridden: tuple[str, ...] = ()  # the [round] keys a run set instead of the file (``with_round``)
 
     def describe(self) -> dict:
-        """The fleet as results files record it (JSON: infinities as ``"inf"``)."""
+        """The fleet as results files record it (JSON: infinities as ``"inf"``); ``overridden`` names
+        the round keys a run set instead of the file's (only where there are some: a run that
+        overrides nothing keeps its record, and so its config hash)."""
         def finite(value):
             return "inf" if isinstance(value, float) and math.isinf(value) else value
 
-        return {"name": self.name, "deadline_s": finite(self.deadline_s), "overcommit": self.overcommit,
-                "assignment": list(self.assignment),
-                "classes": {c.name: {"hw": c.hw_path, "memory_bytes": finite(c.memory_bytes), "share": c.share,
-                                     "downlink_bytes_per_s": finite(c.link.downlink_bytes_per_s),
-                                     "uplink_bytes_per_s": finite(c.link.uplink_bytes_per_s),
-                                     "latency_s": c.link.latency_s, "availability": c.availability.label}
-                            for c in self.classes}}
+        doc = {"name": self.name, "deadline_s": finite(self.deadline_s), "overcommit": self.overcommit,
+               "assignment": list(self.assignment),
+               "classes": {c.name: {"hw": c.hw_path, "memory_bytes": finite(c.memory_bytes), "share": c.share,
+                                    "downlink_bytes_per_s": finite(c.link.downlink_bytes_per_s),
+                                    "uplink_bytes_per_s": finite(c.link.uplink_bytes_per_s),
+                                    "latency_s": c.link.latency_s, "availability": c.availability.label}
+                           for c in self.classes}}
+        return {**doc, "overridden": list(self.overridden)} if self.overridden else doc
 
     def check_clients(self, num_clients: int, source: str = "--fleet") -> None:
         """An explicit assignment must list every client of the run, no more."""
@@ -271,6 +275,51 @@ def load_fleet(name_or_path: str | Path) -> Fleet:
     path = fleet_path(name_or_path)
     data = read_toml(path, FleetError, "fleet")
     return fleet_from_dict(data, source=str(path), folder=path.parent)
+
+
+def with_round(fleet: Fleet, *, deadline_s: float | None = None, overcommit: float | None = None) -> Fleet:
+    """``fleet`` with its round rule's ``deadline_s`` and/or ``overcommit`` replaced (None keeps the
+    file's), checked as the file's keys are (``FleetError`` naming the flag); the replaced keys are
+    recorded in ``overridden``. A deadline sweep over one fleet file: ``--deadline-s`` / grid key
+    ``deadline_s`` (docs/fleets.md)."""
+    changed = {}
+    if deadline_s is not None:
+        changed["deadline_s"] = _positive_or_inf(deadline_s, DEADLINE_S_BOUNDS, "deadline_s", "--deadline-s")
+    if overcommit is not None:
+        try:
+            changed["overcommit"] = float(checks.number_in(overcommit, *OVERCOMMIT_BOUNDS, name="overcommit",
+                                                           error=FleetError))
+        except FleetError as e:
+            raise FleetError(f"--overcommit: {e}") from None
+    if not changed:
+        return fleet
+    return replace(fleet, **changed, overridden=tuple(dict.fromkeys((*fleet.overridden, *changed))))
+
+
+def run_fleet(path: str | Path | None, *, deadline_s: float | None = None,
+              overcommit: float | None = None) -> Fleet | None:
+    """A run's fleet: the file ``path`` names (None: no fleet) with the run's overrides of its round
+    rule (``with_round``). An override without a fleet is a ``FleetError`` naming it: there is no
+    round rule to override."""
+    if path is None:
+        given = [f"{flag} {value:g}" for flag, value in (("--deadline-s", deadline_s), ("--overcommit", overcommit))
+                 if value is not None]
+        if given:
+            raise FleetError(f"{' and '.join(given)}: overrides a fleet's round rule; give --fleet FILE too "
+                             "(e.g. --fleet mixed), or leave it out (docs/fleets.md)")
+        return None
+    return with_round(load_fleet(path), deadline_s=deadline_s, overcommit=overcommit)
+
+
+def add_round_args(parser) -> None:
+    """``--deadline-s`` and ``--overcommit`` (``bench.fl``, ``bench.run``): the fleet's round rule
+    without editing its file (``run_fleet`` checks them, and that a fleet is given)."""
+    parser.add_argument("--deadline-s", type=float, metavar="S",
+                        help="with --fleet: the round's reporting deadline in seconds, instead of the fleet "
+                             "file's (inf: none); a deadline sweep over one fleet file (docs/fleets.md)")
+    parser.add_argument("--overcommit", type=float, metavar="X",
+                        help="with --fleet: sample ceil(X x wanted) clients per round, instead of the fleet "
+                             "file's over-commitment (1 to 10)")
 
 
 # ---- clients to classes, and who is online -----------------------------------------------------------

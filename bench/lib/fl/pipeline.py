@@ -27,12 +27,12 @@ from typing import Any, Mapping, Sequence
 from accel_sim.hardware import HardwareConfig, load_hardware_config
 from accel_sim.mac_energy import hardware_in_format
 from bench.lib.fl.jobs import Job, JobResult, RunInputs, run_job
-from bench.lib.results import FORMAT_NAME, FORMAT_VERSION
+from bench.lib.results import FL_RESULTS, FORMAT_NAME, FORMAT_VERSION
 from iokit import checks
 from iokit.files import atomic_write_text
 from iokit.provenance import git_commit
 from workloads import model_spec
-from workloads.cost.fleet import Fleet, ParticipationPlan, assign_classes, load_fleet, summary_line
+from workloads.cost.fleet import Fleet, ParticipationPlan, assign_classes, run_fleet, summary_line
 from workloads.cost.rounds import Device, RunPricer, client_devices, fleet_devices, fleet_system
 from workloads.cost.system import DEFAULT_SYSTEM_PATH, ROUNDS_COLUMNS, SystemModel, load_system_model
 from workloads.fl.comm import closed_form_bytes, closed_form_sizes, ledger_totals
@@ -45,7 +45,16 @@ from workloads.fl.methods import MethodConfig, parse_method
 from workloads.models import MODELS
 from workloads.fl.presets import Preset, load_preset, make_partition, split_holdout, with_changes
 
-RESULTS_FILES = ("results.json", "accuracy.csv", "ledger.csv", "partition.csv", "rounds.csv")
+RESULTS_FILES = (FL_RESULTS, "accuracy.csv", "ledger.csv", "partition.csv", "rounds.csv")
+
+
+def written_files(run: "FLRun") -> tuple[str, ...]:
+    """The files ``write`` writes: ``RESULTS_FILES``, and on a fleet its figure ``fleet_<model>.png``."""
+    if run.fleet is None:
+        return RESULTS_FILES
+    from bench.lib.plots.fleet import fleet_png
+
+    return (*RESULTS_FILES, fleet_png(run.cfg.model))
 COMMAND = "bench.fl"
 
 
@@ -100,10 +109,12 @@ def resolve(preset: str, *, methods: Sequence[str] | None = None, seed: int | No
             rounds: int | None = None, holdout: float | None = None, model: str | None = None,
             classifier: str | None = None, data_dir: str | None = None, hw_path: str | None = None,
             system_path: str | Path = DEFAULT_SYSTEM_PATH, device: str = "auto",
-            execution_flags: Mapping[str, bool | None] | None = None, fleet_path: str | None = None) -> FLRun:
+            execution_flags: Mapping[str, bool | None] | None = None, fleet_path: str | None = None,
+            deadline_s: float | None = None, overcommit: float | None = None) -> FLRun:
     """Step 1: every input checked (ValueError naming it). ``None`` keeps the preset's value;
     ``execution_flags`` (``workloads.fl.execution.SETTINGS``) win over the preset's ``[execution]``;
-    ``fleet_path``: a fleet file (docs/fleets.md), which then gives every client's device and link."""
+    ``fleet_path``: a fleet file (docs/fleets.md), which then gives every client's device and link;
+    ``deadline_s`` / ``overcommit`` replace its round rule's (only with a fleet: ``run_fleet``)."""
     loaded = with_changes(load_preset(preset), seed=seed, rounds=rounds, holdout_fraction=holdout, model=model)
     chosen = method_list(methods if methods is not None else loaded.methods)
     if loaded.fl.dataset == "digits" and data_dir:
@@ -119,7 +130,7 @@ def resolve(preset: str, *, methods: Sequence[str] | None = None, seed: int | No
     return fl_run(loaded, chosen, {m.name: loaded.hparams(m) for m in chosen}, data_dir, classifier,
                   load_hardware_config(hw_path) if hw_path else HardwareConfig(), load_system_model(system_path),
                   execution_of(device, execution_flags, loaded.execution),
-                  fleet=None if fleet_path is None else load_fleet(fleet_path))
+                  fleet=run_fleet(fleet_path, deadline_s=deadline_s, overcommit=overcommit))
 
 
 def fl_run(preset: Preset, methods: Sequence[MethodConfig], hparams: Mapping[str, Hparams], data_dir: str | None,
@@ -289,4 +300,8 @@ def write(folder: Path, run: FLRun, data: FLData, trained: dict, doc: dict) -> N
     rows = [row for o in outcomes.values() for row in o.rows]
     atomic_write_text(folder / "rounds.csv", _csv([list(ROUNDS_COLUMNS)] + [[row[c] for c in ROUNDS_COLUMNS]
                                                                             for row in rows]))
-    atomic_write_text(folder / "results.json", text)
+    atomic_write_text(folder / FL_RESULTS, text)
+    if run.fleet is not None:  # fleet_<model>.png, drawn from the files just written (bench.lib.plots.run)
+        from bench.lib.plots.run import plot_run
+
+        plot_run(folder)

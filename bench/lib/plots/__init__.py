@@ -4,6 +4,7 @@
 * ``breakdown``: one training step's time and energy per block (``breakdown_<model>.png``);
 * ``tta``: accuracy against modeled time, energy and bytes (``tta.png``);
 * ``compare_hw``: every method on several accelerators (``hardware_<model>.png``);
+* ``fleet``: a run on a fleet, accuracy and each round's arrivals and drops (``fleet_<model>.png``);
 * ``sweep``: SphereFed's saving as each unpublished hardware parameter varies (``sweep.png``);
 * ``run``: the one list of a ``bench.run`` folder's figures (``run_figures``: which files, how each
   is drawn), from its saved data; ``bench.run`` writes it and ``python -m bench.plots`` redraws it;

@@ -18,7 +18,7 @@ from bench.lib.run import compare_hw
 from iokit import checks
 from workloads import model_spec
 from workloads.cost.rounds import client_devices
-from workloads.cost.fleet import Fleet, load_fleet
+from workloads.cost.fleet import Fleet, run_fleet
 from workloads.cost.system import DEFAULT_SYSTEM_PATH, SystemModel, load_system_model
 from workloads.fl.data import Dataset, load_dataset, subset
 from workloads.fl.execution import SETTINGS, Execution, execution_of
@@ -58,6 +58,8 @@ class RunConfig:
     number_format: str | None = None  # --number-format: the arithmetic of training and pricing (None: the preset's)
     comm_format: str | None = None  # --comm-format: what the model and updates travel in (None: the preset's)
     fleet_path: str | None = None  # --fleet: rounds with a deadline on a fleet of devices (docs/fleets.md)
+    deadline_s: float | None = None  # --deadline-s: the fleet's reporting deadline instead of its file's (inf: none)
+    overcommit: float | None = None  # --overcommit: the fleet's over-commitment instead of its file's
 
     def execution(self, preset: Preset) -> Execution:
         """Where and how the accuracy runs train: --device, and each option from its flag or the preset."""
@@ -130,12 +132,11 @@ def resolve(cfg: RunConfig) -> Resolved:
     compare_hw.load_hardware_set(cfg.compare_hw)
     system = load_system_model(cfg.system_path)
     client_devices(system, hw, preset.fl.num_clients, seed=cfg.seed)  # loads every per-client hardware file
-    fleet = None
-    if cfg.fleet_path is not None:
-        if cfg.system_path != str(DEFAULT_SYSTEM_PATH):
-            raise ValueError(f"--fleet {cfg.fleet_path} and --system {cfg.system_path}: a fleet gives every client's "
-                             "device and link; leave --system out (or --fleet, for the system model's rounds)")
-        fleet = load_fleet(cfg.fleet_path)
+    if cfg.fleet_path is not None and cfg.system_path != str(DEFAULT_SYSTEM_PATH):
+        raise ValueError(f"--fleet {cfg.fleet_path} and --system {cfg.system_path}: a fleet gives every client's "
+                         "device and link; leave --system out (or --fleet, for the system model's rounds)")
+    fleet = run_fleet(cfg.fleet_path, deadline_s=cfg.deadline_s, overcommit=cfg.overcommit)
+    if fleet is not None:
         fleet.check_clients(preset.fl.num_clients)
     check_models(cfg, classes=cfg.classes, input_shape=cfg.spec("").input_shape)
     return Resolved(cfg, hw, preset, system, execution, fleet)

@@ -213,7 +213,7 @@ def paper_vs_model(models: dict) -> list[dict]:
 def fleet_figures(inputs: RunInputs, jobs: list[Job], results: list[JobResult]) -> dict:
     """Per federated run on a fleet, its participation plan's totals (``ParticipationPlan.summary``:
     updates sampled and arrived, dropped by reason, each class's peak memory and whether it fits)."""
-    return {"name": inputs.fleet.name,
+    return {**inputs.fleet.describe(),
             "methods": {job.name: outcome.plan.summary(inputs.fleet) for job, outcome in zip(jobs, results)}}
 
 

@@ -9,6 +9,7 @@ figures (docs/results.md). ``run_point`` is the registered grid runner ``bench.r
 
 from __future__ import annotations
 
+import math
 import shlex
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -91,7 +92,7 @@ def run_study(resolved: Resolved, data, progress: Callable[[str], None] | None, 
         if cfg.compare_hw else {}
     summary = {
         "format": FORMAT_NAME, "version": FORMAT_VERSION, "command": command,
-        "git_commit": git_commit(), "config": asdict(cfg), "hardware": asdict(hw),
+        "git_commit": git_commit(), "config": config_record(cfg), "hardware": asdict(hw),
         "execution": execution.describe(), "kernels": kernel_environment(),
         "hardware_label": f"{hw.rows}x{hw.cols} array, {hw.clock_hz / 1e6:g} MHz, "
                           f"DRAM {hw.dram_peak_bytes_per_s / 1e9:g} GB/s peak, dataflow "
@@ -109,6 +110,13 @@ def run_study(resolved: Resolved, data, progress: Callable[[str], None] | None, 
         **comparison,
     }
     return Study(summary, all_ops, all_rounds)
+
+
+def config_record(cfg: RunConfig) -> dict:
+    """``cfg`` as ``summary.json`` records it: its fields, an infinite ``deadline_s`` (no deadline)
+    as ``"inf"`` (JSON has no infinity; the fleet record spells it the same way)."""
+    doc = asdict(cfg)
+    return {**doc, "deadline_s": "inf"} if doc["deadline_s"] == math.inf else doc
 
 
 def trained_setting(preset, cfg: RunConfig) -> dict:
@@ -142,7 +150,8 @@ POINT_KEYS = {"model": "models", "methods": "methods", "batch_size": "batch_size
               "data_dir": "data_dir", "hw": "hw_path", "alpha": "alpha", "target": "target_accuracy_pct",
               "system": "system_path", "input_shape": "input_shape", "classifier": "classifier", "classes": "classes",
               "workers": "workers", "device": "device", "number_format": "number_format",
-              "comm_format": "comm_format", "fleet": "fleet_path"}
+              "comm_format": "comm_format", "fleet": "fleet_path", "deadline_s": "deadline_s",
+              "overcommit": "overcommit"}
 """A grid point's keys (the grid file's spelling, as the command's flags) -> ``RunConfig`` fields."""
 
 
@@ -171,13 +180,17 @@ def point_config(point: Mapping[str, Any]) -> RunConfig:
                 raise ValueError(f"grid setting hw = {value!r}: give a hardware TOML path or a list of them")
             values["compare_hw"] = tuple(paths) if len(paths) > 1 else ()
             value = paths[0]
+        elif key == "deadline_s":  # inf allowed (no deadline), which typed_table's finite floats are not
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"grid setting deadline_s = {value!r}: give seconds, e.g. deadline_s = [5.0, 10.0, inf]")
+            value = float(value)
         elif key == "input_shape":
             from workloads.model_spec import parse_input_shape
 
             value = parse_input_shape(",".join(map(str, value)) if isinstance(value, list) else str(value))
         values[field] = value
     checks.typed_table(RunConfig, {k: v for k, v in values.items() if k not in ("models", "methods", "compare_hw",
-                                                                                  "input_shape")},
+                                                                                  "input_shape", "deadline_s")},
                        where=f"bench.run grid point {dict(point)}")
     return RunConfig(**values)
 
