@@ -354,3 +354,81 @@ def test_a_fleet_runs_participation_is_recorded_and_reported():
                        "dropped_memory": 1, "dropped_deadline": 1, "dropped_surplus": 0}
     assert _participation(columns) == "1.5 / 3.0; unavailable 1.0, memory 1.0, deadline 1.0"
     assert participation_columns(None) == {}  # a run without a fleet adds no column
+
+
+def test_a_study_sweeps_the_deadline_and_keeps_the_fleet_files_own_runs():
+    import math
+    import tomllib
+
+    from bench.lib.grid.engine import run_id
+    from bench.lib.study.runner import make_point, parse_point
+    from bench.lib.study.spec import StudyError, parse_study
+
+    with open("configs/studies/digits-fleets.toml", "rb") as f:
+        doc = tomllib.load(f)
+    study = parse_study({**doc, "deadlines_s": [1.0, 6.0, 60.0, math.inf]}, "s.toml")
+    # 60 s is configs/fleets/mixed.toml's own deadline: that setting keeps the label (and the run ids)
+    # of the study without deadlines_s; the others are settings of their own, all tuned without the fleet
+    assert [s.label for s in study.settings] == ["alpha=0.5", "alpha=0.5 fleet=mixed deadline=1s",
+                                                 "alpha=0.5 fleet=mixed deadline=6s", "alpha=0.5 fleet=mixed",
+                                                 "alpha=0.5 fleet=mixed deadline=inf"]
+    assert {s.tuned_on for s in study.settings} == {study.settings[0]}
+    fl, hp = study.fl("convnet", study.settings[1], 0), study.hparams("fedavg", {"lr": 0.05})
+    from bench.study.phases import execution
+    ex = execution(study)
+    plain = make_point("convnet", "fedavg", 0, fl, hp, ex, fleet="mixed")
+    at_inf = make_point("convnet", "fedavg", 0, fl, hp, ex, fleet="mixed", deadline_s=math.inf)
+    assert at_inf["deadline_s"] == "inf" and "deadline_s" not in plain  # JSON has no infinity
+    assert parse_point(at_inf).deadline_s == math.inf and parse_point(plain).deadline_s is None
+    assert run_id("bench.study", plain) != run_id("bench.study", at_inf)
+    with pytest.raises(ValueError, match="deadline_s needs a fleet"):
+        parse_point({**make_point("convnet", "fedavg", 0, fl, hp, ex), "deadline_s": 6.0})
+    with pytest.raises(ValueError, match="deadline_s = 0"):
+        parse_point({**plain, "deadline_s": 0})
+    for bad, words in (([0.0], "seconds > 0"), ([], "seconds > 0"), (["6"], "seconds > 0"), ([6.0, 6], "twice")):
+        with pytest.raises(StudyError, match=words):
+            parse_study({**doc, "deadlines_s": bad}, "s.toml")
+    with pytest.raises(StudyError, match="deadlines_s needs a fleet"):
+        parse_study({k: v for k, v in doc.items() if k != "fleets"} | {"deadlines_s": [6.0]}, "s.toml")
+
+
+def test_the_fleet_answer_chooses_the_fastest_deadline_every_seed_reached():
+    # FedAvg, 3 seeds, target 80 %. Every client: final 97, 98, 96 %.
+    #   1 s: final 70, 75, 72; only seed 0 reaches 80 % (5 s): not a candidate although fastest.
+    #   6 s: final 96, 97, 95 (Δ vs every client -1, -1, -1: mean -1.00, std 0); 80 % at 20, 18, 22 s (mean 20).
+    #   60 s (the file's): final 97, 98, 96.5; 80 % at 40, 44, 36 s (mean 40).
+    # Choice: 6 s. 60 s minus 6 s, paired: 20, 26, 14 s, mean 20, std 6, half width
+    # t_{0.975, 2} * 6 / sqrt(3) = 4.3027 * 3.4641 = 14.905: [5.09, 34.91], above 0: resolved.
+    # 1 s against 6 s: one seed in common, no interval.
+    import math
+    import tomllib
+
+    import pandas as pd
+
+    from bench.lib.study.spec import parse_study
+    from bench.study.fleets import DECLARED, fleet_answers, fleet_markdown
+
+    with open("configs/studies/digits-fleets.toml", "rb") as f:
+        doc = tomllib.load(f)
+    study = parse_study({**doc, "deadlines_s": [1.0, 6.0, 60.0]}, "s.toml")
+    every, one, six, own = (s.label for s in study.settings)
+    finals = {every: [97, 98, 96], one: [70, 75, 72], six: [96, 97, 95], own: [97, 98, 96.5]}
+    runs = pd.DataFrame([{"model": "convnet", "setting": s, "method": "fedavg", "seed": seed, "final_accuracy_pct": v,
+                          "clients_per_round": 9.5, "sampled_per_round": 13.0}
+                         for s, values in finals.items() for seed, v in enumerate(values)])
+    walls = {every: [10, 10, 10], one: [5, None, None], six: [20, 18, 22], own: [40, 44, 36]}
+    tta = pd.DataFrame([{"model": "convnet", "setting": s, "method": "fedavg", "seed": seed, "target_pct": 80.0,
+                         "target_source": DECLARED, "reached": w is not None, "wall_s": w,
+                         "energy_j": None if w is None else w / 10, "bytes": None if w is None else 1e6}
+                        for s, values in walls.items() for seed, w in enumerate(values)])
+    (answer,) = [a for a in fleet_answers(study, runs, tta) if a["target_pct"] == 80.0]
+    assert answer["choice_deadline_s"] == 6.0
+    rows = {r["deadline_s"]: r for r in answer["deadlines"]}
+    assert [r["reached"] for r in answer["deadlines"]] == [1, 3, 3]
+    assert rows[6.0]["wall_s"]["mean"] == 20.0 and rows[6.0]["final_vs_every_client_pct"]["mean"] == -1.0
+    assert rows[60.0]["wall_s_vs_choice"]["mean"] == 20.0 and rows[60.0]["choice_resolved"]
+    assert math.isclose(rows[60.0]["wall_s_vs_choice"]["ci_low"], 20 - 4.302653 * 6 / math.sqrt(3), rel_tol=1e-6)
+    assert "wall_s_vs_choice" not in rows[1.0]
+    text = "\n".join(fleet_markdown([answer]))
+    assert "| 6 | 9.5 / 13.0 | 96.00 ± 1.00 | **-1.00 [-1.00, -1.00]** | 3/3 | 20 ± 2 | **choice** |" in text
+    assert "| 40 ± 4 | **+20 [+5.1, +34.9]**: resolved | 4 ± 0.4 | 1 ± 0 |" in text

@@ -96,7 +96,8 @@ def plan(study: Study, ex: Execution, phase: str, seeds: Sequence[int],
                     hp = study.hparams(job, trial)
                     for seed in seeds:
                         config = make_point(model, job, seed, study.fl(model, setting, seed), hp, in_format, study.hw,
-                                            study.system, data_dir=study.data_dir, fleet=setting.fleet)
+                                            study.system, data_dir=study.data_dir, fleet=setting.fleet,
+                                            deadline_s=setting.deadline_s)
                         out.append(Planned(phase, model, setting, training, dict(trial), seed, config))
     return out
 

@@ -27,6 +27,7 @@ import pandas as pd
 
 from bench.lib.results import FORMAT_NAME, FORMAT_VERSION, write_json
 from bench.lib.study.curves import PlateauVerdict, base_validation_target, convergence, first_reaching
+from bench.study.fleets import fleet_answers, fleet_markdown
 from bench.study.phases import Outcome, StudyRun, edge_text
 from bench.lib.study.runner import machine_info
 from bench.lib.study.spec import Setting, Study
@@ -391,6 +392,7 @@ def table_markdown(study: Study, summary: Mapping[str, Any]) -> str:
                   "(unavailable, memory, deadline, surplus: docs/fleets.md); — without a fleet (every sampled "
                   "client aggregated).", ""]
         lines += _grid(study, cells_, lambda c: "—" if "participation" not in c else _participation(c["participation"]))
+    lines += fleet_markdown(summary.get("fleets", []))
     lines += ["", f"## Communication: bytes exchanged per run (MB, modeled, mean over seeds), × {study.base}'s", ""]
     lines += _grid(study, cells_, lambda c: "—" if not c.get("n") else f"{c['bytes'] / 1e6:.1f}"
                    + (f" (× {c['bytes_vs_base']:.3f})" if c.get("bytes_vs_base") is not None else ""))
@@ -546,7 +548,8 @@ def build_summary(study: Study, run: StudyRun, runs_df: pd.DataFrame, tta_df: pd
             "run_commits": run_commits(run), "missing_provenance": missing_provenance(run), "torch": torch.__version__,
             "wall": _wall(run, started_unix_s),
             "counts": counts, "failures": failures,
-            "choices": choices, "cells": cells(study, runs_df, tta_df)}
+            "choices": choices, "cells": cells(study, runs_df, tta_df),
+            **({"fleets": answers} if (answers := fleet_answers(study, runs_df, tta_df)) else {})}
 
 
 def _chosen_point(run: StudyRun, cell: tuple[str, str, str], choice) -> dict[str, Any] | None:

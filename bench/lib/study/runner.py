@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import platform
 import socket
@@ -41,7 +42,8 @@ from workloads.fl.hparams import FLConfig, Hparams, hparams_from_table
 from workloads.fl.methods import MethodConfig, parse_method
 
 POINT_KEYS = ("model", "method", "seed", "fl", "hparams", "execution", "hw", "system")
-OPTIONAL_POINT_KEYS = ("data_dir", "fleet")  # a dataset's folder (folder datasets only); a fleet file (docs/fleets.md)
+OPTIONAL_POINT_KEYS = ("data_dir", "fleet", "deadline_s")  # a dataset's folder (folder datasets only); a fleet
+# file and its reporting deadline instead of the file's (seconds, or "inf": none; docs/fleets.md)
 FL_KEYS = tuple(f.name for f in fields(FLConfig) if f.name not in ("model", "seed"))
 CURVE_CSV = "curve.csv"
 RUN_JSON = "run.json"
@@ -65,6 +67,7 @@ class PointSpec:
     system: str | None
     data_dir: str | None = None
     fleet: str | None = None
+    deadline_s: float | None = None  # the fleet's deadline instead of its file's (inf: none)
 
 
 def parse_point(point: Mapping[str, Any]) -> PointSpec:
@@ -94,7 +97,21 @@ def parse_point(point: Mapping[str, Any]) -> PointSpec:
         raise ValueError(f"{where}: data_dir must be a folder path")
     if fleet is not None and not isinstance(fleet, str):
         raise ValueError(f"{where}: fleet must be a fleet TOML path or name")
-    return PointSpec(point["model"], method, fl, hp, execution, point["hw"], point["system"], data_dir, fleet)
+    deadline = point.get("deadline_s")
+    if deadline is not None:
+        if fleet is None:
+            raise ValueError(f"{where}: deadline_s needs a fleet")
+        deadline = _deadline(deadline, where)
+    return PointSpec(point["model"], method, fl, hp, execution, point["hw"], point["system"], data_dir, fleet, deadline)
+
+
+def _deadline(value: Any, where: str) -> float:
+    """A point's ``deadline_s``: seconds > 0, or ``"inf"`` (JSON has no infinity)."""
+    if value == "inf":
+        return math.inf
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise ValueError(f"{where}: deadline_s = {value!r}: give seconds > 0 or \"inf\"")
+    return float(value)
 
 
 def _set(cls: type, table: Mapping[str, Any]) -> dict[str, Any]:
@@ -105,16 +122,20 @@ def _set(cls: type, table: Mapping[str, Any]) -> dict[str, Any]:
 
 def make_point(model: str, method: str, seed: int, fl: FLConfig, hp: Hparams, execution: Execution,
                hw: str | None = None, system: str | None = None, data_dir: str | None = None,
-               fleet: str | None = None) -> dict[str, Any]:
+               fleet: str | None = None, deadline_s: float | None = None) -> dict[str, Any]:
     """The point of one run (module doc): every setting that decides its result. ``data_dir`` (a
-    dataset's folder) and ``fleet`` (docs/fleets.md) are keys only when given, so the offline
-    digits' points without a fleet keep their ids."""
+    dataset's folder), ``fleet`` and ``deadline_s`` (docs/fleets.md; an infinite one as ``"inf"``)
+    are keys only when given, so the offline digits' points without a fleet keep their ids."""
     point = {"model": model, "method": parse_method(method).name, "seed": seed,
              "fl": {k: v for k, v in asdict(fl).items() if k not in ("model", "seed")}, "hparams": hp.as_dict(),
              "execution": execution.settings(), "hw": hw, "system": system}
     if data_dir is not None:
         point["data_dir"] = str(data_dir)
-    return point if fleet is None else {**point, "fleet": fleet}
+    if fleet is not None:
+        point["fleet"] = fleet
+    if deadline_s is not None:
+        point["deadline_s"] = "inf" if deadline_s == math.inf else deadline_s
+    return point
 
 
 def labels_of(method: MethodConfig) -> tuple[str, ...]:
@@ -206,7 +227,7 @@ def prepare(point: Mapping[str, Any]):
     not a model: refused up front, not as every trial failing)."""
     from accel_sim.hardware import HardwareConfig, load_hardware_config
     from bench.lib.fl import pipeline
-    from workloads.cost.fleet import load_fleet
+    from workloads.cost.fleet import run_fleet
     from workloads.cost.system import DEFAULT_SYSTEM_PATH, load_system_model
     from workloads.fl.presets import Preset
 
@@ -214,7 +235,7 @@ def prepare(point: Mapping[str, Any]):
     run = pipeline.fl_run(Preset("study", p.fl, (p.method.name,), p.hp, {}, {}), (p.method,), {p.method.name: p.hp},
                           p.data_dir, None, load_hardware_config(p.hw) if p.hw else HardwareConfig(),
                           load_system_model(p.system or DEFAULT_SYSTEM_PATH), p.execution,
-                          fleet=None if p.fleet is None else load_fleet(p.fleet))
+                          fleet=run_fleet(p.fleet, deadline_s=p.deadline_s))
     return p, pipeline.load(run)
 
 

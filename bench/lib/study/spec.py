@@ -44,6 +44,7 @@ any folder exists.
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -63,7 +64,7 @@ from workloads.numerics import NumberFormat
 STUDY_DIR = CHECKOUT_ROOT / "configs" / "studies"
 KEYS = ("name", "preset", "models", "methods", "base", "iid", "alphas", "number_formats", "rounds", "local_epochs",
         "holdout_fraction", "seeds", "tuning_seeds", "device", "hw", "system", "search", "tuning", "convergence",
-        "targets", "equivalence_margin_pts", "dataset", "fleets")
+        "targets", "equivalence_margin_pts", "dataset", "fleets", "deadlines_s")
 REQUIRED = ("name", "preset", "models", "methods", "base", "rounds", "seeds", "tuning_seeds", "search")
 SAFE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")
 DEFAULT_HOLDOUT_FRACTION = 0.15  # SphereFed Sec. 5.1: "we use 15 % of training data for validation"
@@ -84,6 +85,7 @@ class Setting:
     alpha: float | None = None
     number_format: str = "fp32"
     fleet: str | None = None  # a fleet file (docs/fleets.md): rounds with a deadline; None: every sampled client
+    deadline_s: float | None = None  # the fleet's reporting deadline instead of its file's (``deadlines_s``; inf: none)
 
     @property
     def data_label(self) -> str:
@@ -92,12 +94,14 @@ class Setting:
     @property
     def _suffix(self) -> str:
         return (("" if self.number_format == "fp32" else f" {self.number_format}")
-                + ("" if self.fleet is None else f" fleet={Path(self.fleet).stem}"))
+                + ("" if self.fleet is None else f" fleet={Path(self.fleet).stem}")
+                + ("" if self.deadline_s is None else " deadline=inf" if math.isinf(self.deadline_s)
+                   else f" deadline={self.deadline_s:g}s"))
 
     @property
     def label(self) -> str:
         """``iid``, ``alpha=0.1``; with a format other than FP32 ``alpha=0.1 bfp_m4_g16``; on a
-        fleet ``alpha=0.1 fleet=mixed``."""
+        fleet ``alpha=0.1 fleet=mixed``, at a deadline of the study's ``alpha=0.1 fleet=mixed deadline=6s``."""
         return self.data_label + self._suffix
 
     @property
@@ -114,7 +118,12 @@ class Setting:
     def tuned_on(self) -> "Setting":
         """Where this setting's hyper-parameters are tuned: the same data in FP32, every sampled
         client taking part (a fleet's runs take the hyper-parameters tuned without it)."""
-        return replace(self, number_format="fp32", fleet=None)
+        return replace(self, number_format="fp32", fleet=None, deadline_s=None)
+
+    @property
+    def without_deadline_axis(self) -> "Setting":
+        """The same setting at its fleet file's own deadline: what a deadline sweep is grouped by."""
+        return replace(self, deadline_s=None)
 
 
 @dataclass(frozen=True)
@@ -309,8 +318,9 @@ def _parse_study(doc: Mapping[str, Any], source: str) -> Study:
     if not settings:
         raise StudyError(f"{where}: no data setting: give iid = true and / or alphas = [0.5, 0.1]")
     formats = _number_formats(doc, where)
-    settings = [replace(s, number_format=f, fleet=fleet) for s in settings for f in formats
-                for fleet in _fleets(doc, where)]
+    fleets, deadlines = _fleets(doc, where), _deadlines(doc, where)
+    settings = [replace(s, number_format=f, fleet=fleet, deadline_s=_own_deadline(fleet, d))
+                for s in settings for f in formats for fleet in fleets for d in (deadlines if fleet else (None,))]
     rounds = checks.integer_in(doc["rounds"], 1, checks.ROUNDS_MAX, name="rounds", error=StudyError)
     local_epochs = doc.get("local_epochs")
     if local_epochs is not None:
@@ -448,6 +458,34 @@ def _fleets(doc: Mapping[str, Any], where: str) -> list[str | None]:
             except FleetError as err:
                 raise StudyError(f"{where}: fleets: {err}") from None
     return [None, *(n for n in names if n != "none")]
+
+
+def _deadlines(doc: Mapping[str, Any], where: str) -> tuple[float | None, ...]:
+    """``deadlines_s``: every fleet of ``fleets`` run at each of these reporting deadlines (seconds,
+    ``inf``: none) instead of its file's own (docs/fleets.md, "Which deadline minimizes
+    time-to-accuracy"); ``(None,)`` without the key: the file's."""
+    if "deadlines_s" not in doc:
+        return (None,)
+    if not any(name != "none" for name in doc.get("fleets", [])):
+        raise StudyError(f"{where}: deadlines_s needs a fleet: add fleets = [\"none\", \"mixed\"] (the deadlines "
+                         "apply to each fleet's rounds)")
+    values = doc["deadlines_s"]
+    if (not isinstance(values, list) or not values
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 and not math.isnan(v)
+                       for v in values)):
+        raise StudyError(f"{where}: deadlines_s = {values!r}: give a list of seconds > 0, e.g. deadlines_s = [6.0, 20.0, inf]")
+    return tuple(checks.distinct([float(v) for v in values], name=f"{where}: deadlines_s", error=StudyError))
+
+
+def _own_deadline(fleet: str | None, deadline_s: float | None) -> float | None:
+    """A setting's ``deadline_s``: None without a fleet, or where it is the fleet file's own (so
+    the fleet's runs at its file's deadline keep the points, and ids, of a study without
+    ``deadlines_s``)."""
+    if fleet is None or deadline_s is None:
+        return None
+    from workloads.cost.fleet import load_fleet
+
+    return None if deadline_s == load_fleet(fleet).deadline_s else deadline_s
 
 
 def _targets(table: Mapping[str, Any], where: str) -> Targets:
