@@ -5,6 +5,7 @@ the clients that arrive."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import numpy as np
@@ -23,6 +24,7 @@ from workloads.cost.system import DEFAULT_SYSTEM_PATH, SystemModel, load_system_
 from workloads.fl.comm import closed_form_sizes, ledger_totals
 from workloads.fl.data import load_dataset, subset
 from workloads.fl.hparams import FLConfig, Hparams
+from workloads.fl.loop import forecast, planned_samples
 from workloads.fl.presets import make_partition
 from workloads.model_spec import ModelSpec
 
@@ -243,6 +245,13 @@ def test_hand_worked_fleet_run(digits, pricer):
         assert row["round_device_s"] == math.fsum(c)
         assert row["round_bytes"] == 5 * d + 16
     assert [h["clients"] for h in out.result.history] == [[0, 1], [0, 1]]
+    # the projection printed before the run counts the arrivals' samples, what the loop then trains
+    # (clients 0 and 1, 2 rounds), not the 3 sampled clients'
+    ahead = forecast(Job("fedavg", HP).method,
+                     model_fn=functools.partial(inputs.build, False), train=inputs.train, parts=inputs.parts,
+                     cfg=inputs.fl, hp=HP, execution=inputs.execution, arrivals=out.plan.arrivals)
+    assert ahead.samples == out.result.samples_trained == planned_samples(inputs.parts, inputs.fl, HP, [[0, 1], [0, 1]])
+    assert planned_samples(inputs.parts, inputs.fl, HP) > ahead.samples
 
     out = run_job(Job("fedavg", HP), run_inputs(digits, fleet=fleet, participation=2 / 3, rounds=1), pricer=pricer)
     for row in out.rows:

@@ -76,6 +76,22 @@ def test_a_bench_fl_fleet_folder_gets_its_figure_and_plots_redraws_it(tmp_path, 
     assert mpimg.imread(run_dir / "fleet_convnet.png").shape[0] > 300
 
 
+def test_the_fleet_figure_draws_the_runs_targets(tmp_path):
+    # bench.fl: the preset's [targets] accuracy_pct as recorded in results.json, one dashed line each;
+    # a folder written before targets were recorded draws none
+    run_dir = fl_folder(tmp_path / "fl", fleet=FLEET_RECORD)
+    doc = json.loads((run_dir / "results.json").read_text())
+    (run_dir / "results.json").write_text(json.dumps({**doc, "targets_accuracy_pct": [80.0, 90.0]}))
+    (drawn,) = run_plots.run_figures(run_dir)
+    top = drawn.figure.axes[0]
+    assert [line.get_ydata()[0] for line in top.lines if line.get_linestyle() == "--"] == [80.0, 90.0]
+    assert len(top.lines) == 2 + 2  # two methods, two targets
+    drawn.figure.clf()
+    (drawn,) = run_plots.run_figures(fl_folder(tmp_path / "old", fleet=FLEET_RECORD))
+    assert len(drawn.figure.axes[0].lines) == 2
+    drawn.figure.clf()
+
+
 def test_a_run_without_a_fleet_gets_no_fleet_figure(tmp_path):
     assert run_plots.run_figures(fl_folder(tmp_path / "fl", fleet=None)) == []
     run_dir = Path(shutil.copytree(FIXTURE, tmp_path / "run"))

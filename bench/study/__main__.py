@@ -79,7 +79,9 @@ def projection_lines(study, ex, out: Path, workers: int) -> list[str]:
     lines.append(f"projected local training of the study's {len(todo)} runs still to do on {ex.device}: "
                  f"{duration_text(total)} summed, ~{duration_text(total / max(1, workers))} of wall time with "
                  f"--workers {workers} (evaluation, pricing and start-up not included; a choice at a grid edge "
-                 f"adds up to {study.extend_steps} more trial(s) per tuning seed)")
+                 f"adds up to {study.extend_steps} more trial(s) per tuning seed"
+                 + ("; a fleet's runs counted with every sampled client training: an upper bound"
+                    if any(s.fleet is not None for s in study.settings) else "") + ")")
     return lines
 
 

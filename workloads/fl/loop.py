@@ -484,10 +484,12 @@ class Forecast:
 
 
 def forecast(method: MethodConfig, *, model_fn: Callable[[], nn.Module], train, parts: Sequence[np.ndarray],
-             cfg: FLConfig, hp: Hparams, execution: Execution = Execution()) -> Forecast:
+             cfg: FLConfig, hp: Hparams, execution: Execution = Execution(),
+             arrivals: Sequence[Sequence[int]] | None = None) -> Forecast:
     """Time ``FORECAST_STEPS`` local steps (after one warm-up step, where ``compile`` compiles) of
     the model ``run_method`` would build, on the first client's first batch, and project the local
-    training of the whole run. Touches no state of a later ``run_method`` (it re-seeds)."""
+    training of the whole run (``arrivals``: the clients each round trains where a participation
+    plan gives them, as ``run_method`` takes them). Touches no state of a later ``run_method`` (it re-seeds)."""
     device = execution.torch_device
     model = build_on_device(method, model_fn, cfg.seed, execution)
     if execution.compile:
@@ -495,7 +497,7 @@ def forecast(method: MethodConfig, *, model_fn: Callable[[], nn.Module], train, 
     model.train()
     idx = torch.as_tensor(np.asarray(parts[0]), dtype=torch.long, device=device)
     rate = step_rate(model, method, hp, DeviceData.from_dataset(train, device), idx, execution)
-    return Forecast(method.name, planned_samples(parts, cfg, hp), rate, execution.device)
+    return Forecast(method.name, planned_samples(parts, cfg, hp, arrivals), rate, execution.device)
 
 
 def step_rate(model: nn.Module, method: MethodConfig, hp: Hparams, data: DeviceData, idx: torch.Tensor,

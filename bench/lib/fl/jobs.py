@@ -95,7 +95,7 @@ class JobResult:
 
 def run_job(job: Job, inputs: RunInputs, *, pricer: RunPricer | None = None, bars: bool = False,
             announce: bool = False, threads: int | None = None, checkpoint: str | None = None,
-            resume: bool = False) -> JobResult:
+            resume: bool = False, plan: ParticipationPlan | None = None) -> JobResult:
     """One federated run of ``job`` and its priced rounds (module-level: worker processes call it).
     ``announce``: first print the run's projected local-training time on stderr (``loop.forecast``),
     and, without ``bars``, a line per finished round. ``checkpoint`` / ``resume``: the loop's
@@ -106,32 +106,40 @@ def run_job(job: Job, inputs: RunInputs, *, pricer: RunPricer | None = None, bar
     method = job.method
     labels = [inputs.train.y.numpy()[p] for p in inputs.parts]
     model_fn = functools.partial(inputs.build, method.spherefed)
+    pricer = pricer or RunPricer(inputs.run_spec())
+    planning_s = time.perf_counter()
+    plan = plan or participation_plan(job, inputs, pricer)
+    planning_s = time.perf_counter() - planning_s
+    arrivals = None if plan is None else plan.arrivals
     if announce:  # know before you wait
         print(forecast(method, model_fn=model_fn, train=inputs.train, parts=inputs.parts, cfg=inputs.fl, hp=job.hp,
-                       execution=inputs.execution).line(), file=sys.stderr, flush=True)
+                       execution=inputs.execution, arrivals=arrivals).line(), file=sys.stderr, flush=True)
 
     def round_done(t: int) -> None:  # a line per round where no progress bar shows them (worker processes)
         print(f"{job.name}: round {t}/{inputs.fl.rounds} done ({time.perf_counter() - start:.0f} s)",
               file=sys.stderr, flush=True)
 
-    pricer = pricer or RunPricer(inputs.run_spec())
-    plan, planning_s = None, time.perf_counter()
-    if inputs.fleet is not None:  # who arrives in each round, from deterministic prices, before the run
-        plan = plan_run(inputs.fleet, inputs.classes, method, job.hp, pricer=pricer,
-                        client_sizes=[len(p) for p in inputs.parts], devices=inputs.devices, system=inputs.system,
-                        rounds=inputs.fl.rounds, participation=inputs.fl.participation, seed=inputs.seed,
-                        comm_format=inputs.execution.communication, number_format=inputs.execution.number_format)
-    planning_s = time.perf_counter() - planning_s
     result = run_method(method, model_fn=model_fn, train=inputs.train, test=inputs.test, parts=inputs.parts,
                         cfg=inputs.fl, hp=job.hp, execution=inputs.execution, progress=bars,
                         after_round=round_done if announce and not bars else None, val=inputs.val,
                         checkpoint=checkpoint, resume=resume,
-                        arrivals=None if plan is None else plan.arrivals)
+                        arrivals=arrivals)
     trained = time.perf_counter()
     rows = price_run(result, method, job.hp, pricer=pricer, client_labels=labels, hw=inputs.hw, system=inputs.system,
                      devices=inputs.devices, plan=plan)
     return JobResult(replace(result, weights={}), rows, trained - start - planning_s,
                      time.perf_counter() - trained + planning_s, plan)
+
+
+def participation_plan(job: Job, inputs: RunInputs, pricer: RunPricer) -> ParticipationPlan | None:
+    """On a fleet, who arrives in each round of ``job``, from deterministic prices, before the run
+    (``plan_run``, docs/fleets.md); None without a fleet."""
+    if inputs.fleet is None:
+        return None
+    return plan_run(inputs.fleet, inputs.classes, job.method, job.hp, pricer=pricer,
+                    client_sizes=[len(p) for p in inputs.parts], devices=inputs.devices, system=inputs.system,
+                    rounds=inputs.fl.rounds, participation=inputs.fl.participation, seed=inputs.seed,
+                    comm_format=inputs.execution.communication, number_format=inputs.execution.number_format)
 
 
 def available_cpus() -> int:

@@ -20,13 +20,14 @@ import functools
 import io
 import json
 import sys
-from dataclasses import asdict, dataclass
+import time
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from accel_sim.hardware import HardwareConfig, load_hardware_config
 from accel_sim.mac_energy import hardware_in_format
-from bench.lib.fl.jobs import Job, JobResult, RunInputs, run_job
+from bench.lib.fl.jobs import Job, JobResult, RunInputs, participation_plan, run_job
 from bench.lib.results import FL_RESULTS, FORMAT_NAME, FORMAT_VERSION
 from iokit import checks
 from iokit.files import atomic_write_text
@@ -201,25 +202,35 @@ def check_checkpoints(run: FLRun, checkpoints: Path) -> None:
 
 def train(run: FLRun, data: FLData, *, progress: bool = False, checkpoints: Path | None = None,
           resume: bool = False) -> dict[str, JobResult]:
-    """Step 3: a projection of every method's local training first (a few timed steps each), then
-    every method trained and priced, one after another, sharing one ``RunPricer``."""
+    """Step 3: a projection of every method's local training first (a few timed steps each; on a
+    fleet, of the clients its participation plan lets arrive), then every method trained and
+    priced, one after another, sharing one ``RunPricer``."""
     inputs = data.inputs
     print(f"device: {run.execution.device} ({run.execution.describe()['device_name']})", file=sys.stderr)
+    pricer = RunPricer(inputs.run_spec())
+    jobs = {method.name: Job(method.name, run.hparams[method.name]) for method in run.methods}
+    plans, planning_s = {}, {}
+    for name, job in jobs.items():
+        start = time.perf_counter()
+        plans[name] = participation_plan(job, inputs, pricer)
+        planning_s[name] = time.perf_counter() - start
     forecasts = {}
     for method in run.methods:
+        plan = plans[method.name]
         forecasts[method.name] = forecast(method, model_fn=functools.partial(inputs.build, method.spherefed),
                                           train=inputs.train, parts=inputs.parts, cfg=run.cfg,
-                                          hp=run.hparams[method.name], execution=run.execution)
+                                          hp=run.hparams[method.name], execution=run.execution,
+                                          arrivals=None if plan is None else plan.arrivals)
         print(forecasts[method.name].line(), file=sys.stderr, flush=True)
     total = sum(f.wall_s for f in forecasts.values())
     print(f"projected local training of the whole run: {duration_text(total)}"
           + (" (before resuming: completed rounds will be skipped)" if resume else ""), file=sys.stderr, flush=True)
-    pricer = RunPricer(inputs.run_spec())
     outcomes = {}
     for method in run.methods:
         checkpoint = None if checkpoints is None else str(checkpoint_path(checkpoints, method))
-        job = Job(method.name, run.hparams[method.name])
-        outcome = run_job(job, inputs, pricer=pricer, bars=progress, checkpoint=checkpoint, resume=resume)
+        outcome = run_job(jobs[method.name], inputs, pricer=pricer, bars=progress, checkpoint=checkpoint,
+                          resume=resume, plan=plans[method.name])
+        outcome = replace(outcome, pricing_wall_s=outcome.pricing_wall_s + planning_s[method.name])
         outcomes[method.name] = outcome
         r, rows = outcome.result, outcome.rows
         if outcome.plan is not None:
@@ -269,6 +280,7 @@ def results_doc(run: FLRun, data: FLData, trained: dict, command: str) -> dict:
             "git_commit": git_commit(), "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
             "execution": run.execution.describe(), "kernels": kernel_environment(), "dataset_note": inputs.train.note, "test_note": inputs.test.note,
             "config": asdict(cfg), "hparams": {k: v.as_dict() for k, v in run.hparams.items()},
+            "targets_accuracy_pct": list(run.preset.accuracy_targets_pct),
             "hardware": asdict(run.hw), "system": run.system.describe(),
             **({} if run.fleet is None else {"fleet": fleet_record(run.fleet, run.classes)}),
             "holdout": {"fraction": cfg.holdout_fraction, "val_samples": 0 if val is None else len(val),

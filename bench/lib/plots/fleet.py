@@ -3,7 +3,8 @@ global model learnt from them, against the modeled wall time.
 
 Top panel: the test accuracy after each round against the cumulative modeled wall time
 (``cum_wall_s``), one line per method (a calibrated method, CCVR or FFC, dashed over its base
-method's line, its last point the calibration). Bottom row, one panel per training method: each
+method's line, its last point the calibration), and the run's time-to-accuracy targets as grey
+dashed lines. Bottom row, one panel per training method: each
 round a bar spanning its wall time (from ``cum_wall_s - round_wall_s`` to ``cum_wall_s``), its
 height the clients sampled: the clients that arrived and were aggregated (``clients``) at the
 bottom, the dropped ones stacked above by reason (``dropped_unavailable``, ``dropped_memory``,
@@ -19,6 +20,7 @@ top panel's question.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -68,8 +70,10 @@ def fleet_title(model: str, fleet: dict) -> str:
             f"{fleet['overcommit']:g}" + (f" ({', '.join(overridden)} set by the run)" if overridden else ""))
 
 
-def fleet_figure(rounds: pd.DataFrame, title: str):
-    """The fleet figure of one model's checked ``rounds.csv`` rows (nothing written)."""
+def fleet_figure(rounds: pd.DataFrame, title: str, targets_pct: Sequence[float] = ()):
+    """The fleet figure of one model's checked ``rounds.csv`` rows (nothing written); ``targets_pct``:
+    the accuracies the run's time-to-accuracy is measured to (bench.run's target, a preset's
+    ``[targets] accuracy_pct``)."""
     panels = participation_methods(rounds)
     fig = plt.figure(figsize=(max(6.0, 3.6 * len(panels)), 6.4))
     grid = fig.add_gridspec(2, len(panels), height_ratios=(1.2, 1.0))
@@ -79,8 +83,11 @@ def fleet_figure(rounds: pd.DataFrame, title: str):
         top.plot(points["cum_wall_s"], 100 * points["accuracy"], label=method,
                  **({"linestyle": "--", "marker": "x", "markersize": 6, "linewidth": 1.2} if calibrated
                     else {"marker": "o", "markersize": 3, "linewidth": 2.0}))
+    for i, target in enumerate(targets_pct):
+        top.axhline(target, color="grey", linestyle="--", linewidth=1, label="target" if i == 0 else None)
     top.set_ylabel("test accuracy (%)")
-    top.set_title("accuracy after each round", fontsize=9)
+    top.set_title("accuracy after each round" + (" (dashed: the time-to-accuracy target)" if targets_pct else ""),
+                  fontsize=9)
     top.grid(alpha=0.3)
     top.legend(fontsize=7)
     first = None

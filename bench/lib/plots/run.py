@@ -63,7 +63,8 @@ def run_figures(run_dir: Path) -> list[RunFigure]:
         fleets = {model: s["fleet"] for model, s in summary["models"].items() if "fleet" in s}
         if fleets:
             check_fleet_rounds(rounds, run_dir / ROUNDS_CSV)
-        figures += [RunFigure(fleet_figure(rounds[rounds["model"] == model], fleet_title(model, fleet)),
+        figures += [RunFigure(fleet_figure(rounds[rounds["model"] == model], fleet_title(model, fleet),
+                                           _targets(summary["models"][model]["time_to_accuracy"]["target_accuracy_pct"])),
                               run_dir / fleet_png(model), dpi=110) for model, fleet in fleets.items()]
     except BaseException:
         for drawn in figures:
@@ -79,6 +80,7 @@ def fl_figures(run_dir: Path) -> list[RunFigure]:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
         fleet, model = doc.get("fleet"), doc["config"]["model"]
+        targets = [float(t) for t in doc.get("targets_accuracy_pct", [])]  # older folders: none
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
         raise ResultsError(f"{path} cannot be read as a bench.fl results file ({type(exc).__name__}: {exc}); "
                            "rerun `python -m bench.fl`") from None
@@ -86,7 +88,12 @@ def fl_figures(run_dir: Path) -> list[RunFigure]:
         return []
     rounds = read_csv(Path(run_dir) / ROUNDS_CSV)
     check_fleet_rounds(rounds, Path(run_dir) / ROUNDS_CSV)
-    return [RunFigure(fleet_figure(rounds, fleet_title(model, fleet)), Path(run_dir) / fleet_png(model), dpi=110)]
+    return [RunFigure(fleet_figure(rounds, fleet_title(model, fleet), targets), Path(run_dir) / fleet_png(model),
+                      dpi=110)]
+
+
+def _targets(target_pct: float | None) -> tuple[float, ...]:
+    return () if target_pct is None else (float(target_pct),)
 
 
 def read_csv(path: Path) -> pd.DataFrame:
