@@ -362,7 +362,28 @@ def test_local_test_accuracy_by_hand():
     assert local_test_accuracy(net, zero, {}, [[0]], lambda i: test_x[i], test_y) is None
 
 
-def test_a_double_head_run_reports_its_local_test_accuracy_and_others_none():
+def test_local_test_accuracy_of_a_method_without_local_parts_by_hand():
+    """FedAvg's local test mode (Li et al., Sec. 4.1, as they score FedAvg): every client's model is
+    the global one. An identity classifier predicts the input's class: on test inputs e0, e1, e2, e2
+    with labels 0, 1, 2, 0 it is right, right, right, wrong. Client 0 holds classes {0, 1}: test
+    samples 0, 1, 3, two of three right: 2/3. Client 1 holds {2}: sample 2, right: 1. Client 2 holds
+    no data: left out. Mean (2/3 + 1) / 2 = 5/6."""
+    import torch
+    from torch import nn
+
+    from workloads.fl.methods import parse_method
+
+    net = nn.Linear(3, 3)
+    weights = {"weight": torch.eye(3), "bias": torch.zeros(3)}
+    test_x, test_y = torch.eye(3)[[0, 1, 2, 2]], torch.tensor([0, 1, 2, 0])
+    algo = parse_method("fedavg").algo
+    assert algo.local_test_accuracy(net, weights, {}, [[0, 1, 1], [2], []], lambda i: test_x[i], test_y) == \
+        pytest.approx(5 / 6)
+    assert algo.local_test_accuracy(net, weights, {}, [[], []], lambda i: test_x[i], test_y) is None
+
+
+def test_every_run_reports_its_local_test_accuracy_before_and_after_calibration():
+    import torch
     from fl_standins import TinyNet, blobs
 
     from workloads.fl.hparams import FLConfig, Hparams
@@ -374,5 +395,16 @@ def test_a_double_head_run_reports_its_local_test_accuracy_and_others_none():
     parts = dirichlet_partition(train.y.numpy(), 3, 0.5, min_size=5, seed=0)
     cfg, hp = FLConfig(dataset="blobs", num_clients=3, rounds=1), Hparams(lr=0.05, local_epochs=1, batch_size=16)
     results = {m: run_method(parse_method(m), model_fn=TinyNet, train=train, test=test, parts=parts, cfg=cfg, hp=hp)
-               for m in ("doublehead", "fedavg")}
-    assert 0.0 <= results["doublehead"].local_accuracy <= 1.0 and results["fedavg"].local_accuracy is None
+               for m in ("doublehead", "fedavg", "fedavg+ccvr")}
+    assert 0.0 <= results["doublehead"].local_accuracy <= 1.0
+    # FedAvg: the final global model on each client's own classes, recomputed here from its weights
+    model = TinyNet()
+    model.load_state_dict(results["fedavg"].weights)
+    model.eval()
+    with torch.no_grad():
+        correct = model(test.x).argmax(1) == test.y
+    own = [correct[torch.isin(test.y, torch.as_tensor(sorted(set(train.y[p].tolist()))))] for p in parts]
+    assert results["fedavg"].local_accuracy == sum(int(c.sum()) / len(c) for c in own) / len(own)
+    # a calibrated run scores its model before the calibration too: the same training, the same number
+    assert results["fedavg+ccvr"].local_accuracy_before_calibration == results["fedavg"].local_accuracy
+    assert results["fedavg"].local_accuracy_before_calibration is None

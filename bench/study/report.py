@@ -118,7 +118,9 @@ def runs_table(study: Study, runs: Sequence[MethodRun]) -> pd.DataFrame:
         rows.append({"model": r.model, "setting": r.setting.label, "number_format": r.setting.number_format,
                      "method": r.method, "seed": r.seed, **{k: r.trial.get(k) for k in keys},
                      "final_accuracy_pct": 100 * acc[-1], "best_accuracy_pct": 100 * max(acc), "best_round": best_round,
-                     "final_local_accuracy_pct": _pct(r.outcome.info.get("local_accuracy")),
+                     "final_local_accuracy_pct": _pct(r.outcome.info.get(
+                         "local_accuracy" if r.method == r.outcome.planned.config["method"]
+                         else "local_accuracy_before_calibration")),
                      "final_val_accuracy_pct": _pct(val[-1] if val else None),
                      "best_val_accuracy_pct": _pct(max(val) if val else None),
                      "verdict": v.verdict, "converged": v.converged, "gain_pct": v.gain_pct, "spread_pct": v.spread_pct,
@@ -380,10 +382,12 @@ def table_markdown(study: Study, summary: Mapping[str, Any]) -> str:
     lines += ["", "## Final test accuracy (%): mean [95 % Student-t interval]", ""]
     lines += _grid(study, cells_, lambda c: _interval(c.get("final_accuracy_pct")) if c.get("n") else "—")
     if any("local_accuracy_pct" in c for c in cells_):
-        lines += ["", "## Local test accuracy (%), mean ± std: the double head's local test mode", "",
-                  "Each client's model (the global weights with its own local head and unshared layers, "
-                  "predicting by both heads) on the test samples of the classes it holds, averaged over the "
-                  "clients that trained (docs/study.md); — for methods without local parts.", ""]
+        lines += ["", "## Local test accuracy (%), mean ± std: the local test mode", "",
+                  "Each client's model on the test samples of the classes it holds (Li et al., \"More "
+                  "Industry-friendly\", Sec. 4.1), averaged over the clients: the global model for a method "
+                  "without local parts; the double head's, the global weights with the client's own local head "
+                  "and unshared layers predicting by both heads, over the clients that trained (docs/study.md); "
+                  "— where the runs predate its record.", ""]
         lines += _grid(study, cells_,
                        lambda c: _mean_std(c["local_accuracy_pct"]) if "local_accuracy_pct" in c else "—")
     if any("participation" in c for c in cells_):

@@ -84,7 +84,8 @@ class RunResult:
     resumed_after_round: int = field(compare=False, default=0)  # 0: started from round 1
     val_accuracy: float | None = None  # the final global model on the validation hold-out (None: no hold-out)
     val_accuracy_before_calibration: float | None = None
-    local_accuracy: float | None = None  # the method's personalized test mode (``local_test_accuracy``; double head's)
+    local_accuracy: float | None = None  # the local test mode (``local_test_accuracy``), after calibration if any
+    local_accuracy_before_calibration: float | None = None
 
 
 @dataclass(frozen=True)
@@ -411,17 +412,27 @@ def _finish(setup: _Setup, state: LoopState, resumed_after: int) -> RunResult:
     last = state.history[-1]
     accuracy, val, before, val_before = last["accuracy"], last.get("val_accuracy"), None, None
     transfers = list(state.transfers)
+    local_before = None
     if setup.method.calib is not None:
-        before, val_before = accuracy, val
+        before, val_before, local_before = accuracy, val, _local_accuracy(setup, state)
         _calibrate(setup, round=setup.cfg.rounds + 1, transfers=transfers)
         accuracy, val = _scores(setup)
-    final = {k: v.detach().clone() for k, v in setup.global_model.state_dict().items()}
-    ex = setup.execution
-    local = setup.method.algo.local_test_accuracy(
-        setup.client_model, final, state.memory, [setup.train.y[idx].tolist() for idx in setup.client_idx],
-        lambda idx: _memory_format(setup.test.take(idx), ex.channels_last), setup.test.y)
+    final = _global_state(setup)
     return RunResult(setup.method.name, accuracy, before, state.history, tuple(transfers), state.samples, final,
-                     resumed_after, val, val_before, local)
+                     resumed_after, val, val_before, _local_accuracy(setup, state), local_before)
+
+
+def _global_state(setup: _Setup) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in setup.global_model.state_dict().items()}
+
+
+def _local_accuracy(setup: _Setup, state: LoopState) -> float | None:
+    """The local test mode of the global model as it is now (``local_test_accuracy``): each
+    client's model, with its never-sent parts, on the test samples of its own classes."""
+    ex = setup.execution
+    return setup.method.algo.local_test_accuracy(
+        setup.client_model, _global_state(setup), state.memory, [setup.train.y[idx].tolist() for idx in setup.client_idx],
+        lambda idx: _memory_format(setup.test.take(idx), ex.channels_last), setup.test.y)
 
 
 def _scores(setup: _Setup) -> tuple[float, float | None]:

@@ -268,6 +268,7 @@ def results_doc(run: FLRun, data: FLData, trained: dict, command: str) -> dict:
         methods[method.name] = {
             "accuracy": r.accuracy, "accuracy_before_calibration": r.accuracy_before_calibration,
             "val_accuracy": r.val_accuracy, "val_accuracy_before_calibration": r.val_accuracy_before_calibration,
+            "local_accuracy": r.local_accuracy, "local_accuracy_before_calibration": r.local_accuracy_before_calibration,
             "wall_s": round(o.wall_s, 3), "pricing_wall_s": round(o.pricing_wall_s, 3),
             "projected_wall_s": round(forecasts[method.name].wall_s, 3),
             "resumed_after_round": r.resumed_after_round, "samples_trained": r.samples_trained,

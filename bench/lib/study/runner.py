@@ -277,10 +277,11 @@ def run_point(point: Mapping[str, Any], out_dir: Path) -> dict[str, float]:
             "execution": p.execution.describe(), "train_samples": len(data.inputs.train),
             "val_samples": 0 if data.inputs.val is None else len(data.inputs.val),
             "test_samples": len(data.inputs.test), "partition_sizes": [len(x) for x in data.inputs.parts],
-            "local_accuracy": result.local_accuracy}
+            "local_accuracy": result.local_accuracy,
+            "local_accuracy_before_calibration": result.local_accuracy_before_calibration}
     if p.fleet is not None:  # who took part in each training round (docs/fleets.md); a run without a fleet: all sampled
         info["participation"] = participation(outcome.rows)
     metrics = write_run(out_dir, curve, info)
-    if result.local_accuracy is not None:  # double head's local test mode (docs/study.md)
+    if result.local_accuracy is not None:  # the local test mode (docs/study.md)
         metrics[f"{p.method.name}.local_accuracy"] = result.local_accuracy
     return metrics

@@ -28,7 +28,8 @@ and what it does:
   ``sharing_layers(model)`` / ``shared_layer_count``: the layers, shallow to deep, and how many a
   round sends (default: all), which the closed form (``workloads.fl.comm``) counts too.
 * ``aggregate(server, updates, hp, keys)``: the new global state from the client updates;
-* ``local_test_accuracy(...)``: a personalized test mode's accuracy (double head's), else None.
+* ``local_test_accuracy(...)``: the local test mode's accuracy (each client's model on its own
+  classes): the global model's for a method without local parts, the double head's own.
 
 FedAvg (McMahan et al. 2017): weighted average of the client states by sample count.
 """
@@ -48,6 +49,25 @@ if TYPE_CHECKING:  # the hyper-parameters' defaults come from the methods' knobs
     from workloads.fl.hparams import Hparams
 
 TensorDict = dict[str, torch.Tensor]
+
+
+def own_class_test(labels, test_y: torch.Tensor) -> torch.Tensor:
+    """The indices of the test samples whose class occurs in a client's training ``labels`` (the
+    local test mode's dispatch split, Li et al., "More Industry-friendly", Sec. 4.1)."""
+    classes = torch.as_tensor(sorted({int(c) for c in labels}), device=test_y.device)
+    return torch.nonzero(torch.isin(test_y, classes)).flatten()
+
+
+@torch.no_grad()
+def predictions(model: nn.Module, predict, n: int, device: torch.device | None = None,
+                batch_size: int = 1024) -> torch.Tensor:
+    """``predict(idx)`` over the indices 0 .. n - 1 (on ``device``) in batches, ``model`` in eval mode meanwhile."""
+    was_training = model.training
+    model.eval()
+    order = torch.arange(n, device=device)
+    out = torch.cat([predict(order[s:s + batch_size]) for s in range(0, n, batch_size)]) if n else torch.empty(0)
+    model.train(was_training)
+    return out
 
 
 @dataclass(frozen=True)
@@ -148,11 +168,19 @@ class FedAvg:
     def local_test_accuracy(self, model: nn.Module, weights: Mapping[str, torch.Tensor],
                             local_states: Mapping[int, Mapping[str, torch.Tensor]], client_labels, test_x_of,
                             test_y: torch.Tensor) -> float | None:
-        """The accuracy of a personalized test mode (each client's model on its own classes), or
-        None for a method without one: ``weights`` the final global state, ``local_states[k]``
-        client k's never-sent parts, ``client_labels[k]`` its training labels, ``test_x_of(idx)``
-        the test inputs ``idx``."""
-        return None
+        """The local test mode (Li et al., "More Industry-friendly: Federated Learning with High
+        Efficient Design", Sec. 4.1: each client tested on the test samples of its own classes):
+        ``weights`` the final global state, ``local_states[k]`` client k's never-sent parts,
+        ``client_labels[k]`` its training labels, ``test_x_of(idx)`` the test inputs ``idx``. A
+        method without local parts has one model for every client, the global one: its accuracy on
+        each client's own classes, averaged over the clients that hold data (what Li et al. score
+        FedAvg by beside the double head); a method with local parts overrides it. None: no client
+        holds data."""
+        model.load_state_dict(dict(weights))
+        correct = predictions(model, lambda idx: model(test_x_of(idx)).argmax(1), len(test_y), test_y.device) == test_y
+        per_client = [correct[own_class_test(labels, test_y)] for labels in client_labels if len(labels)]
+        accuracies = [int(c.sum()) / len(c) for c in per_client if len(c)]
+        return sum(accuracies) / len(accuracies) if accuracies else None
 
     @staticmethod
     def _advance(server: ServerState, new_values: Mapping[str, torch.Tensor], **changes) -> ServerState:

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from workloads.fl.knob import non_negative
-from workloads.fl.methods.base import FedAvg, frozen_keys
+from workloads.fl.methods.base import FedAvg, frozen_keys, own_class_test, predictions
 
 if TYPE_CHECKING:
     from workloads.fl.hparams import Hparams
@@ -59,19 +59,15 @@ def local_test_accuracy(model: nn.Module, weights: dict, local_states: dict, cli
     test samples whose class occurs in its training labels ``client_labels[k]``. Returns the mean
     over the clients that trained at least once (they own local parts); None if none did.
     ``test_x_of(idx)``: the test images ``idx`` as the model takes them."""
-    was_training = model.training
-    model.eval()
     accuracies = []
     for k, own in sorted(local_states.items()):
-        classes = torch.as_tensor(sorted({int(c) for c in client_labels[k]}), device=test_y.device)
-        idx = torch.nonzero(torch.isin(test_y, classes)).flatten()
+        idx = own_class_test(client_labels[k], test_y)
         if not len(idx):
             continue
         model.load_state_dict({**weights, **own})
-        batches = (idx[s:s + batch_size] for s in range(0, len(idx), batch_size))
-        correct = sum(int((double_head_predict(model, test_x_of(b)) == test_y[b]).sum()) for b in batches)
-        accuracies.append(correct / len(idx))
-    model.train(was_training)
+        predicted = predictions(model, lambda i: double_head_predict(model, test_x_of(idx[i])), len(idx), idx.device,
+                                batch_size)
+        accuracies.append(int((predicted == test_y[idx]).sum()) / len(idx))
     return sum(accuracies) / len(accuracies) if accuracies else None
 
 
