@@ -93,6 +93,19 @@ class JobResult:
         return self.result.accuracy
 
 
+def participation_plan(inputs: RunInputs, method: MethodConfig, hp: Hparams,
+                       pricer: RunPricer) -> ParticipationPlan | None:
+    """Who arrives in each round of ``method``'s run on the inputs' fleet (None: no fleet), from
+    deterministic prices, before the run (``workloads.cost.rounds.plan_run``): what ``run_job``
+    trains, and what ``bench.flower``'s strategy follows."""
+    if inputs.fleet is None:
+        return None
+    return plan_run(inputs.fleet, inputs.classes, method, hp, pricer=pricer,
+                    client_sizes=[len(p) for p in inputs.parts], devices=inputs.devices, system=inputs.system,
+                    rounds=inputs.fl.rounds, participation=inputs.fl.participation, seed=inputs.seed,
+                    comm_format=inputs.execution.communication, number_format=inputs.execution.number_format)
+
+
 def run_job(job: Job, inputs: RunInputs, *, pricer: RunPricer | None = None, bars: bool = False,
             announce: bool = False, threads: int | None = None, checkpoint: str | None = None,
             resume: bool = False) -> JobResult:
@@ -115,12 +128,8 @@ def run_job(job: Job, inputs: RunInputs, *, pricer: RunPricer | None = None, bar
               file=sys.stderr, flush=True)
 
     pricer = pricer or RunPricer(inputs.run_spec())
-    plan, planning_s = None, time.perf_counter()
-    if inputs.fleet is not None:  # who arrives in each round, from deterministic prices, before the run
-        plan = plan_run(inputs.fleet, inputs.classes, method, job.hp, pricer=pricer,
-                        client_sizes=[len(p) for p in inputs.parts], devices=inputs.devices, system=inputs.system,
-                        rounds=inputs.fl.rounds, participation=inputs.fl.participation, seed=inputs.seed,
-                        comm_format=inputs.execution.communication, number_format=inputs.execution.number_format)
+    planning_s = time.perf_counter()
+    plan = participation_plan(inputs, method, job.hp, pricer)
     planning_s = time.perf_counter() - planning_s
     result = run_method(method, model_fn=model_fn, train=inputs.train, test=inputs.test, parts=inputs.parts,
                         cfg=inputs.fl, hp=job.hp, execution=inputs.execution, progress=bars,
