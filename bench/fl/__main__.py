@@ -37,7 +37,7 @@ from typing import Sequence
 from bench.lib.fl import pipeline
 from bench.lib.results import FORMAT_VERSION
 from iokit import checks, cli, outputs
-from workloads.cost.fleet import add_round_args
+from workloads.cost.fleet import add_round_args, check_fleet_flags
 from workloads.cost.system import DEFAULT_SYSTEM_PATH
 from workloads.fl.execution import add_execution_args, execution_flags
 
@@ -124,13 +124,6 @@ def resolve(args) -> pipeline.FLRun:
                             data_dir=args.data_dir, hw_path=args.hw, system_path=args.system,
                             device=args.device, execution_flags=execution_flags(args), fleet_path=args.fleet,
                             deadline_s=args.deadline_s, overcommit=args.overcommit)
-
-
-def check_fleet_flags(fleet: str | None, system: str) -> None:
-    """A fleet gives every client's link and device: it and a ``--system`` file are not combined."""
-    if fleet is not None and system != str(DEFAULT_SYSTEM_PATH):
-        raise ValueError(f"--fleet {fleet} and --system {system}: a fleet gives every client's device and link; "
-                         "leave --system out (or --fleet, for the system model's synchronous rounds)")
 
 
 def checkpoint_files(run: pipeline.FLRun) -> tuple[str, ...]:

@@ -2,11 +2,16 @@
 training priced on the modeled accelerator (docs/flower.md).
 
     python -m bench.flower --model convnet --methods fedavg fedavg+spherefed --clients 3 --rounds 2 \\
-        --out DIR [--preset small] [--seed 0] [--hw HW.toml] [--system SYSTEM.toml] [--overwrite]
+        --out DIR [--preset small] [--seed 0] [--hw HW.toml] [--system SYSTEM.toml | --fleet FLEET.toml
+        [--deadline-s S] [--overcommit X]] [--overwrite]
 
 Runs the methods one after the other in one simulation (``workloads.flower.app``) and writes
 ``DIR/rounds.csv`` (``ROUNDS_COLUMNS``, also printed), ``DIR/clients.csv`` (each client's share of
-each round), ``DIR/simulation.log`` (Flower's and Ray's output) and ``DIR/manifest.json``, all or nothing: the simulation writes into a temporary folder
+each round), ``DIR/simulation.log`` (Flower's and Ray's output) and ``DIR/manifest.json``; with
+``--fleet`` (docs/fleets.md) each round trains and aggregates the clients its participation plan
+says arrive, the plan computed before Ray starts as ``bench.fl`` computes it
+(``bench.flower.fleet``), and ``DIR/fleet.json`` records the fleet and each method's
+participation. All or nothing: the simulation writes into a temporary folder
 renamed at the end, and a run in which a client failed (fewer rounds than asked) is exit 1 with
 nothing written (the end of the simulation's log is printed). Without Flower installed: the install line, exit 2. Bad input: one line, exit 2,
 before Ray starts. Ctrl-C / SIGTERM: the simulation (its own process group, Ray included) is
@@ -16,6 +21,7 @@ stopped, one line, exit 130 / 143, nothing written.
 from __future__ import annotations
 
 import csv
+import json
 import multiprocessing
 import os
 import signal
@@ -23,14 +29,18 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from bench.lib.fl.pipeline import method_list
 from bench.flower.simulation import LOG, simulate
+from bench.lib.fl.pipeline import fleet_record, method_list
 from bench.lib.results import FORMAT_VERSION
 from iokit import checks, cli, outputs
+from iokit.files import atomic_write_text
+from workloads.cost.fleet import add_round_args, check_fleet_flags, run_fleet, summary_line
+from workloads.cost.system import DEFAULT_SYSTEM_PATH
 
 INSTALL_HINT = ("the Flower integration needs the 'flower' extra: "
                 "python3 -m pip install -c constraints.txt -e '.[flower]'")
 ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_HW = ROOT / "configs" / "hw" / "paper_default.toml"
 COMMAND = "bench.flower"
 CLIENTS_MAX = 1_000  # each simulated client is a Ray actor's worth of memory on one machine
 STOP_GRACE_S = 5.0  # after SIGTERM to the simulation's process group, SIGKILL
@@ -43,23 +53,30 @@ def parser() -> cli.Parser:
     p.add_argument("--methods", nargs="+", default=["fedavg", "fedavg+spherefed"], metavar="METHOD",
                    help="fedavg / fedprox, optionally +spherefed (default: fedavg fedavg+spherefed)")
     p.add_argument("--clients", type=cli.int_in(1, CLIENTS_MAX), default=3,
-                   help="simulated clients, all sampled every round (default 3)")
+                   help="simulated clients (default 3), all sampled every round; on a fleet, the clients its "
+                        "participation plan says arrive")
     p.add_argument("--rounds", type=cli.int_in(1, checks.ROUNDS_MAX), default=2, help="rounds per method (default 2)")
     p.add_argument("--preset", default="small", help="data, partition and hyper-parameters (configs/presets)")
     p.add_argument("--seed", type=cli.int_in(0, checks.SEED_MAX), default=0,
                    help="model init, partition, shuffling, speed factors (default 0)")
-    p.add_argument("--hw", default=str(ROOT / "configs" / "hw" / "paper_default.toml"),
-                   help="hardware TOML the clients' steps are priced on")
-    p.add_argument("--system", default=str(ROOT / "configs" / "system" / "default.toml"),
+    p.add_argument("--hw", help="hardware TOML the clients' steps are priced on (default "
+                                "configs/hw/paper_default.toml; a fleet gives each client its class's)")
+    p.add_argument("--system", default=str(DEFAULT_SYSTEM_PATH),
                    help="system-model TOML: links, speed factors, per-client hardware")
+    p.add_argument("--fleet", metavar="FILE",
+                   help="fleet TOML (or a name under configs/fleets/): each client's device class, memory, link "
+                        "and availability; each round trains the clients that arrive by its deadline "
+                        "(docs/fleets.md); replaces --system and --hw")
+    add_round_args(p)
     p.add_argument("--out", help="default: results/flower/<model>-seed<seed>")
     p.add_argument("--overwrite", action="store_true", help="replace an existing results folder of this suite")
     return p
 
 
-def run_in_child(run, hw: str, system_path: str, folder: Path) -> None:
+def run_in_child(run, hw: str, system_path: str, folder: Path, fleet=None) -> None:
     """``simulate`` in a spawned child; an interrupt here stops its whole process group."""
-    child = multiprocessing.get_context("spawn").Process(target=simulate, args=(run, hw, system_path, str(folder)))
+    child = multiprocessing.get_context("spawn").Process(target=simulate,
+                                                         args=(run, hw, system_path, str(folder), fleet))
     child.start()
     try:
         child.join()
@@ -117,6 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         import flwr  # noqa: F401
         import ray  # noqa: F401  (Flower's simulation engine)
 
+        from bench.flower.fleet import FLEET_JSON, fleet_doc, fleet_run
         from workloads.flower import app
     except ImportError as err:
         if (err.name or "").split(".")[0] not in ("flwr", "ray"):
@@ -130,27 +148,45 @@ def main(argv: Sequence[str] | None = None) -> int:
         method_list(args.methods)  # each a method, each once, separated by spaces
         methods = tuple(args.methods)
         app.check_methods(methods)
-        load_hardware_config(args.hw)  # fail here, not inside a Ray actor
+        check_fleet_flags(args.fleet, args.system)
+        if args.fleet is not None and args.hw is not None:
+            raise ValueError(f"--fleet {args.fleet} and --hw {args.hw}: a fleet gives every client's accelerator "
+                             "(and Flower's aggregation is not priced); leave --hw out")
+        hw = str(args.hw or DEFAULT_HW)
+        load_hardware_config(hw)  # fail here, not inside a Ray actor
         load_system_model(args.system)
+        fleet = run_fleet(args.fleet, deadline_s=args.deadline_s, overcommit=args.overcommit)
+        if fleet is not None:
+            fleet.check_clients(args.clients, source=f"--fleet {args.fleet}")
         run = app.FlowerRun(args.preset, args.model, methods, args.clients, args.rounds, args.seed)
         run.setting()
         for name in methods:  # the model on the run's data: a paper model or package.module:factory (docs/byom.md)
             app.new_model(run, run.method(name)[0])
-        config = {"model": args.model, "methods": methods, "clients": args.clients, "rounds": args.rounds,
-                  "preset": args.preset, "seed": args.seed, "hw": str(args.hw), "system": str(args.system)}
         outputs.check_out(out, command=COMMAND, overwrite=args.overwrite)
+    planned = None
+    if fleet is not None:
+        with cli.run_failure():  # who arrives in each round, from deterministic prices, before Ray starts
+            planned = fleet_run(run, fleet)
+        for name, plan in planned.plans.items():
+            print(f"{name:28s} {summary_line(plan.summary(fleet))}", file=sys.stderr)
+    config = {"model": args.model, "methods": methods, "clients": args.clients, "rounds": args.rounds,
+              "preset": args.preset, "seed": args.seed, "hw": hw, "system": str(args.system),
+              **({} if planned is None else {"fleet": fleet_record(fleet, planned.classes)})}
     rows: list[list[str]] = []
 
     def build(tmp: Path) -> None:
-        run_in_child(run, args.hw, args.system, tmp)
+        run_in_child(run, hw, args.system, tmp, planned)
         rows.extend(check_rounds(tmp, len(methods) * args.rounds))
+        if planned is not None:
+            atomic_write_text(tmp / FLEET_JSON, json.dumps(fleet_doc(planned), indent=1, allow_nan=False) + "\n")
 
     with outputs.claim(out):
         outputs.write_results_dir(out, build, command=COMMAND, config_sha256=outputs.config_hash(config),
                                   version=FORMAT_VERSION, replace=args.overwrite)
     for row in rows:
         print(",".join(row))
-    print(f"wrote {out / 'rounds.csv'} and {out / 'clients.csv'}")
+    print(f"wrote {out / 'rounds.csv'} and {out / 'clients.csv'}"
+          + ("" if planned is None else f" and {out / FLEET_JSON}"))
     return 0
 
 

@@ -42,7 +42,7 @@ import numpy as np
 from accel_sim.hardware import HardwareConfig, HardwareConfigError, load_hardware_config
 from iokit import checks
 from iokit.toml import read_toml
-from workloads.cost.system import DROP_REASONS, Link, RoundCost, SystemModelError
+from workloads.cost.system import DEFAULT_SYSTEM_PATH, DROP_REASONS, Link, RoundCost, SystemModelError
 
 FLEET_DIR = Path(__file__).resolve().parents[2] / "configs" / "fleets"
 """Fleet files shipped with the suite; ``--fleet NAME`` names one of them."""
@@ -311,8 +311,16 @@ def run_fleet(path: str | Path | None, *, deadline_s: float | None = None,
     return with_round(load_fleet(path), deadline_s=deadline_s, overcommit=overcommit)
 
 
+def check_fleet_flags(fleet: str | None, system: str | Path) -> None:
+    """A fleet gives every client's device and link: it and a ``--system`` file other than the
+    default are not combined (``bench.fl``, ``bench.run``, ``bench.flower``)."""
+    if fleet is not None and str(system) != str(DEFAULT_SYSTEM_PATH):
+        raise FleetError(f"--fleet {fleet} and --system {system}: a fleet gives every client's device and link; "
+                         "leave --system out (or --fleet, for the system model's synchronous rounds)")
+
+
 def add_round_args(parser) -> None:
-    """``--deadline-s`` and ``--overcommit`` (``bench.fl``, ``bench.run``): the fleet's round rule
+    """``--deadline-s`` and ``--overcommit`` (``bench.fl``, ``bench.run``, ``bench.flower``): the fleet's round rule
     without editing its file (``run_fleet`` checks them, and that a fleet is given)."""
     parser.add_argument("--deadline-s", type=float, metavar="S",
                         help="with --fleet: the round's reporting deadline in seconds, instead of the fleet "

@@ -7,8 +7,9 @@ and step (``workloads.fl.local``: SphereFed's frozen orthonormal classifier, Fea
 loss; FedProx's proximal term), the data and its split (the ``small`` preset: scikit-learn digits
 at 16x16, Dirichlet partition), the per-method hyper-parameters and cosine learning rate. The
 server runs Flower's own ``FedAvg`` strategy, one method after the other in one simulation, with
-every client sampled each round and a centralized evaluation on the global test set after each
-round (``evaluate_fn``); the clients run no evaluation.
+every client sampled each round (on a fleet: the participation plan's arrivals, through
+``workloads.flower.fleet.PlannedStrategy``) and a centralized evaluation on the global test set
+after each round (``evaluate_fn``); the clients run no evaluation.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from flwr.serverapp.strategy import FedAvg
 
 from workloads.cost.system import SystemModel
 from workloads.fl.data import load_dataset, subset
+from workloads.flower.fleet import (FleetRun, PlannedStrategy, client_index_reply, client_nodes, planned_client_rows,
+                                    planned_ledger_rows)
 from workloads.flower.ledger import write_clients_csv, write_rounds_csv
 from workloads.flower.meter import metered_step
 from workloads.flower.mod import AccelMod, accel_train_metrics, client_index, flower_client_rows, flower_ledger_rows
@@ -136,8 +139,10 @@ def local_training(run: FlowerRun, name: str, client: int, round: int, arrays: A
 
 
 def client_app(run: FlowerRun, accel: AccelMod | None) -> ClientApp:
-    """The example ``ClientApp``; ``accel`` (None: unpriced) is its accelerator mod."""
+    """The example ``ClientApp``; ``accel`` (None: unpriced) is its accelerator mod. Its query
+    function names the client's index (a fleet run's server asks it: ``fleet.client_nodes``)."""
     app = ClientApp(mods=[accel] if accel is not None else [])
+    app.query()(client_index_reply)
 
     @app.train()
     def train(msg: Message, context: Context) -> Message:
@@ -150,14 +155,16 @@ def client_app(run: FlowerRun, accel: AccelMod | None) -> ClientApp:
     return app
 
 
-def server_app(run: FlowerRun, system: SystemModel, out: Path) -> ServerApp:
+def server_app(run: FlowerRun, system: SystemModel, out: Path, fleet: FleetRun | None = None) -> ServerApp:
     """The example ``ServerApp``: each method in turn on Flower's FedAvg; writes ``out/rounds.csv``
-and ``out/clients.csv``."""
+and ``out/clients.csv``. With a ``fleet``, each round trains exactly its participation plan's
+arrivals (``workloads.flower.fleet``)."""
     app = ServerApp()
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
         _, test, _ = _data(run)
+        nodes = None if fleet is None else client_nodes(grid, run.num_clients)
         rows, client_rows = [], []
         for name in run.methods:
             method, hp = run.method(name)
@@ -171,11 +178,17 @@ and ``out/clients.csv``."""
                               min_available_nodes=run.num_clients,
                               train_metrics_aggr_fn=accel_train_metrics(system, num_clients=run.num_clients,
                                                                         seed=run.seed))
+            if fleet is not None:
+                strategy = PlannedStrategy(strategy, fleet.plans[name].arrivals, nodes)
             result = strategy.start(grid=grid, initial_arrays=ArrayRecord(shared_state(model, method, hp, 1)),
                                     num_rounds=run.rounds, train_config=ConfigRecord({"method": name}),
                                     evaluate_fn=evaluate_fn)
-            rows += flower_ledger_rows(name, result)
-            client_rows += flower_client_rows(name, result)
+            if fleet is None:
+                rows += flower_ledger_rows(name, result)
+                client_rows += flower_client_rows(name, result)
+            else:
+                rows += planned_ledger_rows(name, fleet.plans[name], result)
+                client_rows += planned_client_rows(name, fleet, result)
         write_clients_csv(out / "clients.csv", client_rows)
         write_rounds_csv(out / "rounds.csv", rows)
 

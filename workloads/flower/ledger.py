@@ -29,15 +29,21 @@ CLIENT_KEYS = ("accel_client", "accel_steps", "accel_train_s", "accel_step_s", "
                "accel_peak_memory_bytes", "accel_down_bytes", "accel_up_bytes")
 """Metrics one client adds to its train reply (units in the names)."""
 
-CLIENT_COLUMNS = ("method", "round", "client", "steps", "step_s", "train_s", "compute_s", "client_round_s", "energy_j",
-                  "peak_memory_bytes", "down_bytes", "up_bytes")
-"""Columns of ``clients.csv``: one row per sampled client and round. ``train_s``: modeled local
-training at the accelerator's speed; ``compute_s``: that divided by the client's speed factor;
-``client_round_s``: download + compute + upload over its link; ``energy_j``: at its speed."""
+METERED_COLUMNS = ("client", "steps", "step_s", "train_s", "compute_s", "client_round_s", "energy_j",
+                   "peak_memory_bytes", "down_bytes", "up_bytes")
+"""What the mod metered of one client's round. ``train_s``: modeled local training at the
+accelerator's speed; ``compute_s``: that divided by the client's speed factor; ``client_round_s``:
+download + compute + upload over its link; ``energy_j``: at its speed."""
+
+CLIENT_COLUMNS = ("method", "round", *METERED_COLUMNS, "device_class", "dropped")
+"""Columns of ``clients.csv``: one row per sampled client and round. On a fleet
+(``workloads.flower.fleet``), ``device_class`` is the client's class and ``dropped`` why a sampled
+client was not trained (a ``DROP_REASONS`` entry; its metered columns empty); without one both are
+empty."""
 
 ROUND_KEYS = ("accel_clients", "accel_round_wall_s", "accel_server_s", "accel_round_device_s", "accel_round_energy_j",
               "accel_round_down_bytes", "accel_round_up_bytes", "accel_slowest_client", "accel_round_collect_s",
-              *(f"accel_clients_{c}" for c in CLIENT_COLUMNS[2:]))
+              *(f"accel_clients_{c}" for c in METERED_COLUMNS))
 """Metrics of one round, in the strategy's aggregated train ``MetricRecord``: the round's cost and,
 as lists in reply order, each client's ``clients.csv`` values (``accel_clients_<column>``)."""
 
@@ -102,12 +108,13 @@ def ledger_rows_of(method: str, train_metrics: Mapping[int, Mapping[str, float]]
 
 
 def client_rows_of(method: str, train_metrics: Mapping[int, Mapping[str, object]]) -> list[dict]:
-    """``clients.csv`` rows of one method (``CLIENT_COLUMNS``), by round and client."""
+    """``clients.csv`` rows of one method (``CLIENT_COLUMNS``), by round and client: the clients
+    that trained (no device class, nothing dropped)."""
     rows = []
     for r, m in sorted(train_metrics.items()):
-        lists = {c: list(m[f"accel_clients_{c}"]) for c in CLIENT_COLUMNS[2:]}
-        rows += sorted(({"method": method, "round": r, **{c: lists[c][i] for c in lists}}
-                        for i in range(len(lists["client"]))), key=lambda row: row["client"])
+        lists = {c: list(m[f"accel_clients_{c}"]) for c in METERED_COLUMNS}
+        rows += sorted(({"method": method, "round": r, **{c: lists[c][i] for c in lists}, "device_class": "",
+                         "dropped": ""} for i in range(len(lists["client"]))), key=lambda row: row["client"])
     return rows
 
 

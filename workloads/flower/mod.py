@@ -70,13 +70,17 @@ class AccelMod:
 
     ``hw``: the accelerator's TOML (``configs/hw/*.toml``; None: ``HardwareConfig()``, the
     paper's). ``system``: where a system model assigns clients their own hardware
-    (``client_hw``), client k is priced on ``system.hw_path(k)``.
+    (``client_hw``), client k is priced on ``system.hw_path(k)``. ``devices``: client k's
+    accelerator is ``devices[k]`` (a fleet's, ``workloads.flower.fleet.FleetRun.devices``).
     """
 
     hw: str | Path | None = None
     system: SystemModel | None = None
+    devices: tuple[HardwareConfig, ...] = ()
 
     def hardware(self, client: int) -> HardwareConfig:
+        if self.devices:
+            return self.devices[client]
         path = self.system.hw_path(client) if self.system is not None else None
         path = path or self.hw
         return _hardware(str(path)) if path is not None else HardwareConfig()
@@ -132,14 +136,19 @@ def accel_train_metrics(system: SystemModel, *, num_clients: int, seed: int = 0,
     return aggregate
 
 
-def flower_ledger_rows(method: str, result: Result, *, accuracy_key: str = "accuracy") -> list[dict]:
-    """``rounds.csv`` rows from a strategy's ``Result``. Accuracy per round: the server-side
-    (centralized) evaluation's ``accuracy_key`` where the strategy ran one, else the clients'
-    aggregated evaluation, else empty."""
+def round_accuracy(result: Result, accuracy_key: str = "accuracy") -> dict[int, float]:
+    """Round -> accuracy from a strategy's ``Result``: the server-side (centralized) evaluation's
+    ``accuracy_key`` where the strategy ran one, else the clients' aggregated evaluation."""
     accuracy = {}
     for source in (result.evaluate_metrics_clientapp, result.evaluate_metrics_serverapp):
         accuracy.update({r: float(m[accuracy_key]) for r, m in source.items() if accuracy_key in m})
-    return ledger_rows_of(method, result.train_metrics_clientapp, accuracy)
+    return accuracy
+
+
+def flower_ledger_rows(method: str, result: Result, *, accuracy_key: str = "accuracy") -> list[dict]:
+    """``rounds.csv`` rows from a strategy's ``Result``. Accuracy per round: ``round_accuracy``,
+    empty where neither evaluation ran."""
+    return ledger_rows_of(method, result.train_metrics_clientapp, round_accuracy(result, accuracy_key))
 
 
 def flower_client_rows(method: str, result: Result) -> list[dict]:

@@ -93,6 +93,19 @@ class JobResult:
         return self.result.accuracy
 
 
+def participation_plan(inputs: RunInputs, method: MethodConfig, hp: Hparams,
+                       pricer: RunPricer) -> ParticipationPlan | None:
+    """Who arrives in each round of ``method``'s run on the inputs' fleet (None: no fleet), from
+    deterministic prices, before the run (``workloads.cost.rounds.plan_run``): what ``run_job``
+    trains, and what ``bench.flower``'s strategy follows."""
+    if inputs.fleet is None:
+        return None
+    return plan_run(inputs.fleet, inputs.classes, method, hp, pricer=pricer,
+                    client_sizes=[len(p) for p in inputs.parts], devices=inputs.devices, system=inputs.system,
+                    rounds=inputs.fl.rounds, participation=inputs.fl.participation, seed=inputs.seed,
+                    comm_format=inputs.execution.communication, number_format=inputs.execution.number_format)
+
+
 def run_job(job: Job, inputs: RunInputs, *, pricer: RunPricer | None = None, bars: bool = False,
             announce: bool = False, threads: int | None = None, checkpoint: str | None = None,
             resume: bool = False, plan: ParticipationPlan | None = None) -> JobResult:
@@ -108,7 +121,7 @@ def run_job(job: Job, inputs: RunInputs, *, pricer: RunPricer | None = None, bar
     model_fn = functools.partial(inputs.build, method.spherefed)
     pricer = pricer or RunPricer(inputs.run_spec())
     planning_s = time.perf_counter()
-    plan = plan or participation_plan(job, inputs, pricer)
+    plan = plan or participation_plan(inputs, method, job.hp, pricer)
     planning_s = time.perf_counter() - planning_s
     arrivals = None if plan is None else plan.arrivals
     if announce:  # know before you wait
@@ -129,17 +142,6 @@ def run_job(job: Job, inputs: RunInputs, *, pricer: RunPricer | None = None, bar
                      devices=inputs.devices, plan=plan)
     return JobResult(replace(result, weights={}), rows, trained - start - planning_s,
                      time.perf_counter() - trained + planning_s, plan)
-
-
-def participation_plan(job: Job, inputs: RunInputs, pricer: RunPricer) -> ParticipationPlan | None:
-    """On a fleet, who arrives in each round of ``job``, from deterministic prices, before the run
-    (``plan_run``, docs/fleets.md); None without a fleet."""
-    if inputs.fleet is None:
-        return None
-    return plan_run(inputs.fleet, inputs.classes, job.method, job.hp, pricer=pricer,
-                    client_sizes=[len(p) for p in inputs.parts], devices=inputs.devices, system=inputs.system,
-                    rounds=inputs.fl.rounds, participation=inputs.fl.participation, seed=inputs.seed,
-                    comm_format=inputs.execution.communication, number_format=inputs.execution.number_format)
 
 
 def available_cpus() -> int:

@@ -212,7 +212,7 @@ def train(run: FLRun, data: FLData, *, progress: bool = False, checkpoints: Path
     plans, planning_s = {}, {}
     for name, job in jobs.items():
         start = time.perf_counter()
-        plans[name] = participation_plan(job, inputs, pricer)
+        plans[name] = participation_plan(inputs, job.method, job.hp, pricer)
         planning_s[name] = time.perf_counter() - start
     forecasts = {}
     for method in run.methods:

@@ -18,7 +18,7 @@ from bench.lib.run import compare_hw
 from iokit import checks
 from workloads import model_spec
 from workloads.cost.rounds import client_devices
-from workloads.cost.fleet import Fleet, run_fleet
+from workloads.cost.fleet import Fleet, check_fleet_flags, run_fleet
 from workloads.cost.system import DEFAULT_SYSTEM_PATH, SystemModel, load_system_model
 from workloads.fl.data import Dataset, load_dataset, subset
 from workloads.fl.execution import SETTINGS, Execution, execution_of
@@ -132,9 +132,7 @@ def resolve(cfg: RunConfig) -> Resolved:
     compare_hw.load_hardware_set(cfg.compare_hw)
     system = load_system_model(cfg.system_path)
     client_devices(system, hw, preset.fl.num_clients, seed=cfg.seed)  # loads every per-client hardware file
-    if cfg.fleet_path is not None and cfg.system_path != str(DEFAULT_SYSTEM_PATH):
-        raise ValueError(f"--fleet {cfg.fleet_path} and --system {cfg.system_path}: a fleet gives every client's "
-                         "device and link; leave --system out (or --fleet, for the system model's rounds)")
+    check_fleet_flags(cfg.fleet_path, cfg.system_path)
     fleet = run_fleet(cfg.fleet_path, deadline_s=cfg.deadline_s, overcommit=cfg.overcommit)
     if fleet is not None:
         fleet.check_clients(preset.fl.num_clients)
