@@ -408,3 +408,24 @@ def test_every_run_reports_its_local_test_accuracy_before_and_after_calibration(
     # a calibrated run scores its model before the calibration too: the same training, the same number
     assert results["fedavg+ccvr"].local_accuracy_before_calibration == results["fedavg"].local_accuracy
     assert results["fedavg"].local_accuracy_before_calibration is None
+
+
+def test_the_local_test_mode_is_compared_with_the_base_paired():
+    # FedAvg's local test accuracy 98, 97, 96 on seeds 0-2, the double head's 90, 92, 91: differences
+    # -8, -5, -5, mean -6, std sqrt((4 + 1 + 1) / 2) = sqrt(3), half width t_{0.975,2} sqrt(3) / sqrt(3)
+    # = 4.303: [-10.30, -1.70], excludes 0. A method whose runs lack the record gets no comparison.
+    import pandas as pd
+
+    from bench.lib.study.spec import load_study
+    from bench.study.report import cells
+
+    study = load_study("configs/studies/digits-systems.toml")
+    local = {"fedavg": [98.0, 97.0, 96.0], "doublehead": [90.0, 92.0, 91.0], "fedprox": [None] * 3}
+    runs = pd.DataFrame([{"model": "convnet", "setting": "iid", "method": m, "seed": s, "final_accuracy_pct": 97.0,
+                          "best_accuracy_pct": 98.0, "final_local_accuracy_pct": v, "converged": True, "bytes": 1.0,
+                          "verdict": "converged"} for m, values in local.items() for s, v in enumerate(values)])
+    by = {c["method"]: c for c in cells(study, runs, pd.DataFrame()) if c["setting"] == "iid" and c.get("n")}
+    d = by["doublehead"]["local_difference_vs_base_pct"]
+    assert d["mean"] == pytest.approx(-6.0) and d["std"] == pytest.approx(3 ** 0.5)
+    assert (d["ci_low"], d["ci_high"]) == pytest.approx((-6 - 4.302653, -6 + 4.302653), abs=1e-5)
+    assert "local_difference_vs_base_pct" not in by["fedprox"] and "local_difference_vs_base_pct" not in by["fedavg"]

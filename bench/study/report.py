@@ -251,6 +251,12 @@ def cells(study: Study, runs_df: pd.DataFrame, tta_df: pd.DataFrame) -> list[dic
                         "bytes": float(mine["bytes"].mean()),
                         "bytes_vs_base": float(mine["bytes"].mean()) / base_bytes if base_bytes else None,
                         "verdicts": {str(k): int(v) for k, v in mine["verdict"].value_counts().items()}}
+                local = dict(zip(mine["seed"], mine["final_local_accuracy_pct"]))
+                base_local = dict(zip(base["seed"], base["final_local_accuracy_pct"])) if len(base) else {}
+                shared = [s for s in local if s in base_local and pd.notna(local[s]) and pd.notna(base_local[s])]
+                if method != study.base and len(shared) >= 2:  # the local test mode, paired as the global one
+                    cell["local_difference_vs_base_pct"] = _estimate(paired_difference(
+                        {s: local[s] for s in shared}, {s: base_local[s] for s in shared}))
                 if method != study.base and base_final and set(final) & set(base_final):
                     d = paired_difference(final, base_final)
                     cell["paired_difference_vs_base_pct"] = _estimate(d)
@@ -387,9 +393,12 @@ def table_markdown(study: Study, summary: Mapping[str, Any]) -> str:
                   "Industry-friendly\", Sec. 4.1), averaged over the clients: the global model for a method "
                   "without local parts; the double head's, the global weights with the client's own local head "
                   "and unshared layers predicting by both heads, over the clients that trained (docs/study.md); "
-                  "— where the runs predate its record.", ""]
+                  "— where the runs predate its record. In parentheses: the paired difference against "
+                  f"{study.base}'s local test accuracy on the same seeds [95 % t interval; bold: excludes 0].", ""]
         lines += _grid(study, cells_,
-                       lambda c: _mean_std(c["local_accuracy_pct"]) if "local_accuracy_pct" in c else "—")
+                       lambda c: (_mean_std(c["local_accuracy_pct"]) if "local_accuracy_pct" in c else "—")
+                       + (f" ({_interval(c['local_difference_vs_base_pct'], signed=True)} vs {study.base})"
+                          if "local_difference_vs_base_pct" in c else ""))
     if any("participation" in c for c in cells_):
         lines += ["", "## Participation on a fleet: clients aggregated / sampled per round; drops per run by reason", "",
                   "Mean over the training rounds and the seeds; drops summed over a run's rounds, mean over seeds "
