@@ -118,7 +118,7 @@ def run_job(job: Job, inputs: RunInputs, *, pricer: RunPricer | None = None, bar
     plan, planning_s = None, time.perf_counter()
     if inputs.fleet is not None:  # who arrives in each round, from deterministic prices, before the run
         plan = plan_run(inputs.fleet, inputs.classes, method, job.hp, pricer=pricer,
-                        client_sizes=[len(p) for p in inputs.parts], devices=inputs.devices, system=inputs.system,
+                        client_labels=labels, devices=inputs.devices, system=inputs.system,
                         rounds=inputs.fl.rounds, participation=inputs.fl.participation, seed=inputs.seed,
                         comm_format=inputs.execution.communication, number_format=inputs.execution.number_format)
     planning_s = time.perf_counter() - planning_s
