@@ -10,7 +10,8 @@ from workloads.cost import calibration as cal
 from workloads.fl.hparams import Hparams
 from workloads.fl.methods.ccvr import retrain_classifier
 from workloads.fl.methods.ffc import ffc_client_statistics
-from workloads.cost.step import simulate_complete
+from workloads.cost.step import method_setup, simulate_complete
+from workloads.fl.methods import calibration_named
 from workloads.models import build_model
 from workloads.capture import capture
 
@@ -40,6 +41,31 @@ def test_client_statistics_extrapolation_is_exact():
     price = cal.extrapolate(*(cal.Cost(r.total_cycles, r.energy_j) for r in (one, two)), 5)
     assert price.total_cycles == five.total_cycles
     assert price.energy_j == pytest.approx(five.energy_j, rel=1e-9)
+
+
+def test_largest_batch_by_hand():
+    # counts [3, 20, 0], B = 16: FFC batches run over all 23 samples (16 + 7), CCVR's single-class
+    # batches over class 1's 20 (16 + 4) and class 0's 3; counts [3, 5]: 8 samples, at most 5 of a class
+    assert (cal.largest_batch("ffc", [3, 20, 0], 16), cal.largest_batch("ccvr", [3, 20, 0], 16)) == (16, 16)
+    assert (cal.largest_batch("ffc", [3, 5], 16), cal.largest_batch("ccvr", [3, 5], 16)) == (8, 5)
+
+
+@pytest.mark.parametrize("counts, batches", [([16, 16, 16], 3), ([5, 2], 1)])
+def test_client_peak_memory_is_the_full_loops_peak(counts, batches):
+    # FFC over 48 samples in 3 batches of 16 holds at most what its capture over two batches holds
+    # (from the second batch on the accumulators V, U live beside the batch's features); over 7
+    # samples, one batch of 7. Checked against a capture of the whole loop, batch by batch.
+    hp = Hparams(batch_size=16).with_knobs(calibration_named("ffc").knobs)
+    model, _ = method_setup("spherefed", "convnet", num_classes=10, image_size=16)
+    model = model.to("meta").eval()
+    size = min(16, sum(counts))
+    x = torch.empty(size, 3, 16, 16, device="meta")
+    y = torch.zeros(size, dtype=torch.long, device="meta")
+    stats = lambda b: ffc_client_statistics(model, b, num_classes=10, hp=hp)  # noqa: E731
+    full = _report(stats, [(x, y)] * batches, model=model)
+    peak = cal.client_peak_memory_bytes("ffc", "convnet", class_counts=counts, num_classes=10, image_size=16,
+                                        hp=hp, hw=HW)
+    assert peak == full.peak_memory_bytes
 
 
 def test_retrain_extrapolation():

@@ -268,21 +268,24 @@ def test_hand_worked_fleet_run(digits, pricer):
 
 
 @pytest.mark.slow
-def test_an_unconstrained_fleet_is_todays_synchronous_round(digits, pricer):
+@pytest.mark.parametrize("name", ["spherefed+ffc", "fedavg+ccvr"])
+def test_an_unconstrained_fleet_is_todays_synchronous_round(digits, pricer, name):
     # One class: the paper's accelerator, the default system's links, unlimited memory, always
-    # online, no deadline, no over-commitment: every figure of the run equals the run without a fleet.
+    # online, no deadline, no over-commitment: every figure of the run equals the run without a fleet,
+    # the calibration round's (every client's statistics arrive) and the calibrated accuracy too.
     system = load_system_model(DEFAULT_SYSTEM_PATH)
     link = system.link(0)
     fleet = fleet_of({"paper": {"hw": "paper_default", "memory_bytes": math.inf, "share": 1.0,
                                 "downlink_bytes_per_s": link.downlink_bytes_per_s,
                                 "uplink_bytes_per_s": link.uplink_bytes_per_s, "latency_s": link.latency_s}})
-    job = Job("spherefed+ffc", HP)
+    job = Job(name, HP)
     today = run_job(job, run_inputs(digits), pricer=pricer)
     fleet_run = run_job(job, run_inputs(digits, fleet=fleet), pricer=RunPricer(run_inputs(digits).run_spec()))
     assert fleet_run.result.accuracy == today.result.accuracy  # bitwise
     assert fleet_run.result.history == today.result.history
     assert fleet_run.result.transfers == today.result.transfers
     assert fleet_run.rows == today.rows  # every column, exactly
+    assert fleet_run.rows[-1]["stage"] == "calibration" and fleet_run.rows[-1]["clients"] == 3
 
 
 @pytest.mark.slow
@@ -300,15 +303,17 @@ def test_the_loop_aggregates_exactly_the_arrivals(digits, pricer):
 
 @pytest.mark.slow
 def test_same_seed_same_arrivals_and_accuracy(digits, pricer):
+    # FedAvg's training rounds and CCVR's calibration round after them (round 3: client 1 offline)
     fleet = fleet_of({"a": {**FAST, "share": 0.5, "availability": {"probability": 0.5}},
                       "b": {**SLOW, "share": 0.5, "uplink_bytes_per_s": 1e9, "downlink_bytes_per_s": 1e9}},
                      deadline_s=5.0)
-    runs = [run_job(Job("fedavg", HP), run_inputs(digits, fleet=fleet), pricer=p)
+    runs = [run_job(Job("fedavg+ccvr", HP), run_inputs(digits, fleet=fleet), pricer=p)
             for p in (pricer, RunPricer(run_inputs(digits).run_spec()))]  # the second prices afresh
     assert runs[0].plan == runs[1].plan
     assert runs[0].result.accuracy == runs[1].result.accuracy
     assert runs[0].rows == runs[1].rows
     assert sum(r["dropped_unavailable"] for r in runs[0].rows) > 0  # the plan is not trivial
+    assert runs[0].plan.calibration.dropped == {1: "unavailable"}  # ... nor is its calibration round
 
 
 def test_a_round_nobody_arrives_in_keeps_the_model(digits, pricer):

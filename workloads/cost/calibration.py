@@ -8,7 +8,8 @@ the on-server latency". We price, with the FL code's own functions (``workloads/
   ``ccvr_client_statistics`` over single-class batches (per-class counts, means, covariances) with
   the FedAvg model. Fig. 5 (d) prices the average client (|D| / K samples, classes balanced, so
   |D| / (K.C) samples per class: ``calibration_cost``); a federated run's ledger prices each client
-  from its own class counts (``client_cost``).
+  from its own class counts (``client_cost``), and a fleet checks its device holds the peak memory
+  of that work (``client_peak_memory_bytes``).
 * server: the work the calibration declares (``Calibration.server_work``), on inputs of the shapes
   of its declared ``statistics``. FFC ``FFC.server_calibrate`` (sum V and U over K clients, solve
   Eq. 10). CCVR the steps of ``CCVR.server_calibrate``: ``pool_class_statistics``,
@@ -20,10 +21,10 @@ Which model a calibration's client side is priced on is the calibration's ``trai
 5 (d): CCVR on FedAvg's, FFC on SphereFed's). This module names no calibration.
 
 Every step of a loop over batches runs the same ops on the same shapes, so instead of capturing
-thousands of identical steps we capture one and two of them (on the ``meta`` device) and
-extrapolate: cost(n) = cost(1) + (n - 1) (cost(2) - cost(1)), cycles and energy alike (energy is
-linear in the counts the cycles come from, ``accel_sim.energy``); for the
-re-training, whose first SGD step creates the momentum buffers, from two and three steps.
+thousands of identical steps we capture one and two of them (on the ``meta`` device, once, priced
+once per accelerator) and extrapolate: cost(n) = cost(1) + (n - 1) (cost(2) - cost(1)), cycles
+and energy alike (energy is linear in the counts the cycles come from, ``accel_sim.energy``); for
+the re-training, whose first SGD step creates the momentum buffers, from two and three steps.
 ``tests/test_calibration.py`` checks this against full captures on small shapes. A last partial
 batch is priced as a full one (n = ceil(samples / B)), a slight over-estimate, and the
 re-training's E epochs are priced as one epoch of E times the steps (one shuffle of E x the rows
@@ -40,6 +41,7 @@ from typing import Sequence
 import torch
 
 from accel_sim.hardware import HardwareConfig
+from accel_sim.trace_schema import Trace
 from workloads.capture import capture
 from workloads.cost.step import method_setup, simulate_complete
 from workloads.fl.hparams import Hparams
@@ -113,16 +115,28 @@ def extrapolate(at_a, at_a_plus_1, n: int, a: int = 1):
     return at_a + (at_a_plus_1 - at_a) * (n - a)
 
 
-def _cost(fn, *args, hw: HardwareConfig, model=None, **kwargs) -> Cost:
-    captured = capture(fn, *args, model=model, default_phase="calibration", **kwargs)
-    report = simulate_complete(captured.trace, hw, f"calibration step {getattr(fn, '__qualname__', fn)}")
-    return Cost(report.total_cycles, report.energy_j)
+@dataclass(frozen=True)
+class Priced:
+    """Captured work priced on one accelerator: its cost and the most memory it holds at once
+    (``accel_sim.lifetimes``: weights, buffers, inputs and live intermediates at the word size)."""
+
+    cost: Cost
+    peak_memory_bytes: int
+
+
+def _trace(fn, *args, model=None, **kwargs) -> Trace:
+    return capture(fn, *args, model=model, default_phase="calibration", **kwargs).trace
+
+
+def _priced(trace: Trace, hw: HardwareConfig, what: str) -> Priced:
+    report = simulate_complete(trace, hw, f"calibration step {what}")
+    return Priced(Cost(report.total_cycles, report.energy_j), report.peak_memory_bytes)
 
 
 @functools.lru_cache(maxsize=64)
-def _client_batch_costs(calibration: str, model_name: str | ModelSpec, batch: int, num_classes: int, image_size: int,
-                        hp: Hparams, hw: HardwareConfig) -> tuple[Cost, Cost]:
-    """Cost of the client statistics over one and over two batches of ``batch`` samples."""
+def _client_batch_traces(calibration: str, model_name: str | ModelSpec, batch: int, num_classes: int,
+                         image_size: int, hp: Hparams) -> tuple[Trace, Trace]:
+    """The client statistics over one and over two batches of ``batch`` samples, captured on ``meta``."""
     calib = calibration_named(calibration)
     model, _ = method_setup(calib.trained_with, model_name, num_classes=num_classes, image_size=image_size, norm="bn")
     model = model.to("meta").eval()
@@ -132,7 +146,16 @@ def _client_batch_costs(calibration: str, model_name: str | ModelSpec, batch: in
 
     x = example_batch(as_spec(model_name, image_size), batch)
     y = torch.zeros(batch, dtype=torch.long, device="meta")
-    return _cost(stats_fn, [(x, y)], hw=hw, model=model), _cost(stats_fn, [(x, y), (x, y)], hw=hw, model=model)
+    return _trace(stats_fn, [(x, y)], model=model), _trace(stats_fn, [(x, y), (x, y)], model=model)
+
+
+@functools.lru_cache(maxsize=256)
+def _client_batches_priced(calibration: str, model_name: str | ModelSpec, batch: int, num_classes: int,
+                           image_size: int, hp: Hparams, hw: HardwareConfig) -> tuple[Priced, Priced]:
+    """``_client_batch_traces`` priced on ``hw`` (captured once, priced once per accelerator)."""
+    one, two = _client_batch_traces(calibration, model_name, batch, num_classes, image_size, hp)
+    what = f"{calibration} client statistics"
+    return _priced(one, hw, what), _priced(two, hw, what)
 
 
 def client_batches(calibration: str, class_counts: Sequence[int], batch_size: int) -> int:
@@ -144,6 +167,14 @@ def client_batches(calibration: str, class_counts: Sequence[int], batch_size: in
     return math.ceil(sum(class_counts) / batch_size)
 
 
+def largest_batch(calibration: str, class_counts: Sequence[int], batch_size: int) -> int:
+    """The largest batch a client's statistics run over: ``min(B, n_k)``, or ``min(B, max_c n_kc)``
+    for a calibration in single-class batches (CCVR)."""
+    if calibration_named(calibration).single_class_batches:
+        return min(batch_size, max(class_counts, default=0))
+    return min(batch_size, sum(class_counts))
+
+
 def client_cost(calibration: str, model_name: str | ModelSpec, *, class_counts: Sequence[int], num_classes: int,
                 image_size: int, hp: Hparams, hw: HardwareConfig) -> Cost:
     """One client's statistics over its own samples (``class_counts[c]`` of class c), batches of B
@@ -152,8 +183,24 @@ def client_cost(calibration: str, model_name: str | ModelSpec, *, class_counts: 
     if n_batches == 0:
         return ZERO
     hp = hp.with_knobs(calibration_named(calibration).knobs)
-    one, two = _client_batch_costs(calibration, model_name, hp.batch_size, num_classes, image_size, hp, hw)
-    return extrapolate(one, two, n_batches)
+    one, two = _client_batches_priced(calibration, model_name, hp.batch_size, num_classes, image_size, hp, hw)
+    return extrapolate(one.cost, two.cost, n_batches)
+
+
+def client_peak_memory_bytes(calibration: str, model_name: str | ModelSpec, *, class_counts: Sequence[int],
+                             num_classes: int, image_size: int, hp: Hparams, hw: HardwareConfig) -> int:
+    """The most memory one client's statistics hold at once (the extractor's weights and buffers, a
+    batch and its features, the statistics' accumulators), as a training step's peak is priced: the
+    peak of the captured work at the client's largest batch (``largest_batch``), over two batches
+    (the loop's steady state: the accumulators live while the next batch's features are formed) or
+    over its one batch."""
+    n_batches = client_batches(calibration, class_counts, hp.batch_size)
+    if n_batches == 0:
+        return 0
+    hp = hp.with_knobs(calibration_named(calibration).knobs)
+    one, two = _client_batches_priced(calibration, model_name, largest_batch(calibration, class_counts, hp.batch_size),
+                                      num_classes, image_size, hp, hw)
+    return (one if n_batches == 1 else two).peak_memory_bytes
 
 
 def average_client_cost(calibration: str, model_name: str | ModelSpec, *, samples: int, num_classes: int, image_size: int,
@@ -166,8 +213,8 @@ def average_client_cost(calibration: str, model_name: str | ModelSpec, *, sample
         n_batches = num_classes * math.ceil(per_class / batch)
     else:
         batch, n_batches = hp.batch_size, math.ceil(samples / hp.batch_size)
-    one, two = _client_batch_costs(calibration, model_name, batch, num_classes, image_size, hp, hw)
-    return extrapolate(one, two, n_batches)
+    one, two = _client_batches_priced(calibration, model_name, batch, num_classes, image_size, hp, hw)
+    return extrapolate(one.cost, two.cost, n_batches)
 
 
 def server_cost(calibration: str, *, feature_dim: int, num_classes: int, num_clients: int, hp: Hparams,
@@ -189,7 +236,7 @@ def server_cost(calibration: str, *, feature_dim: int, num_classes: int, num_cli
 
 def _captured(work: ServerWork, steps: int, hw: HardwareConfig) -> Cost:
     fn, args, kwargs = work.call(steps)
-    return _cost(fn, *args, hw=hw, **kwargs)
+    return _priced(_trace(fn, *args, **kwargs), hw, getattr(fn, "__qualname__", str(fn))).cost
 
 
 def calibration_cost(calibration: str, model_name: str | ModelSpec, *, train_samples: int, num_clients: int,

@@ -20,6 +20,12 @@ model's time). The round closes at the ``m``-th arrival if it comes by the deadl
 arrival. Only the arrivals are aggregated: ``RoundPlan.arrived`` is what the federated loop trains
 (``workloads.fl.loop.run_method(arrivals=...)``).
 
+A calibrated method's calibration round R + 1 (CCVR, FFC) follows the same rule
+(``workloads.cost.rounds.calibration_plan``): every client is asked and wanted (both papers gather
+every client's statistics: no over-commitment, no surplus); offline at R + 1, unable to hold its
+statistics' peak memory, or finishing (extractor down, statistics, statistics up) past the deadline,
+it is dropped, and the loop calibrates with the arrivals' statistics only (none: uncalibrated).
+
 What a dropped client costs: ``unavailable`` and ``memory``: nothing (it never took the task).
 ``surplus`` and ``deadline``: its download (the server sent it) and its device's work until the
 round closed (compute time cut at the close, energy in proportion: an assumption, the device's
@@ -473,32 +479,59 @@ def plan_round(round: int, offers: Sequence[ClientOffer], *, target: int, deadli
 
 @dataclass(frozen=True)
 class ParticipationPlan:
-    """One method's run on a fleet, planned before it trains: every round's ``RoundPlan``, and per
-    device class the method's peak training memory at the run's batch size on that class's
-    accelerator (which classes can run the method at all)."""
+    """One method's run on a fleet, planned before it trains: every training round's ``RoundPlan``,
+    a calibrated method's calibration round R + 1 (``calibration``: every client asked, the same
+    rule), and per device class the method's peak training memory at the run's batch size on that
+    class's accelerator (which classes can run the method at all)."""
 
     rounds: tuple[RoundPlan, ...]
     class_peak_memory_bytes: tuple[int, ...]
+    calibration: RoundPlan | None = None
 
     @property
     def arrivals(self) -> tuple[tuple[int, ...], ...]:
-        """What the federated loop trains: per round, the clients that arrive."""
-        return tuple(r.arrived for r in self.rounds)
+        """What the federated loop trains: per round, the clients that arrive; a calibrated method's
+        last entry the clients whose statistics arrive (``run_method(arrivals=...)``)."""
+        planned = self.rounds if self.calibration is None else (*self.rounds, self.calibration)
+        return tuple(r.arrived for r in planned)
+
+    def closed_form_counts(self) -> dict:
+        """The clients that exchanged with the server, as ``workloads.fl.comm.closed_form_bytes``
+        takes them: the arrivals per training round, and the calibration's (None: no calibration)."""
+        return {"clients_per_round": [len(r.arrived) for r in self.rounds],
+                "calibration_clients": None if self.calibration is None else len(self.calibration.arrived)}
 
     def summary(self, fleet: Fleet) -> dict:
-        """Totals over the run, as ``results.json`` records them."""
+        """Totals over the run's training rounds, as ``results.json`` records them; the calibration
+        round apart (``calibration``: its clients asked, arrived and dropped by reason), so that a
+        calibrated method's training figures read as its base method's."""
         dropped = {reason: sum(r.dropped_counts()[reason] for r in self.rounds) for reason in DROP_REASONS}
+        calibration = self.calibration
         return {"sampled": sum(len(r.sampled) for r in self.rounds),
                 "arrived": sum(len(r.arrived) for r in self.rounds), "dropped": dropped,
                 "arrived_per_round": [len(r.arrived) for r in self.rounds],
                 "classes": {c.name: {"peak_memory_bytes": peak, "memory_bytes": "inf" if math.isinf(c.memory_bytes)
                                      else c.memory_bytes, "fits": peak <= c.memory_bytes}
-                            for c, peak in zip(fleet.classes, self.class_peak_memory_bytes)}}
+                            for c, peak in zip(fleet.classes, self.class_peak_memory_bytes)},
+                **({} if calibration is None else
+                   {"calibration": {"sampled": len(calibration.sampled), "arrived": len(calibration.arrived),
+                                    "dropped": calibration.dropped_counts()}})}
+
+
+def _dropped_text(dropped: Mapping[str, int]) -> str:
+    return ", ".join(f"{n} {reason}" for reason, n in dropped.items() if n) or "none dropped"
 
 
 def summary_line(summary: Mapping[str, Any]) -> str:
-    """One line of a participation plan's totals (``ParticipationPlan.summary``)."""
-    dropped = ", ".join(f"{n} {reason}" for reason, n in summary["dropped"].items() if n) or "none dropped"
+    """One line of a participation plan's totals (``ParticipationPlan.summary``); a calibration
+    round no statistics arrived in says that the model is left uncalibrated."""
     cannot = [name for name, c in summary["classes"].items() if not c["fits"]]
-    return (f"fleet: {summary['arrived']} of {summary['sampled']} sampled updates arrived ({dropped})"
+    line = (f"fleet: {summary['arrived']} of {summary['sampled']} sampled updates arrived "
+            f"({_dropped_text(summary['dropped'])})"
             + (f"; memory too small to train in class(es) {', '.join(cannot)}" if cannot else ""))
+    calibration = summary.get("calibration")
+    if calibration is None:
+        return line
+    return (line + f"; calibration: {calibration['arrived']} of {calibration['sampled']} clients' statistics "
+            f"arrived ({_dropped_text(calibration['dropped'])})"
+            + (", so the model is left uncalibrated" if not calibration["arrived"] else ""))

@@ -8,7 +8,8 @@ price of each distinct piece of work on the modeled accelerator:
   ``ceil(n_k / B)`` steps per epoch, the last partial batch at its real size, a trailing batch of
   one skipped as the loop skips it), each step priced from a capture of the loop's own step
   (``workloads.cost.step.local_step_trace``) at that batch size, on the client's device;
-* its calibration (CCVR / FFC, after the last round) from ``workloads.cost.calibration``;
+* its calibration (CCVR / FFC, after the last round) from ``workloads.cost.calibration`` (on a
+  fleet, the calibration round is planned as a training round is: ``calibration_plan``);
 * the server's aggregation from a capture of the method's own ``aggregate`` over the round's
   updates, and the calibration's server side, on the run's accelerator (``--hw``);
 * bytes from the loop's ledger (``RunResult.transfers``).
@@ -20,6 +21,7 @@ factors, the synchronous max) is ``workloads.cost.system``.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -30,9 +32,9 @@ from torch import nn
 
 from accel_sim.hardware import HardwareConfig, load_hardware_config
 from accel_sim.mac_energy import hardware_in_format
-from workloads.cost.fleet import ClientOffer, Fleet, ParticipationPlan, online, plan_round, sampled_count
+from workloads.cost.fleet import ClientOffer, Fleet, ParticipationPlan, RoundPlan, online, plan_round, sampled_count
 from workloads.cost.system import ClientRound, RoundCost, SystemModel, ledger_rows, on_device, round_cost
-from workloads.fl.comm import client_round_bytes, closed_form_sizes
+from workloads.fl.comm import calibration_client_bytes, client_round_bytes, closed_form_sizes
 from workloads.cost import calibration as calibration_cost
 from workloads.fl.hparams import Hparams
 from workloads.fl.local import prepare_model
@@ -150,6 +152,31 @@ class RunPricer:
         energy_j = hp.local_epochs * sum(count * prices[b].energy_j for b, count in sizes.items())
         return device.runs(modeled_s, energy_j)
 
+    def calibration(self, method: MethodConfig, hp: Hparams, class_counts: Sequence[int],
+                    device: Device) -> tuple[float, float]:
+        """(compute seconds, energy in joules) of one client's calibration statistics over its own
+        samples (``class_counts[c]`` of class c) on its device (``calibration_cost.client_cost``)."""
+        cost = calibration_cost.client_cost(method.calibration, self.spec.model_name, class_counts=class_counts,
+                                            num_classes=self.spec.num_classes, image_size=self.spec.input_shape[-1],
+                                            hp=hp, hw=device.hw)
+        return device.runs(cost.total_cycles / device.hw.clock_hz, cost.energy_j)
+
+    def calibration_peak_memory_bytes(self, method: MethodConfig, hp: Hparams, class_counts: Sequence[int],
+                                      hw: HardwareConfig) -> int:
+        """The most memory one client's calibration statistics hold at once on ``hw`` (its word
+        size): ``calibration_cost.client_peak_memory_bytes``, at its largest batch."""
+        return calibration_cost.client_peak_memory_bytes(
+            method.calibration, self.spec.model_name, class_counts=class_counts, num_classes=self.spec.num_classes,
+            image_size=self.spec.input_shape[-1], hp=hp, hw=hw)
+
+    def calibration_server_s(self, method: MethodConfig, hp: Hparams, num_clients: int, hw: HardwareConfig) -> float:
+        """Server seconds of the calibration over ``num_clients`` clients' statistics on ``hw``
+        (``calibration_cost.server_cost``)."""
+        server = calibration_cost.server_cost(method.calibration,
+                                              feature_dim=self.spec.model_fn(method.spherefed).feature_dim,
+                                              num_classes=self.spec.num_classes, num_clients=num_clients, hp=hp, hw=hw)
+        return server.total_cycles / hw.clock_hz
+
     def aggregation_s(self, method: MethodConfig, hp: Hparams, round: int, num_updates: int,
                       hw: HardwareConfig) -> float:
         """Server seconds of the method's ``aggregate`` over ``num_updates`` updates of the keys it
@@ -192,8 +219,13 @@ def fleet_system(fleet: Fleet, classes: Sequence[int]) -> SystemModel:
                        latency_s=tuple(l.latency_s for l in links))
 
 
+def class_counts_of(labels: np.ndarray, num_classes: int) -> list[int]:
+    """A client's samples per class, from its training labels."""
+    return np.bincount(np.asarray(labels), minlength=num_classes).tolist()
+
+
 def plan_run(fleet: Fleet, classes: Sequence[int], method: MethodConfig, hp: Hparams, *, pricer: RunPricer,
-             client_sizes: Sequence[int], devices: Sequence[Device], system: SystemModel, rounds: int,
+             client_labels: Sequence[np.ndarray], devices: Sequence[Device], system: SystemModel, rounds: int,
              participation: float, seed: int, comm_format: NumberFormat | None = None,
              number_format: str = "fp32") -> ParticipationPlan:
     """The participation plan of one method's run on ``fleet`` (``workloads.cost.fleet``), from
@@ -201,37 +233,89 @@ def plan_run(fleet: Fleet, classes: Sequence[int], method: MethodConfig, hp: Hpa
     each one's download, local training on its own device (this method's captured step at its
     batch sizes, ``RunPricer``), upload and peak memory, and so who arrives.
 
-    ``classes[k]``: client k's class (``assign_classes``); ``devices``, ``system``: from
-    ``fleet_devices`` and ``fleet_system``; ``comm_format``: the run's communication format (the
-    bytes each transfer carries, ``workloads.fl.comm.client_round_bytes``); ``number_format``: the
-    run's, the devices' (for each class's peak memory at the full batch)."""
+    A calibrated method (CCVR, FFC) has a calibration round R + 1 under the same rule
+    (``calibration_plan``). ``classes[k]``: client k's class (``assign_classes``);
+    ``client_labels[k]``: its training labels; ``devices``, ``system``: from ``fleet_devices`` and
+    ``fleet_system``; ``comm_format``: the run's communication format (the bytes each transfer
+    carries, ``workloads.fl.comm.client_round_bytes``); ``number_format``: the run's, the devices'
+    (for each class's peak memory at the full batch)."""
+    client_sizes = [len(y) for y in client_labels]
     num_clients = len(client_sizes)
     target = clients_per_round(num_clients, participation)
     count = sampled_count(target, fleet.overcommit, num_clients)
     sizes = closed_form_sizes(pricer.prepared(method), method, comm_format)
     work: dict[tuple, tuple[float, float, bool]] = {}
+
+    def training(k: int, later: bool) -> tuple[float, float, bool]:
+        device, memory = devices[k], fleet.classes[classes[k]].memory_bytes
+        key = (client_sizes[k], later, device, memory)
+        if key not in work:
+            compute_s, energy_j = pricer.local_training(method, hp, client_sizes[k], later, device)
+            fits = pricer.peak_memory_bytes(method, hp, client_sizes[k], later, device.hw) <= memory
+            work[key] = (compute_s, energy_j, fits)
+        return work[key]
+
     plans = []
     for t in range(1, rounds + 1):
-        later = method.algo.needs_direction and t > 1
         down, up = client_round_bytes(method, hp, t, layer_bytes=sizes["layer_bytes"],
                                       trainable_bytes=sizes["trainable_bytes"])
-        is_online = online(fleet, classes, t, seed=seed)
-        offers = []
-        for k in draw_clients(num_clients, count, seed=seed, round=t):
-            device, memory = devices[k], fleet.classes[classes[k]].memory_bytes
-            key = (client_sizes[k], later, device, memory)
-            if key not in work:
-                compute_s, energy_j = pricer.local_training(method, hp, client_sizes[k], later, device)
-                fits = pricer.peak_memory_bytes(method, hp, client_sizes[k], later, device.hw) <= memory
-                work[key] = (compute_s, energy_j, fits)
-            compute_s, energy_j, fits = work[key]
-            link = system.link(k)
-            offers.append(ClientOffer(k, bool(is_online[k]), fits, link.download_s(down), compute_s,
-                                      link.upload_s(up), energy_j, down, up))
-        plans.append(plan_round(t, offers, target=target, deadline_s=fleet.deadline_s))
+        later = method.algo.needs_direction and t > 1
+        plans.append(_planned_round(fleet, classes, t, draw_clients(num_clients, count, seed=seed, round=t),
+                                    functools.partial(training, later=later), down=down, up=up, target=target,
+                                    system=system, seed=seed))
     peaks = tuple(pricer.step(method, hp, hp.batch_size, False, hardware_in_format(c.hw, number_format)).peak_memory_bytes
                   for c in fleet.classes)
-    return ParticipationPlan(tuple(plans), peaks)
+    calibration = None
+    if method.calib is not None:
+        calibration = calibration_plan(fleet, classes, method, hp, pricer=pricer, client_labels=client_labels,
+                                       devices=devices, system=system, round=rounds + 1, seed=seed, sizes=sizes)
+    return ParticipationPlan(tuple(plans), peaks, calibration)
+
+
+def calibration_plan(fleet: Fleet, classes: Sequence[int], method: MethodConfig, hp: Hparams, *, pricer: RunPricer,
+                     client_labels: Sequence[np.ndarray], devices: Sequence[Device], system: SystemModel, round: int,
+                     seed: int, sizes: dict) -> RoundPlan:
+    """The calibration round R + 1 on ``fleet``, under the training rounds' rule (``plan_round``).
+
+    Every client is asked, as both calibrations gather statistics from all K clients (CCVR: Luo
+    et al., "No Fear of Heterogeneity: Classifier Calibration for Federated Learning with Non-IID
+    Data", NeurIPS 2021, Sec. 4; FFC: Dong et al., "SphereFed: Hyperspherical Federated Learning",
+    ECCV 2022, Sec. 4.3), and all K are wanted, so there is no over-commitment and no surplus. A
+    client offline in round R + 1 never answers; one whose device cannot hold its statistics' peak
+    memory (``RunPricer.calibration_peak_memory_bytes``) declines; every other downloads the final
+    feature extractor, computes its statistics on its own class's accelerator
+    (``RunPricer.calibration``) and uploads them (the bytes the calibration's ``statistics``
+    declare: ``workloads.fl.comm.calibration_client_bytes``), and misses the fleet's deadline if
+    that takes longer. ``sizes``: the prepared model's ``closed_form_sizes`` in the run's
+    communication format."""
+    down, up = calibration_client_bytes(method, hp, layer_bytes=sizes["layer_bytes"], head_bytes=sizes["head_bytes"],
+                                        feature_dim=sizes["feature_dim"], num_classes=sizes["num_classes"])
+
+    def statistics(k: int) -> tuple[float, float, bool]:
+        counts = class_counts_of(client_labels[k], sizes["num_classes"])
+        compute_s, energy_j = pricer.calibration(method, hp, counts, devices[k])
+        peak = pricer.calibration_peak_memory_bytes(method, hp, counts, devices[k].hw)
+        return compute_s, energy_j, peak <= fleet.classes[classes[k]].memory_bytes
+
+    everyone = range(len(client_labels))
+    return _planned_round(fleet, classes, round, everyone, statistics, down=down, up=up, target=len(everyone),
+                          system=system, seed=seed)
+
+
+def _planned_round(fleet: Fleet, classes: Sequence[int], round: int, asked: Sequence[int],
+                   work: Callable[[int], tuple[float, float, bool]], *, down: int, up: int, target: int,
+                   system: SystemModel, seed: int) -> RoundPlan:
+    """Round ``round`` over the ``asked`` clients (``plan_round``): each one's availability that
+    round, ``work(k)`` (its compute seconds and energy on its device, and whether the device holds
+    the work's peak memory), its link's download of ``down`` and upload of ``up`` bytes."""
+    is_online = online(fleet, classes, round, seed=seed)
+    offers = []
+    for k in asked:
+        compute_s, energy_j, fits = work(k)
+        link = system.link(k)
+        offers.append(ClientOffer(k, bool(is_online[k]), fits, link.download_s(down), compute_s, link.upload_s(up),
+                                  energy_j, down, up))
+    return plan_round(round, offers, target=target, deadline_s=fleet.deadline_s)
 
 
 def price_run(result: RunResult, method: MethodConfig, hp: Hparams, *, pricer: RunPricer,
@@ -242,8 +326,9 @@ def price_run(result: RunResult, method: MethodConfig, hp: Hparams, *, pricer: R
     ``pricer``: the run's (shared by its methods); ``client_labels[k]``: client k's training labels;
     ``devices[k]``: its device (``client_devices``); ``hw``: the server's accelerator. ``plan``: the
     participation plan the run trained with (``plan_run``): each round is its ``RoundPlan``'s cost
-    (the dropped clients' work included) and the server aggregates its arrivals; None: the
-    synchronous round over the clients the loop sampled."""
+    (the dropped clients' work included) and the server aggregates its arrivals, the calibration
+    round's too (the server calibrates over its arrivals' statistics); None: the synchronous round
+    over the clients the loop sampled, and the calibration over every client."""
     moved = _bytes_by_round_client(result)
     sizes = [len(y) for y in client_labels]
     rounds: list[tuple[int, str, int, float | None, RoundCost]] = []
@@ -266,27 +351,40 @@ def price_run(result: RunResult, method: MethodConfig, hp: Hparams, *, pricer: R
         server_s = pricer.aggregation_s(method, hp, t, len(clients), hw)
         rounds.append((t, "train", len(clients), entry["accuracy"], round_cost(work, server_s=server_s)))
     if method.calib is not None:
-        rounds.append(_calibration_round(result, method, hp, spec=pricer.spec, client_labels=client_labels,
-                                         hw=hw, system=system, devices=devices, moved=moved))
+        if plan is None:
+            rounds.append(_calibration_round(result, method, hp, pricer=pricer, client_labels=client_labels, hw=hw,
+                                             system=system, devices=devices, moved=moved))
+        else:
+            rounds.append(_planned_calibration_round(result, method, hp, pricer=pricer, hw=hw, planned=plan.calibration,
+                                                     moved=moved))
     return ledger_rows(method.name, rounds)
 
 
-def _calibration_round(result: RunResult, method: MethodConfig, hp: Hparams, *, spec: RunSpec, client_labels,
+def _calibration_round(result: RunResult, method: MethodConfig, hp: Hparams, *, pricer: RunPricer, client_labels,
                        hw: HardwareConfig, system: SystemModel, devices: Sequence[Device], moved
                        ) -> tuple[int, str, int, float | None, RoundCost]:
     """Round R + 1: every client extracts features and sends statistics; the server calibrates."""
-    name, t = method.calibration, len(result.history) + 1
-    image_size = spec.input_shape[-1]
+    t = len(result.history) + 1
     work = []
     for k, labels in enumerate(client_labels):
-        counts = np.bincount(np.asarray(labels), minlength=spec.num_classes).tolist()
-        device = devices[k]
-        cost = calibration_cost.client_cost(name, spec.model_name, class_counts=counts, num_classes=spec.num_classes,
-                                            image_size=image_size, hp=hp, hw=device.hw)
-        compute_s, energy_j = device.runs(cost.total_cycles / device.hw.clock_hz, cost.energy_j)
+        compute_s, energy_j = pricer.calibration(method, hp, class_counts_of(labels, pricer.spec.num_classes),
+                                                 devices[k])
         b = moved[(t, k)]
         work.append(ClientRound(k, compute_s, energy_j, b["down"], b["up"], system.link(k)))
-    server = calibration_cost.server_cost(name, feature_dim=spec.model_fn(method.spherefed).feature_dim,
-                                          num_classes=spec.num_classes, num_clients=len(client_labels), hp=hp, hw=hw)
-    cost = round_cost(work, server_s=server.total_cycles / hw.clock_hz)
-    return t, "calibration", len(client_labels), result.accuracy, cost
+    server_s = pricer.calibration_server_s(method, hp, len(client_labels), hw)
+    return t, "calibration", len(client_labels), result.accuracy, round_cost(work, server_s=server_s)
+
+
+def _planned_calibration_round(result: RunResult, method: MethodConfig, hp: Hparams, *, pricer: RunPricer,
+                               hw: HardwareConfig, planned: RoundPlan, moved
+                               ) -> tuple[int, str, int, float | None, RoundCost]:
+    """Round R + 1 on a fleet: the plan's calibration round (``calibration_plan``; its dropped
+    clients' work included); the server calibrates over the arrivals' statistics, or does nothing
+    where none arrived (the model is left uncalibrated)."""
+    t = len(result.history) + 1
+    calibrated = sorted(k for (r, k), b in moved.items() if r == t and b["up"])
+    if calibrated != list(planned.arrived):
+        raise ValueError(f"calibration round {t}: the loop calibrated with clients {calibrated}, the plan's "
+                         f"arrivals are {list(planned.arrived)}")
+    server_s = pricer.calibration_server_s(method, hp, len(calibrated), hw) if calibrated else 0.0
+    return t, "calibration", len(calibrated), result.accuracy, planned.cost(server_s)

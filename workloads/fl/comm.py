@@ -10,7 +10,7 @@ tensors it really hands over, with bytes = numel x itemsize. Groups:
 * ``fedcos_direction``: FedCos's d_t (a method that ``needs_direction`` names its ``direction_group``), sent to every sampled
   client from round 2 on;
 * ``calibration_statistics``: FFC's V, U or CCVR's counts, means, covariances (once, round R+1,
-  after the clients downloaded the final feature extractor).
+  after the clients downloaded the final feature extractor; on a fleet, the arrivals only).
 
 A run with a communication format (``Execution.comm_format``) sends the model, its updates and
 FedCos's direction rounded to it, and the ledger charges each float32 tensor the format's packed
@@ -124,9 +124,21 @@ def client_round_bytes(method: MethodConfig, hp: Hparams, round: int, *, layer_b
     return down, shared + metadata_bytes(method.algo)
 
 
+def calibration_client_bytes(method: MethodConfig, hp: Hparams, *, layer_bytes: Sequence[int], head_bytes: int,
+                             feature_dim: int, num_classes: int) -> tuple[int, int]:
+    """(down, up) bytes of one client in the calibration round R + 1, from sizes only
+    (``closed_form_bytes``): down the final feature extractor (every shared layer but the
+    classifier), up the statistics the calibration declares (``upload_bytes``, from its
+    ``statistics``: CCVR's and FFC's differ)."""
+    hp = hp.with_knobs(method.knobs)
+    return (sum(layer_bytes) - head_bytes,
+            method.calib.upload_bytes(feature_dim=feature_dim, num_classes=num_classes, hp=hp))
+
+
 def closed_form_bytes(method: MethodConfig, hp: Hparams, *, rounds: int, clients_per_round: int | Sequence[int],
                       num_clients: int, layer_bytes: Sequence[int], head_bytes: int,
-                      trainable_bytes: int, feature_dim: int, num_classes: int) -> dict[str, int]:
+                      trainable_bytes: int, feature_dim: int, num_classes: int,
+                      calibration_clients: int | None = None) -> dict[str, int]:
     """Total bytes down and up over a run, from sizes only.
 
     ``layer_bytes``: bytes of the shared state of each sharing layer, shallow to deep, the global
@@ -134,15 +146,16 @@ def closed_form_bytes(method: MethodConfig, hp: Hparams, *, rounds: int, clients
     sum matters); ``head_bytes``: bytes of the shared classifier (0 when frozen);
     ``trainable_bytes``: bytes of the trainable shared parameters (FedCos's d_t);
     ``clients_per_round``: the clients that train each round, one number for all rounds or one per
-    round (a fleet's arrivals, ``workloads.cost.fleet``).
+    round (a fleet's arrivals, ``workloads.cost.fleet``); ``calibration_clients``: the clients whose
+    statistics the calibration gathers (None: all ``num_clients``; a fleet's calibration arrivals).
 
     Per round and sampled client: down = the layers the method shares that round (its
     ``shared_layer_count``: all; double head with gradual sharing layers 1..p(t) in round t, Li et
     al., "More Industry-friendly: Federated Learning with High Efficient Design", Alg. 2; its local
     head is never sent) (+ d_t from round 2 for a method that ``needs_direction``, FedCos), up = the
     same + ``metadata_bytes`` (8 B sample count + the method's ``upload_extras``). Calibration:
-    every client downloads the feature extractor and uploads what the calibration says it sends
-    (``upload_bytes``, from its ``statistics``) once.
+    every client (or the ``calibration_clients`` that arrive) downloads the feature extractor and
+    uploads what the calibration says it sends once (``calibration_client_bytes``).
     """
     hp = hp.with_knobs(method.knobs)  # a method of yours: its knobs' defaults where ``hp`` lacks them
     down = up = 0
@@ -152,6 +165,9 @@ def closed_form_bytes(method: MethodConfig, hp: Hparams, *, rounds: int, clients
         down += clients * down_t
         up += clients * up_t
     if method.calibration:
-        down += num_clients * (sum(layer_bytes) - head_bytes)
-        up += num_clients * method.calib.upload_bytes(feature_dim=feature_dim, num_classes=num_classes, hp=hp)
+        down_c, up_c = calibration_client_bytes(method, hp, layer_bytes=layer_bytes, head_bytes=head_bytes,
+                                                feature_dim=feature_dim, num_classes=num_classes)
+        calibrated = num_clients if calibration_clients is None else calibration_clients
+        down += calibrated * down_c
+        up += calibrated * up_c
     return {"down_bytes": down, "up_bytes": up, "total_bytes": down + up}

@@ -7,7 +7,8 @@ once per round); round(participation x K) clients (at least one) are sampled wit
 each downloads the shared state, trains ``local_epochs`` epochs of mini-batches of ``batch_size``
 from a fresh SGD optimizer (clients are stateless except a double-head client's local parts) and
 sends the shared state back with its sample count; the algorithm aggregates. After round R an
-optional calibration runs over all K clients. The global model is evaluated on the global test
+optional calibration runs over all K clients (or a participation plan's arrivals of round R + 1;
+none: the model stays uncalibrated). The global model is evaluated on the global test
 set every ``eval_every`` rounds and after the last round (and after the calibration).
 
 Same seed, same results: the model is built and prepared on the CPU under
@@ -116,7 +117,7 @@ class _Setup:
     test: DeviceData
     client_idx: tuple[torch.Tensor, ...]  # per client: indices into train, on the device
     val: DeviceData | None = None  # the validation hold-out (scored whenever the test set is)
-    arrivals: tuple[tuple[int, ...], ...] | None = None  # per round, the clients trained (None: the sampled ones)
+    arrivals: tuple[tuple[int, ...], ...] | None = None  # per round (and calibration), the clients (None: sampled, all)
 
 
 def cosine_lr(lr: float, lr_min: float, round: int, rounds: int) -> float:
@@ -143,11 +144,15 @@ def draw_clients(num_clients: int, count: int, *, seed: int, round: int) -> list
     return sorted(int(k) for k in rng.choice(num_clients, size=count, replace=False))
 
 
-def check_arrivals(arrivals: Sequence[Sequence[int]], num_clients: int, rounds: int) -> tuple[tuple[int, ...], ...]:
+def check_arrivals(arrivals: Sequence[Sequence[int]], num_clients: int, rounds: int,
+                   calibrates: bool = False) -> tuple[tuple[int, ...], ...]:
     """A participation plan's arrivals as the loop takes them: one sorted list of distinct clients
-    per round (an empty one: nobody arrived, the global model stays as it was)."""
-    if len(arrivals) != rounds:
-        raise ValueError(f"the participation plan covers {len(arrivals)} round(s); the run has {rounds}")
+    per round, and where the method ``calibrates`` one more for the calibration round R + 1 (the
+    clients whose statistics arrive); an empty one: nobody arrived, the global model stays as it
+    was (uncalibrated, for the calibration round)."""
+    if len(arrivals) != rounds + calibrates:
+        raise ValueError(f"the participation plan covers {len(arrivals)} round(s); the run has {rounds}"
+                         + (" and a calibration round" if calibrates else ""))
     out = []
     for t, clients in enumerate(arrivals, start=1):
         clients = tuple(int(k) for k in clients)
@@ -280,6 +285,8 @@ def run_method(method: MethodConfig, *, model_fn: Callable[[], nn.Module], train
     ``arrivals`` (a participation plan, ``workloads.cost.fleet``: per round, the sampled clients
     whose updates arrive in time; None: every sampled client) are the clients each round trains
     and aggregates, instead of ``sample_clients``; the loop never learns why the others were left out.
+    A calibrated method's plan has one more entry, round R + 1: the clients whose statistics the
+    calibration uses (instead of all K; none: the model is left uncalibrated).
 
     ``val`` (a ``Dataset`` held out of ``train`` before partitioning, or None) is scored wherever
     the test set is: every evaluated round's ``val_accuracy`` and the final model's, so that
@@ -291,7 +298,7 @@ def run_method(method: MethodConfig, *, model_fn: Callable[[], nn.Module], train
     """
     setup = _set_up(method, model_fn, train, test, parts, cfg, hp.with_knobs(method.knobs), execution, val)
     if arrivals is not None:
-        setup = replace(setup, arrivals=check_arrivals(arrivals, len(parts), cfg.rounds))
+        setup = replace(setup, arrivals=check_arrivals(arrivals, len(parts), cfg.rounds, method.calib is not None))
     fingerprint = _fingerprint(setup, parts) if checkpoint is not None else ""
     state = _initial_state(setup)
     if resume and checkpoint is not None and Path(checkpoint).is_file():
@@ -415,8 +422,11 @@ def _finish(setup: _Setup, state: LoopState, resumed_after: int) -> RunResult:
     local_before = None
     if setup.method.calib is not None:
         before, val_before, local_before = accuracy, val, _local_accuracy(setup, state)
-        _calibrate(setup, round=setup.cfg.rounds + 1, transfers=transfers)
-        accuracy, val = _scores(setup)
+        t = setup.cfg.rounds + 1
+        clients = range(len(setup.client_idx)) if setup.arrivals is None else setup.arrivals[t - 1]
+        if clients:  # no statistics arrived: the model stays as trained, uncalibrated
+            _calibrate(setup, clients, round=t, transfers=transfers)
+            accuracy, val = _scores(setup)
     final = _global_state(setup)
     return RunResult(setup.method.name, accuracy, before, state.history, tuple(transfers), state.samples, final,
                      resumed_after, val, val_before, _local_accuracy(setup, state), local_before)
@@ -443,9 +453,10 @@ def _scores(setup: _Setup) -> tuple[float, float | None]:
     return test, val
 
 
-def _calibrate(setup: _Setup, *, round: int, transfers: list) -> None:
-    """Every client downloads the final feature extractor and sends its statistics; the server
-    replaces the classifier of the global model by the calibrated one."""
+def _calibrate(setup: _Setup, clients: Sequence[int], *, round: int, transfers: list) -> None:
+    """Each of ``clients`` (every client, or the calibration round's arrivals) downloads the final
+    feature extractor and sends its statistics; the server replaces the classifier of the global
+    model by the one calibrated on those statistics alone."""
     calib, model, hp = setup.method.calib, setup.global_model, setup.hp
     model.eval()
     heads = ("classifier", *setup.method.algo.local_modules)
@@ -458,7 +469,8 @@ def _calibrate(setup: _Setup, *, round: int, transfers: list) -> None:
         clients_model.eval()
     num_classes = model.classifier.out_features
     stats = []
-    for k, idx in enumerate(setup.client_idx):
+    for k in clients:
+        idx = setup.client_idx[k]
         _record(transfers, round, k, "down", grouped_bytes(extractor, fmt=setup.execution.communication))
         x = _memory_format(setup.train.take(idx), setup.execution.channels_last)
         with arithmetic_of(setup.execution, setup.cfg.seed, round, k) or contextlib.nullcontext():

@@ -101,7 +101,8 @@ def participation_plan(inputs: RunInputs, method: MethodConfig, hp: Hparams,
     if inputs.fleet is None:
         return None
     return plan_run(inputs.fleet, inputs.classes, method, hp, pricer=pricer,
-                    client_sizes=[len(p) for p in inputs.parts], devices=inputs.devices, system=inputs.system,
+                    client_labels=[inputs.train.y.numpy()[p] for p in inputs.parts], devices=inputs.devices,
+                    system=inputs.system,
                     rounds=inputs.fl.rounds, participation=inputs.fl.participation, seed=inputs.seed,
                     comm_format=inputs.execution.communication, number_format=inputs.execution.number_format)
 

@@ -246,11 +246,11 @@ def train(run: FLRun, data: FLData, *, progress: bool = False, checkpoints: Path
 
 def closed_form_for(method: MethodConfig, data: FLData, run: FLRun, plan: ParticipationPlan | None = None) -> dict:
     """The closed-form communication totals (``workloads.fl.comm.closed_form_bytes``) for this run
-    (with a fleet's ``plan``: over each round's arrivals)."""
+    (with a fleet's ``plan``: over each round's arrivals, the calibration's too)."""
     model = prepare_model(data.inputs.build(method.spherefed), method, seed=run.cfg.seed)
-    clients = data.clients_per_round if plan is None else [len(a) for a in plan.arrivals]
+    clients = {"clients_per_round": data.clients_per_round} if plan is None else plan.closed_form_counts()
     return closed_form_bytes(method, run.hparams[method.name], rounds=run.cfg.rounds,
-                             clients_per_round=clients, num_clients=run.cfg.num_clients,
+                             **clients, num_clients=run.cfg.num_clients,
                              **closed_form_sizes(model, method, run.execution.communication))
 
 

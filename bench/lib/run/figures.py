@@ -88,17 +88,19 @@ def comm_method(name: str) -> MethodConfig:
 
 def model_closed_form_bytes(model_name: str | ModelSpec, method: MethodConfig, hp: Hparams, *, num_classes: int,
                             image_size: int, rounds: int, num_clients: int, seed: int,
-                            comm_format: str = "fp32", clients_per_round: Sequence[int] | None = None
-                            ) -> dict[str, int]:
+                            comm_format: str = "fp32", clients_per_round: Sequence[int] | None = None,
+                            calibration_clients: int | None = None) -> dict[str, int]:
     """``closed_form_bytes`` of the FL code for a whole run, from the prepared model's shapes
     (``closed_form_sizes``: per sharing layer, so double head's gradual sharing and local head count
     as the ledger does), each tensor as sent in ``comm_format``; every client in every round, or
-    ``clients_per_round`` (a fleet's arrivals)."""
+    ``clients_per_round`` and ``calibration_clients`` (a fleet's arrivals:
+    ``ParticipationPlan.closed_form_counts``)."""
     torch.manual_seed(seed)
     model = prepare_model(model_spec.build(as_spec(model_name, image_size), num_classes=num_classes,
                                            spherefed=method.spherefed), method, seed=seed)
     return closed_form_bytes(method, hp, rounds=rounds, num_clients=num_clients,
                              clients_per_round=num_clients if clients_per_round is None else clients_per_round,
+                             calibration_clients=calibration_clients,
                              **closed_form_sizes(model, method, NumberFormat.parse(comm_format)))
 
 
@@ -178,8 +180,7 @@ def accuracy_figures(names: Sequence[str], inputs: RunInputs, jobs: list[Job], p
                                          image_size=int(inputs.train.x.shape[-1]), rounds=fl.rounds,
                                          num_clients=fl.num_clients, seed=inputs.seed,
                                          comm_format=inputs.execution.comm_format,
-                                         clients_per_round=None if outcome.plan is None else
-                                         [len(a) for a in outcome.plan.arrivals])
+                                         **({} if outcome.plan is None else outcome.plan.closed_form_counts()))
         ledger[job.name] = {"ledger": {"total_bytes": ledger_totals(result.transfers)["total_bytes"]},
                             "closed_form": {"total_bytes": closed["total_bytes"]}}
     round_rows = [{"model": fl.model, **row, "method": name} for name in names for row in rounds[name]]
