@@ -338,8 +338,9 @@ def test_a_fleet_is_a_grid_key_and_a_study_axis():
     with pytest.raises(ValueError, match="--fleet mixed and --system"):
         resolve(dataclasses.replace(cfg, system_path="configs/system/ideal.toml"))
     study = load_study("configs/studies/digits-fleets.toml")
-    assert [s.label for s in study.settings] == ["alpha=0.5", "alpha=0.5 fleet=mixed"]
-    assert study.settings[1].tuned_on == study.settings[0]  # the fleet runs at the all-clients choice
+    assert [s.label for s in study.settings] == ["alpha=0.5", "alpha=0.5 fleet=mixed deadline=1s",
+                                                 "alpha=0.5 fleet=mixed deadline=6s", "alpha=0.5 fleet=mixed"]
+    assert {s.tuned_on for s in study.settings} == {study.settings[0]}  # the fleet runs at the all-clients choice
     with open("configs/studies/digits-fleets.toml", "rb") as f:
         doc = tomllib.load(f)
     with pytest.raises(StudyError, match='add "none"'):
