@@ -48,16 +48,13 @@ def deadline_s(setting: Setting) -> float:
     return load_fleet(setting.fleet).deadline_s
 
 
-def _by_seed(df: pd.DataFrame, column: str) -> dict[int, float]:
+def by_seed(df: pd.DataFrame, column: str) -> dict[int, float]:
+    """seed -> ``column`` of a table of runs, the seeds without a value left out."""
     return {int(s): float(v) for s, v in zip(df["seed"], df[column]) if not pd.isna(v)}
 
 
 def _estimate(values: Sequence[float]) -> dict[str, Any] | None:
-    if not values:
-        return None
-    e = estimate(values)
-    clean = lambda v: None if math.isnan(v) else v  # noqa: E731
-    return {"n": e.n, "mean": e.mean, "std": clean(e.std), "ci_low": clean(e.low), "ci_high": clean(e.high)}
+    return estimate(values).record() if values else None
 
 
 def _difference(a: Mapping[int, float], b: Mapping[int, float]) -> dict[str, Any] | None:
@@ -77,11 +74,11 @@ def fleet_answers(study: Study, runs_df: pd.DataFrame, tta_df: pd.DataFrame) -> 
                     return frame[(frame["model"] == model) & (frame["setting"] == setting.label)
                                  & (frame["method"] == method)]
 
-                every = _by_seed(rows(group.tuned_on, runs_df), "final_accuracy_pct")
+                every = by_seed(rows(group.tuned_on, runs_df), "final_accuracy_pct")
                 for target in study.targets.accuracy_pct:
                     entry = {"model": model, "fleet": group.label, "method": method, "target_pct": float(target),
                              "deadlines": []}
-                    walls: dict[float, dict[int, float]] = {}
+                    walls: dict[float | str, dict[int, float]] = {}  # deadline (as recorded) -> seed -> s
                     for setting in settings:
                         mine = rows(setting, runs_df)
                         if not len(mine):
@@ -90,10 +87,11 @@ def fleet_answers(study: Study, runs_df: pd.DataFrame, tta_df: pd.DataFrame) -> 
                         reach = reach[(reach["target_pct"] == target) & (reach["target_source"] == DECLARED)]
                         hit = reach[reach["reached"].astype(bool)]
                         d = deadline_s(setting)
-                        walls[d] = _by_seed(hit, "wall_s")
-                        final = _by_seed(mine, "final_accuracy_pct")
+                        d = "inf" if math.isinf(d) else d  # JSON has no infinity
+                        walls[d] = by_seed(hit, "wall_s")
+                        final = by_seed(mine, "final_accuracy_pct")
                         entry["deadlines"].append({
-                            "deadline_s": "inf" if math.isinf(d) else d, "setting": setting.label,
+                            "deadline_s": d, "setting": setting.label,
                             "seeds": len(mine), "reached": len(hit),
                             "clients_per_round": float(mine["clients_per_round"].mean())
                             if "clients_per_round" in mine else None,
@@ -108,18 +106,17 @@ def fleet_answers(study: Study, runs_df: pd.DataFrame, tta_df: pd.DataFrame) -> 
     return out
 
 
-def _choice(rows: list[dict[str, Any]], walls: Mapping[float, Mapping[int, float]]) -> dict[str, Any]:
+def _choice(rows: list[dict[str, Any]], walls: Mapping[float | str, Mapping[int, float]]) -> dict[str, Any]:
     """The chosen deadline among the candidates and its paired verdict against each other deadline."""
-    key = lambda d: math.inf if d == "inf" else d  # noqa: E731
     candidates = [r for r in rows if r["seeds"] and r["reached"] == r["seeds"]]
     if not candidates:
         return {"choice_deadline_s": None}
     best = min(candidates, key=lambda r: r["wall_s"]["mean"])
-    mine = walls[key(best["deadline_s"])]
+    mine = walls[best["deadline_s"]]
     for r in rows:
         if r is best:
             continue
-        d = walls[key(r["deadline_s"])]
+        d = walls[r["deadline_s"]]
         if len(set(d) & set(mine)) >= 2:
             diff = paired_difference(d, mine)
             r["wall_s_vs_choice"] = {"n": diff.n, "mean": diff.mean, "ci_low": diff.low, "ci_high": diff.high}

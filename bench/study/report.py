@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,7 @@ import pandas as pd
 
 from bench.lib.results import FORMAT_NAME, FORMAT_VERSION, write_json
 from bench.lib.study.curves import PlateauVerdict, base_validation_target, convergence, first_reaching
-from bench.study.fleets import fleet_answers, fleet_markdown
+from bench.study.fleets import by_seed, fleet_answers, fleet_markdown
 from bench.study.phases import Outcome, StudyRun, edge_text
 from bench.lib.study.runner import machine_info
 from bench.lib.study.spec import Setting, Study
@@ -251,12 +250,10 @@ def cells(study: Study, runs_df: pd.DataFrame, tta_df: pd.DataFrame) -> list[dic
                         "bytes": float(mine["bytes"].mean()),
                         "bytes_vs_base": float(mine["bytes"].mean()) / base_bytes if base_bytes else None,
                         "verdicts": {str(k): int(v) for k, v in mine["verdict"].value_counts().items()}}
-                local = dict(zip(mine["seed"], mine["final_local_accuracy_pct"]))
-                base_local = dict(zip(base["seed"], base["final_local_accuracy_pct"])) if len(base) else {}
-                shared = [s for s in local if s in base_local and pd.notna(local[s]) and pd.notna(base_local[s])]
-                if method != study.base and len(shared) >= 2:  # the local test mode, paired as the global one
-                    cell["local_difference_vs_base_pct"] = _estimate(paired_difference(
-                        {s: local[s] for s in shared}, {s: base_local[s] for s in shared}))
+                local = by_seed(mine, "final_local_accuracy_pct")
+                base_local = by_seed(base, "final_local_accuracy_pct") if len(base) else {}
+                if method != study.base and len(set(local) & set(base_local)) >= 2:  # paired as the global one
+                    cell["local_difference_vs_base_pct"] = _estimate(paired_difference(local, base_local))
                 if method != study.base and base_final and set(final) & set(base_final):
                     d = paired_difference(final, base_final)
                     cell["paired_difference_vs_base_pct"] = _estimate(d)
@@ -301,9 +298,7 @@ def _tta_cell(tta_df: pd.DataFrame, model: str, setting: str, method: str) -> li
 
 
 def _estimate(e: Estimate) -> dict[str, Any]:
-    clean = lambda v: None if v is None or (isinstance(v, float) and math.isnan(v)) else v  # noqa: E731
-    return {"n": e.n, "mean": e.mean, "std": clean(e.std), "ci_low": clean(e.low), "ci_high": clean(e.high),
-            "confidence": e.confidence}
+    return e.record()
 
 
 def _search_keys(study: Study) -> list[str]:

@@ -36,6 +36,12 @@ class Estimate:
     def half_width(self) -> float:
         return (self.high - self.low) / 2
 
+    def record(self) -> dict:
+        """As results files record it (JSON: an undefined std or interval, n = 1, as null)."""
+        clean = lambda v: None if v is None or (isinstance(v, float) and math.isnan(v)) else v  # noqa: E731
+        return {"n": self.n, "mean": self.mean, "std": clean(self.std), "ci_low": clean(self.low),
+                "ci_high": clean(self.high), "confidence": self.confidence}
+
 
 def t_quantile(n: int, confidence: float = CONFIDENCE) -> float:
     """t_{(1 + confidence) / 2, n - 1}: the two-sided Student-t quantile of ``n`` values."""
