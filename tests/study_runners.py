@@ -18,6 +18,7 @@ from bench.lib.study.runner import labels_of, write_run
 from workloads.fl.methods import parse_method
 
 
+SAMPLES = {"test_samples": 1000, "val_samples": 200}  # as the real runner records them (run.json)
 FORMAT_LOSS = {"fp32": 0.0, "bfp_m2_g16": 0.05, "bfp_m2_g16_sr": 0.02}
 
 
@@ -46,7 +47,7 @@ def opposite(point: dict, out_dir: Path) -> dict:
                           "accuracy": test + 0.01, "val_accuracy": val + 0.01, "cum_wall_s": 10.0 * rounds + 5,
                           "cum_device_s": 1.0 * rounds + 0.5, "cum_energy_j": 2.0 * rounds + 1,
                           "cum_bytes": 1000.0 * rounds + 500})
-    return write_run(out_dir, curve, {"machine": {"host": "stand-in", "cpu": "none"}, "wall_s": 0.0})
+    return write_run(out_dir, curve, {"machine": {"host": "stand-in", "cpu": "none"}, "wall_s": 0.0, **SAMPLES})
 
 
 PEAK_LR = 0.8
@@ -72,7 +73,7 @@ def peaked(point: dict, out_dir: Path) -> dict:
               "accuracy": peaked_accuracy(lr, seed, t, rounds), "val_accuracy": peaked_accuracy(lr, seed, t, rounds),
               "cum_wall_s": 10.0 * t, "cum_device_s": 1.0 * t, "cum_energy_j": 2.0 * t, "cum_bytes": 1000.0 * t}
              for label in labels_of(parse_method(point["method"])) for t in range(1, rounds + 1)]
-    return write_run(out_dir, curve, {"machine": {"host": "stand-in", "cpu": "none"}, "wall_s": 0.0})
+    return write_run(out_dir, curve, {"machine": {"host": "stand-in", "cpu": "none"}, "wall_s": 0.0, **SAMPLES})
 
 
 @grid_runner("tests.study_fails")

@@ -413,8 +413,13 @@ def test_the_fleet_answer_chooses_the_fastest_deadline_every_seed_reached():
     #   6 s: final 96, 97, 95 (Δ vs every client -1, -1, -1: mean -1.00, std 0); 80 % at 20, 18, 22 s (mean 20).
     #   60 s (the file's): final 97, 98, 96.5; 80 % at 40, 44, 36 s (mean 40).
     # Choice: 6 s. 60 s minus 6 s, paired: 20, 26, 14 s, mean 20, std 6, half width
-    # t_{0.975, 2} * 6 / sqrt(3) = 4.3027 * 3.4641 = 14.905: [5.09, 34.91], above 0: resolved.
+    # t_{0.975, 2} * 6 / sqrt(3) = 4.3027 * 3.4641 = 14.905: [5.09, 34.91]; t = 20 / 3.4641 = 5.7735, p = 1 -
+    # t / sqrt(2 + t^2) = 0.028714, the table's only time comparison (Holm: unchanged): resolved.
     # 1 s against 6 s: one seed in common, no interval.
+    # Accuracy against every client (spread floored at one of 360 test images, 0.2778): 6 s: -1 on every seed,
+    # [-1 - 0.6900, -1 + 0.6900], t = 1 / 0.160375 = 6.2354, p = 1 - t / sqrt(2 + t^2) = 0.024769; 1 s: -27, -23,
+    # -24, p = 0.00237; 60 s: 0, 0, +0.5, p = 0.42265. Holm over the three (one per deadline, not per target):
+    # 3 x 0.00237, 2 x 0.024769 = 0.049537 < 0.05: resolved (bold), 0.42265 not.
     import math
     import tomllib
 
@@ -429,7 +434,7 @@ def test_the_fleet_answer_chooses_the_fastest_deadline_every_seed_reached():
     every, one, six, own = (s.label for s in study.settings)
     finals = {every: [97, 98, 96], one: [70, 75, 72], six: [96, 97, 95], own: [97, 98, 96.5]}
     runs = pd.DataFrame([{"model": "convnet", "setting": s, "method": "fedavg", "seed": seed, "final_accuracy_pct": v,
-                          "clients_per_round": 9.5, "sampled_per_round": 13.0}
+                          "clients_per_round": 9.5, "sampled_per_round": 13.0, "test_samples": 360}
                          for s, values in finals.items() for seed, v in enumerate(values)])
     walls = {every: [10, 10, 10], one: [5, None, None], six: [20, 18, 22], own: [40, 44, 36]}
     tta = pd.DataFrame([{"model": "convnet", "setting": s, "method": "fedavg", "seed": seed, "target_pct": 80.0,
@@ -445,5 +450,8 @@ def test_the_fleet_answer_chooses_the_fastest_deadline_every_seed_reached():
     assert math.isclose(rows[60.0]["wall_s_vs_choice"]["ci_low"], 20 - 4.302653 * 6 / math.sqrt(3), rel_tol=1e-6)
     assert "wall_s_vs_choice" not in rows[1.0]
     text = "\n".join(fleet_markdown([answer]))
-    assert "| 6 | 9.5 / 13.0 | 96.00 ± 1.00 | **-1.00 [-1.00, -1.00]** | 3/3 | 20 ± 2 | **choice** |" in text
-    assert "| 40 ± 4 | **+20 [+5.1, +34.9]**: resolved | 4 ± 0.4 | 1 ± 0 |" in text
+    assert rows[6.0]["final_vs_every_client_pct"]["p_adjusted"] == pytest.approx(0.049537, abs=1e-5)
+    assert rows[60.0]["wall_s_vs_choice"]["p_adjusted"] == pytest.approx(0.028714, abs=1e-5)
+    assert "| 6 | 9.5 / 13.0 | 96.00 ± 1.00 | **-1.00 [-1.69, -0.31]** | 3/3 | 20 ± 2 | **choice** |" in text
+    assert "| 60 | 9.5 / 13.0 | 97.17 ± 0.76 | +0.17 [-0.55, +0.88] |" in text  # s 0.2887 > the floor
+    assert "| 40 ± 4 | **+20 [+5.1, +34.9]**, adj. p 0.029: resolved | 4 ± 0.4 | 1 ± 0 |" in text

@@ -15,9 +15,11 @@ import pytest
 
 from bench.study import phases, report
 from bench.lib.study import verdicts
-from bench.lib.study.curves import convergence, high_rate_rounds, plateau
+from bench.lib.study.curves import high_rate_rounds, judge, plateau
 from bench.lib.study.spec import StudyError, parse_study
-from bench.lib.study.stats import estimate, paired_difference, prediction_interval, tost
+from bench.lib.study.stats import (benjamini_hochberg, difference_p, estimate, holm, minimum_detectable_difference,
+                                   paired_difference, prediction_interval, resolution_pts, seeds_for_equivalence,
+                                   tost)
 from bench.lib.study.tuning import extension_value
 from tests.study_runners import PEAK_LR
 
@@ -68,8 +70,75 @@ def test_tost_on_hand_worked_differences():
     e = tost([0.2, 0.4, 0.6], 0.5)
     assert e.p_high == pytest.approx(0.5 - (math.sqrt(3) / 2) / (2 * math.sqrt(2.75)), rel=1e-9)
     assert not e.equivalent
-    # no spread: the mean decides
-    assert tost([0.3, 0.3, 0.3], 1.0).equivalent and not tost([1.5, 1.5], 1.0).equivalent
+    # no spread and no floor: no p-value by fiat
+    with pytest.raises(ValueError, match="no spread and no floor"):
+        tost([0.3, 0.3, 0.3], 1.0)
+
+
+def test_a_zero_spread_gets_one_test_samples_floor():
+    # "+0.28 on every seed": one test image of 360 on each of 3 seeds, s = 0. The floor is one sample,
+    # 100 / 360 = 0.277778 points; s' / sqrt(3) = 0.160375; t_{0.975, 2} = 4.302653:
+    # half width 0.690031: +0.2778 [-0.4122, +0.9678]: includes 0, not a difference.
+    # Paired t: t = 0.2778 / 0.160375 = 1.732051 (= sqrt(3)), p = 2 (1/2 - t / (2 sqrt(2 + t^2)))
+    # = 1 - sqrt(3) / sqrt(5) = 0.225403.
+    # TOST within ± 1: t_high = (0.2778 - 1) / 0.160375 = -4.503 (t^2 = 20.28): p_high = 1/2 - 4.503 / (2 sqrt(22.28))
+    # = 0.022971; t_low = 7.967: p_low = 0.007695; p = 0.022971 < 0.05: equivalent within ± 1.
+    floor = resolution_pts(360)
+    assert floor == pytest.approx(0.277778, abs=1e-6)
+    one = 100 / 360
+    d = paired_difference({0: 98.0 + one, 1: 97.0 + one, 2: 96.0 + one}, {0: 98.0, 1: 97.0, 2: 96.0}, floor=floor)
+    assert d.std == pytest.approx(0.0, abs=1e-9) and d.spread == floor
+    assert (d.low, d.high) == pytest.approx((one - 0.690031, one + 0.690031), abs=1e-5)
+    assert difference_p(d) == pytest.approx(1 - math.sqrt(3) / math.sqrt(5), abs=1e-6)
+    e = tost([one] * 3, 1.0, floor=floor)
+    assert e.p == pytest.approx(0.022971, abs=1e-5) and e.equivalent
+    p = verdicts.comparison(3, difference_p(d), e.p, 1.0)
+    assert p == "equivalent within ± 1"  # not "different" by fiat
+    # a prediction interval over seeds that agree to the image is not [x, x]:
+    # half width t s' sqrt(1 + 1/3) = 4.302653 x 0.277778 x 1.154701 = 1.380077
+    pi = prediction_interval([one] * 3, floor=floor)
+    assert (pi.low, pi.high) == pytest.approx((one - 1.380077, one + 1.380077), abs=1e-5)
+
+
+def test_holm_and_benjamini_hochberg_on_five_p_values():
+    # p = 0.01, 0.04, 0.03, 0.005, 0.20; sorted 0.005, 0.01, 0.03, 0.04, 0.20 (m = 5).
+    # Holm: 5 x 0.005 = 0.025; 4 x 0.01 = 0.04; 3 x 0.03 = 0.09; 2 x 0.04 = 0.08 -> max(0.09, 0.08) = 0.09;
+    # 1 x 0.20 = 0.20.  In the input's order: 0.04, 0.09, 0.09, 0.025, 0.20 (two of five below 0.05).
+    # BH: m p / j = 0.025, 0.025, 0.05, 0.05, 0.20, then the running minimum from the largest:
+    # 0.20, 0.05, 0.05, 0.025, 0.025. In the input's order: 0.025, 0.05, 0.05, 0.025, 0.20.
+    p = [0.01, 0.04, 0.03, 0.005, 0.20]
+    assert holm(p) == pytest.approx([0.04, 0.09, 0.09, 0.025, 0.20], abs=1e-12)
+    assert benjamini_hochberg(p) == pytest.approx([0.025, 0.05, 0.05, 0.025, 0.20], abs=1e-12)
+    # a nan (no test) is not a member of the family: m = 2 for the others
+    assert holm([0.01, math.nan, 0.04]) == pytest.approx([0.02, math.nan, 0.04], nan_ok=True)
+
+
+def test_holm_agrees_with_statsmodels_style_definition_on_random_p_values():
+    """Holm's adjusted p-values reject exactly what the sequential procedure rejects: walk the sorted
+    p-values, reject p_(i) while p_(i) <= α / (m - i + 1), stop at the first that is not."""
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        p = list(rng.uniform(0, 0.2, int(rng.integers(1, 9))))
+        order = sorted(range(len(p)), key=lambda i: p[i])
+        rejected = set()
+        for rank, i in enumerate(order):
+            if p[i] > 0.05 / (len(p) - rank):
+                break
+            rejected.add(i)
+        assert {i for i, q in enumerate(holm(p)) if q <= 0.05} == rejected
+
+
+def test_a_seed_plan_for_a_given_spread_margin_and_power():
+    # sd 1 point, margin 1 point, α 0.05, power 0.8: the smallest n with
+    # (t_{0.95, n-1} + t_{0.90, n-1}) / sqrt(n) <= 1:
+    # n = 10: (1.833113 + 1.383029) / 3.162278 = 1.017 > 1;  n = 11: (1.812461 + 1.372184) / 3.316625 = 0.960 <= 1
+    assert seeds_for_equivalence(1.0, 1.0) == 11
+    # half the spread: n = 4: (2.353363 + 1.637744) / 2 x 0.5 = 0.998 <= 1; n = 3: (2.919986 + 1.885618) / 1.732 x 0.5
+    # = 1.387 > 1
+    assert seeds_for_equivalence(0.5, 1.0) == 4
+    # MDD of 11 seeds at sd 1: (t_{0.975, 10} + t_{0.80, 10}) / sqrt(11) = (2.228139 + 0.879058) / 3.316625 = 0.936855
+    assert minimum_detectable_difference(1.0, 11) == pytest.approx(0.936855, abs=1e-6)
+    assert math.isnan(minimum_detectable_difference(1.0, 1))
 
 
 def test_tost_agrees_with_scipy_one_sided_t_tests():
@@ -100,7 +169,7 @@ def test_tost_is_the_90_percent_interval_inside_the_margin():
 @pytest.mark.parametrize("a, b, margin, verdict", [
     # d = 0.2, 0.4, 0.6: interval 0.4 ± 4.302653 x 0.115470 = [-0.097, +0.897] includes 0; TOST p 0.0175
     ([90.2, 90.4, 90.6], [90.0] * 3, 1.0, "equivalent within ± 1"),
-    ([90.2, 90.4, 90.6], [90.0] * 3, 0.5, "not shown equivalent"),
+    ([90.2, 90.4, 90.6], [90.0] * 3, 0.5, "not resolved with 3 seeds"),
     # d = 2, 3, 4: [3 - 2.484, 3 + 2.484] excludes 0; TOST at 1: t_high = 2 / 0.577 > 0: p > 0.5
     ([92.0, 93.0, 94.0], [90.0] * 3, 1.0, "different"),
     # d = 0.5, 0.5, 0.6: mean 0.533, s 0.0577, interval [0.39, 0.68] excludes 0, inside ± 1 by far
@@ -109,7 +178,20 @@ def test_tost_is_the_90_percent_interval_inside_the_margin():
 def test_comparison_verdicts(a, b, margin, verdict):
     d = paired_difference(dict(enumerate(a)), dict(enumerate(b)))
     e = tost([x - y for x, y in zip(a, b)], margin)
-    assert verdicts.comparison(d, e) == verdict
+    assert verdicts.comparison(d.n, difference_p(d), e.p, margin) == verdict
+    assert verdicts.check(verdict, d.n, difference_p(d), e.p, margin) == verdict
+
+
+def test_a_verdict_word_stronger_than_its_test_is_refused():
+    # d = 0.2, 0.4, 0.6 at ± 0.5: the TOST p is 0.2389 and the t-test's 0.0890: neither resolves it
+    d = paired_difference({0: 0.2, 1: 0.4, 2: 0.6}, {0: 0.0, 1: 0.0, 2: 0.0})
+    e = tost([0.2, 0.4, 0.6], 0.5)
+    for stronger in ("equivalent within ± 0.5", "different", "different, but within ± 0.5"):
+        with pytest.raises(verdicts.OverstatedVerdict, match="give 'not resolved with 3 seeds'"):
+            verdicts.check(stronger, d.n, difference_p(d), e.p, 0.5)
+    # a raw p below 0.05 that the family's correction lifts above it is no longer "different"
+    assert verdicts.comparison(3, 0.04, math.nan, 1.0) == "different"
+    assert verdicts.comparison(3, 0.04 * 5, math.nan, 1.0) == "not resolved with 3 seeds"
 
 
 # ----------------------------------------------------------------------------- convergence
@@ -132,25 +214,27 @@ def test_a_cosine_decayed_unconverged_curve_is_not_converged():
     lr = cosine_lr(20)
     curve = [50 + 2 * t for t in range(1, 12)] + [74, 76.5, 78, 79.3, 79.9, 80.2, 80.4, 80.6, 80.8]
     assert plateau(curve).verdict == "converged"
-    v = convergence(curve, lr)
-    # rounds 1-11: the last 3 (68, 70, 72) against (62, 64, 66): gain 6 >= 1: rising
-    assert (v.verdict, v.converged, v.gain_pct) == ("rising", False, pytest.approx(6.0))
-    assert v.judged == "rounds 1-11 (learning rate >= 50 % of its peak)"
+    v = judge(curve, lr)
+    # judged on its end it converged; apart: rounds 1-11, the last 3 (68, 70, 72) against (62, 64, 66):
+    # gain 6 >= 1: still learning while the rate was high
+    assert v.converged and v.end.verdict == "converged"
+    assert (v.high_rate.verdict, v.high_rate.gain_pct, v.high_rate_rounds) == ("rising", pytest.approx(6.0), 11)
 
 
 def test_a_converged_curve_is_converged():
     # flat from round 5 at 97 +- 0.3 points, at the high rate and at the end
     curve = [60, 85, 93, 96] + [97 + 0.3 * (-1) ** t for t in range(16)]
-    v = convergence(curve, cosine_lr(20))
-    assert v.converged and v.judged == "last rounds"
+    v = judge(curve, cosine_lr(20))
+    assert v.converged and v.high_rate.converged
 
 
 def test_a_curve_too_short_at_the_high_rate_cannot_converge():
     # 5 rounds: rates 1, 0.905, 0.655, 0.345, 0.095 of the peak: 3 rounds >= 50 %, fewer than 2 windows of 3
-    assert convergence([90, 95, 96, 96, 96], cosine_lr(5), last_rounds=2).verdict == "too short"
-    assert convergence([90, 95, 96, 96, 96], None, last_rounds=2).converged  # no lr recorded: the plain rule
+    v = judge([90, 95, 96, 96, 96], cosine_lr(5), last_rounds=2)
+    assert v.high_rate.verdict == "too short" and v.converged  # its end is flat
+    assert judge([90, 95, 96, 96, 96], None, last_rounds=2).high_rate is None  # no lr recorded
     with pytest.raises(ValueError, match="5 rounds of accuracy but 4 learning rates"):
-        convergence([90, 95, 96, 96, 96], cosine_lr(4))
+        judge([90, 95, 96, 96, 96], cosine_lr(4))
 
 
 # ----------------------------------------------------------------------------- tuning past an edge
@@ -226,10 +310,15 @@ def test_every_run_records_its_provenance_and_the_report_lists_what_lacks_it(tmp
     assert summary["missing_provenance"]["git_commit"] == [] and len(summary["missing_provenance"]["kernels"]) == 8
     table = (tmp_path / "table.md").read_text()
     assert "* without `kernels`: 8" in table and "* without `git_commit`: 0" in table
-    # the stand-in's CCVR equals its training run: differences 0, 0: equivalent within the declared ± 2
+    # the stand-in's CCVR equals its training run: differences 0, 0, floored at one of its 1,000 test samples
+    # (0.1 point): half width t_{0.975, 1} 0.1 / sqrt(2) = 12.706205 x 0.070711 = 0.898454; TOST within ± 2:
+    # t_high = -2 / 0.070711 = -28.284, and with 1 degree of freedom (Cauchy) p = 1/2 + arctan(t) / π
+    # = 1/2 - 1.535442 / π = 0.011249: equivalent
     cell = next(c for c in summary["cells"] if c["method"] == "fedavg+ccvr")
-    assert cell["verdict_vs_base"] == "equivalent within ± 2" and cell["equivalence_vs_base"]["margin_pts"] == 2.0
-    assert "+0.00 [+0.00, +0.00]: equivalent within ± 2" in table
+    d = cell["paired_difference_vs_base_pct"]
+    assert d["verdict"] == "equivalent within ± 2" and d["margin_pts"] == 2.0
+    assert d["p_equivalence"] == pytest.approx(0.5 + math.atan(-28.284271) / math.pi, abs=1e-6)
+    assert "+0.00 [-0.90, +0.90], p 1 (adj. 1): equivalent within ± 2" in table
     # bytes: the stand-in's curve ends at 1,000 x 4 rounds = 4,000 B for both labels of the one run
     assert (cell["bytes"], cell["bytes_vs_base"]) == (4000.0, 1.0) and "| 0.0 (× 1.000) |" in table
 
@@ -423,7 +512,8 @@ def test_the_local_test_mode_is_compared_with_the_base_paired():
     local = {"fedavg": [98.0, 97.0, 96.0], "doublehead": [90.0, 92.0, 91.0], "fedprox": [None] * 3}
     runs = pd.DataFrame([{"model": "convnet", "setting": "iid", "method": m, "seed": s, "final_accuracy_pct": 97.0,
                           "best_accuracy_pct": 98.0, "final_local_accuracy_pct": v, "converged": True, "bytes": 1.0,
-                          "verdict": "converged"} for m, values in local.items() for s, v in enumerate(values)])
+                          "verdict": "converged", "high_rate_verdict": "converged", "test_samples": 360}
+                         for m, values in local.items() for s, v in enumerate(values)])
     by = {c["method"]: c for c in cells(study, runs, pd.DataFrame()) if c["setting"] == "iid" and c.get("n")}
     d = by["doublehead"]["local_difference_vs_base_pct"]
     assert d["mean"] == pytest.approx(-6.0) and d["std"] == pytest.approx(3 ** 0.5)

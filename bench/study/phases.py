@@ -5,7 +5,8 @@ Both phases are points of one grid (``DIR/grid``, ``bench.lib.grid.engine``): co
 resumable, failures isolated, local (``workers`` processes side by side) or on Ray. Phase 1 runs
 every trial of every cell (model x data setting x training method) on the tuning seeds; the
 choice is made from their validation curves (``bench.lib.study.tuning``); phase 2 runs the chosen
-hyper-parameters on every evaluation seed. Rerunning a study skips every finished point; a point
+hyper-parameters on every evaluation seed (with ``[seed_plan]``, the first n of them, n planned from
+the tuning runs: ``bench.lib.study.power``). Rerunning a study skips every finished point; a point
 whose settings coincide in both phases (a tuning seed that is also an evaluation seed) runs once.
 """
 
@@ -19,7 +20,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 from bench.lib.grid.engine import GridSpec, PointResult, Resources, read_record, run_grid, run_id
 from bench.lib.study.runner import CURVE_CSV, RUN_JSON, make_point
+from bench.lib.study.power import SettingPlan, final_val_pct, plan_setting
 from bench.lib.study.spec import Setting, Study
+from bench.lib.study.stats import resolution_pts
 from bench.lib.study.tuning import Choice, choose, edge_status, extension_value, score, trial_score
 from iokit.provenance import git_commit
 from workloads.fl.execution import Execution, execution_of
@@ -74,6 +77,7 @@ class StudyRun:
     tuning: tuple[Outcome, ...]
     choices: Mapping[tuple[str, str, str], Choice]  # (model, setting label, training method) -> choice
     evaluation: tuple[Outcome, ...]
+    seed_plans: tuple[SettingPlan, ...] = ()  # with [seed_plan]: per model and tuned-on setting
 
 
 def execution(study: Study) -> Execution:
@@ -81,11 +85,11 @@ def execution(study: Study) -> Execution:
     return execution_of(study.device, None, study.preset.execution)
 
 
-def plan(study: Study, ex: Execution, phase: str, seeds: Sequence[int],
+def plan(study: Study, ex: Execution, phase: str, seeds: Sequence[int] | Callable[[str, Setting], Sequence[int]],
          trials: Callable[[str, Setting, str], list[Mapping[str, Any]]],
          settings: Sequence[Setting] | None = None) -> list[Planned]:
     """The runs of one phase: every model, setting (default the study's), training method, trial
-    (``trials``) and seed; each setting's runs in its number format."""
+    (``trials``) and seed (``seeds``, or per model and setting); each setting's runs in its number format."""
     out = []
     for model in study.models:
         for setting in study.settings if settings is None else settings:
@@ -94,7 +98,7 @@ def plan(study: Study, ex: Execution, phase: str, seeds: Sequence[int],
                 job = study.job(training)
                 for trial in trials(model, setting, training):
                     hp = study.hparams(job, trial)
-                    for seed in seeds:
+                    for seed in seeds(model, setting) if callable(seeds) else seeds:
                         config = make_point(model, job, seed, study.fl(model, setting, seed), hp, in_format, study.hw,
                                             study.system, data_dir=study.data_dir, fleet=setting.fleet,
                                             deadline_s=setting.deadline_s)
@@ -119,14 +123,49 @@ def tuning_plan(study: Study, ex: Execution) -> list[Planned]:
     return plan(study, ex, "tune", study.tuning_seeds, lambda m, s, t: study.trials(t), tuned)
 
 
-def evaluation_plan(study: Study, ex: Execution, choices: Mapping[tuple[str, str, str], Choice]) -> list[Planned]:
+def evaluation_plan(study: Study, ex: Execution, choices: Mapping[tuple[str, str, str], Choice],
+                    seed_plans: Sequence[SettingPlan] = ()) -> list[Planned]:
     """The chosen trial of every cell on every evaluation seed (cells whose tuning failed have none);
-    a setting in another number format takes the choice of its FP32 setting."""
+    a setting in another number format takes the choice of its FP32 setting. ``seed_plans``: the
+    first n seeds of each planned setting (a setting takes its tuned-on setting's n)."""
     def chosen(model: str, setting: Setting, training: str) -> list[Mapping[str, Any]]:
         c = choices[(model, setting.tuned_on.label, training)]
         return [] if c.trial is None else [c.trial]
 
-    return plan(study, ex, "eval", study.seeds, chosen)
+    n = {(p.model, p.setting): p.seeds for p in seed_plans}
+
+    def seeds(model: str, setting: Setting) -> Sequence[int]:
+        return study.seeds[:n.get((model, setting.tuned_on.label), len(study.seeds))]
+
+    return plan(study, ex, "eval", seeds, chosen)
+
+
+def seed_plans(study: Study, tuned: Sequence[Outcome], choices: Mapping[tuple[str, str, str], Choice]
+               ) -> tuple[SettingPlan, ...]:
+    """The evaluation seeds of every model and tuned-on setting (``bench.lib.study.power``); () without
+    ``[seed_plan]``, or while a chosen trial's tuning runs are not all there."""
+    if study.seed_plan is None:
+        return ()
+    out = []
+    for model in study.models:
+        for setting in (s for s in study.settings if s == s.tuned_on):
+            finals: dict[str, dict[int, float]] = {}
+            val_samples = None
+            for o in tuned:
+                p = o.planned
+                c = choices.get((model, setting.label, p.training))
+                if (p.model, p.setting) != (model, setting) or c is None or c.trial is None \
+                        or dict(p.trial) != dict(c.trial) or o.status != "done":
+                    continue
+                val_samples = o.info.get("val_samples", val_samples)
+                for label in study.labels(p.training):
+                    v = final_val_pct(o.label_curve(label))
+                    if v is not None:
+                        finals.setdefault(label, {})[p.seed] = v
+            if val_samples is None:
+                return ()
+            out.append(plan_setting(study, model, setting, finals, int(val_samples)))
+    return tuple(out)
 
 
 class _Points(GridSpec):
@@ -197,6 +236,8 @@ def choices_from(study: Study, tuned: Sequence[Outcome]) -> dict[tuple[str, str,
         status.setdefault(cell, {}).setdefault(key, set()).add(o.status)
         value = score(o.label_curve(p.training), study.tuning_last_rounds) if o.status == "done" else None
         by_cell.setdefault(cell, {}).setdefault(key, {})[p.seed] = value
+    val_samples = {(o.planned.model, o.planned.setting.label, o.planned.training): int(o.info["val_samples"])
+                   for o in tuned if o.status == "done" and o.info.get("val_samples")}
     out = {}
     for cell, by_trial in by_cell.items():
         initial = study.search[cell[2]]
@@ -204,7 +245,8 @@ def choices_from(study: Study, tuned: Sequence[Outcome]) -> dict[tuple[str, str,
         # the values that ran on every tuning seed: a failed (or missing) value beyond an edge leaves it an edge
         ran = [s.trial for s in scores if s.score_pct is not None] or [s.trial for s in scores]
         tried = {k: tuple(dict.fromkeys(t[k] for t in ran)) for k in initial}
-        choice = choose(scores, tried)
+        sample = resolution_pts(val_samples[cell]) if cell in val_samples else None
+        choice = choose(scores, tried, sample, study.near_tie)
         failed_next = {}
         for k in choice.at_edge:
             state, value = extension_value(initial[k], tried[k], choice.trial[k], study.extend_steps)
@@ -297,8 +339,14 @@ def run_study(study: Study, out: str | Path, *, backend: str = "local", workers:
         one_value = len(study.trials(training)) == 1  # nothing to choose between: given, not tuned
         say(f"{'given (one value searched, not tuned)' if one_value else 'tuned'} {model} {setting} {training}: "
             f"{chosen}" + ("" if one_value else "".join(f"; {e['key']} {edge_text(e)}" for e in c.extension)))
-    evaluated = run_phase(evaluation_plan(study, ex, choices), "eval")
-    return StudyRun(tuned, choices, evaluated)
+    plans = seed_plans(study, tuned, choices)
+    for p in plans:
+        say(f"seed plan {p.model} {p.setting}: {p.seeds} evaluation seeds ("
+            + "; ".join(f"{c.method}: sd {c.sd_pts:.2f} over {c.tuning_seeds} tuning seeds needs {c.seeds_needed}"
+                        for c in p.comparisons)
+            + f"; bounds {study.seed_plan.min_seeds}-{study.seed_plan.max_seeds})")
+    evaluated = run_phase(evaluation_plan(study, ex, choices, plans), "eval")
+    return StudyRun(tuned, choices, evaluated, plans)
 
 
 # ----------------------------------------------------------------------------- the results folder

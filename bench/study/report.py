@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,13 +26,14 @@ from typing import Any, Iterable, Mapping, Sequence
 import pandas as pd
 
 from bench.lib.results import FORMAT_NAME, FORMAT_VERSION, write_json
-from bench.lib.study.curves import PlateauVerdict, base_validation_target, convergence, first_reaching
+from bench.lib.study.curves import Convergence, base_validation_target, first_reaching, judge
 from bench.study.fleets import by_seed, fleet_answers, fleet_markdown
 from bench.study.phases import Outcome, StudyRun, edge_text
 from bench.lib.study.runner import machine_info
 from bench.lib.study.spec import Setting, Study
 from bench.lib.study import verdicts
-from bench.lib.study.stats import Estimate, estimate, paired_difference, spread, tost
+from bench.lib.study.stats import (Estimate, adjusted, difference_p, estimate, minimum_detectable_difference,
+                                   paired_difference, resolution_pts, seeds_for_equivalence, spread, tost)
 from bench.lib.study.tuning import score
 from iokit.files import atomic_write, atomic_write_text
 
@@ -63,10 +65,20 @@ class MethodRun:
     def train_curve_pct(self) -> list[float]:
         return [100 * r["accuracy"] for r in self._train()]
 
-    def verdict(self, study: Study) -> PlateauVerdict:
+    def convergence(self, study: Study) -> Convergence:
+        """Judged on the curve's end; the high-rate part apart (``bench.lib.study.curves.judge``)."""
         p = study.plateau
-        return convergence(self.train_curve_pct, [r.get("lr") for r in self._train()], p.last_rounds,
-                           p.tolerance_pct, p.rate_fraction)
+        return judge(self.train_curve_pct, [r.get("lr") for r in self._train()], p.last_rounds, p.tolerance_pct,
+                     p.rate_fraction)
+
+    @property
+    def test_samples(self) -> int:
+        """The evaluation (test) set's size, from the run's record (one sample: ``resolution_pts``)."""
+        n = self.outcome.info.get("test_samples")
+        if not n:
+            raise ValueError(f"run {self.outcome.run_id}: its run.json records no test_samples; a report needs the "
+                             "test set's size for the resolution of its accuracies (rerun the run)")
+        return int(n)
 
 
 @dataclass(frozen=True)
@@ -111,7 +123,8 @@ def runs_table(study: Study, runs: Sequence[MethodRun]) -> pd.DataFrame:
         acc = [row["accuracy"] for row in r.curve if row["accuracy"] is not None]
         val = [row["val_accuracy"] for row in r.curve if row["val_accuracy"] is not None]
         best_round = max((row for row in r.curve if row["accuracy"] is not None), key=lambda x: x["accuracy"])["round"]
-        v = r.verdict(study)
+        c = r.convergence(study)
+        v, early = c.end, c.high_rate
         last = r.curve[-1]
         machine = r.outcome.info.get("machine", {})
         rows.append({"model": r.model, "setting": r.setting.label, "number_format": r.setting.number_format,
@@ -123,7 +136,8 @@ def runs_table(study: Study, runs: Sequence[MethodRun]) -> pd.DataFrame:
                      "final_val_accuracy_pct": _pct(val[-1] if val else None),
                      "best_val_accuracy_pct": _pct(max(val) if val else None),
                      "verdict": v.verdict, "converged": v.converged, "gain_pct": v.gain_pct, "spread_pct": v.spread_pct,
-                     "verdict_judged": v.judged,
+                     "high_rate_verdict": None if early is None else early.verdict,
+                     "test_samples": r.test_samples,
                      "rounds": study.rounds, **{name: last[col] for name, col in COST_KEYS},
                      "run_wall_s": r.outcome.elapsed_s, "cpu": machine.get("cpu"), "host": machine.get("host"),
                      "torch_threads": machine.get("torch_threads"), **provenance(r.outcome),
@@ -222,8 +236,10 @@ def _finals(runs_df: pd.DataFrame, model: str, setting: Setting, method: str) ->
 
 
 def cells(study: Study, runs_df: pd.DataFrame, tta_df: pd.DataFrame) -> list[dict[str, Any]]:
-    """Every (model, setting, method)'s statistics over its evaluation seeds; in a number format
-    other than FP32, also the paired difference against the same method and seeds in FP32."""
+    """Every (model, setting, method)'s statistics over its evaluation seeds, each spread floored at
+    one test sample (``stats.resolution_pts``); the paired difference against the base method and, in
+    a number format other than FP32, against the same method and seeds in FP32, each with its raw
+    p-values; then each family's p-values adjusted and the verdicts (``decide``)."""
     out = []
     for model in study.models:
         for setting in study.settings:
@@ -236,50 +252,83 @@ def cells(study: Study, runs_df: pd.DataFrame, tta_df: pd.DataFrame) -> list[dic
                 if not len(mine):
                     out.append({"model": model, "setting": setting.label, "method": method, "n": 0})
                     continue
+                samples = int(mine["test_samples"].max())
+                floor = resolution_pts(samples)
                 final = dict(zip(mine["seed"], mine["final_accuracy_pct"]))
                 cell = {"model": model, "setting": setting.label, "method": method, "n": len(mine),
-                        "seeds": sorted(int(s) for s in mine["seed"]),
-                        "final_accuracy_pct": _estimate(estimate(list(final.values()))),
-                        "best_accuracy_pct": _estimate(estimate(list(mine["best_accuracy_pct"]))),
-                        **({"local_accuracy_pct": _estimate(estimate(list(mine["final_local_accuracy_pct"])))}
+                        "seeds": sorted(int(s) for s in mine["seed"]), "test_samples": samples,
+                        "final_accuracy_pct": _estimate(estimate(list(final.values()), floor=floor)),
+                        "best_accuracy_pct": _estimate(estimate(list(mine["best_accuracy_pct"]), floor=floor)),
+                        **({"local_accuracy_pct": _estimate(estimate(list(mine["final_local_accuracy_pct"]),
+                                                                     floor=floor))}
                            if mine["final_local_accuracy_pct"].notna().all() else {}),
                         **({"participation": {c: float(mine[c].mean()) for c in mine.columns
                                               if c in ("clients_per_round", "sampled_per_round") or c.startswith("dropped_")}}
                            if "clients_per_round" in mine and mine["clients_per_round"].notna().all() else {}),
                         "converged": int(mine["converged"].sum()),
+                        "rising_at_high_rate": int((mine["high_rate_verdict"] == "rising").sum()),
                         "bytes": float(mine["bytes"].mean()),
                         "bytes_vs_base": float(mine["bytes"].mean()) / base_bytes if base_bytes else None,
                         "verdicts": {str(k): int(v) for k, v in mine["verdict"].value_counts().items()}}
                 local = by_seed(mine, "final_local_accuracy_pct")
                 base_local = by_seed(base, "final_local_accuracy_pct") if len(base) else {}
                 if method != study.base and len(set(local) & set(base_local)) >= 2:  # paired as the global one
-                    cell["local_difference_vs_base_pct"] = _estimate(paired_difference(local, base_local))
+                    cell["local_difference_vs_base_pct"] = _comparison(local, base_local, floor, study, "local")
                 if method != study.base and base_final and set(final) & set(base_final):
-                    d = paired_difference(final, base_final)
-                    cell["paired_difference_vs_base_pct"] = _estimate(d)
-                    cell.update(_equivalence(final, base_final, d, study.equivalence_margin_pts))
+                    cell["paired_difference_vs_base_pct"] = _comparison(final, base_final, floor, study, "base")
                 cell["number_format"] = setting.number_format
                 fp32 = _finals(runs_df, model, setting.in_fp32, method) if setting.number_format != "fp32" else {}
                 if set(final) & set(fp32):
-                    d = paired_difference(final, fp32)
-                    cell["paired_difference_vs_fp32_pct"] = _estimate(d)
-                    cell.update(_equivalence(final, fp32, d, study.equivalence_margin_pts, against="fp32"))
+                    cell["paired_difference_vs_fp32_pct"] = _comparison(final, fp32, floor, study, "fp32")
                 cell["time_to_accuracy"] = _tta_cell(tta_df, model, setting.label, method)
                 out.append(cell)
-    return out
+    return decide(study, out)
 
 
-def _equivalence(a: Mapping[int, float], b: Mapping[int, float], d: Estimate, margin: float,
-                 against: str = "base") -> dict[str, Any]:
-    """The TOST of the paired differences against ± ``margin`` and the verdict (``bench.lib.study.verdicts``),
-    as ``verdict_vs_<against>`` and ``equivalence_vs_<against>``."""
+FAMILIES = {"base": "paired_difference_vs_base_pct", "fp32": "paired_difference_vs_fp32_pct",
+            "local": "local_difference_vs_base_pct"}
+"""The families of comparisons a report corrects together, one per table of paired differences
+(against the base method; against FP32; the local test mode against the base method), and the
+cell key each is recorded under."""
+
+
+def _comparison(a: Mapping[int, float], b: Mapping[int, float], floor: float, study: Study,
+                family: str) -> dict[str, Any]:
+    """The paired difference a - b (floored spread), its raw p-values (the paired t-test of no
+    difference; the TOST against the study's margin), and what its seeds could detect: the minimum
+    detectable difference at the study's power, and the seeds a ± margin equivalence would need at
+    this spread (both from the floored spread)."""
+    d = paired_difference(a, b, floor=floor)
     seeds = sorted(set(a) & set(b))
-    eq = tost([a[s] - b[s] for s in seeds], margin) if len(seeds) >= 2 else None
-    out = {f"verdict_vs_{against}": verdicts.comparison(d, eq)}
-    if eq is not None:
-        out[f"equivalence_vs_{against}"] = {"margin_pts": margin, "p_low": eq.p_low, "p_high": eq.p_high, "p": eq.p,
-                                      "alpha": eq.alpha, "equivalent": eq.equivalent}
+    margin = study.equivalence_margin_pts
+    out = {**_estimate(d), "family": family, "margin_pts": margin, "p_difference": None, "p_equivalence": None}
+    if d.n >= 2:
+        out.update({"p_difference": difference_p(d),
+                    "p_equivalence": tost([a[s] - b[s] for s in seeds], margin, floor=floor).p,
+                    "power": study.power,
+                    "minimum_detectable_pts": minimum_detectable_difference(d.spread, d.n, power=study.power),
+                    "seeds_for_margin": seeds_for_equivalence(d.spread, margin, power=study.power)})
     return out
+
+
+def decide(study: Study, cells_: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each family's p-values adjusted together (the study's ``[verdicts] correction``, ``FAMILIES``)
+    and each comparison's verdict from the adjusted ones (``bench.lib.study.verdicts``)."""
+    for key in FAMILIES.values():
+        members = [c[key] for c in cells_ if key in c]
+        for p in ("p_difference", "p_equivalence"):
+            raw = [math.nan if m[p] is None else m[p] for m in members]
+            for m, q in zip(members, adjusted(raw, study.correction)):
+                m[p + "_adjusted"] = None if math.isnan(q) else q
+        for m in members:
+            m["correction"], m["family_size"] = study.correction, len(members)
+            m["verdict"] = verdicts.comparison(m["n"], _nan(m["p_difference_adjusted"]),
+                                               _nan(m["p_equivalence_adjusted"]), study.equivalence_margin_pts)
+    return cells_
+
+
+def _nan(v: float | None) -> float:
+    return math.nan if v is None else float(v)
 
 
 def _tta_cell(tta_df: pd.DataFrame, model: str, setting: str, method: str) -> list[dict[str, Any]]:
@@ -334,15 +383,14 @@ def _grid(study: Study, cells_: Sequence[Mapping[str, Any]], text,
     return lines
 
 
-def _interval(e: Mapping[str, Any] | None, signed: bool = False) -> str:
+def _interval(e: Mapping[str, Any] | None, signed: bool = False, bold: bool = False) -> str:
     if not e:
         return "—"
     fmt = "{:+.2f}" if signed else "{:.2f}"
     if e["ci_low"] is None:
         return fmt.format(e["mean"]) + " (n=1)"
-    excludes = signed and (e["ci_low"] > 0 or e["ci_high"] < 0)
     text = f"{fmt.format(e['mean'])} [{fmt.format(e['ci_low'])}, {fmt.format(e['ci_high'])}]"
-    return f"**{text}**" if excludes else text
+    return f"**{text}**" if bold else text
 
 
 def _median_range(entry: Mapping[str, Any], key: str, scale: float = 1.0, digits: int = 3) -> str:
@@ -362,24 +410,19 @@ def table_markdown(study: Study, summary: Mapping[str, Any]) -> str:
              f"evaluation seeds {s['seeds']}, tuning seeds {s['tuning_seeds']}. Report written at commit "
              f"{summary['git_commit']}; runs by commit: {_commits_text(summary['run_commits'])}; "
              f"{summary['wall']['text']}.", "",
-             f"## Final test accuracy (%), mean ± std over {n_seeds} seeds (SphereFed Tab. 2 layout)", "",
+             f"## Final test accuracy (%), mean ± std over {_seeds_text(cells_, n_seeds)} (SphereFed Tab. 2 layout)",
+             "",
              f"In parentheses: the mean paired change against {study.base} (same seeds: same partition, same initial "
-             "weights). †: not every seed's curve converged: the plateau rule "
-             f"(last {study.plateau.last_rounds} rounds' mean within {study.plateau.tolerance_pct:g} point(s) of the "
-             f"{study.plateau.last_rounds} before, and within {2 * study.plateau.tolerance_pct:g} of each other) "
-             "failed "
-             f"on the rounds run at >= {100 * study.plateau.rate_fraction:g} % of the peak learning rate or on the "
-             "last rounds (docs/study.md): a comparison of unconverged runs.", ""]
+             "weights); the next table says whether the seeds resolve it. †: not every seed's curve converged at its "
+             f"end (the plateau rule: the last {study.plateau.last_rounds} rounds' mean within "
+             f"{study.plateau.tolerance_pct:g} point(s) of the {study.plateau.last_rounds} before, and within "
+             f"{2 * study.plateau.tolerance_pct:g} of each other; docs/study.md).", ""]
     lines += _grid(study, cells_, lambda c: _cell_text(c, study))
     m = f"{study.equivalence_margin_pts:g}"
     lines += ["", f"## Paired difference against {study.base} (points): mean [95 % Student-t interval], verdict", "",
-              "Bold: the interval excludes 0 (\"different\"). \"equivalent within ± " + m + "\": the two one-sided "
-              f"t-tests (TOST, α = 0.05) on the paired differences reject a difference of {m} point(s) or more "
-              "either way (the study's `equivalence_margin_pts`); \"not shown equivalent\": they do not, and the "
-              "interval includes 0: these seeds resolve neither (docs/study.md, \"Verdicts\").", ""]
-    lines += _grid(study, [c for c in cells_], lambda c: "—" if c.get("method") == study.base or not c.get("n")
-                   else _interval(c.get("paired_difference_vs_base_pct"), signed=True)
-                   + (f": {c['verdict_vs_base']}" if c.get("verdict_vs_base") else ""))
+              _verdict_rule(study), ""]
+    lines += _grid(study, cells_, lambda c: "—" if c.get("method") == study.base or not c.get("n")
+                   else _comparison_text(c.get("paired_difference_vs_base_pct")))
     lines += ["", "## Final test accuracy (%): mean [95 % Student-t interval]", ""]
     lines += _grid(study, cells_, lambda c: _interval(c.get("final_accuracy_pct")) if c.get("n") else "—")
     if any("local_accuracy_pct" in c for c in cells_):
@@ -389,10 +432,11 @@ def table_markdown(study: Study, summary: Mapping[str, Any]) -> str:
                   "without local parts; the double head's, the global weights with the client's own local head "
                   "and unshared layers predicting by both heads, over the clients that trained (docs/study.md); "
                   "— where the runs predate its record. In parentheses: the paired difference against "
-                  f"{study.base}'s local test accuracy on the same seeds [95 % t interval; bold: excludes 0].", ""]
+                  f"{study.base}'s local test accuracy on the same seeds, its verdict (this table's comparisons are "
+                  "one family, corrected as the others).", ""]
         lines += _grid(study, cells_,
                        lambda c: (_mean_std(c["local_accuracy_pct"]) if "local_accuracy_pct" in c else "—")
-                       + (f" ({_interval(c['local_difference_vs_base_pct'], signed=True)} vs {study.base})"
+                       + (f" ({_comparison_text(c['local_difference_vs_base_pct'], short=True)} vs {study.base})"
                           if "local_difference_vs_base_pct" in c else ""))
     if any("participation" in c for c in cells_):
         lines += ["", "## Participation on a fleet: clients aggregated / sampled per round; drops per run by reason", "",
@@ -407,19 +451,21 @@ def table_markdown(study: Study, summary: Mapping[str, Any]) -> str:
     lines += ["", "## Best test accuracy over the rounds (%), mean ± std", ""]
     lines += _grid(study, cells_, lambda c: "—" if not c.get("n") else f"{c['best_accuracy_pct']['mean']:.2f}"
                    + (f" ± {c['best_accuracy_pct']['std']:.2f}" if c['best_accuracy_pct']['std'] is not None else ""))
-    lines += ["", "## Convergence: seeds whose curve converged (other verdicts; the rounds judged in runs.csv, "
-              "`verdict_judged`)", ""]
+    lines += ["", "## Convergence at the curve's end; still learning while the rate was high", "",
+              "Seeds whose curve converged at its end (the plateau rule on its last rounds; other verdicts in "
+              "parentheses), then the seeds whose curve was still rising over the rounds run at >= "
+              f"{100 * study.plateau.rate_fraction:g} % of the peak learning rate (`high_rate_verdict` in runs.csv): "
+              "a curve can do both, learning while its steps were large and flat at its end (docs/study.md).", ""]
     lines += _grid(study, cells_, lambda c: "—" if not c.get("n") else f"{c['converged']}/{c['n']}" + (
         " (" + ", ".join(f"{k} {v}" for k, v in c["verdicts"].items() if k != "converged") + ")"
-        if c["converged"] < c["n"] else ""))
+        if c["converged"] < c["n"] else "") + f"; rising at a high rate {c['rising_at_high_rate']}/{c['n']}")
     formats = [s for s in study.settings if s.number_format != "fp32"]
     if formats:
         lines += ["", "## Number formats: paired difference against FP32 (points), mean [95 % Student-t interval]", "",
                   "The same method, seeds and hyper-parameters (tuned in FP32) trained with every GEMM operand rounded "
-                  "to the format (docs/numerics.md). Bold: the interval excludes 0. The verdict: the TOST against "
-                  f"± {study.equivalence_margin_pts:g} point(s) (docs/study.md).", ""]
-        lines += _grid(study, cells_, lambda c: _interval(c.get("paired_difference_vs_fp32_pct"), signed=True)
-                       + (f": {c['verdict_vs_fp32']}" if "verdict_vs_fp32" in c else ""), formats)
+                  "to the format (docs/numerics.md). " + _verdict_rule(study), ""]
+        lines += _grid(study, cells_, lambda c: _comparison_text(c.get("paired_difference_vs_fp32_pct")), formats)
+    lines += _seed_plan_lines(study, summary.get("seed_plans", []))
     lines += ["", "## Provenance", ""] + _provenance_lines(summary)
     lines += ["", "## Time to accuracy: median [range] over seeds, modeled", "",
               "Targets fixed before the run (declared in the study file) or derived from the base method's "
@@ -438,19 +484,87 @@ def table_markdown(study: Study, summary: Mapping[str, Any]) -> str:
                                                           for c in cells_ for t in c.get("time_to_accuracy", [])})), "",
               "## Tuning (validation only)", "",
               f"Score: mean validation accuracy of the last {study.tuning_last_rounds} rounds, averaged over the tuning "
-              "seeds; the highest wins (ties: the first listed). A calibrated method takes its training method's "
+              "seeds; the highest wins; equal scores" + (" and scores within one validation sample" if
+                                                         study.near_tie == "centre" else "")
+              + " tie, and a tie goes to the value nearest the centre of the values tried, then the smaller (never "
+              "the grid's order). Decisive by: the choice's score minus the best other trial's, in validation "
+              "samples; under 1, one validation sample decides it: a tie, not a win (docs/study.md, \"Tuning\"). "
+              "A calibrated method takes its training method's "
               f"choice. A choice at the smallest or largest value tried extends the grid on that side, one geometric "
               f"step (the grid's own ratio there) at a time, up to {study.extend_steps} value(s) beyond the study "
               "file's grid (`[tuning] extend_steps`), until it is interior; each choice says which.", "",
-              "| model | setting | method | chosen | validation score (%) | every trial (score %) |", "|---|---|---|---|---|---|"]
+              "| model | setting | method | chosen | validation score (%) | decisive by | every trial (score %) |",
+              "|---|---|---|---|---|---|---|"]
     for ch in summary["choices"]:
         trials = "; ".join(f"{_values(t['trial'])}: " + ("failed" if t["score_pct"] is None else f"{t['score_pct']:.2f}")
                            for t in ch["scores"])
         chosen = "none (every trial failed)" if ch["trial"] is None else _values(ch["trial"]) + "".join(
             f"; {e['key']} {edge_text(e)}" for e in ch.get("extension", []))
         score_text = "—" if ch["score_pct"] is None else f"{ch['score_pct']:.2f}"
-        lines.append(f"| {ch['model']} | {ch['setting']} | {ch['method']} | {chosen} | {score_text} | {trials} |")
+        lines.append(f"| {ch['model']} | {ch['setting']} | {ch['method']} | {chosen} | {score_text} | "
+                     f"{_decisive_text(ch)} | {trials} |")
     return "\n".join(lines) + "\n"
+
+
+def _verdict_rule(study: Study) -> str:
+    m = f"{study.equivalence_margin_pts:g}"
+    correction = {"holm": "Holm's step-down correction (family-wise error)",
+                  "bh": "the Benjamini-Hochberg correction (false discovery rate)", "none": "no correction"}
+    return (f"Spreads floored at one test sample (100 / N points). p: the paired t-test of no difference, raw and "
+            f"adjusted for the table's family of comparisons by {correction[study.correction]} (`[verdicts] "
+            f"correction`); the words follow the adjusted p-values at α = 0.05: \"different\" (bold), "
+            f"\"equivalent within ± {m}\" (the two one-sided tests against ± {m} point(s), adjusted the same "
+            f"way), both, or \"not resolved with n seeds\". MDD: the smallest true difference these seeds detect "
+            f"with {100 * study.power:g} % power; for ± {m}: the seeds an equivalence within ± {m} needs at this "
+            "spread (docs/study.md, \"Verdicts\").")
+
+
+def _comparison_text(e: Mapping[str, Any] | None, short: bool = False) -> str:
+    """A paired difference with its interval, adjusted p-values, verdict and what its seeds could detect."""
+    if not e:
+        return "—"
+    text = _interval(e, signed=True, bold=e.get("verdict", "").startswith("different"))
+    if e.get("p_difference") is None:
+        return text
+    p = f"p {_p(e['p_difference'])} (adj. {_p(e['p_difference_adjusted'])})"
+    if short:
+        return f"{text}, {p}: {e['verdict']}"
+    return (f"{text}, {p}: {e['verdict']}; MDD {e['minimum_detectable_pts']:.2f}, "
+            f"for ± {e['margin_pts']:g}: {e['seeds_for_margin']} seeds")
+
+
+def _p(v: float | None) -> str:
+    return "—" if v is None else f"{v:.2g}" if v >= 0.001 else "<0.001"
+
+
+def _seeds_text(cells_: Sequence[Mapping[str, Any]], n_seeds: int) -> str:
+    ns = sorted({c["n"] for c in cells_ if c.get("n")})
+    return f"{n_seeds} seeds" if ns in ([], [n_seeds]) else f"{ns[0]}-{ns[-1]} seeds (the seed plan's)"
+
+
+def _decisive_text(choice: Mapping[str, Any]) -> str:
+    m = choice.get("margin_samples")
+    if m is None:
+        return "—"
+    if not choice.get("near"):
+        return f"{m:.1f} samples"
+    return f"tie ({m:+.1f} samples; within one: {'; '.join(_values(t) for t in choice['near'])})"
+
+
+def _seed_plan_lines(study: Study, plans: Sequence[Mapping[str, Any]]) -> list[str]:
+    if not plans:
+        return []
+    lines = ["", "## Seed plan (before the evaluation runs)", "",
+             f"Per model and data setting, the evaluation seeds a TOST within ± {study.equivalence_margin_pts:g} "
+             f"point(s) needs with {100 * study.power:g} % power, from the paired spread of the final validation "
+             "accuracy on the tuning seeds (floored at one validation sample), within the study's bounds "
+             f"[{study.seed_plan.min_seeds}, {study.seed_plan.max_seeds}] (bench/lib/study/power.py).", "",
+             "| model | setting | seeds run | comparison: tuning seeds, sd (points), seeds needed |", "|---|---|---|---|"]
+    for p in plans:
+        lines.append(f"| {p['model']} | {p['setting']} | {p['seeds']} | " + "; ".join(
+            f"{c['method']}: {c['tuning_seeds']}, {c['sd_pts']:.2f}, {c['seeds_needed']}" for c in p["comparisons"])
+                     + " |")
+    return lines
 
 
 def _provenance_lines(summary: Mapping[str, Any]) -> list[str]:
@@ -544,6 +658,7 @@ def build_summary(study: Study, run: StudyRun, runs_df: pd.DataFrame, tta_df: pd
               for phase, outcomes in (("tuning", run.tuning), ("evaluation", run.evaluation))}
     choices = [{"model": m, "setting": s, "method": t, "trial": None if c.trial is None else dict(c.trial),
                 "score_pct": c.score_pct, "at_edge": list(c.at_edge), "extension": [dict(e) for e in c.extension],
+                "margin_samples": c.margin_samples, "tie": c.tie, "near": [dict(t) for t in c.near],
                 "point": _chosen_point(run, (m, s, t), c),
                 "scores": [{"trial": dict(x.trial), "score_pct": x.score_pct,
                             "seed_scores_pct": {str(k): v for k, v in x.seed_scores_pct.items()}} for x in c.scores]}
@@ -556,7 +671,8 @@ def build_summary(study: Study, run: StudyRun, runs_df: pd.DataFrame, tta_df: pd
             "run_commits": run_commits(run), "missing_provenance": missing_provenance(run), "torch": torch.__version__,
             "wall": _wall(run, started_unix_s),
             "counts": counts, "failures": failures,
-            "choices": choices, "cells": cells(study, runs_df, tta_df),
+            "choices": choices, "seed_plans": [p.record() for p in run.seed_plans],
+            "cells": cells(study, runs_df, tta_df),
             **({"fleets": answers} if (answers := fleet_answers(study, runs_df, tta_df)) else {})}
 
 

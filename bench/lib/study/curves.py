@@ -15,27 +15,20 @@ the last 2w evaluated rounds of a curve a_1..a_R (in percent):
 
 Only "converged" counts as converged.
 
-Convergence (``convergence``): the plateau rule alone cannot fail under a decaying schedule. The
-paper trains with cosine annealing to zero (SphereFed Sec. 5.1): the last three of 20 rounds run
-at <= 5.5 % of the peak rate, so almost any curve is flat there because its steps are small, not
-because the model stopped improving. So the rule is applied twice, and both must hold:
-
-1. on the *high-rate part*: the rounds up to the last one whose learning rate is at least
-   ``rate_fraction`` (default 0.5) of the run's peak (with cosine annealing over R rounds, round t
-   runs at (1 + cos(π (t - 1) / R)) / 2 of the peak: rounds 1-11 of 20). A curve that has stopped
-   rising while the steps are still at least half their largest has stopped because the model
-   stopped improving; a curve still rising there was flattened by the decay, not by convergence,
-   and is not converged however flat its tail. Fewer than 2w such rounds: "too short";
-2. on the last 2w rounds, as before (a curve that falls or is noisy at the end is not converged).
-
-The verdict is the first that fails, with the rounds it judged (``judged``). A run without a
-recorded learning rate (or at a constant one) is judged on the whole curve, as the plain rule.
+Convergence is judged on the curve's end: the plateau rule on its last 2w rounds. Under a
+decaying schedule (SphereFed Sec. 5.1 trains with cosine annealing to zero) the last rounds run at
+small rates, so a flat end can mean small steps rather than a finished model. That is reported
+apart, not folded into the verdict (``judge``): the plateau rule on the *high-rate part*, the
+rounds up to the last one whose learning rate is at least ``rate_fraction`` (default 0.5) of the
+run's peak (with cosine annealing over R rounds, round t runs at (1 + cos(π (t - 1) / R)) / 2 of
+the peak: rounds 1-11 of 20); "rising" there means "still learning while the rate was high". A
+curve can be both: rising at the high rate and converged at its end.
 """
 
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 VERDICTS = ("converged", "rising", "falling", "noisy", "too short")
@@ -46,7 +39,6 @@ class PlateauVerdict:
     verdict: str  # one of VERDICTS
     gain_pct: float | None  # last window's mean minus the previous window's, in points
     spread_pct: float | None  # max - min within the last window, in points
-    judged: str = "last rounds"  # which rounds the verdict is about (``convergence``)
 
     @property
     def converged(self) -> bool:
@@ -82,21 +74,33 @@ def high_rate_rounds(lr: Sequence[float], rate_fraction: float) -> int:
     return max(i for i, v in enumerate(lr) if v >= rate_fraction * peak * (1 - 1e-9)) + 1
 
 
-def convergence(accuracy_pct: Sequence[float], lr: Sequence[float | None] | None = None, last_rounds: int = 3,
-                tolerance_pct: float = 1.0, rate_fraction: float = 0.5) -> PlateauVerdict:
-    """The convergence rule (module doc): the plateau rule on the high-rate part of the curve, then
-    on its last rounds. ``lr``: the learning rate of each round of ``accuracy_pct`` (None: unknown)."""
+@dataclass(frozen=True)
+class Convergence:
+    """A curve's convergence verdict (its end) and, apart, its high-rate part's (module doc)."""
+
+    end: PlateauVerdict
+    high_rate: PlateauVerdict | None  # None: no learning rate recorded, or never below rate_fraction of its peak
+    high_rate_rounds: int | None = None
+
+    @property
+    def converged(self) -> bool:
+        return self.end.converged
+
+
+def judge(accuracy_pct: Sequence[float], lr: Sequence[float | None] | None = None, last_rounds: int = 3,
+          tolerance_pct: float = 1.0, rate_fraction: float = 0.5) -> Convergence:
+    """The plateau rule on the curve's end, and on its high-rate part (module doc). ``lr``: the
+    learning rate of each round of ``accuracy_pct`` (None: unknown)."""
     if not 0 < rate_fraction <= 1:
         raise ValueError(f"rate_fraction must be in (0, 1], got {rate_fraction}")
     if lr is not None and len(lr) != len(accuracy_pct):
         raise ValueError(f"{len(accuracy_pct)} rounds of accuracy but {len(lr)} learning rates")
+    end = plateau(accuracy_pct, last_rounds, tolerance_pct)
     if lr and all(v is not None and v > 0 for v in lr):
         k = high_rate_rounds([float(v) for v in lr], rate_fraction)
         if k < len(accuracy_pct):
-            early = plateau(accuracy_pct[:k], last_rounds, tolerance_pct)
-            if not early.converged:
-                return replace(early, judged=f"rounds 1-{k} (learning rate >= {100 * rate_fraction:g} % of its peak)")
-    return plateau(accuracy_pct, last_rounds, tolerance_pct)
+            return Convergence(end, plateau(accuracy_pct[:k], last_rounds, tolerance_pct), k)
+    return Convergence(end, None)
 
 
 @dataclass(frozen=True)

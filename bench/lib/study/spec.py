@@ -27,6 +27,13 @@ A study file (TOML) declares, before anything runs::
     [tuning]
     last_rounds = 3                       # score: mean validation accuracy of the last 3 rounds
     extend_steps = 3                      # a choice at a grid edge: up to 3 more geometric steps that way
+    near_tie = "best"                     # "centre": trials within one validation sample tie too
+    [verdicts]
+    correction = "holm"                   # each table's family of comparisons: holm, bh or none
+    power = 0.8                           # the seed plan's and the minimum detectable difference's
+    [seed_plan]                           # optional: the evaluation seeds planned from the tuning seeds
+    min_seeds = 10                        # (the first n of ``seeds``; bench.lib.study.power)
+    max_seeds = 40
     [convergence]
     last_rounds = 3                       # plateau rule: windows of 3 rounds ...
     tolerance_pct = 1.0                   # ... whose means differ by less than 1 point
@@ -50,7 +57,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from bench.lib.study.stats import DEFAULT_EQUIVALENCE_MARGIN_PTS
+from bench.lib.study.stats import CORRECTIONS, DEFAULT_EQUIVALENCE_MARGIN_PTS, DEFAULT_POWER
+from bench.lib.study.tuning import NEAR_TIE_RULES
 from iokit import checks
 from iokit.outputs import CHECKOUT_ROOT
 from iokit.toml import read_toml
@@ -64,12 +72,13 @@ from workloads.numerics import NumberFormat
 STUDY_DIR = CHECKOUT_ROOT / "configs" / "studies"
 KEYS = ("name", "preset", "models", "methods", "base", "iid", "alphas", "number_formats", "rounds", "local_epochs",
         "holdout_fraction", "seeds", "tuning_seeds", "device", "hw", "system", "search", "tuning", "convergence",
-        "targets", "equivalence_margin_pts", "dataset", "fleets", "deadlines_s")
+        "targets", "equivalence_margin_pts", "dataset", "fleets", "deadlines_s", "verdicts", "seed_plan")
 REQUIRED = ("name", "preset", "models", "methods", "base", "rounds", "seeds", "tuning_seeds", "search")
 SAFE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")
 DEFAULT_HOLDOUT_FRACTION = 0.15  # SphereFed Sec. 5.1: "we use 15 % of training data for validation"
 DEFAULT_RATE_FRACTION = 0.5  # bench.lib.study.curves.convergence's high-rate part: our choice (docs/study.md)
 DEFAULT_EXTEND_STEPS = 3  # bench.lib.study.tuning.extension_value: geometric steps beyond an edge, our choice
+DEFAULT_CORRECTION = "holm"  # [verdicts] correction: Holm keeps the family-wise error rate (docs/study.md)
 
 
 class StudyError(ValueError):
@@ -144,6 +153,15 @@ class Targets:
 
 
 @dataclass(frozen=True)
+class SeedPlan:
+    """``[seed_plan]``: the evaluation runs use the first n of ``seeds``, n planned per model and data
+    setting from the tuning seeds' paired spread (``bench.lib.study.power``), within these bounds."""
+
+    min_seeds: int
+    max_seeds: int
+
+
+@dataclass(frozen=True)
 class Study:
     """A study file, checked (module doc)."""
 
@@ -169,6 +187,10 @@ class Study:
     equivalence_margin_pts: float = DEFAULT_EQUIVALENCE_MARGIN_PTS  # TOST margin (bench.lib.study.stats.tost)
     dataset: str | None = None  # None: the preset's
     extend_steps: int = DEFAULT_EXTEND_STEPS  # [tuning] extend_steps: edge extension bound (bench.lib.study.tuning)
+    near_tie: str = "best"  # [tuning] near_tie (bench.lib.study.tuning.choose)
+    correction: str = DEFAULT_CORRECTION  # [verdicts] correction (bench.lib.study.stats.adjusted)
+    power: float = DEFAULT_POWER  # [verdicts] power
+    seed_plan: SeedPlan | None = None  # [seed_plan]; None: every seed of ``seeds``
     data_dir: str | None = None  # the dataset's folder: the command's --data-dir, not a key of the file
 
     @property
@@ -214,9 +236,12 @@ class Study:
                 "seeds": list(self.seeds), "tuning_seeds": list(self.tuning_seeds),
                 "search": {m: {k: list(v) for k, v in s.items()} for m, s in self.search.items()},
                 "tuning": {"rule": "best mean validation accuracy over the last rounds, averaged over the tuning "
-                                   "seeds; ties: the first in the file", "last_rounds": self.tuning_last_rounds,
-                           "extend_steps": self.extend_steps},
+                                   "seeds; ties: nearest the centre of the values tried, then the smaller",
+                           "last_rounds": self.tuning_last_rounds, "extend_steps": self.extend_steps,
+                           "near_tie": self.near_tie},
                 "equivalence_margin_pts": self.equivalence_margin_pts,
+                "verdicts": {"correction": self.correction, "power": self.power},
+                "seed_plan": None if self.seed_plan is None else asdict(self.seed_plan),
                 "dataset": self.dataset or self.preset.fl.dataset,
                 "convergence": asdict(self.plateau),
                 "targets": {"accuracy_pct": list(self.targets.accuracy_pct),
@@ -333,7 +358,28 @@ def _parse_study(doc: Mapping[str, Any], source: str) -> Study:
                          "confidence interval worth the name)")
     tuning_seeds = _list(doc, "tuning_seeds", where, int, low=0, high=checks.SEED_MAX)
     search = _search(doc["search"], methods, where)
-    tuning = _table(doc, "tuning", ("last_rounds", "extend_steps"), where)
+    tuning = _table(doc, "tuning", ("last_rounds", "extend_steps", "near_tie"), where)
+    near_tie = tuning.get("near_tie", "best")
+    if near_tie not in NEAR_TIE_RULES:
+        raise StudyError(f"{where}: [tuning] near_tie = {near_tie!r}: give \"best\" (ties are equal scores) or "
+                         "\"centre\" (scores within one validation sample tie too)")
+    verdict_table = _table(doc, "verdicts", ("correction", "power"), where)
+    correction = verdict_table.get("correction", DEFAULT_CORRECTION)
+    if correction not in CORRECTIONS:
+        raise StudyError(f"{where}: [verdicts] correction = {correction!r}: give \"holm\" (family-wise error), "
+                         "\"bh\" (Benjamini-Hochberg, false discovery rate) or \"none\"")
+    power = float(checks.number_in(verdict_table.get("power", DEFAULT_POWER), 0.0, 1.0, name="[verdicts] power",
+                                   error=StudyError, low_open=True))
+    if power >= 1:
+        raise StudyError(f"{where}: [verdicts] power = {power:g} must be below 1, e.g. 0.8")
+    seed_plan = None
+    if "seed_plan" in doc:
+        plan = _table(doc, "seed_plan", ("min_seeds", "max_seeds"), where)
+        low = checks.integer_in(plan.get("min_seeds", 3), 2, len(seeds), name="[seed_plan] min_seeds",
+                                error=StudyError)
+        high = checks.integer_in(plan.get("max_seeds", len(seeds)), low, len(seeds), name="[seed_plan] max_seeds",
+                                 error=StudyError)
+        seed_plan = SeedPlan(low, high)
     tuning_last = checks.integer_in(tuning.get("last_rounds", 3), 1, rounds, name="[tuning] last_rounds",
                                     error=StudyError)
     extend_steps = checks.integer_in(tuning.get("extend_steps", DEFAULT_EXTEND_STEPS), 0, 20,
@@ -369,7 +415,8 @@ def _parse_study(doc: Mapping[str, Any], source: str) -> Study:
     study = Study(name, preset, tuple(models), tuple(methods), base, tuple(settings), rounds, local_epochs,
                   float(holdout), tuple(seeds), tuple(tuning_seeds), search, tuning_last, plateau, targets, device,
                   doc.get("hw"), doc.get("system"), source, equivalence_margin_pts=float(margin), dataset=dataset,
-                  extend_steps=extend_steps)
+                  extend_steps=extend_steps, near_tie=near_tie, correction=correction, power=power,
+                  seed_plan=seed_plan)
     for training in study.training_methods:  # every trial's hyper-parameters are valid Hparams
         for trial in study.trials(training):
             for m in study.labels(training):

@@ -9,6 +9,13 @@ Student's t (Student, "The probable error of a mean", Biometrika 6(1), 1908):
 and two methods run on the same seeds (same partition, same initial weights) are compared through
 the per-seed differences d_s = a_s - b_s, whose mean and interval are those of the d_s (the paired
 t interval): the seed-to-seed variation both methods share cancels.
+
+A zero spread is not certainty. Accuracy on N evaluation samples moves in steps of one sample,
+100 / N points (``resolution_pts``): three seeds that agree to the image say nothing about the
+fourth, which may flip one. So every interval and test of accuracies takes the sample standard
+deviation floored at that step, s' = max(s, 100 / N) (``floor_pts``; our rule, docs/study.md
+"Verdicts"): "+0.28 on every seed" on 360 images is then +0.28 [-0.41, +0.97] with 3 seeds, not
+a certain difference, and no p-value is set by fiat.
 """
 
 from __future__ import annotations
@@ -31,6 +38,12 @@ class Estimate:
     low: float  # the interval's ends; nan for n = 1
     high: float
     confidence: float = CONFIDENCE
+    floor: float = 0.0  # the spread's floor (``resolution_pts``) the interval was computed with; 0: none
+
+    @property
+    def spread(self) -> float:
+        """The standard deviation the interval and tests use: the sample's, floored (module doc)."""
+        return max(self.std, self.floor)
 
     @property
     def half_width(self) -> float:
@@ -40,7 +53,8 @@ class Estimate:
         """As results files record it (JSON: an undefined std or interval, n = 1, as null)."""
         clean = lambda v: None if v is None or (isinstance(v, float) and math.isnan(v)) else v  # noqa: E731
         return {"n": self.n, "mean": self.mean, "std": clean(self.std), "ci_low": clean(self.low),
-                "ci_high": clean(self.high), "confidence": self.confidence}
+                "ci_high": clean(self.high), "confidence": self.confidence,
+                **({"std_floor": self.floor} if self.floor > 0 else {})}
 
 
 def t_quantile(n: int, confidence: float = CONFIDENCE) -> float:
@@ -52,26 +66,44 @@ def t_quantile(n: int, confidence: float = CONFIDENCE) -> float:
     return float(stats.t.ppf((1 + confidence) / 2, n - 1))
 
 
-def estimate(values: Sequence[float], confidence: float = CONFIDENCE) -> Estimate:
-    """Mean, sample std and Student-t interval of ``values`` (module doc); one value: std and
-    interval nan."""
+def resolution_pts(samples: int) -> float:
+    """One evaluation sample's worth of accuracy, in points: 100 / ``samples`` (module doc)."""
+    if not isinstance(samples, int) or samples < 1:
+        raise ValueError(f"the evaluation set's size must be a positive whole number, got {samples!r}")
+    return 100 / samples
+
+
+def estimate(values: Sequence[float], confidence: float = CONFIDENCE, floor: float = 0.0) -> Estimate:
+    """Mean, sample std and Student-t interval of ``values`` (module doc), the spread floored at
+    ``floor``; one value: std and interval nan."""
     values = [float(v) for v in values]
     if not values:
         raise ValueError("no values to estimate from")
     mean = statistics.fmean(values)
     if len(values) == 1:
-        return Estimate(1, mean, math.nan, math.nan, math.nan, confidence)
+        return Estimate(1, mean, math.nan, math.nan, math.nan, confidence, floor)
     std = statistics.stdev(values)
-    half = t_quantile(len(values), confidence) * std / math.sqrt(len(values))
-    return Estimate(len(values), mean, std, mean - half, mean + half, confidence)
+    half = t_quantile(len(values), confidence) * max(std, floor) / math.sqrt(len(values))
+    return Estimate(len(values), mean, std, mean - half, mean + half, confidence, floor)
 
 
-def paired_difference(a: Mapping[int, float], b: Mapping[int, float], confidence: float = CONFIDENCE) -> Estimate:
-    """The paired difference a - b over the seeds both have (module doc)."""
+def paired_difference(a: Mapping[int, float], b: Mapping[int, float], confidence: float = CONFIDENCE,
+                      floor: float = 0.0) -> Estimate:
+    """The paired difference a - b over the seeds both have (module doc), its spread floored at ``floor``."""
     seeds = sorted(set(a) & set(b))
     if not seeds:
         raise ValueError("no seed in common: a paired difference needs runs on the same seeds")
-    return estimate([a[s] - b[s] for s in seeds], confidence)
+    return estimate([a[s] - b[s] for s in seeds], confidence, floor)
+
+
+def difference_p(d: Estimate) -> float:
+    """The two-sided p-value of the paired t-test of "no difference" on ``d`` (its floored spread):
+    t = mean / (s' / √n), p = 2 P(T_{n-1} >= |t|); nan for n < 2 or a spread of 0 with no floor."""
+    from scipy import stats
+
+    if d.n < 2 or not d.spread > 0:
+        return math.nan
+    return float(2 * stats.t(d.n - 1).sf(abs(d.mean) / (d.spread / math.sqrt(d.n))))
 
 
 @dataclass(frozen=True)
@@ -96,7 +128,7 @@ def spread(values: Sequence[float | None]) -> Spread:
 # ----------------------------------------------------------------------------- one new seed, equivalence
 
 
-def prediction_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> Estimate:
+def prediction_interval(values: Sequence[float], confidence: float = CONFIDENCE, floor: float = 0.0) -> Estimate:
     """Where one *new* seed's value is expected, from ``values`` (n seeds of the same setting): the
     Student-t prediction interval
 
@@ -104,12 +136,13 @@ def prediction_interval(values: Sequence[float], confidence: float = CONFIDENCE)
 
     (the new value's own spread s plus the uncertainty s / √n of the mean; e.g. Hahn & Meeker,
     "Statistical Intervals", Wiley 1991, Sec. 4.7). It is √(n + 1) times wider than the interval of
-    the mean: a run outside it is unlikely to be another seed of the same setting. n = 1: nan."""
-    e = estimate(values, confidence)
+    the mean: a run outside it is unlikely to be another seed of the same setting. n = 1: nan.
+    ``floor``: s floored (module doc), so that seeds that agree to the sample do not give [x, x]."""
+    e = estimate(values, confidence, floor)
     if e.n < 2:
         return e
-    half = t_quantile(e.n, confidence) * e.std * math.sqrt(1 + 1 / e.n)
-    return Estimate(e.n, e.mean, e.std, e.mean - half, e.mean + half, confidence)
+    half = t_quantile(e.n, confidence) * e.spread * math.sqrt(1 + 1 / e.n)
+    return Estimate(e.n, e.mean, e.std, e.mean - half, e.mean + half, confidence, floor)
 
 
 DEFAULT_EQUIVALENCE_MARGIN_PTS = 1.0
@@ -127,8 +160,8 @@ class Equivalence:
         t_high = (mean - m) / (s / √n),  p_high = P(T_{n-1} <= t_high)   H0: mean difference >= +m
 
     p = max(p_low, p_high); equivalent at level α when p < α (α = 0.05: the same as the 90 % t
-    interval of the mean lying inside (-m, +m)). With s = 0 the mean decides (p = 0 inside the
-    margin, 1 outside)."""
+    interval of the mean lying inside (-m, +m)). s is floored (``floor``, module doc): a zero spread
+    gets no p-value by fiat."""
 
     n: int
     mean: float
@@ -146,18 +179,112 @@ class Equivalence:
         return self.p < self.alpha
 
 
-def tost(differences: Sequence[float], margin: float, alpha: float = 1 - CONFIDENCE) -> Equivalence:
-    """TOST of paired differences (``Equivalence``); needs n >= 2 and margin > 0."""
+def tost(differences: Sequence[float], margin: float, alpha: float = 1 - CONFIDENCE,
+         floor: float = 0.0) -> Equivalence:
+    """TOST of paired differences (``Equivalence``), the spread floored at ``floor``; needs n >= 2,
+    margin > 0 and a spread (or floor) > 0."""
     from scipy import stats
 
     d = [float(v) for v in differences]
     if len(d) < 2 or not margin > 0:
         raise ValueError(f"an equivalence test needs >= 2 differences and a margin > 0, got {len(d)} and {margin}")
-    mean, s = statistics.fmean(d), statistics.stdev(d)
-    if s == 0:
-        inside = -margin < mean < margin
-        return Equivalence(len(d), mean, margin, 0.0 if inside else 1.0, 0.0 if inside else 1.0, alpha)
+    mean, s = statistics.fmean(d), max(statistics.stdev(d), floor)
+    if not s > 0:
+        raise ValueError("the differences have no spread and no floor was given: give the evaluation set's "
+                         "resolution (floor = resolution_pts(samples))")
     se = s / math.sqrt(len(d))
     t = stats.t(len(d) - 1)
     return Equivalence(len(d), mean, margin, float(t.sf((mean + margin) / se)), float(t.cdf((mean - margin) / se)),
                        alpha)
+
+
+# ----------------------------------------------------------------------------- many comparisons
+
+CORRECTIONS = ("holm", "bh", "none")
+
+
+def holm(p: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (Holm, "A simple sequentially rejective multiple test
+    procedure", Scand. J. Statist. 6(2), 1979): with p_(1) <= ... <= p_(m),
+
+        q_(i) = max_{j <= i} min(1, (m - j + 1) p_(j)),
+
+    returned in the input's order; rejecting where q < α keeps the family-wise error rate at α.
+    nan entries (no test) are left out of the family and stay nan."""
+    return _adjust(p, lambda ordered, m: _running(
+        [min(1.0, (m - j) * v) for j, v in enumerate(ordered)], max))
+
+
+def benjamini_hochberg(p: Sequence[float]) -> list[float]:
+    """Benjamini-Hochberg adjusted p-values (Benjamini & Hochberg, "Controlling the false
+    discovery rate", J. R. Statist. Soc. B 57(1), 1995): q_(i) = min_{j >= i} min(1, m p_(j) / j),
+    in the input's order; rejecting where q < α keeps the false discovery rate at α. nan: as ``holm``."""
+    return _adjust(p, lambda ordered, m: _running(
+        [min(1.0, m * v / (j + 1)) for j, v in enumerate(ordered)][::-1], min)[::-1])
+
+
+def adjusted(p: Sequence[float], correction: str) -> list[float]:
+    """``p`` adjusted for the family it forms by ``correction`` (one of ``CORRECTIONS``)."""
+    if correction not in CORRECTIONS:
+        raise ValueError(f"correction {correction!r}: give one of {', '.join(CORRECTIONS)}")
+    return {"holm": holm, "bh": benjamini_hochberg, "none": lambda v: [float(x) for x in v]}[correction](p)
+
+
+def _running(values: list[float], pick) -> list[float]:
+    out, acc = [], None
+    for v in values:
+        acc = v if acc is None else pick(acc, v)
+        out.append(acc)
+    return out
+
+
+def _adjust(p: Sequence[float], rule) -> list[float]:
+    values = [float(v) for v in p]
+    order = sorted((i for i, v in enumerate(values) if not math.isnan(v)), key=lambda i: values[i])
+    out = [math.nan] * len(values)
+    for i, q in zip(order, rule([values[i] for i in order], len(order))):
+        out[i] = q
+    return out
+
+
+# ----------------------------------------------------------------------------- power: seeds and detectable differences
+
+DEFAULT_POWER = 0.8
+
+
+def seeds_for_equivalence(sd: float, margin: float, alpha: float = 1 - CONFIDENCE, power: float = DEFAULT_POWER,
+                          n_max: int = 10_000) -> int:
+    """The fewest paired seeds whose TOST shows equivalence within ± ``margin`` with probability
+    ``power`` when the true difference is 0 and the paired spread is ``sd``: the smallest n >= 2 with
+
+        (t_{1-α, n-1} + t_{1-(1-power)/2, n-1}) · sd / √n <= margin
+
+    (Chow, Shao and Wang, "Sample Size Calculations in Clinical Research", 2nd ed., Chapman & Hall
+    2008, Sec. 3.1, the one-sample test for equivalence, with t quantiles for the normal ones).
+    ``n_max`` + 1 when even ``n_max`` seeds do not suffice."""
+    from scipy import stats
+
+    if not sd > 0 or not margin > 0 or not 0 < power < 1:
+        raise ValueError(f"a seed plan needs sd > 0, margin > 0 and 0 < power < 1, got {sd}, {margin}, {power}")
+    for n in range(2, n_max + 1):
+        t = stats.t(n - 1)
+        if (t.ppf(1 - alpha) + t.ppf(1 - (1 - power) / 2)) * sd / math.sqrt(n) <= margin:
+            return n
+    return n_max + 1
+
+
+def minimum_detectable_difference(sd: float, n: int, alpha: float = 1 - CONFIDENCE,
+                                  power: float = DEFAULT_POWER) -> float:
+    """The smallest true paired difference that ``n`` seeds at spread ``sd`` detect (the two-sided
+    paired t-test at ``alpha`` rejects "no difference") with probability ``power``:
+
+        MDD = (t_{1-α/2, n-1} + t_{power, n-1}) · sd / √n
+
+    (Chow, Shao and Wang 2008, Sec. 3.1, the one-sample test for equality, solved for the difference);
+    nan for n < 2."""
+    from scipy import stats
+
+    if n < 2:
+        return math.nan
+    t = stats.t(n - 1)
+    return float((t.ppf(1 - alpha / 2) + t.ppf(power)) * sd / math.sqrt(n))

@@ -4,8 +4,18 @@ The rule (SphereFed Sec. 5.1 tunes by grid search on a 15 % validation split; th
 for each model, data setting and training method, every trial of its search space (the cartesian
 product of ``[search.<method>]``) runs on every tuning seed; a trial's score is the mean, over the
 tuning seeds, of its mean *validation* accuracy over the last ``last_rounds`` evaluated rounds
-(the curve before any calibration). The trial with the highest score is chosen; ties go to the one
-listed first; a trial whose run failed on any tuning seed (a diverged run) is out. A calibrated
+(the curve before any calibration). The trial with the highest score is chosen; a trial whose run
+failed on any tuning seed (a diverged run) is out.
+
+Ties do not depend on the order of the grid (our rule, docs/study.md "Tuning"). Trials with equal
+scores are a tie; with ``near_tie = "centre"`` so are the trials within one validation sample of
+the best (100 / N_val points: a difference one validation image can make, which validation cannot
+rank). A tie goes to the trial nearest the centre of the values tried (per numeric key, the
+distance from the middle of the tried range, on a log scale for positive values, in units of that
+range, summed over keys), then to the smaller values. Every choice reports how decisive it was:
+its score minus the best other trial's, in validation samples (``margin_samples``), and the
+trials within one sample of it (``near``): a choice that one validation sample decides is
+reported as a tie, not a win. A calibrated
 method takes its training method's choice. Test accuracy is never read here: ``score`` sees the
 ``val_accuracy`` column only.
 
@@ -21,6 +31,7 @@ been added on that side ("bound": the stated bound), when the next value failed 
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
@@ -44,6 +55,16 @@ class Choice:
     scores: tuple[TrialScore, ...]
     at_edge: tuple[str, ...] = ()  # searched keys whose chosen value is the smallest or largest candidate
     extension: tuple[Mapping[str, Any], ...] = ()  # per key extended or at an edge: ``edge_status``
+    margin_samples: float | None = None  # score minus the best other trial's, in validation samples (module doc)
+    near: tuple[Mapping[str, Any], ...] = ()  # the other trials within one validation sample of the choice
+
+    @property
+    def tie(self) -> bool:
+        """Whether validation could not rank the choice: another trial within one validation sample."""
+        return bool(self.near)
+
+
+NEAR_TIE_RULES = ("best", "centre")
 
 
 def score(curve: Sequence[Mapping[str, Any]], last_rounds: int) -> float | None:
@@ -55,18 +76,48 @@ def score(curve: Sequence[Mapping[str, Any]], last_rounds: int) -> float | None:
     return 100 * statistics.fmean(val[-last_rounds:])
 
 
-def choose(scores: Sequence[TrialScore], space: Mapping[str, Sequence[Any]]) -> Choice:
-    """The highest-scoring trial (module doc), first listed on ties; ``space`` (the searched values)
-    marks a choice at the edge of the grid, where a wider grid might choose otherwise."""
-    best: TrialScore | None = None
-    for s in scores:
-        if s.score_pct is not None and (best is None or s.score_pct > best.score_pct):
-            best = s
-    if best is None:
+def choose(scores: Sequence[TrialScore], space: Mapping[str, Sequence[Any]], val_resolution_pts: float | None = None,
+           near_tie: str = "best") -> Choice:
+    """The highest-scoring trial, ties broken by ``centre_distance`` then the smaller values, never
+    by the grid's order (module doc); ``space`` (the searched values) marks a choice at the edge of
+    the grid, where a wider grid might choose otherwise. ``val_resolution_pts``: one validation
+    sample's worth of score (None: unknown, decisiveness not reported)."""
+    if near_tie not in NEAR_TIE_RULES:
+        raise ValueError(f"near_tie {near_tie!r}: give one of {', '.join(NEAR_TIE_RULES)}")
+    ok = [s for s in scores if s.score_pct is not None]
+    if not ok:
         return Choice(None, None, tuple(scores))
+    top = max(s.score_pct for s in ok)
+    sample = val_resolution_pts
+    within = lambda s, ref: sample is not None and abs(ref - s.score_pct) < sample * (1 - 1e-9)  # noqa: E731
+    pool = [s for s in ok if s.score_pct >= top - 1e-9 or (near_tie == "centre" and within(s, top))]
+    best = min(pool, key=lambda s: (centre_distance(s.trial, space), _canonical(s.trial)))
+    others = [s for s in ok if s is not best]
+    margin = None if sample is None or not others else (best.score_pct - max(s.score_pct for s in others)) / sample
+    near = tuple(dict(s.trial) for s in others if within(s, best.score_pct) or s.score_pct >= best.score_pct)
     edge = tuple(k for k, values in space.items()
                  if len(values) > 1 and _is_number(best.trial[k]) and best.trial[k] in (min(values), max(values)))
-    return Choice(dict(best.trial), best.score_pct, tuple(scores), edge)
+    return Choice(dict(best.trial), best.score_pct, tuple(scores), edge, margin_samples=margin, near=near)
+
+
+def centre_distance(trial: Mapping[str, Any], space: Mapping[str, Sequence[Any]]) -> float:
+    """How far ``trial`` lies from the centre of the values tried (module doc): per numeric key with
+    two or more values, |position - middle| / range, positions on a log scale when every value is
+    positive; summed over keys."""
+    total = 0.0
+    for key, values in space.items():
+        nums = [v for v in values if _is_number(v)]
+        if len(set(nums)) < 2 or not _is_number(trial.get(key)):
+            continue
+        pos = (lambda v: math.log(v)) if all(v > 0 for v in nums) else (lambda v: float(v))
+        low, high = pos(min(nums)), pos(max(nums))
+        total += abs(pos(trial[key]) - (low + high) / 2) / (high - low)
+    return total
+
+
+def _canonical(trial: Mapping[str, Any]) -> tuple:
+    """An order of trials that no grid's listing order changes: by key name, then value."""
+    return tuple((k, (0, trial[k]) if _is_number(trial[k]) else (1, str(trial[k]))) for k in sorted(trial))
 
 
 def trial_score(trial: Mapping[str, Any], seed_scores: Mapping[int, float | None]) -> TrialScore:

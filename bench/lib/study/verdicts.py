@@ -1,13 +1,19 @@
 """What a comparison shows, in one wording used by every report and by ``bench.run``
 (docs/study.md, "Verdicts").
 
-Two methods on the same seeds (a study's paired differences d_s = a_s - b_s, ``bench.lib.study.stats``):
+Two methods on the same seeds (a study's paired differences d_s = a_s - b_s, ``bench.lib.study.stats``,
+their spread floored at one evaluation sample's worth of accuracy). Each table of a report is one
+family of comparisons; each comparison's p-values are adjusted for its family (the study's
+``[verdicts] correction``: Holm, Benjamini-Hochberg or none) and the words follow the adjusted ones:
 
-* ``different``: the 95 % t interval of the mean difference excludes 0;
-* ``equivalent within ± m``: the TOST at α = 0.05 shows the mean difference inside (-m, +m), m the
-  study's declared margin, and the interval includes 0;
+* ``different``: the paired t-test rejects "no difference" (adjusted p < α = 0.05);
+* ``equivalent within ± m``: the TOST rejects a difference of m or more either way (adjusted p < α),
+  m the study's declared margin;
 * ``different, but within ± m``: both (a resolved difference smaller than the margin);
-* ``not shown equivalent``: neither: three seeds did not resolve it either way.
+* ``not resolved with n seeds``: neither: these n seeds resolve it neither way.
+
+No word is stronger than its test: ``check`` refuses a stated verdict that the numbers beside it
+do not give (``bench.findings`` renders every stated result through it).
 
 One new run against a reference's seeds (``bench.run``'s run beside a reference study):
 
@@ -24,21 +30,43 @@ One new run against a reference's seeds (``bench.run``'s run beside a reference 
 
 from __future__ import annotations
 
-from bench.lib.study.stats import Equivalence, Estimate
+import math
+
+from bench.lib.study.stats import CONFIDENCE, Estimate
+
+ALPHA = 1 - CONFIDENCE
+ONE_SEED = "one seed: no verdict"
 
 
-def comparison(difference: Estimate, equivalence: Equivalence | None) -> str:
-    """The verdict on a paired difference (module doc); ``equivalence`` None: not testable (n < 2)."""
-    if difference.n < 2:
-        return "one seed: no verdict"
-    excludes_zero = difference.low > 0 or difference.high < 0
-    equivalent = equivalence is not None and equivalence.equivalent
-    margin = "" if equivalence is None else f"{equivalence.margin:g}"
-    if excludes_zero and equivalent:
-        return f"different, but within ± {margin}"
-    if excludes_zero:
+def comparison(n: int, p_difference: float, p_equivalence: float, margin: float, alpha: float = ALPHA) -> str:
+    """The verdict on a paired difference of ``n`` seeds from its (adjusted) p-values (module doc);
+    a nan p-value: that test could not be made."""
+    if n < 2:
+        return ONE_SEED
+    different = not math.isnan(p_difference) and p_difference < alpha
+    equivalent = not math.isnan(p_equivalence) and p_equivalence < alpha
+    if different and equivalent:
+        return f"different, but within ± {margin:g}"
+    if different:
         return "different"
-    return f"equivalent within ± {margin}" if equivalent else "not shown equivalent"
+    return f"equivalent within ± {margin:g}" if equivalent else f"not resolved with {n} seeds"
+
+
+class OverstatedVerdict(ValueError):
+    """A stated verdict that its numbers do not give."""
+
+
+def check(stated: str, n: int, p_difference: float | None, p_equivalence: float | None, margin: float,
+          alpha: float = ALPHA) -> str:
+    """``stated`` if it is the verdict the adjusted p-values give (``comparison``), else
+    OverstatedVerdict naming both: a claim of "different" or "equivalent" that its test does not
+    carry is refused, and so is a weaker word where the test resolved it."""
+    nan = lambda v: math.nan if v is None else float(v)  # noqa: E731
+    given = comparison(n, nan(p_difference), nan(p_equivalence), margin, alpha)
+    if stated != given:
+        raise OverstatedVerdict(f"stated {stated!r}, but n = {n}, adjusted p {p_difference} (difference) and "
+                                f"{p_equivalence} (equivalence within ± {margin:g}) give {given!r}")
+    return stated
 
 
 def same_run(seed: int) -> str:
