@@ -286,10 +286,27 @@ def cells(study: Study, runs_df: pd.DataFrame, tta_df: pd.DataFrame) -> list[dic
 
 
 FAMILIES = {"base": "paired_difference_vs_base_pct", "fp32": "paired_difference_vs_fp32_pct",
-            "local": "local_difference_vs_base_pct"}
+            "local": "local_difference_vs_base_pct", "compare": "difference_pct"}
 """The families of comparisons a report corrects together, one per table of paired differences
-(against the base method; against FP32; the local test mode against the base method), and the
-cell key each is recorded under."""
+(against the base method; against FP32; the local test mode against the base method; the study's
+``compare`` pairs), and the key each is recorded under."""
+
+
+def pairs(study: Study, runs_df: pd.DataFrame) -> list[dict[str, Any]]:
+    """The study's ``compare`` pairs (a - b, paired over their common seeds) per model and setting,
+    their spread floored at one test sample; verdicts follow ``decide`` (one family)."""
+    out = []
+    for model in study.models:
+        for setting in study.settings:
+            for a, b in study.compare:
+                fa, fb = _finals(runs_df, model, setting, a), _finals(runs_df, model, setting, b)
+                if not set(fa) & set(fb):
+                    continue
+                here = runs_df[(runs_df["model"] == model) & (runs_df["setting"] == setting.label)]
+                floor = resolution_pts(int(here["test_samples"].max()))
+                out.append({"model": model, "setting": setting.label, "a": a, "b": b,
+                            "difference_pct": _comparison(fa, fb, floor, study, "compare")})
+    return decide(study, out)
 
 
 def _comparison(a: Mapping[int, float], b: Mapping[int, float], floor: float, study: Study,
@@ -423,6 +440,11 @@ def table_markdown(study: Study, summary: Mapping[str, Any]) -> str:
               _verdict_rule(study), ""]
     lines += _grid(study, cells_, lambda c: "—" if c.get("method") == study.base or not c.get("n")
                    else _comparison_text(c.get("paired_difference_vs_base_pct")))
+    if summary.get("pairs"):
+        lines += ["", "## The study's other comparisons (`compare`), a - b (points)", "", _verdict_rule(study), "",
+                  "| model | setting | a - b | difference |", "|---|---|---|---|"]
+        lines += [f"| {p['model']} | {p['setting']} | {p['a']} - {p['b']} | {_comparison_text(p['difference_pct'])} |"
+                  for p in summary["pairs"]]
     lines += ["", "## Final test accuracy (%): mean [95 % Student-t interval]", ""]
     lines += _grid(study, cells_, lambda c: _interval(c.get("final_accuracy_pct")) if c.get("n") else "—")
     if any("local_accuracy_pct" in c for c in cells_):
@@ -672,7 +694,7 @@ def build_summary(study: Study, run: StudyRun, runs_df: pd.DataFrame, tta_df: pd
             "wall": _wall(run, started_unix_s),
             "counts": counts, "failures": failures,
             "choices": choices, "seed_plans": [p.record() for p in run.seed_plans],
-            "cells": cells(study, runs_df, tta_df),
+            "cells": cells(study, runs_df, tta_df), "pairs": pairs(study, runs_df) if len(runs_df) else [],
             **({"fleets": answers} if (answers := fleet_answers(study, runs_df, tta_df)) else {})}
 
 

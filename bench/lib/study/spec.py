@@ -7,6 +7,7 @@ A study file (TOML) declares, before anything runs::
     models = ["convnet", "mobilenetv2"]
     methods = ["fedavg", "spherefed", "fedavg+ccvr", "spherefed+ffc"]
     base = "fedavg"                       # paired differences are taken against it
+    compare = [["spherefed+ffc", "fedavg+ccvr"]]  # optional: more paired comparisons, a - b, one family
     iid = true                            # data settings: IID and / or Dirichlet alphas
     alphas = [0.5, 0.1]
     number_formats = ["fp32", "bfp_m4_g16"]  # optional (default fp32): the clients' arithmetic; other
@@ -72,7 +73,8 @@ from workloads.numerics import NumberFormat
 STUDY_DIR = CHECKOUT_ROOT / "configs" / "studies"
 KEYS = ("name", "preset", "models", "methods", "base", "iid", "alphas", "number_formats", "rounds", "local_epochs",
         "holdout_fraction", "seeds", "tuning_seeds", "device", "hw", "system", "search", "tuning", "convergence",
-        "targets", "equivalence_margin_pts", "dataset", "fleets", "deadlines_s", "verdicts", "seed_plan")
+        "targets", "equivalence_margin_pts", "dataset", "fleets", "deadlines_s", "verdicts", "seed_plan",
+        "compare")
 REQUIRED = ("name", "preset", "models", "methods", "base", "rounds", "seeds", "tuning_seeds", "search")
 SAFE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")
 DEFAULT_HOLDOUT_FRACTION = 0.15  # SphereFed Sec. 5.1: "we use 15 % of training data for validation"
@@ -191,6 +193,7 @@ class Study:
     correction: str = DEFAULT_CORRECTION  # [verdicts] correction (bench.lib.study.stats.adjusted)
     power: float = DEFAULT_POWER  # [verdicts] power
     seed_plan: SeedPlan | None = None  # [seed_plan]; None: every seed of ``seeds``
+    compare: tuple[tuple[str, str], ...] = ()  # more paired comparisons (a, b): a - b, canonical names
     data_dir: str | None = None  # the dataset's folder: the command's --data-dir, not a key of the file
 
     @property
@@ -242,6 +245,7 @@ class Study:
                 "equivalence_margin_pts": self.equivalence_margin_pts,
                 "verdicts": {"correction": self.correction, "power": self.power},
                 "seed_plan": None if self.seed_plan is None else asdict(self.seed_plan),
+                "compare": [list(pair) for pair in self.compare],
                 "dataset": self.dataset or self.preset.fl.dataset,
                 "convergence": asdict(self.plateau),
                 "targets": {"accuracy_pct": list(self.targets.accuracy_pct),
@@ -412,11 +416,12 @@ def _parse_study(doc: Mapping[str, Any], source: str) -> Study:
     for key in ("hw", "system"):
         if key in doc and (not isinstance(doc[key], str) or not Path(doc[key]).is_file()):
             raise StudyError(f"{where}: {key} = {doc[key]!r} is not a TOML file; give its path or leave {key} out")
+    compare = _compare(doc.get("compare", []), methods, base, where)
     study = Study(name, preset, tuple(models), tuple(methods), base, tuple(settings), rounds, local_epochs,
                   float(holdout), tuple(seeds), tuple(tuning_seeds), search, tuning_last, plateau, targets, device,
                   doc.get("hw"), doc.get("system"), source, equivalence_margin_pts=float(margin), dataset=dataset,
                   extend_steps=extend_steps, near_tie=near_tie, correction=correction, power=power,
-                  seed_plan=seed_plan)
+                  seed_plan=seed_plan, compare=compare)
     for training in study.training_methods:  # every trial's hyper-parameters are valid Hparams
         for trial in study.trials(training):
             for m in study.labels(training):
@@ -425,6 +430,24 @@ def _parse_study(doc: Mapping[str, Any], source: str) -> Study:
                 except ValueError as err:
                     raise StudyError(f"{where}: [search.{training}] {trial}: {err}") from None
     return study
+
+
+def _compare(pairs: Any, methods: list[str], base: str, where: str) -> tuple[tuple[str, str], ...]:
+    """``compare``: pairs of the study's methods (canonical), each once, none the base comparison again."""
+    if not isinstance(pairs, list) or not all(isinstance(p, list) and len(p) == 2 for p in pairs):
+        raise StudyError(f"{where}: compare = {pairs!r} must be a list of [a, b] method pairs, e.g. "
+                         "[[\"spherefed+ffc\", \"fedavg+ccvr\"]]")
+    out = []
+    for a, b in pairs:
+        pair = (_method(a, key=f"{where}: compare").name, _method(b, key=f"{where}: compare").name)
+        for m in pair:
+            if m not in methods:
+                raise StudyError(f"{where}: compare: {m!r} is not one of the study's methods {methods}")
+        if pair[0] == pair[1] or pair[1] == base:
+            raise StudyError(f"{where}: compare = {[a, b]}: compare two different methods, neither against the base "
+                             f"{base!r} (every method is compared with it already)")
+        out.append(pair)
+    return tuple(checks.distinct(out, name=f"{where}: compare", error=StudyError))
 
 
 def _table(doc: Mapping, key: str, known: tuple[str, ...], where: str) -> Mapping[str, Any]:
