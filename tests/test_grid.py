@@ -139,7 +139,7 @@ def test_collect_refuses_a_point_of_another_format_version(tmp_path):
 
 
 def test_the_benchmark_grid_is_the_small_grid_with_six_seeds():
-    # benchmarks/grid_small_x2.toml is documented (README, docs/grid.md) as the small grid with six
+    # benchmarks/grid_small_x2.toml is documented (docs/speed.md, docs/grid.md) as the small grid with six
     # seeds instead of three: it must not drift from configs/grids/small.toml
     small = load_grid(ROOT / "configs" / "grids" / "small.toml")
     x2 = load_grid(ROOT / "benchmarks" / "grid_small_x2.toml")
