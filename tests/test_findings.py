@@ -1,0 +1,81 @@
+"""Every result the README and docs state about a shipped study is written from its results
+(``bench.lib.findings``, issue 41): the generated files match the shipped summaries, a changed number
+in a summary makes them stale, and a verdict stronger than its numbers is refused."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from bench.lib.findings import END, FINDINGS, README, START, FindingsError, outputs, stale
+from iokit.outputs import CHECKOUT_ROOT
+
+STUDY = "digits"
+
+
+def test_the_shipped_findings_and_headline_match_the_results():
+    assert stale(CHECKOUT_ROOT) == [], "run python -m bench.findings and commit what it writes"
+
+
+@pytest.fixture
+def fixture_root(tmp_path: Path) -> Path:
+    """A checkout in miniature: one shipped study's summary, a README with the markers, the generated files."""
+    (tmp_path / "results/reference" / STUDY).mkdir(parents=True)
+    shutil.copy(CHECKOUT_ROOT / "results/reference" / STUDY / "summary.json", tmp_path / "results/reference" / STUDY)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / README).write_text(f"# x\n\n{START}\n(generated)\n{END}\n\nmore\n", encoding="utf-8")
+    for path, text in outputs(tmp_path).items():
+        path.write_text(text, encoding="utf-8")
+    assert stale(tmp_path) == []
+    return tmp_path
+
+
+def _edit(root: Path, change) -> None:
+    path = root / "results/reference" / STUDY / "summary.json"
+    summary = json.loads(path.read_text(encoding="utf-8"))
+    change(summary)
+    path.write_text(json.dumps(summary), encoding="utf-8")
+
+
+def _cell(summary: dict, setting: str, method: str) -> dict:
+    return next(c for c in summary["cells"] if (c["setting"], c["method"]) == (setting, method))
+
+
+def test_one_changed_number_in_a_summary_makes_the_stated_results_stale(fixture_root):
+    def change(summary):
+        _cell(summary, "alpha=0.1", "fedavg+spherefed+ffc")["paired_difference_vs_base_pct"]["mean"] += 0.01
+
+    _edit(fixture_root, change)
+    assert stale(fixture_root) == [fixture_root / FINDINGS, fixture_root / README]
+    readme = (fixture_root / README).read_text(encoding="utf-8")
+    assert "+1.20 [-2.96, +5.36]: not resolved with 3 seeds" in readme  # what it stated before
+    assert "+1.21 [-2.96, +5.36]" in outputs(fixture_root)[fixture_root / README]  # what the data now says
+
+
+def test_a_verdict_word_stronger_than_its_numbers_is_refused(fixture_root):
+    def overstate(summary):  # +1.20 [-2.96, +5.36], adjusted p 1: called "different"
+        _cell(summary, "alpha=0.1", "fedavg+spherefed+ffc")["paired_difference_vs_base_pct"]["verdict"] = "different"
+
+    _edit(fixture_root, overstate)
+    with pytest.raises(FindingsError, match=r"results/reference/digits/summary.json, convnet alpha=0.1 fedavg\+spherefed\+ffc "
+                                            r"vs fedavg: stated 'different', .* give 'not resolved with 3 seeds'"):
+        outputs(fixture_root)
+
+
+def test_a_weaker_word_where_the_test_resolved_it_is_refused_too(fixture_root):
+    def resolve(summary):  # the same comparison with an adjusted p of 0.001: "not resolved" would understate it
+        d = _cell(summary, "alpha=0.1", "fedavg+spherefed+ffc")["paired_difference_vs_base_pct"]
+        d["p_difference_adjusted"] = 0.001
+
+    _edit(fixture_root, resolve)
+    with pytest.raises(FindingsError, match="stated 'not resolved with 3 seeds'.* give 'different'"):
+        outputs(fixture_root)
+
+
+def test_a_readme_without_the_markers_is_refused(fixture_root):
+    (fixture_root / README).write_text("# no markers\n", encoding="utf-8")
+    with pytest.raises(FindingsError, match="README.md must hold the line <!-- findings:headline:start --> once"):
+        outputs(fixture_root)
