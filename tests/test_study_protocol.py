@@ -519,3 +519,83 @@ def test_the_local_test_mode_is_compared_with_the_base_paired():
     assert d["mean"] == pytest.approx(-6.0) and d["std"] == pytest.approx(3 ** 0.5)
     assert (d["ci_low"], d["ci_high"]) == pytest.approx((-6 - 4.302653, -6 + 4.302653), abs=1e-5)
     assert "local_difference_vs_base_pct" not in by["fedprox"] and "local_difference_vs_base_pct" not in by["fedavg"]
+
+
+# ----------------------------------------------------------------------------- ties in tuning
+
+
+def test_a_tie_is_broken_the_same_way_under_two_grid_orders():
+    from bench.lib.study.tuning import TrialScore, centre_distance, choose
+
+    # SphereFed IID on the digits (results/reference/digits): lr 0.25, 0.5 and 2 score 98.84 (equal), lr 1 98.69.
+    # Centre of the values tried, on a log scale: (ln 0.25 + ln 2) / 2 = ln 0.7071; range ln 8 = 2.0794.
+    # Distances: 0.5 -> |ln 0.5 - ln 0.7071| / 2.0794 = 0.3466 / 2.0794 = 0.1667; 2 and 0.25 -> 1.0397 / 2.0794 = 0.5.
+    # So 0.5 wins in any order (the first-listed rule chose 0.25 or 0.5 by the listing).
+    scores = {0.25: 98.84, 0.5: 98.84, 1.0: 98.69, 2.0: 98.84}
+    space = {"lr": [0.25, 0.5, 1.0, 2.0]}
+    assert centre_distance({"lr": 0.5}, space) == pytest.approx(1 / 6, abs=1e-12)
+    assert centre_distance({"lr": 2.0}, space) == pytest.approx(0.5, abs=1e-12)
+    for order in ([0.25, 0.5, 1.0, 2.0], [2.0, 1.0, 0.5, 0.25], [1.0, 0.25, 2.0, 0.5]):
+        c = choose([TrialScore({"lr": v}, scores[v]) for v in order], {"lr": order}, 100 / 216)
+        assert c.trial == {"lr": 0.5} and c.tie
+        # decisive by 0 samples; within one sample (0.463 points): 0.25 and 2 (equal) and 1 (0.15 below)
+        assert c.margin_samples == pytest.approx(0.0, abs=1e-9)
+        assert sorted(t["lr"] for t in c.near) == [0.25, 1.0, 2.0]
+    # equidistant from the centre: the smaller value. [0.1, 0.2, 0.4]: 0.1 and 0.4 tie at distance 1/2 each
+    c = choose([TrialScore({"lr": 0.4}, 90.0), TrialScore({"lr": 0.2}, 80.0), TrialScore({"lr": 0.1}, 90.0)],
+               {"lr": [0.1, 0.2, 0.4]})
+    assert c.trial == {"lr": 0.1} and c.margin_samples is None  # no validation size given: decisiveness unknown
+
+
+def test_near_ties_within_one_validation_sample_go_to_the_centre_when_declared():
+    from bench.lib.study.tuning import TrialScore, choose
+
+    # one validation sample of 200 is 0.5 points. 0.1 scores 90.3, 0.2 scores 90.0 (0.6 samples below),
+    # 0.4 scores 88.0. "best": 0.1 wins by 0.6 samples, a tie with 0.2; "centre": 0.2 (the centre of
+    # [0.1, 0.4] on a log scale) wins the near tie, 0.6 samples below 0.1.
+    scores = [TrialScore({"lr": 0.1}, 90.3), TrialScore({"lr": 0.2}, 90.0), TrialScore({"lr": 0.4}, 88.0)]
+    space = {"lr": [0.1, 0.2, 0.4]}
+    best = choose(scores, space, 0.5)
+    assert best.trial == {"lr": 0.1} and best.margin_samples == pytest.approx(0.6) and best.tie
+    centre = choose(scores, space, 0.5, near_tie="centre")
+    assert centre.trial == {"lr": 0.2} and centre.margin_samples == pytest.approx(-0.6) and centre.tie
+    assert choose(scores, space, 0.25).tie is False  # 0.3 points is 1.2 samples of 400: decided
+
+
+# ----------------------------------------------------------------------------- the seed plan
+
+
+def test_the_seed_plan_runs_the_seeds_the_tuning_spread_asks_for(tmp_path):
+    # The "opposite" stand-in (tests/study_runners.py): a calibrated method's final validation accuracy is its
+    # training run's + 1 point on every tuning seed: paired differences +1, +1, s = 0, floored at one of its
+    # 200 validation samples (0.5 point). A TOST within ± 1 at 80 % power with s = 0.5 needs 4 seeds
+    # (test_a_seed_plan_for_a_given_spread_margin_and_power): the evaluation runs seeds 0-3 of 0-7.
+    study = parse_study(doc(methods=["fedavg", "fedavg+ccvr"], seeds=list(range(8)), tuning_seeds=[10, 11, 12],
+                            seed_plan={"min_seeds": 3, "max_seeds": 6}), "p")
+    run = phases.run_study(study, tmp_path, runner="tests.study_runners:opposite")
+    (plan,) = run.seed_plans
+    (c,) = plan.comparisons
+    assert (c.method, c.tuning_seeds, c.sd_pts, c.seeds_needed, plan.seeds) == ("fedavg+ccvr", 3, 0.5, 4, 4)
+    assert sorted({o.planned.seed for o in run.evaluation}) == [0, 1, 2, 3]
+    report.write_report(tmp_path, study, run, command="test", started_unix_s=0.0, commit="t")
+    table = (tmp_path / "table.md").read_text()
+    assert "| convnet | alpha=0.5 | 4 | fedavg+ccvr: 3, 0.50, 4 |" in table
+    # the bounds clamp it: at least 5
+    more = parse_study(doc(methods=["fedavg", "fedavg+ccvr"], seeds=list(range(8)), tuning_seeds=[10, 11, 12],
+                           seed_plan={"min_seeds": 5, "max_seeds": 6}), "p")
+    assert phases.run_study(more, tmp_path, runner="tests.study_runners:opposite", execute=False).seed_plans[0].seeds == 5
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"seed_plan": {"min_seeds": 1}}, r"\[seed_plan\] min_seeds = 1 is out of range"),
+    ({"seed_plan": {"min_seeds": 2, "max_seeds": 3}}, r"\[seed_plan\] max_seeds = 3 is out of range"),
+    ({"verdicts": {"correction": "bonferroni"}}, r'\[verdicts\] correction = .bonferroni.: give "holm"'),
+    ({"verdicts": {"power": 1.0}}, r"\[verdicts\] power = 1 must be below 1"),
+    ({"tuning": {"last_rounds": 1, "near_tie": "first"}}, r'\[tuning\] near_tie = .first.: give "best"'),
+    ({"compare": [["fedavg", "fedavg"]]}, "compare two different methods"),
+    ({"compare": [["fedprox", "fedavg"]]}, "compare: 'fedprox' is not one of the study's methods"),
+])
+def test_bad_protocol_keys_are_one_line(changes, message):
+    with pytest.raises(StudyError, match=message) as err:
+        parse_study(doc(**changes), "p.toml")
+    assert "\n" not in str(err.value)
