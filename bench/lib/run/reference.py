@@ -10,8 +10,8 @@ hyper-parameters (``Hparams`` but the searched ones), so the two differ in the s
 * ``reference_figures``: each method's reference mean ± std over the study's seeds, the reference's
   paired differences (SphereFed vs FedAvg, CCVR vs FedAvg, FFC vs SphereFed) and, for this run's
   difference, the verdict against the t prediction interval for one new seed from the reference's
-  per-seed differences (``bench.lib.study.stats.prediction_interval``; wording:
-  ``bench.lib.study.verdicts``) -- or, when this run *is* one of the reference's seeds (same seed, same
+  per-seed differences, their spread floored at one test sample
+  (``bench.lib.study.stats.prediction_interval``; wording: ``bench.lib.study.verdicts``) -- or, when this run *is* one of the reference's seeds (same seed, same
   learning rate, same configuration), that it is not new evidence; the convergence verdicts
   of the reference's seeds, and, from a study of the same setting run for more rounds (the
   converged reference), its mean curve and the round at which that curve reaches this run's
@@ -32,7 +32,7 @@ import pandas as pd
 
 from bench.lib.study import verdicts
 from bench.lib.study.spec import Setting
-from bench.lib.study.stats import Estimate, paired_difference, prediction_interval
+from bench.lib.study.stats import Estimate, paired_difference, prediction_interval, resolution_pts
 from iokit.outputs import CHECKOUT_ROOT
 from workloads.fl.hparams import FLConfig
 from workloads.fl.methods import MethodConfig, calibration_named, is_calibration, parse_method
@@ -159,6 +159,7 @@ def reference_figures(model: str, names: Sequence[str], jobs: Sequence, accuracy
     setting = setting_label(fl)
     cells = {c["method"]: c for c in ref.summary["cells"] if (c["model"], c["setting"]) == (model, setting)}
     runs = ref.runs[(ref.runs["model"] == model) & (ref.runs["setting"] == setting)]
+    floor = resolution_pts(int(runs["test_samples"].max())) if len(runs) else 0.0  # one test sample (stats)
     methods = {}
     for n in names:
         cell = cells.get(study_label(n))
@@ -167,7 +168,7 @@ def reference_figures(model: str, names: Sequence[str], jobs: Sequence, accuracy
         final = cell["final_accuracy_pct"]
         own = runs[(runs["method"] == study_label(n)) & (runs["seed"] == fl.seed)]
         per_seed = list(runs[runs["method"] == study_label(n)]["final_accuracy_pct"])
-        pi = prediction_interval(per_seed) if len(per_seed) >= 2 else None
+        pi = prediction_interval(per_seed, floor=floor) if len(per_seed) >= 2 else None
         methods[n] = {"mean": final["mean"], "std": _finite(final["std"]), "n": cell["n"],
                       "ci_low": _finite(final["ci_low"]), "ci_high": _finite(final["ci_high"]),
                       "prediction_low": None if pi is None else pi.low,
@@ -186,9 +187,10 @@ def reference_figures(model: str, names: Sequence[str], jobs: Sequence, accuracy
                                     runs[runs["method"] == study_label(m)]["final_accuracy_pct"])) for m in (a, b)}
             if not (set(per_seed[a]) & set(per_seed[b])):
                 continue
-            d = paired_difference(per_seed[a], per_seed[b])
+            d = paired_difference(per_seed[a], per_seed[b], floor=floor)
             seeds = sorted(set(per_seed[a]) & set(per_seed[b]))
-            pi = prediction_interval([per_seed[a][s] - per_seed[b][s] for s in seeds]) if len(seeds) >= 2 else None
+            pi = prediction_interval([per_seed[a][s] - per_seed[b][s] for s in seeds], floor=floor) \
+                if len(seeds) >= 2 else None
             here = accuracy[a]["accuracy_pct"] - accuracy[b]["accuracy_pct"]
             same = fl.seed in seeds and all(methods.get(m, {}).get("is_reference_run") for m in (a, b))
             settings = fl.seed in seeds and all(methods.get(m, {}).get("same_settings") for m in (a, b))
