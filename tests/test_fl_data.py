@@ -323,7 +323,7 @@ def test_bad_names_and_sizes():
     for bad in (0, -3, 2.5, True):
         with pytest.raises(DataError, match="image_size must be a positive integer"):
             load_dataset("digits", image_size=bad)
-    assert sorted(DATASETS) == ["cifar10", "cifar100", "digits", "tinyimagenet"]
+    assert sorted(DATASETS) == ["cifar10", "cifar100", "digits", "mnist5k", "tinyimagenet"]
 
 
 def test_dataset_record_validates():

@@ -53,7 +53,7 @@ def parser() -> cli.Parser:
     p.add_argument("--holdout", type=cli.finite_float(low=0.0, high=0.95), metavar="FRACTION",
                    help="validation hold-out drawn from train before partitioning (Sec. 5.1: 0.15; default: the "
                         "preset's)")
-    p.add_argument("--data-dir", help="folder holding the dataset (not for the offline digits)")
+    p.add_argument("--data-dir", help="folder holding the dataset (not for the offline digits or mnist5k)")
     p.add_argument("--out", help="output folder (default results/fl/<preset>-seed<seed>)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--overwrite", action="store_true", help="replace an existing results folder of this suite")

@@ -9,7 +9,7 @@ Writes ``--out`` (default ``results/study-<name>``): ``runs.csv``, ``curves.csv`
 ``tta.csv``, ``table.md``, ``summary.json``, ``curves_<model>.png``, the manifest, and ``grid/``
 (every run's folder: ``bench.grid``). Rerunning the same command resumes: finished runs are skipped.
 ``--data-dir DIR``: the folder of the study's dataset (``dataset`` in the study file, else the
-preset's: CIFAR-10 / CIFAR-100 / TinyImageNet; not for the offline digits). Before the first run it
+preset's: CIFAR-10 / CIFAR-100 / TinyImageNet; not for the offline digits or mnist5k). Before the first run it
 prints the projected local-training time on this machine's device. ``--report-only``: train
 nothing, rebuild the report from the runs in ``--out`` (a run not there is reported missing).
 Bad input: one line, exit 2, nothing written. Exit 1 when an evaluation run failed.
@@ -29,6 +29,7 @@ from bench.study import phases, report
 from bench.lib.study.spec import load_study
 from iokit import checks, cli, outputs
 from iokit.provenance import git_commit
+from workloads.fl.data import PACKAGED_DATASETS
 
 
 def parser() -> cli.Parser:
@@ -41,7 +42,7 @@ def parser() -> cli.Parser:
     p.add_argument("--address", help="address of an existing Ray cluster (--backend ray)")
     p.add_argument("--retry-failed", action="store_true", help="run again the runs that failed before")
     p.add_argument("--data-dir", metavar="DIR", help="folder of the study's dataset (CIFAR-10 / CIFAR-100 / "
-                   "TinyImageNet, as bench.fl reads it); not for the offline digits")
+                   "TinyImageNet, as bench.fl reads it); not for the offline digits or mnist5k")
     p.add_argument("--report-only", action="store_true", help="train nothing: rebuild the report from the runs "
                    "already in --out")
     return p
@@ -50,10 +51,11 @@ def parser() -> cli.Parser:
 def check_data_dir(study, data_dir: str | None) -> None:
     """The study's dataset and ``--data-dir`` agree (ValueError naming the fix)."""
     dataset = study.fl(study.models[0], study.settings[0], 0).dataset
-    if dataset == "digits" and data_dir:
-        raise ValueError(f"--data-dir {data_dir}: the study's dataset is the offline digits, which ship with "
-                         "scikit-learn; leave --data-dir out (or set dataset = \"cifar10\" in the study file)")
-    if dataset != "digits" and not data_dir:
+    if dataset in PACKAGED_DATASETS and data_dir:
+        raise ValueError(f"--data-dir {data_dir}: the study's dataset is the offline {dataset}, which ships with "
+                         f"{PACKAGED_DATASETS[dataset]}; leave --data-dir out (or set dataset = \"cifar10\" in "
+                         "the study file)")
+    if dataset not in PACKAGED_DATASETS and not data_dir:
         raise ValueError(f"the study's dataset is {dataset}: give its folder with --data-dir DIR (docs/data.md)")
     if data_dir and not Path(data_dir).is_dir():
         raise ValueError(f"--data-dir {data_dir} is not a folder; give the extracted dataset's folder or its parent")

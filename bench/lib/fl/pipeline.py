@@ -37,7 +37,7 @@ from workloads.cost.fleet import Fleet, ParticipationPlan, assign_classes, run_f
 from workloads.cost.rounds import Device, RunPricer, client_devices, fleet_devices, fleet_system
 from workloads.cost.system import DEFAULT_SYSTEM_PATH, ROUNDS_COLUMNS, SystemModel, load_system_model
 from workloads.fl.comm import closed_form_bytes, closed_form_sizes, ledger_totals
-from workloads.fl.data import Dataset, load_dataset, subset
+from workloads.fl.data import PACKAGED_DATASETS, Dataset, load_dataset, subset
 from workloads.fl.execution import Execution, execution_of, kernel_environment
 from workloads.fl.hparams import Hparams
 from workloads.fl.local import prepare_model
@@ -118,9 +118,10 @@ def resolve(preset: str, *, methods: Sequence[str] | None = None, seed: int | No
     ``deadline_s`` / ``overcommit`` replace its round rule's (only with a fleet: ``run_fleet``)."""
     loaded = with_changes(load_preset(preset), seed=seed, rounds=rounds, holdout_fraction=holdout, model=model)
     chosen = method_list(methods if methods is not None else loaded.methods)
-    if loaded.fl.dataset == "digits" and data_dir:
-        raise ValueError(f"--data-dir {data_dir}: the preset's dataset is the offline digits, which ship with "
-                         "scikit-learn; leave --data-dir out (or choose a CIFAR / TinyImageNet preset)")
+    if loaded.fl.dataset in PACKAGED_DATASETS and data_dir:
+        raise ValueError(f"--data-dir {data_dir}: the preset's dataset is the offline {loaded.fl.dataset}, which "
+                         f"ships with {PACKAGED_DATASETS[loaded.fl.dataset]}; leave --data-dir out (or choose a "
+                         "CIFAR / TinyImageNet preset)")
     if data_dir:
         from iokit.cli import check_folder
 
@@ -206,6 +207,7 @@ def train(run: FLRun, data: FLData, *, progress: bool = False, checkpoints: Path
     fleet, of the clients its participation plan lets arrive), then every method trained and
     priced, one after another, sharing one ``RunPricer``."""
     inputs = data.inputs
+    print(f"data: {inputs.train.note}", file=sys.stderr)  # which dataset, which split: in every run's output
     print(f"device: {run.execution.device} ({run.execution.describe()['device_name']})", file=sys.stderr)
     pricer = RunPricer(inputs.run_spec())
     jobs = {method.name: Job(method.name, run.hparams[method.name]) for method in run.methods}

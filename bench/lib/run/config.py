@@ -20,7 +20,7 @@ from workloads import model_spec
 from workloads.cost.rounds import client_devices
 from workloads.cost.fleet import Fleet, check_fleet_flags, run_fleet
 from workloads.cost.system import DEFAULT_SYSTEM_PATH, SystemModel, load_system_model
-from workloads.fl.data import Dataset, load_dataset, subset
+from workloads.fl.data import PACKAGED_DATASETS, Dataset, load_dataset, subset
 from workloads.fl.execution import SETTINGS, Execution, execution_of
 from workloads.fl.methods import CALIBRATIONS, calibration_named, is_calibration, parse_method
 from workloads.fl.presets import Preset, load_preset, with_changes
@@ -115,10 +115,11 @@ def resolve(cfg: RunConfig) -> Resolved:
                          "square images (3,S,S); price other shapes with python -m bench.capture or bench.price "
                          "(docs/byom.md)")
     preset = with_changes(load_preset(cfg.preset), alpha=cfg.alpha, eval_every=1)
-    if preset.fl.dataset == "digits" and cfg.data_dir:
-        raise ValueError(f"--data-dir {cfg.data_dir}: --preset {cfg.preset} trains on the offline digits, which "
-                         "ship with scikit-learn; leave --data-dir out, or choose a CIFAR preset (--preset paper)")
-    if preset.fl.dataset != "digits" and not cfg.data_dir:
+    if preset.fl.dataset in PACKAGED_DATASETS and cfg.data_dir:
+        raise ValueError(f"--data-dir {cfg.data_dir}: --preset {cfg.preset} trains on the offline "
+                         f"{preset.fl.dataset}, which ships with {PACKAGED_DATASETS[preset.fl.dataset]}; leave "
+                         "--data-dir out, or choose a CIFAR preset (--preset paper)")
+    if preset.fl.dataset not in PACKAGED_DATASETS and not cfg.data_dir:
         raise ValueError(f"--preset {cfg.preset} needs --data-dir pointing at {preset.fl.dataset} "
                          "(nothing can be downloaded here)")
     if cfg.data_dir:

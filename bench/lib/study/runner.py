@@ -10,7 +10,7 @@ an evaluation run with the same settings are one run::
      "execution": {device and options}, "hw": null, "system": null}
 
 and, for a dataset read from a folder (CIFAR-10 / CIFAR-100 / TinyImageNet), ``"data_dir": DIR``
-(absent for the offline digits, which ship with scikit-learn).
+(absent for a dataset that ships inside a package: digits, mnist5k).
 
 The run is ``bench.fl``'s (``pipeline.load`` then ``jobs.run_job``): the data, the validation
 hold-out and the partition from the seed, the model built under the seed. It writes into its
@@ -37,6 +37,7 @@ from bench.lib.grid.runners import grid_runner
 from iokit import checks
 from iokit.files import atomic_write_text
 from workloads.cost.system import DROP_REASONS
+from workloads.fl.data import PACKAGED_DATASETS
 from workloads.fl.execution import SETTINGS, Execution, kernel_environment
 from workloads.fl.hparams import FLConfig, Hparams, hparams_from_table
 from workloads.fl.methods import MethodConfig, parse_method
@@ -211,7 +212,7 @@ def write_run(out_dir: Path, curve: Sequence[Mapping[str, Any]], info: Mapping[s
 
 def _validate(point: Mapping[str, Any]) -> None:
     spec = parse_point(point)
-    if spec.fl.dataset != "digits" and (spec.data_dir is None or not Path(spec.data_dir).is_dir()):
+    if spec.fl.dataset not in PACKAGED_DATASETS and (spec.data_dir is None or not Path(spec.data_dir).is_dir()):
         raise ValueError(f"dataset {spec.fl.dataset} needs its folder: give --data-dir DIR (got {spec.data_dir!r})")
     from workloads.models import MODELS
 
