@@ -127,15 +127,17 @@ def evaluation_plan(study: Study, ex: Execution, choices: Mapping[tuple[str, str
                     seed_plans: Sequence[SettingPlan] = ()) -> list[Planned]:
     """The chosen trial of every cell on every evaluation seed (cells whose tuning failed have none);
     a setting in another number format takes the choice of its FP32 setting. ``seed_plans``: the
-    first n seeds of each planned setting (a setting takes its tuned-on setting's n)."""
+    first n seeds of each planned setting (a setting takes its tuned-on setting's n; one not planned, as
+    in the projection before the tuning has run, ``[seed_plan] max_seeds``)."""
     def chosen(model: str, setting: Setting, training: str) -> list[Mapping[str, Any]]:
         c = choices[(model, setting.tuned_on.label, training)]
         return [] if c.trial is None else [c.trial]
 
     n = {(p.model, p.setting): p.seeds for p in seed_plans}
+    most = len(study.seeds) if study.seed_plan is None else study.seed_plan.max_seeds  # unplanned: the bound
 
     def seeds(model: str, setting: Setting) -> Sequence[int]:
-        return study.seeds[:n.get((model, setting.tuned_on.label), len(study.seeds))]
+        return study.seeds[:n.get((model, setting.tuned_on.label), most)]
 
     return plan(study, ex, "eval", seeds, chosen)
 
