@@ -20,7 +20,7 @@ def meta_step_trace(name, *, direction=False):
                           method, seed=0).to("meta")
     state = model.state_dict()
     d = {n: torch.empty_like(p) for n, p in model.named_parameters() if p.requires_grad} if direction else None
-    trainer = client_trainer(model, state, HP, method, round=2, direction=d)
+    trainer = client_trainer(model, state, HP, method, round=2, received={"fedcos_direction": d} if direction else {})
     x = torch.empty(8, 3, 16, 16, device="meta")
     y = torch.empty(8, dtype=torch.long, device="meta")
     trainer.step(x, y)  # warm-up: SGD creates its momentum buffers on the first step

@@ -28,7 +28,10 @@ from workloads.fl.methods.fedcos import FedCos
 from workloads.fl.methods.fednova import FedNova
 from workloads.fl.methods.fedopt import FedAvgM, FedOpt
 from workloads.fl.methods.fedprox import FedProx
+from workloads.fl.methods.feddyn import FedDyn
 from workloads.fl.methods.ffc import FFC
+from workloads.fl.methods.moon import MOON
+from workloads.fl.methods.scaffold import Scaffold
 
 ALGORITHMS = {
     "fedavg": FedAvg(),
@@ -39,6 +42,9 @@ ALGORITHMS = {
     "fedavgm": FedAvgM(),
     "fedbabu": FedBABU(),
     "doublehead": DoubleHead(),
+    "scaffold": Scaffold(),
+    "moon": MOON(),
+    "feddyn": FedDyn(),
 }  # in the order their knobs are listed (Hparams, results files)
 CALIBRATIONS = {"ffc": FFC(), "ccvr": CCVR()}
 NAME_PARTS = {**{name: "algorithm" for name in ALGORITHMS}, "spherefed": "modifier",
