@@ -34,7 +34,7 @@ and what it does:
   steps, hp)``: the hook after local training, returning the client's new state and its
   ``extra_uploads`` (SCAFFOLD's c_i+ and Delta c_i, FedDyn's gradient term, MOON's previous model).
   The client's state lives in its device memory during training: a step that reads it is priced
-  with it (``workloads.cost``).
+  with it (``workloads.cost``). ``after_training`` is priced too, so it also runs on ``meta``.
 * ``server_extras(server, keys, round, hp)``: the tensors of ``extra_downloads(round)``, from the
   server's state (``ServerState.extras``: SCAFFOLD's c, FedDyn's h, whatever ``aggregate`` keeps).
 * ``shared_keys(model, round, hp)``: the state_dict keys the server sends and the clients send back
