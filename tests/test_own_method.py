@@ -190,7 +190,7 @@ def test_an_own_method_runs_through_a_grid_of_bench_runs(own):
     assert (run / "fig5.png").stat().st_size > 0 and (run / "tta.png").stat().st_size > 0
     drift = summary["ledger_check"]["convnet"][STATEFUL]
     assert drift["ledger"]["total_bytes"] == drift["closed_form"]["total_bytes"] > 0
-    assert "2:True" in (own / "state_seen.txt").read_text().split()  # its clients kept their state
+    assert "1:False" in (own / "state_seen.txt").read_text().split()  # the smoke preset's one round: its hook ran
     point = json.loads((run / "point.json").read_text())
     assert point["metrics"][f"convnet.{METHOD}.accuracy_pct"] >= 0
 
@@ -237,28 +237,11 @@ def test_a_stateful_own_method_runs_through_a_study(own):
     """bench.study: tuned and evaluated beside FedAvg, with the real runner (the smoke preset)."""
     import bench.study.__main__ as study_cli
 
-    (own / "s.toml").write_text(textwrap.dedent(f'''
-        name = "s"
-        preset = "smoke"
-        models = ["convnet"]
-        methods = ["fedavg", "{STATEFUL}"]
-        base = "fedavg"
-        alphas = [0.5]
-        rounds = 2
-        seeds = [0, 1]
-        tuning_seeds = [0]
-        [search.fedavg]
-        lr = [0.05]
-        [search."{STATEFUL}"]
-        lr = [0.05]
-        drift_mu = [0.0, 0.1]
-        [tuning]
-        last_rounds = 1
-        [convergence]
-        last_rounds = 1
-        [targets]
-        accuracy_pct = [50.0]
-    '''))
+    from tests.test_study_complete import STUDY  # the smoke preset, 2 rounds, 2 evaluation seeds
+
+    methods = f'methods = ["fedavg", "{STATEFUL}"]'
+    search = f'[search."{STATEFUL}"]\nlr = [0.05]\ndrift_mu = [0.0, 0.1]\n[tuning]'
+    (own / "s.toml").write_text(STUDY.replace('methods = ["fedavg"]', methods).replace("[tuning]", search))
     assert study_cli.main(["s.toml", "--out", "out"]) == 0
     assert json.loads((own / "out" / "manifest.json").read_text())["state"] == "complete"
     assert "2:True" in (own / "state_seen.txt").read_text().split()  # its clients kept their state

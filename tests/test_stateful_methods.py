@@ -231,3 +231,25 @@ def test_the_capture_key_derives_from_the_method():
 
     assert step_identity(WithAHelper()) != identity["fedavg"]
     assert step_identity(ServerOnly()) == identity["fedavg"]
+
+
+@pytest.mark.slow
+def test_a_fleets_memory_limit_sees_moons_extra_models():
+    # a device that holds FedAvg's step exactly: MOON's clients, with the global and the previous
+    # model resident beside it, do not fit and decline; FedAvg's all train
+    from bench.lib.fl.jobs import Job, run_job
+    from tests.test_fleet import FAST, HP as FLEET_HP, fleet_of, run_inputs
+    from workloads.cost.rounds import RunPricer
+    from workloads.fl.data import load_dataset, subset
+
+    train, test = load_dataset("digits", image_size=16)
+    digits = subset(train, 120, 0, "train"), subset(test, 40, 1, "test")
+    pricer = RunPricer(run_inputs(digits).run_spec())
+    n = max(len(p) for p in run_inputs(digits).parts)
+    peak = {name: pricer.peak_memory_bytes(parse_method(name), FLEET_HP, n, 1, HardwareConfig())
+            for name in ("fedavg", "moon")}
+    assert peak["moon"] > peak["fedavg"]
+    fleet = fleet_of({"exact": {**FAST, "memory_bytes": float(peak["fedavg"]), "share": 1.0}})
+    for name, trained, declined in (("fedavg", 3, 0), ("moon", 0, 3)):
+        (row,) = run_job(Job(name, FLEET_HP), run_inputs(digits, fleet=fleet, rounds=1), pricer=pricer).rows
+        assert (row["clients"], row["dropped_memory"]) == (trained, declined), name

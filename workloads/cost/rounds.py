@@ -142,9 +142,9 @@ class RunPricer:
                           hw: HardwareConfig) -> int:
         """The most memory one client's local training over ``n`` samples in round ``round`` holds
         at once: the peak of its largest mini-batch's step on ``hw`` (its word size), the method's
-        received tensors and client state included."""
-        return max(self.step(method, hp, b, round, hw).peak_memory_bytes
-                   for b in set(epoch_batch_sizes(n, hp.batch_size)))
+        received tensors and client state included, or of its ``after_training`` hook if higher."""
+        return max(self.after_training(method, hp, round, hw).peak_memory_bytes,
+                   *(self.step(method, hp, b, round, hw).peak_memory_bytes for b in set(epoch_batch_sizes(n, hp.batch_size))))
 
     def local_training(self, method: MethodConfig, hp: Hparams, n: int, round: int,
                        device: Device) -> tuple[float, float]:
