@@ -70,7 +70,8 @@ class ClientTrainer:
         self.optimizer.zero_grad(set_to_none=True)
         with self.arithmetic or contextlib.nullcontext():
             with self._autocast(x):
-                loss = self.algorithm.batch_loss(self.model, x, y, self.loss_fn, self.ctx, self.hp)
+                outputs = self.algorithm.head_outputs(self.model, x)  # held to the end of the step, as a loop holds them
+                loss = self.algorithm.batch_loss(self.model, x, y, outputs, self.loss_fn, self.ctx, self.hp)
             penalty = self.algorithm.penalty(self.model, self.ctx, self.hp)
             if penalty is not None:
                 loss = loss + penalty
@@ -110,6 +111,7 @@ def client_trainer(model: nn.Module, global_state: Mapping[str, torch.Tensor], h
     anchors = {}
     if method.algo.anchored:
         anchors = {name: t.detach().clone() for name, t in global_state.items()}
+    hp = hp.with_knobs(method.knobs)  # a method that declares its knobs when it runs: their defaults where ``hp`` lacks them
     lr = hp.lr if lr is None else lr
     if state is None:
         state = method.algo.initial_client_state(model, hp)

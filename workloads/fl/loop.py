@@ -372,10 +372,12 @@ def _federated_round(setup: _Setup, state: LoopState, t: int) -> LoopState:
     transfers, memory, updates, losses, samples = list(state.transfers), dict(state.memory), [], [], state.samples
     kept = dict(state.clients)
     for k in clients:
-        update, loss, local, kept[k] = _client_update(setup, server, memory.get(k, {}), kept.get(k), shared, extras,
-                                                      t, k, lr, transfers)
+        update, loss, local, own = _client_update(setup, server, memory.get(k, {}), kept.get(k), shared, extras,
+                                                  t, k, lr, transfers)
         if local:
             memory[k] = local
+        if own:
+            kept[k] = own
         updates.append(update)
         losses.append(loss)
         samples += hp.local_epochs * epoch_samples(len(setup.client_idx[k]), hp.batch_size)

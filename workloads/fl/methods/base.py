@@ -23,12 +23,14 @@ and what it does:
 
 * ``prepare_model(model, seed)``: changes to the freshly built model (FedBABU freezes its head,
   double head adds a local head). Frozen parameters use ``requires_grad=False``.
-* ``batch_loss(model, x, y, loss_fn, ctx, hp)``: the loss of one mini-batch (the loss hook;
-  default: ``loss_fn`` on every head's logits, ``head_outputs``; MOON adds its contrastive term);
+* ``batch_loss(model, x, y, outputs, loss_fn, ctx, hp)``: the loss of one mini-batch from its
+  ``head_outputs`` (the loss hook; default: ``loss_fn`` on every head's logits; MOON adds its
+  contrastive term);
   ``penalty(model, ctx, hp)``: extra terms of the local loss that read the parameters only
   (FedProx, FedCos, SCAFFOLD's correction, FedDyn's regularizer); ``None`` for none. Both run
   on the ``meta`` device: tensor ops only, no ``.item()``, no data-dependent branches.
-* ``head_outputs(model, x)``: the logits the loss is taken on (double head: two heads).
+* ``head_outputs(model, x)``: the forward pass whose outputs ``batch_loss`` takes: the logits of
+  each head (double head: two), and whatever else its loss reads (MOON: the representation).
 * ``initial_client_state(model, hp)``: what a client keeps between rounds, before its first round
   (``model`` holds the w_t it just downloaded; default: nothing); ``after_training(model, ctx,
   steps, hp)``: the hook after local training, returning the client's new state and its
@@ -219,10 +221,10 @@ class FedAvg:
         """After ``steps`` local steps: (the client's new state, its ``extra_uploads`` by group)."""
         return {}, {}
 
-    def batch_loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn, ctx: RoundContext,
-                   hp: Hparams) -> torch.Tensor:
-        """The loss of one mini-batch (before ``penalty``): ``loss_fn`` summed over the heads."""
-        outputs = self.head_outputs(model, x)
+    def batch_loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, outputs: Sequence[torch.Tensor],
+                   loss_fn, ctx: RoundContext, hp: Hparams) -> torch.Tensor:
+        """The loss of one mini-batch (before ``penalty``) from its ``head_outputs``: ``loss_fn``
+        summed over the heads."""
         loss = loss_fn(outputs[0], y)
         for extra in outputs[1:]:
             loss = loss + loss_fn(extra, y)

@@ -76,12 +76,17 @@ class MOON(FedAvg):
     def initial_client_state(self, model: nn.Module, hp: Hparams) -> TensorDict:
         return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
-    def batch_loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn, ctx: RoundContext,
+    def head_outputs(self, model: nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
+        """The logits and the representation z they are computed from."""
+        z = model.features(x)
+        return [model.classifier(z), z]
+
+    def batch_loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, outputs, loss_fn, ctx: RoundContext,
                    hp: Hparams) -> torch.Tensor:
+        logits, z = outputs
         z_glob = features_with(model, ctx.global_params, x)
         z_prev = features_with(model, ctx.state, x)
-        z = model.features(x)
-        return loss_fn(model.classifier(z), y) + hp.moon_mu * contrastive_loss(z, z_glob, z_prev, hp.moon_tau)
+        return loss_fn(logits, y) + hp.moon_mu * contrastive_loss(z, z_glob, z_prev, hp.moon_tau)
 
     def after_training(self, model: nn.Module, ctx: RoundContext, steps: int, hp: Hparams
                        ) -> tuple[TensorDict, dict[str, TensorDict]]:
