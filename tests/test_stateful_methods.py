@@ -80,6 +80,13 @@ def test_scaffold_with_zero_control_variates_is_fedavg_bit_for_bit():
     assert not all(torch.equal(a, b) for a, b in zip(run("scaffold").weights.values(), run("fedavg").weights.values()))
 
 
+def test_a_built_in_named_as_a_plug_in_is_the_same_run():
+    # SCAFFOLD uses nothing but the interface a method of yours has: named package.module:Class it runs the same
+    built_in, plug_in = run("scaffold", rounds=1), run("workloads.fl.methods.scaffold:Scaffold", rounds=1)
+    assert all(torch.equal(built_in.weights[k], plug_in.weights[k]) for k in built_in.weights)
+    assert ledger_totals(built_in.transfers) == ledger_totals(plug_in.transfers)
+
+
 def test_scaffold_bytes_by_hand():
     # TinyNet: the model 1640 B, its trainable parameters 1536 B (test_fl_comm). 2 rounds x 4
     # clients: down 8 x (1640 + 1536 c) = 25408; up 8 x (1640 + 1536 Delta c_i + 8 sample count) = 25472
