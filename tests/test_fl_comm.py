@@ -40,7 +40,8 @@ def test_closed_form_sizes_by_hand():
 
 
 @pytest.mark.parametrize("name", ["fedavg", "spherefed+ffc", "fedprox+ccvr", "fednova", "fedcos",
-                                  "fedopt", "fedavgm", "fedbabu", "doublehead", "fedcos+spherefed+ffc"])
+                                  "fedopt", "fedavgm", "fedbabu", "doublehead", "fedcos+spherefed+ffc",
+                                  "scaffold", "moon", "feddyn", "scaffold+spherefed+ffc"])
 def test_ledger_equals_closed_form(name):
     method = parse_method(name)
     result = run_method(method, model_fn=lambda: TinyNet(spherefed=method.spherefed), train=TRAIN,
@@ -112,7 +113,7 @@ def test_payload_bytes_by_hand():
                                                                "bfp_m4_g16_sr")] == [70, 100, 200, 42, 70]
 
 
-@pytest.mark.parametrize("name", ["fedavg", "fedcos+spherefed+ffc", "doublehead", "fednova+ccvr"])
+@pytest.mark.parametrize("name", ["fedavg", "fedcos+spherefed+ffc", "doublehead", "fednova+ccvr", "scaffold"])
 def test_ledger_equals_closed_form_in_a_communication_format(name):
     # the model, its updates and FedCos's direction sent in bfp_m4_g16_sr: each float32 tensor
     # charged its packed payload, by the ledger and by the closed form alike

@@ -6,7 +6,7 @@ import torch
 from accel_sim.simulate import simulate
 
 from workloads.fl.hparams import Hparams
-from workloads.fl.local import client_trainer, per_sample_loss, prepare_model
+from workloads.fl.local import client_trainer, example_received, per_sample_loss, prepare_model
 from workloads.fl.methods import CALIBRATIONS, NAME_PARTS, parse_method
 from workloads.models import build_model
 from workloads.capture import capture
@@ -14,13 +14,13 @@ from workloads.capture import capture
 HP = Hparams(lr=0.1, batch_size=8)
 
 
-def meta_step_trace(name, *, direction=False):
+def meta_step_trace(name):
     method = parse_method(name)
     model = prepare_model(build_model("convnet", num_classes=10, image_size=16, spherefed=method.spherefed),
                           method, seed=0).to("meta")
     state = model.state_dict()
-    d = {n: torch.empty_like(p) for n, p in model.named_parameters() if p.requires_grad} if direction else None
-    trainer = client_trainer(model, state, HP, method, round=2, direction=d)
+    received = example_received(model, method, HP, 2)  # FedCos's d_t, SCAFFOLD's c
+    trainer = client_trainer(model, state, HP.with_knobs(method.knobs), method, round=2, received=received)
     x = torch.empty(8, 3, 16, 16, device="meta")
     y = torch.empty(8, dtype=torch.long, device="meta")
     trainer.step(x, y)  # warm-up: SGD creates its momentum buffers on the first step
@@ -44,7 +44,7 @@ def test_spherefed_step_has_no_classifier_weight_gradient():
 
 @pytest.mark.parametrize("name", ["fedprox", "fedcos", "doublehead", "fedbabu"])
 def test_penalized_and_headed_steps_capture_on_meta(name):
-    trace = meta_step_trace(name, direction=(name == "fedcos"))
+    trace = meta_step_trace(name)
     base = meta_step_trace("fedavg")
     assert {op.phase for op in trace.ops} >= {"fwd", "bwd", "update"}
     if name in ("fedprox", "fedcos", "doublehead"):  # the penalty / second head adds work
@@ -85,7 +85,7 @@ CALIBRATED = [f"{base}{name}" for name in CALIBRATIONS for base in ("", "spheref
 
 @pytest.mark.parametrize("name", STEP_METHODS)
 def test_every_method_step_lowers_completely(name):
-    trace = meta_step_trace(name, direction=(name == "fedcos"))
+    trace = meta_step_trace(name)
     assert trace.unsupported_ops() == {}
 
 

@@ -236,7 +236,7 @@ def test_hand_worked_fleet_run(digits, pricer):
     sizes = closed_form_sizes(pricer.prepared(Job("fedavg", HP).method), Job("fedavg", HP).method)
     d = sum(sizes["layer_bytes"])
     assert d / 1000 > 2000
-    c = [pricer.local_training(Job("fedavg", HP).method, HP, len(inputs.parts[k]), False, inputs.devices[k])[0]
+    c = [pricer.local_training(Job("fedavg", HP).method, HP, len(inputs.parts[k]), 1, inputs.devices[k])[0]
          for k in (0, 1)]
     assert max(c) < 1.0
     for row in out.rows:

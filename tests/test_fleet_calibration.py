@@ -112,7 +112,7 @@ def test_the_calibration_round_checks_its_own_peak_memory(digits, pricer):
     plans = {}
     for name in ("fedavg+ccvr", "spherefed+ffc"):
         method = Job(name, HP).method
-        assert pricer.peak_memory_bytes(method, HP, len(labels[2]), False, hw) > 9e6
+        assert pricer.peak_memory_bytes(method, HP, len(labels[2]), 1, hw) > 9e6
         plans[name] = plan_run(fleet, inputs.classes, method, HP, pricer=pricer, client_labels=labels,
                                devices=inputs.devices, system=inputs.system, rounds=2, participation=1.0, seed=0)
         assert all(r.dropped == {2: "memory"} for r in plans[name].rounds)

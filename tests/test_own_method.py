@@ -19,9 +19,12 @@ from workloads.fl.presets import load_preset
 
 ROOT = Path(__file__).resolve().parents[1]
 METHOD = "plusmethods:FedAvgPlus"
+STATEFUL = "plusmethods:DriftMemory"  # a method with per-client state, written from docs/methods.md alone
 SOURCE = textwrap.dedent('''
     """A FedAvg variant with a knob of its own and an upload extra of its own."""
     from pathlib import Path
+
+    import torch
 
     from workloads.fl.knob import non_negative
     from workloads.fl.methods.base import FedAvg
@@ -39,6 +42,27 @@ SOURCE = textwrap.dedent('''
             return proximal_term(model, ctx.global_params, hp.plus_mu)
 
 
+    class DriftMemory(FedAvg):
+        """Each client keeps its last local drift w_t - y and pulls against it: <mu d, w>."""
+        knobs = (non_negative("drift_mu", 0.1, "test: the weight of the drift term"),)
+        anchored = True  # after_training reads w_t
+        flower_strategy = None  # its clients keep state
+
+        def initial_client_state(self, model, hp):
+            return {n: torch.zeros_like(p).detach() for n, p in model.named_parameters() if p.requires_grad}
+
+        def penalty(self, model, ctx, hp):
+            return hp.drift_mu * torch.stack([(ctx.state[n] * p).sum() for n, p in model.named_parameters()
+                                              if p.requires_grad]).sum()
+
+        def after_training(self, model, ctx, steps, hp):
+            if next(iter(ctx.state.values())).device.type != "meta":  # when priced it runs on meta: no values
+                held = sum(float(v.abs().sum()) for v in ctx.state.values()) > 0
+                with open(Path(__file__).with_name("state_seen.txt"), "a") as log:
+                    log.write(f"{ctx.round}:{held}\\n")
+            return {n: ctx.global_params[n] - p.detach() for n, p in model.named_parameters() if n in ctx.state}, {}
+
+
     class NotAMethod:
         pass
 ''')
@@ -52,7 +76,7 @@ PRESET = textwrap.dedent(f'''
     partition = "iid"
     max_train_samples = 150
     max_test_samples = 40
-    methods = ["fedavg", "{METHOD}"]
+    methods = ["fedavg", "{METHOD}", "{STATEFUL}"]
 
     [hparams]
     lr = 0.05
@@ -127,6 +151,11 @@ def test_an_own_method_runs_through_bench_fl(own):
     assert (rounds.loc[METHOD, "round_bytes"] - rounds.loc["fedavg", "round_bytes"] == 3 * 12).all()
     # priced: its step runs the proximal term FedAvg's does not, so each round costs more energy
     assert (rounds.loc[METHOD, "round_energy_j"] > rounds.loc["fedavg", "round_energy_j"]).all()
+    # the stateful one: every client of round 1 starts without state, of round 2 with what it kept
+    assert sorted(set((own / "state_seen.txt").read_text().split())) == ["1:False", "2:True"]
+    drift = doc["methods"][STATEFUL]
+    assert drift["comm"]["total_bytes"] == drift["comm_closed_form"]["total_bytes"] == base["comm"]["total_bytes"]
+    assert (rounds.loc[STATEFUL, "round_energy_j"] > rounds.loc["fedavg", "round_energy_j"]).all()
 
 
 @pytest.mark.slow
@@ -141,7 +170,7 @@ def test_an_own_method_runs_through_a_grid_of_bench_runs(own):
         model = "convnet"
         batch_size = 8
         preset = "smoke.toml"
-        methods = ["fedavg", "{METHOD}"]
+        methods = ["fedavg", "{METHOD}", "{STATEFUL}"]
         workers = 1
         [axes]
         seed = [0]
@@ -159,6 +188,9 @@ def test_an_own_method_runs_through_a_grid_of_bench_runs(own):
     # knob's default, as every built-in's at Tab. 16's
     assert set((own / "knob_seen.txt").read_text().split()) == {"0.125", "0.5"}
     assert (run / "fig5.png").stat().st_size > 0 and (run / "tta.png").stat().st_size > 0
+    drift = summary["ledger_check"]["convnet"][STATEFUL]
+    assert drift["ledger"]["total_bytes"] == drift["closed_form"]["total_bytes"] > 0
+    assert "1:False" in (own / "state_seen.txt").read_text().split()  # the smoke preset's one round: its hook ran
     point = json.loads((run / "point.json").read_text())
     assert point["metrics"][f"convnet.{METHOD}.accuracy_pct"] >= 0
 
@@ -198,3 +230,18 @@ def test_the_flower_app_asks_the_method(own):
                           ("spherefed+ffc", "with no calibration")):
         with pytest.raises(ValueError, match=message):
             check_methods((name,))
+
+
+@pytest.mark.slow
+def test_a_stateful_own_method_runs_through_a_study(own):
+    """bench.study: tuned and evaluated beside FedAvg, with the real runner (the smoke preset)."""
+    import bench.study.__main__ as study_cli
+
+    from tests.test_study_complete import STUDY  # the smoke preset, 2 rounds, 2 evaluation seeds
+
+    methods = f'methods = ["fedavg", "{STATEFUL}"]'
+    search = f'[search."{STATEFUL}"]\nlr = [0.05]\ndrift_mu = [0.0, 0.1]\n[tuning]'
+    (own / "s.toml").write_text(STUDY.replace('methods = ["fedavg"]', methods).replace("[tuning]", search))
+    assert study_cli.main(["s.toml", "--out", "out"]) == 0
+    assert json.loads((own / "out" / "manifest.json").read_text())["state"] == "complete"
+    assert "2:True" in (own / "state_seen.txt").read_text().split()  # its clients kept their state

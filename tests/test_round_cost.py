@@ -62,13 +62,13 @@ def test_steady_state_step_equals_a_captured_step_after_a_warm_up():
 def test_client_with_fewer_samples_than_the_batch_is_priced_at_its_real_batch():
     pricer = RunPricer(SPEC)
     method, hp = parse_method("fedavg"), Hparams(batch_size=32, local_epochs=3)
-    compute_s, energy_j = pricer.local_training(method, hp, 5, False, Device(HW, 1.0))
-    step5, step32 = pricer.step(method, hp, 5, False, HW), pricer.step(method, hp, 32, False, HW)
+    compute_s, energy_j = pricer.local_training(method, hp, 5, 1, Device(HW, 1.0))
+    step5, step32 = pricer.step(method, hp, 5, 1, HW), pricer.step(method, hp, 32, 1, HW)
     assert step5.latency_s < step32.latency_s
     assert compute_s == pytest.approx(3 * step5.latency_s)
     assert energy_j == pytest.approx(3 * step5.energy_j)
     # a device twice as fast: half the time, the same dynamic energy, half the static energy
-    fast_s, fast_j = pricer.local_training(method, hp, 5, False, Device(HW, 2.0))
+    fast_s, fast_j = pricer.local_training(method, hp, 5, 1, Device(HW, 2.0))
     assert fast_s == pytest.approx(compute_s / 2)
     dynamic_j = 3 * (step5.energy_j - HW.energy.static_w * step5.latency_s)
     assert fast_j == pytest.approx(dynamic_j + HW.energy.static_w * compute_s / 2)
@@ -77,7 +77,7 @@ def test_client_with_fewer_samples_than_the_batch_is_priced_at_its_real_batch():
 def test_equal_step_programs_share_one_capture():
     pricer = RunPricer(SPEC)
     hp = Hparams(batch_size=8)
-    prices = {name: pricer.step(parse_method(name), replace(hp, lr=lr), 8, False, HW)
+    prices = {name: pricer.step(parse_method(name), replace(hp, lr=lr), 8, 1, HW)
               for name, lr in (("fedavg", 0.1), ("fednova", 0.01), ("fedavg+ccvr", 0.1), ("fedprox", 0.1))}
     assert prices["fedavg"] is prices["fednova"] is prices["fedavg+ccvr"]
     assert prices["fedprox"] is not prices["fedavg"]  # the proximal term adds work
@@ -117,7 +117,7 @@ def test_ideal_links_identical_devices_round_is_slowest_client_plus_server(tiny_
     devices = client_devices(IDEAL, HW, 3, seed=0)
     rows = price_run(result, method, hp, pricer=pricer, client_labels=labels, hw=HW, system=IDEAL, devices=devices)
     train = replace(method, calibration=None)
-    computes = [pricer.local_training(train, hp, len(y), False, devices[k])[0] for k, y in enumerate(labels)]
+    computes = [pricer.local_training(train, hp, len(y), 1, devices[k])[0] for k, y in enumerate(labels)]
     # 70 samples: steps of 32, 32, 6 -- the largest client is the slowest
     assert rows[0]["round_wall_s"] == pytest.approx(max(computes) + rows[0]["server_s"])
     assert rows[0]["round_device_s"] == pytest.approx(sum(computes))

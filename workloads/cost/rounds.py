@@ -14,13 +14,14 @@ price of each distinct piece of work on the modeled accelerator:
   updates, and the calibration's server side, on the run's accelerator (``--hw``);
 * bytes from the loop's ledger (``RunResult.transfers``).
 
-Each distinct capture (step program, batch size, FedCos's first round or not, accelerator) is taken
-once per run and shared by the run's methods (``RunPricer``). The round model itself (links, speed
+Each distinct capture (step program, batch size, what the method receives that round, accelerator)
+is taken once per run and shared by the run's methods (``RunPricer``). The round model itself (links, speed
 factors, the synchronous max) is ``workloads.cost.system``.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections import Counter, defaultdict
 from dataclasses import dataclass
@@ -37,10 +38,10 @@ from workloads.cost.system import ClientRound, RoundCost, SystemModel, ledger_ro
 from workloads.fl.comm import calibration_client_bytes, client_round_bytes, closed_form_sizes
 from workloads.cost import calibration as calibration_cost
 from workloads.fl.hparams import Hparams
-from workloads.fl.local import prepare_model
+from workloads.fl.local import client_trainer, example_received, prepare_model
 from workloads.fl.loop import RunResult, batch_starts, clients_per_round, draw_clients
 from workloads.fl.methods import MethodConfig
-from workloads.fl.methods.base import ClientUpdate, ServerState, trainable_keys
+from workloads.fl.methods.base import ClientUpdate, FedAvg, ServerState, step_identity, trainable_keys
 from workloads.cost.step import StepPrice, local_step_trace, simulate_complete
 from workloads.capture import capture
 from workloads.numerics import NumberFormat
@@ -89,13 +90,14 @@ class RunSpec:
     seed: int
 
 
-def _local_step_key(method: MethodConfig, hp: Hparams) -> tuple:
-    """What decides the program of a local step: the model preparation, the heads, the penalty,
-    whether the client keeps w_t, SphereFed, and the hyper-parameters (the learning rate and batch
-    size aside: the first changes no op, the second is priced separately). Methods with equal keys
-    (FedAvg, FedNova, FedOpt, FedAvgM; a method and its calibrated variant) share captures."""
-    algo = type(method.algo)
-    return (algo.prepare_model, algo.head_outputs, algo.penalty, algo.anchored, method.spherefed,
+def _local_step_key(method: MethodConfig, hp: Hparams, round: int) -> tuple:
+    """What decides the program of a local step in round ``round``: the algorithm's
+    ``step_identity`` (every member of its class that can change the step, derived from the class,
+    so no hook is left out by hand), what it receives that round (``extra_downloads``), SphereFed,
+    and the hyper-parameters (the learning rate and batch size aside: the first changes no op, the
+    second is priced separately). Methods with equal keys (FedAvg, FedNova; a method and its
+    calibrated variant) share captures; a step may depend on the round only through what it receives."""
+    return (step_identity(method.algo), method.algo.extra_downloads(round), method.spherefed,
             hp.replace(lr=1.0, batch_size=1))
 
 
@@ -119,38 +121,58 @@ class RunPricer:
                                               seed=self.spec.seed).to("meta")
         return self._models[key]
 
-    def step(self, method: MethodConfig, hp: Hparams, batch_size: int, later_round: bool,
+    def step(self, method: MethodConfig, hp: Hparams, batch_size: int, round: int,
              hw: HardwareConfig) -> StepPrice:
-        """One local step at ``batch_size`` (``later_round``: FedCos with its direction d_t) on
-        ``hw``: captured once per step program and batch size, priced once per accelerator (so a
-        fleet's device classes share one capture)."""
-        program = (_local_step_key(method, hp), batch_size, later_round)
+        """One local step of round ``round`` at ``batch_size`` on ``hw`` (with what the method
+        receives that round and the state its client keeps): captured once per step program and
+        batch size, priced once per accelerator (so a fleet's device classes share one capture)."""
+        program = (_local_step_key(method, hp, round), batch_size)
         key = (*program, hw)
         if key not in self._steps:
             if program not in self._traces:
                 self._traces[program] = local_step_trace(
                     lambda: self.spec.model_fn(method.spherefed), method.training, hp, batch_size=batch_size,
-                    input_shape=self.spec.input_shape, round=2 if later_round else 1, seed=self.spec.seed,
+                    input_shape=self.spec.input_shape, round=round, seed=self.spec.seed,
                     model_name=self.spec.model_name)
             report = simulate_complete(self._traces[program], hw, f"{method.name} local step at batch {batch_size}")
             self._steps[key] = StepPrice.of(report)
         return self._steps[key]
 
-    def peak_memory_bytes(self, method: MethodConfig, hp: Hparams, n: int, later_round: bool,
+    def peak_memory_bytes(self, method: MethodConfig, hp: Hparams, n: int, round: int,
                           hw: HardwareConfig) -> int:
-        """The most memory one client's local training over ``n`` samples holds at once: the
-        peak of its largest mini-batch's step on ``hw`` (its word size)."""
-        return max(self.step(method, hp, b, later_round, hw).peak_memory_bytes
-                   for b in set(epoch_batch_sizes(n, hp.batch_size)))
+        """The most memory one client's local training over ``n`` samples in round ``round`` holds
+        at once: the peak of its largest mini-batch's step on ``hw`` (its word size), the method's
+        received tensors and client state included, or of its ``after_training`` hook if higher."""
+        return max(self.after_training(method, hp, round, hw).peak_memory_bytes,
+                   *(self.step(method, hp, b, round, hw).peak_memory_bytes for b in set(epoch_batch_sizes(n, hp.batch_size))))
 
-    def local_training(self, method: MethodConfig, hp: Hparams, n: int, later_round: bool,
+    def local_training(self, method: MethodConfig, hp: Hparams, n: int, round: int,
                        device: Device) -> tuple[float, float]:
-        """(compute seconds, energy in joules) of one client's local epochs over ``n`` samples."""
+        """(compute seconds, energy in joules) of one client's local epochs over ``n`` samples in
+        round ``round``, and its method's ``after_training`` hook (``after_training``)."""
         sizes = Counter(epoch_batch_sizes(n, hp.batch_size))
-        prices = {b: self.step(method, hp, b, later_round, device.hw) for b in sizes}
-        modeled_s = hp.local_epochs * sum(count * prices[b].latency_s for b, count in sizes.items())
-        energy_j = hp.local_epochs * sum(count * prices[b].energy_j for b, count in sizes.items())
+        prices = {b: self.step(method, hp, b, round, device.hw) for b in sizes}
+        after = self.after_training(method, hp, round, device.hw)
+        modeled_s = hp.local_epochs * sum(count * prices[b].latency_s for b, count in sizes.items()) + after.latency_s
+        energy_j = hp.local_epochs * sum(count * prices[b].energy_j for b, count in sizes.items()) + after.energy_j
         return device.runs(modeled_s, energy_j)
+
+    def after_training(self, method: MethodConfig, hp: Hparams, round: int, hw: HardwareConfig) -> StepPrice:
+        """The method's ``after_training`` hook (SCAFFOLD's c_i+ and Delta c_i, FedDyn's gradient
+        term, MOON's copy of its model) on ``hw``, captured once per hook on the prepared model on
+        ``meta``; FedAvg's (nothing) costs nothing."""
+        hook = type(method.algo).after_training
+        if hook is FedAvg.after_training:
+            return StepPrice(0.0, 0.0, 0)
+        key = (hook, _local_step_key(method, hp, round), hw)
+        if key not in self._steps:
+            hp = hp.with_knobs(method.knobs)  # a method that declares its knobs when it runs
+            model = copy.deepcopy(self.prepared(method)).train()
+            received = example_received(model, method.training, hp, round)
+            trainer = client_trainer(model, model.state_dict(), hp, method.training, round=round, received=received)
+            captured = capture(method.algo.after_training, model, trainer.ctx, 1, hp, model=model, default_phase="update")
+            self._steps[key] = StepPrice.of(simulate_complete(captured.trace, hw, f"{method.name} after training"))
+        return self._steps[key]
 
     def calibration(self, method: MethodConfig, hp: Hparams, class_counts: Sequence[int],
                     device: Device) -> tuple[float, float]:
@@ -184,12 +206,14 @@ class RunPricer:
         server momentum)."""
         model = self.prepared(method)
         shared = tuple(method.algo.shared_keys(model, round, hp))
-        key = (type(method.algo).aggregate, shared, num_updates, hp.replace(lr=1.0), hw)
+        key = (type(method.algo).aggregate, method.algo.extra_uploads(round), shared, num_updates, hp.replace(lr=1.0), hw)
         if key not in self._aggregations:
+            hp = hp.with_knobs(method.knobs)  # a method that declares its knobs when it runs
             weights = {k: v.detach() for k, v in model.state_dict().items()}
             params = set(trainable_keys(model))
             keys = [k for k in shared if k in params]
-            updates = [ClientUpdate(i, {k: torch.empty_like(weights[k]) for k in shared}, 1, 1)
+            uploads = {group: {k: torch.empty_like(weights[k]) for k in keys} for group in method.algo.extra_uploads(round)}
+            updates = [ClientUpdate(i, {k: torch.empty_like(weights[k]) for k in shared}, 1, 1, uploads)
                        for i in range(num_updates)]
             server = method.algo.aggregate(ServerState(weights=weights), updates, hp, keys)
             captured = capture(method.algo.aggregate, server, updates, hp, keys, default_phase="aggregation")
@@ -246,12 +270,12 @@ def plan_run(fleet: Fleet, classes: Sequence[int], method: MethodConfig, hp: Hpa
     sizes = closed_form_sizes(pricer.prepared(method), method, comm_format)
     work: dict[tuple, tuple[float, float, bool]] = {}
 
-    def training(k: int, later: bool) -> tuple[float, float, bool]:
+    def training(k: int, round: int) -> tuple[float, float, bool]:
         device, memory = devices[k], fleet.classes[classes[k]].memory_bytes
-        key = (client_sizes[k], later, device, memory)
+        key = (client_sizes[k], method.algo.extra_downloads(round), device, memory)
         if key not in work:
-            compute_s, energy_j = pricer.local_training(method, hp, client_sizes[k], later, device)
-            fits = pricer.peak_memory_bytes(method, hp, client_sizes[k], later, device.hw) <= memory
+            compute_s, energy_j = pricer.local_training(method, hp, client_sizes[k], round, device)
+            fits = pricer.peak_memory_bytes(method, hp, client_sizes[k], round, device.hw) <= memory
             work[key] = (compute_s, energy_j, fits)
         return work[key]
 
@@ -259,11 +283,10 @@ def plan_run(fleet: Fleet, classes: Sequence[int], method: MethodConfig, hp: Hpa
     for t in range(1, rounds + 1):
         down, up = client_round_bytes(method, hp, t, layer_bytes=sizes["layer_bytes"],
                                       trainable_bytes=sizes["trainable_bytes"])
-        later = method.algo.needs_direction and t > 1
         plans.append(_planned_round(fleet, classes, t, draw_clients(num_clients, count, seed=seed, round=t),
-                                    functools.partial(training, later=later), down=down, up=up, target=target,
+                                    functools.partial(training, round=t), down=down, up=up, target=target,
                                     system=system, seed=seed))
-    peaks = tuple(pricer.step(method, hp, hp.batch_size, False, hardware_in_format(c.hw, number_format)).peak_memory_bytes
+    peaks = tuple(pricer.step(method, hp, hp.batch_size, 1, hardware_in_format(c.hw, number_format)).peak_memory_bytes
                   for c in fleet.classes)
     calibration = None
     if method.calib is not None:
@@ -342,10 +365,9 @@ def price_run(result: RunResult, method: MethodConfig, hp: Hparams, *, pricer: R
             server_s = pricer.aggregation_s(method, hp, t, len(clients), hw) if clients else 0.0
             rounds.append((t, "train", len(clients), entry["accuracy"], planned.cost(server_s)))
             continue
-        later = method.algo.needs_direction and t > 1
         work = []
         for k in clients:
-            compute_s, energy_j = pricer.local_training(method, hp, sizes[k], later, devices[k])
+            compute_s, energy_j = pricer.local_training(method, hp, sizes[k], t, devices[k])
             b = moved[(t, k)]
             work.append(ClientRound(k, compute_s, energy_j, b["down"], b["up"], system.link(k)))
         server_s = pricer.aggregation_s(method, hp, t, len(clients), hw)

@@ -1,7 +1,8 @@
 """One local training step of an FL method, captured and priced.
 
 The step is the federated loop's own (``workloads.fl.local.client_trainer(...).step``: the
-method's model preparation, loss, penalty and SGD over the trainable parameters) on the model the
+method's model preparation, loss, penalty and SGD over the trainable parameters, with what its
+method receives each round and keeps between rounds) on the model the
 run builds (``model_fn``), with the run's hyper-parameters (learning rate, momentum, weight decay,
 penalty) and a batch of the run's shapes, captured in its steady state by
 ``workloads.capture.capture_step`` on the ``meta`` device (docs/trace.md): the same program
@@ -23,7 +24,7 @@ from accel_sim.trace_schema import Trace
 from workloads import model_spec
 from workloads.capture import capture_step
 from workloads.fl.hparams import Hparams
-from workloads.fl.local import client_trainer, loss_function, prepare_model
+from workloads.fl.local import client_trainer, example_received, loss_function, prepare_model
 from workloads.fl.methods import MethodConfig, parse_method
 from workloads.model_spec import ModelSpec
 
@@ -43,8 +44,10 @@ def local_step_trace(model_fn: Callable[[], nn.Module], method: MethodConfig, hp
                      input_shape: Sequence[int], round: int = 1, seed: int = 0, model_name: str = "",
                      meta: dict | None = None, label: str | None = None) -> Trace:
     """One steady-state local SGD step of ``method`` with ``hp`` at ``batch_size`` on inputs of
-    ``input_shape`` (C, H, W). ``round`` > 1 gives FedCos its direction d_t (zero in round 1, as in
-    the loop). ``label``: the method's name in the trace (default its canonical name)."""
+    ``input_shape`` (C, H, W). The step receives the method's ``extra_downloads`` of ``round``
+    (FedCos's d_t from round 2, SCAFFOLD's c; zeros of their shapes) and holds the client's state
+    (``initial_client_state``: SCAFFOLD's c_i, MOON's previous model), so both are in its compute
+    and its peak memory. ``label``: the method's name in the trace (default its canonical name)."""
     if method.calibration:
         raise ValueError(f"{method.name!r}: a training step has no calibration; price the calibration on its own")
     hp = hp.with_knobs(method.knobs).replace(batch_size=batch_size)  # a method of yours: its knobs' defaults
@@ -52,10 +55,8 @@ def local_step_trace(model_fn: Callable[[], nn.Module], method: MethodConfig, hp
     model = prepare_model(model_fn(), method, seed=seed).train()
 
     def make_step(step_model: nn.Module):
-        direction = None
-        if method.algo.needs_direction and round > 1:
-            direction = {name: torch.zeros_like(p) for name, p in step_model.named_parameters() if p.requires_grad}
-        return client_trainer(step_model, step_model.state_dict(), hp, method, round=round, direction=direction).step
+        received = example_received(step_model, method, hp, round)
+        return client_trainer(step_model, step_model.state_dict(), hp, method, round=round, received=received).step
 
     x = torch.zeros(batch_size, *input_shape)
     y = torch.zeros(batch_size, dtype=torch.long)

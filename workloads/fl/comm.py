@@ -7,13 +7,14 @@ tensors it really hands over, with bytes = numel x itemsize. Groups:
 * ``classifier``: ``classifier.*`` (absent when frozen: SphereFed, FedBABU rebuild it from the seed);
 * ``metadata``: the client's sample count (int64) and what its method declares it uploads beside it
   (``upload_extras``: FedNova's normalizer a_i, one float64);
-* ``fedcos_direction``: FedCos's d_t (a method that ``needs_direction`` names its ``direction_group``), sent to every sampled
-  client from round 2 on;
+* a method's ``extra_downloads`` and ``extra_uploads``, each under its own group, each the size of
+  the trainable shared parameters: FedCos's ``fedcos_direction`` d_t (down, from round 2),
+  SCAFFOLD's ``scaffold_control`` (c down, Delta c_i up, every round);
 * ``calibration_statistics``: FFC's V, U or CCVR's counts, means, covariances (once, round R+1,
   after the clients downloaded the final feature extractor; on a fleet, the arrivals only).
 
 A run with a communication format (``Execution.comm_format``) sends the model, its updates and
-FedCos's direction rounded to it, and the ledger charges each float32 tensor the format's packed
+the methods' extra tensors rounded to it, and the ledger charges each float32 tensor the format's packed
 payload (``NumberFormat.payload_bytes``); the sample count, the normalizer and the calibration's
 download and statistics stay as they are.
 
@@ -117,11 +118,14 @@ def closed_form_sizes(model: nn.Module, method: MethodConfig, fmt: NumberFormat 
 def client_round_bytes(method: MethodConfig, hp: Hparams, round: int, *, layer_bytes: Sequence[int],
                        trainable_bytes: int) -> tuple[int, int]:
     """(down, up) bytes of one sampled client in training round ``round``, from sizes only
-    (``closed_form_bytes``): down the layers the method shares that round (+ FedCos's d_t from
-    round 2), up the same + ``metadata_bytes`` (the sample count + the method's ``upload_extras``)."""
-    shared = sum(layer_bytes[:method.algo.shared_layer_count(round, hp, len(layer_bytes))])
-    down = shared + (trainable_bytes if method.algo.needs_direction and round > 1 else 0)
-    return down, shared + metadata_bytes(method.algo)
+    (``closed_form_bytes``): down the layers the method shares that round + one ``trainable_bytes``
+    per ``extra_downloads(round)`` group (FedCos's d_t from round 2, SCAFFOLD's c), up the same
+    layers + one ``trainable_bytes`` per ``extra_uploads(round)`` group (SCAFFOLD's Delta c_i) +
+    ``metadata_bytes`` (the sample count + the method's ``upload_extras``)."""
+    algo = method.algo
+    shared = sum(layer_bytes[:algo.shared_layer_count(round, hp, len(layer_bytes))])
+    down = shared + len(algo.extra_downloads(round)) * trainable_bytes
+    return down, shared + len(algo.extra_uploads(round)) * trainable_bytes + metadata_bytes(algo)
 
 
 def calibration_client_bytes(method: MethodConfig, hp: Hparams, *, layer_bytes: Sequence[int], head_bytes: int,
@@ -144,7 +148,7 @@ def closed_form_bytes(method: MethodConfig, hp: Hparams, *, rounds: int, clients
     ``layer_bytes``: bytes of the shared state of each sharing layer, shallow to deep, the global
     head last if it is shared (for plain methods any split of the shared state works: only the
     sum matters); ``head_bytes``: bytes of the shared classifier (0 when frozen);
-    ``trainable_bytes``: bytes of the trainable shared parameters (FedCos's d_t);
+    ``trainable_bytes``: bytes of the trainable shared parameters (the size of each extra group: FedCos's d_t, SCAFFOLD's c);
     ``clients_per_round``: the clients that train each round, one number for all rounds or one per
     round (a fleet's arrivals, ``workloads.cost.fleet``); ``calibration_clients``: the clients whose
     statistics the calibration gathers (None: all ``num_clients``; a fleet's calibration arrivals).
@@ -152,8 +156,9 @@ def closed_form_bytes(method: MethodConfig, hp: Hparams, *, rounds: int, clients
     Per round and sampled client: down = the layers the method shares that round (its
     ``shared_layer_count``: all; double head with gradual sharing layers 1..p(t) in round t, Li et
     al., "More Industry-friendly: Federated Learning with High Efficient Design", Alg. 2; its local
-    head is never sent) (+ d_t from round 2 for a method that ``needs_direction``, FedCos), up = the
-    same + ``metadata_bytes`` (8 B sample count + the method's ``upload_extras``). Calibration:
+    head is never sent) + ``trainable_bytes`` per ``extra_downloads`` group, up = the same +
+    ``trainable_bytes`` per ``extra_uploads`` group + ``metadata_bytes`` (8 B sample count + the
+    method's ``upload_extras``). Calibration:
     every client (or the ``calibration_clients`` that arrive) downloads the feature extractor and
     uploads what the calibration says it sends once (``calibration_client_bytes``).
     """

@@ -4,8 +4,8 @@ The federated loop (``loop.py``) trains every client through ``ClientTrainer.ste
 the very same call on ``meta``-device copies of the model and a batch::
 
     model = prepare_model(build_model(...), method, seed=0)        # SphereFed / FedBABU / double head
-    trainer = client_trainer(model, global_state, hp, method, round=2, direction=d)
-    loss = trainer.step(x, y)      # zero_grad, forward, loss (+ FedProx / FedCos term), backward, SGD step
+    trainer = client_trainer(model, global_state, hp, method, round=2, received={"fedcos_direction": d})
+    loss = trainer.step(x, y)      # zero_grad, forward, loss (+ the method's terms), backward, SGD step
 
 ``step`` uses tensor ops only (no ``.item()``, no branching on data), so it runs on ``meta``; the
 loop checks the returned loss for NaN outside the step. Calibration hooks are
@@ -70,10 +70,8 @@ class ClientTrainer:
         self.optimizer.zero_grad(set_to_none=True)
         with self.arithmetic or contextlib.nullcontext():
             with self._autocast(x):
-                outputs = self.algorithm.head_outputs(self.model, x)
-                loss = self.loss_fn(outputs[0], y)
-                for extra in outputs[1:]:
-                    loss = loss + self.loss_fn(extra, y)
+                outputs = self.algorithm.head_outputs(self.model, x)  # held to the end of the step, as a loop holds them
+                loss = self.algorithm.batch_loss(self.model, x, y, outputs, self.loss_fn, self.ctx, self.hp)
             penalty = self.algorithm.penalty(self.model, self.ctx, self.hp)
             if penalty is not None:
                 loss = loss + penalty
@@ -87,20 +85,35 @@ class ClientTrainer:
         return torch.autocast(device_type=x.device.type, dtype=self.autocast_dtype)
 
 
+def example_received(model: nn.Module, method: MethodConfig, hp: Hparams, round: int) -> dict[str, dict[str, torch.Tensor]]:
+    """Zeros shaped as ``method``'s ``extra_downloads`` of round ``round`` (the trainable shared
+    parameters, once per group): what a priced or timed step receives in their place."""
+    keys = set(method.algo.shared_keys(model, round, hp))
+    like = {n: p for n, p in model.named_parameters() if p.requires_grad and n in keys}
+    return {group: {n: torch.zeros_like(p).detach() for n, p in like.items()} for group in method.algo.extra_downloads(round)}
+
+
 def client_trainer(model: nn.Module, global_state: Mapping[str, torch.Tensor], hp: Hparams,
                    method: MethodConfig, *, round: int = 1, lr: float | None = None,
-                   direction: Mapping[str, torch.Tensor] | None = None,
+                   received: Mapping[str, Mapping[str, torch.Tensor]] | None = None,
+                   state: Mapping[str, torch.Tensor] | None = None,
                    autocast_dtype: torch.dtype | None = None, arithmetic: Arithmetic | None = None) -> ClientTrainer:
     """A trainer for ``model``, which must already hold the client's starting weights.
 
-    ``global_state`` is what the client downloaded (w_t): FedProx and FedCos anchor their penalty
-    there, so for them its trainable tensors are cloned (the optimizer updates ``model`` in place).
-    ``direction`` is FedCos's d_t (None in round 1). ``lr`` defaults to ``hp.lr``. ``arithmetic``
+    ``global_state`` is what the client downloaded (w_t): an ``anchored`` method (FedProx, FedCos,
+    SCAFFOLD, FedDyn, MOON) reads it during or after training, so for it the download is cloned
+    (the optimizer updates ``model`` in place).
+    ``received``: the method's ``extra_downloads`` of this round by group (FedCos's d_t from round 2,
+    SCAFFOLD's c); ``state``: what the client kept from its last round (None: the method's
+    ``initial_client_state``, from ``model``). ``lr`` defaults to ``hp.lr``. ``arithmetic``
     (``workloads.numerics.emulate.Arithmetic``, None for FP32) rounds the step's GEMM operands.
     """
     anchors = {}
     if method.algo.anchored:
-        anchors = {name: global_state[name].detach().clone()
-                   for name, p in model.named_parameters() if p.requires_grad}
-    ctx = RoundContext(round=round, global_params=anchors, direction=direction)
-    return ClientTrainer(model, method, hp, ctx, hp.lr if lr is None else lr, autocast_dtype, arithmetic)
+        anchors = {name: t.detach().clone() for name, t in global_state.items()}
+    hp = hp.with_knobs(method.knobs)  # a method that declares its knobs when it runs: their defaults where ``hp`` lacks them
+    lr = hp.lr if lr is None else lr
+    if state is None:
+        state = method.algo.initial_client_state(model, hp)
+    ctx = RoundContext(round=round, global_params=anchors, received=dict(received or {}), state=dict(state), lr=lr)
+    return ClientTrainer(model, method, hp, ctx, lr, autocast_dtype, arithmetic)

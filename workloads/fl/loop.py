@@ -5,8 +5,11 @@ Per round t = 1..R (SphereFed Sec. 5.1): the learning rate follows cosine anneal
 lr_t = lr_min + (lr - lr_min) (1 + cos(pi (t - 1) / R)) / 2 (torch's CosineAnnealingLR stepped
 once per round); round(participation x K) clients (at least one) are sampled without replacement;
 each downloads the shared state, trains ``local_epochs`` epochs of mini-batches of ``batch_size``
-from a fresh SGD optimizer (clients are stateless except a double-head client's local parts) and
-sends the shared state back with its sample count; the algorithm aggregates. After round R an
+from a fresh SGD optimizer, with what its method sends beside the model (``server_extras``: FedCos's
+d_t, SCAFFOLD's c) and what the client kept from its last round (a double-head client's local
+parts; its method's state, ``initial_client_state`` / ``after_training``: SCAFFOLD's c_i, FedDyn's
+gradient term, MOON's previous model), and sends the shared state back with its sample count and
+its method's ``extra_uploads``; the algorithm aggregates. After round R an
 optional calibration runs over all K clients (or a participation plan's arrivals of round R + 1;
 none: the model stays uncalibrated). The global model is evaluated on the global test
 set every ``eval_every`` rounds and after the last round (and after the calibration).
@@ -54,7 +57,7 @@ from tqdm import tqdm
 from workloads.fl.comm import Transfer, grouped_bytes, metadata_bytes, tensor_bytes
 from workloads.fl.execution import DeviceData, Execution, synchronize
 from workloads.fl.hparams import FLConfig, Hparams
-from workloads.fl.local import client_trainer, per_sample_loss, prepare_model
+from workloads.fl.local import client_trainer, example_received, per_sample_loss, prepare_model
 from workloads.fl.methods import MethodConfig
 from workloads.fl.methods.base import ClientUpdate, ServerState, frozen_keys, trainable_keys
 from workloads.numerics.emulate import Arithmetic
@@ -65,7 +68,8 @@ AUGMENT_STREAM = 1  # last part of the augmentation generator's seed (seed, t, k
 ROUNDING_STREAM = 2  # last part of the stochastic-rounding generator's seed (seed, t, k, 2)
 SEND_DOWN_STREAM = 3  # the server's download in a communication format (seed, t, 3): every client gets the same
 SEND_UP_STREAM = 4  # a client's upload in a communication format (seed, t, k, 4)
-SEND_DIRECTION_STREAM = 5  # FedCos's direction d_t in a communication format (seed, t, 5)
+SEND_EXTRAS_STREAM = 5  # a method's extra downloads (FedCos's d_t) in a communication format (seed, t, 5[, i])
+SEND_EXTRAS_UP_STREAM = 6  # a client's extra uploads (SCAFFOLD's Delta c_i) in a communication format (seed, t, k, 6[, i])
 FORECAST_STEPS = 3  # timed local steps behind the projected wall time (after one warm-up step)
 
 
@@ -99,6 +103,7 @@ class LoopState:
     transfers: tuple[Transfer, ...]
     history: tuple[dict, ...]
     samples: int
+    clients: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)  # the method's client state (SCAFFOLD's c_i)
 
 
 @dataclass(frozen=True)
@@ -349,7 +354,7 @@ def build_on_device(method: MethodConfig, model_fn: Callable[[], nn.Module], see
 
 def _initial_state(setup: _Setup) -> LoopState:
     weights = {k: v.detach().clone() for k, v in setup.global_model.state_dict().items()}
-    return LoopState(0, ServerState(weights=weights), {}, (), (), 0)
+    return LoopState(0, ServerState(weights=weights, num_clients=len(setup.client_idx)), {}, (), (), 0)
 
 
 def _federated_round(setup: _Setup, state: LoopState, t: int) -> LoopState:
@@ -360,20 +365,24 @@ def _federated_round(setup: _Setup, state: LoopState, t: int) -> LoopState:
     clients = (sample_clients(len(setup.client_idx), cfg.participation, seed=cfg.seed, round=t)
                if setup.arrivals is None else list(setup.arrivals[t - 1]))
     shared = algo.shared_keys(setup.client_model, t, hp)
-    direction = None
-    if algo.needs_direction and server.prev_weights is not None:
-        direction = {k: server.weights[k] - server.prev_weights[k] for k in shared if k in setup.params}
+    keys = [k for k in shared if k in setup.params]
+    extras = _checked_groups(algo.server_extras(server, keys, t, hp), algo.extra_downloads(t), "server_extras", method, t)
+    extras = {group: sent(setup.execution, tensors, cfg.seed, t, SEND_EXTRAS_STREAM, *([i] if i else []))
+              for i, (group, tensors) in enumerate(sorted(extras.items()))}
     transfers, memory, updates, losses, samples = list(state.transfers), dict(state.memory), [], [], state.samples
+    kept = dict(state.clients)
     for k in clients:
-        update, loss, local = _client_update(setup, server, memory.get(k, {}), shared, direction, t, k, lr,
-                                             transfers)
+        update, loss, local, own = _client_update(setup, server, memory.get(k, {}), kept.get(k), shared, extras,
+                                                  t, k, lr, transfers)
         if local:
             memory[k] = local
+        if own:
+            kept[k] = own
         updates.append(update)
         losses.append(loss)
         samples += hp.local_epochs * epoch_samples(len(setup.client_idx[k]), hp.batch_size)
     if updates:  # a round nobody arrived in leaves the global model as it was
-        server = algo.aggregate(server, updates, hp, [k for k in shared if k in setup.params])
+        server = algo.aggregate(server, updates, hp, keys)
     acc = val_acc = None
     if t == cfg.rounds or (cfg.eval_every and t % cfg.eval_every == 0):
         setup.global_model.load_state_dict(server.weights)
@@ -381,23 +390,33 @@ def _federated_round(setup: _Setup, state: LoopState, t: int) -> LoopState:
     entry = {"round": t, "lr": lr, "clients": clients, "mean_loss": float(np.mean(losses)) if losses else None,
              "accuracy": acc,
              "val_accuracy": val_acc}
-    return LoopState(t, server, memory, tuple(transfers), state.history + (entry,), samples)
+    return LoopState(t, server, memory, tuple(transfers), state.history + (entry,), samples, kept)
 
 
-def _client_update(setup: _Setup, server: ServerState, own_state: dict, shared: list[str], direction,
-                   t: int, k: int, lr: float, transfers: list) -> tuple[ClientUpdate, float, dict]:
-    """Client k in round t: download, train locally, upload. Returns (update, mean loss, the
-    client's local parts to keep) and appends its transfers to the ledger."""
+def _checked_groups(tensors: dict, declared: tuple[str, ...], hook: str, method: MethodConfig, t: int) -> dict:
+    """``tensors`` by ledger group, if they are the groups the method declares for round ``t``
+    (what the closed form charges); a one-line ValueError otherwise."""
+    if sorted(tensors) != sorted(declared):
+        raise ValueError(f"method {method.name!r}: {hook} in round {t} gave groups {sorted(tensors)}, but it declares "
+                         f"{sorted(declared)} (extra_downloads / extra_uploads); make the two agree")
+    return tensors
+
+
+def _client_update(setup: _Setup, server: ServerState, own_state: dict, kept: dict | None, shared: list[str],
+                   extras: dict, t: int, k: int, lr: float, transfers: list) -> tuple[ClientUpdate, float, dict, dict]:
+    """Client k in round t: download (the shared state and the method's ``extras``), train
+    locally, upload. ``kept``: the method's state client k kept from its last round (None: its
+    first). Returns (update, mean loss, the client's local parts to keep, its new method state)
+    and appends its transfers to the ledger."""
     method, hp, ex = setup.method, setup.hp, setup.execution
     shared_set = set(shared)
     down = sent(ex, {key: server.weights[key] for key in shared}, setup.cfg.seed, t, SEND_DOWN_STREAM)
     _record(transfers, t, k, "down", grouped_bytes(down, fmt=ex.communication))
-    if direction is not None:
-        direction = sent(ex, direction, setup.cfg.seed, t, SEND_DIRECTION_STREAM)
-        _record(transfers, t, k, "down", grouped_bytes(direction, method.algo.direction_group, fmt=ex.communication))
+    for group, tensors in extras.items():
+        _record(transfers, t, k, "down", grouped_bytes(tensors, group, fmt=ex.communication))
     own = {key: v for key, v in own_state.items() if key not in shared_set}
     setup.client_model.load_state_dict({**server.weights, **own, **down})
-    trainer = client_trainer(setup.client_model, down, hp, method, round=t, lr=lr, direction=direction,
+    trainer = client_trainer(setup.client_model, down, hp, method, round=t, lr=lr, received=extras, state=kept,
                              autocast_dtype=ex.autocast_dtype, arithmetic=arithmetic_of(ex, setup.cfg.seed, t, k))
     augment = None
     if ex.augment:
@@ -406,11 +425,17 @@ def _client_update(setup: _Setup, server: ServerState, own_state: dict, shared: 
     steps, loss = train_client(trainer, setup.train, idx, hp, seed=derived_seed(setup.cfg.seed, t, k),
                                where=f"round {t}, client {k} ({method.name})", augment=augment,
                                channels_last=ex.channels_last)
+    kept, uploads = method.algo.after_training(setup.client_model, trainer.ctx, steps, hp)
+    uploads = _checked_groups(uploads, method.algo.extra_uploads(t), "after_training", method, t)
     state = setup.client_model.state_dict()
     up = sent(ex, {key: state[key].detach().clone() for key in shared}, setup.cfg.seed, t, k, SEND_UP_STREAM)
+    uploads = {group: sent(ex, tensors, setup.cfg.seed, t, k, SEND_EXTRAS_UP_STREAM, *([i] if i else []))
+               for i, (group, tensors) in enumerate(sorted(uploads.items()))}
     local = {key: v.detach().clone() for key, v in state.items() if key not in shared_set and key not in setup.frozen}
-    _record(transfers, t, k, "up", {**grouped_bytes(up, fmt=ex.communication), "metadata": metadata_bytes(method.algo)})
-    return ClientUpdate(k, up, len(idx), steps), loss, local
+    _record(transfers, t, k, "up", {**grouped_bytes(up, fmt=ex.communication), "metadata": metadata_bytes(method.algo),
+                                    **{group: sum(grouped_bytes(tensors, group, fmt=ex.communication).values())
+                                       for group, tensors in uploads.items()}})
+    return ClientUpdate(k, up, len(idx), steps, uploads), loss, local, kept
 
 
 def _finish(setup: _Setup, state: LoopState, resumed_after: int) -> RunResult:
@@ -530,7 +555,8 @@ def step_rate(model: nn.Module, method: MethodConfig, hp: Hparams, data: DeviceD
     x = _memory_format(data.take(batch), execution.channels_last)
     y = data.y[batch]
     anchor = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    trainer = client_trainer(model, anchor, hp, method, lr=hp.lr, autocast_dtype=execution.autocast_dtype,
+    trainer = client_trainer(model, anchor, hp, method, round=2, lr=hp.lr, received=example_received(model, method, hp, 2),
+                             autocast_dtype=execution.autocast_dtype,
                              arithmetic=arithmetic_of(execution, 0, 0, 0))  # the forecast times the emulation too
     trainer.step(x, y)
     synchronize(execution.torch_device)
@@ -575,8 +601,9 @@ def save_checkpoint(path: str | Path, state: LoopState, fingerprint: str) -> Non
     path.parent.mkdir(parents=True, exist_ok=True)
     doc = {"format": CHECKPOINT_FORMAT, "fingerprint": fingerprint, "round": state.round,
            "server": {"weights": state.server.weights, "prev_weights": state.server.prev_weights,
-                      "momentum": state.server.momentum},
-           "memory": state.memory, "transfers": [tuple(asdict(t).values()) for t in state.transfers],
+                      "momentum": state.server.momentum, "extras": state.server.extras,
+                      "num_clients": state.server.num_clients},
+           "memory": state.memory, "clients": state.clients, "transfers": [tuple(asdict(t).values()) for t in state.transfers],
            "history": list(state.history), "samples": state.samples, "torch_rng": torch.get_rng_state(),
            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None}
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
@@ -609,4 +636,5 @@ def load_checkpoint(path: str | Path, fingerprint: str, device: torch.device) ->
         torch.cuda.set_rng_state_all([s.cpu() for s in doc["cuda_rng"]])
     server = ServerState(**doc["server"])
     transfers = tuple(Transfer(*row) for row in doc["transfers"])
-    return LoopState(doc["round"], server, doc["memory"], transfers, tuple(doc["history"]), doc["samples"])
+    return LoopState(doc["round"], server, doc["memory"], transfers, tuple(doc["history"]), doc["samples"],
+                     doc.get("clients", {}))

@@ -72,8 +72,9 @@ def check_methods(names: tuple[str, ...]) -> None:
             raise ValueError(f"method {name!r}: the Flower example runs methods whose server rule is a Flower "
                              f"strategy ({', '.join(STRATEGIES)}: fedavg, fedprox, optionally +spherefed), with no "
                              "calibration")
-        if m.algo.upload_extras or m.algo.needs_direction:  # a Flower message here carries the model only
-            sent = ", ".join(m.algo.upload_extras) or "a direction"
+        extras = (*m.algo.upload_extras, *m.algo.extra_downloads(2), *m.algo.extra_uploads(2))
+        if extras:  # a Flower message here carries the model only
+            sent = ", ".join(extras)
             raise ValueError(f"method {name!r} sends more than the model ({sent}), which the Flower example does "
                              "not carry; run it with bench.fl")
 

@@ -28,7 +28,10 @@ from workloads.fl.methods.fedcos import FedCos
 from workloads.fl.methods.fednova import FedNova
 from workloads.fl.methods.fedopt import FedAvgM, FedOpt
 from workloads.fl.methods.fedprox import FedProx
+from workloads.fl.methods.feddyn import FedDyn
 from workloads.fl.methods.ffc import FFC
+from workloads.fl.methods.moon import MOON
+from workloads.fl.methods.scaffold import Scaffold
 
 ALGORITHMS = {
     "fedavg": FedAvg(),
@@ -39,6 +42,9 @@ ALGORITHMS = {
     "fedavgm": FedAvgM(),
     "fedbabu": FedBABU(),
     "doublehead": DoubleHead(),
+    "scaffold": Scaffold(),
+    "moon": MOON(),
+    "feddyn": FedDyn(),
 }  # in the order their knobs are listed (Hparams, results files)
 CALIBRATIONS = {"ffc": FFC(), "ccvr": CCVR()}
 NAME_PARTS = {**{name: "algorithm" for name in ALGORITHMS}, "spherefed": "modifier",
@@ -50,10 +56,20 @@ class MethodError(ValueError):
     """A method named so that it cannot be run; the message is one line with the fix."""
 
 
+DECLARED_IN_EVERY_RUN = ("fedavg", "fedprox", "fedcos", "fednova", "fedopt", "fedavgm", "fedbabu", "doublehead",
+                         "ffc", "ccvr")
+"""The methods whose knobs every ``Hparams`` declares, so every results file and every run's point
+(its id, ``bench.lib.study.runner.make_point``) records them: those registered when the reference
+results were shipped. A method registered since (SCAFFOLD, MOON, FedDyn) declares its knobs when
+it runs, as a method of yours does (``Hparams.with_knobs``): adding a method changes no other
+method's run, point or id."""
+
+
 def registered_knobs() -> tuple[Knob, ...]:
-    """Every registered method's own knobs, in registry order (each name once)."""
+    """The knobs of the ``DECLARED_IN_EVERY_RUN`` methods, in registry order (each name once)."""
     knobs: dict[str, Knob] = {}
-    for part in (*ALGORITHMS.values(), *CALIBRATIONS.values()):
+    registry = {**ALGORITHMS, **CALIBRATIONS}
+    for part in (registry[name] for name in DECLARED_IN_EVERY_RUN):
         for knob in part.knobs:
             knobs.setdefault(knob.name, knob)
     return tuple(knobs.values())

@@ -8,8 +8,11 @@ declares:
 * ``knobs``: its own hyper-parameters, each with default, bounds and source (``workloads.fl.knob``);
 * ``upload_extras``: what each client uploads each round beside the model and its sample count,
   name -> bytes (FedNova: its normalizer a_i, one float64); the ledger and the closed form charge it;
-* ``needs_direction``: the server also sends FedCos's d_t, under the ledger group ``direction_group``;
-  ``anchored``: the penalty reads w_t;
+* ``extra_downloads(round)`` / ``extra_uploads(round)``: the ledger groups of what the server sends
+  each sampled client beside the model (FedCos's d_t, SCAFFOLD's c) and what each client sends back
+  beside it (SCAFFOLD's Delta c_i), each group the size of the trainable shared parameters; the
+  ledger and the closed form charge them;
+* ``anchored``: the method reads w_t during or after local training (the client keeps a copy);
 * ``own_head``: it builds its own head, so it does not compose with SphereFed's fixed one;
   ``calibratable``: a calibration may replace its global head after training;
 * ``local_modules``: top-level modules each client keeps and never sends (double head's local head);
@@ -20,9 +23,22 @@ and what it does:
 
 * ``prepare_model(model, seed)``: changes to the freshly built model (FedBABU freezes its head,
   double head adds a local head). Frozen parameters use ``requires_grad=False``.
-* ``penalty(model, ctx, hp)``: extra terms of the local loss (FedProx, FedCos); ``None`` for none.
-  Must run on the ``meta`` device: tensor ops only, no ``.item()``, no data-dependent branches.
-* ``head_outputs(model, x)``: the logits the loss is taken on (double head: two heads).
+* ``batch_loss(model, x, y, outputs, loss_fn, ctx, hp)``: the loss of one mini-batch from its
+  ``head_outputs`` (the loss hook; default: ``loss_fn`` on every head's logits; MOON adds its
+  contrastive term);
+  ``penalty(model, ctx, hp)``: extra terms of the local loss that read the parameters only
+  (FedProx, FedCos, SCAFFOLD's correction, FedDyn's regularizer); ``None`` for none. Both run
+  on the ``meta`` device: tensor ops only, no ``.item()``, no data-dependent branches.
+* ``head_outputs(model, x)``: the forward pass whose outputs ``batch_loss`` takes: the logits of
+  each head (double head: two), and whatever else its loss reads (MOON: the representation).
+* ``initial_client_state(model, hp)``: what a client keeps between rounds, before its first round
+  (``model`` holds the w_t it just downloaded; default: nothing); ``after_training(model, ctx,
+  steps, hp)``: the hook after local training, returning the client's new state and its
+  ``extra_uploads`` (SCAFFOLD's c_i+ and Delta c_i, FedDyn's gradient term, MOON's previous model).
+  The client's state lives in its device memory during training: a step that reads it is priced
+  with it (``workloads.cost``). ``after_training`` is priced too, so it also runs on ``meta``.
+* ``server_extras(server, keys, round, hp)``: the tensors of ``extra_downloads(round)``, from the
+  server's state (``ServerState.extras``: SCAFFOLD's c, FedDyn's h, whatever ``aggregate`` keeps).
 * ``shared_keys(model, round, hp)``: the state_dict keys the server sends and the clients send back
   this round (default: every key except frozen parameters, which clients rebuild from the seed);
   ``sharing_layers(model)`` / ``shared_layer_count``: the layers, shallow to deep, and how many a
@@ -36,7 +52,7 @@ FedAvg (McMahan et al. 2017): weighted average of the client states by sample co
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 import torch
@@ -75,8 +91,10 @@ class RoundContext:
     """What a client knows at the start of its local training."""
 
     round: int  # 1-based
-    global_params: Mapping[str, torch.Tensor]  # trainable parameters as downloaded (w_t)
-    direction: Mapping[str, torch.Tensor] | None = None  # FedCos d_t (None: zero, round 1)
+    global_params: Mapping[str, torch.Tensor]  # the state as downloaded (w_t; anchored methods only)
+    received: Mapping[str, Mapping[str, torch.Tensor]] = field(default_factory=dict)  # extra_downloads, by group
+    state: Mapping[str, torch.Tensor] = field(default_factory=dict)  # the client's own state (initial_client_state)
+    lr: float = 0.0  # this round's local learning rate
 
 
 @dataclass(frozen=True)
@@ -87,6 +105,7 @@ class ClientUpdate:
     state: TensorDict  # the shared keys after training
     num_examples: int
     local_steps: int
+    extras: Mapping[str, TensorDict] = field(default_factory=dict)  # extra_uploads, by group
 
 
 @dataclass(frozen=True)
@@ -96,6 +115,8 @@ class ServerState:
     weights: TensorDict  # the full global state_dict
     prev_weights: TensorDict | None = None  # w_{t-1} (FedCos's direction)
     momentum: TensorDict | None = None  # server momentum buffer (FedOpt, FedAvgM)
+    extras: dict[str, TensorDict] = field(default_factory=dict)  # a method's own server state (SCAFFOLD's c)
+    num_clients: int = 1  # K, the clients of the federation (SCAFFOLD's and FedDyn's server rules divide by it)
 
 
 def trainable_keys(model: nn.Module) -> list[str]:
@@ -125,11 +146,39 @@ def model_layers(model: nn.Module, exclude: Sequence[str] = ()) -> list[list[str
     return layers
 
 
+NOT_IN_STEP = frozenset({
+    "knobs", "upload_extras", "own_head", "calibratable", "flower_strategy",  # parsing, ledger, Flower
+    "sharing_layers", "shared_layer_count", "shared_keys", "extra_uploads",  # what is sent, not computed
+    "server_extras", "aggregate", "_advance", "local_test_accuracy",  # the server; evaluation
+    "after_training",  # after the last step: priced on its own (``workloads.cost.rounds``)
+})
+"""The members of ``FedAvg`` that never change the program of a client's local step. Every other
+member, a method's own helpers included, is part of ``step_identity``: a new hook is in the
+capture key unless it is listed here."""
+
+
+def step_identity(algorithm: "FedAvg") -> tuple:
+    """What decides the program of ``algorithm``'s local step: every member of its class but
+    ``NOT_IN_STEP`` (``dir``: inherited and own), each as the object it resolves to. Two algorithms
+    with equal identities run the same step (FedAvg, FedNova); any override of a step hook, or any
+    helper of its own, gives a method its own (``workloads.cost.rounds`` keys its captures by it)."""
+    cls = type(algorithm)
+    members = []
+    for name in sorted(dir(cls)):
+        if name.startswith("__") or name in NOT_IN_STEP:
+            continue
+        value = getattr(cls, name)
+        try:
+            hash(value)
+        except TypeError:
+            value = repr(value)
+        members.append((name, value))
+    return tuple(members)
+
+
 class FedAvg:
     knobs: tuple[Knob, ...] = ()
     upload_extras: Mapping[str, int] = {}  # name -> bytes per client and round (read-only)
-    needs_direction = False  # FedCos: the server sends d_t each round
-    direction_group = "direction"  # the ledger group (ledger.csv) of that d_t
     anchored = False  # the penalty reads w_t (FedProx, FedCos): clients keep a copy of it
     own_head = False
     calibratable = True
@@ -148,6 +197,38 @@ class FedAvg:
 
     def prepare_model(self, model: nn.Module, *, seed: int) -> nn.Module:
         return model
+
+    def extra_downloads(self, round: int) -> tuple[str, ...]:
+        """The ledger groups the server sends each sampled client in round ``round`` beside the
+        model, each the size of the trainable shared parameters (``server_extras`` makes them)."""
+        return ()
+
+    def extra_uploads(self, round: int) -> tuple[str, ...]:
+        """The ledger groups each client sends back beside the model, each the size of the
+        trainable shared parameters (``after_training`` makes them)."""
+        return ()
+
+    def server_extras(self, server: ServerState, keys: Sequence[str], round: int, hp: Hparams) -> dict[str, TensorDict]:
+        """The tensors of ``extra_downloads(round)`` by group, over the trainable shared ``keys``."""
+        return {}
+
+    def initial_client_state(self, model: nn.Module, hp: Hparams) -> TensorDict:
+        """What a client keeps between rounds before its first round; ``model`` holds w_t."""
+        return {}
+
+    def after_training(self, model: nn.Module, ctx: RoundContext, steps: int, hp: Hparams
+                       ) -> tuple[TensorDict, dict[str, TensorDict]]:
+        """After ``steps`` local steps: (the client's new state, its ``extra_uploads`` by group)."""
+        return {}, {}
+
+    def batch_loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, outputs: Sequence[torch.Tensor],
+                   loss_fn, ctx: RoundContext, hp: Hparams) -> torch.Tensor:
+        """The loss of one mini-batch (before ``penalty``) from its ``head_outputs``: ``loss_fn``
+        summed over the heads."""
+        loss = loss_fn(outputs[0], y)
+        for extra in outputs[1:]:
+            loss = loss + loss_fn(extra, y)
+        return loss
 
     def penalty(self, model: nn.Module, ctx: RoundContext, hp: Hparams) -> torch.Tensor | None:
         return None

@@ -12,13 +12,13 @@ round 2 on: one extra download of the trainable parameters' size per round.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 from torch import nn
 
 from workloads.fl.knob import non_negative
-from workloads.fl.methods.base import FedAvg, RoundContext
+from workloads.fl.methods.base import FedAvg, RoundContext, ServerState
 
 if TYPE_CHECKING:
     from workloads.fl.hparams import Hparams
@@ -42,14 +42,24 @@ def cosine_penalty(model: nn.Module, global_params, direction, mu: float) -> tor
     return torch.where(nonzero, mu * (1.0 - cos), torch.zeros_like(cos))
 
 
+DIRECTION = "fedcos_direction"  # the ledger group of d_t
+
+
 class FedCos(FedAvg):
     knobs = (non_negative("fedcos_mu", 0.02, "FedCos mu: the FedCos paper's best setting, its Tab. (FedCos(0.02))"),)
     anchored = True
-    needs_direction = True
-    direction_group = "fedcos_direction"
     flower_strategy = None  # the server also sends d_t: no Flower strategy does
 
+    def extra_downloads(self, round: int) -> tuple[str, ...]:
+        return (DIRECTION,) if round > 1 else ()  # round 1: d_1 = 0 is not sent
+
+    def server_extras(self, server: ServerState, keys: Sequence[str], round: int, hp: Hparams) -> dict:
+        if round == 1:
+            return {}
+        previous = server.prev_weights or server.weights  # no aggregation yet (nobody arrived): d_t = 0
+        return {DIRECTION: {k: server.weights[k] - previous[k] for k in keys}}
+
     def penalty(self, model: nn.Module, ctx: RoundContext, hp: Hparams) -> torch.Tensor | None:
-        if ctx.direction is None:  # round 1: d_1 = 0, the penalty is identically 0
+        if DIRECTION not in ctx.received:  # round 1: d_1 = 0, the penalty is identically 0
             return None
-        return cosine_penalty(model, ctx.global_params, ctx.direction, hp.fedcos_mu)
+        return cosine_penalty(model, ctx.global_params, ctx.received[DIRECTION], hp.fedcos_mu)
