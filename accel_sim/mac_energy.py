@@ -30,6 +30,13 @@ effect (below); what is not read off the figure is marked as an assumption:
   shared exponents and one FP32 add of the group's fixed-point sum into the FP32 accumulator, per
   ``g`` products (assumption: the conversion of the fixed-point sum to FP32 is in that add, and the
   exponent of each group is computed once when the group is formed and not charged here).
+  MXINT8 is this datapath with ``m = 7``, ``g = 32`` (``NumberFormat.mac_kind``).
+* an MX MAC with floating-point elements (``mxfp8_*``, ``mxfp6_*``, ``mxfp4_e2m1``): the element's
+  significand multiply + the FP32 add, as an element format's, + ``int_add_pj(8) / 32``: the add of
+  the two blocks' E8M0 scale exponents, once per block of 32 products (assumption: the product is
+  accumulated in FP32 with the scales applied by that exponent add). A scaled FP8 format's MAC is
+  its element's (the hybrid's, E4M3's: its 4-bit significand multiplier serves E5M2 operands); the
+  per-tensor factor is applied once per GEMM output, not priced.
 
 The random bits of stochastic rounding (``_sr`` formats) are not priced: a format's rounding does
 not change its MAC's figure (an assumption; ``accel_sim.formats``).
@@ -43,7 +50,7 @@ from __future__ import annotations
 from dataclasses import replace
 from fractions import Fraction
 
-from accel_sim.formats import BFP_EXPONENT_BITS, NumberFormat
+from accel_sim.formats import BFP_EXPONENT_BITS, MX_BLOCK_SIZE, MX_SCALE_BITS, NumberFormat
 from accel_sim.hardware import HardwareConfig
 from accel_sim.resources import bfp_accumulator_bits, fp_multiplier_cost, int_adder_cost, int_multiplier_cost
 
@@ -84,10 +91,13 @@ def mac_pj_exact(fmt: NumberFormat) -> Fraction:
     """One MAC in ``fmt``, pJ, as an exact fraction (module docstring): an element format's multiply
     + the FP32 add; BFP's mantissa multiply + accumulator add + ``bfp_group_pj() / g``."""
     fmt = NumberFormat.parse(fmt)
-    if fmt.kind == "bfp":
+    if fmt.mac_kind == "bfp":
         return (int_multiply_pj(fmt.mantissa_bits) + int_add_pj(bfp_accumulator_bits(fmt))
                 + bfp_group_pj() / fmt.group_size)
-    return fp_multiply_pj(fmt.multiplier_bits) + FP32_ADD_PJ
+    element_mac = fp_multiply_pj(fmt.multiplier_bits) + FP32_ADD_PJ
+    if fmt.kind == "mx":
+        return element_mac + int_add_pj(MX_SCALE_BITS) / MX_BLOCK_SIZE
+    return element_mac
 
 
 def format_mac_pj(fmt: NumberFormat | str) -> float:

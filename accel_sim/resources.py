@@ -44,7 +44,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from accel_sim.dataflows import DATAFLOWS
-from accel_sim.formats import ELEMENT_FORMATS, FORMAT_KINDS, NumberFormat
+from accel_sim.formats import ELEMENT_FORMATS, MAC_KINDS, NumberFormat
 from accel_sim.points import HardwarePoints
 from iokit.toml import read_toml
 from accel_sim.trace_schema import GEMM_ROLES, VECTOR_OPS
@@ -79,9 +79,9 @@ def load_device(path: str | Path) -> FpgaDevice:
     lut_costs, dsp_per_mac = data.pop("lut_costs", None), data.pop("dsp_per_mac", None)
     if not isinstance(lut_costs, dict) or not isinstance(dsp_per_mac, dict):
         raise ResourceModelError(f"{path}: a device file needs the tables [dsp_per_mac] and [lut_costs]")
-    if "fp32" not in dsp_per_mac or set(dsp_per_mac) - set(FORMAT_KINDS):
-        raise ResourceModelError(f"{path}: [dsp_per_mac] gives DSP slices per MAC by number format kind: fp32 and any "
-                                 f"of {', '.join(FORMAT_KINDS)}; got {', '.join(dsp_per_mac)}")
+    if "fp32" not in dsp_per_mac or set(dsp_per_mac) - set(MAC_KINDS):
+        raise ResourceModelError(f"{path}: [dsp_per_mac] gives DSP slices per MAC by MAC datapath: fp32 and any "
+                                 f"of {', '.join(MAC_KINDS)}; got {', '.join(dsp_per_mac)}")
     values = {**data, **lut_costs, "dsp_per_mac": dsp_per_mac}
     expected = {f.name for f in fields(FpgaDevice)}
     if set(values) != expected:
@@ -101,10 +101,10 @@ def load_device(path: str | Path) -> FpgaDevice:
 
 def mac_dsp_slices(fmt: NumberFormat, device: FpgaDevice) -> int:
     """DSP slices of one multiply-add cell in ``fmt`` (the device file's ``[dsp_per_mac]``)."""
-    if fmt.kind not in device.dsp_per_mac:
+    if fmt.mac_kind not in device.dsp_per_mac:
         raise ResourceModelError(f"device {device.name}: [dsp_per_mac] gives no figure for number format {fmt.name}; "
-                                 f"add {fmt.kind} = <slices> to the device file")
-    return device.dsp_per_mac[fmt.kind]
+                                 f"add {fmt.mac_kind} = <slices> to the device file")
+    return device.dsp_per_mac[fmt.mac_kind]
 
 
 def bfp_accumulator_bits(fmt: NumberFormat) -> int:
@@ -116,7 +116,7 @@ def bfp_accumulator_bits(fmt: NumberFormat) -> int:
     return 2 * fmt.mantissa_bits + math.ceil(math.log2(fmt.group_size))
 
 
-LUT_MULTIPLIER_KINDS = ("bfp", "e4m3", "e5m2")
+LUT_MULTIPLIER_KINDS = ("bfp", "e4m3", "e5m2", "e3m2", "e2m3", "e2m1")
 """The formats whose significand (mantissa) multiplier is built from LUTs: a few bits wide, too
 narrow to spend a DSP48E1's 25 x 18 multiplier on (an assumption; DSP packing of several small
 products is not modeled)."""
@@ -136,9 +136,9 @@ def mac_luts(fmt: NumberFormat, device: FpgaDevice) -> int:
     ``2s`` bits, enters the FP32 adder in DSP slices, ``[dsp_per_mac]``, as it is; the exponent
     bias is folded into that adder's input). 0 for the formats whose arithmetic is in DSP slices
     (their exponent logic's LUTs are not counted, as the FP cores' are not)."""
-    if fmt.kind not in LUT_MULTIPLIER_KINDS:
+    if fmt.mac_kind not in LUT_MULTIPLIER_KINDS:
         return 0
-    if fmt.kind == "bfp":
+    if fmt.mac_kind == "bfp":
         return lut_multiplier_luts(fmt.mantissa_bits, device) + device.luts_per_adder_bit * bfp_accumulator_bits(fmt)
     return (lut_multiplier_luts(fmt.multiplier_bits, device)
             + device.luts_per_adder_bit * (fmt.element.exponent_bits + 1))
@@ -237,8 +237,8 @@ def mac_area_um2(fmt: NumberFormat) -> float:
     """One multiply-add cell at ``ASIC_NODE``: an element format's multiplier
     (``fp_multiplier_cost``: FP32 7,700, FP16 1,640, BF16 881, E4M3 242, E5M2 148 um2) + the FP32
     adder (the array accumulates in FP32); BFP an ``m``-bit integer multiplier + the accumulator's
-    adder (``bfp_accumulator_bits``)."""
-    if fmt.kind == "bfp":
+    adder (``bfp_accumulator_bits``); MXINT8 as BFP (``NumberFormat.mac_kind``)."""
+    if fmt.mac_kind == "bfp":
         return (int_multiplier_cost(fmt.mantissa_bits, INT8_MULTIPLY_UM2)
                 + int_adder_cost(bfp_accumulator_bits(fmt), INT32_ADD_UM2))
     return fp_multiplier_cost(fmt.multiplier_bits, FP32_MULTIPLY_UM2, FP16_MULTIPLY_UM2) + FP32_ADD_UM2

@@ -124,9 +124,9 @@ def test_a_bad_device_file_is_named(tmp_path):
     with pytest.raises(ResourceModelError, match="bad.toml: device field 'dsp_slices' must be a non-negative integer"):
         load_device(bad)
     bad.write_text(text.replace("bf16 = 3", "fp64 = 3"))
-    with pytest.raises(ResourceModelError, match=r"\[dsp_per_mac\] gives DSP slices per MAC by number format kind: "
-                                                 r"fp32 and any of fp32, bf16, fp16, e4m3, e5m2, bfp; got fp32, fp64, "
-                                                 r"fp16, e4m3, e5m2, bfp"):
+    with pytest.raises(ResourceModelError, match=r"\[dsp_per_mac\] gives DSP slices per MAC by MAC datapath: "
+                                                 r"fp32 and any of fp32, bf16, fp16, e4m3, e5m2, e3m2, e2m3, e2m1, bfp; "
+                                                 r"got fp32, fp64, fp16, e4m3, e5m2, e3m2, e2m3, e2m1, bfp"):
         load_device(bad)
     # a device file without a figure for a format refuses a point in it, naming the key to add
     bad.write_text(text.replace("e4m3 = 2", ""))

@@ -257,8 +257,10 @@ def add_execution_args(parser, *, options: bool = True) -> None:
                         help="torch.compile the client model's forward (throughput; default: the preset's, else off)")
     parser.add_argument("--number-format", metavar="FORMAT",
                         help="the clients' arithmetic: every GEMM operand of local training rounded to fp32, bf16, "
-                             "fp16, e4m3, e5m2 or bfp_m<mantissa bits>_g<group size>, a _sr suffix for stochastic "
-                             "rounding (docs/numerics.md; default: the preset's, else fp32)")
+                             "fp16, e4m3, e5m2, scaled FP8 (e4m3_cs, e4m3_ds, e5m2_cs, e5m2_ds, fp8_hybrid_cs, "
+                             "fp8_hybrid_ds), OCP MX (mxfp8_e4m3, mxfp8_e5m2, mxfp6_e3m2, mxfp6_e2m3, mxfp4_e2m1, "
+                             "mxint8; _ru: scale rounded up) or bfp_m<mantissa bits>_g<group size>, a _sr suffix for "
+                             "stochastic rounding (docs/numerics.md; default: the preset's, else fp32)")
     parser.add_argument("--comm-format", metavar="FORMAT",
                         help="send the model and its updates rounded to this format, the ledger charging its "
                              "packed payload (docs/numerics.md; default: the preset's, else fp32)")
