@@ -38,8 +38,16 @@ effect (below); what is not read off the figure is marked as an assumption:
   its element's (the hybrid's, E4M3's: its 4-bit significand multiplier serves E5M2 operands); the
   per-tensor factor is applied once per GEMM output, not priced.
 
-The random bits of stochastic rounding (``_sr`` formats) are not priced: a format's rounding does
-not change its MAC's figure (an assumption; ``accel_sim.formats``).
+A format's rounding does not change its MAC's figure. The random bits of stochastic rounding
+(``_sr`` formats) are priced per value rounded into a stored copy (``accel_sim.words``):
+``rounding_pj(fmt)`` = ``random_bits(fmt) x RANDOM_BIT_PJ``. The model (an assumption): the
+quantizer has one linear-feedback shift register per lane, which shifts once per random bit; a
+value draws the bits its rounding drops from an FP32 significand, ``24 - p`` (an element format's
+significand ``p``, hidden bit included: BF16 16, E4M3 20; a BFP or MXINT8 value's ``m`` mantissa
+bits: ``bfp_m4_g16`` 20), as the emulation's uniform draw resolves them
+(``workloads.numerics.quantize``). A shift's energy is taken as a 1-bit add (an XOR and a flip-flop
+toggle), ``int_add_pj(1)`` = 0.1 / 32 = 0.003125 pJ: BF16 0.05 pJ per value, ``bfp_m4_g16_sr``
+0.0625 pJ, beside the special unit's 4.6 pJ per element.
 
 The formulas run on the figure's decimals as exact fractions and round once to a float, so FP32's
 MAC is the literal 4.6 pJ (in binary floating point 3.7 + 0.9 would round to 4.6000000000000005).
@@ -106,9 +114,35 @@ def format_mac_pj(fmt: NumberFormat | str) -> float:
     return float(mac_pj_exact(fmt))
 
 
+FP32_SIGNIFICAND_BITS = 24
+RANDOM_BIT_PJ = int_add_pj(1)
+"""One random bit of stochastic rounding: one LFSR shift, taken as a 1-bit add (module docstring)."""
+
+
+def random_bits(fmt: NumberFormat) -> int:
+    """Random bits a stochastically rounded value draws: the bits its rounding drops from an FP32
+    significand, ``24 - multiplier_bits`` (module docstring); 0 when rounding to nearest."""
+    return FP32_SIGNIFICAND_BITS - fmt.multiplier_bits if fmt.rounding == "stochastic" else 0
+
+
+def rounding_pj(fmt: NumberFormat | str) -> float:
+    """Energy of the random bits of one value rounded into ``fmt``, pJ (``EnergyCosts.rounding_pj_per_value``)."""
+    return float(random_bits(NumberFormat.parse(fmt)) * RANDOM_BIT_PJ)
+
+
+def operand_copies(fmt: NumberFormat | str) -> str:
+    """``per_role`` for a block-grouped format (BFP, MX: a tensor regrouped for each GEMM role) and
+    for stochastic rounding (each role's copy drawn with its own bits, as the emulation rounds each
+    GEMM's operands), else ``one`` (``accel_sim.hardware.OPERAND_COPIES``)."""
+    fmt = NumberFormat.parse(fmt)
+    return "per_role" if fmt.block_grouped or fmt.rounding == "stochastic" else "one"
+
+
 def hardware_in_format(hw: HardwareConfig, fmt: NumberFormat | str) -> HardwareConfig:
-    """``hw`` computing in ``fmt``: ``word_bytes`` the format's storage and ``energy.mac_pj`` its
-    MAC figure (``format_mac_pj``). ``fp32`` returns ``hw`` itself: a hardware file is given in FP32,
+    """``hw`` computing in ``fmt``: ``word_bytes`` the format's storage, ``energy.mac_pj`` its MAC
+    figure (``format_mac_pj``), and how it stores GEMM operands (``operand_copies``,
+    ``scale_bits_per_value``) and what its rounding's random bits cost
+    (``energy.rounding_pj_per_value``: ``rounding_pj``). ``fp32`` returns ``hw`` itself: a hardware file is given in FP32,
     and its own ``mac_pj`` (any technology) and ``word_bytes`` stay as given. For another format the
     figure replaces the file's ``mac_pj``: the per-format figures are Horowitz's 45 nm ones, so a
     file that sets another technology's FP32 figure is priced in that technology for fp32 only.
@@ -117,5 +151,7 @@ def hardware_in_format(hw: HardwareConfig, fmt: NumberFormat | str) -> HardwareC
     fmt = NumberFormat.parse(fmt)
     if fmt.is_identity:
         return hw
-    return hw.with_(word_bytes=fmt.storage_bytes, energy=replace(hw.energy, mac_pj=format_mac_pj(fmt)))
+    return hw.with_(word_bytes=fmt.storage_bytes, operand_copies=operand_copies(fmt),
+                    scale_bits_per_value=fmt.scale_bytes_per_value * 8,
+                    energy=replace(hw.energy, mac_pj=format_mac_pj(fmt), rounding_pj_per_value=rounding_pj(fmt)))
 
