@@ -17,6 +17,8 @@ its source or says "assumption". Formulas (one function each, below):
   ``2m + ceil(log2 g)``-bit accumulator at one LUT per bit; FP8's significand multiplier plus its
   exponent adder, the FP32 adder being in DSP slices). Control, the DDR3 controller and the FP
   cores' own LUTs are not counted: ``fits`` is necessary, not sufficient.
+* DRAM channels = ``ceil(dram_peak_bytes_per_s / memory_channel_bytes_per_s)`` against the board's
+  ``memory_channels`` (``memory_channels``): bandwidth costs memory interfaces, not only time.
 * BRAM36 blocks per buffer = 2 halves (double buffering, as the cycle model's active half) x the
   larger of the blocks that hold a half (``bram36_bytes`` each) and the blocks whose ports deliver
   one word per lane per cycle (``bram36_port_bytes`` each); a buffer's lanes are the array side it
@@ -70,6 +72,12 @@ class FpgaDevice:
     dsp_per_mac: Mapping[str, int]
     luts_per_9x9_multiplier: int
     luts_per_adder_bit: int
+    memory_channels: int
+    memory_channel_bytes_per_s: float
+
+
+NUMBER_KEYS = ("static_w", "memory_channel_bytes_per_s")
+"""Device fields that may be fractional; every other figure is a count."""
 
 
 def load_device(path: str | Path) -> FpgaDevice:
@@ -90,9 +98,9 @@ def load_device(path: str | Path) -> FpgaDevice:
     for key, value in [*((k, v) for k, v in values.items() if k not in ("name", "board", "dsp_per_mac")),
                        *((f"dsp_per_mac.{k}", v) for k, v in dsp_per_mac.items())]:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 2**40 or (
-                key != "static_w" and not isinstance(value, int)):
+                key not in NUMBER_KEYS and not isinstance(value, int)):
             raise ResourceModelError(f"{path}: device field '{key}' must be a non-negative "
-                                     f"{'number' if key == 'static_w' else 'integer'}, got {value!r}")
+                                     f"{'number' if key in NUMBER_KEYS else 'integer'}, got {value!r}")
     return FpgaDevice(**values)
 
 
@@ -142,6 +150,15 @@ def mac_luts(fmt: NumberFormat, device: FpgaDevice) -> int:
         return lut_multiplier_luts(fmt.mantissa_bits, device) + device.luts_per_adder_bit * bfp_accumulator_bits(fmt)
     return (lut_multiplier_luts(fmt.multiplier_bits, device)
             + device.luts_per_adder_bit * (fmt.element.exponent_bits + 1))
+
+
+def memory_channels(dram_peak_bytes_per_s, device: FpgaDevice) -> np.ndarray:
+    """DRAM channels a point's peak bandwidth needs: ``ceil(dram_peak_bytes_per_s /
+    memory_channel_bytes_per_s)`` (the board's channel: on the VC707 one 64-bit DDR3-1600 SODIMM,
+    12.8 GB/s). More bandwidth is more memory interfaces (their pins, PHYs and DIMMs), which a board
+    has or has not: a point needing more channels than ``memory_channels`` does not fit."""
+    return np.ceil(np.asarray(dram_peak_bytes_per_s, dtype=np.float64) / device.memory_channel_bytes_per_s
+                   - 1e-9).astype(np.int64)
 
 
 def special_unit_lanes(points: HardwarePoints) -> np.ndarray:
@@ -252,6 +269,8 @@ def sram_area_um2(sram_bytes):
 # ----------------------------------------------------------------------------- per point
 
 RESOURCES = ("dsp", "bram36", "lut")
+"""The resources the array and its buffers are built from, among which ``limiting_resource`` is
+named; memory channels (the board's) enter ``fits`` only."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -265,6 +284,8 @@ class Resources:
     dsp_utilization: np.ndarray
     bram36_utilization: np.ndarray
     lut_utilization: np.ndarray
+    memory_channels: np.ndarray
+    memory_channel_utilization: np.ndarray
     limiting_resource: np.ndarray  # the resource with the largest utilization
     fits: np.ndarray  # every utilization <= 1
     static_w: np.ndarray
@@ -300,12 +321,16 @@ def fpga_resources(points: HardwarePoints, number_formats, device: FpgaDevice) -
     word_bytes = points["word_bytes"]
     bram = sum(buffer_bram36_blocks(points[buffer], lanes_of(points), word_bytes, device)
                for buffer, lanes_of in BUFFER_LANES.items())
+    channels = memory_channels(points["dram_peak_bytes_per_s"], device)
     utilization = {"dsp": dsp / device.dsp_slices, "bram36": bram / device.bram36_blocks, "lut": luts / device.luts}
+    channel_utilization = channels / device.memory_channels
     stacked = np.stack([utilization[r] for r in RESOURCES])
     buffer_bytes = sum(points[buffer] for buffer in BUFFER_LANES)
     area_um2 = macs * per_mac["area"] + lanes * mac_area_um2(NumberFormat("fp32")) + sram_area_um2(buffer_bytes)
     return Resources(
         number_format=np.asarray(names, dtype=str), dsp_slices=dsp, bram36_blocks=bram, luts=luts,
         dsp_utilization=utilization["dsp"], bram36_utilization=utilization["bram36"], lut_utilization=utilization["lut"],
-        limiting_resource=np.asarray(RESOURCES)[np.argmax(stacked, axis=0)], fits=np.all(stacked <= 1.0, axis=0),
+        memory_channels=channels, memory_channel_utilization=channel_utilization,
+        limiting_resource=np.asarray(RESOURCES)[np.argmax(stacked, axis=0)],
+        fits=np.all(stacked <= 1.0, axis=0) & (channel_utilization <= 1.0),
         static_w=np.full(len(points), float(device.static_w)), asic_area_mm2=area_um2 / 1e6)
