@@ -15,6 +15,10 @@ from accel_sim.mac_energy import hardware_in_format, random_bits, rounding_pj
 from accel_sim.simulate import simulate
 from accel_sim.space import space_from_dict
 from tests.accel_traces import small_trace
+from workloads.cost.fleet import load_fleet
+from workloads.cost.rounds import fleet_devices
+from workloads.fl.execution import Execution
+from workloads.fl.loop import arithmetic_of
 
 BIG = dict(rows=4, cols=4, a_buffer_bytes=1 << 20, b_buffer_bytes=1 << 20, out_buffer_bytes=1 << 20)
 
@@ -78,3 +82,23 @@ def test_fp32_points_are_priced_as_before_and_format_points_as_simulate_prices_t
         for key in ("dram_read_bytes", "dram_write_bytes", "peak_memory_bytes", "rounded_values"):
             assert row[key] == summary[key], (name, key)
         assert math.isclose(row["energy_j"], summary["energy_j"], rel_tol=1e-9), name
+
+
+def test_a_fleet_trains_and_prices_each_class_in_its_own_format():
+    fleet = load_fleet("mixed-formats")
+    assert [c.format_in("fp32") for c in fleet.classes] == ["bfp_m4_g16_sr", "mxfp8_e4m3", "bf16", "fp32"]
+    assert fleet.describe()["classes"]["phone"]["number_format"] == "bf16"
+    assert "number_format" not in load_fleet("mixed").describe()["classes"]["phone"]  # old fleets keep their record
+    classes = (0, 1, 2, 3, 0)
+    devices = fleet_devices(fleet, classes, number_format="fp32")
+    # each client's accelerator in its class's format: word size and MAC figure
+    assert [d.hw.word_bytes for d in devices] == [1, 1, 2, fleet.classes[3].hw.word_bytes, 1]
+    assert devices[1].hw == hardware_in_format(fleet.classes[1].hw, "mxfp8_e4m3")
+    assert devices[3].hw == fleet.classes[3].hw  # fp32: the class's hardware file as given
+    # training: client k rounds in its class's format (fp32: no arithmetic at all)
+    execution = Execution(client_formats=tuple(fleet.classes[c].format_in("fp32") for c in classes))
+    arithmetics = [arithmetic_of(execution, 0, 1, k) for k in range(len(classes))]
+    assert [a.fmt.name if a else None for a in arithmetics] == ["bfp_m4_g16_sr", "mxfp8_e4m3", "bf16", None,
+                                                                "bfp_m4_g16_sr"]
+    assert execution.describe()["client_formats"][2] == "bf16"
+    assert "client_formats" not in Execution().settings()  # a run without a fleet keeps its identity

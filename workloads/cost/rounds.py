@@ -205,9 +205,10 @@ def _bytes_by_round_client(result: RunResult) -> dict[tuple[int, int], dict[str,
 
 
 def fleet_devices(fleet: Fleet, classes: Sequence[int], *, number_format: str = "fp32") -> tuple[Device, ...]:
-    """Every client's device in a fleet: its class's accelerator in the run's number format
-    (``client_devices``), at speed 1 (the class's accelerator is the device)."""
-    in_format = [hardware_in_format(c.hw, number_format) for c in fleet.classes]
+    """Every client's device in a fleet: its class's accelerator in its class's number format, else
+    the run's (``DeviceClass.format_in``, ``client_devices``), at speed 1 (the class's accelerator is
+    the device)."""
+    in_format = [hardware_in_format(c.hw, c.format_in(number_format)) for c in fleet.classes]
     return tuple(Device(in_format[c], 1.0) for c in classes)
 
 
@@ -263,7 +264,8 @@ def plan_run(fleet: Fleet, classes: Sequence[int], method: MethodConfig, hp: Hpa
         plans.append(_planned_round(fleet, classes, t, draw_clients(num_clients, count, seed=seed, round=t),
                                     functools.partial(training, later=later), down=down, up=up, target=target,
                                     system=system, seed=seed))
-    peaks = tuple(pricer.step(method, hp, hp.batch_size, False, hardware_in_format(c.hw, number_format)).peak_memory_bytes
+    peaks = tuple(pricer.step(method, hp, hp.batch_size, False,
+                              hardware_in_format(c.hw, c.format_in(number_format))).peak_memory_bytes
                   for c in fleet.classes)
     calibration = None
     if method.calib is not None:

@@ -64,11 +64,13 @@ class Execution:
     compile: bool = False  # torch.compile of the client model's forward
     number_format: str = "fp32"  # the clients' arithmetic: every GEMM operand rounded to it
     comm_format: str = "fp32"  # the model and its updates sent rounded to it, charged its payload
+    client_formats: tuple[str, ...] = ()  # a fleet's: client k's arithmetic, its device class's (empty: all number_format)
 
     def __post_init__(self) -> None:
         fmt = NumberFormat.parse(self.number_format)  # NumberFormatError (a ValueError) names a bad one
         object.__setattr__(self, "number_format", fmt.name)
         object.__setattr__(self, "comm_format", NumberFormat.parse(self.comm_format).name)
+        object.__setattr__(self, "client_formats", tuple(NumberFormat.parse(f).name for f in self.client_formats))
         if self.bf16 and not fmt.is_identity:
             raise ValueError(f"--bf16 (autocast) and --number-format {fmt.name} both set the arithmetic: drop one "
                              f"(--number-format bf16 rounds every GEMM operand to bfloat16 and accumulates in FP32)")
@@ -76,6 +78,11 @@ class Execution:
     @property
     def arithmetic(self) -> NumberFormat:
         return NumberFormat.parse(self.number_format)
+
+    def arithmetic_of_client(self, client: int) -> NumberFormat:
+        """Client ``client``'s arithmetic: its device class's format in a fleet that declares one
+        (``client_formats``), else the run's."""
+        return NumberFormat.parse(self.client_formats[client] if self.client_formats else self.number_format)
 
     @property
     def communication(self) -> NumberFormat:
@@ -85,7 +92,8 @@ class Execution:
         """The options as a dict, for identities (checkpoint fingerprints, study points) and results
         files: ``number_format`` and ``comm_format`` only where they are not ``fp32``, so that runs
         from before number formats keep their identity."""
-        return {k: v for k, v in asdict(self).items() if not (k in FORMAT_SETTINGS and v == "fp32")}
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()
+                if not (k in FORMAT_SETTINGS and v == "fp32") and not (k == "client_formats" and not v)}
 
     @property
     def torch_device(self) -> torch.device:
@@ -99,7 +107,8 @@ class Execution:
         """What results files record: the options and the device's name."""
         return {"device": self.device, "device_name": device_name(self.torch_device), "augment": self.augment,
                 "channels_last": self.channels_last, "bf16": self.bf16, "compile": self.compile,
-                "number_format": self.number_format, "comm_format": self.comm_format}
+                "number_format": self.number_format, "comm_format": self.comm_format,
+                **({"client_formats": list(self.client_formats)} if self.client_formats else {})}
 
 
 KERNEL_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_CBWR", "OMP_NUM_THREADS")

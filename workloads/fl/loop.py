@@ -244,11 +244,13 @@ def train_client(trainer, data: DeviceData, idx: torch.Tensor, hp: Hparams, *, s
     return steps, float(loss_sum) / max(steps, 1)
 
 
-def arithmetic_of(execution: Execution, *parts: int) -> Arithmetic | None:
-    """The client's arithmetic for this run's number format (None for FP32, which rounds nothing),
-    its stochastic rounding drawn from a generator seeded by ``derived_seed(*parts, ROUNDING_STREAM)``
-    (seed, round, client): the same run rounds the same way every time."""
-    fmt = execution.arithmetic
+def arithmetic_of(execution: Execution, seed: int, round: int, client: int) -> Arithmetic | None:
+    """Client ``client``'s arithmetic (``Execution.arithmetic_of_client``: the run's number format,
+    or its device class's in a fleet that declares one; None for FP32, which rounds nothing), its
+    stochastic rounding drawn from a generator seeded by ``derived_seed(seed, round, client,
+    ROUNDING_STREAM)``: the same run rounds the same way every time."""
+    parts = (seed, round, client)
+    fmt = execution.arithmetic_of_client(client)
     if fmt.is_identity:
         return None
     generator = None

@@ -141,10 +141,15 @@ def fl_run(preset: Preset, methods: Sequence[MethodConfig], hparams: Mapping[str
     (``accel_sim.mac_energy.hardware_in_format``: the format's word size and MAC energy; FP32 leaves
     it as given), and its clients' devices (``client_devices``, each in that format too). With a
     ``fleet``, each client's device and link are its class's (``assign_classes`` from the seed) and
-    ``system`` is not used; the server stays on ``hw``."""
+    ``system`` is not used; the server stays on ``hw``. A fleet whose classes declare a number format
+    trains and prices each client in its class's (``Execution.client_formats``); the server
+    aggregates in FP32 as always."""
     hw = hardware_in_format(hw, execution.number_format)
     if fleet is not None:
         classes = assign_classes(fleet, preset.fl.num_clients, seed=preset.fl.seed)
+        if any(c.number_format for c in fleet.classes):
+            execution = replace(execution, client_formats=tuple(fleet.classes[c].format_in(execution.number_format)
+                                                                for c in classes))
         return FLRun(preset, tuple(methods), hparams, data_dir, classifier, hw, fleet_system(fleet, classes),
                      fleet_devices(fleet, classes, number_format=execution.number_format), execution, fleet, classes)
     devices = client_devices(system, hw, preset.fl.num_clients, seed=preset.fl.seed,
