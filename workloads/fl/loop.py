@@ -249,13 +249,12 @@ def arithmetic_of(execution: Execution, seed: int, round: int, client: int) -> A
     or its device class's in a fleet that declares one; None for FP32, which rounds nothing), its
     stochastic rounding drawn from a generator seeded by ``derived_seed(seed, round, client,
     ROUNDING_STREAM)``: the same run rounds the same way every time."""
-    parts = (seed, round, client)
     fmt = execution.arithmetic_of_client(client)
     if fmt.is_identity:
         return None
     generator = None
     if fmt.rounding == "stochastic":
-        generator = torch.Generator(device=execution.torch_device).manual_seed(derived_seed(*parts, ROUNDING_STREAM))
+        generator = torch.Generator(device=execution.torch_device).manual_seed(derived_seed(seed, round, client, ROUNDING_STREAM))
     return Arithmetic(fmt, generator=generator)
 
 
