@@ -67,6 +67,12 @@ OPERAND_COPIES = ("one", "per_role")
   dimension for each role (``docs/numerics.md``), and stochastic rounding draws each role's copy
   with its own random bits, as the emulation does."""
 
+WEIGHT_MASTERS = ("fp32", "none")
+"""Whether a weight that GEMMs read keeps an FP32 master copy beside its copy in a narrow format
+(``fp32``: mixed-precision training's rule) or lives in the format only (``none``: the clients'
+weights stored in the format, Li et al., "Low Precision Local Training is Enough for Federated
+Learning", NeurIPS 2024; ``--low-precision-weights``)."""
+
 RENAMED_MEMORY_MODELS = {"ours": "on_chip_accumulation", "scalesim": "scalesim_v3"}
 """Names the memory models had before results format 4; a config that still uses one is refused
 with the new name."""
@@ -202,6 +208,9 @@ class HardwareConfig:
     scale_bits_per_value: float = 0.0
     """Bits of shared scale stored apart from the words, per value a GEMM reads: an MX block's 8-bit
     scale per 32 values, 0.25; 0 for the others. Set with the number format."""
+    weight_master: str = "fp32"
+    """One of ``WEIGHT_MASTERS``: whether a narrow format's weights keep an FP32 master copy
+    (``accel_sim.words``)."""
 
     # --- not published: dataflow per GEMM role ------------------------------------------------
     dataflow_fwd: str = "ws"
@@ -269,6 +278,7 @@ class HardwareConfig:
             checks.one_of(getattr(self, name), DATAFLOWS, name=name, error=HardwareConfigError)
         checks.one_of(self.grouped_mapping, GROUPED_MAPPINGS, name="grouped_mapping", error=HardwareConfigError)
         checks.one_of(self.operand_copies, OPERAND_COPIES, name="operand_copies", error=HardwareConfigError)
+        checks.one_of(self.weight_master, WEIGHT_MASTERS, name="weight_master", error=HardwareConfigError)
         if isinstance(self.memory_model, str) and self.memory_model in RENAMED_MEMORY_MODELS:
             raise HardwareConfigError(f"hardware field 'memory_model' = {self.memory_model!r} was renamed: use "
                                       f"{RENAMED_MEMORY_MODELS[self.memory_model]!r}")

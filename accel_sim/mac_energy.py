@@ -138,11 +138,13 @@ def operand_copies(fmt: NumberFormat | str) -> str:
     return "per_role" if fmt.block_grouped or fmt.rounding == "stochastic" else "one"
 
 
-def hardware_in_format(hw: HardwareConfig, fmt: NumberFormat | str) -> HardwareConfig:
+def hardware_in_format(hw: HardwareConfig, fmt: NumberFormat | str, *, master_weights: bool = True) -> HardwareConfig:
     """``hw`` computing in ``fmt``: ``word_bytes`` the format's storage, ``energy.mac_pj`` its MAC
     figure (``format_mac_pj``), and how it stores GEMM operands (``operand_copies``,
     ``scale_bits_per_value``) and what its rounding's random bits cost
-    (``energy.rounding_pj_per_value``: ``rounding_pj``). ``fp32`` returns ``hw`` itself: a hardware file is given in FP32,
+    (``energy.rounding_pj_per_value``: ``rounding_pj``); ``master_weights=False``: the weights live in
+    the format only (``weight_master = "none"``, ``--low-precision-weights``). ``fp32`` returns
+    ``hw`` itself: a hardware file is given in FP32,
     and its own ``mac_pj`` (any technology) and ``word_bytes`` stay as given. For another format the
     figure replaces the file's ``mac_pj``: the per-format figures are Horowitz's 45 nm ones, so a
     file that sets another technology's FP32 figure is priced in that technology for fp32 only.
@@ -153,5 +155,6 @@ def hardware_in_format(hw: HardwareConfig, fmt: NumberFormat | str) -> HardwareC
         return hw
     return hw.with_(word_bytes=fmt.storage_bytes, operand_copies=operand_copies(fmt),
                     scale_bits_per_value=fmt.scale_bytes_per_value * 8,
+                    weight_master="fp32" if master_weights else "none",
                     energy=replace(hw.energy, mac_pj=format_mac_pj(fmt), rounding_pj_per_value=rounding_pj(fmt)))
 

@@ -19,7 +19,9 @@ linear-algebra traffic, to the values rounded and to peak memory (``Storing.of(h
     copy (each rounded from the FP32 value in hand); reading it reads one;
   - a weight that a GEMM reads keeps its FP32 master copy (4 bytes; the optimizer reads and writes
     it, as mixed-precision training does: Micikevicius et al., "Mixed Precision Training", ICLR
-    2018, Sec. 3.1) and its copies in the format: the optimizer's write refreshes both;
+    2018, Sec. 3.1) and its copies in the format: the optimizer's write refreshes both; with
+    ``weight_master = "none"`` (``--low-precision-weights``) it lives in the format only, and the
+    optimizer reads and writes that;
   - every other floating-point value stays FP32, 4 bytes per value: weight gradients, momentum and
     other optimizer state, normalization statistics and outputs, losses, buffers, every tensor no
     GEMM reads;
@@ -65,11 +67,13 @@ class Storing:
     word_bytes: int
     per_role: bool = False
     scale_bits_per_value: float = 0.0
+    weight_master: bool = True
 
     @staticmethod
     def of(hw) -> "Storing":
         """From a ``HardwareConfig`` (or one point's values)."""
-        return Storing(int(hw.word_bytes), str(hw.operand_copies) == "per_role", float(hw.scale_bits_per_value))
+        return Storing(int(hw.word_bytes), str(hw.operand_copies) == "per_role", float(hw.scale_bits_per_value),
+                       str(hw.weight_master) == "fp32")
 
     @property
     def narrow(self) -> bool:
@@ -130,7 +134,7 @@ def stored_bytes(header: TraceHeader, ops: Iterable[OpRecord], storing: Storing)
         n = copies(storage)
         if n == 0:
             return nbytes, nbytes, nbytes, 0
-        master = nbytes if kinds[storage] == "weight" else 0
+        master = nbytes if kinds[storage] == "weight" and storing.weight_master else 0
         stored = n * in_format(nbytes)
         return master or in_format(nbytes), master + stored, master + stored, n * (nbytes // TRACE_FLOAT_BYTES)
 

@@ -102,3 +102,49 @@ def test_a_fleet_trains_and_prices_each_class_in_its_own_format():
                                                                 "bfp_m4_g16_sr"]
     assert execution.describe()["client_formats"][2] == "bf16"
     assert "client_formats" not in Execution().settings()  # a run without a fleet keeps its identity
+
+
+def test_weights_without_an_fp32_master_copy_are_priced_in_the_format_only():
+    # small_trace at 2-byte words, weight_master = "none" (--low-precision-weights): W lives in the
+    # format only, 15 values x 2 B = 30; the update reads it (30) and dW (60) and writes it (30)
+    trace = small_trace()
+    hw = HardwareConfig(**BIG, word_bytes=2)
+    master, none = simulate(trace, hw), simulate(trace, hw.with_(weight_master="none"))
+    assert (master.ops[6].dram_read_bytes, master.ops[6].dram_write_bytes) == (120, 90)
+    assert (none.ops[6].dram_read_bytes, none.ops[6].dram_write_bytes) == (90, 30)
+    # live at op 5: W 30, x 12, y 40, dy 20, dW 60 = 162 (with the master: 222)
+    assert (none.peak.live_bytes_per_op[5], master.peak.live_bytes_per_op[5]) == (162, 222)
+    assert none.ops[6].rounded_values == 15  # the update still rounds W into the format
+
+
+@pytest.mark.slow  # ~2-7 s: two emulated training steps
+def test_low_precision_weights_store_every_gemm_weight_in_the_format_after_each_step():
+    import torch
+
+    from workloads.fl.hparams import Hparams
+    from workloads.fl.local import client_trainer
+    from workloads.fl.methods import parse_method
+    from workloads.numerics.quantize import round_to_format
+
+    def small_model():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3), torch.nn.BatchNorm2d(16), torch.nn.ReLU(),
+                                   torch.nn.Flatten(), torch.nn.Linear(16 * 6 * 6, 10))
+
+    method, fmt = parse_method("fedavg"), NumberFormat.parse("bfp_m4_g16")
+    model = small_model()
+    x, y = torch.randn(8, 3, 8, 8), torch.arange(8) % 10
+    execution = Execution(number_format="bfp_m4_g16", low_precision_weights=True)
+    trainer = client_trainer(model, model.state_dict(), Hparams(lr=0.05), method,
+                             arithmetic=arithmetic_of(execution, 0, 1, 0), low_precision_weights=True)
+    trainer.step(x, y)
+    weights = {n: p for n, p in model.named_parameters() if p.dim() >= 2}
+    assert weights and all(torch.equal(p, round_to_format(p, fmt, dim=1)) for p in weights.values())
+    # without the option the update leaves them off the format's grid (the FP32 master)
+    other = small_model()
+    client_trainer(other, other.state_dict(), Hparams(lr=0.05), method,
+                   arithmetic=arithmetic_of(execution, 0, 1, 0)).step(x, y)
+    assert not all(torch.equal(p, round_to_format(p, fmt, dim=1)) for p in other.parameters() if p.dim() >= 2)
+    with pytest.raises(ValueError, match="--low-precision-weights"):
+        Execution(low_precision_weights=True)  # fp32 has no narrower copy
+    assert "low_precision_weights" not in Execution(number_format="bf16").settings()  # old runs keep their identity

@@ -99,8 +99,12 @@ def test_hardware_in_a_format():
     assert hardware_in_format(hw, "fp32") is hw  # fp32: the hardware file as given (its own technology's figure)
     bfp = hardware_in_format(HardwareConfig(), "bfp_m4_g16_sr")
     assert (bfp.word_bytes, bfp.energy.mac_pj) == (1, 0.1453125)
-    assert bfp == HardwareConfig().with_(word_bytes=1, energy=replace(EnergyCosts(), mac_pj=0.1453125))
-    assert hardware_in_format(bfp, "bfp_m4_g16") == bfp  # applying it again changes nothing
+    # one copy per GEMM role (block-grouped, stochastic), 20 random bits x 0.003125 pJ per value rounded
+    assert bfp == HardwareConfig().with_(word_bytes=1, operand_copies="per_role",
+                                         energy=replace(EnergyCosts(), mac_pj=0.1453125, rounding_pj_per_value=0.0625))
+    assert hardware_in_format(bfp, "bfp_m4_g16_sr") == bfp  # applying it again changes nothing
+    assert hardware_in_format(bfp, "bfp_m4_g16").energy.rounding_pj_per_value == 0.0  # to nearest: no random bits
+    assert hardware_in_format(HardwareConfig(), "bf16", master_weights=False).weight_master == "none"
     # the 45 nm figure replaces another technology's: the per-format figures are Horowitz's
     assert hardware_in_format(hw, "e4m3").energy.mac_pj == 1.4
     # 1,000 MACs in bf16 (2-byte words) at 293/175 pJ each

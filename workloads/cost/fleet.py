@@ -362,6 +362,14 @@ def class_counts(shares: Sequence[float], num_clients: int) -> list[int]:
     return counts
 
 
+def client_formats(fleet: Fleet, classes: Sequence[int], run_format: str) -> tuple[str, ...]:
+    """Client k's number format, its class's (``DeviceClass.format_in``), for
+    ``Execution.client_formats``; empty when no class declares one (every client in the run's)."""
+    if not any(c.number_format for c in fleet.classes):
+        return ()
+    return tuple(fleet.classes[c].format_in(run_format) for c in classes)
+
+
 def assign_classes(fleet: Fleet, num_clients: int, *, seed: int) -> tuple[int, ...]:
     """Client k's class index: the fleet's list, or ``class_counts`` clients per class in a random
     order drawn from ``numpy.random.default_rng([seed, ASSIGN_STREAM])`` (the same seed, the same

@@ -399,7 +399,8 @@ def _client_update(setup: _Setup, server: ServerState, own_state: dict, shared: 
     own = {key: v for key, v in own_state.items() if key not in shared_set}
     setup.client_model.load_state_dict({**server.weights, **own, **down})
     trainer = client_trainer(setup.client_model, down, hp, method, round=t, lr=lr, direction=direction,
-                             autocast_dtype=ex.autocast_dtype, arithmetic=arithmetic_of(ex, setup.cfg.seed, t, k))
+                             autocast_dtype=ex.autocast_dtype, arithmetic=arithmetic_of(ex, setup.cfg.seed, t, k),
+                             low_precision_weights=ex.low_precision_weights)
     augment = None
     if ex.augment:
         augment = torch.Generator(device=ex.torch_device).manual_seed(derived_seed(setup.cfg.seed, t, k, AUGMENT_STREAM))
@@ -532,7 +533,8 @@ def step_rate(model: nn.Module, method: MethodConfig, hp: Hparams, data: DeviceD
     y = data.y[batch]
     anchor = {k: v.detach().clone() for k, v in model.state_dict().items()}
     trainer = client_trainer(model, anchor, hp, method, lr=hp.lr, autocast_dtype=execution.autocast_dtype,
-                             arithmetic=arithmetic_of(execution, 0, 0, 0))  # the forecast times the emulation too
+                             arithmetic=arithmetic_of(execution, 0, 0, 0),  # the forecast times the emulation too
+                             low_precision_weights=execution.low_precision_weights)
     trainer.step(x, y)
     synchronize(execution.torch_device)
     start = time.perf_counter()
