@@ -176,16 +176,16 @@ def round_bfp(x: torch.Tensor, mantissa_bits: int, group_size: int, *, dim: int 
 def round_to_grid(v: torch.Tensor, spec: ElementFormat, generator: torch.Generator | None = None) -> torch.Tensor:
     """``v`` rounded to the values of the element format ``spec`` (its subnormals included),
     saturating at ``+-max_finite``: to nearest, ties to even, or stochastically with ``generator``
-    (up with probability the distance from the lower neighbour in units in the last place, as
-    ``round_element_stochastic``). The unit in the last place is ``2^(max(e, e_min) - p + 1)``,
-    ``e = floor(log2 |v|)``; dividing by it is exact. NaN stays NaN. MX elements use it (the MX
-    specification v1.0, Sec. 6.3: conversions to the element round to nearest even and clamp to its
-    largest normal), and the scaled FP8 formats (a saturating cast, Micikevicius et al. 2022, Sec. 2)."""
-    magnitude = v.abs()
-    ulp = torch.clamp_min(binade(magnitude), 2.0 ** spec.min_normal_exponent) * 2.0 ** (1 - spec.significand_bits)
-    q = magnitude / ulp
+    (``floor(v / ulp + u)``, ``u`` uniform in [0, 1): unbiased, as BFP's). The unit in the last place
+    is ``2^(max(e, e_min) - p + 1)``, ``e = floor(log2 |v|)`` (``binade`` ignores the sign); dividing
+    by it is exact, and rounding the signed quotient keeps signed zeros. NaN and infinities become
+    NaN. MX elements use it (the MX specification v1.0, Sec. 6.3: conversions to the element round to
+    nearest even and clamp to its largest normal), and the scaled FP8 formats (a saturating cast,
+    Micikevicius et al. 2022, Sec. 2)."""
+    ulp = binade(v).clamp_min_(2.0 ** spec.min_normal_exponent).mul_(2.0 ** (1 - spec.significand_bits))
+    q = v / ulp
     q = q.round_() if generator is None else q.add_(_uniform(q, generator)).floor_()
-    return torch.copysign(q.mul_(ulp).clamp_max_(spec.max_finite), v)
+    return q.mul_(ulp).clamp_(-spec.max_finite, spec.max_finite)
 
 
 def mx_scale(top: torch.Tensor, spec: ElementFormat, rule: str) -> torch.Tensor:
@@ -195,25 +195,24 @@ def mx_scale(top: torch.Tensor, spec: ElementFormat, rule: str) -> torch.Tensor:
     value where its significand exceeds the element's (E4M3: above 448 = 1.75 x 2^8); or rounded up,
     ``2^ceil(log2(top / max_elem))`` (``rule = "up"``): the same scale, doubled exactly where the
     specification's would clip, so nothing clips. A block below FP32's smallest normal takes that
-    exponent; the scale is kept within E8M0's ``[2^-127, 2^127]``."""
+    exponent; the scale is kept within E8M0's ``[2^-127, 2^127]``, and is NaN for a block holding an
+    infinity or NaN (the specification's NaN scale)."""
     scale = torch.clamp_min(binade(top), SMALLEST_NORMAL) * 2.0 ** -element_emax(spec)
     if rule == "up":
         scale = torch.where(top > spec.max_finite * scale, scale * 2, scale)
-    return scale.clamp_(2.0 ** -127, 2.0 ** 127)
+    return scale.clamp_(2.0 ** -127, 2.0 ** 127).add_(top * 0)  # NaN where the block holds an infinity or NaN
 
 
 def round_mx(x: torch.Tensor, fmt: NumberFormat, *, dim: int | tuple[int, ...] = -1,
              generator: torch.Generator | None = None) -> torch.Tensor:
     """An MX format (``accel_sim.formats``) along ``dim``: blocks of 32 values (``_in_groups``), each
     divided by its scale (``mx_scale``), rounded to the element (``round_to_grid``) and multiplied
-    back. A block holding an infinity or NaN becomes NaN (the specification's NaN scale)."""
+    back. A block holding an infinity or NaN becomes NaN (its scale is NaN)."""
     spec = fmt.element
 
     def round_groups(groups: torch.Tensor, axis: int) -> torch.Tensor:
-        top = groups.abs().amax(dim=axis, keepdim=True)
-        scale = mx_scale(top, spec, fmt.scale_rule)
-        out = round_to_grid(groups / scale, spec, generator).mul_(scale)
-        return torch.where(torch.isfinite(top), out, float("nan"))
+        scale = mx_scale(groups.abs().amax(dim=axis, keepdim=True), spec, fmt.scale_rule)
+        return round_to_grid(groups / scale, spec, generator).mul_(scale)
 
     return _in_groups(x, fmt.group_size, dim, round_groups)
 
