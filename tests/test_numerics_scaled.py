@@ -186,3 +186,15 @@ def test_names_parse_round_trip_and_refuse_what_does_not_exist():
             NumberFormat.parse(bad)
     assert NumberFormat.parse("mxfp4_e2m1").bits_per_value == 4.25  # 4 + 8 / 32
     assert NumberFormat.parse("mxfp8_e4m3").payload_bytes(64) == 66  # 64 B + two 1-byte scales
+
+
+def test_e4m3s_grid_rounding_is_torchs_cast_bit_for_bit():
+    # e4m3 rounds on the grid (faster on the CPU than torch's float8_e4m3fn cast): the same bits as
+    # that cast, infinities (to +-448), NaN, FP32 subnormals and signed zeros included
+    from tests.test_numerics import awkward_values
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.cat([awkward_values(), torch.randn(20000, generator=g) * 100, torch.randn(20000, generator=g) * 1e-3])
+    ours, cast = round_to_format(x, NumberFormat.parse("e4m3")), x.to(torch.float8_e4m3fn).float()
+    assert torch.equal(ours.view(torch.int32)[~cast.isnan()], cast.view(torch.int32)[~cast.isnan()])
+    assert torch.equal(ours.isnan(), cast.isnan())
