@@ -45,15 +45,16 @@ from accel_sim.memory import MAX_FOLDS_PER_OP
 from accel_sim.memory_batch import gemm_costs_batch, gemm_folds_batch
 from accel_sim.points import HardwarePoints, PointColumns
 from accel_sim.pricing import GemmTooLargeError, scalesim_timing
-from accel_sim.simulate import streamed_bytes
+from accel_sim.simulate import rounded_values, streamed_bytes
 from accel_sim.trace_schema import GEMM_ROLES, GemmWork, Trace
-from accel_sim.words import storages_at_word, tensor_bytes_at_word
+from accel_sim.words import Storing, stored_bytes
 
 
 @dataclass(frozen=True, eq=False)
 class WorkAtWord:
-    """The word-size-dependent part of a trace at one ``word_bytes``: distinct vector and
-    linear-algebra work with counts, and peak memory."""
+    """The part of a trace that depends on how values are stored (``accel_sim.words.Storing``: the
+    word size, the copies of an operand, the shared scales): distinct vector and linear-algebra work
+    with counts, peak memory and the values rounded."""
 
     vector_kinds: tuple[str, ...]
     vector_elements: np.ndarray
@@ -65,6 +66,7 @@ class WorkAtWord:
     linalg_write_bytes: np.ndarray
     linalg_counts: np.ndarray
     peak_memory_bytes: int
+    rounded_values: int
 
 
 @dataclass(frozen=True, eq=False)
@@ -99,17 +101,20 @@ class TraceWork:
         return TraceWork(trace, len(trace.ops), unsupported, macs, elements, keys,
                          np.array([gemms[k] for k in keys], dtype=np.int64))
 
-    def at_word(self, word_bytes: int) -> WorkAtWord:
-        """The vector and linear-algebra work and the peak memory at ``word_bytes`` (cached)."""
-        if word_bytes not in self._at_word:
+    def at_word(self, storing: Storing) -> WorkAtWord:
+        """The vector and linear-algebra work, the peak memory and the values rounded when values
+        are stored as ``storing`` says (cached)."""
+        if storing not in self._at_word:
             header = self.trace.header
             tensors = {t.id: t for t in header.tensors}
-            tensor_bytes = tensor_bytes_at_word(header.tensors, word_bytes)
+            stored = stored_bytes(header, self.trace.ops, storing)
             vectors: Counter = Counter()
             linalgs: Counter = Counter()
+            rounded = 0
             for op in self.trace.ops:
+                rounded += rounded_values(op, stored)
                 if op.work.kind in ("vector", "linalg"):
-                    read, write = streamed_bytes(op, tensors, tensor_bytes, word_bytes)
+                    read, write = streamed_bytes(op, tensors, stored)
                     if op.work.kind == "vector":
                         vectors[(op.work.op, op.work.elements, read, write)] += 1
                     else:
@@ -119,13 +124,13 @@ class TraceWork:
             def column(keys, i):
                 return np.array([key[i] for key in keys], dtype=np.int64)
 
-            peak = peak_memory(storages_at_word(header.storages, header.tensors, word_bytes), self.trace.ops)
-            self._at_word[word_bytes] = WorkAtWord(
+            peak = peak_memory(stored.storages, self.trace.ops)
+            self._at_word[storing] = WorkAtWord(
                 tuple(key[0] for key in v), column(v, 1), column(v, 2), column(v, 3),
                 np.array([vectors[key] for key in v], dtype=np.int64),
                 column(lin, 0), column(lin, 1), column(lin, 2), np.array([linalgs[key] for key in lin], dtype=np.int64),
-                peak.peak_memory_bytes)
-        return self._at_word[word_bytes]
+                peak.peak_memory_bytes, rounded)
+        return self._at_word[storing]
 
 
 @dataclass(frozen=True, eq=False)
@@ -146,6 +151,7 @@ class PointCosts:
     sram_read_bytes: np.ndarray
     sram_write_bytes: np.ndarray
     special_unit_elements: np.ndarray
+    rounded_values: np.ndarray
     energy_mac_j: np.ndarray
     energy_sram_j: np.ndarray
     energy_dram_j: np.ndarray
@@ -288,7 +294,8 @@ class _EnergyColumns:
     an ``EnergyCosts``."""
 
     def __init__(self, points: HardwarePoints):
-        for name in ("mac_pj", "sram_pj_per_byte", "dram_pj_per_byte", "special_unit_pj_per_element", "static_w"):
+        for name in ("mac_pj", "sram_pj_per_byte", "dram_pj_per_byte", "special_unit_pj_per_element",
+                     "rounding_pj_per_value", "static_w"):
             setattr(self, name, points[f"energy.{name}"])
 
 
@@ -300,10 +307,15 @@ def _assemble(work: TraceWork, points: HardwarePoints, gemm: dict[str, np.ndarra
     peak = np.zeros(n, dtype=np.int64)
     bytes_per_cycle = dram_bytes_per_cycle(points["dram_peak_bytes_per_s"], points["clock_hz"], points["dram_efficiency"])
     latency = points["dram_latency_cycles"]
-    for word_bytes in np.unique(points["word_bytes"]).tolist():
-        at = np.flatnonzero(points["word_bytes"] == word_bytes)
-        w = work.at_word(word_bytes)
+    rounded = np.zeros(n, dtype=np.int64)
+    storings = [Storing(int(w), c == "per_role", float(b), m == "fp32") for w, c, b, m in
+                zip(points["word_bytes"].tolist(), points["operand_copies"].tolist(),
+                    points["scale_bits_per_value"].tolist(), points["weight_master"].tolist())]
+    for storing in dict.fromkeys(storings):
+        at = np.flatnonzero([s == storing for s in storings])
+        w = work.at_word(storing)
         peak[at] = w.peak_memory_bytes
+        rounded[at] = w.rounded_values
         throughput = np.stack([points[f"special_unit.{kind}"][at] for kind in w.vector_kinds]) if w.vector_kinds \
             else np.zeros((0, at.size))
         for counts, compute, read, write in (
@@ -326,7 +338,7 @@ def _assemble(work: TraceWork, points: HardwarePoints, gemm: dict[str, np.ndarra
     energy = energy_of(_EnergyColumns(points), macs=macs,
                        sram_bytes=figures["sram_read_bytes"] + figures["sram_write_bytes"],
                        dram_bytes=figures["dram_read_bytes"] + figures["dram_write_bytes"],
-                       special_unit_elements=elements, latency_s=latency_s)
+                       special_unit_elements=elements, rounded_values=rounded, latency_s=latency_s)
     cells = points["rows"] * points["cols"]
     with np.errstate(divide="ignore", invalid="ignore"):
         utilization = np.where(total_cycles > 0, macs / (total_cycles * cells), 0.0)
@@ -335,6 +347,6 @@ def _assemble(work: TraceWork, points: HardwarePoints, gemm: dict[str, np.ndarra
         stall_cycles=total_cycles - figures["compute_cycles"], total_cycles=total_cycles, latency_s=latency_s,
         utilization=utilization, dram_read_bytes=figures["dram_read_bytes"], dram_write_bytes=figures["dram_write_bytes"],
         sram_read_bytes=figures["sram_read_bytes"], sram_write_bytes=figures["sram_write_bytes"],
-        special_unit_elements=elements, **{f"energy_{c}_j": getattr(energy, f"{c}_j") for c in COMPONENTS},
+        special_unit_elements=elements, rounded_values=rounded, **{f"energy_{c}_j": getattr(energy, f"{c}_j") for c in COMPONENTS},
         energy_j=energy.energy_j, peak_memory_bytes=peak)
 

@@ -1,7 +1,7 @@
 """Energy of an op, or of any set of ops, from the events the cycle model counts.
 
 ``E = mac_pj * MACs + sram_pj_per_byte * SRAM bytes + dram_pj_per_byte * DRAM bytes
-+ special_unit_pj_per_element * elements + static_w * latency_s``
++ special_unit_pj_per_element * elements + rounding_pj_per_value * values rounded + static_w * latency_s``
 
 the usual accelerator energy model: dynamic energy as a count of events times an energy per event
 (Horowitz, "Computing's energy problem (and what we can do about it)", ISSCC 2014, Fig. 1.1.9 for
@@ -21,6 +21,10 @@ the array's number format (``accel_sim.mac_energy``: FP32 4.6 pJ, a 4-bit-mantis
   their inputs and write their outputs once.
 * DRAM bytes: the op's DRAM reads + writes (``OpCost.dram_read_bytes + dram_write_bytes``).
 * special-unit elements: the elements a vector op processes (``VectorWork.elements``).
+* values rounded: the values an op writes into a narrow number format's stored copies
+  (``accel_sim.words``), each drawing the random bits of stochastic rounding
+  (``rounding_pj_per_value``, 0 when rounding to nearest: ``accel_sim.mac_energy.rounding_pj``).
+  The special unit rounds what it writes, so this energy is part of its component.
 * latency: the op's total cycles / clock (stalls included: the chip leaks while it waits).
 
 Energy is linear in these counts, so the energy of a set of ops is computed from their summed
@@ -78,10 +82,11 @@ def dram_energy_j(dram_bytes: int, costs: EnergyCosts) -> float:
     return costs.dram_pj_per_byte * dram_bytes * PJ
 
 
-def special_unit_energy_j(elements: int, costs: EnergyCosts) -> float:
+def special_unit_energy_j(elements: int, rounded_values: int, costs: EnergyCosts) -> float:
     """``special_unit_pj_per_element * elements`` of vector work (assumed: one FP32 multiply + add
-    per element, Horowitz 2014)."""
-    return costs.special_unit_pj_per_element * elements * PJ
+    per element, Horowitz 2014) + ``rounding_pj_per_value * values rounded`` (the random bits of
+    stochastic rounding, ``accel_sim.mac_energy.rounding_pj``; nothing when rounding to nearest)."""
+    return costs.special_unit_pj_per_element * elements * PJ + costs.rounding_pj_per_value * rounded_values * PJ
 
 
 def static_energy_j(latency_s: float, costs: EnergyCosts) -> float:
@@ -90,12 +95,12 @@ def static_energy_j(latency_s: float, costs: EnergyCosts) -> float:
 
 
 def energy_of(costs: EnergyCosts, *, macs: int, sram_bytes: int, dram_bytes: int, special_unit_elements: int,
-              latency_s: float) -> Energy:
+              rounded_values: int, latency_s: float) -> Energy:
     """The energy of work with these event counts (module docstring), split by component."""
     return Energy(
         mac_j=mac_energy_j(macs, costs),
         sram_j=sram_energy_j(sram_bytes, costs),
         dram_j=dram_energy_j(dram_bytes, costs),
-        special_unit_j=special_unit_energy_j(special_unit_elements, costs),
+        special_unit_j=special_unit_energy_j(special_unit_elements, rounded_values, costs),
         static_j=static_energy_j(latency_s, costs),
     )

@@ -57,6 +57,22 @@ MEMORY_MODELS = ("on_chip_accumulation", "scalesim_v3")
   where every operand fits its buffer's active half; an estimate otherwise (``docs/scalesim.md``).
   Vector and linear-algebra work is priced the same way under both models.
 """
+OPERAND_COPIES = ("one", "per_role")
+"""How many copies of a GEMM operand a narrow number format stores (``accel_sim.words``):
+
+* ``one``: a value is stored once in the format, whichever GEMM reads it (an element format rounded
+  to nearest: its values are the same read transposed);
+* ``per_role``: one copy per GEMM role (forward, dX, dW) that reads it, each rounded from the FP32
+  value when it is written: a block-grouped format (BFP, MX) groups a tensor along a different
+  dimension for each role (``docs/numerics.md``), and stochastic rounding draws each role's copy
+  with its own random bits, as the emulation does."""
+
+WEIGHT_MASTERS = ("fp32", "none")
+"""Whether a weight that GEMMs read keeps an FP32 master copy beside its copy in a narrow format
+(``fp32``: mixed-precision training's rule) or lives in the format only (``none``: the clients'
+weights stored in the format, Li et al., "Low Precision Local Training is Enough for Federated
+Learning", NeurIPS 2024; ``--low-precision-weights``)."""
+
 RENAMED_MEMORY_MODELS = {"ours": "on_chip_accumulation", "scalesim": "scalesim_v3"}
 """Names the memory models had before results format 4; a config that still uses one is refused
 with the new name."""
@@ -74,6 +90,7 @@ FIELD_BOUNDS: dict[str, tuple[float, float]] = {
     "dram_efficiency": (1e-3, 1.0),
     "dram_latency_cycles": (0, 2**30),
     "linalg_efficiency": (1e-3, 1.0),
+    "scale_bits_per_value": (0.0, 8.0),
 }
 """Allowed range of each numeric field (an int lower bound: the field is an integer), inclusive.
 Our choice, not a published figure: each range holds every accelerator we know of by orders of
@@ -157,6 +174,10 @@ class EnergyCosts:
     """Static (leakage) power of the whole accelerator while a trace runs, watts, times its latency.
     An assumption, not measured nor published for the paper's board: the order of a large FPGA's
     static power at room temperature (a few hundred mW); an ASIC of the same array leaks less."""
+    rounding_pj_per_value: float = 0.0
+    """The random bits of stochastic rounding, per value rounded into a stored copy
+    (``accel_sim.simulate.rounded_values``): 0 for FP32 and rounding to nearest; a ``_sr`` format's
+    figure is set with the format (``accel_sim.mac_energy.rounding_pj``)."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -176,9 +197,20 @@ class HardwareConfig:
     clock_hz: float = 100e6
     """Clock (paper: "The hardware system runs at 100 MHz")."""
     word_bytes: int = 4
-    """Bytes per operand word: the size of a float32 value of the trace on the accelerator, applied
-    to every byte figure (``accel_sim.words``). The paper's MACs are floating point; we assume FP32
-    (PyTorch's default training dtype; the trace's tensors are float32)."""
+    """Bytes per operand word: the size of a float32 value of the trace on the accelerator as the
+    array's GEMMs read it. Below 4 (a narrow number format) what GEMMs read is stored at this size
+    and everything else stays FP32 (master weights, momentum, normalization, losses: the rule of
+    ``accel_sim.words``). The paper's MACs are floating point; we assume FP32 (PyTorch's default
+    training dtype; the trace's tensors are float32)."""
+    operand_copies: str = "one"
+    """Copies of a GEMM operand a narrow format stores: one of ``OPERAND_COPIES``; set with the
+    number format (``accel_sim.mac_energy.hardware_in_format``)."""
+    scale_bits_per_value: float = 0.0
+    """Bits of shared scale stored apart from the words, per value a GEMM reads: an MX block's 8-bit
+    scale per 32 values, 0.25; 0 for the others. Set with the number format."""
+    weight_master: str = "fp32"
+    """One of ``WEIGHT_MASTERS``: whether a narrow format's weights keep an FP32 master copy
+    (``accel_sim.words``)."""
 
     # --- not published: dataflow per GEMM role ------------------------------------------------
     dataflow_fwd: str = "ws"
@@ -245,6 +277,8 @@ class HardwareConfig:
         for name in ("dataflow_fwd", "dataflow_dx", "dataflow_dw"):
             checks.one_of(getattr(self, name), DATAFLOWS, name=name, error=HardwareConfigError)
         checks.one_of(self.grouped_mapping, GROUPED_MAPPINGS, name="grouped_mapping", error=HardwareConfigError)
+        checks.one_of(self.operand_copies, OPERAND_COPIES, name="operand_copies", error=HardwareConfigError)
+        checks.one_of(self.weight_master, WEIGHT_MASTERS, name="weight_master", error=HardwareConfigError)
         if isinstance(self.memory_model, str) and self.memory_model in RENAMED_MEMORY_MODELS:
             raise HardwareConfigError(f"hardware field 'memory_model' = {self.memory_model!r} was renamed: use "
                                       f"{RENAMED_MEMORY_MODELS[self.memory_model]!r}")

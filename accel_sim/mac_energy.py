@@ -30,9 +30,24 @@ effect (below); what is not read off the figure is marked as an assumption:
   shared exponents and one FP32 add of the group's fixed-point sum into the FP32 accumulator, per
   ``g`` products (assumption: the conversion of the fixed-point sum to FP32 is in that add, and the
   exponent of each group is computed once when the group is formed and not charged here).
+  MXINT8 is this datapath with ``m = 7``, ``g = 32`` (``NumberFormat.mac_kind``).
+* an MX MAC with floating-point elements (``mxfp8_*``, ``mxfp6_*``, ``mxfp4_e2m1``): the element's
+  significand multiply + the FP32 add, as an element format's, + ``int_add_pj(8) / 32``: the add of
+  the two blocks' E8M0 scale exponents, once per block of 32 products (assumption: the product is
+  accumulated in FP32 with the scales applied by that exponent add). A scaled FP8 format's MAC is
+  its element's (the hybrid's, E4M3's: its 4-bit significand multiplier serves E5M2 operands); the
+  per-tensor factor is applied once per GEMM output, not priced.
 
-The random bits of stochastic rounding (``_sr`` formats) are not priced: a format's rounding does
-not change its MAC's figure (an assumption; ``accel_sim.formats``).
+A format's rounding does not change its MAC's figure. The random bits of stochastic rounding
+(``_sr`` formats) are priced per value rounded into a stored copy (``accel_sim.words``):
+``rounding_pj(fmt)`` = ``random_bits(fmt) x RANDOM_BIT_PJ``. The model (an assumption): the
+quantizer has one linear-feedback shift register per lane, which shifts once per random bit; a
+value draws the bits its rounding drops from an FP32 significand, ``24 - p`` (an element format's
+significand ``p``, hidden bit included: BF16 16, E4M3 20; a BFP or MXINT8 value's ``m`` mantissa
+bits: ``bfp_m4_g16`` 20), as the emulation's uniform draw resolves them
+(``workloads.numerics.quantize``). A shift's energy is taken as a 1-bit add (an XOR and a flip-flop
+toggle), ``int_add_pj(1)`` = 0.1 / 32 = 0.003125 pJ: BF16 0.05 pJ per value, ``bfp_m4_g16_sr``
+0.0625 pJ, beside the special unit's 4.6 pJ per element.
 
 The formulas run on the figure's decimals as exact fractions and round once to a float, so FP32's
 MAC is the literal 4.6 pJ (in binary floating point 3.7 + 0.9 would round to 4.6000000000000005).
@@ -43,7 +58,7 @@ from __future__ import annotations
 from dataclasses import replace
 from fractions import Fraction
 
-from accel_sim.formats import BFP_EXPONENT_BITS, NumberFormat
+from accel_sim.formats import BFP_EXPONENT_BITS, MX_BLOCK_SIZE, MX_SCALE_BITS, NumberFormat
 from accel_sim.hardware import HardwareConfig
 from accel_sim.resources import bfp_accumulator_bits, fp_multiplier_cost, int_adder_cost, int_multiplier_cost
 
@@ -84,10 +99,13 @@ def mac_pj_exact(fmt: NumberFormat) -> Fraction:
     """One MAC in ``fmt``, pJ, as an exact fraction (module docstring): an element format's multiply
     + the FP32 add; BFP's mantissa multiply + accumulator add + ``bfp_group_pj() / g``."""
     fmt = NumberFormat.parse(fmt)
-    if fmt.kind == "bfp":
+    if fmt.mac_kind == "bfp":
         return (int_multiply_pj(fmt.mantissa_bits) + int_add_pj(bfp_accumulator_bits(fmt))
                 + bfp_group_pj() / fmt.group_size)
-    return fp_multiply_pj(fmt.multiplier_bits) + FP32_ADD_PJ
+    element_mac = fp_multiply_pj(fmt.multiplier_bits) + FP32_ADD_PJ
+    if fmt.kind == "mx":
+        return element_mac + int_add_pj(MX_SCALE_BITS) / MX_BLOCK_SIZE
+    return element_mac
 
 
 def format_mac_pj(fmt: NumberFormat | str) -> float:
@@ -96,9 +114,37 @@ def format_mac_pj(fmt: NumberFormat | str) -> float:
     return float(mac_pj_exact(fmt))
 
 
-def hardware_in_format(hw: HardwareConfig, fmt: NumberFormat | str) -> HardwareConfig:
-    """``hw`` computing in ``fmt``: ``word_bytes`` the format's storage and ``energy.mac_pj`` its
-    MAC figure (``format_mac_pj``). ``fp32`` returns ``hw`` itself: a hardware file is given in FP32,
+FP32_SIGNIFICAND_BITS = 24
+RANDOM_BIT_PJ = int_add_pj(1)
+"""One random bit of stochastic rounding: one LFSR shift, taken as a 1-bit add (module docstring)."""
+
+
+def random_bits(fmt: NumberFormat) -> int:
+    """Random bits a stochastically rounded value draws: the bits its rounding drops from an FP32
+    significand, ``24 - multiplier_bits`` (module docstring); 0 when rounding to nearest."""
+    return FP32_SIGNIFICAND_BITS - fmt.multiplier_bits if fmt.rounding == "stochastic" else 0
+
+
+def rounding_pj(fmt: NumberFormat | str) -> float:
+    """Energy of the random bits of one value rounded into ``fmt``, pJ (``EnergyCosts.rounding_pj_per_value``)."""
+    return float(random_bits(NumberFormat.parse(fmt)) * RANDOM_BIT_PJ)
+
+
+def operand_copies(fmt: NumberFormat | str) -> str:
+    """``per_role`` for a block-grouped format (BFP, MX: a tensor regrouped for each GEMM role) and
+    for stochastic rounding (each role's copy drawn with its own bits, as the emulation rounds each
+    GEMM's operands), else ``one`` (``accel_sim.hardware.OPERAND_COPIES``)."""
+    fmt = NumberFormat.parse(fmt)
+    return "per_role" if fmt.block_grouped or fmt.rounding == "stochastic" else "one"
+
+
+def hardware_in_format(hw: HardwareConfig, fmt: NumberFormat | str, *, master_weights: bool = True) -> HardwareConfig:
+    """``hw`` computing in ``fmt``: ``word_bytes`` the format's storage, ``energy.mac_pj`` its MAC
+    figure (``format_mac_pj``), and how it stores GEMM operands (``operand_copies``,
+    ``scale_bits_per_value``) and what its rounding's random bits cost
+    (``energy.rounding_pj_per_value``: ``rounding_pj``); ``master_weights=False``: the weights live in
+    the format only (``weight_master = "none"``, ``--low-precision-weights``). ``fp32`` returns
+    ``hw`` itself: a hardware file is given in FP32,
     and its own ``mac_pj`` (any technology) and ``word_bytes`` stay as given. For another format the
     figure replaces the file's ``mac_pj``: the per-format figures are Horowitz's 45 nm ones, so a
     file that sets another technology's FP32 figure is priced in that technology for fp32 only.
@@ -107,5 +153,8 @@ def hardware_in_format(hw: HardwareConfig, fmt: NumberFormat | str) -> HardwareC
     fmt = NumberFormat.parse(fmt)
     if fmt.is_identity:
         return hw
-    return hw.with_(word_bytes=fmt.storage_bytes, energy=replace(hw.energy, mac_pj=format_mac_pj(fmt)))
+    return hw.with_(word_bytes=fmt.storage_bytes, operand_copies=operand_copies(fmt),
+                    scale_bits_per_value=fmt.scale_bytes_per_value * 8,
+                    weight_master="fp32" if master_weights else "none",
+                    energy=replace(hw.energy, mac_pj=format_mac_pj(fmt), rounding_pj_per_value=rounding_pj(fmt)))
 

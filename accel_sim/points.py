@@ -18,8 +18,8 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from accel_sim.dataflows import DATAFLOWS
-from accel_sim.hardware import (GROUPED_MAPPINGS, MEMORY_MODELS, EnergyCosts, HardwareConfig,
-                                HardwareConfigError, SpecialUnit)
+from accel_sim.hardware import (GROUPED_MAPPINGS, MEMORY_MODELS, OPERAND_COPIES, WEIGHT_MASTERS, EnergyCosts,
+                                HardwareConfig, HardwareConfigError, SpecialUnit)
 
 SUB_TABLES = {"special_unit": SpecialUnit, "energy": EnergyCosts}
 
@@ -39,7 +39,8 @@ FIELD_PATHS: tuple[str, ...] = field_paths(HardwareConfig)
 """Every field of a ``HardwareConfig``, sub-tables flattened (``special_unit.norm``)."""
 CHOICES: dict[str, tuple[str, ...]] = {
     "dataflow_fwd": tuple(DATAFLOWS), "dataflow_dx": tuple(DATAFLOWS), "dataflow_dw": tuple(DATAFLOWS),
-    "grouped_mapping": GROUPED_MAPPINGS, "memory_model": MEMORY_MODELS,
+    "grouped_mapping": GROUPED_MAPPINGS, "memory_model": MEMORY_MODELS, "operand_copies": OPERAND_COPIES,
+    "weight_master": WEIGHT_MASTERS,
 }
 """The fields whose values are names, and their choices."""
 

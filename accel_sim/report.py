@@ -35,6 +35,7 @@ class OpCost:
     sram_read_bytes: int  # on-chip buffer bytes read (GEMM: by the array; vector / linalg: inputs)
     sram_write_bytes: int  # on-chip buffer bytes written
     special_unit_elements: int  # vector work's elements
+    rounded_values: int  # values rounded into a narrow format's stored copies (accel_sim.words)
     gemm_groups: int  # GEMMs: groups (> 1: grouped / depthwise convolution, batched matmul); else 1
     energy: Energy  # joules by component (accel_sim.energy)
 
@@ -58,6 +59,7 @@ class Totals:
     sram_read_bytes: int
     sram_write_bytes: int
     special_unit_elements: int
+    rounded_values: int
     energy: Energy
 
     @staticmethod
@@ -66,12 +68,13 @@ class Totals:
         counts = {
             name: sum(getattr(c, name) for c in costs)
             for name in ("macs", "compute_cycles", "stall_cycles", "total_cycles", "dram_read_bytes", "dram_write_bytes",
-                         "sram_read_bytes", "sram_write_bytes", "special_unit_elements")
+                         "sram_read_bytes", "sram_write_bytes", "special_unit_elements", "rounded_values")
         }
         energy = op_energy(hw, macs=counts["macs"], total_cycles=counts["total_cycles"],
                            dram_bytes=counts["dram_read_bytes"] + counts["dram_write_bytes"],
                            sram_bytes=counts["sram_read_bytes"] + counts["sram_write_bytes"],
-                           special_unit_elements=counts["special_unit_elements"])
+                           special_unit_elements=counts["special_unit_elements"],
+                           rounded_values=counts["rounded_values"])
         return Totals(ops=len(costs), **counts, energy=energy)
 
     @property
@@ -85,11 +88,12 @@ class Totals:
 
 
 def op_energy(hw: HardwareConfig, *, macs: int, total_cycles: int, dram_bytes: int, sram_bytes: int,
-              special_unit_elements: int) -> Energy:
+              special_unit_elements: int, rounded_values: int) -> Energy:
     """The energy of an op (or a set of ops) from its event counts under ``hw.energy``; latency =
     total cycles / clock."""
     return energy_of(hw.energy, macs=macs, sram_bytes=sram_bytes, dram_bytes=dram_bytes,
-                     special_unit_elements=special_unit_elements, latency_s=total_cycles / hw.clock_hz)
+                     special_unit_elements=special_unit_elements, rounded_values=rounded_values,
+                     latency_s=total_cycles / hw.clock_hz)
 
 
 @dataclass(frozen=True)
@@ -202,6 +206,7 @@ class CostReport:
             "sram_read_bytes": t.sram_read_bytes,
             "sram_write_bytes": t.sram_write_bytes,
             "special_unit_elements": t.special_unit_elements,
+            "rounded_values": t.rounded_values,
             "energy_j": t.energy_j,
             "energy_by_component_j": t.energy.by_component_j(),
             "peak_memory_bytes": self.peak.peak_memory_bytes,

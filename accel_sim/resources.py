@@ -17,6 +17,8 @@ its source or says "assumption". Formulas (one function each, below):
   ``2m + ceil(log2 g)``-bit accumulator at one LUT per bit; FP8's significand multiplier plus its
   exponent adder, the FP32 adder being in DSP slices). Control, the DDR3 controller and the FP
   cores' own LUTs are not counted: ``fits`` is necessary, not sufficient.
+* DRAM channels = ``ceil(dram_peak_bytes_per_s / memory_channel_bytes_per_s)`` against the board's
+  ``memory_channels`` (``memory_channels``): bandwidth costs memory interfaces, not only time.
 * BRAM36 blocks per buffer = 2 halves (double buffering, as the cycle model's active half) x the
   larger of the blocks that hold a half (``bram36_bytes`` each) and the blocks whose ports deliver
   one word per lane per cycle (``bram36_port_bytes`` each); a buffer's lanes are the array side it
@@ -44,7 +46,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from accel_sim.dataflows import DATAFLOWS
-from accel_sim.formats import ELEMENT_FORMATS, FORMAT_KINDS, NumberFormat
+from accel_sim.formats import ELEMENT_FORMATS, MAC_KINDS, NumberFormat
 from accel_sim.points import HardwarePoints
 from iokit.toml import read_toml
 from accel_sim.trace_schema import GEMM_ROLES, VECTOR_OPS
@@ -70,6 +72,12 @@ class FpgaDevice:
     dsp_per_mac: Mapping[str, int]
     luts_per_9x9_multiplier: int
     luts_per_adder_bit: int
+    memory_channels: int
+    memory_channel_bytes_per_s: float
+
+
+NUMBER_KEYS = ("static_w", "memory_channel_bytes_per_s")
+"""Device fields that may be fractional; every other figure is a count."""
 
 
 def load_device(path: str | Path) -> FpgaDevice:
@@ -79,9 +87,9 @@ def load_device(path: str | Path) -> FpgaDevice:
     lut_costs, dsp_per_mac = data.pop("lut_costs", None), data.pop("dsp_per_mac", None)
     if not isinstance(lut_costs, dict) or not isinstance(dsp_per_mac, dict):
         raise ResourceModelError(f"{path}: a device file needs the tables [dsp_per_mac] and [lut_costs]")
-    if "fp32" not in dsp_per_mac or set(dsp_per_mac) - set(FORMAT_KINDS):
-        raise ResourceModelError(f"{path}: [dsp_per_mac] gives DSP slices per MAC by number format kind: fp32 and any "
-                                 f"of {', '.join(FORMAT_KINDS)}; got {', '.join(dsp_per_mac)}")
+    if "fp32" not in dsp_per_mac or set(dsp_per_mac) - set(MAC_KINDS):
+        raise ResourceModelError(f"{path}: [dsp_per_mac] gives DSP slices per MAC by MAC datapath: fp32 and any "
+                                 f"of {', '.join(MAC_KINDS)}; got {', '.join(dsp_per_mac)}")
     values = {**data, **lut_costs, "dsp_per_mac": dsp_per_mac}
     expected = {f.name for f in fields(FpgaDevice)}
     if set(values) != expected:
@@ -90,9 +98,9 @@ def load_device(path: str | Path) -> FpgaDevice:
     for key, value in [*((k, v) for k, v in values.items() if k not in ("name", "board", "dsp_per_mac")),
                        *((f"dsp_per_mac.{k}", v) for k, v in dsp_per_mac.items())]:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 2**40 or (
-                key != "static_w" and not isinstance(value, int)):
+                key not in NUMBER_KEYS and not isinstance(value, int)):
             raise ResourceModelError(f"{path}: device field '{key}' must be a non-negative "
-                                     f"{'number' if key == 'static_w' else 'integer'}, got {value!r}")
+                                     f"{'number' if key in NUMBER_KEYS else 'integer'}, got {value!r}")
     return FpgaDevice(**values)
 
 
@@ -101,10 +109,10 @@ def load_device(path: str | Path) -> FpgaDevice:
 
 def mac_dsp_slices(fmt: NumberFormat, device: FpgaDevice) -> int:
     """DSP slices of one multiply-add cell in ``fmt`` (the device file's ``[dsp_per_mac]``)."""
-    if fmt.kind not in device.dsp_per_mac:
+    if fmt.mac_kind not in device.dsp_per_mac:
         raise ResourceModelError(f"device {device.name}: [dsp_per_mac] gives no figure for number format {fmt.name}; "
-                                 f"add {fmt.kind} = <slices> to the device file")
-    return device.dsp_per_mac[fmt.kind]
+                                 f"add {fmt.mac_kind} = <slices> to the device file")
+    return device.dsp_per_mac[fmt.mac_kind]
 
 
 def bfp_accumulator_bits(fmt: NumberFormat) -> int:
@@ -116,7 +124,7 @@ def bfp_accumulator_bits(fmt: NumberFormat) -> int:
     return 2 * fmt.mantissa_bits + math.ceil(math.log2(fmt.group_size))
 
 
-LUT_MULTIPLIER_KINDS = ("bfp", "e4m3", "e5m2")
+LUT_MULTIPLIER_KINDS = ("bfp", "e4m3", "e5m2", "e3m2", "e2m3", "e2m1")
 """The formats whose significand (mantissa) multiplier is built from LUTs: a few bits wide, too
 narrow to spend a DSP48E1's 25 x 18 multiplier on (an assumption; DSP packing of several small
 products is not modeled)."""
@@ -136,12 +144,21 @@ def mac_luts(fmt: NumberFormat, device: FpgaDevice) -> int:
     ``2s`` bits, enters the FP32 adder in DSP slices, ``[dsp_per_mac]``, as it is; the exponent
     bias is folded into that adder's input). 0 for the formats whose arithmetic is in DSP slices
     (their exponent logic's LUTs are not counted, as the FP cores' are not)."""
-    if fmt.kind not in LUT_MULTIPLIER_KINDS:
+    if fmt.mac_kind not in LUT_MULTIPLIER_KINDS:
         return 0
-    if fmt.kind == "bfp":
+    if fmt.mac_kind == "bfp":
         return lut_multiplier_luts(fmt.mantissa_bits, device) + device.luts_per_adder_bit * bfp_accumulator_bits(fmt)
     return (lut_multiplier_luts(fmt.multiplier_bits, device)
             + device.luts_per_adder_bit * (fmt.element.exponent_bits + 1))
+
+
+def memory_channels(dram_peak_bytes_per_s, device: FpgaDevice) -> np.ndarray:
+    """DRAM channels a point's peak bandwidth needs: ``ceil(dram_peak_bytes_per_s /
+    memory_channel_bytes_per_s)`` (the board's channel: on the VC707 one 64-bit DDR3-1600 SODIMM,
+    12.8 GB/s). More bandwidth is more memory interfaces (their pins, PHYs and DIMMs), which a board
+    has or has not: a point needing more channels than ``memory_channels`` does not fit."""
+    return np.ceil(np.asarray(dram_peak_bytes_per_s, dtype=np.float64) / device.memory_channel_bytes_per_s
+                   - 1e-9).astype(np.int64)
 
 
 def special_unit_lanes(points: HardwarePoints) -> np.ndarray:
@@ -237,8 +254,8 @@ def mac_area_um2(fmt: NumberFormat) -> float:
     """One multiply-add cell at ``ASIC_NODE``: an element format's multiplier
     (``fp_multiplier_cost``: FP32 7,700, FP16 1,640, BF16 881, E4M3 242, E5M2 148 um2) + the FP32
     adder (the array accumulates in FP32); BFP an ``m``-bit integer multiplier + the accumulator's
-    adder (``bfp_accumulator_bits``)."""
-    if fmt.kind == "bfp":
+    adder (``bfp_accumulator_bits``); MXINT8 as BFP (``NumberFormat.mac_kind``)."""
+    if fmt.mac_kind == "bfp":
         return (int_multiplier_cost(fmt.mantissa_bits, INT8_MULTIPLY_UM2)
                 + int_adder_cost(bfp_accumulator_bits(fmt), INT32_ADD_UM2))
     return fp_multiplier_cost(fmt.multiplier_bits, FP32_MULTIPLY_UM2, FP16_MULTIPLY_UM2) + FP32_ADD_UM2
@@ -252,6 +269,8 @@ def sram_area_um2(sram_bytes):
 # ----------------------------------------------------------------------------- per point
 
 RESOURCES = ("dsp", "bram36", "lut")
+"""The resources the array and its buffers are built from, among which ``limiting_resource`` is
+named; memory channels (the board's) enter ``fits`` only."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -265,6 +284,8 @@ class Resources:
     dsp_utilization: np.ndarray
     bram36_utilization: np.ndarray
     lut_utilization: np.ndarray
+    memory_channels: np.ndarray
+    memory_channel_utilization: np.ndarray
     limiting_resource: np.ndarray  # the resource with the largest utilization
     fits: np.ndarray  # every utilization <= 1
     static_w: np.ndarray
@@ -300,12 +321,16 @@ def fpga_resources(points: HardwarePoints, number_formats, device: FpgaDevice) -
     word_bytes = points["word_bytes"]
     bram = sum(buffer_bram36_blocks(points[buffer], lanes_of(points), word_bytes, device)
                for buffer, lanes_of in BUFFER_LANES.items())
+    channels = memory_channels(points["dram_peak_bytes_per_s"], device)
     utilization = {"dsp": dsp / device.dsp_slices, "bram36": bram / device.bram36_blocks, "lut": luts / device.luts}
+    channel_utilization = channels / device.memory_channels
     stacked = np.stack([utilization[r] for r in RESOURCES])
     buffer_bytes = sum(points[buffer] for buffer in BUFFER_LANES)
     area_um2 = macs * per_mac["area"] + lanes * mac_area_um2(NumberFormat("fp32")) + sram_area_um2(buffer_bytes)
     return Resources(
         number_format=np.asarray(names, dtype=str), dsp_slices=dsp, bram36_blocks=bram, luts=luts,
         dsp_utilization=utilization["dsp"], bram36_utilization=utilization["bram36"], lut_utilization=utilization["lut"],
-        limiting_resource=np.asarray(RESOURCES)[np.argmax(stacked, axis=0)], fits=np.all(stacked <= 1.0, axis=0),
+        memory_channels=channels, memory_channel_utilization=channel_utilization,
+        limiting_resource=np.asarray(RESOURCES)[np.argmax(stacked, axis=0)],
+        fits=np.all(stacked <= 1.0, axis=0) & (channel_utilization <= 1.0),
         static_w=np.full(len(points), float(device.static_w)), asic_area_mm2=area_um2 / 1e6)

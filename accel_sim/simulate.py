@@ -6,8 +6,10 @@ cycles. Each op is priced by ``accel_sim.pricing``; vector and linear-algebra op
 bytes of their input and output tensors (each distinct tensor once), or the bytes a vector op
 states it touches (``VectorWork.read_bytes`` / ``write_bytes``); peak memory comes from the
 storage lifetimes (``accel_sim.lifetimes``); every op's energy from its event counts
-(``accel_sim.energy``). Every byte figure, GEMM or not, and peak memory follow the hardware's
-``word_bytes`` by one rule (``accel_sim.words``).
+(``accel_sim.energy``). GEMM operands are counted in words of ``word_bytes`` (``accel_sim.memory``);
+every other byte figure, peak memory and the values a narrow format rounds follow one rule
+(``accel_sim.words``: what the emulation keeps in FP32 at 4 bytes, what it stores in the format at
+the format's size).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from accel_sim.lifetimes import peak_memory
 from accel_sim.pricing import GemmTooLargeError, check_gemm_fits, price_work
 from accel_sim.report import CostReport, OpCost, op_energy
 from accel_sim.trace_schema import OpRecord, TensorInfo, Trace
-from accel_sim.words import stated_bytes_at_word, storages_at_word, tensor_bytes_at_word
+from accel_sim.words import StoredBytes, Storing, stated_bytes, stored_bytes
 
 
 def _work_op(op: OpRecord) -> str:
@@ -31,22 +33,28 @@ def _work_op(op: OpRecord) -> str:
     return ""
 
 
-def streamed_bytes(op: OpRecord, tensors: Mapping[int, TensorInfo], tensor_bytes: Mapping[int, int],
-                   word_bytes: int) -> tuple[int, int]:
-    """(read, written) bytes a vector or linear-algebra op streams from and to DRAM at
-    ``word_bytes``: each distinct input / output tensor once, or the bytes a vector op states it
-    touches (``VectorWork.read_bytes`` / ``write_bytes``, ``accel_sim.words``); (0, 0) for other work."""
+def streamed_bytes(op: OpRecord, tensors: Mapping[int, TensorInfo], stored: StoredBytes) -> tuple[int, int]:
+    """(read, written) bytes a vector or linear-algebra op streams from and to DRAM on the
+    accelerator (``stored``, ``accel_sim.words``): each distinct input / output tensor once, or the
+    bytes a vector op states it touches (``VectorWork.read_bytes`` / ``write_bytes``); (0, 0) for
+    other work."""
     kind = op.work.kind
     if kind not in ("vector", "linalg"):
         return 0, 0
-    read = sum(tensor_bytes[i] for i in dict.fromkeys(op.inputs))
-    write = sum(tensor_bytes[i] for i in dict.fromkeys(op.outputs))
+    read = sum(stored.read[i] for i in dict.fromkeys(op.inputs))
+    write = sum(stored.write[i] for i in dict.fromkeys(op.outputs))
     if kind == "vector":  # an op that touches only part of its tensors says so
         if op.work.read_bytes is not None:
-            read = stated_bytes_at_word(op.work.read_bytes, op.inputs, tensors, word_bytes)
+            read = stated_bytes(op.work.read_bytes, op.inputs, tensors, stored.read)
         if op.work.write_bytes is not None:
-            write = stated_bytes_at_word(op.work.write_bytes, op.outputs, tensors, word_bytes)
+            write = stated_bytes(op.work.write_bytes, op.outputs, tensors, stored.write)
     return read, write
+
+
+def rounded_values(op: OpRecord, stored: StoredBytes) -> int:
+    """Values ``op`` rounds into the format: those of its distinct outputs stored in it, once per
+    copy (``accel_sim.words``)."""
+    return sum(stored.rounded.get(i, 0) for i in dict.fromkeys(op.outputs))
 
 
 def check_trace_fits(trace: Trace, hw: HardwareConfig) -> None:
@@ -66,11 +74,12 @@ def simulate(trace: Trace, hw: HardwareConfig | None = None) -> CostReport:
     hw = hw if hw is not None else HardwareConfig()
     check_trace_fits(trace, hw)
     tensors = {t.id: t for t in trace.header.tensors}
-    tensor_bytes = tensor_bytes_at_word(trace.header.tensors, hw.word_bytes)
+    stored = stored_bytes(trace.header, trace.ops, Storing.of(hw))
     costs = []
     for op in trace.ops:
         kind = op.work.kind
-        read, write = streamed_bytes(op, tensors, tensor_bytes, hw.word_bytes)
+        read, write = streamed_bytes(op, tensors, stored)
+        rounded = rounded_values(op, stored)
         cost = price_work(op.work, hw, read, write)
         t = cost.timing
         costs.append(
@@ -92,11 +101,12 @@ def simulate(trace: Trace, hw: HardwareConfig | None = None) -> CostReport:
                 sram_read_bytes=cost.sram_read_bytes,
                 sram_write_bytes=cost.sram_write_bytes,
                 special_unit_elements=cost.special_unit_elements,
+                rounded_values=rounded,
                 gemm_groups=op.work.groups if kind == "gemm" else 1,
                 energy=op_energy(hw, macs=cost.macs, total_cycles=t.total_cycles,
                                  dram_bytes=t.dram_read_bytes + t.dram_write_bytes,
                                  sram_bytes=cost.sram_read_bytes + cost.sram_write_bytes,
-                                 special_unit_elements=cost.special_unit_elements),
+                                 special_unit_elements=cost.special_unit_elements, rounded_values=rounded),
             )
         )
     header = trace.header
@@ -106,5 +116,5 @@ def simulate(trace: Trace, hw: HardwareConfig | None = None) -> CostReport:
         method=header.method,
         batch_size=header.batch_size,
         ops=tuple(costs),
-        peak=peak_memory(storages_at_word(header.storages, header.tensors, hw.word_bytes), trace.ops),
+        peak=peak_memory(stored.storages, trace.ops),
     )

@@ -48,7 +48,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from accel_sim.hardware import HardwareConfig, HardwareConfigError
-from accel_sim.mac_energy import format_mac_pj
+from accel_sim.mac_energy import format_mac_pj, hardware_in_format
 from accel_sim.points import FIELD_PATHS, HardwarePoints, field_kind, field_value, python_value, with_field
 from accel_sim.formats import NumberFormat
 from accel_sim.resources import ResourceModelError
@@ -74,6 +74,27 @@ FORMAT_OF_WORD = {4: "fp32", 2: "bf16"}
 """The number format of a point without a ``number_format`` axis, by its word size."""
 MAC_PJ = "energy.mac_pj"
 """Set by each point's number format (``mac_pj_column``), as ``word_bytes`` is."""
+STORING_FIELDS = ("word_bytes", "operand_copies", "scale_bits_per_value", "energy.rounding_pj_per_value")
+"""The fields a ``number_format`` axis sets for each point, as ``hardware_in_format`` does: how the
+format stores values (``accel_sim.words``) and what its rounding's random bits cost."""
+
+
+def storing_columns(formats: np.ndarray, base) -> dict[str, np.ndarray]:
+    """``STORING_FIELDS`` of each point from its number format (``hardware_in_format``; an FP32
+    point keeps the base's)."""
+    distinct = {name: hardware_in_format(base, name) for name in np.unique(formats).tolist()}
+    getters = {"word_bytes": lambda hw: hw.word_bytes, "operand_copies": lambda hw: hw.operand_copies,
+               "scale_bits_per_value": lambda hw: hw.scale_bits_per_value,
+               "energy.rounding_pj_per_value": lambda hw: hw.energy.rounding_pj_per_value}
+    types = {"word_bytes": np.int64, "operand_copies": object, "scale_bits_per_value": np.float64,
+             "energy.rounding_pj_per_value": np.float64}
+    columns = {}
+    for path, get in getters.items():
+        values = {name: get(hw) for name, hw in distinct.items()}
+        columns[path] = np.array([values[f] for f in formats.tolist()], dtype=types[path])
+        if path == "operand_copies":
+            columns[path] = columns[path].astype(str) if formats.size else np.zeros(0, dtype=str)
+    return columns
 
 
 def mac_pj_column(formats: np.ndarray, fp32_mac_pj) -> np.ndarray:
@@ -397,10 +418,7 @@ class Space:
         columns = {a.path: a.array()[d] for a, d in zip(self.axes, digits) if names is None or a.path in names
                    or a.path == NUMBER_FORMAT}
         if NUMBER_FORMAT in columns:
-            formats = columns[NUMBER_FORMAT]
-            storage = {name: NumberFormat.parse(name).storage_bytes for name in np.unique(formats).tolist()}
-            columns["word_bytes"] = np.vectorize(storage.__getitem__, otypes=[np.int64])(formats) if formats.size \
-                else np.zeros(0, dtype=np.int64)
+            columns.update(storing_columns(columns[NUMBER_FORMAT], self.base))
         elif names is None or NUMBER_FORMAT in names or MAC_PJ in names:
             words = columns.get("word_bytes", np.full(len(index), self.base.word_bytes, dtype=np.int64))
             columns[NUMBER_FORMAT] = np.vectorize(FORMAT_OF_WORD.__getitem__, otypes=[str])(words) if words.size \
@@ -471,6 +489,10 @@ def space_from_dict(data: Mapping[str, Any], base: HardwareConfig | None = None,
     if NUMBER_FORMAT in paths and "word_bytes" in paths:
         raise SpaceError("space axes 'number_format' and 'word_bytes' both set the word size: drop the word_bytes "
                          "axis (each number format stores its values in its own bytes)")
+    clash = [p for p in STORING_FIELDS[1:] if p in paths]
+    if clash:
+        raise SpaceError(f"space axis '{clash[0]}': a point's number format sets it (accel_sim.mac_energy."
+                         f"hardware_in_format): drop the axis and vary number_format")
     if NUMBER_FORMAT in paths:
         formats = next(a.values for a in axes if a.path == NUMBER_FORMAT)
     else:

@@ -23,7 +23,7 @@ from accel_sim.trace_schema import (GEMM_ROLES, LINALG_OPS, VECTOR_OPS, GemmWork
 from tests.accel_traces import small_trace
 
 EXACT = ("ops", "macs", "compute_cycles", "stall_cycles", "total_cycles", "dram_read_bytes", "dram_write_bytes",
-         "sram_read_bytes", "sram_write_bytes", "special_unit_elements", "peak_memory_bytes")
+         "sram_read_bytes", "sram_write_bytes", "special_unit_elements", "rounded_values", "peak_memory_bytes")
 CLOSE = ("latency_s", "utilization", "energy_j")
 
 
@@ -46,7 +46,7 @@ def hardware(small: bool = True):
     buffers = st.sampled_from([1, 16, 100, 256, 4096, 65536, 1 << 20])
     dataflows = st.sampled_from(list(DATAFLOWS))
     units = [SpecialUnit(**{name: rate * (i + 1) for i, name in enumerate(VECTOR_OPS)}) for rate in (0.5, 3.0, 16.0)]
-    energies = [EnergyCosts(), EnergyCosts(0.7, 12.5, 640 / 4, 0.3, 1.7), EnergyCosts(3.1, 0.0, 99.9, 11.0, 0.0)]
+    energies = [EnergyCosts(), EnergyCosts(0.7, 12.5, 640 / 4, 0.3, 1.7), EnergyCosts(3.1, 0.0, 99.9, 11.0, 0.0, 0.02)]
     return st.builds(
         HardwareConfig, rows=sides, cols=sides, clock_hz=st.sampled_from([1e8, 7e8]),
         word_bytes=st.sampled_from([1, 2, 4, 8]), dataflow_fwd=dataflows, dataflow_dx=dataflows, dataflow_dw=dataflows,
@@ -56,6 +56,7 @@ def hardware(small: bool = True):
         memory_model=st.sampled_from(["on_chip_accumulation", "on_chip_accumulation", "scalesim_v3"]),
         grouped_mapping=st.sampled_from(["per_group", "block_diagonal"]),
         linalg_efficiency=st.sampled_from([0.25, 0.5, 1.0]),
+        operand_copies=st.sampled_from(["one", "per_role"]), scale_bits_per_value=st.sampled_from([0.0, 0.25]),
         special_unit=st.sampled_from(units), energy=st.sampled_from(energies))
 
 

@@ -150,13 +150,13 @@ def test_doubling_every_figure_doubles_energy(mac, sram, dram, unit, static):
 
 @settings(max_examples=30, deadline=None)
 @given(st.integers(0, 10**12), st.integers(0, 10**12), st.integers(0, 10**12), st.integers(0, 10**12),
-       st.floats(0, 10, allow_nan=False))
-def test_energy_is_linear_in_the_counts(macs, sram, dram, elements, seconds):
-    costs = HardwareConfig().energy
+       st.integers(0, 10**12), st.floats(0, 10, allow_nan=False))
+def test_energy_is_linear_in_the_counts(macs, sram, dram, elements, rounded, seconds):
+    costs = replace(HardwareConfig().energy, rounding_pj_per_value=0.05)
     e = energy_of(costs, macs=macs, sram_bytes=sram, dram_bytes=dram, special_unit_elements=elements,
-                  latency_s=seconds)
+                  rounded_values=rounded, latency_s=seconds)
     expected = (costs.mac_pj * macs + costs.sram_pj_per_byte * sram + costs.dram_pj_per_byte * dram
-                + costs.special_unit_pj_per_element * elements) * 1e-12 + costs.static_w * seconds
+                + costs.special_unit_pj_per_element * elements + 0.05 * rounded) * 1e-12 + costs.static_w * seconds
     assert math.isclose(e.energy_j, expected, rel_tol=1e-12, abs_tol=1e-300)
 
 

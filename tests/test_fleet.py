@@ -91,6 +91,8 @@ BAD = [  # (change to a valid one-class fleet, words the one line must hold)
     ({"round": {"overcommit": 0.5}}, ("overcommit = 0.5",)),
     ({"classes": {"fast": {**FAST, "share": 1.0, "availability": {"probability": 0}}}}, ("probability",)),
     ({"classes": {"fast": {**FAST, "share": 1.0, "availability": {"period_rounds": 4}}}}, ("online_rounds",)),
+    ({"classes": {"fast": {**FAST, "share": 1.0, "number_format": "mxfp5"}}}, ("[classes.fast]", "number_format",
+                                                                              "'mxfp5'")),
 ]
 
 

@@ -28,7 +28,8 @@ def test_energy_table_keys_and_defaults(tmp_path):
     # exactly these keys; Horowitz (ISSCC 2014) 45 nm figures: FP32 mult 3.7 + add 0.9 pJ, 8 KB SRAM
     # 10 pJ / 64 bit, DRAM 1.3 nJ / 64 bit
     assert [f.name for f in fields(EnergyCosts)] == [
-        "mac_pj", "sram_pj_per_byte", "dram_pj_per_byte", "special_unit_pj_per_element", "static_w"]
+        "mac_pj", "sram_pj_per_byte", "dram_pj_per_byte", "special_unit_pj_per_element", "static_w",
+        "rounding_pj_per_value"]
     e = HardwareConfig().energy
     assert (e.mac_pj, e.sram_pj_per_byte, e.dram_pj_per_byte) == pytest.approx((3.7 + 0.9, 10 / 8, 1300 / 8))
     path = tmp_path / "hw.toml"

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from accel_sim.energy import mac_energy_j
-from accel_sim.formats import ELEMENT_FORMATS, NumberFormat
+from accel_sim.formats import ELEMENT_KINDS, MX_ELEMENTS, NumberFormat
 from accel_sim.hardware import EnergyCosts, HardwareConfig
 from accel_sim.mac_energy import format_mac_pj, hardware_in_format, int_add_pj, int_multiply_pj, mac_pj_exact
 
@@ -77,10 +77,21 @@ def test_larger_groups_cost_less_up_to_128(m, log2_g):
     assert mac_pj_exact(NumberFormat("bfp", m, 2 * g)) < mac_pj_exact(NumberFormat("bfp", m, g))
 
 
-@given(m=st.integers(1, 23), g=st.integers(1, 1024), kind=st.sampled_from(sorted(set(ELEMENT_FORMATS) - {"fp32"})))
+@given(m=st.integers(1, 23), g=st.integers(1, 1024), kind=st.sampled_from(sorted(set(ELEMENT_KINDS) - {"fp32"}) + list(MX_ELEMENTS) + ["e4m3_cs", "fp8_hybrid_ds"]))
 def test_every_format_costs_less_than_fp32(m, g, kind):
     fp32 = mac_pj_exact(NumberFormat("fp32"))
-    assert mac_pj_exact(NumberFormat("bfp", m, g)) < fp32 and mac_pj_exact(NumberFormat(kind)) < fp32
+    assert mac_pj_exact(NumberFormat("bfp", m, g)) < fp32 and mac_pj_exact(NumberFormat.parse(kind)) < fp32
+
+
+def test_mx_and_scaled_fp8_macs_by_hand():
+    # MXFP8 E4M3: E4M3's MAC (fp_multiply_pj(4) + 0.9 = 1.4 pJ) + an 8-bit add of the block scales per
+    # 32 products: 0.1 x 8 / 32 / 32 = 0.00078125 pJ; MXINT8 is BFP's m = 7, g = 32 datapath:
+    # 0.2 x (7/8)^2 + 0.1 x (14 + 5) / 32 + (0.025 + 0.9) / 32 = 0.153125 + 0.059375 + 0.02890625
+    assert mac_pj_exact(NumberFormat.parse("mxfp8_e4m3")) == Fraction("1.4") + Fraction("0.00078125")
+    assert mac_pj_exact(NumberFormat.parse("mxint8")) == Fraction("0.24140625")
+    # a scaled FP8 format computes in its element; the hybrid in E4M3 (its wider multiplier)
+    assert mac_pj_exact(NumberFormat.parse("e5m2_ds")) == mac_pj_exact(NumberFormat("e5m2"))
+    assert mac_pj_exact(NumberFormat.parse("fp8_hybrid_cs")) == mac_pj_exact(NumberFormat("e4m3"))
 
 
 def test_hardware_in_a_format():
@@ -88,8 +99,12 @@ def test_hardware_in_a_format():
     assert hardware_in_format(hw, "fp32") is hw  # fp32: the hardware file as given (its own technology's figure)
     bfp = hardware_in_format(HardwareConfig(), "bfp_m4_g16_sr")
     assert (bfp.word_bytes, bfp.energy.mac_pj) == (1, 0.1453125)
-    assert bfp == HardwareConfig().with_(word_bytes=1, energy=replace(EnergyCosts(), mac_pj=0.1453125))
-    assert hardware_in_format(bfp, "bfp_m4_g16") == bfp  # applying it again changes nothing
+    # one copy per GEMM role (block-grouped, stochastic), 20 random bits x 0.003125 pJ per value rounded
+    assert bfp == HardwareConfig().with_(word_bytes=1, operand_copies="per_role",
+                                         energy=replace(EnergyCosts(), mac_pj=0.1453125, rounding_pj_per_value=0.0625))
+    assert hardware_in_format(bfp, "bfp_m4_g16_sr") == bfp  # applying it again changes nothing
+    assert hardware_in_format(bfp, "bfp_m4_g16").energy.rounding_pj_per_value == 0.0  # to nearest: no random bits
+    assert hardware_in_format(HardwareConfig(), "bf16", master_weights=False).weight_master == "none"
     # the 45 nm figure replaces another technology's: the per-format figures are Horowitz's
     assert hardware_in_format(hw, "e4m3").energy.mac_pj == 1.4
     # 1,000 MACs in bf16 (2-byte words) at 293/175 pJ each

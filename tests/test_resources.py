@@ -124,11 +124,23 @@ def test_a_bad_device_file_is_named(tmp_path):
     with pytest.raises(ResourceModelError, match="bad.toml: device field 'dsp_slices' must be a non-negative integer"):
         load_device(bad)
     bad.write_text(text.replace("bf16 = 3", "fp64 = 3"))
-    with pytest.raises(ResourceModelError, match=r"\[dsp_per_mac\] gives DSP slices per MAC by number format kind: "
-                                                 r"fp32 and any of fp32, bf16, fp16, e4m3, e5m2, bfp; got fp32, fp64, "
-                                                 r"fp16, e4m3, e5m2, bfp"):
+    with pytest.raises(ResourceModelError, match=r"\[dsp_per_mac\] gives DSP slices per MAC by MAC datapath: "
+                                                 r"fp32 and any of fp32, bf16, fp16, e4m3, e5m2, e3m2, e2m3, e2m1, bfp; "
+                                                 r"got fp32, fp64, fp16, e4m3, e5m2, e3m2, e2m3, e2m1, bfp"):
         load_device(bad)
     # a device file without a figure for a format refuses a point in it, naming the key to add
     bad.write_text(text.replace("e4m3 = 2", ""))
     with pytest.raises(ResourceModelError, match="gives no figure for number format e4m3; add e4m3 = <slices>"):
         fpga_resources(HardwarePoints.of([HardwareConfig(word_bytes=1)]), "e4m3", load_device(bad))
+
+
+def test_more_dram_bandwidth_needs_memory_channels_the_board_may_not_have():
+    # the VC707 has one DDR3-1600 SODIMM: 64 bits x 1,600 MT/s = 12.8 GB/s per channel, one channel.
+    # The BFP point that fits at 12.8 GB/s needs ceil(25.6 / 12.8) = 2 channels at 25.6 GB/s: 200 %.
+    base = HardwareConfig(word_bytes=1)
+    assert (DEVICE.memory_channels, DEVICE.memory_channel_bytes_per_s) == (1, 12.8e9)
+    one, two = resources(base, "bfp_m4_g16"), resources(base.with_(dram_peak_bytes_per_s=25.6e9), "bfp_m4_g16")
+    assert (one["memory_channels"], one["memory_channel_utilization"], one["fits"]) == (1, 1.0, True)
+    assert (two["memory_channels"], two["memory_channel_utilization"], two["fits"]) == (2, 2.0, False)
+    assert two["limiting_resource"] == one["limiting_resource"] == "bram36"  # channels enter fits only
+    assert resources(base.with_(dram_peak_bytes_per_s=6.4e9), "bfp_m4_g16")["memory_channels"] == 1

@@ -120,35 +120,85 @@ def _halved(figures):
     return figures // 2
 
 
-def test_word_size_2_halves_every_byte_figure_of_a_float32_trace():
-    # small_trace (GEMMs, vector, linalg, float32 only) plus an index_add-like op that states its
-    # bytes (48 read, 16 written) on a float32 accumulator (storage 8, 40 B)
-    trace = _with_ops(small_trace(), (TensorInfo(8, 8, (2, 5), "float32", 40, "workspace"),),
-                      (StorageInfo(8, 40, "workspace"),),
-                      (OpRecord(9, "aten.index_add_.default", "", "calibration",
-                                VectorWork("elementwise", 4, read_bytes=48, write_bytes=16), (8, 6), (8,),
-                                allocs=(8,)),))
-    # buffers far larger than any operand: the fold model's reuse is the same at both word sizes
+def _with_index_add(trace: Trace) -> Trace:
+    """small_trace plus an index_add-like op that states its bytes (48 read, 16 written) on a
+    float32 accumulator (storage 8, 40 B)."""
+    return _with_ops(trace, (TensorInfo(8, 8, (2, 5), "float32", 40, "workspace"),),
+                     (StorageInfo(8, 40, "workspace"),),
+                     (OpRecord(9, "aten.index_add_.default", "", "calibration",
+                               VectorWork("elementwise", 4, read_bytes=48, write_bytes=16), (8, 6), (8,),
+                               allocs=(8,)),))
+
+
+def test_a_wider_word_scales_every_byte_figure_of_a_float32_trace():
+    # at 8-byte words every floating-point value is 8 bytes: every byte figure doubles
+    trace = _with_index_add(small_trace())
+    hw4 = HW.with_(a_buffer_bytes=1 << 20, b_buffer_bytes=1 << 20, out_buffer_bytes=1 << 20)
+    at4, at8 = simulate(trace, hw4), simulate(trace, hw4.with_(word_bytes=8))
+    # peak during op 5 (224 B); during op 9: W 60 + x 24 + dW 60 + solve 36 + accumulator 40 = 220
+    assert (at4.peak_memory_bytes, at4.peak.live_bytes_per_op[9]) == (224, 220)
+    assert _halved(_byte_figures(at8)) == _byte_figures(at4)
+    assert at8.ops[9].dram_read_bytes == 96 and at8.macs == at4.macs
+
+
+def test_a_narrow_format_stores_gemm_operands_in_it_and_keeps_the_rest_fp32():
+    # small_trace at 2-byte words (docs: accel_sim/words.py). GEMMs read W (storage 0, a weight, by
+    # the forward mm), x (1: forward and dW mm) and dy (5: dW mm); everything else stays FP32.
+    trace = _with_index_add(small_trace())
     hw4 = HW.with_(a_buffer_bytes=1 << 20, b_buffer_bytes=1 << 20, out_buffer_bytes=1 << 20)
     at4, at2 = simulate(trace, hw4), simulate(trace, hw4.with_(word_bytes=2))
-    figures4 = _byte_figures(at4)
-    # peak still during op 5 (224 B); during op 9: W 60 + x 24 + dW 60 + solve 36 + accumulator 40 = 220
-    assert all(v % 2 == 0 for op in figures4[:-3] for v in op)
-    assert (at4.peak_memory_bytes, at4.peak.live_bytes_per_op[9]) == (224, 220)
-    assert _byte_figures(at2) == _halved(figures4)
-    assert at4.ops[9].dram_read_bytes == 48 and at2.ops[9].dram_read_bytes == 24
-    assert at2.macs == at4.macs
+    ops4, ops2 = _byte_figures(at4)[:10], _byte_figures(at2)[:10]
+    assert ops2[0] == _halved(ops4[0]) and ops2[5] == _halved(ops4[5])  # the GEMMs: words of 2 bytes
+    assert ops2[1] == ops4[1] == (40, 40, 40, 40)  # relu: y and relu(y) FP32, 10 values x 4 B
+    # mse backward: reads loss 4 + y 40, writes dy in the format: 10 values x 2 B = 20
+    assert (at2.ops[4].dram_read_bytes, at2.ops[4].dram_write_bytes) == (44, 20)
+    # the SGD update reads W's FP32 master (60) and dW (60) and writes the master (60) and W's
+    # copy in the format (15 x 2 = 30)
+    assert (at2.ops[6].dram_read_bytes, at2.ops[6].dram_write_bytes) == (120, 90)
+    assert at2.ops[7].dram_read_bytes == 60  # the solve reads the FP32 master
+    assert at2.ops[9].dram_read_bytes == 48  # the stated bytes of FP32 tensors stay as stated
+    # live at op 5: W 60 + 30, x 12, y 40, dy 20, dW 60 = 222 (FP32 224); at op 9, now the peak:
+    # W 90, x 12, dW 60, solve 36, accumulator 40 = 238 (FP32 220)
+    assert (at2.peak.live_bytes_per_op[5], at2.peak_memory_bytes) == (222, 238)
+    assert {k: v for k, v in at2.peak.by_kind_bytes.items() if v} == {"weight": 90, "input": 12, "gradient": 60,
+                                                                       "workspace": 76}
+    # values rounded into the format: dy's 10 by op 4, W's 15 by the update; priced only with a
+    # rounding figure (stochastic rounding's random bits), 0 by default
+    assert [c.rounded_values for c in at2.ops] == [0, 0, 0, 0, 10, 0, 15, 0, 0, 0]
+    assert at4.summary()["rounded_values"] == 0
+    sr = simulate(trace, hw4.with_(word_bytes=2, energy=hw4.energy.__class__(rounding_pj_per_value=0.5)))
+    assert sr.summary()["energy_j"] - at2.summary()["energy_j"] == pytest.approx(25 * 0.5e-12, rel=1e-9)
+
+
+def test_block_formats_store_an_operand_once_per_role_and_mx_its_scales():
+    # operand_copies = per_role: x is read by the forward and the dW GEMM, so it is held twice
+    # (2 x 12 = 24); W and dy by one role each. Scales of 0.25 bit per value (MX): x's 6 values
+    # take ceil(6 x 0.25 / 8) = 1 byte per copy, W's 15 values 1, dy's 10 values 1.
+    trace = small_trace()
+    hw = HW.with_(a_buffer_bytes=1 << 20, b_buffer_bytes=1 << 20, out_buffer_bytes=1 << 20, word_bytes=1)
+    one = simulate(trace, hw)
+    per_role = simulate(trace, hw.with_(operand_copies="per_role"))
+    mx = simulate(trace, hw.with_(scale_bits_per_value=0.25))
+    # peak at op 5, 1-byte words: W 60 + 15, x 6, y 40, dy 10, dW 60 = 191
+    assert one.peak_memory_bytes == 191
+    assert per_role.peak_memory_bytes == 191 + 6
+    assert mx.peak_memory_bytes == 191 + 1 + 1 + 1
+    assert per_role.ops[4].dram_write_bytes == one.ops[4].dram_write_bytes == 10  # dy: one role, one copy
+    assert mx.ops[4].dram_write_bytes == 11 and mx.ops[6].dram_write_bytes == 60 + 15 + 1
 
 
 def test_word_size_keeps_integer_tensors():
-    # a gather-like op: reads an int64 index (8 B) and 2 float32 values (8 B), writes 8 B float32
+    # a gather-like op: reads an int64 index (8 B) and 2 float32 values (8 B) of W, writes 8 B float32
     trace = _with_ops(small_trace(), (TensorInfo(8, 8, (1,), "int64", 8, "input"),
                                       TensorInfo(9, 9, (2,), "float32", 8, "workspace")),
                       (StorageInfo(8, 8, "input", True), StorageInfo(9, 8, "workspace")),
                       (OpRecord(9, "aten.index.Tensor", "", "calibration",
                                 VectorWork("copy", 2, read_bytes=16, write_bytes=8), (0, 8), (9,), allocs=(9,)),))
     at2 = simulate(trace, HW.with_(word_bytes=2))
-    # read: 8 B of index kept + 8 B of float32 halved = 12; write: 8 B float32 halved = 4
-    assert (at2.ops[9].dram_read_bytes, at2.ops[9].dram_write_bytes) == (12, 4)
-    # peak (op 5 as before): float32 storages halved (224 / 2 = 112) + the int64 index, live from the start: 8
-    assert at2.peak_memory_bytes == 120
+    # read: 8 B of index kept + 8 B of W's FP32 master; write: 8 B of an FP32 workspace
+    assert (at2.ops[9].dram_read_bytes, at2.ops[9].dram_write_bytes) == (16, 8)
+    at8 = simulate(trace, HW.with_(word_bytes=8))
+    # at 8-byte words: the index kept, the floating-point part doubled: 8 + 16 read, 16 written
+    assert (at8.ops[9].dram_read_bytes, at8.ops[9].dram_write_bytes) == (24, 16)
+    # at op 5: 222 as in the narrow test above + the int64 index, live from the start: 8
+    assert at2.peak.live_bytes_per_op[5] == 230

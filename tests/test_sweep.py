@@ -34,12 +34,14 @@ def test_hardware_cannot_change_liveness(frame):
     hw_rows = frame[~frame["parameter"].isin(["batch_size", "word_bytes"])]
     assert hw_rows["fedavg_peak_memory_bytes"].nunique() == 1
     assert hw_rows["spherefed_peak_memory_bytes"].nunique() == 1
-    # Halving the word halves every float storage; integer ones (labels, max-pool indices) keep
-    # their size, so the peak lands between half and all of the 4-byte peak.
+    # 2-byte words (accel_sim.words): what GEMMs read halves, weights keep their FP32 master beside
+    # a 2-byte copy (6 bytes per value), everything else stays 4 bytes, integers keep their size; so
+    # every storage is between half and 1.5 x its FP32 size, and so is the peak. ConvNet at batch 4
+    # holds more weight than activations: its peak rises.
     words = frame[frame["parameter"] == "word_bytes"].set_index("value")
     for method in ("fedavg", "spherefed"):
         p2, p4 = words.loc["2", f"{method}_peak_memory_bytes"], words.loc["4", f"{method}_peak_memory_bytes"]
-        assert p4 / 2 <= p2 < p4
+        assert p4 / 2 <= p2 <= 1.5 * p4 and p2 != p4
 
 
 def test_more_dram_bandwidth_never_slows_a_step(frame):

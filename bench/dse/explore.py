@@ -36,7 +36,8 @@ FIGURES = {  # PointCosts field -> column (per step of the method)
     "dram_write_bytes": "dram_write_bytes", "utilization": "array_utilization", "macs": "macs",
 }
 RESOURCE_COLUMNS = ("dsp_slices", "bram36_blocks", "luts", "dsp_utilization", "bram36_utilization",
-                    "lut_utilization", "limiting_resource", "fits", "asic_area_mm2")
+                    "lut_utilization", "memory_channels", "memory_channel_utilization", "limiting_resource", "fits",
+                    "asic_area_mm2")
 OBJECTIVE_PAIRS = (("step_latency_s", "step_energy_j"), ("step_latency_s", "asic_area_mm2"))
 """The Pareto fronts kept per model and method, among the points that fit the device (issue 24)."""
 OBJECTIVES = ("step_latency_s", "step_energy_j", "asic_area_mm2")

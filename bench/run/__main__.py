@@ -110,7 +110,8 @@ def parse_args(argv: list[str]) -> RunConfig:
     return RunConfig(models, tuple(a.methods), a.batch_size, a.seed, a.preset, a.data_dir, hws[0] if hws else None,
                      out, a.overwrite, a.alpha, a.target, a.system, shape, a.classifier, a.classes,
                      hws if len(hws) > 1 else (), a.workers, a.device, a.augment, a.channels_last, a.bf16, a.compile,
-                     a.number_format, a.comm_format, a.fleet, a.deadline_s, a.overcommit)
+                     a.number_format, a.comm_format, a.fleet, a.deadline_s, a.overcommit,
+                     a.low_precision_weights)
 
 
 @cli.command("interrupted; nothing written (a results folder appears only when complete)")

@@ -16,8 +16,8 @@ Parameters (SphereFed appendix 0.E publishes only the 32x64 array and 100 MHz):
 * ``memory_model``: how GEMM DRAM traffic and stalls are priced (``on_chip_accumulation`` or SCALE-Sim's ``scalesim_v3``,
   ``accel_sim.hardware.MEMORY_MODELS``, docs/scalesim.md);
 * ``batch_size``: the local batch (recaptured: the trace changes);
-* ``word_bytes``: bytes per float32 value on the accelerator: every byte figure of the trace, DRAM
-  and on-chip traffic of every kind of work and peak memory, scales with it (``accel_sim.words``);
+* ``word_bytes``: bytes per float32 value that the array's GEMMs read: their traffic, and what the
+  trace stores for them, scale with it; below 4 bytes the rest stays FP32 (``accel_sim.words``);
 * ``energy``: each ``[energy]`` figure (``accel_sim.hardware.EnergyCosts``) halved and doubled,
   one at a time (``mac_pj x0.5``, ...): moves only the energy saving (the paper reports no energy).
 
@@ -46,9 +46,14 @@ def _scaled_special_unit(unit: SpecialUnit, factor: float) -> SpecialUnit:
     return SpecialUnit(**{f.name: getattr(unit, f.name) * factor for f in fields(SpecialUnit)})
 
 
+SWEPT_ENERGY = tuple(f.name for f in fields(EnergyCosts) if f.name != "rounding_pj_per_value")
+"""The ``[energy]`` figures the sweep scales: all but the random bits of stochastic rounding, which a
+number format sets (0 in the FP32 hardware the sweep prices, so scaling it would move nothing)."""
+
+
 def _energy_values() -> tuple[str, ...]:
     """``default`` and each ``[energy]`` figure times each of ``ENERGY_FACTORS``: ``"mac_pj x0.5"``, ..."""
-    return ("default", *(f"{f.name} x{factor:g}" for f in fields(EnergyCosts) for factor in ENERGY_FACTORS))
+    return ("default", *(f"{name} x{factor:g}" for name in SWEPT_ENERGY for factor in ENERGY_FACTORS))
 
 
 def _scaled_energy(hw: HardwareConfig, value: str) -> HardwareConfig:

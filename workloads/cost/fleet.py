@@ -45,6 +45,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from accel_sim.formats import NumberFormat
 from accel_sim.hardware import HardwareConfig, HardwareConfigError, load_hardware_config
 from iokit import checks
 from iokit.toml import read_toml
@@ -61,7 +62,7 @@ DEADLINE_S_BOUNDS = (1e-9, 1e9)  # a positive number of seconds (or inf: no dead
 PERIOD_ROUNDS_MAX = 100_000
 SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 CLASS_KEYS = ("hw", "memory_bytes", "share", "downlink_bytes_per_s", "uplink_bytes_per_s", "latency_s",
-              "availability")
+              "availability", "number_format")
 ROUND_KEYS = ("deadline_s", "overcommit")
 TOP_KEYS = ("name", "round", "classes", "assignment")
 
@@ -134,6 +135,11 @@ class DeviceClass:
     link: Link
     availability: Availability = ALWAYS
     share: float | None = None  # None: the fleet lists its clients (``Fleet.assignment``)
+    number_format: str | None = None  # the class's arithmetic (accel_sim.formats); None: the run's
+
+    def format_in(self, run_format: str) -> str:
+        """The format this class's clients train and are priced in: its own, else the run's."""
+        return self.number_format or run_format
 
 
 @dataclass(frozen=True)
@@ -159,7 +165,8 @@ class Fleet:
                "classes": {c.name: {"hw": c.hw_path, "memory_bytes": finite(c.memory_bytes), "share": c.share,
                                     "downlink_bytes_per_s": finite(c.link.downlink_bytes_per_s),
                                     "uplink_bytes_per_s": finite(c.link.uplink_bytes_per_s),
-                                    "latency_s": c.link.latency_s, "availability": c.availability.label}
+                                    "latency_s": c.link.latency_s, "availability": c.availability.label,
+                                    **({"number_format": c.number_format} if c.number_format else {})}
                            for c in self.classes}}
         return {**doc, "overridden": list(self.overridden)} if self.overridden else doc
 
@@ -215,7 +222,13 @@ def _device_class(name: str, table: Any, *, folder: Path, where: str, listed: bo
             share = float(checks.number_in(table["share"], 0.0, 1.0, name="share", error=FleetError, low_open=True))
         except FleetError as e:
             raise FleetError(f"{at}: {e}") from None
-    return DeviceClass(name, hw_path, hw, memory, link, availability, share)
+    number_format = None
+    if "number_format" in table:
+        try:
+            number_format = NumberFormat.parse(table["number_format"]).name
+        except ValueError as e:
+            raise FleetError(f"{at}: number_format: {e}") from None
+    return DeviceClass(name, hw_path, hw, memory, link, availability, share, number_format)
 
 
 def resolve_hw_path(hw_path: str, folder: Path) -> Path:
@@ -347,6 +360,14 @@ def class_counts(shares: Sequence[float], num_clients: int) -> list[int]:
     for i in order[:num_clients - sum(counts)]:
         counts[i] += 1
     return counts
+
+
+def client_formats(fleet: Fleet, classes: Sequence[int], run_format: str) -> tuple[str, ...]:
+    """Client k's number format, its class's (``DeviceClass.format_in``), for
+    ``Execution.client_formats``; empty when no class declares one (every client in the run's)."""
+    if not any(c.number_format for c in fleet.classes):
+        return ()
+    return tuple(fleet.classes[c].format_in(run_format) for c in classes)
 
 
 def assign_classes(fleet: Fleet, num_clients: int, *, seed: int) -> tuple[int, ...]:

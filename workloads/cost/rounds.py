@@ -61,15 +61,16 @@ class Device:
 
 
 def client_devices(system: SystemModel, hw: HardwareConfig, num_clients: int, *, seed: int,
-                   number_format: str = "fp32") -> tuple[Device, ...]:
+                   number_format: str = "fp32", master_weights: bool = True) -> tuple[Device, ...]:
     """Every client's device: the system model's hardware list (round-robin) or ``hw``, and its
     speed factor drawn with the run's seed. Loads (and so checks) every hardware file once. Each
     device computes in the run's ``number_format`` (``accel_sim.mac_energy.hardware_in_format``:
-    the format's word size and MAC energy; ``fp32`` leaves the hardware as given)."""
+    the format's word size and MAC energy; ``fp32`` leaves the hardware as given; ``master_weights``:
+    whether the weights keep an FP32 master copy)."""
     loaded = {path: load_hardware_config(path) for path in dict.fromkeys(system.client_hw)}
     speeds = system.speed_factors(num_clients, seed=seed)
     return tuple(Device(hardware_in_format(hw if system.hw_path(k) is None else loaded[system.hw_path(k)],
-                                           number_format), speeds[k])
+                                           number_format, master_weights=master_weights), speeds[k])
                  for k in range(num_clients))
 
 
@@ -228,10 +229,13 @@ def _bytes_by_round_client(result: RunResult) -> dict[tuple[int, int], dict[str,
     return out
 
 
-def fleet_devices(fleet: Fleet, classes: Sequence[int], *, number_format: str = "fp32") -> tuple[Device, ...]:
-    """Every client's device in a fleet: its class's accelerator in the run's number format
-    (``client_devices``), at speed 1 (the class's accelerator is the device)."""
-    in_format = [hardware_in_format(c.hw, number_format) for c in fleet.classes]
+def fleet_devices(fleet: Fleet, classes: Sequence[int], *, number_format: str = "fp32",
+                  master_weights: bool = True) -> tuple[Device, ...]:
+    """Every client's device in a fleet: its class's accelerator in its class's number format, else
+    the run's (``DeviceClass.format_in``, ``client_devices``), at speed 1 (the class's accelerator is
+    the device)."""
+    in_format = [hardware_in_format(c.hw, c.format_in(number_format), master_weights=master_weights)
+                 for c in fleet.classes]
     return tuple(Device(in_format[c], 1.0) for c in classes)
 
 
@@ -251,7 +255,7 @@ def class_counts_of(labels: np.ndarray, num_classes: int) -> list[int]:
 def plan_run(fleet: Fleet, classes: Sequence[int], method: MethodConfig, hp: Hparams, *, pricer: RunPricer,
              client_labels: Sequence[np.ndarray], devices: Sequence[Device], system: SystemModel, rounds: int,
              participation: float, seed: int, comm_format: NumberFormat | None = None,
-             number_format: str = "fp32") -> ParticipationPlan:
+             number_format: str = "fp32", master_weights: bool = True) -> ParticipationPlan:
     """The participation plan of one method's run on ``fleet`` (``workloads.cost.fleet``), from
     deterministic prices only, before the run: per round, the sampled clients (over-committed),
     each one's download, local training on its own device (this method's captured step at its
@@ -286,8 +290,9 @@ def plan_run(fleet: Fleet, classes: Sequence[int], method: MethodConfig, hp: Hpa
         plans.append(_planned_round(fleet, classes, t, draw_clients(num_clients, count, seed=seed, round=t),
                                     functools.partial(training, round=t), down=down, up=up, target=target,
                                     system=system, seed=seed))
-    peaks = tuple(pricer.step(method, hp, hp.batch_size, 1, hardware_in_format(c.hw, number_format)).peak_memory_bytes
-                  for c in fleet.classes)
+    peaks = tuple(pricer.step(method, hp, hp.batch_size, 1,
+                              hardware_in_format(c.hw, c.format_in(number_format), master_weights=master_weights)
+                              ).peak_memory_bytes for c in fleet.classes)
     calibration = None
     if method.calib is not None:
         calibration = calibration_plan(fleet, classes, method, hp, pricer=pricer, client_labels=client_labels,

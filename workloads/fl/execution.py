@@ -62,13 +62,19 @@ class Execution:
     channels_last: bool = False
     bf16: bool = False  # autocast forward + loss in bfloat16
     compile: bool = False  # torch.compile of the client model's forward
+    low_precision_weights: bool = False  # GEMM weights stored in number_format, no FP32 master copy
     number_format: str = "fp32"  # the clients' arithmetic: every GEMM operand rounded to it
     comm_format: str = "fp32"  # the model and its updates sent rounded to it, charged its payload
+    client_formats: tuple[str, ...] = ()  # a fleet's: client k's arithmetic, its device class's (empty: all number_format)
 
     def __post_init__(self) -> None:
         fmt = NumberFormat.parse(self.number_format)  # NumberFormatError (a ValueError) names a bad one
         object.__setattr__(self, "number_format", fmt.name)
         object.__setattr__(self, "comm_format", NumberFormat.parse(self.comm_format).name)
+        object.__setattr__(self, "client_formats", tuple(NumberFormat.parse(f).name for f in self.client_formats))
+        if self.low_precision_weights and fmt.is_identity and not self.client_formats:
+            raise ValueError("--low-precision-weights stores the clients' weights in their number format: give "
+                             "--number-format (bf16, bfp_m4_g16, ...; fp32 has no narrower copy)")
         if self.bf16 and not fmt.is_identity:
             raise ValueError(f"--bf16 (autocast) and --number-format {fmt.name} both set the arithmetic: drop one "
                              f"(--number-format bf16 rounds every GEMM operand to bfloat16 and accumulates in FP32)")
@@ -76,6 +82,11 @@ class Execution:
     @property
     def arithmetic(self) -> NumberFormat:
         return NumberFormat.parse(self.number_format)
+
+    def arithmetic_of_client(self, client: int) -> NumberFormat:
+        """Client ``client``'s arithmetic: its device class's format in a fleet that declares one
+        (``client_formats``), else the run's."""
+        return NumberFormat.parse(self.client_formats[client] if self.client_formats else self.number_format)
 
     @property
     def communication(self) -> NumberFormat:
@@ -85,7 +96,8 @@ class Execution:
         """The options as a dict, for identities (checkpoint fingerprints, study points) and results
         files: ``number_format`` and ``comm_format`` only where they are not ``fp32``, so that runs
         from before number formats keep their identity."""
-        return {k: v for k, v in asdict(self).items() if not (k in FORMAT_SETTINGS and v == "fp32")}
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()
+                if not (k in FORMAT_SETTINGS and v == "fp32") and not (k in RECIPE_SETTINGS and not v)}
 
     @property
     def torch_device(self) -> torch.device:
@@ -99,7 +111,9 @@ class Execution:
         """What results files record: the options and the device's name."""
         return {"device": self.device, "device_name": device_name(self.torch_device), "augment": self.augment,
                 "channels_last": self.channels_last, "bf16": self.bf16, "compile": self.compile,
-                "number_format": self.number_format, "comm_format": self.comm_format}
+                "number_format": self.number_format, "comm_format": self.comm_format,
+                "low_precision_weights": self.low_precision_weights,
+                **({"client_formats": list(self.client_formats)} if self.client_formats else {})}
 
 
 KERNEL_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_CBWR", "OMP_NUM_THREADS")
@@ -232,7 +246,9 @@ def random_crop_flip(x: torch.Tensor, generator: torch.Generator, padding: int =
                   row_idx[:, None, :, None], col_idx[:, None, None, :]]
 
 
-OPTIONS = ("augment", "channels_last", "bf16", "compile")  # a preset's [execution] switches
+OPTIONS = ("augment", "channels_last", "bf16", "compile", "low_precision_weights")  # a preset's [execution] switches
+RECIPE_SETTINGS = ("client_formats", "low_precision_weights")
+"""Recorded in a run's identity only where set, so that runs from before them keep theirs."""
 FORMAT_SETTINGS = ("number_format", "comm_format")
 SETTINGS = (*OPTIONS, *FORMAT_SETTINGS)  # what a preset's [execution] table may set
 
@@ -257,8 +273,14 @@ def add_execution_args(parser, *, options: bool = True) -> None:
                         help="torch.compile the client model's forward (throughput; default: the preset's, else off)")
     parser.add_argument("--number-format", metavar="FORMAT",
                         help="the clients' arithmetic: every GEMM operand of local training rounded to fp32, bf16, "
-                             "fp16, e4m3, e5m2 or bfp_m<mantissa bits>_g<group size>, a _sr suffix for stochastic "
-                             "rounding (docs/numerics.md; default: the preset's, else fp32)")
+                             "fp16, e4m3, e5m2, scaled FP8 (e4m3_cs, e4m3_ds, e5m2_cs, e5m2_ds, fp8_hybrid_cs, "
+                             "fp8_hybrid_ds), OCP MX (mxfp8_e4m3, mxfp8_e5m2, mxfp6_e3m2, mxfp6_e2m3, mxfp4_e2m1, "
+                             "mxint8; _ru: scale rounded up) or bfp_m<mantissa bits>_g<group size>, a _sr suffix for "
+                             "stochastic rounding (docs/numerics.md; default: the preset's, else fp32)")
+    parser.add_argument("--low-precision-weights", action=flag,
+                        help="store the clients' GEMM weights in --number-format after every local step, with no "
+                             "FP32 master copy (Li et al., NeurIPS 2024; priced so: docs/numerics.md; default: the "
+                             "preset's, else off)")
     parser.add_argument("--comm-format", metavar="FORMAT",
                         help="send the model and its updates rounded to this format, the ledger charging its "
                              "packed payload (docs/numerics.md; default: the preset's, else fp32)")

@@ -28,6 +28,7 @@ from workloads.fl.methods import MethodConfig
 from workloads.fl.methods.base import RoundContext
 from workloads.fl.methods.spherefed import apply_spherefed, mse_onehot_loss, one_hot_like
 from workloads.numerics.emulate import Arithmetic
+from workloads.numerics.quantize import round_to_format
 
 
 def loss_function(method: MethodConfig) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
@@ -53,10 +54,12 @@ class ClientTrainer:
     """One client's local optimizer and loss; ``step(x, y)`` is one SGD step."""
 
     def __init__(self, model: nn.Module, method: MethodConfig, hp: Hparams, ctx: RoundContext,
-                 lr: float, autocast_dtype: torch.dtype | None = None, arithmetic: Arithmetic | None = None) -> None:
+                 lr: float, autocast_dtype: torch.dtype | None = None, arithmetic: Arithmetic | None = None,
+                 low_precision_weights: bool = False) -> None:
         self.model = model
         self.autocast_dtype = autocast_dtype  # bfloat16: forward and loss under torch.autocast
         self.arithmetic = arithmetic  # a number format: forward and backward GEMMs rounded to it
+        self.low_precision_weights = low_precision_weights and arithmetic is not None
         self.algorithm = method.algo
         self.loss_fn = loss_function(method)
         self.hp = hp
@@ -77,7 +80,23 @@ class ClientTrainer:
                 loss = loss + penalty
             loss.backward()
         self.optimizer.step()  # FP32: master weights and momentum are the optimizer's, not the array's
+        if self.low_precision_weights:
+            self._store_weights_in_format()
         return loss.detach()
+
+    @torch.no_grad()
+    def _store_weights_in_format(self) -> None:
+        """No FP32 master copy (Li et al., "Low Precision Local Training is Enough for Federated
+        Learning", NeurIPS 2024): every trainable GEMM weight (a parameter of two or more dimensions:
+        convolution and linear weights) is stored back rounded to the arithmetic's format, grouped
+        along dim 1 (the input channels / features the forward GEMM reduces over, as the emulation
+        groups them); biases and normalization parameters, which the special unit uses in FP32,
+        and the momentum stay FP32."""
+        fmt, generator = self.arithmetic.fmt, self.arithmetic.generator
+        for group in self.optimizer.param_groups:
+            for p in group["params"]:
+                if p.dim() >= 2 and p.dtype == torch.float32:
+                    p.copy_(round_to_format(p, fmt, dim=1, generator=generator))
 
     def _autocast(self, x: torch.Tensor):
         if self.autocast_dtype is None:
@@ -97,7 +116,8 @@ def client_trainer(model: nn.Module, global_state: Mapping[str, torch.Tensor], h
                    method: MethodConfig, *, round: int = 1, lr: float | None = None,
                    received: Mapping[str, Mapping[str, torch.Tensor]] | None = None,
                    state: Mapping[str, torch.Tensor] | None = None,
-                   autocast_dtype: torch.dtype | None = None, arithmetic: Arithmetic | None = None) -> ClientTrainer:
+                   autocast_dtype: torch.dtype | None = None, arithmetic: Arithmetic | None = None,
+                   low_precision_weights: bool = False) -> ClientTrainer:
     """A trainer for ``model``, which must already hold the client's starting weights.
 
     ``global_state`` is what the client downloaded (w_t): an ``anchored`` method (FedProx, FedCos,
@@ -106,7 +126,9 @@ def client_trainer(model: nn.Module, global_state: Mapping[str, torch.Tensor], h
     ``received``: the method's ``extra_downloads`` of this round by group (FedCos's d_t from round 2,
     SCAFFOLD's c); ``state``: what the client kept from its last round (None: the method's
     ``initial_client_state``, from ``model``). ``lr`` defaults to ``hp.lr``. ``arithmetic``
-    (``workloads.numerics.emulate.Arithmetic``, None for FP32) rounds the step's GEMM operands.
+    (``workloads.numerics.emulate.Arithmetic``, None for FP32) rounds the step's GEMM operands;
+    ``low_precision_weights``: the weights are stored in its format after every step, with no FP32
+    master copy (``ClientTrainer._store_weights_in_format``).
     """
     anchors = {}
     if method.algo.anchored:
@@ -116,4 +138,4 @@ def client_trainer(model: nn.Module, global_state: Mapping[str, torch.Tensor], h
     if state is None:
         state = method.algo.initial_client_state(model, hp)
     ctx = RoundContext(round=round, global_params=anchors, received=dict(received or {}), state=dict(state), lr=lr)
-    return ClientTrainer(model, method, hp, ctx, lr, autocast_dtype, arithmetic)
+    return ClientTrainer(model, method, hp, ctx, lr, autocast_dtype, arithmetic, low_precision_weights)

@@ -249,16 +249,17 @@ def train_client(trainer, data: DeviceData, idx: torch.Tensor, hp: Hparams, *, s
     return steps, float(loss_sum) / max(steps, 1)
 
 
-def arithmetic_of(execution: Execution, *parts: int) -> Arithmetic | None:
-    """The client's arithmetic for this run's number format (None for FP32, which rounds nothing),
-    its stochastic rounding drawn from a generator seeded by ``derived_seed(*parts, ROUNDING_STREAM)``
-    (seed, round, client): the same run rounds the same way every time."""
-    fmt = execution.arithmetic
+def arithmetic_of(execution: Execution, seed: int, round: int, client: int) -> Arithmetic | None:
+    """Client ``client``'s arithmetic (``Execution.arithmetic_of_client``: the run's number format,
+    or its device class's in a fleet that declares one; None for FP32, which rounds nothing), its
+    stochastic rounding drawn from a generator seeded by ``derived_seed(seed, round, client,
+    ROUNDING_STREAM)``: the same run rounds the same way every time."""
+    fmt = execution.arithmetic_of_client(client)
     if fmt.is_identity:
         return None
     generator = None
     if fmt.rounding == "stochastic":
-        generator = torch.Generator(device=execution.torch_device).manual_seed(derived_seed(*parts, ROUNDING_STREAM))
+        generator = torch.Generator(device=execution.torch_device).manual_seed(derived_seed(seed, round, client, ROUNDING_STREAM))
     return Arithmetic(fmt, generator=generator)
 
 
@@ -417,7 +418,8 @@ def _client_update(setup: _Setup, server: ServerState, own_state: dict, kept: di
     own = {key: v for key, v in own_state.items() if key not in shared_set}
     setup.client_model.load_state_dict({**server.weights, **own, **down})
     trainer = client_trainer(setup.client_model, down, hp, method, round=t, lr=lr, received=extras, state=kept,
-                             autocast_dtype=ex.autocast_dtype, arithmetic=arithmetic_of(ex, setup.cfg.seed, t, k))
+                             autocast_dtype=ex.autocast_dtype, arithmetic=arithmetic_of(ex, setup.cfg.seed, t, k),
+                             low_precision_weights=ex.low_precision_weights)
     augment = None
     if ex.augment:
         augment = torch.Generator(device=ex.torch_device).manual_seed(derived_seed(setup.cfg.seed, t, k, AUGMENT_STREAM))
@@ -557,7 +559,8 @@ def step_rate(model: nn.Module, method: MethodConfig, hp: Hparams, data: DeviceD
     anchor = {k: v.detach().clone() for k, v in model.state_dict().items()}
     trainer = client_trainer(model, anchor, hp, method, round=2, lr=hp.lr, received=example_received(model, method, hp, 2),
                              autocast_dtype=execution.autocast_dtype,
-                             arithmetic=arithmetic_of(execution, 0, 0, 0))  # the forecast times the emulation too
+                             arithmetic=arithmetic_of(execution, 0, 0, 0),  # the forecast times the emulation too
+                             low_precision_weights=execution.low_precision_weights)
     trainer.step(x, y)
     synchronize(execution.torch_device)
     start = time.perf_counter()

@@ -41,17 +41,31 @@ on the special unit, from the unrounded ``dy``).
 
 ``Arithmetic.rounded_operands`` counts the operands rounded, per op name: a test checks it against
 the GEMMs of the captured trace of the same step (two operands per GEMM).
+
+Scaled FP8 (``e4m3_cs``, ``e4m3_ds``, ``fp8_hybrid_ds``, ...: ``accel_sim.formats``) scales each
+operand of each GEMM as one tensor. Current scaling takes the operand's own largest magnitude.
+Delayed scaling (Micikevicius et al. 2022, Sec. 4; NVIDIA Transformer Engine's ``DelayedScaling``)
+takes the largest of the same operand's magnitudes over the previous ``AMAX_HISTORY`` steps: an
+operand is the ``i``-th rounded in a step (entering the mode starts a step; a step's GEMMs come in
+the same order every time), and its history lives as long as the ``Arithmetic`` (one client's
+local training in a round, ``workloads.fl.loop.arithmetic_of``). A step with no history yet (the
+first) scales as current scaling does. The hybrid recipe rounds gradients to E5M2 and everything
+else to E4M3; a gradient is a tensor computed by the backward pass (an op run while an autograd
+node runs, ``torch._C._current_autograd_node``): the output gradient ``dy`` of the dX and dW GEMMs,
+never the weights or the saved activations they meet.
 """
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from typing import Callable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+from torch.utils.weak import WeakTensorKeyDictionary
 
-from accel_sim.formats import NumberFormat
+from accel_sim.formats import AMAX_HISTORY, NumberFormat
 from workloads.numerics.quantize import round_to_format
 
 aten = torch.ops.aten
@@ -72,6 +86,13 @@ class Arithmetic(TorchDispatchMode):
             raise ValueError(f"number format {self.fmt.name}: stochastic rounding needs a generator")
         self.generator = generator
         self.rounded_operands: Counter = Counter()
+        self.amax_history: dict[int, deque] = {}  # delayed scaling: operand -> its last amaxes
+        self._operand = 0  # the operand's number in the current step
+        self._gradients = WeakTensorKeyDictionary() if self.fmt.kind == "fp8_hybrid" else None
+
+    def __enter__(self):
+        self._operand = 0  # a step starts
+        return super().__enter__()
 
     def _round(self, x: torch.Tensor, along, op: str) -> torch.Tensor:
         if not isinstance(x, torch.Tensor) or x.dtype != torch.float32:
@@ -79,14 +100,28 @@ class Arithmetic(TorchDispatchMode):
         self.rounded_operands[op] += 1
         if along == PIXELS:  # [B, C, *spatial]: each channel's values over batch and pixels
             along = (0, *range(2, x.dim()))
-        return round_to_format(x, self.fmt, dim=along, generator=self.generator)
+        if self.fmt.scaling == "none":
+            return round_to_format(x, self.fmt, dim=along, generator=self.generator)
+        amax = x.abs().amax()
+        if self.fmt.scaling == "delayed":
+            history = self.amax_history.setdefault(self._operand, deque(maxlen=AMAX_HISTORY))
+            amax, _ = (torch.stack(tuple(history)).amax() if history else amax), history.append(amax)
+        self._operand += 1
+        gradient = self._gradients is not None and x in self._gradients
+        return round_to_format(x, self.fmt, generator=self.generator, amax=amax, gradient=gradient)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         handler = _GEMMS.get(func.overloadpacket)
         if handler is None or self.fmt.is_identity:
-            return func(*args, **kwargs)
-        return handler(self, func, list(args), kwargs)
+            out = func(*args, **kwargs)
+        else:
+            out = handler(self, func, list(args), kwargs)
+        if self._gradients is not None and torch._C._current_autograd_node() is not None:
+            for t in tree_leaves(out):  # computed by the backward pass: a gradient (module doc)
+                if isinstance(t, torch.Tensor):
+                    self._gradients[t] = True
+        return out
 
 
 def _operands(*rules: tuple[int, int]) -> Callable:

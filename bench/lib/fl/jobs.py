@@ -104,7 +104,8 @@ def participation_plan(inputs: RunInputs, method: MethodConfig, hp: Hparams,
                     client_labels=[inputs.train.y.numpy()[p] for p in inputs.parts], devices=inputs.devices,
                     system=inputs.system,
                     rounds=inputs.fl.rounds, participation=inputs.fl.participation, seed=inputs.seed,
-                    comm_format=inputs.execution.communication, number_format=inputs.execution.number_format)
+                    comm_format=inputs.execution.communication, number_format=inputs.execution.number_format,
+                    master_weights=not inputs.execution.low_precision_weights)
 
 
 def run_job(job: Job, inputs: RunInputs, *, pricer: RunPricer | None = None, bars: bool = False,

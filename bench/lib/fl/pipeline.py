@@ -33,7 +33,7 @@ from iokit import checks
 from iokit.files import atomic_write_text
 from iokit.provenance import git_commit
 from workloads import model_spec
-from workloads.cost.fleet import Fleet, ParticipationPlan, assign_classes, run_fleet, summary_line
+from workloads.cost.fleet import Fleet, ParticipationPlan, assign_classes, client_formats, run_fleet, summary_line
 from workloads.cost.rounds import Device, RunPricer, client_devices, fleet_devices, fleet_system
 from workloads.cost.system import DEFAULT_SYSTEM_PATH, ROUNDS_COLUMNS, SystemModel, load_system_model
 from workloads.fl.comm import closed_form_bytes, closed_form_sizes, ledger_totals
@@ -142,14 +142,19 @@ def fl_run(preset: Preset, methods: Sequence[MethodConfig], hparams: Mapping[str
     (``accel_sim.mac_energy.hardware_in_format``: the format's word size and MAC energy; FP32 leaves
     it as given), and its clients' devices (``client_devices``, each in that format too). With a
     ``fleet``, each client's device and link are its class's (``assign_classes`` from the seed) and
-    ``system`` is not used; the server stays on ``hw``."""
-    hw = hardware_in_format(hw, execution.number_format)
+    ``system`` is not used; the server stays on ``hw``. A fleet whose classes declare a number format
+    trains and prices each client in its class's (``Execution.client_formats``); the server
+    aggregates in FP32 as always."""
+    master = not execution.low_precision_weights
+    hw = hardware_in_format(hw, execution.number_format, master_weights=master)
     if fleet is not None:
         classes = assign_classes(fleet, preset.fl.num_clients, seed=preset.fl.seed)
+        execution = replace(execution, client_formats=client_formats(fleet, classes, execution.number_format))
         return FLRun(preset, tuple(methods), hparams, data_dir, classifier, hw, fleet_system(fleet, classes),
-                     fleet_devices(fleet, classes, number_format=execution.number_format), execution, fleet, classes)
+                     fleet_devices(fleet, classes, number_format=execution.number_format, master_weights=master),
+                     execution, fleet, classes)
     devices = client_devices(system, hw, preset.fl.num_clients, seed=preset.fl.seed,
-                             number_format=execution.number_format)
+                             number_format=execution.number_format, master_weights=master)
     return FLRun(preset, tuple(methods), hparams, data_dir, classifier, hw, system, devices, execution)
 
 

@@ -60,6 +60,7 @@ class RunConfig:
     fleet_path: str | None = None  # --fleet: rounds with a deadline on a fleet of devices (docs/fleets.md)
     deadline_s: float | None = None  # --deadline-s: the fleet's reporting deadline instead of its file's (inf: none)
     overcommit: float | None = None  # --overcommit: the fleet's over-commitment instead of its file's
+    low_precision_weights: bool | None = None  # --low-precision-weights; None: the preset's (else off)
 
     def execution(self, preset: Preset) -> Execution:
         """Where and how the accuracy runs train: --device, and each option from its flag or the preset."""

@@ -18,7 +18,7 @@ from bench.lib.run.breakdown import energy_by_kind
 from bench.lib.run.config import RunConfig
 from workloads import model_spec
 from workloads.cost.calibration import calibration_cost
-from workloads.cost.fleet import Fleet, assign_classes
+from workloads.cost.fleet import Fleet, assign_classes, client_formats
 from workloads.cost.rounds import client_devices, fleet_devices, fleet_system
 from workloads.cost.step import method_step_trace, simulate_complete
 from workloads.cost.system import SystemModel, time_to_accuracy
@@ -143,12 +143,15 @@ def accuracy_runs(model: str, names: Sequence[str], preset: Preset, data, cfg: R
     train, test = data
     fl = replace(preset.fl, model=model, seed=cfg.seed)
     train, val = split_holdout(train, fl.holdout_fraction, seed=cfg.seed)  # as bench.fl and bench.study hold out
-    devices = client_devices(system, hw, fl.num_clients, seed=cfg.seed, number_format=execution.number_format)
+    master = not execution.low_precision_weights
+    devices = client_devices(system, hw, fl.num_clients, seed=cfg.seed, number_format=execution.number_format,
+                             master_weights=master)
     classes = ()
-    if fleet is not None:  # each client's device and link are its class's (docs/fleets.md)
+    if fleet is not None:  # each client's device, link and format are its class's (docs/fleets.md)
         classes = assign_classes(fleet, fl.num_clients, seed=cfg.seed)
         system = fleet_system(fleet, classes)
-        devices = fleet_devices(fleet, classes, number_format=execution.number_format)
+        devices = fleet_devices(fleet, classes, number_format=execution.number_format, master_weights=master)
+        execution = replace(execution, client_formats=client_formats(fleet, classes, execution.number_format))
     inputs = RunInputs(cfg.spec(model, tuple(train.x.shape[1:])), fl, train, test,
                        tuple(make_partition(train.y.numpy(), fl)), hw, system, devices, cfg.seed, execution, val,
                        fleet, classes)
