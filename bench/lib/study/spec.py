@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from bench.lib.study.stats import DEFAULT_EQUIVALENCE_MARGIN_PTS
-from iokit import checks
+from iokit import checks, identity
 from iokit.outputs import CHECKOUT_ROOT
 from iokit.toml import read_toml
 from workloads.fl.data import DATASETS
@@ -445,9 +445,11 @@ def _fleets(doc: Mapping[str, Any], where: str) -> list[str | None]:
     checked; None for ``"none"``, file order after it."""
     if "fleets" not in doc:
         return [None]
-    from workloads.cost.fleet import FleetError, load_fleet
+    from workloads.cost.fleet import FleetError, fleet_path, load_fleet
 
-    names = checks.distinct(_list(doc, "fleets", where, str), name=f"{where}: fleets", error=StudyError)
+    names = identity.distinct_resolved(  # each fleet once by its file, not its spelling ("mixed", its path)
+        _list(doc, "fleets", where, str), lambda n: n if n == "none" else identity.resolved_file(fleet_path(n)),
+        name=f"{where}: fleets", error=StudyError)
     if "none" not in names:
         raise StudyError(f"{where}: fleets = {names}: add \"none\": the fleets run at the hyper-parameters tuned "
                          "with every client taking part, and are compared with that run")
