@@ -84,6 +84,17 @@ def empty_values(parser: argparse.ArgumentParser, parsed: argparse.Namespace) ->
     return lines
 
 
+class Default(str):
+    """A text flag's default (``default=Default(path)``), told apart from the same text typed:
+    ``--system configs/system/default.toml`` beside ``--fleet`` is refused like any other system file,
+    though it names the default one (``is_default``)."""
+
+
+def is_default(value: object) -> bool:
+    """True for a flag's ``Default`` value, False for anything the user gave."""
+    return isinstance(value, Default)
+
+
 def int_in(low: int, high: int) -> Callable[[str], int]:
     """argparse type: an integer in [low, high] (argparse prefixes the flag's name to the message)."""
 

@@ -69,7 +69,7 @@ def parser() -> cli.Parser:
                                    "torchvision:NAME or timm:NAME (docs/byom.md)")
     p.add_argument("--classifier", metavar="DOTTED.NAME",
                    help="the nn.Linear of a user model the methods act on (default: its last nn.Linear)")
-    p.add_argument("--system", default=str(DEFAULT_SYSTEM_PATH),
+    p.add_argument("--system", default=cli.Default(DEFAULT_SYSTEM_PATH),
                    help="system-model TOML: clients' links and devices (default configs/system/default.toml)")
     p.add_argument("--fleet", metavar="FILE",
                    help="fleet TOML (or a name under configs/fleets/): each client's device class, memory, link "

@@ -47,8 +47,9 @@ import numpy as np
 
 from accel_sim.hardware import HardwareConfig, HardwareConfigError, load_hardware_config
 from iokit import checks
+from iokit.cli import is_default
 from iokit.toml import read_toml
-from workloads.cost.system import DEFAULT_SYSTEM_PATH, DROP_REASONS, Link, RoundCost, SystemModelError
+from workloads.cost.system import DROP_REASONS, Link, RoundCost, SystemModelError
 
 FLEET_DIR = Path(__file__).resolve().parents[2] / "configs" / "fleets"
 """Fleet files shipped with the suite; ``--fleet NAME`` names one of them."""
@@ -115,6 +116,9 @@ def availability_of(value: Any, where: str) -> Availability:
         raise FleetError(f"{where}.availability: give either probability or period_rounds and online_rounds")
     if ("period_rounds" in value) != ("online_rounds" in value):
         raise FleetError(f"{where}.availability: a day/night pattern needs both period_rounds and online_rounds")
+    if "period_rounds" in value:  # a pattern given is a pattern: period_rounds = 0 is not "always"
+        checks.integer_in(value["period_rounds"], 1, PERIOD_ROUNDS_MAX, name=f"{where}.availability period_rounds",
+                          error=FleetError)
     try:
         return Availability(**value)
     except FleetError as e:
@@ -319,8 +323,9 @@ def run_fleet(path: str | Path | None, *, deadline_s: float | None = None,
 
 def check_fleet_flags(fleet: str | None, system: str | Path) -> None:
     """A fleet gives every client's device and link: it and a ``--system`` file other than the
-    default are not combined (``bench.fl``, ``bench.run``, ``bench.flower``)."""
-    if fleet is not None and str(system) != str(DEFAULT_SYSTEM_PATH):
+    default are not combined (``bench.fl``, ``bench.run``, ``bench.flower``); the default file typed out
+    is a system file given too (``iokit.cli.Default`` tells the flag's default from it)."""
+    if fleet is not None and system is not None and not is_default(system):
         raise FleetError(f"--fleet {fleet} and --system {system}: a fleet gives every client's device and link; "
                          "leave --system out (or --fleet, for the system model's synchronous rounds)")
 

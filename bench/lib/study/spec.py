@@ -476,6 +476,11 @@ def _deadlines(doc: Mapping[str, Any], where: str) -> tuple[float | None, ...]:
             or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 and not math.isnan(v)
                        for v in values)):
         raise StudyError(f"{where}: deadlines_s = {values!r}: give a list of seconds > 0, e.g. deadlines_s = [6.0, 20.0, inf]")
+    from workloads.cost.fleet import DEADLINE_S_BOUNDS
+
+    for v in values:  # a fleet's own bounds (1e308 s is not a deadline: inf is none)
+        if not math.isinf(v):
+            checks.number_in(v, *DEADLINE_S_BOUNDS, name="deadlines_s", error=StudyError)
     return tuple(checks.distinct([float(v) for v in values], name=f"{where}: deadlines_s", error=StudyError))
 
 
