@@ -79,3 +79,18 @@ def peaked(point: dict, out_dir: Path) -> dict:
 def fails(point: dict, out_dir: Path) -> dict:
     """Every run diverges (a stand-in for a learning rate far too large)."""
     raise FloatingPointError(f"non-finite loss in round 1 (stand-in, lr={point['hparams']['lr']})")
+
+
+@grid_runner("tests.study_diverging")
+def diverging(point: dict, out_dir: Path) -> dict:
+    """``opposite``'s curves, but a learning rate above 1e6 diverges without a NaN: its mean loss
+    grows 1,000-fold per round from 2.3 (a run recorded before runs stopped on divergence, or a
+    runner of the user's that does not stop), its accuracy at chance (0.1) with the best validation."""
+    lr, rounds = point["hparams"]["lr"], point["fl"]["rounds"]
+    if lr <= 1e6:
+        return opposite(point, out_dir)
+    curve = [{"method": label, "round": t, "stage": "train", "lr": lr, "mean_loss": 2.3 * 1000.0 ** (t - 1),
+              "accuracy": 0.1, "val_accuracy": 0.99, "cum_wall_s": 10.0 * t, "cum_device_s": 1.0 * t,
+              "cum_energy_j": 2.0 * t, "cum_bytes": 1000.0 * t}
+             for label in labels_of(parse_method(point["method"])) for t in range(1, rounds + 1)]
+    return write_run(out_dir, curve, {"machine": {"host": "stand-in", "cpu": "none"}, "wall_s": 0.0})

@@ -176,12 +176,30 @@ def outcome(grid_dir: Path, planned: Planned, runner: str = RUNNER) -> Outcome:
         except (OSError, ValueError, KeyError, TypeError) as err:  # deleted or damaged after the run finished
             return Outcome(planned, rid, "failed", error=f"{folder} is damaged ({type(err).__name__}: "
                                                           f"{str(err)[:80]}); delete that folder to run it again")
+        diverged = diverged_curve(curve)
+        if diverged:  # a run that did not stop on it (recorded before runs did, a runner of yours): failed
+            return Outcome(planned, rid, "failed", curve, info, error=diverged)
         return Outcome(planned, rid, "done", curve, info, record.get("elapsed_s"),
                        record.get("start_unix_s"), record.get("end_unix_s"), record.get("git_commit", ""))
     failed = of_files(grid_dir / "failed" / f"{rid}.json", files, quiet=True)[0]
     if failed is not None:
         return Outcome(planned, rid, "failed", error=str(failed.get("error", "")))
     return Outcome(planned, rid, "missing")
+
+
+def diverged_curve(curve: Sequence[Mapping[str, Any]]) -> str:
+    """Why a run's ``curve.csv`` rows diverged (``workloads.fl.guard.check_divergence`` on each
+    label's training rounds), or "": a diverged run is a failed run, never a trial to choose."""
+    from workloads.fl.guard import DivergedError, check_divergence
+
+    for label in dict.fromkeys(row["method"] for row in curve):
+        history = [row for row in curve if row["method"] == label and row["stage"] == "train"]
+        try:
+            for t in range(2, len(history) + 1):
+                check_divergence(history[:t], label)
+        except DivergedError as err:
+            return str(err)
+    return ""
 
 
 def _key(trial: Mapping[str, Any]) -> str:
