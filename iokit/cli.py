@@ -78,7 +78,8 @@ def empty_values(parser: argparse.ArgumentParser, parsed: argparse.Namespace) ->
         values = value if isinstance(value, list) else [value]
         if any(isinstance(v, str) and not v.strip() for v in values):
             flag = "/".join(action.option_strings) or action.dest
-            what = f"a value ({action.metavar})" if action.metavar else "a value"
+            said = (action.help or "").split(" (")[0].split(";")[0].split(":")[0].strip()  # its help's first words
+            what = " ".join(filter(None, (said or "a value", f"({action.metavar})" if action.metavar else "")))
             lines.append(f"{flag} is empty; give {what}"
                          + (f", or drop {flag}" if action.option_strings and not action.required else ""))
     return lines

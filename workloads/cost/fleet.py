@@ -264,8 +264,8 @@ def fleet_from_dict(data: Mapping[str, Any], source: str = "<fleet>", folder: Pa
     if not listed:
         total = math.fsum(c.share for c in classes)
         if abs(total - 1.0) > SHARE_TOLERANCE:
-            raise FleetError(f"{source}: the classes' shares sum to {total:g}, not 1 "
-                             f"({', '.join(f'{c.name} {c.share:g}' for c in classes)}); make them sum to 1")
+            raise FleetError(f"{source}: the classes' shares sum to {total:.12g}, not 1 "  # 12 digits: off by > 1e-9, never "1"
+                             f"({', '.join(f'{c.name} {c.share!r}' for c in classes)}); make them sum to 1")
     name = data.get("name", Path(source).stem)
     if not isinstance(name, str) or not SAFE_NAME.fullmatch(name):
         raise FleetError(f"{source}: name = {name!r}: use letters, digits, '_', '.', '-'")
@@ -283,6 +283,13 @@ def fleet_path(name_or_path: str | Path) -> Path:
 def load_fleet(name_or_path: str | Path) -> Fleet:
     """Read a fleet file (every hardware file it names loaded and so checked)."""
     path = fleet_path(name_or_path)
+    text = str(name_or_path)
+    if not path.exists() and "/" not in text and not text.endswith(".toml"):  # a name, not a path
+        shipped = sorted(p.stem for p in FLEET_DIR.glob("*.toml"))
+        hint = checks.closest(text, shipped)
+        raise FleetError(f"fleet {text!r} is not a file nor a fleet under configs/fleets/"
+                         + (f" (did you mean {hint!r}?)" if hint else "")
+                         + f"; give a fleet file's path or one of {', '.join(shipped)}")
     data = read_toml(path, FleetError, "fleet")
     return fleet_from_dict(data, source=str(path), folder=path.parent)
 

@@ -212,7 +212,7 @@ def execute_point(runner_spec: str, config: dict[str, Any], out_root: str, cpus:
     files = resolve_runner(runner_spec).files(config)
     if _finished(final, files):
         return PointResult(rid, "skipped", config)
-    earlier = of_files(failed, files, quiet=True)[0] if failed.is_file() else None
+    earlier = of_files(failed, files)[0] if failed.is_file() else None
     if earlier is not None and not retry_failed:
         return PointResult(rid, "failed-earlier", config, error=str(earlier.get("error", "")))
     lock = root / "locks" / f"{rid}.lock"
