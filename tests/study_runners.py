@@ -94,3 +94,14 @@ def diverging(point: dict, out_dir: Path) -> dict:
               "cum_energy_j": 2.0 * t, "cum_bytes": 1000.0 * t}
              for label in labels_of(parse_method(point["method"])) for t in range(1, rounds + 1)]
     return write_run(out_dir, curve, {"machine": {"host": "stand-in", "cpu": "none"}, "wall_s": 0.0})
+
+
+@grid_runner("tests.study_slow", reads=files_read)
+def slow(point: dict, out_dir: Path) -> dict:
+    """``opposite`` after 30 s with torch loaded, as a real run's worker has it: a run to interrupt."""
+    import time
+
+    import torch  # noqa: F401
+
+    time.sleep(30)
+    return opposite(point, out_dir)

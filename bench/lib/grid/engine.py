@@ -315,18 +315,29 @@ def run_local(spec: GridSpec, out: Path, resources: Resources, retry_failed: boo
         return
     import multiprocessing
     import signal
+    import threading
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=signal.signal, initargs=(signal.SIGINT, signal.SIG_IGN))
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
     try:
-        futures = [pool.submit(execute_point, spec.runner, c, str(out), resources.cpus, retry_failed, commit)
-                   for c in spec.points()]
+        # The workers are born ignoring Ctrl-C (a disposition a spawned interpreter keeps from its
+        # start, so one interrupted while it imports prints no traceback): the main process stops them.
+        in_main = threading.current_thread() is threading.main_thread()  # where signal handlers are set
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if in_main else None
+        try:
+            futures = [pool.submit(execute_point, spec.runner, c, str(out), resources.cpus, retry_failed, commit)
+                       for c in spec.points()]  # the pool starts its workers here
+        finally:
+            if in_main:
+                signal.signal(signal.SIGINT, previous)
         for future in as_completed(futures):
             yield future.result()
     except BaseException:  # an interrupt or a crashed worker: stop the others now
-        for process in list((getattr(pool, "_processes", None) or {}).values()):
+        processes = list((getattr(pool, "_processes", None) or {}).values())
+        for process in processes:
             process.terminate()
+        for process in processes:  # reaped, so that their locks are seen to be stale below
+            process.join(timeout=10)
         pool.shutdown(wait=True, cancel_futures=True)
         remove_leftovers(out)  # the terminated workers ran no clean-up of their own
         raise
