@@ -132,3 +132,14 @@ def test_distinct_resolved_names_both_spellings():
     assert identity.distinct_resolved(["a", "b"], str.lower, name="k") == ["a", "b"]
     with pytest.raises(ValueError, match=r"k: 'a' and 'A' are given twice \(both are a\)"):
         identity.distinct_resolved(["a", "A"], str.lower, name="k")
+
+
+def test_one_hardware_file_given_twice_to_bench_run_is_refused(tmp_path, monkeypatch):
+    """No case names it: ``bench.run --hw a.toml ./a.toml`` compares a file with itself."""
+    from bench.lib.run.compare_hw import load_hardware_set
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(ROOT / "configs/hw/paper_default.toml", tmp_path / "a.toml")
+    with pytest.raises(ValueError, match=r"--hw: 'a.toml' and './a.toml' are given twice"):
+        load_hardware_set(["a.toml", "./a.toml"])
+    assert list(load_hardware_set(["a.toml", str(ROOT / "configs/hw/tpu_v1_like.toml")])) == ["a", "tpu_v1_like"]
