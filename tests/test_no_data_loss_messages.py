@@ -36,17 +36,17 @@ def fleet_with_shares(folder: Path) -> str:
 
 
 CASES = {  # the input -> (argv after bench.fl, what the line must say, what it must not)
-    "--number-format bfp": (["--number-format", "bfp"], "--number-format: number format 'bfp': expected", "bfp_m0"),
-    "--comm-format bfp_m4_g16_sr_sr": (["--comm-format", "bfp_m4_g16_sr_sr"],
+    "--number-format bfp (case 9)": (["--number-format", "bfp"], "--number-format: number format 'bfp': expected", "bfp_m0"),
+    "--comm-format bfp_m4_g16_sr_sr (case 9)": (["--comm-format", "bfp_m4_g16_sr_sr"],
                                        "--comm-format: number format 'bfp_m4_g16_sr_sr'", "'bfp_m4_g16_sr'"),
-    "--number-format _sr": (["--number-format", "_sr"], "--number-format: number format '_sr'", "''"),
-    "a preset's bf16 with --number-format": (["--preset", "PRESET", "--number-format", "bfp_m4_g16"],
+    "--number-format _sr (case 9)": (["--number-format", "_sr"], "--number-format: number format '_sr'", "''"),
+    "a preset's bf16 with --number-format (case 9)": (["--preset", "PRESET", "--number-format", "bfp_m4_g16"],
                                              "the preset's [execution] bf16 (autocast) and --number-format bfp_m4_g16",
                                              "--bf16"),
-    "shares summing to 0.9999999": (["--fleet", "FLEET"], "shares sum to 0.9999999, not 1", "sum to 1, not 1"),
-    "an unknown fleet name": (["--fleet", "mixd"], "(did you mean 'mixed'?); give a fleet file's path or one of mixed",
+    "shares summing to 0.9999999 (case 9)": (["--fleet", "FLEET"], "shares sum to 0.9999999, not 1", "sum to 1, not 1"),
+    "an unknown fleet name (case 9)": (["--fleet", "mixd"], "(did you mean 'mixed'?); give a fleet file's path or one of mixed",
                               "no such fleet file"),
-    "a relative module path": (["--model", ".mymodels:net"], "a relative module path", "package' argument"),
+    "a relative module path (case 9)": (["--model", ".mymodels:net"], "a relative module path", "package' argument"),
 }
 
 
