@@ -190,6 +190,10 @@ class NumberFormat:
         if isinstance(text, NumberFormat):
             return text
         name = str(text).strip()
+        if not re.fullmatch(rf"({'|'.join(ELEMENT_FORMATS)}|bfp_m\d+_g\d+)({STOCHASTIC_SUFFIX})?", name):
+            raise NumberFormatError(f"number format {name!r}: expected one of {', '.join(FORMAT_KINDS)} "  # as typed
+                                    f"(block floating point as bfp_m<mantissa bits>_g<group size>, e.g. bfp_m4_g16; "
+                                    f"a {STOCHASTIC_SUFFIX} suffix for stochastic rounding)")
         rounding = "nearest"
         if name.endswith(STOCHASTIC_SUFFIX):
             name, rounding = name[: -len(STOCHASTIC_SUFFIX)], "stochastic"

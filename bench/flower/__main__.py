@@ -61,7 +61,7 @@ def parser() -> cli.Parser:
                    help="model init, partition, shuffling, speed factors (default 0)")
     p.add_argument("--hw", help="hardware TOML the clients' steps are priced on (default "
                                 "configs/hw/paper_default.toml; a fleet gives each client its class's)")
-    p.add_argument("--system", default=str(DEFAULT_SYSTEM_PATH),
+    p.add_argument("--system", default=cli.Default(DEFAULT_SYSTEM_PATH),
                    help="system-model TOML: links, speed factors, per-client hardware")
     p.add_argument("--fleet", metavar="FILE",
                    help="fleet TOML (or a name under configs/fleets/): each client's device class, memory, link "

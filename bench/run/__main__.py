@@ -71,7 +71,7 @@ def parser() -> cli.Parser:
     p.add_argument("--target", type=cli.finite_float(positive=True, high=100.0), metavar="PCT",
                    help="time-to-accuracy target, test accuracy in percent (default: the preset's [targets] "
                         "accuracy_pct, else the covering reference study's declared target)")
-    p.add_argument("--system", default=str(DEFAULT_SYSTEM_PATH),
+    p.add_argument("--system", default=cli.Default(DEFAULT_SYSTEM_PATH),
                    help="system-model TOML of the priced rounds: links and devices (default configs/system/default.toml)")
     p.add_argument("--fleet", metavar="FILE",
                    help="fleet TOML (or a name under configs/fleets/): the accuracy runs' rounds on a fleet of "

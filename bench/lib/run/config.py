@@ -16,6 +16,7 @@ from accel_sim.mac_energy import hardware_in_format
 from bench.lib.paper import PAPER
 from bench.lib.run import compare_hw
 from iokit import checks
+from iokit.cli import Default
 from workloads import model_spec
 from workloads.cost.rounds import client_devices
 from workloads.cost.fleet import Fleet, check_fleet_flags, run_fleet
@@ -44,7 +45,7 @@ class RunConfig:
     overwrite: bool = False
     alpha: float | None = None  # overrides the preset's Dirichlet concentration
     target_accuracy_pct: float | None = None  # time-to-accuracy target (None: the preset's rule)
-    system_path: str = str(DEFAULT_SYSTEM_PATH)  # clients' links and devices (workloads.cost.system)
+    system_path: str = Default(DEFAULT_SYSTEM_PATH)  # clients' links and devices (workloads.cost.system)
     input_shape: tuple[int, int, int] | None = None  # None: 3x32x32 priced, the preset's size trained
     classifier: str | None = None  # the nn.Linear the methods act on (user models; None: the last one)
     classes: int = PAPER.num_classes  # C of the priced figures (the accuracy run has its dataset's)
