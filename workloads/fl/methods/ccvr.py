@@ -15,8 +15,8 @@ samples M_c virtual features per class from N(mu_c, Sigma_c + eps I) (the pooled
 be singular), and re-trains the classifier, initialized at the global one, on them with
 SGD (Tab. 16: M_c = 500, fine-tuning lr 1e-5; epochs, batch size, momentum and weight decay are
 our choices, see ``CCVR.knobs``), using the method's own loss. At 1e-5 our re-training leaves a
-digits classifier within 0.2 % of where it started (docs/methods.md, "CCVR's re-training learning
-rate"). Classes no client has get no virtual
+digits classifier within 0.2 % of where it started, so the digits presets set ``ccvr_lr`` to their
+FedAvg rate (docs/methods.md, "CCVR's re-training learning rate"). Classes no client has get no virtual
 features (their samples are drawn but weighted 0, so shapes stay data-independent for ``meta``).
 The Tukey transform of SphereFed's Tab. 1 is not applied (CCVR itself does not use it).
 
@@ -144,7 +144,7 @@ class CCVR(Calibration):
     knobs = (
         positive("ccvr_virtual_per_class", 500, "M_c, Tab. 16 (CIFAR-100)"),
         non_negative("ccvr_lr", 1e-5, "CCVR fine-tuning learning rate, Tab. 16 (CIFAR-100); on the digits it "
-                     "re-trains nothing (docs/methods.md)"),
+                     "re-trains nothing, their presets set FedAvg's lr (docs/methods.md)"),
         positive("ccvr_epochs", 10, "classifier re-training epochs over the virtual features: our choice"),
         positive("ccvr_batch_size", 64, "our choice (the local batch size of Tab. 16)"),
         non_negative("ccvr_cov_eps", 1e-5, "diagonal added to pooled covariances before sampling: our choice "
