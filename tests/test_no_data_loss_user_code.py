@@ -203,3 +203,16 @@ def test_a_study_never_chooses_a_diverged_trial(tmp_path, monkeypatch, capsys):
     assert study_cli.main(["s.toml", "--out", "out"]) == 0
     summary = json.loads((tmp_path / "out/summary.json").read_text())
     assert [c["trial"] for c in summary["choices"]] == [{"lr": 0.05}], summary["choices"]
+
+
+def test_a_flower_run_that_diverges_without_a_nan_is_a_failure():
+    """Case 7 on the Flower surface: the rounds' aggregated train losses 2.3, 40, 5e16 (finite, and far
+    above 100 x 2.3 = 230 in round 3) are a diverged run, by the loop's one definition; 2.3, 40, 1.0
+    (a spike of 17x that recovers) is not."""
+    pytest.importorskip("flwr")
+    from workloads.flower.app import check_losses
+    from workloads.fl.guard import DivergedError
+
+    check_losses("fedavg", {1: {"train_loss": 2.3}, 2: {"train_loss": 40.0}, 3: {"train_loss": 1.0}})
+    with pytest.raises(DivergedError, match=r"fedavg \(Flower\), round 3: mean local loss 5e\+16 is above 100 x"):
+        check_losses("fedavg", {1: {"train_loss": 2.3}, 2: {"train_loss": 40.0}, 3: {"train_loss": 5e16}})

@@ -18,6 +18,7 @@ import functools
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any, Mapping
 
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
@@ -27,6 +28,7 @@ from flwr.serverapp.strategy import FedAvg
 
 from workloads.cost.system import SystemModel
 from workloads.fl.data import load_dataset, subset
+from workloads.fl.guard import check_divergence
 from workloads.flower.fleet import (FleetRun, PlannedStrategy, client_index_reply, client_nodes, planned_client_rows,
                                     planned_ledger_rows)
 from workloads.flower.ledger import write_clients_csv, write_rounds_csv
@@ -139,6 +141,16 @@ def local_training(run: FlowerRun, name: str, client: int, round: int, arrays: A
     return shared_state(model, method, hp, round), len(y), loss
 
 
+def check_losses(name: str, train_metrics: Mapping[int, Mapping[str, Any]]) -> None:
+    """A Flower run's divergence, by the loop's one definition (``workloads.fl.guard.check_divergence``):
+    the rounds' aggregated ``train_loss`` (Flower's weighted mean over the clients), every round
+    against the first; ``DivergedError`` before anything is written (a diverged run is a failure)."""
+    history = [{"round": r, "mean_loss": float(m["train_loss"])} for r, m in sorted(train_metrics.items())
+               if "train_loss" in m]
+    for last in range(2, len(history) + 1):
+        check_divergence(history[:last], f"{name} (Flower)")
+
+
 def client_app(run: FlowerRun, accel: AccelMod | None) -> ClientApp:
     """The example ``ClientApp``; ``accel`` (None: unpriced) is its accelerator mod. Its query
     function names the client's index (a fleet run's server asks it: ``fleet.client_nodes``)."""
@@ -184,6 +196,7 @@ arrivals (``workloads.flower.fleet``)."""
             result = strategy.start(grid=grid, initial_arrays=ArrayRecord(shared_state(model, method, hp, 1)),
                                     num_rounds=run.rounds, train_config=ConfigRecord({"method": name}),
                                     evaluate_fn=evaluate_fn)
+            check_losses(name, result.train_metrics_clientapp)
             if fleet is None:
                 rows += flower_ledger_rows(name, result)
                 client_rows += flower_client_rows(name, result)
