@@ -122,6 +122,13 @@ def study_section(name: str, summary: Mapping[str, Any]) -> list[str]:
         lines += [f"| {p['model']} | {p['setting']} | {p['a']} − {p['b']} | "
                   f"{comparison_text(name, p['setting'] + ' ' + p['a'] + ' - ' + p['b'], p['difference_pct'])} |"
                   for p in summary["pairs"]]
+    rates = sorted({c["point"]["hparams"]["ccvr_lr"] for c in summary.get("choices", [])
+                    if c.get("point") and "ccvr_lr" in c["point"].get("hparams", {}) and "ccvr" in c["point"]["method"]})
+    if rates:
+        lines += ["", f"CCVR re-trained its classifier at `ccvr_lr` {', '.join(f'{r:g}' for r in rates)} (recorded in the "
+                  "runs)" + ("; at SphereFed Tab. 16's 1e-5 it re-trains next to nothing on the digits (measured: "
+                             "[methods.md](methods.md#ccvrs-re-training-learning-rate)), so its rows measure that "
+                             "setting, not CCVR at its best." if rates == [1e-5] and s["dataset"] == "digits" else ".")]
     lines += _fleet_lines(summary.get("fleets", []))
     choices = [c for c in summary.get("choices", []) if len(c.get("scores", [])) > 1]
     ties = [c for c in choices if c.get("tie")]
