@@ -79,3 +79,20 @@ def test_a_readme_without_the_markers_is_refused(fixture_root):
     (fixture_root / README).write_text("# no markers\n", encoding="utf-8")
     with pytest.raises(FindingsError, match="README.md must hold the line <!-- findings:headline:start --> once"):
         outputs(fixture_root)
+
+
+def test_a_claim_says_what_its_verdict_says_and_no_more():
+    from bench.lib.findings import claim_word
+
+    def e(mean, verdict, p_diff, p_eq):
+        return {"mean": mean, "verdict": verdict, "n": 10, "margin_pts": 1.0, "p_difference_adjusted": p_diff,
+                "p_equivalence_adjusted": p_eq, "minimum_detectable_pts": 0.8}
+
+    assert claim_word("s", "x", e(+1.5, "different", 0.01, 0.9)) == "holds: above"
+    assert claim_word("s", "x", e(-1.5, "different", 0.01, 0.9)) == "contradicted: below"
+    assert claim_word("s", "x", e(-0.3, "different, but within ± 1", 0.01, 0.01)) == "below, by less than 1"
+    assert claim_word("s", "x", e(+0.1, "equivalent within ± 1", 0.6, 0.01)) == "holds within ± 1: equivalent"
+    assert claim_word("s", "x", e(+0.9, "not resolved with 10 seeds", 0.2, 0.3)) == \
+        "open: not resolved with 10 seeds (MDD 0.80)"
+    with pytest.raises(FindingsError, match="stated 'different'"):  # a claim cannot rest on an overstated word
+        claim_word("s", "x", e(+0.9, "different", 0.2, 0.3))

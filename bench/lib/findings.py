@@ -77,7 +77,7 @@ def comparison_text(name: str, what: str, e: Mapping[str, Any] | None) -> str:
 
 def _accuracy(cell: Mapping[str, Any]) -> str:
     f = cell["final_accuracy_pct"]
-    return f"{f['mean']:.2f}" + (f" ± {f['std']:.2f}" if f.get("std") is not None else "")
+    return f"{f['mean']:.2f}" + (f" ± {f['std']:.2f}" if f.get("std") is not None else "") + f" (n={cell['n']})"
 
 
 # ----------------------------------------------------------------------------- one study
@@ -129,6 +129,7 @@ def study_section(name: str, summary: Mapping[str, Any]) -> list[str]:
                   "runs)" + ("; at SphereFed Tab. 16's 1e-5 it re-trains next to nothing on the digits (measured: "
                              "[methods.md](methods.md#ccvrs-re-training-learning-rate)), so its rows measure that "
                              "setting, not CCVR at its best." if rates == [1e-5] and s["dataset"] == "digits" else ".")]
+    lines += claims_lines(name, summary) + _tta_lines(summary)
     lines += _fleet_lines(summary.get("fleets", []))
     choices = [c for c in summary.get("choices", []) if len(c.get("scores", [])) > 1]
     ties = [c for c in choices if c.get("tie")]
@@ -136,6 +137,63 @@ def study_section(name: str, summary: Mapping[str, Any]) -> list[str]:
         lines += ["", f"Tuning: {len(ties)} of {len(choices)} choices are ties (another value within one validation "
                   "sample: validation cannot rank them)."]
     return lines + [""]
+
+
+CLAIMS = (("fedavg+spherefed", "fedavg", "the frozen, orthonormal head costs no accuracy (SphereFed >= FedAvg)"),
+          ("fedavg+spherefed+ffc", "fedavg", "SphereFed + FFC >= FedAvg (SphereFed Tab. 2)"),
+          ("fedavg+spherefed+ffc", "fedavg+ccvr", "FFC >= CCVR (SphereFed Tab. 4)"))
+"""SphereFed's directional claims, as (a, b, the claim a >= b); a study answers those whose
+comparison it ran (against the base, or a ``compare`` pair)."""
+
+
+def claim_word(name: str, what: str, e: Mapping[str, Any]) -> str:
+    """What one comparison's verdict says of the claim a >= b (``CLAIMS``), and nothing more."""
+    v = verdict(name, what, e)
+    m = f"{e['margin_pts']:g}"
+    if v == "different":
+        return "holds: above" if e["mean"] > 0 else "contradicted: below"
+    if v.startswith("different, but within"):
+        return f"holds: above, by less than {m}" if e["mean"] > 0 else f"below, by less than {m}"
+    if v.startswith("equivalent"):
+        return f"holds within ± {m}: equivalent"
+    return f"open: {v} (MDD {_f(e.get('minimum_detectable_pts'))})"
+
+
+def claims_lines(name: str, summary: Mapping[str, Any]) -> list[str]:
+    """Per data setting, what the study's verdicts say of each of SphereFed's claims it ran."""
+    base = summary["study"]["base"]
+    found: dict[tuple[str, str, str], Mapping[str, Any]] = {}
+    for c in summary["cells"]:
+        if c.get("paired_difference_vs_base_pct"):
+            found[(c["model"], c["setting"], f"{c['method']}|{base}")] = c["paired_difference_vs_base_pct"]
+    for p in summary.get("pairs", []):
+        found[(p["model"], p["setting"], f"{p['a']}|{p['b']}")] = p["difference_pct"]
+    rows = [(model, setting, claim, claim_word(name, f"{model} {setting} {a} - {b}", e))
+            for (model, setting, pair), e in found.items() for a, b, claim in CLAIMS if pair == f"{a}|{b}"]
+    if not rows:
+        return []
+    return ["", "SphereFed's claims, as these verdicts answer them (at ± the study's margin):", "",
+            "| model | setting | claim | answer |", "|---|---|---|---|",
+            *(f"| {model} | {setting} | {claim} | {answer} |" for model, setting, claim, answer in rows)]
+
+
+def _tta_lines(summary: Mapping[str, Any]) -> list[str]:
+    """Time and energy to the first declared target, per cell: median [range] over the seeds that reached it."""
+    rows = []
+    for c in summary["cells"]:
+        declared = [t for t in c.get("time_to_accuracy", []) if t["source"] == "declared in the study file"]
+        if not declared:
+            continue
+        t = declared[0]
+        span = lambda k, spec: ("—" if t[k]["median"] is None else  # noqa: E731
+                                f"{t[k]['median']:{spec}} [{t[k]['min']:{spec}}–{t[k]['max']:{spec}}]")
+        rows.append(f"| {c['model']} | {c['setting']} | {c['method']} | {t['target_pct']:g} | {t['reached']}/{t['of']} | "
+                    f"{span('round', '.0f')} | {span('wall_s', '.3g')} | {span('energy_j', '.3g')} |")
+    if not rows:
+        return []
+    return ["", "Time and energy to the first declared target (modeled; median [range] over the seeds that reached it):",
+            "", "| model | setting | method | target (%) | reached | round | wall time (s) | energy (J) |",
+            "|---|---|---|---|---|---|---|---|", *rows]
 
 
 def _fleet_lines(answers: Sequence[Mapping[str, Any]]) -> list[str]:
