@@ -175,7 +175,7 @@ def test_existing_out_is_refused_before_work(smoke, capsys):
     (["--model", "lenet"], "unknown model"),
     (["--model", "convnet", "--methods", "fedavg", "fedsgd"], "unknown method"),
     (["--model", "convnet", "--methods", "spherefed"], "include 'fedavg'"),
-    (["--model", "convnet", "--methods", "fedavg+ccvr"], "calibrations on their own"),
+    (["--model", "convnet", "--methods", "fedavg", "fedprox+ffc"], "bench.run prices ffc after fedavg+spherefed only"),
     (["--model", "convnet", "--preset", "huge"], "preset 'huge' not found"),
     (["--model", "convnet", "--preset", "paper"], "needs --data-dir"),
     (["--model", "convnet", "--target", "0"], "--target"),

@@ -23,6 +23,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from bench.lib import spec
 from bench.lib.grid.engine import BACKENDS, GridError, check_ray_address, validate_points
 from bench.lib.results import FORMAT_VERSION
 from bench.study import phases, report
@@ -36,8 +37,7 @@ def parser() -> cli.Parser:
     p.add_argument("study", help="study file (TOML) or a name under configs/studies/, e.g. reference")
     p.add_argument("--out", help="results folder (default results/study-<name>); rerun with the same --out to resume")
     p.add_argument("--backend", default="local", choices=BACKENDS)
-    p.add_argument("--workers", type=cli.int_in(1, checks.WORKERS_MAX), default=1, metavar="N",
-                   help="local backend: runs side by side in N processes of one torch thread each (default 1)")
+    spec.add_flags(p, "bench.study", ["workers"], workers=1)  # the local backend's; Ray uses its cluster's cores
     p.add_argument("--address", help="address of an existing Ray cluster (--backend ray)")
     p.add_argument("--retry-failed", action="store_true", help="run again the runs that failed before")
     p.add_argument("--data-dir", metavar="DIR", help="folder of the study's dataset (CIFAR-10 / CIFAR-100 / "

@@ -164,6 +164,26 @@ def make_partition(labels: np.ndarray, cfg: FLConfig) -> list[np.ndarray]:
     return fn(labels, cfg.num_clients, seed=cfg.seed, **extra)
 
 
+def load_data(fl: FLConfig, *, data_dir: str | Path | None = None, image_size: int | None = None):
+    """``(train, test)`` of ``fl``'s dataset at ``image_size`` (default: ``fl``'s), each a seeded
+    subset (``max_train_samples`` with the run's seed, ``max_test_samples`` with seed + 1): the first
+    half of every command's data preparation (``bench.fl``, ``bench.run``, ``bench.study``'s runs,
+    the Flower app); ``client_data`` is the second."""
+    from workloads.fl.data import load_dataset, subset
+
+    train, test = load_dataset(fl.dataset, data_dir=data_dir, image_size=image_size or fl.image_size)
+    return (subset(train, fl.max_train_samples, fl.seed, "train"),
+            subset(test, fl.max_test_samples, fl.seed + 1, "test"))
+
+
+def client_data(train, fl: FLConfig) -> tuple:
+    """``(train, validation hold-out or None, the clients' partition)``: the hold-out drawn from
+    ``load_data``'s train with the run's seed before partitioning (``split_holdout``), the rest
+    partitioned as ``fl`` says (``make_partition``)."""
+    train, val = split_holdout(train, fl.holdout_fraction, seed=fl.seed)
+    return train, val, make_partition(train.y.numpy(), fl)
+
+
 def split_holdout(train, fraction: float, *, seed: int):
     """(train without the hold-out, hold-out) or (train, None) when ``fraction`` is 0. The hold-out
     is drawn uniformly with ``seed`` before partitioning (SphereFed Sec. 5.1 tunes on 15 %)."""
