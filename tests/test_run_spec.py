@@ -50,18 +50,22 @@ def test_every_method_name_means_one_method_in_every_command(name, tmp_path):
     meant = MEANING[name]
     # bench.fl (and bench.study's runs and bench.flower, which parse with the same method_list / parse_method)
     assert pipeline.method_list([name]) == (meant,)
-    # a preset file's [run] methods
+    # a preset file's [run] methods and a study file's methods: the same method, or, where a file
+    # written before issue 45 meant another (ffc alone was fedavg+ffc there), refused with both spellings
     preset = tmp_path / "p.toml"
     listed = list(dict.fromkeys(["fedavg", name]))
     preset.write_text(QUICK_TOML.replace("[run]\n", f"[run]\nmethods = {listed}\n".replace("'", '"')))
-    assert parse_method(load_preset(str(preset)).methods[-1]) == meant
-    # a study file's methods (canonical names)
-    study = parse_study({"name": "s", "preset": "quick", "models": ["convnet"], "methods": listed,
-                         "base": "fedavg", "alphas": [0.5], "rounds": 6, "seeds": [0, 1], "tuning_seeds": [9],
-                         "search": {m: {"lr": [0.1]} for m in dict.fromkeys(
-                             ["fedavg", MethodConfig(meant.algorithm, meant.spherefed).name])},
-                         "targets": {"accuracy_pct": [50.0]}})
-    assert parse_method(study.methods[-1]) == meant
+    doc = {"name": "s", "preset": "quick", "models": ["convnet"], "methods": listed, "base": "fedavg",
+           "alphas": [0.5], "rounds": 6, "seeds": [0, 1], "tuning_seeds": [9],
+           "search": {m: {"lr": [0.1]} for m in dict.fromkeys(["fedavg", meant.training.name])},
+           "targets": {"accuracy_pct": [50.0]}}
+    if name == "ffc":
+        for read in (lambda: load_preset(str(preset)), lambda: parse_study(doc)):
+            with pytest.raises(ValueError, match='write "fedavg[+]spherefed[+]ffc" or "fedavg[+]ffc"'):
+                read()
+    else:
+        assert parse_method(load_preset(str(preset)).methods[-1]) == meant
+        assert parse_method(parse_study(doc).methods[-1]) == meant
     # bench.run and a bench.run grid point: the same method, or refused with the name to give
     if meant.calibration and meant != parse_method(meant.calibration):
         with pytest.raises(ValueError, match=f"bench.run prices {meant.calibration} after"):

@@ -37,11 +37,9 @@ def parser() -> cli.Parser:
     p.add_argument("study", help="study file (TOML) or a name under configs/studies/, e.g. reference")
     p.add_argument("--out", help="results folder (default results/study-<name>); rerun with the same --out to resume")
     p.add_argument("--backend", default="local", choices=BACKENDS)
-    spec.add_flags(p, "bench.study", ["workers"], workers=1)  # the local backend's; Ray uses its cluster's cores
+    spec.add_flags(p, "bench.study", ["workers", "data_dir"], workers=1)  # --workers: the local backend's
     p.add_argument("--address", help="address of an existing Ray cluster (--backend ray)")
     p.add_argument("--retry-failed", action="store_true", help="run again the runs that failed before")
-    p.add_argument("--data-dir", metavar="DIR", help="folder of the study's dataset (CIFAR-10 / CIFAR-100 / "
-                   "TinyImageNet, as bench.fl reads it); not for the offline digits")
     p.add_argument("--report-only", action="store_true", help="train nothing: rebuild the report from the runs "
                    "already in --out")
     return p

@@ -28,7 +28,7 @@ from iokit import checks
 from iokit.toml import read_toml
 from workloads.fl.execution import preset_options
 from workloads.fl.hparams import FLConfig, Hparams, hparams_from_table, override
-from workloads.fl.methods import NAME_PARTS, MethodConfig, parse_method
+from workloads.fl.methods import NAME_PARTS, MethodConfig, check_file_spelling, parse_method
 
 PRESET_DIR = Path(__file__).resolve().parents[2] / "configs" / "presets"
 TABLES = ("run", "hparams", "methods", "execution", "targets")
@@ -90,6 +90,7 @@ def load_preset(preset: str) -> Preset:
             parse_method(method)
         except ValueError as err:
             raise ValueError(f"{path} [run]: methods: {err}") from None
+        check_file_spelling(method, where=f"{path} [run] methods")
     cfg = checks.from_table(FLConfig, run, where=f"{path} [run]")
     own_knobs = [k for m in methods for k in parse_method(m).knobs]  # a method of yours brings its knobs
     hp = hparams_from_table(doc.get("hparams", {}), knobs=own_knobs, where=f"{path} [hparams]")

@@ -137,6 +137,17 @@ class MethodConfig:
         return (*self.algo.knobs, *(self.calib.knobs if self.calib else ()))
 
 
+def check_file_spelling(name: str, *, where: str) -> None:
+    """A method name in a file (a preset's ``[run]`` methods, a study's methods): files written
+    before a calibration alone meant it after its ``trained_with`` read ``ffc`` as ``fedavg+ffc``;
+    a calibration alone whose meaning that changed is refused there with both spellings (MethodError),
+    so an old file never silently trains another method."""
+    method = parse_method(name)
+    if method.calibration and "+" not in name and method != MethodConfig("fedavg", False, method.calibration):
+        raise MethodError(f"{where}: {name!r} alone means {method.name} in every command (files before issue 45 "
+                          f"read it as fedavg+{name}): write \"{method.name}\" or \"fedavg+{name}\"")
+
+
 def parse_method(text: str) -> MethodConfig:
     """``"fedprox+spherefed+ffc"`` -> MethodConfig("fedprox", True, "ffc"); ``"ffc"`` ->
     MethodConfig("fedavg", True, "ffc") (module doc); one-line MethodError otherwise."""
