@@ -211,10 +211,12 @@ def _add(parser, name: str, spec_flag: Flag, command: str | None, default: Any) 
                         **spec_flag.settings)
 
 
-def add_flags(parser, command: str, names: Sequence[str] | None = None, **defaults: Any) -> None:
+def add_flags(parser, command: str, names: Sequence[str] | None = None, *, several_models: bool = False,
+              **defaults: Any) -> None:
     """``command``'s run flags on ``parser`` (``names``: only those fields', for a command that is
     not turned into a ``RunSpec``; ``defaults``: that command's own defaults). ``--model`` (one
-    model) comes with ``models``."""
+    model) comes with ``models``, and ``--models`` too where the command takes several (``bench.run``,
+    ``several_models``); ``models_of`` reads them."""
     chosen = {f.name: f.metadata["flag"] for f in fields(RunSpec) if "flag" in f.metadata} if names else \
         dict(spec_flags(command))
     for name, spec_flag in chosen.items():
@@ -222,9 +224,17 @@ def add_flags(parser, command: str, names: Sequence[str] | None = None, **defaul
             continue
         if name == "models":
             parser.add_argument("--model", dest="model", default=defaults.get("model"), help=f"one model: {MODEL_HELP}")
-            if command != RUN:
+            if command != RUN and not several_models:
                 continue
         _add(parser, name, spec_flag, command, defaults.get(name, _default(name, command)))
+
+
+def models_of(args: argparse.Namespace) -> tuple[str, ...]:
+    """The models of ``--model`` or ``--models`` (``add_flags``); ValueError when both are given."""
+    several = getattr(args, "models", None)
+    if getattr(args, "model", None) and several:
+        raise ValueError(f"give either --model {args.model} or --models {' '.join(several)}, not both")
+    return tuple(several) if several else ((args.model,) if getattr(args, "model", None) else ())
 
 
 def from_args(args: argparse.Namespace, command: str) -> RunSpec:
@@ -233,10 +243,7 @@ def from_args(args: argparse.Namespace, command: str) -> RunSpec:
     for name, spec_flag in spec_flags(command):
         value = getattr(args, name, None) if name != "models" else None
         values[name] = spec_flag.to_field(value) if spec_flag.to_field else value
-    several = getattr(args, "models", None)
-    if getattr(args, "model", None) and several:
-        raise ValueError(f"give either --model {args.model} or --models {' '.join(several)}, not both")
-    values["models"] = tuple(several) if several else ((args.model,) if getattr(args, "model", None) else ())
+    values["models"] = models_of(args)
     hws = tuple(values.pop("hw_path") or ())
     values["hw_path"] = hws[0] if command == RUN and hws else one_hw(hws, command)
     values["compare_hw"] = hws if len(hws) > 1 else ()
