@@ -79,7 +79,7 @@ class RunSpec:
     names are what results files record (``config``)."""
 
     models: tuple[str, ...] = flag("--models", help=f"several models: {MODEL_HELP}", nargs="+", metavar="MODEL",
-                                   to_field=_tuple)
+                                   default=(), to_field=_tuple)  # (): the preset's
     methods: tuple[str, ...] | None = flag(
         "--methods", nargs="+", metavar="METHOD", to_field=_tuple, unset="the preset's [run] methods",
         help="FL methods (fedavg, fedprox+spherefed, spherefed+ffc, ...: docs/fl.md; yours: package.module:Class), "
@@ -201,8 +201,8 @@ def _default(name: str, command: str | None) -> Any:
 
 def _add(parser, name: str, spec_flag: Flag, command: str | None, default: Any) -> None:
     default = None if name in REQUIRED.get(command, ()) else default
-    shown = default if not isinstance(default, tuple) else " ".join(default)
-    if default is None:
+    shown = (" ".join(default) or None) if isinstance(default, tuple) else default
+    if shown is None:
         shown = spec_flag.unset
     help_text = spec_flag.help + (f" (default {shown})" if shown is not None and "default" not in spec_flag.help
                                   and spec_flag.settings.get("action") is None else "")
