@@ -1,5 +1,6 @@
 """One run, one vocabulary: ``RunSpec``, the federated run every command is turned into, and the
-one declaration of every flag the commands share (docs/cli.md, "One run, one vocabulary").
+one declaration of every flag the commands share (docs/cli.md, "The same flag means the same
+thing everywhere").
 
 A field of ``RunSpec`` that a command takes from its command line declares its flag once, beside
 the field (``flag(...)``): the spelling, the one help text, the argparse settings, and which
@@ -15,12 +16,13 @@ commands take it. From those declarations alone:
 
 Adding a run option is one field here (docs/cli.md walks through it); the code that acts on it
 reads ``spec.<field>``. ``None`` in a field means "the preset's" (or, where said, the command's
-default); the command resolves it when it loads the preset, and records the resolved spec.
+default), taken when the command loads the preset; ``bench.run`` records the spec with its seed
+resolved.
 
 The learning-rate source is a field too (``lr_from``): ``preset`` trains every method at its
 preset's rates (``[hparams]`` and ``[methods.<name>]``), ``study`` at the rates a reference study
-chose on validation where one covers the run (``bench.lib.run.reference``), else the preset's;
-``rate_sources`` says, per run, where each rate came from, and results files record it.
+chose on validation where one covers the run, else the preset's; ``bench.lib.run.reference.rates``
+says, per run, where each rate came from, and results files record it.
 """
 
 from __future__ import annotations
