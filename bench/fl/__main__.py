@@ -80,8 +80,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             torch.set_num_threads(args.threads)
         if args.resume:
             pipeline.check_checkpoints(run, out / CHECKPOINTS)
-        for name, rate in run.rates.items():
-            print(f"{name:28s} lr {rate['lr']:g} from {rate['from']}", file=sys.stderr)
         data = pipeline.load(run)
     with outputs.claim(out):
         start_run_folder(out, config_sha, earlier, run)

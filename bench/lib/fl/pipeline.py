@@ -215,6 +215,8 @@ def train(run: FLRun, data: FLData, *, progress: bool = False, checkpoints: Path
     priced, one after another, sharing one ``RunPricer``."""
     inputs = data.inputs
     print(f"device: {run.execution.device} ({run.execution.describe()['device_name']})", file=sys.stderr)
+    for name, rate in run.rates.items():
+        print(f"{name:28s} lr {rate['lr']:g} from {rate['from']}", file=sys.stderr)
     pricer = RunPricer(inputs.run_spec())
     jobs = {method.name: Job(method.name, run.hparams[method.name]) for method in run.methods}
     plans, planning_s = {}, {}
