@@ -5,8 +5,13 @@ priced on the modeled accelerator.
                        [--holdout FRACTION] [--data-dir DIR] [--out DIR] [--overwrite | --resume]
                        [--threads N] [--progress] [--hw HW.toml] [--system SYSTEM.toml | --fleet FLEET.toml
                        [--deadline-s S] [--overcommit X]]
-                       [--model NAME|package.module:factory] [--classifier DOTTED.NAME]
+                       [--model NAME|package.module:factory] [--classifier DOTTED.NAME] [--alpha A]
+                       [--lr-from preset|study] [--number-format F] [--comm-format F]
                        [--device auto|cpu|cuda|cuda:N] [--augment] [--channels-last] [--bf16] [--compile]
+
+The run flags are the ones every command shares (``bench.lib.spec``, docs/cli.md): ``--lr-from
+study`` trains each method at a covering reference study's rate, as ``bench.run`` does by default
+(``preset``, the default here: the preset's), and says where each rate comes from.
 
 ``--preset`` is a name under ``configs/presets/`` or a ``.toml`` path (``workloads.fl.presets``).
 Writes ``--out`` (default ``results/fl/<preset>-seed<seed>``): ``results.json`` (accuracy and
