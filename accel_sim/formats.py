@@ -108,6 +108,10 @@ ELEMENT_FORMATS = {
 ELEMENT_KINDS = ("fp32", "bf16", "fp16", "e4m3", "e5m2")
 """The element formats a run may compute in unscaled (the others are MX elements)."""
 FORMAT_KINDS = (*ELEMENT_KINDS, "fp8_hybrid", "bfp", "mx")
+NAME_PATTERN = (rf"(({'|'.join(ELEMENT_KINDS)}|fp8_hybrid)({'|'.join(s for s in SCALINGS.values() if s)})?"
+                rf"|({'|'.join(MX_ELEMENTS)})({MX_SCALE_RULES['up']})?|bfp_m\d+_g\d+)({STOCHASTIC_SUFFIX})?")
+"""Every name ``NumberFormat.parse`` reads (the module doc's vocabulary); what it cannot match is
+refused in the words the user typed, before any part of it is read."""
 MAC_KINDS = (*ELEMENT_KINDS, "e3m2", "e2m3", "e2m1", "bfp")
 """The MAC datapaths (``NumberFormat.mac_kind``): the keys of a device file's ``[dsp_per_mac]``."""
 
@@ -190,6 +194,12 @@ class NumberFormat:
         if isinstance(text, NumberFormat):
             return text
         name = str(text).strip()
+        if not re.fullmatch(NAME_PATTERN, name):
+            raise NumberFormatError(f"number format {name!r}: expected one of {', '.join(ELEMENT_KINDS)}, "  # as typed
+                                    f"a scaled FP8 ({', '.join(k + s for k in SCALED_KINDS for s in SCALINGS.values() if s)}), "
+                                    f"an MX format ({', '.join(MX_ELEMENTS)}; {MX_SCALE_RULES['up']} for the rounded-up "
+                                    f"scale) or block floating point as bfp_m<mantissa bits>_g<group size>, e.g. "
+                                    f"bfp_m4_g16; a {STOCHASTIC_SUFFIX} suffix for stochastic rounding")
         rounding = "nearest"
         if name.endswith(STOCHASTIC_SUFFIX):
             name, rounding = name[: -len(STOCHASTIC_SUFFIX)], "stochastic"

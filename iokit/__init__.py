@@ -9,5 +9,8 @@ the pure federated-learning code can both use it without depending on each other
 * ``iokit.toml``: reading a TOML file with one error naming the file;
 * ``iokit.files``: files and folders written atomically (a reader never sees half of one);
 * ``iokit.outputs``: results folders the suite owns (a manifest), the ``--out`` rules, a lock;
-* ``iokit.cli``: the one-line argument parser and the ``command`` decorator of every command.
+* ``iokit.cli``: the one-line argument parser and the ``command`` decorator of every command;
+* ``iokit.identity``: a run is the content of the files it reads; each value once by what it
+  resolves to;
+* ``iokit.consumed``: a folder one command reads from another, checked (finished, complete, finite).
 """

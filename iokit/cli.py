@@ -4,7 +4,8 @@ The rule: every input is checked before the work starts; a bad one gets one line
 names the input and the fix, exit 2, no traceback, and no file or folder left behind. Pieces:
 
 * :class:`Parser`: ``argparse`` whose errors are one line instead of the usage block, raised as
-  :class:`UsageError`;
+  :class:`UsageError`; an empty value (``--study ""``) is one of them, for every option and
+  argument: an empty string never means "not given" (:func:`empty_values`);
 * flag types with bounds (:func:`int_in`, :func:`finite_float`, :func:`names`), built on
   ``iokit.checks`` so that a flag and a config key give the same message;
 * :func:`check_folder` for input folders (``--data-dir``); ``iokit.outputs`` for ``--out``;
@@ -56,6 +57,43 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         raise UsageError(f"{message} (python -m {self.prog.removeprefix('python -m ')} --help lists the options)")
+
+    def parse_known_args(self, args=None, namespace=None):
+        parsed, extra = super().parse_known_args(args, namespace)
+        empty = empty_values(self, parsed)
+        if empty:
+            raise UsageError(empty[0])
+        return parsed, extra
+
+
+def empty_values(parser: argparse.ArgumentParser, parsed: argparse.Namespace) -> list[str]:
+    """One line per option or argument of ``parser`` given an empty (or blank) string in ``parsed``:
+    the one rule of every path-valued option (``--out ""``, ``--study ""``, ``--fleet ""``) and of
+    every other text: an empty value is an error naming the flag, never "not given" (which would
+    let ``--study "" --target 50`` pass the rule that ``--target`` needs ``--run``) and never the
+    current folder (``Path("")`` is ``.``)."""
+    lines = []
+    for action in parser._actions:  # argparse keeps its actions there; no public accessor
+        value = getattr(parsed, action.dest, None) if action.dest != argparse.SUPPRESS else None
+        values = value if isinstance(value, list) else [value]
+        if any(isinstance(v, str) and not v.strip() for v in values):
+            flag = "/".join(action.option_strings) or action.dest
+            said = (action.help or "").split(" (")[0].split(";")[0].split(":")[0].strip()  # its help's first words
+            what = " ".join(filter(None, (said or "a value", f"({action.metavar})" if action.metavar else "")))
+            lines.append(f"{flag} is empty; give {what}"
+                         + (f", or drop {flag}" if action.option_strings and not action.required else ""))
+    return lines
+
+
+class Default(str):
+    """A text flag's default (``default=Default(path)``), told apart from the same text typed:
+    ``--system configs/system/default.toml`` beside ``--fleet`` is refused like any other system file,
+    though it names the default one (``is_default``)."""
+
+
+def is_default(value: object) -> bool:
+    """True for a flag's ``Default`` value, False for anything the user gave."""
+    return isinstance(value, Default)
 
 
 def int_in(low: int, high: int) -> Callable[[str], int]:

@@ -43,6 +43,9 @@ def import_attribute(name: str, *, role: str, kind: str, form: str, wanted: str,
     module_name, _, attr = name.partition(":")
     if not module_name or not attr:
         raise error(f"{role} {name!r}: write {form}")
+    if module_name.startswith("."):
+        raise error(f"{role} {name!r}: a relative module path; name the module from the folder you run in "
+                    f"(or one on PYTHONPATH), e.g. {module_name.lstrip('.') or 'mymodule'}:{attr}")
     top = module_name.split(".")[0]
     if top in sys.stdlib_module_names or top in sys.builtin_module_names or top == "builtins":
         raise error(f"{role} {name!r}: {module_name} is part of Python's standard library, not a {kind}; "

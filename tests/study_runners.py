@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.lib.grid.runners import grid_runner
-from bench.lib.study.runner import labels_of, write_run
+from bench.lib.study.runner import files_read, labels_of, write_run
 from workloads.fl.methods import parse_method
 
 
@@ -29,7 +29,7 @@ def opposite_accuracy(lr: float, seed: int, t: int, rounds: int) -> tuple[float,
             0.1 + (0.8 - lr + 0.001 * seed) * ramp)
 
 
-@grid_runner("tests.study_opposite")
+@grid_runner("tests.study_opposite", reads=files_read)  # reads what a study run reads
 def opposite(point: dict, out_dir: Path) -> dict:
     method = parse_method(point["method"])
     lr, seed, rounds = point["hparams"]["lr"], point["seed"], point["fl"]["rounds"]
@@ -80,3 +80,29 @@ def peaked(point: dict, out_dir: Path) -> dict:
 def fails(point: dict, out_dir: Path) -> dict:
     """Every run diverges (a stand-in for a learning rate far too large)."""
     raise FloatingPointError(f"non-finite loss in round 1 (stand-in, lr={point['hparams']['lr']})")
+
+
+@grid_runner("tests.study_diverging")
+def diverging(point: dict, out_dir: Path) -> dict:
+    """``opposite``'s curves, but a learning rate above 1e6 diverges without a NaN: its mean loss
+    grows 1,000-fold per round from 2.3 (a run recorded before runs stopped on divergence, or a
+    runner of the user's that does not stop), its accuracy at chance (0.1) with the best validation."""
+    lr, rounds = point["hparams"]["lr"], point["fl"]["rounds"]
+    if lr <= 1e6:
+        return opposite(point, out_dir)
+    curve = [{"method": label, "round": t, "stage": "train", "lr": lr, "mean_loss": 2.3 * 1000.0 ** (t - 1),
+              "accuracy": 0.1, "val_accuracy": 0.99, "cum_wall_s": 10.0 * t, "cum_device_s": 1.0 * t,
+              "cum_energy_j": 2.0 * t, "cum_bytes": 1000.0 * t}
+             for label in labels_of(parse_method(point["method"])) for t in range(1, rounds + 1)]
+    return write_run(out_dir, curve, {"machine": {"host": "stand-in", "cpu": "none"}, "wall_s": 0.0})
+
+
+@grid_runner("tests.study_slow", reads=files_read)
+def slow(point: dict, out_dir: Path) -> dict:
+    """``opposite`` after 30 s with torch loaded, as a real run's worker has it: a run to interrupt."""
+    import time
+
+    import torch  # noqa: F401
+
+    time.sleep(30)
+    return opposite(point, out_dir)

@@ -204,7 +204,7 @@ CASES = [
     # empty names
     ("simulate --hw empty", lambda d: ["simulate", _trace(d, lambda ls: ls), "--hw", ""], "--hw is empty", "--hw"),
     ("gemm --hw empty", lambda d: ["gemm", "1", "2", "3", "--hw", ""], "--hw is empty", "--hw"),
-    ("trace name empty", lambda d: ["simulate", ""], "the trace file name is empty", "trace file"),
+    ("trace name empty", lambda d: ["simulate", ""], "trace is empty; give trace file", "trace file"),
 ]
 
 

@@ -16,8 +16,10 @@ from accel_sim.points import HardwarePoints
 from bench.dse import accuracy
 from bench.dse.__main__ import main
 from bench.dse.spec import DseError
+from bench.lib.results import FORMAT_VERSION
 from bench.study import phases, report
 from bench.lib.study.spec import parse_study
+from iokit import outputs
 from tests.test_study import OPPOSITE, study_doc
 
 SPACE = """
@@ -40,7 +42,9 @@ def priced(tmp_path_factory):
     root = tmp_path_factory.mktemp("dse-study")
     study = parse_study(study_doc(number_formats=["fp32", "bfp_m2_g16"], targets={"accuracy_pct": [60.0]}), "test")
     run = phases.run_study(study, root / "study", runner=OPPOSITE)
-    report.write_report(root / "study", study, run, command="test", started_unix_s=0.0, commit="test")
+    files = report.write_report(root / "study", study, run, command="test", started_unix_s=0.0, commit="test")
+    outputs.Manifest(phases.COMMAND, phases.folder_hash(study), FORMAT_VERSION, "complete", tuple(files),
+                     (phases.GRID_FOLDER,)).write(root / "study")  # as bench.study finishes it
     space = root / "space.toml"
     space.write_text(SPACE)
     assert main([str(space), "--study", str(root / "study"), "--out", str(root / "dse")]) == 0

@@ -12,6 +12,8 @@ import pytest
 
 from bench.dse.__main__ import main
 from bench.dse.spec import load_dse
+from bench.lib.results import FORMAT_VERSION
+from iokit import outputs
 from workloads.cost.system import ROUNDS_COLUMNS
 
 SPACE = """
@@ -55,6 +57,7 @@ def run_folder(tmp_path, dse, target_pct):
         "hardware": asdict(dse.base),
         "accuracy_setting": {"hparams": {"batch_size": 8}, "fl": {"image_size": 16}},
         "models": {"convnet": {"time_to_accuracy": {"target_accuracy_pct": target_pct}}}}))
+    outputs.Manifest("bench.run", "test", FORMAT_VERSION, "complete", ("rounds.csv", "summary.json")).write(folder)
     return folder
 
 

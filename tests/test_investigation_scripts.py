@@ -1,7 +1,8 @@
 """The scripts behind the measured facts of docs/fl.md ("SphereFed's slow start",
 scripts/slow_start.py), docs/results.md ("Reproducibility across machines",
-scripts/kernel_drift.py) and docs/numerics.md (scripts/fp8_underflow.py): their arithmetic on
-hand-made cases and their hooks on the real loop."""
+scripts/kernel_drift.py), docs/numerics.md (scripts/fp8_underflow.py) and docs/methods.md
+("CCVR's re-training learning rate", scripts/ccvr_effect.py): their arithmetic on hand-made cases
+and their hooks on the real loop."""
 
 import importlib.util
 import math
@@ -28,6 +29,7 @@ def _script(name):
 
 slow_start = _script("slow_start")
 kernel_drift = _script("kernel_drift")
+ccvr_effect = _script("ccvr_effect")
 
 
 def test_relative_and_largest_differences_by_hand():
@@ -101,3 +103,44 @@ def test_fp8_underflow_counts_the_output_gradients_a_format_flushes():
     with counting:
         (conv(x) * g).sum().backward()
     assert (counting.nonzero, counting.flushed) == (3, 1)
+
+
+def test_ccvr_effect_by_hand():
+    # features e_0, e_1 with labels 0, 1; W0 = [[1, 0], [0, 0.5]] gives logits [1, 0] and [0, 0.5]:
+    # both right, top-1 margins 1 and 0.5. W1 adds 1 at W[0, 1]: sample 1's logits become [1, 0.5],
+    # so its prediction flips to 0 (one change, accuracy 100 -> 50 %), the largest logit change is 1,
+    # and ||W1 - W0|| / ||W0|| = 1 / sqrt(1 + 0.25)
+    z, y = torch.eye(2, dtype=torch.float64), torch.tensor([0, 1])
+    w0 = torch.tensor([[1.0, 0.0], [0.0, 0.5]], dtype=torch.float64)
+    w1 = w0 + torch.tensor([[0.0, 1.0], [0.0, 0.0]], dtype=torch.float64)
+    assert ccvr_effect.top2_margins(z @ w0.T).tolist() == [1.0, 0.5]
+    assert ccvr_effect.effect(w0, w1, z, y) == pytest.approx(
+        {"dw_rel": 1 / math.sqrt(1.25), "max_dlogit": 1.0, "min_margin": 0.5, "changed": 1,
+         "acc_before_pct": 100.0, "acc_after_pct": 50.0})
+    assert ccvr_effect.effect(w0, w0, z, y)["changed"] == 0
+
+
+def test_ccvr_virtual_loss_weighs_out_absent_classes():
+    # logits [ln 3, 0] for label 0: softmax 3/4, loss ln(4/3); the second sample has weight 0
+    ce = lambda o, t: torch.nn.functional.cross_entropy(o, t, reduction="none")
+    w = torch.tensor([[1.0, 0.0], [0.0, 0.0]])
+    feats, labels = torch.tensor([[math.log(3), 0.0], [5.0, 5.0]]), torch.tensor([0, 1])
+    assert ccvr_effect.virtual_loss(w, feats, labels, torch.tensor([1.0, 0.0]), ce) == pytest.approx(math.log(4 / 3))
+
+
+def test_ccvr_pooling_error_sees_a_wrong_client_mean():
+    # class 0: two clients of two samples each; pooled exactly, both errors vanish. Client A's mean
+    # moved by 0.5 in coordinate 0 moves the pooled mean by 0.5 x N_A / N_c = 0.25.
+    z = torch.tensor([[0.0, 1.0], [2.0, 3.0], [4.0, 1.0], [1.0, 5.0]], dtype=torch.float64)
+    y = torch.zeros(4, dtype=torch.long)
+
+    def client(rows):
+        zc = z[rows]
+        return {"ccvr_counts": torch.tensor([2.0], dtype=torch.float64), "ccvr_means": zc.mean(0)[None],
+                "ccvr_covs": torch.cov(zc.T)[None]}
+
+    a, b = client([0, 1]), client([2, 3])
+    mu_err, cov_err = ccvr_effect.pooling_error([a, b], z, y)
+    assert mu_err < 1e-12 and cov_err < 1e-12
+    a["ccvr_means"] = a["ccvr_means"] + torch.tensor([[0.5, 0.0]], dtype=torch.float64)
+    assert ccvr_effect.pooling_error([a, b], z, y)[0] == pytest.approx(0.25)

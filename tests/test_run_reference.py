@@ -75,10 +75,22 @@ def test_the_target_is_fixed_before_the_run_in_this_order():
     assert reference.target(None, (), None)[0] is None
 
 
+def with_ccvr_lr(jobs, lr):
+    """``jobs`` with the FedAvg + CCVR job's ``ccvr_lr`` set to ``lr``."""
+    return [replace(j, hp=j.hp.replace(ccvr_lr=lr)) if j.name == "fedavg+ccvr" else j for j in jobs]
+
+
+def study_ccvr_lr(ref, model: str) -> float:
+    """The ``ccvr_lr`` the study's FedAvg + CCVR runs of ``model`` had."""
+    return next(c["point"]["hparams"]["ccvr_lr"] for c in ref.summary["choices"]
+                if c["point"] and (c["model"], c["method"]) == (model, "fedavg"))
+
+
 def test_figures_put_the_run_beside_the_reference_seeds(refs):
     quick = next(r for r in refs if r.name == "digits-quick")
     names = ["fedavg", "spherefed", "ccvr", "ffc"]
     jobs, _ = reference.rates([job("fedavg+ccvr"), job("spherefed+ffc")], "mobilenetv2", quick_fl(), QUICK, "study", refs)
+    jobs = with_ccvr_lr(jobs, study_ccvr_lr(quick, "mobilenetv2"))  # CCVR as the study ran it
     runs = quick.runs[(quick.runs["model"] == "mobilenetv2") & (quick.runs["setting"] == "alpha=0.5")]  # not its fleets
     seed0 = {m: float(runs[(runs["method"] == m) & (runs["seed"] == 0)]["final_accuracy_pct"].iloc[0])
              for m in ("fedavg", "fedavg+spherefed")}
@@ -112,6 +124,23 @@ def test_figures_put_the_run_beside_the_reference_seeds(refs):
                                         Execution(**{**point["execution"], "channels_last": False}))
     assert all(v["same_settings"] for v in same["methods"].values())
     assert not any(v["same_settings"] for v in other["methods"].values())
+
+
+def test_a_calibration_knob_other_than_the_studys_drops_only_the_calibrated_figures(refs):
+    """CCVR's learning rate does not change FedAvg's training: the run still takes the study's FedAvg
+    rate and FedAvg's figures, but CCVR's figures and its pair with FedAvg are not the study's."""
+    quick = next(r for r in refs if r.name == "digits-quick")
+    names = ["fedavg", "spherefed", "ccvr", "ffc"]
+    other = 10 * study_ccvr_lr(quick, "mobilenetv2")
+    jobs, notes = reference.rates(with_ccvr_lr([job("fedavg+ccvr"), job("spherefed+ffc")], other), "mobilenetv2",
+                                  quick_fl(), QUICK, "study", refs)
+    assert notes["fedavg+ccvr"]["study"] == "digits-quick" and jobs[0].hp.ccvr_lr == other
+    accuracy = {n: {"accuracy_pct": 90.0} for n in names}
+    figures = reference.reference_figures("mobilenetv2", names, jobs, accuracy, quick_fl(), refs)
+    assert set(figures["methods"]) == {"fedavg", "spherefed", "ffc"}
+    assert {(p["method"], p["versus"]) for p in figures["pairs"]} == {("spherefed", "fedavg"), ("ffc", "spherefed")}
+    converged = reference.reference_figures("mobilenetv2", names, jobs, accuracy, quick_fl(), refs)["converged_reference"]
+    assert converged is not None and "ccvr" not in converged["methods"] and "fedavg" in converged["methods"]
 
 
 def test_a_new_seed_is_judged_by_the_prediction_interval_of_the_reference_seeds(refs):

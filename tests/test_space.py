@@ -119,7 +119,7 @@ def test_priced_space_rows_equal_simulate_and_a_front():
     ({"axes": {"rows": {"start": 8, "stop": 64, "factor": 1}}}, ["'rows'", "factor > 1"]),
     ({"axes": {"rows": [8, 8]}}, ["'rows'", "more than once"]),
     ({"axes": {"rows": 8}}, ["'rows'", "give a list of values"]),
-    ({"axes": {"number_format": ["fp64"]}}, ["'number_format'", "fp32, bf16, fp16, e4m3, e5m2, e4m3_cs"]),
+    ({"axes": {"number_format": ["fp64"]}}, ["'number_format'", "fp32, bf16, fp16, e4m3, e5m2, a scaled FP8 (e4m3_cs"]),
     ({"axes": {"number_format": ["bfp_m4_g16"], "word_bytes": [1]}}, ["'number_format' and 'word_bytes'",
                                                                       "drop the word_bytes axis"]),
     ({"axes": {"word_bytes": [1, 4]}}, ["'word_bytes'", "add a number_format axis"]),

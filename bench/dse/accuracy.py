@@ -38,6 +38,7 @@ from accel_sim.mac_energy import hardware_in_format
 from accel_sim.pareto import pareto_front
 from bench.dse.rerun import on_points, step_price
 from bench.dse.spec import Dse, DseError
+from iokit.consumed import every_seed, finished_folder, finite_numbers
 from workloads.cost.system import time_to_accuracy
 from workloads.fl.methods import is_calibration, parse_method
 
@@ -82,6 +83,7 @@ def load_study(folder: str | Path, dse: Dse, target_pct: float | None, setting: 
     if missing:
         raise DseError(f"--study {folder}: not a finished bench.study folder (no {missing[0]}); give a folder "
                        f"python -m bench.study wrote")
+    finished_folder(folder, command="bench.study", flag="--study", error=DseError)  # finished, nothing missing
     try:
         summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
         study = summary["study"]
@@ -97,6 +99,10 @@ def load_study(folder: str | Path, dse: Dse, target_pct: float | None, setting: 
         raise DseError(f"--study {folder}: curves.csv or summary.json lacks what re-pricing reads "
                        f"({', '.join(sorted(needed - set(curves.columns))) or 'the chosen points'}); rerun the study's "
                        f"command to regenerate its report")
+    finite_numbers(curves.to_dict("records"), ["round", "seed", *sorted(needed - {"model", "setting", "method",
+                                                                          "seed", "round", "stage"})],
+                   whole=("round", "seed"), where=f"--study {folder / 'curves.csv'}", error=DseError)
+    curves = curves.astype({"round": int, "seed": int})
     if "number_format" not in curves.columns:
         curves = curves.assign(number_format="fp32")  # a study from before number formats: FP32 only
     model = next((m for m in dict.fromkeys(curves["model"]) if m in dse.models), None)
@@ -104,6 +110,9 @@ def load_study(folder: str | Path, dse: Dse, target_pct: float | None, setting: 
         raise DseError(f"--study {folder}: the study's model(s) {', '.join(map(str, dict.fromkeys(curves['model'])))} "
                        f"not in the space's [dse] models; add it there")
     batch, image = points[0]["hparams"]["batch_size"], points[0]["fl"]["image_size"]
+    if image is None:
+        raise DseError(f"--study {folder}: the study kept its dataset's own image size (its preset sets no "
+                       "image_size), which the study does not record; re-price a study whose preset sets image_size")
     if batch != dse.batch_size or image != dse.image_size:
         raise DseError(f"--study {folder}: the study trained at batch {batch}, {image}x{image} inputs; the space "
                        f"prices batch {dse.batch_size}, {dse.image_size}x{dse.image_size}: set [dse] batch_size = "
@@ -119,6 +128,8 @@ def load_study(folder: str | Path, dse: Dse, target_pct: float | None, setting: 
     elif setting not in settings:
         raise DseError(f"--setting {setting}: the study has {', '.join(settings)}")
     curves = curves[data == setting]
+    every_seed({f"{fmt} {method}": g["seed"] for (fmt, method), g in curves.groupby(["number_format", "method"])},
+               study.get("seeds", []), where=f"--study {folder}", error=DseError)
     names = dse_names(dse)
     for method in dict.fromkeys(curves["method"]):
         for stage in _stage_names(method).values():

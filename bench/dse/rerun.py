@@ -34,6 +34,7 @@ from accel_sim.batch import TraceWork, price_points
 from accel_sim.hardware import HardwareConfig, HardwareConfigError, hardware_config_from_dict
 from accel_sim.points import HardwarePoints
 from bench.dse.spec import Dse, DseError
+from iokit.consumed import finished_folder
 from workloads.fl.methods import calibration_named, is_calibration
 from workloads.cost.system import ROUNDS_COLUMNS, time_to_accuracy
 
@@ -67,6 +68,8 @@ def load_run(folder: str | Path, dse: Dse, target_pct: float | None) -> Run:
     if not (folder / "rounds.csv").is_file() or not meta.is_file():
         raise DseError(f"--run {folder}: not a finished bench.run results folder (needs rounds.csv and summary.json); "
                        f"give a folder python -m bench.run wrote")
+
+    finished_folder(folder, command="bench.run", flag="--run", error=DseError)  # finished, nothing missing
 
     def bad(what: str) -> DseError:
         return DseError(f"--run {folder}: {what}; give a folder python -m bench.run wrote")

@@ -34,10 +34,12 @@ run: exit 1; Ctrl-C / SIGTERM: one line, exit 130 / 143, checkpoints kept.
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import sys
+from dataclasses import replace
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from bench.lib import spec
 from bench.lib.fl import pipeline
@@ -88,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         data = pipeline.load(run)
     with outputs.claim(out):
         start_run_folder(out, config_sha, earlier, run)
-        with cli.run_failure():
+        with cli.run_failure(), settled(out):
             trained = pipeline.train(run, data, progress=args.progress or sys.stderr.isatty(),
                                      checkpoints=out / CHECKPOINTS, resume=args.resume)
             doc = pipeline.results_doc(run, data, trained, shlex.join(["python", "-m", "bench.fl", *argv]))
@@ -117,6 +119,20 @@ def start_run_folder(out: Path, config_sha: str, earlier: outputs.Manifest | Non
     out.mkdir(parents=True, exist_ok=True)
     files = tuple(dict.fromkeys((*(earlier.files if earlier else ()), *checkpoint_files(run))))
     outputs.Manifest(pipeline.COMMAND, config_sha, FORMAT_VERSION, "running", files, (CHECKPOINTS,)).write(out)
+
+
+@contextlib.contextmanager
+def settled(out: Path) -> Iterator[None]:
+    """The run in progress: when it stops on an error or an interrupt, its manifest is rewritten to
+    list only the files that exist (``start_run_folder`` listed every checkpoint ahead), so a
+    folder never lists a checkpoint that was never written (issue 46)."""
+    try:
+        yield
+    except BaseException:
+        manifest = outputs.Manifest.read(out)
+        if manifest is not None:
+            replace(manifest, files=tuple(f for f in manifest.files if (out / f).exists())).write(out)
+        raise
 
 
 if __name__ == "__main__":

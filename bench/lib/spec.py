@@ -107,7 +107,7 @@ class RunSpec:
         "--target", type=cli.finite_float(positive=True, high=100.0), metavar="PCT", commands=(RUN,),
         help="time-to-accuracy target, test accuracy in percent (default: the preset's [targets] accuracy_pct, else "
              "the covering reference study's declared target)")
-    system_path: str = flag("--system", default=str(DEFAULT_SYSTEM_PATH), metavar="SYSTEM_TOML",
+    system_path: str = flag("--system", default=cli.Default(DEFAULT_SYSTEM_PATH), metavar="SYSTEM_TOML",
                             help="system-model TOML of the priced rounds: the clients' links and devices "
                                  "(default configs/system/default.toml; docs/rounds.md)")
     input_shape: tuple[int, int, int] | None = flag(

@@ -100,7 +100,9 @@ def main(argv: list[str] | None = None) -> int:
         planned = phases.tuning_plan(study, phases.execution(study))
         validate_points(phases.grid_spec(study, planned))
         phases.check_study_out(study, out)
-        check_runs(study, planned)  # after the cheap checks: it loads the data and builds the models
+        check_runs(study, planned + phases.plan(study, phases.execution(study), "eval", study.seeds[:1],
+                                                lambda m, s, t: study.trials(t)[:1]))  # every setting: its fleet
+        # and deadline too (after the cheap checks: it loads the data and builds the models)
         if args.address:
             check_ray_address(args.address)
         if not args.report_only:
@@ -130,9 +132,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def check_runs(study, planned: list[phases.Planned]) -> None:
-    """One run per model and data setting prepared up to its training (``bench.lib.study.runner.prepare``:
-    the hardware and system files, the data and its hold-out, the partition, the model), before any
-    run: a bad input is one line naming the study file, not every trial failing (issue 33)."""
+    """One run per model and setting prepared up to its training (``bench.lib.study.runner.prepare``:
+    the hardware and system files, the fleet with its deadline and its clients, the data and its
+    hold-out, the partition, the model), before any run: a bad input is one line naming the study
+    file, not every trial failing (issue 33), nor a fleet's runs failing after the tuning (issue 46)."""
     from bench.lib.study.runner import prepare
 
     seen = set()

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from bench.lib.grid.engine import GridSpec, PointResult, Resources, read_record, run_grid, run_id
+from bench.lib.grid.engine import GridSpec, PointResult, Resources, of_files, run_grid, run_id
+from bench.lib.grid.runners import resolve_runner
 from bench.lib.study.runner import CURVE_CSV, RUN_JSON, make_point
 from bench.lib.study.power import SettingPlan, final_val_pct, plan_setting
 from bench.lib.study.spec import Setting, Study
@@ -203,7 +204,11 @@ def read_curve(path: Path) -> tuple[dict, ...]:
 def outcome(grid_dir: Path, planned: Planned, runner: str = RUNNER) -> Outcome:
     """What ``planned`` left in the grid folder: its curve and run record, its failure, or nothing."""
     rid = run_id(runner, dict(planned.config))
-    record = read_record(grid_dir / "runs" / rid / "point.json", quiet=True)
+    files = resolve_runner(runner).files(planned.config)
+    record, stale = of_files(grid_dir / "runs" / rid / "point.json", files, quiet=True)
+    if stale:  # the run of this point read other content (iokit.identity): not this run
+        return Outcome(planned, rid, "missing", error=f"runs/{rid} read other content of {', '.join(stale)}; "
+                                                      "rerun the study to run it with these files")
     if record is not None:
         folder = grid_dir / "runs" / rid
         try:
@@ -212,12 +217,30 @@ def outcome(grid_dir: Path, planned: Planned, runner: str = RUNNER) -> Outcome:
         except (OSError, ValueError, KeyError, TypeError) as err:  # deleted or damaged after the run finished
             return Outcome(planned, rid, "failed", error=f"{folder} is damaged ({type(err).__name__}: "
                                                           f"{str(err)[:80]}); delete that folder to run it again")
+        diverged = diverged_curve(curve)
+        if diverged:  # a run that did not stop on it (recorded before runs did, a runner of yours): failed
+            return Outcome(planned, rid, "failed", curve, info, error=diverged)
         return Outcome(planned, rid, "done", curve, info, record.get("elapsed_s"),
                        record.get("start_unix_s"), record.get("end_unix_s"), record.get("git_commit", ""))
-    failed = read_record(grid_dir / "failed" / f"{rid}.json", quiet=True)
+    failed = of_files(grid_dir / "failed" / f"{rid}.json", files, quiet=True)[0]
     if failed is not None:
         return Outcome(planned, rid, "failed", error=str(failed.get("error", "")))
     return Outcome(planned, rid, "missing")
+
+
+def diverged_curve(curve: Sequence[Mapping[str, Any]]) -> str:
+    """Why a run's ``curve.csv`` rows diverged (``workloads.fl.guard.check_divergence`` on each
+    label's training rounds), or "": a diverged run is a failed run, never a trial to choose."""
+    from workloads.fl.guard import DivergedError, check_divergence
+
+    for label in dict.fromkeys(row["method"] for row in curve):
+        history = [row for row in curve if row["method"] == label and row["stage"] == "train"]
+        try:
+            for t in range(2, len(history) + 1):
+                check_divergence(history[:t], label)
+        except DivergedError as err:
+            return str(err)
+    return ""
 
 
 def _key(trial: Mapping[str, Any]) -> str:

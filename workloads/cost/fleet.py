@@ -48,8 +48,9 @@ import numpy as np
 from accel_sim.formats import NumberFormat
 from accel_sim.hardware import HardwareConfig, HardwareConfigError, load_hardware_config
 from iokit import checks
+from iokit.cli import is_default
 from iokit.toml import read_toml
-from workloads.cost.system import DEFAULT_SYSTEM_PATH, DROP_REASONS, Link, RoundCost, SystemModelError
+from workloads.cost.system import DROP_REASONS, Link, RoundCost, SystemModelError
 
 FLEET_DIR = Path(__file__).resolve().parents[2] / "configs" / "fleets"
 """Fleet files shipped with the suite; ``--fleet NAME`` names one of them."""
@@ -116,6 +117,9 @@ def availability_of(value: Any, where: str) -> Availability:
         raise FleetError(f"{where}.availability: give either probability or period_rounds and online_rounds")
     if ("period_rounds" in value) != ("online_rounds" in value):
         raise FleetError(f"{where}.availability: a day/night pattern needs both period_rounds and online_rounds")
+    if "period_rounds" in value:  # a pattern given is a pattern: period_rounds = 0 is not "always"
+        checks.integer_in(value["period_rounds"], 1, PERIOD_ROUNDS_MAX, name=f"{where}.availability period_rounds",
+                          error=FleetError)
     try:
         return Availability(**value)
     except FleetError as e:
@@ -273,8 +277,8 @@ def fleet_from_dict(data: Mapping[str, Any], source: str = "<fleet>", folder: Pa
     if not listed:
         total = math.fsum(c.share for c in classes)
         if abs(total - 1.0) > SHARE_TOLERANCE:
-            raise FleetError(f"{source}: the classes' shares sum to {total:g}, not 1 "
-                             f"({', '.join(f'{c.name} {c.share:g}' for c in classes)}); make them sum to 1")
+            raise FleetError(f"{source}: the classes' shares sum to {total:.12g}, not 1 "  # 12 digits: off by > 1e-9, never "1"
+                             f"({', '.join(f'{c.name} {c.share!r}' for c in classes)}); make them sum to 1")
     name = data.get("name", Path(source).stem)
     if not isinstance(name, str) or not SAFE_NAME.fullmatch(name):
         raise FleetError(f"{source}: name = {name!r}: use letters, digits, '_', '.', '-'")
@@ -292,6 +296,13 @@ def fleet_path(name_or_path: str | Path) -> Path:
 def load_fleet(name_or_path: str | Path) -> Fleet:
     """Read a fleet file (every hardware file it names loaded and so checked)."""
     path = fleet_path(name_or_path)
+    text = str(name_or_path)
+    if not path.exists() and "/" not in text and not text.endswith(".toml"):  # a name, not a path
+        shipped = sorted(p.stem for p in FLEET_DIR.glob("*.toml"))
+        hint = checks.closest(text, shipped)
+        raise FleetError(f"fleet {text!r} is not a file nor a fleet under configs/fleets/"
+                         + (f" (did you mean {hint!r}?)" if hint else "")
+                         + f"; give a fleet file's path or one of {', '.join(shipped)}")
     data = read_toml(path, FleetError, "fleet")
     return fleet_from_dict(data, source=str(path), folder=path.parent)
 
@@ -333,8 +344,9 @@ def run_fleet(path: str | Path | None, *, deadline_s: float | None = None,
 def check_fleet_flags(fleet: str | None, system: str | Path) -> None:
     """A fleet gives every client's device and link: it and a ``--system`` file other than the
     default are not combined (``bench.fl``, ``bench.run``, ``bench.flower``; the flags are
-    ``bench.lib.spec``'s)."""
-    if fleet is not None and str(system) != str(DEFAULT_SYSTEM_PATH):
+    ``bench.lib.spec``'s); the default file typed out is a system file given too (``iokit.cli.Default``
+    tells the flag's default from it)."""
+    if fleet is not None and system is not None and not is_default(system):
         raise FleetError(f"--fleet {fleet} and --system {system}: a fleet gives every client's device and link; "
                          "leave --system out (or --fleet, for the system model's synchronous rounds)")
 

@@ -280,5 +280,17 @@ def execution_of(device: str = "auto", flags: Mapping[str, bool | str | None] | 
     device that is not there fails before any work starts."""
     flags, preset = flags or {}, preset or {}
     formats = {k: preset.get(k, "fp32") if flags.get(k) is None else flags[k] for k in FORMAT_SETTINGS}
+    given = {k: f"--{k.replace('_', '-')}" if flags.get(k) is not None else f"the preset's [execution] {k}"
+             for k in SETTINGS}  # where each value came from: an error names what the user wrote
+    for key, name in formats.items():
+        try:
+            NumberFormat.parse(name)
+        except ValueError as err:
+            raise ValueError(f"{given[key]}: {err}") from None
+    bf16 = preset.get("bf16", False) if flags.get("bf16") is None else flags["bf16"]
+    if bf16 and not NumberFormat.parse(formats["number_format"]).is_identity:
+        raise ValueError(f"{given['bf16']} (autocast) and {given['number_format']} {formats['number_format']} both "
+                         "set the arithmetic: drop one (number format bf16 rounds every GEMM operand to bfloat16 "
+                         "and accumulates in FP32)")
     return Execution(device=resolve_device(device), **formats,
                      **{k: bool(preset.get(k, False) if flags.get(k) is None else flags[k]) for k in OPTIONS})

@@ -60,6 +60,7 @@ from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.local import client_trainer, example_received, per_sample_loss, prepare_model
 from workloads.fl.methods import MethodConfig
 from workloads.fl.methods.base import ClientUpdate, ServerState, frozen_keys, trainable_keys
+from workloads.fl.guard import check_divergence, check_finite
 from workloads.numerics.emulate import Arithmetic
 from workloads.numerics.quantize import round_tensors
 
@@ -314,6 +315,7 @@ def run_method(method: MethodConfig, *, model_fn: Callable[[], nn.Module], train
                disable=not progress)
     for t in range(state.round + 1, cfg.rounds + 1):
         state = _federated_round(setup, state, t)
+        check_divergence(state.history, method.name)
         if state.history[-1]["accuracy"] is not None and state.history[-1]["mean_loss"] is not None:
             bar.set_postfix(acc=f"{state.history[-1]['accuracy']:.3f}", loss=f"{state.history[-1]['mean_loss']:.3f}")
         bar.update(1)
@@ -384,6 +386,7 @@ def _federated_round(setup: _Setup, state: LoopState, t: int) -> LoopState:
         samples += hp.local_epochs * epoch_samples(len(setup.client_idx[k]), hp.batch_size)
     if updates:  # a round nobody arrived in leaves the global model as it was
         server = algo.aggregate(server, updates, hp, keys)
+        check_finite(server.weights, f"round {t}: {method.name}'s aggregate")
     acc = val_acc = None
     if t == cfg.rounds or (cfg.eval_every and t % cfg.eval_every == 0):
         setup.global_model.load_state_dict(server.weights)
@@ -453,6 +456,7 @@ def _finish(setup: _Setup, state: LoopState, resumed_after: int) -> RunResult:
         clients = range(len(setup.client_idx)) if setup.arrivals is None else setup.arrivals[t - 1]
         if clients:  # no statistics arrived: the model stays as trained, uncalibrated
             _calibrate(setup, clients, round=t, transfers=transfers)
+            check_finite(setup.global_model.state_dict(), f"{setup.method.name}'s calibration")
             accuracy, val = _scores(setup)
     final = _global_state(setup)
     return RunResult(setup.method.name, accuracy, before, state.history, tuple(transfers), state.samples, final,

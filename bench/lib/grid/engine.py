@@ -27,8 +27,10 @@ Safety. A run writes into ``runs/.tmp-<run_id>-<random>`` and is renamed to ``ru
 when the runner returned, so a folder under ``runs/`` is always a finished run. A lock file created
 with O_EXCL keeps two grids (or two workers) from running the same point; a lock whose process is
 gone (same host) is stale and is taken over, so an interrupted grid resumes where it stopped.
-Finished runs are skipped on rerun; failed runs are reported and retried only with
-``--retry-failed``. A point that fails, bad settings included (``batch_size = "x"`` in an axis),
+Finished runs are skipped on rerun while the files they read (the runner's ``reads``: a fleet,
+a hardware file) hold the content they recorded, run again when one changed (``iokit.identity``:
+a run is the content of what it reads, not the path); failed runs are reported and retried only
+with ``--retry-failed``. A point that fails, bad settings included (``batch_size = "x"`` in an axis),
 fails alone: its error is recorded in ``failed/<run_id>.json`` and the other points run. A
 ``point.json`` or ``failed/<run_id>.json`` that cannot be read (truncated by a crash) means the
 point is not done: one line says so and the point runs again.
@@ -64,12 +66,13 @@ import uuid
 from dataclasses import dataclass, field
 from hashlib import sha256
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from bench.lib.grid.runners import RunnerError, resolve_runner
 from bench.lib.results import FORMAT_VERSION, ResultsError
 from iokit import checks, locks, outputs
 from iokit.files import atomic_write, atomic_write_text
+from iokit.identity import changed
 from iokit.provenance import git_commit
 from iokit.toml import read_toml
 
@@ -206,9 +209,10 @@ def execute_point(runner_spec: str, config: dict[str, Any], out_root: str, cpus:
     rid = run_id(runner_spec, config)
     final = root / "runs" / rid
     failed = root / "failed" / f"{rid}.json"
-    if _finished(final):
+    files = resolve_runner(runner_spec).files(config)
+    if _finished(final, files):
         return PointResult(rid, "skipped", config)
-    earlier = read_record(failed) if failed.is_file() else None
+    earlier = of_files(failed, files)[0] if failed.is_file() else None
     if earlier is not None and not retry_failed:
         return PointResult(rid, "failed-earlier", config, error=str(earlier.get("error", "")))
     lock = root / "locks" / f"{rid}.lock"
@@ -216,11 +220,15 @@ def execute_point(runner_spec: str, config: dict[str, Any], out_root: str, cpus:
         return PointResult(rid, "busy", config)
     tmp = root / "runs" / f".tmp-{rid}-{uuid.uuid4().hex[:8]}"
     try:
-        if _finished(final, quiet=True):  # finished by another grid while we waited
+        if _finished(final, files, quiet=True):  # finished by another grid while we waited
             return PointResult(rid, "skipped", config)
+        stale = of_files(final / "point.json", files, quiet=True)[1]
+        if stale:
+            print(f"warning: runs/{rid} was run with other content of {', '.join(stale)}; running it again",
+                  file=sys.stderr, flush=True)
         for leftover in (root / "runs").glob(f".tmp-{rid}-*"):
             shutil.rmtree(leftover, ignore_errors=True)  # from an interrupted attempt
-        if final.exists():  # a run folder without a readable point.json: not done, redone
+        if final.exists():  # a run folder without a readable point.json, or of other files: redone
             shutil.rmtree(final, ignore_errors=True)
         tmp.mkdir(parents=True)
         previous_threads = _set_threads(cpus)
@@ -230,7 +238,7 @@ def execute_point(runner_spec: str, config: dict[str, Any], out_root: str, cpus:
             metrics = runner(dict(config), tmp)
         except (Exception, SystemExit) as e:  # noqa: BLE001 - one failing run (even one that exits) must not stop the grid
             failed.parent.mkdir(parents=True, exist_ok=True)
-            record = {"run_id": rid, "config": config, "error": f"{type(e).__name__}: {e}",
+            record = {"run_id": rid, "config": config, "files": files, "error": f"{type(e).__name__}: {e}",
                       "traceback": traceback.format_exc()}
             _write_json(failed, record)
             return PointResult(rid, "failed", config, error=record["error"])
@@ -239,7 +247,8 @@ def execute_point(runner_spec: str, config: dict[str, Any], out_root: str, cpus:
                 _set_threads(previous_threads)
         elapsed_s = time.perf_counter() - start
         _write_json(tmp / "point.json", {"version": FORMAT_VERSION, "run_id": rid, "runner": runner_spec,
-                                         "git_commit": commit, "config": config, "metrics": metrics or {},
+                                         "git_commit": commit, "config": config, "files": files,
+                                         "metrics": metrics or {},
                                          "elapsed_s": elapsed_s, "start_unix_s": start_unix_s,
                                          "end_unix_s": start_unix_s + elapsed_s})
         tmp.rename(final)
@@ -271,8 +280,20 @@ def read_record(path: Path, *, quiet: bool = False) -> dict[str, Any] | None:
     return data
 
 
-def _finished(run_dir: Path, *, quiet: bool = False) -> bool:
-    return (run_dir / "point.json").is_file() and read_record(run_dir / "point.json", quiet=quiet) is not None
+def of_files(path: Path, files: Mapping[str, Mapping[str, str]], *, quiet: bool = False
+             ) -> tuple[dict[str, Any] | None, list[str]]:
+    """(the record at ``path``, []) when it was written reading the content ``files`` (the runner's
+    ``files(point)``, ``iokit.identity``): the same run; (None, the files whose content differs)
+    when not: another run, whatever its point says; (None, []) when there is no readable record."""
+    record = read_record(path, quiet=quiet)
+    if record is None:
+        return None, []
+    stale = changed(record.get("files"), files)
+    return (None, stale) if stale else (record, [])
+
+
+def _finished(run_dir: Path, files: Mapping[str, Mapping[str, str]], *, quiet: bool = False) -> bool:
+    return (run_dir / "point.json").is_file() and of_files(run_dir / "point.json", files, quiet=quiet)[0] is not None
 
 
 def _write_json(path: Path, obj: Any) -> None:
@@ -294,18 +315,29 @@ def run_local(spec: GridSpec, out: Path, resources: Resources, retry_failed: boo
         return
     import multiprocessing
     import signal
+    import threading
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=signal.signal, initargs=(signal.SIGINT, signal.SIG_IGN))
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
     try:
-        futures = [pool.submit(execute_point, spec.runner, c, str(out), resources.cpus, retry_failed, commit)
-                   for c in spec.points()]
+        # The workers are born ignoring Ctrl-C (a disposition a spawned interpreter keeps from its
+        # start, so one interrupted while it imports prints no traceback): the main process stops them.
+        in_main = threading.current_thread() is threading.main_thread()  # where signal handlers are set
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if in_main else None
+        try:
+            futures = [pool.submit(execute_point, spec.runner, c, str(out), resources.cpus, retry_failed, commit)
+                       for c in spec.points()]  # the pool starts its workers here
+        finally:
+            if in_main:
+                signal.signal(signal.SIGINT, previous)
         for future in as_completed(futures):
             yield future.result()
     except BaseException:  # an interrupt or a crashed worker: stop the others now
-        for process in list((getattr(pool, "_processes", None) or {}).values()):
+        processes = list((getattr(pool, "_processes", None) or {}).values())
+        for process in processes:
             process.terminate()
+        for process in processes:  # reaped, so that their locks are seen to be stale below
+            process.join(timeout=10)
         pool.shutdown(wait=True, cancel_futures=True)
         remove_leftovers(out)  # the terminated workers ran no clean-up of their own
         raise

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from accel_sim.hardware import HardwareConfig, load_hardware_config
 from bench.lib.paper import PAPER
+from iokit import identity
 from workloads.cost.calibration import calibration_cost
 from workloads.cost.step import method_step_trace, simulate_complete
 from workloads.fl.hparams import Hparams
@@ -38,7 +39,9 @@ def hardware_label(path: str) -> str:
 
 
 def load_hardware_set(paths) -> dict[str, HardwareConfig]:
-    """label -> config, in the order given; ValueError on two files with the same label."""
+    """label -> config, in the order given; ValueError on one file given twice (``iokit.identity``:
+    by the file, not its spelling) or two files with the same label."""
+    identity.distinct_resolved([str(p) for p in paths], identity.resolved_file, name="--hw")
     labels = [hardware_label(p) for p in paths]
     if len(set(labels)) != len(labels):
         raise ValueError(f"--hw files need different names to label their columns, got {labels}")

@@ -4,7 +4,9 @@ A reference study (``python -m bench.study``, results under ``results/reference/
 each method on a validation hold-out and ran the choice on several paired seeds. ``bench.run``
 uses it three ways, and only where it *covers* the run: the study's chosen run of that model,
 data setting and training method has the run's federated setting (``FLConfig`` but the seed) and
-hyper-parameters (``Hparams`` but the searched ones), so the two differ in the seed alone.
+hyper-parameters (``Hparams`` but the searched ones), so the two differ in the seed alone. A
+calibration's knobs (CCVR's ``ccvr_lr``, ...) do not change the training: they decide only whether
+the calibrated method's own figures are the study's.
 
 * ``rates``: with ``--lr-from study``, the run takes the study's chosen hyper-parameters (the
   learning rate), and every job's rate is recorded with its source;
@@ -84,11 +86,13 @@ def training_name(method: MethodConfig) -> str:
 
 
 def covering_choice(ref: Reference, model: str, fl: FLConfig, method: MethodConfig, hp, *,
-                    ignore: Sequence[str] = ()) -> Mapping[str, Any] | None:
+                    ignore: Sequence[str] = (), calibrated: bool = False) -> Mapping[str, Any] | None:
     """The study's choice for ``model``, ``fl``'s data setting and ``method``'s training method
     whose runs had ``fl`` (but the seed and ``ignore``) and ``hp`` (but the searched values); None
-    if the study has none."""
+    if the study has none. The knobs of ``method``'s calibration are compared only when
+    ``calibrated`` (the calibrated method's own figures): they do not change the training."""
     ours_fl = {k: v for k, v in asdict(fl).items() if k not in ("model", "seed")}
+    skipped = () if calibrated or method.calib is None else {k.name for k in method.calib.knobs}
     for choice in ref.summary["choices"]:
         point = choice.get("point")
         if (choice["model"], choice["setting"], choice["method"]) != (model, setting_label(fl), training_name(method)) \
@@ -96,18 +100,19 @@ def covering_choice(ref: Reference, model: str, fl: FLConfig, method: MethodConf
             continue
         if any(ours_fl.get(k) != v for k, v in point["fl"].items() if k not in ignore):
             continue
-        if hp.replace(**choice["trial"]).as_dict() != point["hparams"]:
+        ours = {k: v for k, v in hp.replace(**choice["trial"]).as_dict().items() if k not in skipped}
+        if ours != {k: v for k, v in point["hparams"].items() if k not in skipped}:
             continue
         return choice
     return None
 
 
-def reruns_choice(ref: Reference, model: str, fl: FLConfig, job, execution=None) -> bool:
+def reruns_choice(ref: Reference, model: str, fl: FLConfig, job, execution=None, *, calibrated: bool = False) -> bool:
     """Whether ``job`` on ``fl`` has exactly the settings of the study's chosen runs but the seed
-    (the chosen values included: same learning rate, same configuration, and, when ``execution``
-    is given, the same device and execution options); with a seed the study ran, it then *is* that
-    run of the study."""
-    choice = covering_choice(ref, model, fl, job.method, job.hp)
+    (the chosen values included: same learning rate, same configuration, the calibration's knobs
+    too when ``calibrated``, and, when ``execution`` is given, the same device and execution
+    options); with a seed the study ran, it then *is* that run of the study."""
+    choice = covering_choice(ref, model, fl, job.method, job.hp, calibrated=calibrated)
     return choice is not None and all(getattr(job.hp, k) == v for k, v in choice["trial"].items()) and (
         execution is None or execution.settings() == choice["point"]["execution"])
 
@@ -188,7 +193,7 @@ def reference_figures(model: str, names: Sequence[str], jobs: Sequence, accuracy
     methods = {}
     for n in names:
         cell = cells.get(study_label(n))
-        if not cell or not cell.get("n"):
+        if not cell or not cell.get("n") or not _calibration_covered(ref, model, fl, n, job_of[n]):
             continue
         final = cell["final_accuracy_pct"]
         own = runs[(runs["method"] == study_label(n)) & (runs["seed"] == fl.seed)]
@@ -200,14 +205,15 @@ def reference_figures(model: str, names: Sequence[str], jobs: Sequence, accuracy
                       "prediction_high": None if pi is None else pi.high,
                       "converged": cell["converged"], "verdicts": cell["verdicts"], "lr": job_of[n].hp.lr,
                       "same_seed_pct": float(own["final_accuracy_pct"].iloc[0]) if len(own) else None,
-                      "same_settings": len(own) > 0 and reruns_choice(ref, model, fl, job_of[n], execution)}
+                      "same_settings": len(own) > 0 and reruns_choice(ref, model, fl, job_of[n], execution,
+                                                                      calibrated=is_calibration(n))}
         # the same settings reproduce the reference's run only on the same kernels: to the digit, or not at all
         here = accuracy.get(n, {}).get("accuracy_pct")
         methods[n]["is_reference_run"] = methods[n]["same_settings"] and here is not None and \
             abs(here - methods[n]["same_seed_pct"]) < 1e-9
     pairs = []
     for a, b in COMPARED:
-        if a in names and b in names and a in accuracy and b in accuracy:
+        if a in methods and b in methods and a in accuracy and b in accuracy:
             per_seed = {m: dict(zip(runs[runs["method"] == study_label(m)]["seed"],
                                     runs[runs["method"] == study_label(m)]["final_accuracy_pct"])) for m in (a, b)}
             if not (set(per_seed[a]) & set(per_seed[b])):
@@ -235,6 +241,13 @@ def reference_figures(model: str, names: Sequence[str], jobs: Sequence, accuracy
             "converged_reference": _converged(model, names, job_of, accuracy, fl, refs, ref)}
 
 
+def _calibration_covered(ref: Reference, model: str, fl: FLConfig, name: str, job, *, ignore: Sequence[str] = ()) -> bool:
+    """Whether the study's runs of ``name`` had the job's calibration knobs too (always, for a
+    training method): a calibrated method's figures are the study's only if they did."""
+    return not is_calibration(name) or \
+        covering_choice(ref, model, fl, job.method, job.hp, ignore=ignore, calibrated=True) is not None
+
+
 def _converged(model: str, names: Sequence[str], job_of: Mapping, accuracy: Mapping, fl: FLConfig,
                refs: Sequence[Reference], covering_ref: Reference) -> dict[str, Any] | None:
     """The same setting run for more rounds: each method's mean curve (accuracy and cumulative cost
@@ -249,7 +262,7 @@ def _converged(model: str, names: Sequence[str], job_of: Mapping, accuracy: Mapp
         out = {}
         for n in names:
             mine = curves[(curves["method"] == study_label(n)) & curves["accuracy_pct"].notna()]
-            if mine.empty:
+            if mine.empty or not _calibration_covered(ref, model, fl, n, job_of[n], ignore=("rounds",)):
                 continue
             mean = mine.groupby("round", sort=True)[["accuracy_pct", "cum_wall_s", "cum_energy_j", "cum_bytes"]].mean()
             std = mine.groupby("round", sort=True)["accuracy_pct"].std().fillna(0.0)

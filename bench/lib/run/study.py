@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import shlex
+import sys
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -53,10 +54,11 @@ def hardware_comparison(cfg: RunSpec, training, calibrations, progress) -> dict:
 
 def run_study(resolved: Resolved, data, progress: Callable[[str], None] | None, command: str) -> Study:
     """Every figure for every model of ``resolved``. ``progress`` takes one message per step (and the
-    federated runs show progress bars); None runs silently (grid points). Raises ValueError /
+    federated runs show progress bars where stderr is a terminal, never into a pipe or a log file);
+    None runs silently (grid points). Raises ValueError /
     FloatingPointError on a failed accuracy run."""
     cfg, hw, preset, system, execution = resolved.cfg, resolved.hw, resolved.preset, resolved.system, resolved.execution
-    bars = progress is not None
+    bars = progress is not None and sys.stderr.isatty()
     progress = progress or (lambda msg: None)
     training, calibrations = split_methods(cfg.methods)
     workers = resolve_workers(cfg.workers, len(figures.run_pairs(training + calibrations)), execution.device)

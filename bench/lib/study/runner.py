@@ -265,7 +265,30 @@ def projected_local_training_s(points: Sequence[Mapping[str, Any]]) -> dict[tupl
     return out
 
 
-@grid_runner("bench.study", validate=_validate)
+def files_read(point: Mapping[str, Any]) -> dict[str, Any]:
+    """The files a point's run reads, role -> path (``grid_runner``'s ``reads``; ``iokit.identity``):
+    its hardware file, its system file (the default one when none is named; not read on a fleet),
+    its fleet file and each of the fleet's classes' hardware files. A finished run whose files
+    have changed since is run again, so a table never labels a run with content it did not read."""
+    from workloads.cost.fleet import FleetError, fleet_path, load_fleet, resolve_hw_path
+    from workloads.cost.system import DEFAULT_SYSTEM_PATH
+
+    fleet = point.get("fleet")
+    files: dict[str, Any] = {"hw": point.get("hw"),
+                             "system": point.get("system") or (DEFAULT_SYSTEM_PATH if fleet is None else None)}
+    if fleet is not None:
+        path = fleet_path(fleet)
+        files["fleet"] = path
+        try:
+            classes = load_fleet(path).classes
+        except FleetError:  # the run fails on it, and says why
+            classes = ()
+        for c in classes:
+            files[f"fleet class {c.name} hw"] = resolve_hw_path(c.hw_path, path.parent)
+    return files
+
+
+@grid_runner("bench.study", validate=_validate, reads=files_read)
 def run_point(point: Mapping[str, Any], out_dir: Path) -> dict[str, float]:
     """One run of an accuracy study (module doc)."""
     from bench.lib.fl.jobs import Job, run_job

@@ -60,7 +60,7 @@ from typing import Any, Mapping
 
 from bench.lib.study.stats import CORRECTIONS, DEFAULT_EQUIVALENCE_MARGIN_PTS, DEFAULT_POWER
 from bench.lib.study.tuning import NEAR_TIE_RULES
-from iokit import checks
+from iokit import checks, identity
 from iokit.outputs import CHECKOUT_ROOT
 from iokit.toml import read_toml
 from workloads.fl.data import DATASETS
@@ -517,9 +517,11 @@ def _fleets(doc: Mapping[str, Any], where: str) -> list[str | None]:
     checked; None for ``"none"``, file order after it."""
     if "fleets" not in doc:
         return [None]
-    from workloads.cost.fleet import FleetError, load_fleet
+    from workloads.cost.fleet import FleetError, fleet_path, load_fleet
 
-    names = checks.distinct(_list(doc, "fleets", where, str), name=f"{where}: fleets", error=StudyError)
+    names = identity.distinct_resolved(  # each fleet once by its file, not its spelling ("mixed", its path)
+        _list(doc, "fleets", where, str), lambda n: n if n == "none" else identity.resolved_file(fleet_path(n)),
+        name=f"{where}: fleets", error=StudyError)
     if "none" not in names:
         raise StudyError(f"{where}: fleets = {names}: add \"none\": the fleets run at the hyper-parameters tuned "
                          "with every client taking part, and are compared with that run")
@@ -546,6 +548,11 @@ def _deadlines(doc: Mapping[str, Any], where: str) -> tuple[float | None, ...]:
             or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 and not math.isnan(v)
                        for v in values)):
         raise StudyError(f"{where}: deadlines_s = {values!r}: give a list of seconds > 0, e.g. deadlines_s = [6.0, 20.0, inf]")
+    from workloads.cost.fleet import DEADLINE_S_BOUNDS
+
+    for v in values:  # a fleet's own bounds (1e308 s is not a deadline: inf is none)
+        if not math.isinf(v):
+            checks.number_in(v, *DEADLINE_S_BOUNDS, name="deadlines_s", error=StudyError)
     return tuple(checks.distinct([float(v) for v in values], name=f"{where}: deadlines_s", error=StudyError))
 
 

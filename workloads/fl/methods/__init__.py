@@ -19,6 +19,7 @@ import functools
 from dataclasses import dataclass
 
 from iokit.dotted import import_attribute, is_dotted
+from workloads.fl.guard import guard
 from workloads.fl.knob import Knob
 from workloads.fl.methods.base import FedAvg
 from workloads.fl.methods.calibration import Calibration
@@ -83,7 +84,7 @@ def _own(path: str) -> FedAvg | Calibration:
                              wanted="a subclass of FedAvg or Calibration of yours (docs/methods.md)", error=MethodError)
     if isinstance(found, type) and issubclass(found, (FedAvg, Calibration)):
         try:
-            return found()
+            return guard(found(), path)  # its hooks' errors name it (workloads.fl.guard)
         except Exception as exc:  # noqa: BLE001 - the user's constructor: its own error, on one line
             raise MethodError(f"method {path!r}: {found.__name__}() failed: {type(exc).__name__}: {exc}") from None
     what = f"class {found.__name__}, which is not" if isinstance(found, type) else f"a {type(found).__name__}, not"
