@@ -40,6 +40,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.lib.fl import pipeline  # noqa: E402
+from bench.lib.spec import RunSpec  # noqa: E402
 from workloads.fl.execution import DeviceData  # noqa: E402
 from workloads.fl.loop import batch_starts, build_on_device, derived_seed, run_method  # noqa: E402
 from workloads.fl.methods import parse_method  # noqa: E402
@@ -63,8 +64,8 @@ def body_gradient_norm(model: torch.nn.Module) -> float:
 
 
 def setup(args: argparse.Namespace):
-    run = pipeline.resolve(args.preset, methods=["fedavg", "spherefed"], model=args.model, seed=args.seed,
-                           device="cpu", execution_flags={"channels_last": False})
+    run = pipeline.resolve(RunSpec(preset=args.preset, methods=("fedavg", "spherefed"), models=(args.model,),
+                                   seed=args.seed, device="cpu", channels_last=False))
     return run, pipeline.load(run).inputs
 
 

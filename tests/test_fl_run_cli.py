@@ -8,7 +8,7 @@ import tomllib
 import pytest
 import torch
 
-from bench.fl.__main__ import main
+from bench.fl.__main__ import main, parser as fl_parser
 from workloads.fl.presets import load_preset, method_hparams
 from workloads.fl.methods import parse_method
 
@@ -209,17 +209,15 @@ def test_cli_resume_after_an_interruption_gives_the_uninterrupted_results(tmp_pa
 
 
 def test_preset_execution_table_sets_the_flags_defaults(tmp_path):
-    import argparse
-
-    from workloads.fl.execution import add_execution_args, execution_from_args
+    from bench.lib import spec
 
     preset = tmp_path / "p.toml"
     preset.write_text(TINY + "\n[execution]\nchannels_last = true\n")
-    options = load_preset(str(preset)).execution
-    assert options == {"channels_last": True}
-    parser = argparse.ArgumentParser()
-    add_execution_args(parser)
-    chosen = lambda argv: execution_from_args(parser.parse_args(argv), options)  # noqa: E731
+    loaded = load_preset(str(preset))
+    assert loaded.execution == {"channels_last": True}
+    parser = fl_parser()
+    chosen = lambda argv: spec.from_args(parser.parse_args(["--preset", str(preset), *argv]),  # noqa: E731
+                                         spec.FL).execution(loaded)
     assert chosen(["--device", "cpu"]).channels_last is True  # the preset's
     assert chosen(["--device", "cpu", "--no-channels-last"]).channels_last is False  # a flag wins
     assert chosen(["--device", "cpu", "--bf16"]).bf16 is True and chosen(["--device", "cpu"]).bf16 is False

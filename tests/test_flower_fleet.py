@@ -164,9 +164,10 @@ def _bench_fl_inputs(fleet_file: Path, tmp_path: Path):
     """bench.fl's run of the same setting (the small preset at 4 clients) on ``fleet_file``:
     (its inputs, FedAvg's hyper-parameters, FedAvg's participation plan)."""
     from bench.lib.fl import jobs, pipeline
+    from bench.lib.spec import RunSpec
 
-    run = pipeline.resolve(str(_small_preset_at_4_clients(tmp_path)), methods=["fedavg"], rounds=2,
-                           fleet_path=str(fleet_file))
+    run = pipeline.resolve(RunSpec(preset=str(_small_preset_at_4_clients(tmp_path)), methods=("fedavg",), rounds=2,
+                                   fleet_path=str(fleet_file)))
     inputs = pipeline.load(run).inputs
     hp = run.hparams["fedavg"]
     return inputs, hp, jobs.participation_plan(inputs, FEDAVG, hp, RunPricer(inputs.run_spec()))

@@ -12,6 +12,8 @@ import bench.plots.__main__ as plots_cli
 import bench.run.__main__ as run
 from bench.lib import results
 from bench.lib.run import config, figures, study
+from workloads.fl.methods import parse_method
+from workloads.fl.presets import load_preset
 
 ROOT = Path(__file__).resolve().parents[1]
 # the smoke preset with a smaller test set, fewer virtual features and two rounds
@@ -62,6 +64,14 @@ def test_smoke_run_writes_every_file(smoke):
     # the setting the accuracy run trained: the run's model and seed, not the preset's (issue 33, item 8)
     assert (summary["accuracy_setting"]["fl"]["model"], summary["accuracy_setting"]["fl"]["seed"]) == \
         ("convnet", summary["config"]["seed"])
+    # no reference study covers the tiny preset: each run trains at the preset's rate, recorded with its source
+    preset = load_preset(str(out.parent / "tiny.toml"))
+    assert m["learning_rates"] == {
+        "fedavg+ccvr": {"lr": preset.hp.lr, "from": "preset tiny [hparams] (--lr-from study, but no reference "
+                                                    "study covers this run)"},
+        "spherefed+ffc": {"lr": preset.hparams(parse_method("spherefed+ffc")).lr,
+                          "from": "preset tiny [methods.spherefed] (--lr-from study, but no reference study covers "
+                                  "this run)"}}
 
 
 @pytest.mark.slow
@@ -175,7 +185,7 @@ def test_existing_out_is_refused_before_work(smoke, capsys):
     (["--model", "lenet"], "unknown model"),
     (["--model", "convnet", "--methods", "fedavg", "fedsgd"], "unknown method"),
     (["--model", "convnet", "--methods", "spherefed"], "include 'fedavg'"),
-    (["--model", "convnet", "--methods", "fedavg+ccvr"], "calibrations on their own"),
+    (["--model", "convnet", "--methods", "fedavg", "fedprox+ffc"], "bench.run prices ffc after fedavg+spherefed only"),
     (["--model", "convnet", "--preset", "huge"], "preset 'huge' not found"),
     (["--model", "convnet", "--preset", "paper"], "needs --data-dir"),
     (["--model", "convnet", "--target", "0"], "--target"),

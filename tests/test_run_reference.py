@@ -40,29 +40,31 @@ def chosen_lr(ref, model: str, method: str) -> float:
 
 
 def test_the_quick_preset_takes_the_5_round_studys_tuned_rates(refs):
-    jobs, notes = reference.tune([job("fedavg+ccvr"), job("spherefed+ffc")], "mobilenetv2", quick_fl(), refs)
+    jobs, notes = reference.rates([job("fedavg+ccvr"), job("spherefed+ffc")], "mobilenetv2", quick_fl(), QUICK, "study", refs)
     quick = next(r for r in refs if r.name == "digits-quick")
     assert [j.hp.lr for j in jobs] == [chosen_lr(quick, "mobilenetv2", "fedavg"),
                                        chosen_lr(quick, "mobilenetv2", "fedavg+spherefed")]
     assert {n["study"] for n in notes.values()} == {"digits-quick"}
+    assert all(n["from"].startswith("reference study digits-quick") for n in notes.values())
     # everything but the searched rate is the preset's
     assert replace(jobs[0].hp, lr=QUICK.hparams(parse_method("fedavg+ccvr")).lr) == job("fedavg+ccvr").hp
 
 
 @pytest.mark.parametrize("change", [{"rounds": 6}, {"alpha": 0.3}, {"num_clients": 4}, {"holdout_fraction": 0.0}])
 def test_a_run_that_differs_in_more_than_the_seed_is_not_covered(refs, change):
-    jobs, notes = reference.tune([job("fedavg")], "mobilenetv2", quick_fl(**change), refs)
-    assert notes == {} and jobs == [job("fedavg")]
+    jobs, notes = reference.rates([job("fedavg")], "mobilenetv2", quick_fl(**change), QUICK, "study", refs)
+    assert jobs == [job("fedavg")] and "study" not in notes["fedavg"]
+    assert notes["fedavg"]["from"] == "preset quick [hparams] (--lr-from study, but no reference study covers this run)"
 
 
 def test_other_seeds_are_covered_too(refs):
-    _, notes = reference.tune([job("fedavg")], "mobilenetv2", quick_fl(seed=7), refs)
+    _, notes = reference.rates([job("fedavg")], "mobilenetv2", quick_fl(seed=7), QUICK, "study", refs)
     assert notes["fedavg"]["study"] == "digits-quick"
 
 
 def test_a_model_the_studies_did_not_run_is_not_covered(refs):
-    _, notes = reference.tune([job("fedavg")], "resnet18", replace(quick_fl(), model="resnet18"), refs)
-    assert notes == {}
+    _, notes = reference.rates([job("fedavg")], "resnet18", replace(quick_fl(), model="resnet18"), QUICK, "study", refs)
+    assert "study" not in notes["fedavg"]
 
 
 def test_the_target_is_fixed_before_the_run_in_this_order():
@@ -87,7 +89,7 @@ def study_ccvr_lr(ref, model: str) -> float:
 def test_figures_put_the_run_beside_the_reference_seeds(refs):
     quick = next(r for r in refs if r.name == "digits-quick")
     names = ["fedavg", "spherefed", "ccvr", "ffc"]
-    jobs, _ = reference.tune([job("fedavg+ccvr"), job("spherefed+ffc")], "mobilenetv2", quick_fl(), refs)
+    jobs, _ = reference.rates([job("fedavg+ccvr"), job("spherefed+ffc")], "mobilenetv2", quick_fl(), QUICK, "study", refs)
     jobs = with_ccvr_lr(jobs, study_ccvr_lr(quick, "mobilenetv2"))  # CCVR as the study ran it
     runs = quick.runs[(quick.runs["model"] == "mobilenetv2") & (quick.runs["setting"] == "alpha=0.5")]  # not its fleets
     seed0 = {m: float(runs[(runs["method"] == m) & (runs["seed"] == 0)]["final_accuracy_pct"].iloc[0])
@@ -130,8 +132,8 @@ def test_a_calibration_knob_other_than_the_studys_drops_only_the_calibrated_figu
     quick = next(r for r in refs if r.name == "digits-quick")
     names = ["fedavg", "spherefed", "ccvr", "ffc"]
     other = 10 * study_ccvr_lr(quick, "mobilenetv2")
-    jobs, notes = reference.tune(with_ccvr_lr([job("fedavg+ccvr"), job("spherefed+ffc")], other), "mobilenetv2",
-                                 quick_fl(), refs)
+    jobs, notes = reference.rates(with_ccvr_lr([job("fedavg+ccvr"), job("spherefed+ffc")], other), "mobilenetv2",
+                                  quick_fl(), QUICK, "study", refs)
     assert notes["fedavg+ccvr"]["study"] == "digits-quick" and jobs[0].hp.ccvr_lr == other
     accuracy = {n: {"accuracy_pct": 90.0} for n in names}
     figures = reference.reference_figures("mobilenetv2", names, jobs, accuracy, quick_fl(), refs)
@@ -151,7 +153,7 @@ def test_a_new_seed_is_judged_by_the_prediction_interval_of_the_reference_seeds(
     quick = next(r for r in refs if r.name == "digits-quick")
     names = ["fedavg", "spherefed", "ccvr", "ffc"]
     fl = quick_fl(seed=7)
-    jobs, _ = reference.tune([job("fedavg+ccvr"), job("spherefed+ffc")], "mobilenetv2", fl, refs)
+    jobs, _ = reference.rates([job("fedavg+ccvr"), job("spherefed+ffc")], "mobilenetv2", fl, QUICK, "study", refs)
     runs = quick.runs[(quick.runs["model"] == "mobilenetv2") & (quick.runs["setting"] == "alpha=0.5")]  # not its fleets
     by = lambda m: runs[runs["method"] == m].set_index("seed")["final_accuracy_pct"]  # noqa: E731
     d = (by("fedavg+spherefed") - by("fedavg")).to_numpy()
@@ -178,7 +180,7 @@ def test_the_converged_reference_shows_where_on_its_curve_the_run_stopped(refs, 
     that study's curves.csv (the mean over its seeds per round; the final rows of each run)."""
     names = ["fedavg", "spherefed", "ccvr", "ffc"]
     fl = replace(quick_fl(), model=model)
-    jobs, _ = reference.tune([job("fedavg+ccvr"), job("spherefed+ffc")], model, fl, refs)
+    jobs, _ = reference.rates([job("fedavg+ccvr"), job("spherefed+ffc")], model, fl, QUICK, "study", refs)
     accuracy = {"fedavg": {"accuracy_pct": 90.0}, "ccvr": {"accuracy_pct": 90.0},
                 "spherefed": {"accuracy_pct": 97.0}, "ffc": {"accuracy_pct": 100.0}}
     conv = reference.reference_figures(model, names, jobs, accuracy, fl, refs)["converged_reference"]

@@ -30,6 +30,7 @@ from bench.dse import accuracy, report, rerun
 from bench.dse.explore import OBJECTIVE_PAIRS, explore, price_presets
 from bench.dse.spec import DseError, load_dse
 from bench.dse.traces import method_trace
+from bench.lib import spec
 from bench.lib.plots import save
 from bench.lib.results import FORMAT_VERSION, write_json
 from iokit import cli, outputs
@@ -39,7 +40,6 @@ from workloads import model_spec
 
 COMMAND = "bench.dse"
 POINTS_MAX = 10**9
-WORKERS_MAX = 1024  # docs/cli.md: threads and workers up to 1,024
 
 
 def parser() -> cli.Parser:
@@ -52,8 +52,7 @@ def parser() -> cli.Parser:
                    help="allow a space over --max-points (rows go to points.csv chunk by chunk either way)")
     p.add_argument("--max-points", type=cli.int_in(1, POINTS_MAX), default=DEFAULT_MAX_POINTS, metavar="N",
                    help=f"the most points without --stream (default {DEFAULT_MAX_POINTS:,})")
-    p.add_argument("--workers", type=cli.int_in(1, WORKERS_MAX), default=1, metavar="N",
-                   help="price chunks across N processes (default 1; the outputs are the same for any N)")
+    spec.add_flags(p, "bench.dse", ["workers"], workers=1)  # the outputs are the same for any N
     p.add_argument("--run", metavar="DIR", help="a finished bench.run results folder: re-price its accuracy "
                                                 "curve on every point (tta.csv; docs/dse.md)")
     p.add_argument("--study", metavar="DIR", help="a finished bench.study folder with number formats: price every "

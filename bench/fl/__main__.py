@@ -5,8 +5,13 @@ priced on the modeled accelerator.
                        [--holdout FRACTION] [--data-dir DIR] [--out DIR] [--overwrite | --resume]
                        [--threads N] [--progress] [--hw HW.toml] [--system SYSTEM.toml | --fleet FLEET.toml
                        [--deadline-s S] [--overcommit X]]
-                       [--model NAME|package.module:factory] [--classifier DOTTED.NAME]
+                       [--model NAME|package.module:factory] [--classifier DOTTED.NAME] [--alpha A]
+                       [--lr-from preset|study] [--number-format F] [--comm-format F]
                        [--device auto|cpu|cuda|cuda:N] [--augment] [--channels-last] [--bf16] [--compile]
+
+The run flags are the ones every command shares (``bench.lib.spec``, docs/cli.md): ``--lr-from
+study`` trains each method at a covering reference study's rate, as ``bench.run`` does by default
+(``preset``, the default here: the preset's), and says where each rate comes from.
 
 ``--preset`` is a name under ``configs/presets/`` or a ``.toml`` path (``workloads.fl.presets``).
 Writes ``--out`` (default ``results/fl/<preset>-seed<seed>``): ``results.json`` (accuracy and
@@ -36,26 +41,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from bench.lib import spec
 from bench.lib.fl import pipeline
 from bench.lib.results import FORMAT_VERSION
 from iokit import checks, cli, outputs
-from workloads.cost.fleet import add_round_args, check_fleet_flags
-from workloads.cost.system import DEFAULT_SYSTEM_PATH
-from workloads.fl.execution import add_execution_args, execution_flags
 
 CHECKPOINTS = "checkpoints"  # the sub-folder of --out holding each method's checkpoint while the run is in progress
 
 
 def parser() -> cli.Parser:
     p = cli.Parser(prog="python -m bench.fl", description=__doc__.split("\n\n")[0].split(": ", 1)[-1])
-    p.add_argument("--preset", required=True, help="name under configs/presets/ or a .toml path")
-    p.add_argument("--methods", nargs="+", metavar="METHOD", help="FL methods (default: the preset's list)")
-    p.add_argument("--seed", type=cli.int_in(0, checks.SEED_MAX), help="overrides the preset's seed")
-    p.add_argument("--rounds", type=cli.int_in(1, checks.ROUNDS_MAX), help="overrides the preset's number of rounds")
-    p.add_argument("--holdout", type=cli.finite_float(low=0.0, high=0.95), metavar="FRACTION",
-                   help="validation hold-out drawn from train before partitioning (Sec. 5.1: 0.15; default: the "
-                        "preset's)")
-    p.add_argument("--data-dir", help="folder holding the dataset (not for the offline digits or mnist5k)")
+    spec.add_flags(p, spec.FL)
     p.add_argument("--out", help="output folder (default results/fl/<preset>-seed<seed>)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--overwrite", action="store_true", help="replace an existing results folder of this suite")
@@ -66,19 +62,6 @@ def parser() -> cli.Parser:
                         "share a small CPU")
     p.add_argument("--progress", action="store_true",
                    help="a progress bar per method on stderr (default: when stderr is a terminal)")
-    p.add_argument("--hw", help="hardware TOML the rounds are priced on (default: the paper's accelerator)")
-    p.add_argument("--model", help="overrides the preset's model: a paper model, package.module:factory, "
-                                   "torchvision:NAME or timm:NAME (docs/byom.md)")
-    p.add_argument("--classifier", metavar="DOTTED.NAME",
-                   help="the nn.Linear of a user model the methods act on (default: its last nn.Linear)")
-    p.add_argument("--system", default=cli.Default(DEFAULT_SYSTEM_PATH),
-                   help="system-model TOML: clients' links and devices (default configs/system/default.toml)")
-    p.add_argument("--fleet", metavar="FILE",
-                   help="fleet TOML (or a name under configs/fleets/): each client's device class, memory, link "
-                        "and availability, rounds with a deadline and over-commitment (docs/fleets.md); "
-                        "replaces --system")
-    add_round_args(p)
-    add_execution_args(p)
     return p
 
 
@@ -120,12 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def resolve(args) -> pipeline.FLRun:
     """The run the parsed command line ``args`` describes (its config hash identifies its folder)."""
-    check_fleet_flags(args.fleet, args.system)
-    return pipeline.resolve(args.preset, methods=args.methods, seed=args.seed, rounds=args.rounds,
-                            holdout=args.holdout, model=args.model, classifier=args.classifier,
-                            data_dir=args.data_dir, hw_path=args.hw, system_path=args.system,
-                            device=args.device, execution_flags=execution_flags(args), fleet_path=args.fleet,
-                            deadline_s=args.deadline_s, overcommit=args.overcommit)
+    return pipeline.resolve(spec.from_args(args, spec.FL))
 
 
 def checkpoint_files(run: pipeline.FLRun) -> tuple[str, ...]:

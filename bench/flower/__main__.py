@@ -30,12 +30,12 @@ from pathlib import Path
 from typing import Sequence
 
 from bench.flower.simulation import LOG, simulate
+from bench.lib import spec
 from bench.lib.fl.pipeline import fleet_record, method_list
 from bench.lib.results import FORMAT_VERSION
 from iokit import checks, cli, outputs
 from iokit.files import atomic_write_text
-from workloads.cost.fleet import add_round_args, check_fleet_flags, run_fleet, summary_line
-from workloads.cost.system import DEFAULT_SYSTEM_PATH
+from workloads.cost.fleet import check_fleet_flags, run_fleet, summary_line
 
 INSTALL_HINT = ("the Flower integration needs the 'flower' extra: "
                 "python3 -m pip install -c constraints.txt -e '.[flower]'")
@@ -48,26 +48,12 @@ STOP_GRACE_S = 5.0  # after SIGTERM to the simulation's process group, SIGKILL
 
 def parser() -> cli.Parser:
     p = cli.Parser(prog="python -m bench.flower", description=__doc__.split("\n\n")[0].split(": ", 1)[-1])
-    p.add_argument("--model", default="convnet",
-                   help="a paper model (default convnet) or package.module:factory (docs/byom.md)")
-    p.add_argument("--methods", nargs="+", default=["fedavg", "fedavg+spherefed"], metavar="METHOD",
-                   help="fedavg / fedprox, optionally +spherefed (default: fedavg fedavg+spherefed)")
+    spec.add_flags(p, COMMAND, ["models", "methods", "preset", "seed", "hw_path", "system_path", "fleet_path",
+                                "deadline_s", "overcommit", "rounds"],
+                   model="convnet", methods=("fedavg", "fedavg+spherefed"), preset="small", seed=0, rounds=2)
     p.add_argument("--clients", type=cli.int_in(1, CLIENTS_MAX), default=3,
                    help="simulated clients (default 3), all sampled every round; on a fleet, the clients its "
                         "participation plan says arrive")
-    p.add_argument("--rounds", type=cli.int_in(1, checks.ROUNDS_MAX), default=2, help="rounds per method (default 2)")
-    p.add_argument("--preset", default="small", help="data, partition and hyper-parameters (configs/presets)")
-    p.add_argument("--seed", type=cli.int_in(0, checks.SEED_MAX), default=0,
-                   help="model init, partition, shuffling, speed factors (default 0)")
-    p.add_argument("--hw", help="hardware TOML the clients' steps are priced on (default "
-                                "configs/hw/paper_default.toml; a fleet gives each client its class's)")
-    p.add_argument("--system", default=cli.Default(DEFAULT_SYSTEM_PATH),
-                   help="system-model TOML: links, speed factors, per-client hardware")
-    p.add_argument("--fleet", metavar="FILE",
-                   help="fleet TOML (or a name under configs/fleets/): each client's device class, memory, link "
-                        "and availability; each round trains the clients that arrive by its deadline "
-                        "(docs/fleets.md); replaces --system and --hw")
-    add_round_args(p)
     p.add_argument("--out", help="default: results/flower/<model>-seed<seed>")
     p.add_argument("--overwrite", action="store_true", help="replace an existing results folder of this suite")
     return p
@@ -148,16 +134,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         method_list(args.methods)  # each a method, each once, separated by spaces
         methods = tuple(args.methods)
         app.check_methods(methods)
-        check_fleet_flags(args.fleet, args.system)
-        if args.fleet is not None and args.hw is not None:
-            raise ValueError(f"--fleet {args.fleet} and --hw {args.hw}: a fleet gives every client's accelerator "
-                             "(and Flower's aggregation is not priced); leave --hw out")
-        hw = str(args.hw or DEFAULT_HW)
+        check_fleet_flags(args.fleet_path, args.system_path)
+        if args.fleet_path is not None and args.hw_path is not None:
+            raise ValueError(f"--fleet {args.fleet_path} and --hw {' '.join(args.hw_path)}: a fleet gives every "
+                             "client's accelerator (and Flower's aggregation is not priced); leave --hw out")
+        hw = str(spec.one_hw(args.hw_path, COMMAND) or DEFAULT_HW)
         load_hardware_config(hw)  # fail here, not inside a Ray actor
-        load_system_model(args.system)
-        fleet = run_fleet(args.fleet, deadline_s=args.deadline_s, overcommit=args.overcommit)
+        load_system_model(args.system_path)
+        fleet = run_fleet(args.fleet_path, deadline_s=args.deadline_s, overcommit=args.overcommit)
         if fleet is not None:
-            fleet.check_clients(args.clients, source=f"--fleet {args.fleet}")
+            fleet.check_clients(args.clients, source=f"--fleet {args.fleet_path}")
         run = app.FlowerRun(args.preset, args.model, methods, args.clients, args.rounds, args.seed)
         run.setting()
         for name in methods:  # the model on the run's data: a paper model or package.module:factory (docs/byom.md)
@@ -170,12 +156,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name, plan in planned.plans.items():
             print(f"{name:28s} {summary_line(plan.summary(fleet))}", file=sys.stderr)
     config = {"model": args.model, "methods": methods, "clients": args.clients, "rounds": args.rounds,
-              "preset": args.preset, "seed": args.seed, "hw": hw, "system": str(args.system),
+              "preset": args.preset, "seed": args.seed, "hw": hw, "system": str(args.system_path),
               **({} if planned is None else {"fleet": fleet_record(fleet, planned.classes)})}
     rows: list[list[str]] = []
 
     def build(tmp: Path) -> None:
-        run_in_child(run, hw, args.system, tmp, planned)
+        run_in_child(run, hw, args.system_path, tmp, planned)
         rows.extend(check_rounds(tmp, len(methods) * args.rounds))
         if planned is not None:
             atomic_write_text(tmp / FLEET_JSON, json.dumps(fleet_doc(planned), indent=1, allow_nan=False) + "\n")

@@ -81,3 +81,15 @@ def format_references(summary: dict) -> list[str]:
     return [format_reference(model, s.get("reference"), s["accuracy"],
                              FLConfig(**{**fl, "model": model, "seed": summary["config"]["seed"]}))
             for model, s in summary["models"].items()]
+
+
+def format_rates(summary: dict) -> list[str]:
+    """Per model whose runs do not all train at a reference study's rates (which the reference
+    lines name): each run's learning rate and where it comes from (``--lr-from``)."""
+    lines = []
+    for model, s in summary["models"].items():
+        rates = s.get("learning_rates", {})
+        if any("study" not in r for r in rates.values()):
+            lines.append(f"{model} learning rates: " + "; ".join(f"{job} {r['lr']:g} from {r['from']}"
+                                                                   for job, r in rates.items()))
+    return lines

@@ -23,6 +23,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from bench.lib import spec
 from bench.lib.grid.engine import BACKENDS, GridError, check_ray_address, validate_points
 from bench.lib.results import FORMAT_VERSION
 from bench.study import phases, report
@@ -37,12 +38,9 @@ def parser() -> cli.Parser:
     p.add_argument("study", help="study file (TOML) or a name under configs/studies/, e.g. reference")
     p.add_argument("--out", help="results folder (default results/study-<name>); rerun with the same --out to resume")
     p.add_argument("--backend", default="local", choices=BACKENDS)
-    p.add_argument("--workers", type=cli.int_in(1, checks.WORKERS_MAX), default=1, metavar="N",
-                   help="local backend: runs side by side in N processes of one torch thread each (default 1)")
+    spec.add_flags(p, "bench.study", ["workers", "data_dir"], workers=1)  # --workers: the local backend's
     p.add_argument("--address", help="address of an existing Ray cluster (--backend ray)")
     p.add_argument("--retry-failed", action="store_true", help="run again the runs that failed before")
-    p.add_argument("--data-dir", metavar="DIR", help="folder of the study's dataset (CIFAR-10 / CIFAR-100 / "
-                   "TinyImageNet, as bench.fl reads it); not for the offline digits or mnist5k")
     p.add_argument("--report-only", action="store_true", help="train nothing: rebuild the report from the runs "
                    "already in --out")
     return p

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench.lib import spec
 from bench.lib.plots import save
 from bench.lib.plots.sweep import plot_sweep
 from accel_sim.hardware import HardwareConfig, load_hardware_config
@@ -19,16 +20,12 @@ from bench.sweep import BATCH_SIZES, SWEEP_CSV, sweep
 from iokit import checks, cli, outputs
 from iokit.provenance import git_commit
 from workloads import model_spec
-from workloads.models import MODELS
 
 COMMAND = "bench.sweep"
 
 def parser() -> cli.Parser:
     p = cli.Parser(prog="python -m bench.sweep", description=__doc__.splitlines()[0])
-    p.add_argument("--models", nargs="+", default=["mobilenetv2"], metavar="MODEL",
-                   help=f"models to sweep (default mobilenetv2; known: {', '.join(sorted(MODELS))}; "
-                        "or package.module:factory, docs/byom.md)")
-    p.add_argument("--hw", help="base hardware config (TOML); default: the paper's accelerator")
+    spec.add_flags(p, COMMAND, ["models", "hw_path"], several_models=True)  # default: mobilenetv2
     batch = cli.int_in(1, checks.BATCH_SIZE_MAX)
     p.add_argument("--batch-size", type=batch, default=64,
                    help=f"batch of the hardware sweeps (default 64, at most {checks.BATCH_SIZE_MAX:,})")
@@ -44,11 +41,12 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser().parse_args(argv)
     with cli.bad_input():
-        models = cli.distinct(args.models, "--models")
+        models = cli.distinct(list(spec.models_of(args) or ("mobilenetv2",)), "--models")
         batch_sizes = cli.distinct(args.batch_sizes, "--batch-sizes")
         for model in models:  # a paper model or package.module:factory (docs/byom.md), checked before work
             model_spec.build(model_spec.ModelSpec(model), num_classes=100, spherefed=True)
-        base = load_hardware_config(args.hw) if args.hw is not None else HardwareConfig()
+        hw = spec.one_hw(args.hw_path, COMMAND)
+        base = load_hardware_config(hw) if hw is not None else HardwareConfig()
         config = {"models": models, "batch_size": args.batch_size, "batch_sizes": batch_sizes,
                   "hardware": asdict(base)}
         out = outputs.out_folder(args.out, "results/sweep")

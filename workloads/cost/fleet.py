@@ -343,22 +343,12 @@ def run_fleet(path: str | Path | None, *, deadline_s: float | None = None,
 
 def check_fleet_flags(fleet: str | None, system: str | Path) -> None:
     """A fleet gives every client's device and link: it and a ``--system`` file other than the
-    default are not combined (``bench.fl``, ``bench.run``, ``bench.flower``); the default file typed out
-    is a system file given too (``iokit.cli.Default`` tells the flag's default from it)."""
+    default are not combined (``bench.fl``, ``bench.run``, ``bench.flower``; the flags are
+    ``bench.lib.spec``'s); the default file typed out is a system file given too (``iokit.cli.Default``
+    tells the flag's default from it)."""
     if fleet is not None and system is not None and not is_default(system):
         raise FleetError(f"--fleet {fleet} and --system {system}: a fleet gives every client's device and link; "
                          "leave --system out (or --fleet, for the system model's synchronous rounds)")
-
-
-def add_round_args(parser) -> None:
-    """``--deadline-s`` and ``--overcommit`` (``bench.fl``, ``bench.run``, ``bench.flower``): the fleet's round rule
-    without editing its file (``run_fleet`` checks them, and that a fleet is given)."""
-    parser.add_argument("--deadline-s", type=float, metavar="S",
-                        help="with --fleet: the round's reporting deadline in seconds, instead of the fleet "
-                             "file's (inf: none); a deadline sweep over one fleet file (docs/fleets.md)")
-    parser.add_argument("--overcommit", type=float, metavar="X",
-                        help="with --fleet: sample ceil(X x wanted) clients per round, instead of the fleet "
-                             "file's over-commitment (1 to 10)")
 
 
 # ---- clients to classes, and who is online -----------------------------------------------------------

@@ -37,7 +37,6 @@ options. None of this changes what a method computes, except the options marked 
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import asdict, dataclass
 
 from typing import Mapping
@@ -253,39 +252,6 @@ FORMAT_SETTINGS = ("number_format", "comm_format")
 SETTINGS = (*OPTIONS, *FORMAT_SETTINGS)  # what a preset's [execution] table may set
 
 
-def add_execution_args(parser, *, options: bool = True) -> None:
-    """``--device`` (and, with ``options``, the data-path and throughput flags, each with its
-    ``--no-`` form to override a preset's ``[execution]`` table) on ``parser``."""
-    parser.add_argument("--device", default="auto", help=f"where the federated runs train: {DEVICE_CHOICES} "
-                        "(default auto: CUDA when torch sees one, else the CPU)")
-    if not options:
-        return
-    flag = argparse.BooleanOptionalAction
-    parser.add_argument("--augment", action=flag,
-                        help="random crop (4-pixel padding) + horizontal flip of every training batch, "
-                        "seeded, on the device (our option; the paper is silent; default: the preset's, else off)")
-    parser.add_argument("--channels-last", action=flag,
-                        help="NHWC memory format (throughput; default: the preset's, else off)")
-    parser.add_argument("--bf16", action=flag,
-                        help="bfloat16 autocast of forward and loss (throughput; changes numerics; default: the "
-                             "preset's, else off)")
-    parser.add_argument("--compile", action=flag,
-                        help="torch.compile the client model's forward (throughput; default: the preset's, else off)")
-    parser.add_argument("--number-format", metavar="FORMAT",
-                        help="the clients' arithmetic: every GEMM operand of local training rounded to fp32, bf16, "
-                             "fp16, e4m3, e5m2, scaled FP8 (e4m3_cs, e4m3_ds, e5m2_cs, e5m2_ds, fp8_hybrid_cs, "
-                             "fp8_hybrid_ds), OCP MX (mxfp8_e4m3, mxfp8_e5m2, mxfp6_e3m2, mxfp6_e2m3, mxfp4_e2m1, "
-                             "mxint8; _ru: scale rounded up) or bfp_m<mantissa bits>_g<group size>, a _sr suffix for "
-                             "stochastic rounding (docs/numerics.md; default: the preset's, else fp32)")
-    parser.add_argument("--low-precision-weights", action=flag,
-                        help="store the clients' GEMM weights in --number-format after every local step, with no "
-                             "FP32 master copy (Li et al., NeurIPS 2024; priced so: docs/numerics.md; default: the "
-                             "preset's, else off)")
-    parser.add_argument("--comm-format", metavar="FORMAT",
-                        help="send the model and its updates rounded to this format, the ledger charging its "
-                             "packed payload (docs/numerics.md; default: the preset's, else fp32)")
-
-
 def preset_options(table: object, *, where: str) -> dict[str, bool | str]:
     """A preset's ``[execution]`` table checked: a subset of ``SETTINGS``, each switch true or false,
     ``number_format`` a format's name."""
@@ -328,13 +294,3 @@ def execution_of(device: str = "auto", flags: Mapping[str, bool | str | None] | 
                          "and accumulates in FP32)")
     return Execution(device=resolve_device(device), **formats,
                      **{k: bool(preset.get(k, False) if flags.get(k) is None else flags[k]) for k in OPTIONS})
-
-
-def execution_flags(args) -> dict[str, bool | str | None]:
-    """The option flags of parsed ``add_execution_args`` (None where not given)."""
-    return {k: getattr(args, k, None) for k in SETTINGS}
-
-
-def execution_from_args(args, preset: Mapping[str, bool] | None = None) -> Execution:
-    """``execution_of`` parsed ``add_execution_args`` flags over a preset's ``[execution]`` options."""
-    return execution_of(args.device, execution_flags(args), preset)

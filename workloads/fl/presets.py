@@ -28,7 +28,7 @@ from iokit import checks
 from iokit.toml import read_toml
 from workloads.fl.execution import preset_options
 from workloads.fl.hparams import FLConfig, Hparams, hparams_from_table, override
-from workloads.fl.methods import NAME_PARTS, MethodConfig, parse_method
+from workloads.fl.methods import NAME_PARTS, MethodConfig, check_file_spelling, parse_method
 
 PRESET_DIR = Path(__file__).resolve().parents[2] / "configs" / "presets"
 TABLES = ("run", "hparams", "methods", "execution", "targets")
@@ -90,6 +90,7 @@ def load_preset(preset: str) -> Preset:
             parse_method(method)
         except ValueError as err:
             raise ValueError(f"{path} [run]: methods: {err}") from None
+        check_file_spelling(method, where=f"{path} [run] methods")
     cfg = checks.from_table(FLConfig, run, where=f"{path} [run]")
     own_knobs = [k for m in methods for k in parse_method(m).knobs]  # a method of yours brings its knobs
     hp = hparams_from_table(doc.get("hparams", {}), knobs=own_knobs, where=f"{path} [hparams]")
@@ -162,6 +163,26 @@ def make_partition(labels: np.ndarray, cfg: FLConfig) -> list[np.ndarray]:
              "fedcos": {"non_iid_fraction": cfg.non_iid_fraction},
              "dispatch": {"classes_per_client": cfg.classes_per_client}}.get(cfg.partition, {})
     return fn(labels, cfg.num_clients, seed=cfg.seed, **extra)
+
+
+def load_data(fl: FLConfig, *, data_dir: str | Path | None = None, image_size: int | None = None):
+    """``(train, test)`` of ``fl``'s dataset at ``image_size`` (default: ``fl``'s), each a seeded
+    subset (``max_train_samples`` with the run's seed, ``max_test_samples`` with seed + 1): the first
+    half of every command's data preparation (``bench.fl``, ``bench.run``, ``bench.study``'s runs,
+    the Flower app); ``client_data`` is the second."""
+    from workloads.fl.data import load_dataset, subset
+
+    train, test = load_dataset(fl.dataset, data_dir=data_dir, image_size=image_size or fl.image_size)
+    return (subset(train, fl.max_train_samples, fl.seed, "train"),
+            subset(test, fl.max_test_samples, fl.seed + 1, "test"))
+
+
+def client_data(train, fl: FLConfig) -> tuple:
+    """``(train, validation hold-out or None, the clients' partition)``: the hold-out drawn from
+    ``load_data``'s train with the run's seed before partitioning (``split_holdout``), the rest
+    partitioned as ``fl`` says (``make_partition``)."""
+    train, val = split_holdout(train, fl.holdout_fraction, seed=fl.seed)
+    return train, val, make_partition(train.y.numpy(), fl)
 
 
 def split_holdout(train, fraction: float, *, seed: int):

@@ -27,7 +27,6 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
 
 from workloads.cost.system import SystemModel
-from workloads.fl.data import load_dataset, subset
 from workloads.fl.guard import check_divergence
 from workloads.flower.fleet import (FleetRun, PlannedStrategy, client_index_reply, client_nodes, planned_client_rows,
                                     planned_ledger_rows)
@@ -38,7 +37,7 @@ from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.local import client_trainer, prepare_model
 from workloads.fl.loop import batch_starts, cosine_lr, derived_seed, evaluate
 from workloads.fl.methods import MethodConfig, parse_method
-from workloads.fl.presets import load_preset, make_partition, method_hparams, split_holdout
+from workloads.fl.presets import client_data, load_data, load_preset, method_hparams
 from workloads.model_spec import ModelSpec, build
 
 STRATEGIES = {"FedAvg": FedAvg}
@@ -94,11 +93,9 @@ def _data(run: FlowerRun):
     """(train, test, parts): the preset's dataset, its subsets and hold-out as ``workloads.fl.presets``
     draws them, and its partition; loaded once per process."""
     cfg, _ = run.setting()
-    train, test = load_dataset(cfg.dataset, image_size=cfg.image_size)
-    train = subset(train, cfg.max_train_samples, cfg.seed, "train")
-    test = subset(test, cfg.max_test_samples, cfg.seed + 1, "test")
-    train, _ = split_holdout(train, cfg.holdout_fraction, seed=cfg.seed)
-    return train, test, make_partition(train.y.numpy(), cfg)
+    train, test = load_data(cfg)
+    train, _, parts = client_data(train, cfg)
+    return train, test, parts
 
 
 def new_model(run: FlowerRun, method: MethodConfig) -> torch.nn.Module:

@@ -21,7 +21,7 @@ import io
 import json
 import sys
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -29,22 +29,24 @@ from accel_sim.hardware import HardwareConfig, load_hardware_config
 from accel_sim.mac_energy import hardware_in_format
 from bench.lib.fl.jobs import Job, JobResult, RunInputs, participation_plan, run_job
 from bench.lib.results import FL_RESULTS, FORMAT_NAME, FORMAT_VERSION
+from bench.lib.spec import RunSpec
 from iokit import checks
 from iokit.files import atomic_write_text
 from iokit.provenance import git_commit
 from workloads import model_spec
-from workloads.cost.fleet import Fleet, ParticipationPlan, assign_classes, client_formats, run_fleet, summary_line
+from workloads.cost.fleet import (Fleet, ParticipationPlan, assign_classes, check_fleet_flags, client_formats, run_fleet,
+                                  summary_line)
 from workloads.cost.rounds import Device, RunPricer, client_devices, fleet_devices, fleet_system
-from workloads.cost.system import DEFAULT_SYSTEM_PATH, ROUNDS_COLUMNS, SystemModel, load_system_model
+from workloads.cost.system import ROUNDS_COLUMNS, SystemModel, load_system_model
 from workloads.fl.comm import closed_form_bytes, closed_form_sizes, ledger_totals
-from workloads.fl.data import PACKAGED_DATASETS, Dataset, load_dataset, subset
-from workloads.fl.execution import Execution, execution_of, kernel_environment
+from workloads.fl.data import PACKAGED_DATASETS, Dataset
+from workloads.fl.execution import Execution, kernel_environment
 from workloads.fl.hparams import Hparams
 from workloads.fl.local import prepare_model
 from workloads.fl.loop import duration_text, forecast, sample_clients
 from workloads.fl.methods import MethodConfig, parse_method
 from workloads.models import MODELS
-from workloads.fl.presets import Preset, load_preset, make_partition, split_holdout, with_changes
+from workloads.fl.presets import Preset, client_data, load_data, load_preset, with_changes
 
 RESULTS_FILES = (FL_RESULTS, "accuracy.csv", "ledger.csv", "partition.csv", "rounds.csv")
 
@@ -74,6 +76,7 @@ class FLRun:
     execution: Execution
     fleet: Fleet | None = None  # rounds with deadlines on a fleet (docs/fleets.md); then devices and system are its
     classes: tuple[int, ...] = ()  # with a fleet: client k's device class
+    rates: Mapping[str, Mapping] = field(default_factory=dict)  # per method: its lr and where it comes from
 
     @property
     def cfg(self):
@@ -106,18 +109,22 @@ def method_list(names: Sequence[str]) -> tuple[MethodConfig, ...]:
     return tuple(parsed)
 
 
-def resolve(preset: str, *, methods: Sequence[str] | None = None, seed: int | None = None,
-            rounds: int | None = None, holdout: float | None = None, model: str | None = None,
-            classifier: str | None = None, data_dir: str | None = None, hw_path: str | None = None,
-            system_path: str | Path = DEFAULT_SYSTEM_PATH, device: str = "auto",
-            execution_flags: Mapping[str, bool | None] | None = None, fleet_path: str | None = None,
-            deadline_s: float | None = None, overcommit: float | None = None) -> FLRun:
-    """Step 1: every input checked (ValueError naming it). ``None`` keeps the preset's value;
-    ``execution_flags`` (``workloads.fl.execution.SETTINGS``) win over the preset's ``[execution]``;
-    ``fleet_path``: a fleet file (docs/fleets.md), which then gives every client's device and link;
-    ``deadline_s`` / ``overcommit`` replace its round rule's (only with a fleet: ``run_fleet``)."""
-    loaded = with_changes(load_preset(preset), seed=seed, rounds=rounds, holdout_fraction=holdout, model=model)
-    chosen = method_list(methods if methods is not None else loaded.methods)
+def resolve(spec: RunSpec) -> FLRun:
+    """Step 1: every input of the run ``spec`` checked (ValueError naming it). ``None`` keeps the
+    preset's value (its first model where ``spec.models`` is empty); the execution options given
+    win over the preset's ``[execution]``; ``fleet_path``: a fleet file (docs/fleets.md), which then
+    gives every client's device and link, its round rule replaced by ``deadline_s`` / ``overcommit``
+    (only with a fleet: ``run_fleet``); ``lr_from``: each method's learning rate from the preset or
+    a covering reference study (``bench.lib.run.reference.rates``), recorded with its source."""
+    from bench.lib.run.reference import rates
+
+    if len(spec.models) > 1:
+        raise ValueError(f"--models {' '.join(spec.models)}: {COMMAND} trains one model; give --model NAME")
+    check_fleet_flags(spec.fleet_path, spec.system_path)
+    loaded = with_changes(load_preset(spec.preset), seed=spec.seed, rounds=spec.rounds, holdout_fraction=spec.holdout,
+                          model=spec.models[0] if spec.models else None, alpha=spec.alpha)
+    chosen = method_list(spec.methods if spec.methods is not None else loaded.methods)
+    data_dir, classifier = spec.data_dir, spec.classifier
     if loaded.fl.dataset in PACKAGED_DATASETS and data_dir:
         raise ValueError(f"--data-dir {data_dir}: the preset's dataset is the offline {loaded.fl.dataset}, which "
                          f"ships with {PACKAGED_DATASETS[loaded.fl.dataset]}; leave --data-dir out (or choose a "
@@ -129,15 +136,18 @@ def resolve(preset: str, *, methods: Sequence[str] | None = None, seed: int | No
     if classifier is not None and loaded.fl.model in MODELS:
         raise ValueError(f"--classifier {classifier}: the paper model {loaded.fl.model!r} has its classifier "
                          "built in; --classifier picks the nn.Linear of a user model (docs/byom.md)")
-    return fl_run(loaded, chosen, {m.name: loaded.hparams(m) for m in chosen}, data_dir, classifier,
-                  load_hardware_config(hw_path) if hw_path else HardwareConfig(), load_system_model(system_path),
-                  execution_of(device, execution_flags, loaded.execution),
-                  fleet=run_fleet(fleet_path, deadline_s=deadline_s, overcommit=overcommit))
+    jobs, sources = rates([Job(m.name, loaded.hparams(m)) for m in chosen], loaded.fl.model, loaded.fl, loaded,
+                          spec.lr_from)
+    return fl_run(loaded, chosen, {j.name: j.hp for j in jobs}, data_dir, classifier,
+                  load_hardware_config(spec.hw_path) if spec.hw_path else HardwareConfig(),
+                  load_system_model(spec.system_path), spec.execution(loaded),
+                  fleet=run_fleet(spec.fleet_path, deadline_s=spec.deadline_s, overcommit=spec.overcommit),
+                  rates=sources)
 
 
 def fl_run(preset: Preset, methods: Sequence[MethodConfig], hparams: Mapping[str, Hparams], data_dir: str | None,
            classifier: str | None, hw: HardwareConfig, system: SystemModel, execution: Execution,
-           fleet: Fleet | None = None) -> FLRun:
+           fleet: Fleet | None = None, rates: Mapping[str, Mapping] | None = None) -> FLRun:
     """The ``FLRun`` of these inputs, priced on ``hw`` computing in the run's number format
     (``accel_sim.mac_energy.hardware_in_format``: the format's word size and MAC energy; FP32 leaves
     it as given), and its clients' devices (``client_devices``, each in that format too). With a
@@ -152,10 +162,11 @@ def fl_run(preset: Preset, methods: Sequence[MethodConfig], hparams: Mapping[str
         execution = replace(execution, client_formats=client_formats(fleet, classes, execution.number_format))
         return FLRun(preset, tuple(methods), hparams, data_dir, classifier, hw, fleet_system(fleet, classes),
                      fleet_devices(fleet, classes, number_format=execution.number_format, master_weights=master),
-                     execution, fleet, classes)
+                     execution, fleet, classes, rates or {})
     devices = client_devices(system, hw, preset.fl.num_clients, seed=preset.fl.seed,
                              number_format=execution.number_format, master_weights=master)
-    return FLRun(preset, tuple(methods), hparams, data_dir, classifier, hw, system, devices, execution)
+    return FLRun(preset, tuple(methods), hparams, data_dir, classifier, hw, system, devices, execution,
+                 rates=rates or {})
 
 
 @dataclass(frozen=True)
@@ -174,13 +185,10 @@ def load(run: FLRun) -> FLData:
     """Step 2: the dataset (subsets, hold-out), the partition, and every model the methods need,
     built once so a bad model fails before any training."""
     cfg = run.cfg
-    train, test = load_dataset(cfg.dataset, data_dir=run.data_dir, image_size=cfg.image_size)
-    train = subset(train, cfg.max_train_samples, cfg.seed, "train")
-    test = subset(test, cfg.max_test_samples, cfg.seed + 1, "test")
-    train, val = split_holdout(train, cfg.holdout_fraction, seed=cfg.seed)
+    train, test = load_data(cfg, data_dir=run.data_dir)
+    train, val, parts = client_data(train, cfg)
     spec = model_spec.ModelSpec(cfg.model, tuple(train.x.shape[1:]), run.classifier)
-    parts = tuple(make_partition(train.y.numpy(), cfg))
-    inputs = RunInputs(spec, cfg, train, test, parts, run.hw, run.system, run.devices, cfg.seed, run.execution, val,
+    inputs = RunInputs(spec, cfg, train, test, tuple(parts), run.hw, run.system, run.devices, cfg.seed, run.execution, val,
                        run.fleet, run.classes)
     for spherefed in sorted({m.spherefed for m in run.methods}):
         inputs.build(spherefed)
@@ -214,6 +222,8 @@ def train(run: FLRun, data: FLData, *, progress: bool = False, checkpoints: Path
     inputs = data.inputs
     print(f"data: {inputs.train.note}", file=sys.stderr)  # which dataset, which split: in every run's output
     print(f"device: {run.execution.device} ({run.execution.describe()['device_name']})", file=sys.stderr)
+    for name, rate in run.rates.items():
+        print(f"{name:28s} lr {rate['lr']:g} from {rate['from']}", file=sys.stderr)
     pricer = RunPricer(inputs.run_spec())
     jobs = {method.name: Job(method.name, run.hparams[method.name]) for method in run.methods}
     plans, planning_s = {}, {}
@@ -288,6 +298,7 @@ def results_doc(run: FLRun, data: FLData, trained: dict, command: str) -> dict:
             "git_commit": git_commit(), "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
             "execution": run.execution.describe(), "kernels": kernel_environment(), "dataset_note": inputs.train.note, "test_note": inputs.test.note,
             "config": asdict(cfg), "hparams": {k: v.as_dict() for k, v in run.hparams.items()},
+            "learning_rates": dict(run.rates),
             "targets_accuracy_pct": list(run.preset.accuracy_targets_pct),
             "hardware": asdict(run.hw), "system": run.system.describe(),
             **({} if run.fleet is None else {"fleet": fleet_record(run.fleet, run.classes)}),

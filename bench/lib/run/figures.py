@@ -15,7 +15,7 @@ from bench.lib import formulas
 from bench.lib.fl.jobs import Job, JobResult, RunInputs
 from bench.lib.paper import PAPER, PAPER_CLAIMS, saving_pct
 from bench.lib.run.breakdown import energy_by_kind
-from bench.lib.run.config import RunConfig
+from bench.lib.spec import RunSpec
 from workloads import model_spec
 from workloads.cost.calibration import calibration_cost
 from workloads.cost.fleet import Fleet, assign_classes, client_formats
@@ -27,7 +27,7 @@ from workloads.fl.execution import Execution
 from workloads.fl.hparams import Hparams
 from workloads.fl.local import prepare_model
 from workloads.fl.methods import MethodConfig, calibration_named, is_calibration, parse_method
-from workloads.fl.presets import Preset, make_partition, split_holdout
+from workloads.fl.presets import Preset, client_data
 from workloads.model_spec import ModelSpec, as_spec
 
 Progress = Callable[[str], None]
@@ -43,14 +43,14 @@ def op_row(model: str, method: str, region: str, c, clock_hz: float) -> dict:
             **{f"energy_{k}_j": v for k, v in c.energy.by_component_j().items()}}
 
 
-def training_figures(model: str, methods: Sequence[str], cfg: RunConfig, hw: HardwareConfig,
+def training_figures(model: str, methods: Sequence[str], cfg: RunSpec, hw: HardwareConfig,
                      progress: Progress) -> tuple[dict, list[dict]]:
     """Per method: the priced step at the paper's shapes, the round, the peak; plus per-op rows."""
     steps_per_round = PAPER.steps_per_round(cfg.batch_size)
     figures, op_rows = {}, []
     for method in methods:
         progress(f"{model}: capturing and pricing one {method} training step (batch {cfg.batch_size})")
-        trace = method_step_trace(cfg.spec(model), method, batch_size=cfg.batch_size, num_classes=cfg.classes,
+        trace = method_step_trace(cfg.model_spec(model), method, batch_size=cfg.batch_size, num_classes=cfg.classes,
                                   image_size=PAPER.image_size, seed=cfg.seed)
         report = simulate_complete(trace, hw, f"{model} {method} training step")
         figures[method] = {
@@ -104,16 +104,16 @@ def model_closed_form_bytes(model_name: str | ModelSpec, method: MethodConfig, h
                              **closed_form_sizes(model, method, NumberFormat.parse(comm_format)))
 
 
-def communication_figures(model: str, names: Sequence[str], cfg: RunConfig, comm_format: str = "fp32") -> dict:
+def communication_figures(model: str, names: Sequence[str], cfg: RunSpec, comm_format: str = "fp32") -> dict:
     """Fig. 5 (a) for the paper's run (its tensors sent in ``comm_format``), and the classifier's
     share from Table 1's closed forms (FP32, as the paper counts)."""
-    setup = formulas.Table1Setup(feature_dim=model_spec.build(cfg.spec(model), num_classes=cfg.classes,
+    setup = formulas.Table1Setup(feature_dim=model_spec.build(cfg.model_spec(model), num_classes=cfg.classes,
                                                               spherefed=False).feature_dim, num_classes=cfg.classes)
     table1_name = {"fedavg": "fedavg", "ccvr": "ccvr", "spherefed": "spherefed", "ffc": "spherefed"}
     out = {}
     for name in names:
         method = comm_method(name)
-        totals = model_closed_form_bytes(cfg.spec(model), method, Hparams(), num_classes=cfg.classes,
+        totals = model_closed_form_bytes(cfg.model_spec(model), method, Hparams(), num_classes=cfg.classes,
                                          image_size=PAPER.image_size, rounds=PAPER.rounds,
                                          num_clients=PAPER.num_clients, seed=cfg.seed, comm_format=comm_format)
         out[name] = {"method": method.name, "total_bytes": totals["total_bytes"],
@@ -133,16 +133,18 @@ def run_pairs(names: Sequence[str]) -> list[tuple[str, str | None]]:
     return pairs + [(base[c], c) for c in base if base[c] not in training]
 
 
-def accuracy_runs(model: str, names: Sequence[str], preset: Preset, data, cfg: RunConfig, hw: HardwareConfig,
+def accuracy_runs(model: str, names: Sequence[str], preset: Preset, data, cfg: RunSpec, hw: HardwareConfig,
                   system: SystemModel, execution: Execution, fleet: Fleet | None = None
-                  ) -> tuple[RunInputs, list[Job], list[tuple]]:
-    """The federated runs that give ``names``' accuracies, what they share, and each job's
-    (base name, calibration) pair; with a ``fleet``, rounds with its deadline on its devices."""
+                  ) -> tuple[RunInputs, list[Job], list[tuple], dict]:
+    """The federated runs that give ``names``' accuracies, what they share, each job's (base name,
+    calibration) pair, and where each job's learning rate comes from (``reference.rates``: the
+    preset's, or with ``lr_from = "study"`` a covering reference study's); with a ``fleet``,
+    rounds with its deadline on its devices."""
     from bench.lib.run import reference
 
     train, test = data
     fl = replace(preset.fl, model=model, seed=cfg.seed)
-    train, val = split_holdout(train, fl.holdout_fraction, seed=cfg.seed)  # as bench.fl and bench.study hold out
+    train, val, parts = client_data(train, fl)  # as bench.fl and bench.study hold out and partition
     master = not execution.low_precision_weights
     devices = client_devices(system, hw, fl.num_clients, seed=cfg.seed, number_format=execution.number_format,
                              master_weights=master)
@@ -152,14 +154,14 @@ def accuracy_runs(model: str, names: Sequence[str], preset: Preset, data, cfg: R
         system = fleet_system(fleet, classes)
         devices = fleet_devices(fleet, classes, number_format=execution.number_format, master_weights=master)
         execution = replace(execution, client_formats=client_formats(fleet, classes, execution.number_format))
-    inputs = RunInputs(cfg.spec(model, tuple(train.x.shape[1:])), fl, train, test,
-                       tuple(make_partition(train.y.numpy(), fl)), hw, system, devices, cfg.seed, execution, val,
+    inputs = RunInputs(cfg.model_spec(model, tuple(train.x.shape[1:])), fl, train, test,
+                       tuple(parts), hw, system, devices, cfg.seed, execution, val,
                        fleet, classes)
     pairs = run_pairs(names)
     jobs = [Job(f"{base}+{calib}" if calib else base, preset.hparams(parse_method(f"{base}+{calib}" if calib else base)))
             for base, calib in pairs]
-    jobs, _ = reference.tune(jobs, model, fl, reference.studies())  # a reference study's tuned rates, where it covers
-    return inputs, jobs, pairs
+    jobs, rates = reference.rates(jobs, model, fl, preset, cfg.lr_from)
+    return inputs, jobs, pairs, rates
 
 
 def accuracy_figures(names: Sequence[str], inputs: RunInputs, jobs: list[Job], pairs: list[tuple],

@@ -8,7 +8,8 @@ hyper-parameters (``Hparams`` but the searched ones), so the two differ in the s
 calibration's knobs (CCVR's ``ccvr_lr``, ...) do not change the training: they decide only whether
 the calibrated method's own figures are the study's.
 
-* ``tune``: the run takes the study's chosen hyper-parameters (the learning rate);
+* ``rates``: with ``--lr-from study``, the run takes the study's chosen hyper-parameters (the
+  learning rate), and every job's rate is recorded with its source;
 * ``reference_figures``: each method's reference mean ± std over the study's seeds, the reference's
   paired differences (SphereFed vs FedAvg, CCVR vs FedAvg, FFC vs SphereFed) and, for this run's
   difference, the verdict against the t prediction interval for one new seed from the reference's
@@ -116,27 +117,51 @@ def reruns_choice(ref: Reference, model: str, fl: FLConfig, job, execution=None,
         execution is None or execution.settings() == choice["point"]["execution"])
 
 
-def covering(refs: Sequence[Reference], model: str, fl: FLConfig, method: MethodConfig, hp):
-    """(reference, choice) of the first study that covers the run exactly (module doc), or (None, None)."""
+def covering(refs: Sequence[Reference], model: str, fl: FLConfig, method: MethodConfig, hp, *,
+             chosen: bool = False):
+    """(reference, choice) of the first study that covers the run exactly (module doc), or (None,
+    None); with ``chosen``, only a study whose choice is the run's own searched values (the run
+    trains at the study's rates: what its accuracy may be set beside)."""
     for ref in refs:
         choice = covering_choice(ref, model, fl, method, hp)
-        if choice is not None:
+        if choice is not None and (not chosen or all(getattr(hp, k) == v for k, v in choice["trial"].items())):
             return ref, choice
     return None, None
 
 
-def tune(jobs: Sequence, model: str, fl: FLConfig, refs: Sequence[Reference]) -> tuple[list, dict[str, Any]]:
-    """``jobs`` with the hyper-parameters the covering study chose, and per job where they come from."""
-    tuned, notes = [], {}
+def rates(jobs: Sequence, model: str, fl: FLConfig, preset, lr_from: str,
+          refs: Sequence[Reference] | None = None) -> tuple[list, dict[str, dict[str, Any]]]:
+    """``jobs`` with their learning rates from ``lr_from`` (``bench.lib.spec.RunSpec.lr_from``):
+    ``preset``, the preset's; ``study``, the chosen values of the first reference study that covers
+    the job (``covering``; ``refs`` default: every study under ``REFERENCE_DIR``), else the
+    preset's. Per job name, its ``lr`` and where it comes from (``from``), and a study's choice
+    (``study``, ``trial``, ``validation_score_pct``), as results files record them."""
+    out, sources = [], {}
     for job in jobs:
-        ref, choice = covering(refs, model, fl, job.method, job.hp)
+        ref, choice = (None, None) if lr_from == "preset" else covering(
+            studies() if refs is None else refs, model, fl, job.method, job.hp)
         if ref is None:
-            tuned.append(job)
+            out.append(job)
+            sources[job.name] = {"lr": job.hp.lr, "from": preset_source(preset, job.method, "lr", lr_from)}
             continue
-        tuned.append(replace(job, hp=job.hp.replace(**choice["trial"])))
-        notes[job.name] = {"study": ref.name, "trial": dict(choice["trial"]),
-                           "validation_score_pct": choice["score_pct"]}
-    return tuned, notes
+        tuned = replace(job, hp=job.hp.replace(**choice["trial"]))
+        out.append(tuned)
+        sources[job.name] = {"lr": tuned.hp.lr, "from": f"reference study {ref.name} (--lr-from study: its choice on "
+                                                       "validation)",
+                             "study": ref.name, "trial": dict(choice["trial"]),
+                             "validation_score_pct": choice["score_pct"]}
+    return out, sources
+
+
+def preset_source(preset, method: MethodConfig, key: str, lr_from: str) -> str:
+    """Where the preset's value of ``key`` for ``method`` comes from: the last of its
+    ``[methods.<name>]`` tables that sets it (``workloads.fl.presets.method_hparams``' order), else
+    ``[hparams]`` (or the default there); with ``lr_from = "study"``, that no study covers the run."""
+    tables = [method.algorithm] + (["spherefed"] if method.spherefed else []) \
+        + ([method.calibration] if method.calibration else []) + [method.name]
+    table = next((f"[methods.{t}]" for t in reversed(tables) if key in preset.overrides.get(t, {})), "[hparams]")
+    why = "--lr-from preset" if lr_from == "preset" else "--lr-from study, but no reference study covers this run"
+    return f"preset {preset.name} {table} ({why})"
 
 
 def study_label(name: str) -> str:
@@ -156,7 +181,7 @@ def reference_figures(model: str, names: Sequence[str], jobs: Sequence, accuracy
               for n in names}
     ref = None
     for n in names:
-        ref, _ = covering(refs, model, fl, job_of[n].method, job_of[n].hp)
+        ref, _ = covering(refs, model, fl, job_of[n].method, job_of[n].hp, chosen=True)
         if ref is not None:
             break
     if ref is None:

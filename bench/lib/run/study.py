@@ -4,7 +4,8 @@
 worker processes when there are several cores, ``bench.lib.fl.jobs``), then joins them; ``write_files``
 writes ``summary.json``, ``ops.csv``, ``layers.csv``, ``breakdown.csv``, ``rounds.csv`` and the
 figures (docs/results.md). ``run_point`` is the registered grid runner ``bench.run``
-(``bench.lib.grid.runners``): the same study and files for one grid point.
+(``bench.lib.grid.runners``): the same study and files for one grid point, whose keys are the
+command's flags (``bench.lib.spec.from_point``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from bench.lib.results import (BREAKDOWN_CSV, COST_COLUMNS, FORMAT_NAME, FORMAT_
                            OPS_COLUMNS, OPS_CSV, ROUNDS_CSV, ROUNDS_CSV_COLUMNS, write_json)
 from bench.lib.run import compare_hw, figures, formats, reference
 from bench.lib.run.breakdown import breakdown
-from bench.lib.run.config import Resolved, RunConfig, accuracy_note, load_accuracy_data, resolve, split_methods
+from bench.lib.spec import RUN, RunSpec, from_point
+from bench.lib.run.config import Resolved, accuracy_note, load_accuracy_data, resolve, split_methods
 from iokit.provenance import git_commit
 from workloads.fl.execution import kernel_environment
 
@@ -41,11 +43,11 @@ class Study:
     rounds: list[dict]
 
 
-def hardware_comparison(cfg: RunConfig, training, calibrations, progress) -> dict:
+def hardware_comparison(cfg: RunSpec, training, calibrations, progress) -> dict:
     """Every method of every model priced on each ``--hw`` accelerator (``bench/lib/run/compare_hw.py``)."""
     hws = compare_hw.load_hardware_set(cfg.compare_hw)
     return compare_hw.comparison({
-        m: compare_hw.hardware_figures(m, cfg.spec(m), training, calibrations, batch_size=cfg.batch_size,
+        m: compare_hw.hardware_figures(m, cfg.model_spec(m), training, calibrations, batch_size=cfg.batch_size,
                                        num_classes=cfg.classes, seed=cfg.seed, hws=hws, progress=progress)
         for m in cfg.models}, hws)
 
@@ -62,12 +64,12 @@ def run_study(resolved: Resolved, data, progress: Callable[[str], None] | None, 
     workers = resolve_workers(cfg.workers, len(figures.run_pairs(training + calibrations)), execution.device)
     models, all_ops, ledgers, all_rounds = {}, [], {}, []
     for model in cfg.models:
-        inputs, jobs, pairs = figures.accuracy_runs(model, training + calibrations, preset, data, cfg, hw, system,
+        inputs, jobs, pairs, rates = figures.accuracy_runs(model, training + calibrations, preset, data, cfg, hw, system,
                                                     execution, resolved.fleet)
         with started(jobs, inputs, workers=workers, progress=progress, bars=bars) as results:
             # with workers, the federated runs train in their processes while this one prices
             train_figs, op_rows = figures.training_figures(model, training, cfg, hw, progress)
-            calibration = figures.calibration_figures(model, calibrations, hw, progress, spec=cfg.spec(model),
+            calibration = figures.calibration_figures(model, calibrations, hw, progress, spec=cfg.model_spec(model),
                                                       num_classes=cfg.classes)
             outcomes = results()
             accuracy, ledgers[model], round_rows = figures.accuracy_figures(training + calibrations, inputs, jobs,
@@ -86,6 +88,7 @@ def run_study(resolved: Resolved, data, progress: Callable[[str], None] | None, 
             "communication": figures.communication_figures(
                 model, list(dict.fromkeys(["fedavg", *training, *calibrations])), cfg, execution.comm_format),
             "accuracy": accuracy,
+            "learning_rates": rates,
             "time_to_accuracy": figures.time_to_accuracy_figures(round_rows, target_pct, target_rule),
             "reference": references,
             **({} if resolved.fleet is None else {"fleet": figures.fleet_figures(inputs, jobs, outcomes)}),
@@ -114,14 +117,14 @@ def run_study(resolved: Resolved, data, progress: Callable[[str], None] | None, 
     return Study(summary, all_ops, all_rounds)
 
 
-def config_record(cfg: RunConfig) -> dict:
+def config_record(cfg: RunSpec) -> dict:
     """``cfg`` as ``summary.json`` records it: its fields, an infinite ``deadline_s`` (no deadline)
     as ``"inf"`` (JSON has no infinity; the fleet record spells it the same way)."""
     doc = asdict(cfg)
     return {**doc, "deadline_s": "inf"} if doc["deadline_s"] == math.inf else doc
 
 
-def trained_setting(preset, cfg: RunConfig) -> dict:
+def trained_setting(preset, cfg: RunSpec) -> dict:
     """The preset's federated setting as the accuracy runs trained it (``figures.accuracy_runs``):
     the run's model (several joined by "+", as in the default folder name) and seed, not the
     preset's."""
@@ -148,61 +151,21 @@ def write_files(folder: Path, study: Study) -> None:
     plot_run(folder)
 
 
-POINT_KEYS = {"model": "models", "methods": "methods", "batch_size": "batch_size", "seed": "seed", "preset": "preset",
-              "data_dir": "data_dir", "hw": "hw_path", "alpha": "alpha", "target": "target_accuracy_pct",
-              "system": "system_path", "input_shape": "input_shape", "classifier": "classifier", "classes": "classes",
-              "workers": "workers", "device": "device", "number_format": "number_format",
-              "comm_format": "comm_format", "fleet": "fleet_path", "deadline_s": "deadline_s",
-              "overcommit": "overcommit"}
-"""A grid point's keys (the grid file's spelling, as the command's flags) -> ``RunConfig`` fields."""
-
-
-def point_config(point: Mapping[str, Any]) -> RunConfig:
-    """The ``RunConfig`` of one grid point: its keys are ``bench.run``'s flags without the dashes
-    (``POINT_KEYS``); a grid gives each point its cores, so its runs go one after another unless it
-    sets ``workers``. ValueError naming an unknown key or a value of the wrong type."""
-    from iokit import checks
-
-    checks.unknown_keys(point, POINT_KEYS, where="bench.run grid point")
+def point_config(point: Mapping[str, Any]) -> RunSpec:
+    """The ``RunSpec`` of one grid point: its keys are ``bench.run``'s flags without the dashes,
+    parsed by the command's own flags (``bench.lib.spec.from_point``); a grid gives each point its
+    cores, so its runs go one after another unless it sets ``workers``. ValueError naming an
+    unknown key or a bad value."""
     if "model" not in point:
         raise ValueError("a bench.run grid point needs 'model'")
-    values: dict[str, Any] = {"workers": 1}
-    for key, value in point.items():
-        field = POINT_KEYS[key]
-        if key == "model":
-            value = (str(value),)
-        elif key == "methods":
-            if not isinstance(value, list) or not value or not all(isinstance(m, str) for m in value):
-                raise ValueError(f"grid setting methods = {value!r}: give a non-empty list of method names, "
-                                 'e.g. methods = ["fedavg", "spherefed"]')
-            value = tuple(value)
-        elif key == "hw":
-            paths = [value] if isinstance(value, str) else value
-            if not isinstance(paths, list) or not paths or not all(isinstance(p, str) for p in paths):
-                raise ValueError(f"grid setting hw = {value!r}: give a hardware TOML path or a list of them")
-            values["compare_hw"] = tuple(paths) if len(paths) > 1 else ()
-            value = paths[0]
-        elif key == "deadline_s":  # inf allowed (no deadline), which typed_table's finite floats are not
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ValueError(f"grid setting deadline_s = {value!r}: give seconds, e.g. deadline_s = [5.0, 10.0, inf]")
-            value = float(value)
-        elif key == "input_shape":
-            from workloads.model_spec import parse_input_shape
-
-            value = parse_input_shape(",".join(map(str, value)) if isinstance(value, list) else str(value))
-        values[field] = value
-    checks.typed_table(RunConfig, {k: v for k, v in values.items() if k not in ("models", "methods", "compare_hw",
-                                                                                  "input_shape", "deadline_s")},
-                       where=f"bench.run grid point {dict(point)}")
-    return RunConfig(**values)
+    return from_point({"workers": 1, **point}, RUN, where=f"bench.run grid point {dict(point)}")
 
 
 @grid_runner("bench.run", validate=lambda point: resolve(point_config(point)))
 def run_point(point: Mapping[str, Any], out_dir: Path) -> dict[str, float]:
     """One grid point: the same study and files as the command, for one model, written straight
-    into ``out_dir`` (the grid's temporary folder). Keys: ``POINT_KEYS``."""
-    cfg = replace(point_config(point), out=str(out_dir))
-    resolved = resolve(cfg)
+    into ``out_dir`` (the grid's temporary folder). Keys: ``bench.run``'s flags (``point_config``)."""
+    resolved = resolve(point_config(point))
     study = run_study(resolved, load_accuracy_data(resolved), None,
                       shlex.join(["bench.grid point", *(f"{k}={v}" for k, v in point.items())]))
     mismatched = figures.ledger_mismatches(study.summary)

