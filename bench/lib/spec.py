@@ -148,6 +148,12 @@ class RunSpec:
         "--low-precision-weights", action=argparse.BooleanOptionalAction,
         help="store the clients' GEMM weights in --number-format after every local step, with no FP32 master copy "
              "(Li et al., NeurIPS 2024; priced so: docs/numerics.md; default: the preset's, else off)")
+    server_average: float | None = flag(
+        "--server-average", type=cli.finite_float(low=0.0, high=1.0), metavar="DECAY",
+        help="the server keeps an exponential moving average of the aggregated models, a_t = DECAY a_(t-1) + "
+             "(1 - DECAY) w_t from round 2 (round 1: its aggregate), and evaluates and sends that average (Li et "
+             "al., NeurIPS 2024; their code: 0.9); in [0, 1), 0: none (docs/numerics.md; default: the preset's, "
+             "else 0)")
     comm_format: str | None = flag(
         "--comm-format", metavar="FORMAT",
         help="send the model and its updates rounded to this format, the ledger charging its packed payload "

@@ -29,6 +29,10 @@ options. None of this changes what a method computes, except the options marked 
 * ``comm_format`` (default ``fp32``): the format the model, its updates and FedCos's direction
   travel in (``workloads.fl.comm``: rounded when sent, the ledger charging the format's packed
   payload); a cheaper link, and what it costs in accuracy.
+* ``server_average`` (default 0: off): the decay of the server's exponential moving average of the
+  aggregated models (Li et al., "Low Precision Local Training is Enough for Federated Learning",
+  NeurIPS 2024): the average is the global model, evaluated and sent to the clients
+  (``workloads.fl.aggregate.moving_average``, docs/numerics.md "Recipes"); it changes numerics.
 * Throughput options, all off by default: ``channels_last`` (NHWC memory format for the models and
   image batches), ``bf16`` (``torch.autocast`` with bfloat16 around the forward pass and loss;
   changes numerics), ``compile`` (``torch.compile`` of the client model's forward, reused by
@@ -64,6 +68,7 @@ class Execution:
     low_precision_weights: bool = False  # GEMM weights stored in number_format, no FP32 master copy
     number_format: str = "fp32"  # the clients' arithmetic: every GEMM operand rounded to it
     comm_format: str = "fp32"  # the model and its updates sent rounded to it, charged its payload
+    server_average: float = 0.0  # decay of the server's moving average of the aggregates (0: none)
     client_formats: tuple[str, ...] = ()  # a fleet's: client k's arithmetic, its device class's (empty: all number_format)
 
     def __post_init__(self) -> None:
@@ -74,6 +79,9 @@ class Execution:
         if self.low_precision_weights and fmt.is_identity and not self.client_formats:
             raise ValueError("--low-precision-weights stores the clients' weights in their number format: give "
                              "--number-format (bf16, bfp_m4_g16, ...; fp32 has no narrower copy)")
+        if not 0.0 <= self.server_average < 1.0:
+            raise ValueError(f"server_average = {self.server_average!r}: the moving average's decay is in [0, 1) "
+                             "(0: none; Li et al. 2024's code uses 0.9)")
         if self.bf16 and not fmt.is_identity:
             raise ValueError(f"--bf16 (autocast) and --number-format {fmt.name} both set the arithmetic: drop one "
                              f"(--number-format bf16 rounds every GEMM operand to bfloat16 and accumulates in FP32)")
@@ -111,7 +119,7 @@ class Execution:
         return {"device": self.device, "device_name": device_name(self.torch_device), "augment": self.augment,
                 "channels_last": self.channels_last, "bf16": self.bf16, "compile": self.compile,
                 "number_format": self.number_format, "comm_format": self.comm_format,
-                "low_precision_weights": self.low_precision_weights,
+                "low_precision_weights": self.low_precision_weights, "server_average": self.server_average,
                 **({"client_formats": list(self.client_formats)} if self.client_formats else {})}
 
 
@@ -246,10 +254,11 @@ def random_crop_flip(x: torch.Tensor, generator: torch.Generator, padding: int =
 
 
 OPTIONS = ("augment", "channels_last", "bf16", "compile", "low_precision_weights")  # a preset's [execution] switches
-RECIPE_SETTINGS = ("client_formats", "low_precision_weights")
+RECIPE_SETTINGS = ("client_formats", "low_precision_weights", "server_average")
 """Recorded in a run's identity only where set, so that runs from before them keep theirs."""
 FORMAT_SETTINGS = ("number_format", "comm_format")
-SETTINGS = (*OPTIONS, *FORMAT_SETTINGS)  # what a preset's [execution] table may set
+DECAY_SETTINGS = ("server_average",)  # a number in [0, 1)
+SETTINGS = (*OPTIONS, *FORMAT_SETTINGS, *DECAY_SETTINGS)  # what a preset's [execution] table may set
 
 
 def preset_options(table: object, *, where: str) -> dict[str, bool | str]:
@@ -268,6 +277,9 @@ def preset_options(table: object, *, where: str) -> dict[str, bool | str]:
                 NumberFormat.parse(value)
             except ValueError as err:
                 raise ValueError(f"{where} [execution]: {err}") from None
+        elif key in DECAY_SETTINGS:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+                raise ValueError(f"{where} [execution]: {key} = {value!r} must be a decay in [0, 1) (0.9; 0: none)")
         elif not isinstance(value, bool):
             raise ValueError(f"{where} [execution]: {key} = {value!r} must be true or false")
     return dict(table)
@@ -292,5 +304,9 @@ def execution_of(device: str = "auto", flags: Mapping[str, bool | str | None] | 
         raise ValueError(f"{given['bf16']} (autocast) and {given['number_format']} {formats['number_format']} both "
                          "set the arithmetic: drop one (number format bf16 rounds every GEMM operand to bfloat16 "
                          "and accumulates in FP32)")
-    return Execution(device=resolve_device(device), **formats,
+    decays = {k: float(preset.get(k, 0.0) if flags.get(k) is None else flags[k]) for k in DECAY_SETTINGS}
+    for key, value in decays.items():
+        if not 0.0 <= value < 1.0:
+            raise ValueError(f"{given[key]} {value:g}: the moving average's decay is in [0, 1) (0.9; 0: none)")
+    return Execution(device=resolve_device(device), **formats, **decays,
                      **{k: bool(preset.get(k, False) if flags.get(k) is None else flags[k]) for k in OPTIONS})

@@ -9,7 +9,9 @@ from a fresh SGD optimizer, with what its method sends beside the model (``serve
 d_t, SCAFFOLD's c) and what the client kept from its last round (a double-head client's local
 parts; its method's state, ``initial_client_state`` / ``after_training``: SCAFFOLD's c_i, FedDyn's
 gradient term, MOON's previous model), and sends the shared state back with its sample count and
-its method's ``extra_uploads``; the algorithm aggregates. After round R an
+its method's ``extra_uploads``; the algorithm aggregates (with ``Execution.server_average``, from
+round 2 on, the global model is the moving average of the aggregates: ``aggregate.moving_average``).
+After round R an
 optional calibration runs over all K clients (or a participation plan's arrivals of round R + 1;
 none: the model stays uncalibrated). The global model is evaluated on the global test
 set every ``eval_every`` rounds and after the last round (and after the calibration).
@@ -54,6 +56,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from workloads.fl.aggregate import moving_average
 from workloads.fl.comm import Transfer, grouped_bytes, metadata_bytes, tensor_bytes
 from workloads.fl.execution import DeviceData, Execution, synchronize
 from workloads.fl.hparams import FLConfig, Hparams
@@ -387,6 +390,9 @@ def _federated_round(setup: _Setup, state: LoopState, t: int) -> LoopState:
     if updates:  # a round nobody arrived in leaves the global model as it was
         server = algo.aggregate(server, updates, hp, keys)
         check_finite(server.weights, f"round {t}: {method.name}'s aggregate")
+        if setup.execution.server_average and t > 1:  # round 1's average is its aggregate
+            server = replace(server, weights=moving_average(state.server.weights, server.weights, keys,
+                                                            decay=setup.execution.server_average))
     acc = val_acc = None
     if t == cfg.rounds or (cfg.eval_every and t % cfg.eval_every == 0):
         setup.global_model.load_state_dict(server.weights)
