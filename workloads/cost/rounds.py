@@ -35,6 +35,7 @@ from accel_sim.hardware import HardwareConfig, load_hardware_config
 from accel_sim.mac_energy import hardware_in_format
 from workloads.cost.fleet import ClientOffer, Fleet, ParticipationPlan, RoundPlan, online, plan_round, sampled_count
 from workloads.cost.system import ClientRound, RoundCost, SystemModel, ledger_rows, on_device, round_cost
+from workloads.fl.execution import Execution
 from workloads.fl.comm import calibration_client_bytes, client_round_bytes, closed_form_sizes
 from workloads.cost import calibration as calibration_cost
 from workloads.fl.hparams import Hparams
@@ -346,9 +347,25 @@ def _planned_round(fleet: Fleet, classes: Sequence[int], round: int, asked: Sequ
     return plan_round(round, offers, target=target, deadline_s=fleet.deadline_s)
 
 
+def devices_by_round(execution: Execution, rounds: int, devices_in: Callable[[str], Sequence[Device]],
+                     fleet: Fleet | None = None) -> tuple[tuple[Device, ...], ...]:
+    """With a precision schedule, per round (``Execution.round_formats``: rounds 1..R and the
+    calibration round) the clients' devices computing in that round's format, ``devices_in(format)``
+    built once per format; () without one. A schedule on a ``fleet`` is refused (not priced yet)."""
+    if not execution.precision_schedule:
+        return ()
+    if fleet is not None:
+        raise ValueError(f"--precision-schedule {execution.precision_schedule} with --fleet: a fleet's rounds are "
+                         "not priced per round's format yet; drop one")
+    formats = execution.round_formats(rounds)
+    built = {f: tuple(devices_in(f)) for f in dict.fromkeys(formats)}
+    return tuple(built[f] for f in formats)
+
+
 def price_run(result: RunResult, method: MethodConfig, hp: Hparams, *, pricer: RunPricer,
               client_labels: Sequence[np.ndarray], hw: HardwareConfig, system: SystemModel,
-              devices: Sequence[Device], plan: ParticipationPlan | None = None) -> list[dict]:
+              devices: Sequence[Device], plan: ParticipationPlan | None = None,
+              by_round: Sequence[Sequence[Device]] = ()) -> list[dict]:
     """``rounds.csv`` rows (``workloads.cost.system.ROUNDS_COLUMNS``) of one method's run.
 
     ``pricer``: the run's (shared by its methods); ``client_labels[k]``: client k's training labels;
@@ -356,7 +373,9 @@ def price_run(result: RunResult, method: MethodConfig, hp: Hparams, *, pricer: R
     participation plan the run trained with (``plan_run``): each round is its ``RoundPlan``'s cost
     (the dropped clients' work included) and the server aggregates its arrivals, the calibration
     round's too (the server calibrates over its arrivals' statistics); None: the synchronous round
-    over the clients the loop sampled, and the calibration over every client."""
+    over the clients the loop sampled, and the calibration over every client. ``by_round``: a
+    precision schedule's devices, round t's at index t - 1 (``devices_by_round``; the calibration
+    round's last), instead of ``devices`` in every round."""
     moved = _bytes_by_round_client(result)
     sizes = [len(y) for y in client_labels]
     rounds: list[tuple[int, str, int, float | None, RoundCost]] = []
@@ -371,8 +390,9 @@ def price_run(result: RunResult, method: MethodConfig, hp: Hparams, *, pricer: R
             rounds.append((t, "train", len(clients), entry["accuracy"], planned.cost(server_s)))
             continue
         work = []
+        on = by_round[t - 1] if by_round else devices
         for k in clients:
-            compute_s, energy_j = pricer.local_training(method, hp, sizes[k], t, devices[k])
+            compute_s, energy_j = pricer.local_training(method, hp, sizes[k], t, on[k])
             b = moved[(t, k)]
             work.append(ClientRound(k, compute_s, energy_j, b["down"], b["up"], system.link(k)))
         server_s = pricer.aggregation_s(method, hp, t, len(clients), hw)
@@ -380,7 +400,8 @@ def price_run(result: RunResult, method: MethodConfig, hp: Hparams, *, pricer: R
     if method.calib is not None:
         if plan is None:
             rounds.append(_calibration_round(result, method, hp, pricer=pricer, client_labels=client_labels, hw=hw,
-                                             system=system, devices=devices, moved=moved))
+                                             system=system, devices=by_round[len(result.history)] if by_round
+                                             else devices, moved=moved))
         else:
             rounds.append(_planned_calibration_round(result, method, hp, pricer=pricer, hw=hw, planned=plan.calibration,
                                                      moved=moved))

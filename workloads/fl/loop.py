@@ -254,11 +254,12 @@ def train_client(trainer, data: DeviceData, idx: torch.Tensor, hp: Hparams, *, s
 
 
 def arithmetic_of(execution: Execution, seed: int, round: int, client: int) -> Arithmetic | None:
-    """Client ``client``'s arithmetic (``Execution.arithmetic_of_client``: the run's number format,
-    or its device class's in a fleet that declares one; None for FP32, which rounds nothing), its
+    """Client ``client``'s arithmetic in round ``round`` (``Execution.arithmetic_of_client``: the
+    run's number format, its precision schedule's for the round, or its device class's in a fleet
+    that declares one; None for FP32, which rounds nothing), its
     stochastic rounding drawn from a generator seeded by ``derived_seed(seed, round, client,
     ROUNDING_STREAM)``: the same run rounds the same way every time."""
-    fmt = execution.arithmetic_of_client(client)
+    fmt = execution.arithmetic_of_client(client, round)
     if fmt.is_identity:
         return None
     generator = None
@@ -399,7 +400,8 @@ def _federated_round(setup: _Setup, state: LoopState, t: int) -> LoopState:
         acc, val_acc = _scores(setup)
     entry = {"round": t, "lr": lr, "clients": clients, "mean_loss": float(np.mean(losses)) if losses else None,
              "accuracy": acc,
-             "val_accuracy": val_acc}
+             "val_accuracy": val_acc,
+             **({"number_format": setup.execution.format_of_round(t)} if setup.execution.precision_schedule else {})}
     return LoopState(t, server, memory, tuple(transfers), state.history + (entry,), samples, kept)
 
 
@@ -569,7 +571,7 @@ def step_rate(model: nn.Module, method: MethodConfig, hp: Hparams, data: DeviceD
     anchor = {k: v.detach().clone() for k, v in model.state_dict().items()}
     trainer = client_trainer(model, anchor, hp, method, round=2, lr=hp.lr, received=example_received(model, method, hp, 2),
                              autocast_dtype=execution.autocast_dtype,
-                             arithmetic=arithmetic_of(execution, 0, 0, 0),  # the forecast times the emulation too
+                             arithmetic=arithmetic_of(execution, 0, 1, 0),  # the forecast times round 1's emulation too
                              low_precision_weights=execution.low_precision_weights)
     trainer.step(x, y)
     synchronize(execution.torch_device)
