@@ -153,6 +153,7 @@ def test_a_study_setting_may_name_a_schedule_laid_out_over_the_studys_rounds():
     planned = phases.evaluation_plan(study, phases.execution(study), choices)
     schedules = {p.setting.number_format: p.config["execution"].get("precision_schedule") for p in planned}
     # FAST over 6 rounds: 2-bit mantissas in rounds 1-3, 4-bit from round 1 + floor(6 / 2) = 4
-    assert schedules == {"fp32": None, "fast": "1:bfp_m2_g16_sr,4:bfp_m4_g16_sr", "1:bf16,3:bfp_m4_g16": "1:bf16,3:bfp_m4_g16"}
+    assert schedules == {"fp32": None, "fast": "1:bfp_m2_g16_sr,4:bfp_m4_g16_sr",
+                         "1:bf16,3:bfp_m4_g16": "1:bf16,3:bfp_m4_g16"}
     with pytest.raises(StudyError, match="after the run's last round 6"):
         parse_study(study_doc(number_formats=["fp32", "1:bf16,7:bfp_m4_g16"]), "test")

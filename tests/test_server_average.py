@@ -92,3 +92,24 @@ def test_a_decay_outside_0_1_is_refused_in_one_line(bad):
         preset_options({"server_average": bad}, where="p.toml")
     with pytest.raises(ValueError, match=r"\[execution\]: server_average = 'high'"):
         preset_options({"server_average": "high"}, where="p.toml")
+
+
+def test_the_average_is_priced_on_the_server_from_round_2_and_nowhere_else():
+    from accel_sim.hardware import HardwareConfig
+    from workloads.cost.rounds import RunPricer, RunSpec, client_devices, price_run
+    from workloads.cost.system import SystemModel
+
+    method, hw, system = parse_method("fedavg"), HardwareConfig(), SystemModel()
+    result = run_method(method, model_fn=lambda: TinyNet(), train=TRAIN, test=TEST, parts=PARTS, cfg=CFG, hp=HP,
+                        execution=Execution(server_average=DECAY))
+    pricer = RunPricer(RunSpec(lambda spherefed: TinyNet(spherefed=spherefed), "tinynet", (3, 2, 2), 4, 0))
+    labels = [TRAIN.y.numpy()[p] for p in PARTS]
+    devices = client_devices(system, hw, 3, seed=0)
+    plain, averaged = (price_run(result, method, HP, pricer=pricer, client_labels=labels, hw=hw, system=system,
+                                 devices=devices, server_average=d) for d in (0.0, DECAY))
+    average_s = pricer.moving_average_s(method, HP, 2, hw)
+    assert average_s > 0
+    assert averaged[0]["server_s"] == plain[0]["server_s"]  # round 1's average is its aggregate: no work
+    assert averaged[1]["server_s"] == pytest.approx(plain[1]["server_s"] + average_s, rel=1e-12)
+    for column in ("round_device_s", "round_energy_j", "round_bytes"):  # nothing on the clients
+        assert [r[column] for r in averaged] == [r[column] for r in plain]

@@ -284,7 +284,7 @@ RECIPE_SETTINGS = ("client_formats", "low_precision_weights", "server_average", 
 FORMAT_SETTINGS = ("number_format", "comm_format")
 DECAY_SETTINGS = ("server_average",)  # a number in [0, 1)
 SCHEDULE_SETTINGS = ("precision_schedule",)  # a schedule's text or a shipped name (workloads.numerics.schedule)
-SETTINGS = (*OPTIONS, *FORMAT_SETTINGS, *DECAY_SETTINGS, *SCHEDULE_SETTINGS)  # what a preset's [execution] table may set
+SETTINGS = (*OPTIONS, *FORMAT_SETTINGS, *DECAY_SETTINGS, *SCHEDULE_SETTINGS)  # what [execution] may set
 
 
 def preset_options(table: object, *, where: str) -> dict[str, bool | str]:

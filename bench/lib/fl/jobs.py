@@ -142,7 +142,8 @@ def run_job(job: Job, inputs: RunInputs, *, pricer: RunPricer | None = None, bar
                         arrivals=arrivals)
     trained = time.perf_counter()
     rows = price_run(result, method, job.hp, pricer=pricer, client_labels=labels, hw=inputs.hw, system=inputs.system,
-                     devices=inputs.devices, plan=plan, by_round=inputs.by_round)
+                     devices=inputs.devices, plan=plan, by_round=inputs.by_round,
+                     server_average=inputs.execution.server_average)
     return JobResult(replace(result, weights={}), rows, trained - start - planning_s,
                      time.perf_counter() - trained + planning_s, plan)
 
