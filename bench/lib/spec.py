@@ -148,6 +148,17 @@ class RunSpec:
         "--low-precision-weights", action=argparse.BooleanOptionalAction,
         help="store the clients' GEMM weights in --number-format after every local step, with no FP32 master copy "
              "(Li et al., NeurIPS 2024; priced so: docs/numerics.md; default: the preset's, else off)")
+    precision_schedule: str | None = flag(
+        "--precision-schedule", metavar="SCHEDULE",
+        help="the clients' number format per round instead of --number-format: ROUND:FORMAT,... (1:bfp_m2_g16_sr,"
+             "11:bfp_m4_g16_sr: each format from its round on) or a shipped schedule (fast: after FAST, HPCA 2022); each "
+             "round trained and priced in its own format (docs/numerics.md; default: the preset's, else none)")
+    server_average: float | None = flag(
+        "--server-average", type=cli.finite_float(low=0.0, high=1.0), metavar="DECAY",
+        help="the server keeps an exponential moving average of the aggregated models, a_t = DECAY a_(t-1) + "
+             "(1 - DECAY) w_t from round 2 (round 1: its aggregate), and evaluates and sends that average (Li et "
+             "al., NeurIPS 2024; their code: 0.9); in [0, 1), 0: none (docs/numerics.md; default: the preset's, "
+             "else 0)")
     comm_format: str | None = flag(
         "--comm-format", metavar="FORMAT",
         help="send the model and its updates rounded to this format, the ledger charging its packed payload "
@@ -183,7 +194,7 @@ class RunSpec:
     def execution(self, preset) -> Execution:
         """Where and how the runs train: ``device``, and each option from its flag or the preset's
         ``[execution]`` table (``workloads.fl.execution.execution_of``)."""
-        return execution_of(self.device, self.execution_flags, preset.execution)
+        return execution_of(self.device, self.execution_flags, preset.execution, rounds=preset.fl.rounds)
 
     def model_spec(self, model: str, input_shape: tuple[int, ...] | None = None) -> ModelSpec:
         """``model`` at ``input_shape`` (default: ``input_shape``, else 3x32x32) with ``classifier``."""

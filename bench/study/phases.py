@@ -26,7 +26,7 @@ from bench.lib.study.spec import Setting, Study
 from bench.lib.study.stats import resolution_pts
 from bench.lib.study.tuning import Choice, choose, edge_status, extension_value, score, trial_score
 from iokit.provenance import git_commit
-from workloads.fl.execution import Execution, execution_of
+from workloads.fl.execution import Execution, clients_computing, execution_of
 
 RUNNER = "bench.study"
 GRID_FOLDER = "grid"
@@ -83,18 +83,19 @@ class StudyRun:
 
 def execution(study: Study) -> Execution:
     """Where the study's runs train: its device and the preset's [execution] options."""
-    return execution_of(study.device, None, study.preset.execution)
+    return execution_of(study.device, None, study.preset.execution, rounds=study.rounds)
 
 
 def plan(study: Study, ex: Execution, phase: str, seeds: Sequence[int] | Callable[[str, Setting], Sequence[int]],
          trials: Callable[[str, Setting, str], list[Mapping[str, Any]]],
          settings: Sequence[Setting] | None = None) -> list[Planned]:
     """The runs of one phase: every model, setting (default the study's), training method, trial
-    (``trials``) and seed (``seeds``, or per model and setting); each setting's runs in its number format."""
+    (``trials``) and seed (``seeds``, or per model and setting); each setting's runs in its number format
+    or precision schedule (``clients_computing``)."""
     out = []
     for model in study.models:
         for setting in study.settings if settings is None else settings:
-            in_format = replace(ex, number_format=setting.number_format)
+            in_format = clients_computing(ex, setting.number_format, study.rounds)
             for training in study.training_methods:
                 job = study.job(training)
                 for trial in trials(model, setting, training):

@@ -35,6 +35,8 @@ from accel_sim.hardware import HardwareConfig, load_hardware_config
 from accel_sim.mac_energy import hardware_in_format
 from workloads.cost.fleet import ClientOffer, Fleet, ParticipationPlan, RoundPlan, online, plan_round, sampled_count
 from workloads.cost.system import ClientRound, RoundCost, SystemModel, ledger_rows, on_device, round_cost
+from workloads.fl.execution import Execution
+from workloads.fl.aggregate import moving_average
 from workloads.fl.comm import calibration_client_bytes, client_round_bytes, closed_form_sizes
 from workloads.cost import calibration as calibration_cost
 from workloads.fl.hparams import Hparams
@@ -222,6 +224,22 @@ class RunPricer:
         return self._aggregations[key]
 
 
+    def moving_average_s(self, method: MethodConfig, hp: Hparams, round: int, hw: HardwareConfig) -> float:
+        """Server seconds of the moving average of the aggregates (``--server-average``,
+        ``workloads.fl.aggregate.moving_average``) over the trainable keys the method shares in
+        round ``round``, captured once per key set on the prepared model on ``meta``."""
+        model = self.prepared(method)
+        params = set(trainable_keys(model))
+        keys = tuple(k for k in method.algo.shared_keys(model, round, hp) if k in params)
+        key = (moving_average, keys, hw)
+        if key not in self._aggregations:
+            weights = {k: v.detach() for k, v in model.state_dict().items()}
+            aggregated = {k: torch.empty_like(weights[k]) for k in weights}
+            captured = capture(moving_average, weights, aggregated, keys, decay=0.5, default_phase="aggregation")
+            self._aggregations[key] = simulate_complete(captured.trace, hw, f"{method.name} moving average").latency_s
+        return self._aggregations[key]
+
+
 def _bytes_by_round_client(result: RunResult) -> dict[tuple[int, int], dict[str, int]]:
     out: dict[tuple[int, int], dict[str, int]] = defaultdict(lambda: {"down": 0, "up": 0})
     for t in result.transfers:
@@ -346,9 +364,25 @@ def _planned_round(fleet: Fleet, classes: Sequence[int], round: int, asked: Sequ
     return plan_round(round, offers, target=target, deadline_s=fleet.deadline_s)
 
 
+def devices_by_round(execution: Execution, rounds: int, devices_in: Callable[[str], Sequence[Device]],
+                     fleet: Fleet | None = None) -> tuple[tuple[Device, ...], ...]:
+    """With a precision schedule, per round (``Execution.round_formats``: rounds 1..R and the
+    calibration round) the clients' devices computing in that round's format, ``devices_in(format)``
+    built once per format; () without one. A schedule on a ``fleet`` is refused (not priced yet)."""
+    if not execution.precision_schedule:
+        return ()
+    if fleet is not None:
+        raise ValueError(f"--precision-schedule {execution.precision_schedule} with --fleet: a fleet's rounds are "
+                         "not priced per round's format yet; drop one")
+    formats = execution.round_formats(rounds)
+    built = {f: tuple(devices_in(f)) for f in dict.fromkeys(formats)}
+    return tuple(built[f] for f in formats)
+
+
 def price_run(result: RunResult, method: MethodConfig, hp: Hparams, *, pricer: RunPricer,
               client_labels: Sequence[np.ndarray], hw: HardwareConfig, system: SystemModel,
-              devices: Sequence[Device], plan: ParticipationPlan | None = None) -> list[dict]:
+              devices: Sequence[Device], plan: ParticipationPlan | None = None,
+              by_round: Sequence[Sequence[Device]] = (), server_average: float = 0.0) -> list[dict]:
     """``rounds.csv`` rows (``workloads.cost.system.ROUNDS_COLUMNS``) of one method's run.
 
     ``pricer``: the run's (shared by its methods); ``client_labels[k]``: client k's training labels;
@@ -356,7 +390,16 @@ def price_run(result: RunResult, method: MethodConfig, hp: Hparams, *, pricer: R
     participation plan the run trained with (``plan_run``): each round is its ``RoundPlan``'s cost
     (the dropped clients' work included) and the server aggregates its arrivals, the calibration
     round's too (the server calibrates over its arrivals' statistics); None: the synchronous round
-    over the clients the loop sampled, and the calibration over every client."""
+    over the clients the loop sampled, and the calibration over every client. ``by_round``: a
+    precision schedule's devices, round t's at index t - 1 (``devices_by_round``; the calibration
+    round's last), instead of ``devices`` in every round. ``server_average``: the decay of the
+    server's moving average (``--server-average``; 0: none), whose work the server adds from round 2
+    on (``RunPricer.moving_average_s``)."""
+
+    def server_s(t: int, updates: int) -> float:
+        averaged = pricer.moving_average_s(method, hp, t, hw) if server_average and t > 1 else 0.0
+        return pricer.aggregation_s(method, hp, t, updates, hw) + averaged
+
     moved = _bytes_by_round_client(result)
     sizes = [len(y) for y in client_labels]
     rounds: list[tuple[int, str, int, float | None, RoundCost]] = []
@@ -367,20 +410,22 @@ def price_run(result: RunResult, method: MethodConfig, hp: Hparams, *, pricer: R
             if list(planned.arrived) != list(clients):
                 raise ValueError(f"round {t}: the loop trained clients {clients}, the plan's arrivals are "
                                  f"{list(planned.arrived)}")
-            server_s = pricer.aggregation_s(method, hp, t, len(clients), hw) if clients else 0.0
-            rounds.append((t, "train", len(clients), entry["accuracy"], planned.cost(server_s)))
+            rounds.append((t, "train", len(clients), entry["accuracy"],
+                           planned.cost(server_s(t, len(clients)) if clients else 0.0)))
             continue
         work = []
+        on = by_round[t - 1] if by_round else devices
         for k in clients:
-            compute_s, energy_j = pricer.local_training(method, hp, sizes[k], t, devices[k])
+            compute_s, energy_j = pricer.local_training(method, hp, sizes[k], t, on[k])
             b = moved[(t, k)]
             work.append(ClientRound(k, compute_s, energy_j, b["down"], b["up"], system.link(k)))
-        server_s = pricer.aggregation_s(method, hp, t, len(clients), hw)
-        rounds.append((t, "train", len(clients), entry["accuracy"], round_cost(work, server_s=server_s)))
+        rounds.append((t, "train", len(clients), entry["accuracy"],
+                       round_cost(work, server_s=server_s(t, len(clients)))))
     if method.calib is not None:
         if plan is None:
             rounds.append(_calibration_round(result, method, hp, pricer=pricer, client_labels=client_labels, hw=hw,
-                                             system=system, devices=devices, moved=moved))
+                                             system=system, devices=by_round[len(result.history)] if by_round
+                                             else devices, moved=moved))
         else:
             rounds.append(_planned_calibration_round(result, method, hp, pricer=pricer, hw=hw, planned=plan.calibration,
                                                      moved=moved))

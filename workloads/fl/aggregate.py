@@ -41,6 +41,20 @@ def pseudo_gradient(global_state: State, averaged: State, keys) -> dict[str, tor
     return {k: global_state[k].to(torch.float64) - averaged[k].to(torch.float64) for k in keys}
 
 
+def moving_average(average: State, aggregated: State, keys, *, decay: float) -> dict[str, torch.Tensor]:
+    """The server's exponential moving average of the aggregated models over rounds (Li et al.,
+    "Low Precision Local Training is Enough for Federated Learning", NeurIPS 2024, Sec. 3; their
+    code's ``moving_average(server, model, moving_weight)``):
+
+        a_t = decay * a_{t-1} + (1 - decay) * w_t      for every key of ``keys``
+
+    ``w_t`` the round's aggregate, ``a_{t-1}`` the average so far; the other keys are the aggregate's.
+    Computed in float64 and cast back, as every aggregation here."""
+    return {**aggregated, **{k: _cast_like(decay * average[k].to(torch.float64)
+                                           + (1.0 - decay) * aggregated[k].to(torch.float64), aggregated[k])
+                             for k in keys}}
+
+
 def server_sgd_momentum(global_state: State, delta: State, momentum_buf: State | None, *,
                         lr: float, momentum: float) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """Server SGD with heavy-ball momentum on the pseudo-gradient (FedOpt with SGD server optimizer,

@@ -26,9 +26,17 @@ options. None of this changes what a method computes, except the options marked 
   client statistics is rounded to it, products accumulated in FP32 (``workloads.numerics``,
   docs/numerics.md); it changes numerics (that is its purpose). ``fp32`` rounds nothing: the run is
   bitwise the one without the option.
+* ``precision_schedule`` (default none): the clients' number format per round instead of one
+  (``workloads.numerics.schedule``: ``1:bfp_m2_g16_sr,11:bfp_m4_g16_sr`` or a shipped name such as
+  ``fast``, laid out over the run's rounds by ``execution_of``), each round trained and priced in
+  its own format; ``number_format`` stays ``fp32`` beside it.
 * ``comm_format`` (default ``fp32``): the format the model, its updates and FedCos's direction
   travel in (``workloads.fl.comm``: rounded when sent, the ledger charging the format's packed
   payload); a cheaper link, and what it costs in accuracy.
+* ``server_average`` (default 0: off): the decay of the server's exponential moving average of the
+  aggregated models (Li et al., "Low Precision Local Training is Enough for Federated Learning",
+  NeurIPS 2024): the average is the global model, evaluated and sent to the clients
+  (``workloads.fl.aggregate.moving_average``, docs/numerics.md "Recipes"); it changes numerics.
 * Throughput options, all off by default: ``channels_last`` (NHWC memory format for the models and
   image batches), ``bf16`` (``torch.autocast`` with bfloat16 around the forward pass and loss;
   changes numerics), ``compile`` (``torch.compile`` of the client model's forward, reused by
@@ -37,7 +45,7 @@ options. None of this changes what a method computes, except the options marked 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from typing import Mapping
 
@@ -45,6 +53,7 @@ import torch
 
 from workloads.fl.data import NORMALIZATION, Dataset
 from workloads.numerics import NumberFormat
+from workloads.numerics.schedule import SCHEDULES, format_at, is_schedule, schedule_text, steps_of
 
 DEVICE_CHOICES = "auto, cpu, cuda or cuda:N"
 CROP_PADDING_PX = 4  # He et al. 2016, Sec. 4.2
@@ -64,6 +73,8 @@ class Execution:
     low_precision_weights: bool = False  # GEMM weights stored in number_format, no FP32 master copy
     number_format: str = "fp32"  # the clients' arithmetic: every GEMM operand rounded to it
     comm_format: str = "fp32"  # the model and its updates sent rounded to it, charged its payload
+    precision_schedule: str = ""  # the clients' format per round, ROUND:FORMAT,... (empty: number_format every round)
+    server_average: float = 0.0  # decay of the server's moving average of the aggregates (0: none)
     client_formats: tuple[str, ...] = ()  # a fleet's: client k's arithmetic, its device class's (empty: all number_format)
 
     def __post_init__(self) -> None:
@@ -71,9 +82,18 @@ class Execution:
         object.__setattr__(self, "number_format", fmt.name)
         object.__setattr__(self, "comm_format", NumberFormat.parse(self.comm_format).name)
         object.__setattr__(self, "client_formats", tuple(NumberFormat.parse(f).name for f in self.client_formats))
-        if self.low_precision_weights and fmt.is_identity and not self.client_formats:
+        if self.precision_schedule:
+            object.__setattr__(self, "precision_schedule", schedule_text(steps_of(self.precision_schedule)))
+            if not fmt.is_identity or self.client_formats or self.bf16:
+                raise ValueError(f"--precision-schedule {self.precision_schedule} sets the clients' format per round: "
+                                 "drop " + ("--bf16" if self.bf16 else "the fleet's per-class formats"
+                                            if self.client_formats else f"--number-format {fmt.name}"))
+        if self.low_precision_weights and fmt.is_identity and not self.client_formats and not self.precision_schedule:
             raise ValueError("--low-precision-weights stores the clients' weights in their number format: give "
                              "--number-format (bf16, bfp_m4_g16, ...; fp32 has no narrower copy)")
+        if not 0.0 <= self.server_average < 1.0:
+            raise ValueError(f"server_average = {self.server_average!r}: the moving average's decay is in [0, 1) "
+                             "(0: none; Li et al. 2024's code uses 0.9)")
         if self.bf16 and not fmt.is_identity:
             raise ValueError(f"--bf16 (autocast) and --number-format {fmt.name} both set the arithmetic: drop one "
                              f"(--number-format bf16 rounds every GEMM operand to bfloat16 and accumulates in FP32)")
@@ -82,10 +102,22 @@ class Execution:
     def arithmetic(self) -> NumberFormat:
         return NumberFormat.parse(self.number_format)
 
-    def arithmetic_of_client(self, client: int) -> NumberFormat:
-        """Client ``client``'s arithmetic: its device class's format in a fleet that declares one
-        (``client_formats``), else the run's."""
-        return NumberFormat.parse(self.client_formats[client] if self.client_formats else self.number_format)
+    def arithmetic_of_client(self, client: int, round: int = 1) -> NumberFormat:
+        """Client ``client``'s arithmetic in round ``round``: its device class's format in a fleet
+        that declares one (``client_formats``), the schedule's for that round
+        (``precision_schedule``, ``schedule.format_at``), else the run's."""
+        if self.client_formats:
+            return NumberFormat.parse(self.client_formats[client])
+        return NumberFormat.parse(self.format_of_round(round))
+
+    def format_of_round(self, round: int) -> str:
+        """The clients' format in round ``round`` (a fleet's per-class formats aside)."""
+        return format_at(steps_of(self.precision_schedule), round) if self.precision_schedule else self.number_format
+
+    def round_formats(self, rounds: int) -> tuple[str, ...]:
+        """The clients' format in each of rounds 1..``rounds`` and the calibration round after them
+        (index t - 1: round t); () without a schedule."""
+        return tuple(self.format_of_round(t) for t in range(1, rounds + 2)) if self.precision_schedule else ()
 
     @property
     def communication(self) -> NumberFormat:
@@ -111,7 +143,8 @@ class Execution:
         return {"device": self.device, "device_name": device_name(self.torch_device), "augment": self.augment,
                 "channels_last": self.channels_last, "bf16": self.bf16, "compile": self.compile,
                 "number_format": self.number_format, "comm_format": self.comm_format,
-                "low_precision_weights": self.low_precision_weights,
+                "low_precision_weights": self.low_precision_weights, "server_average": self.server_average,
+                **({"precision_schedule": self.precision_schedule} if self.precision_schedule else {}),
                 **({"client_formats": list(self.client_formats)} if self.client_formats else {})}
 
 
@@ -246,10 +279,12 @@ def random_crop_flip(x: torch.Tensor, generator: torch.Generator, padding: int =
 
 
 OPTIONS = ("augment", "channels_last", "bf16", "compile", "low_precision_weights")  # a preset's [execution] switches
-RECIPE_SETTINGS = ("client_formats", "low_precision_weights")
+RECIPE_SETTINGS = ("client_formats", "low_precision_weights", "server_average", "precision_schedule")
 """Recorded in a run's identity only where set, so that runs from before them keep theirs."""
 FORMAT_SETTINGS = ("number_format", "comm_format")
-SETTINGS = (*OPTIONS, *FORMAT_SETTINGS)  # what a preset's [execution] table may set
+DECAY_SETTINGS = ("server_average",)  # a number in [0, 1)
+SCHEDULE_SETTINGS = ("precision_schedule",)  # a schedule's text or a shipped name (workloads.numerics.schedule)
+SETTINGS = (*OPTIONS, *FORMAT_SETTINGS, *DECAY_SETTINGS, *SCHEDULE_SETTINGS)  # what [execution] may set
 
 
 def preset_options(table: object, *, where: str) -> dict[str, bool | str]:
@@ -268,16 +303,38 @@ def preset_options(table: object, *, where: str) -> dict[str, bool | str]:
                 NumberFormat.parse(value)
             except ValueError as err:
                 raise ValueError(f"{where} [execution]: {err}") from None
+        elif key in SCHEDULE_SETTINGS:
+            if not isinstance(value, str):
+                raise ValueError(f"{where} [execution]: {key} = {value!r} must be text (\"1:bfp_m2_g16,11:bfp_m4_g16\" "
+                                 "or \"fast\")")
+            try:
+                if value.strip() not in SCHEDULES:  # a shipped one is laid out over the run's rounds later
+                    steps_of(value)
+            except ValueError as err:
+                raise ValueError(f"{where} [execution]: {err}") from None
+        elif key in DECAY_SETTINGS:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+                raise ValueError(f"{where} [execution]: {key} = {value!r} must be a decay in [0, 1) (0.9; 0: none)")
         elif not isinstance(value, bool):
             raise ValueError(f"{where} [execution]: {key} = {value!r} must be true or false")
     return dict(table)
 
 
+def clients_computing(execution: Execution, name: str, rounds: int) -> Execution:
+    """``execution`` with the clients computing in ``name`` (a study setting's number format): a
+    format's name, or a precision schedule laid out over the run's ``rounds``
+    (``schedule.is_schedule``), either one replacing the other."""
+    if is_schedule(name):
+        return replace(execution, number_format="fp32", precision_schedule=schedule_text(steps_of(name, rounds)))
+    return replace(execution, number_format=name, precision_schedule="")
+
+
 def execution_of(device: str = "auto", flags: Mapping[str, bool | str | None] | None = None,
-                 preset: Mapping[str, bool | str] | None = None) -> Execution:
+                 preset: Mapping[str, bool | str] | None = None, *, rounds: int | None = None) -> Execution:
     """The ``Execution`` of ``device`` and the option ``flags`` given (None: not given) over a
     preset's ``[execution]`` options (a flag given wins). The device is resolved now, so a CUDA
-    device that is not there fails before any work starts."""
+    device that is not there fails before any work starts. ``rounds``: the run's, over which a
+    precision schedule is laid out and checked (``schedule.steps_of``)."""
     flags, preset = flags or {}, preset or {}
     formats = {k: preset.get(k, "fp32") if flags.get(k) is None else flags[k] for k in FORMAT_SETTINGS}
     given = {k: f"--{k.replace('_', '-')}" if flags.get(k) is not None else f"the preset's [execution] {k}"
@@ -292,5 +349,19 @@ def execution_of(device: str = "auto", flags: Mapping[str, bool | str | None] | 
         raise ValueError(f"{given['bf16']} (autocast) and {given['number_format']} {formats['number_format']} both "
                          "set the arithmetic: drop one (number format bf16 rounds every GEMM operand to bfloat16 "
                          "and accumulates in FP32)")
-    return Execution(device=resolve_device(device), **formats,
+    decays = {k: float(preset.get(k, 0.0) if flags.get(k) is None else flags[k]) for k in DECAY_SETTINGS}
+    for key, value in decays.items():
+        if not 0.0 <= value < 1.0:
+            raise ValueError(f"{given[key]} {value:g}: the moving average's decay is in [0, 1) (0.9; 0: none)")
+    schedule = preset.get("precision_schedule", "") if flags.get("precision_schedule") is None \
+        else flags["precision_schedule"]
+    if schedule:
+        try:
+            schedule = schedule_text(steps_of(schedule, rounds))
+        except ValueError as err:
+            raise ValueError(f"{given['precision_schedule']}: {err}") from None
+        if not NumberFormat.parse(formats["number_format"]).is_identity:
+            raise ValueError(f"{given['precision_schedule']} and {given['number_format']} {formats['number_format']} "
+                             "both set the clients' format: drop one (a schedule names every round's)")
+    return Execution(device=resolve_device(device), **formats, **decays, precision_schedule=schedule,
                      **{k: bool(preset.get(k, False) if flags.get(k) is None else flags[k]) for k in OPTIONS})

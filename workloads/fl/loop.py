@@ -9,7 +9,9 @@ from a fresh SGD optimizer, with what its method sends beside the model (``serve
 d_t, SCAFFOLD's c) and what the client kept from its last round (a double-head client's local
 parts; its method's state, ``initial_client_state`` / ``after_training``: SCAFFOLD's c_i, FedDyn's
 gradient term, MOON's previous model), and sends the shared state back with its sample count and
-its method's ``extra_uploads``; the algorithm aggregates. After round R an
+its method's ``extra_uploads``; the algorithm aggregates (with ``Execution.server_average``, from
+round 2 on, the global model is the moving average of the aggregates: ``aggregate.moving_average``).
+After round R an
 optional calibration runs over all K clients (or a participation plan's arrivals of round R + 1;
 none: the model stays uncalibrated). The global model is evaluated on the global test
 set every ``eval_every`` rounds and after the last round (and after the calibration).
@@ -54,6 +56,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from workloads.fl.aggregate import moving_average
 from workloads.fl.comm import Transfer, grouped_bytes, metadata_bytes, tensor_bytes
 from workloads.fl.execution import DeviceData, Execution, synchronize
 from workloads.fl.hparams import FLConfig, Hparams
@@ -251,11 +254,12 @@ def train_client(trainer, data: DeviceData, idx: torch.Tensor, hp: Hparams, *, s
 
 
 def arithmetic_of(execution: Execution, seed: int, round: int, client: int) -> Arithmetic | None:
-    """Client ``client``'s arithmetic (``Execution.arithmetic_of_client``: the run's number format,
-    or its device class's in a fleet that declares one; None for FP32, which rounds nothing), its
+    """Client ``client``'s arithmetic in round ``round`` (``Execution.arithmetic_of_client``: the
+    run's number format, its precision schedule's for the round, or its device class's in a fleet
+    that declares one; None for FP32, which rounds nothing), its
     stochastic rounding drawn from a generator seeded by ``derived_seed(seed, round, client,
     ROUNDING_STREAM)``: the same run rounds the same way every time."""
-    fmt = execution.arithmetic_of_client(client)
+    fmt = execution.arithmetic_of_client(client, round)
     if fmt.is_identity:
         return None
     generator = None
@@ -387,13 +391,17 @@ def _federated_round(setup: _Setup, state: LoopState, t: int) -> LoopState:
     if updates:  # a round nobody arrived in leaves the global model as it was
         server = algo.aggregate(server, updates, hp, keys)
         check_finite(server.weights, f"round {t}: {method.name}'s aggregate")
+        if setup.execution.server_average and t > 1:  # round 1's average is its aggregate
+            server = replace(server, weights=moving_average(state.server.weights, server.weights, keys,
+                                                            decay=setup.execution.server_average))
     acc = val_acc = None
     if t == cfg.rounds or (cfg.eval_every and t % cfg.eval_every == 0):
         setup.global_model.load_state_dict(server.weights)
         acc, val_acc = _scores(setup)
     entry = {"round": t, "lr": lr, "clients": clients, "mean_loss": float(np.mean(losses)) if losses else None,
              "accuracy": acc,
-             "val_accuracy": val_acc}
+             "val_accuracy": val_acc,
+             **({"number_format": setup.execution.format_of_round(t)} if setup.execution.precision_schedule else {})}
     return LoopState(t, server, memory, tuple(transfers), state.history + (entry,), samples, kept)
 
 
@@ -563,7 +571,7 @@ def step_rate(model: nn.Module, method: MethodConfig, hp: Hparams, data: DeviceD
     anchor = {k: v.detach().clone() for k, v in model.state_dict().items()}
     trainer = client_trainer(model, anchor, hp, method, round=2, lr=hp.lr, received=example_received(model, method, hp, 2),
                              autocast_dtype=execution.autocast_dtype,
-                             arithmetic=arithmetic_of(execution, 0, 0, 0),  # the forecast times the emulation too
+                             arithmetic=arithmetic_of(execution, 0, 1, 0),  # the forecast times round 1's emulation too
                              low_precision_weights=execution.low_precision_weights)
     trainer.step(x, y)
     synchronize(execution.torch_device)

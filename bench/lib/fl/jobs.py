@@ -59,6 +59,7 @@ class RunInputs:
     val: Dataset | None = None  # the validation hold-out, scored wherever the test set is
     fleet: Fleet | None = None  # rounds with deadlines on a fleet (then ``devices`` and ``system`` are its)
     classes: tuple[int, ...] = ()  # with a fleet: client k's device class (``assign_classes``)
+    by_round: tuple[tuple[Device, ...], ...] = ()  # a precision schedule's devices per round (``devices_by_round``)
 
     def build(self, spherefed: bool):
         return model_spec.build(self.spec, num_classes=self.train.num_classes, norm=self.fl.norm, spherefed=spherefed)
@@ -141,7 +142,8 @@ def run_job(job: Job, inputs: RunInputs, *, pricer: RunPricer | None = None, bar
                         arrivals=arrivals)
     trained = time.perf_counter()
     rows = price_run(result, method, job.hp, pricer=pricer, client_labels=labels, hw=inputs.hw, system=inputs.system,
-                     devices=inputs.devices, plan=plan)
+                     devices=inputs.devices, plan=plan, by_round=inputs.by_round,
+                     server_average=inputs.execution.server_average)
     return JobResult(replace(result, weights={}), rows, trained - start - planning_s,
                      time.perf_counter() - trained + planning_s, plan)
 

@@ -36,7 +36,7 @@ from iokit.provenance import git_commit
 from workloads import model_spec
 from workloads.cost.fleet import (Fleet, ParticipationPlan, assign_classes, check_fleet_flags, client_formats, run_fleet,
                                   summary_line)
-from workloads.cost.rounds import Device, RunPricer, client_devices, fleet_devices, fleet_system
+from workloads.cost.rounds import Device, RunPricer, client_devices, devices_by_round, fleet_devices, fleet_system
 from workloads.cost.system import ROUNDS_COLUMNS, SystemModel, load_system_model
 from workloads.fl.comm import closed_form_bytes, closed_form_sizes, ledger_totals
 from workloads.fl.data import PACKAGED_DATASETS, Dataset
@@ -77,6 +77,7 @@ class FLRun:
     fleet: Fleet | None = None  # rounds with deadlines on a fleet (docs/fleets.md); then devices and system are its
     classes: tuple[int, ...] = ()  # with a fleet: client k's device class
     rates: Mapping[str, Mapping] = field(default_factory=dict)  # per method: its lr and where it comes from
+    by_round: tuple[tuple[Device, ...], ...] = ()  # a precision schedule's devices per round (``devices_by_round``)
 
     @property
     def cfg(self):
@@ -154,9 +155,13 @@ def fl_run(preset: Preset, methods: Sequence[MethodConfig], hparams: Mapping[str
     ``fleet``, each client's device and link are its class's (``assign_classes`` from the seed) and
     ``system`` is not used; the server stays on ``hw``. A fleet whose classes declare a number format
     trains and prices each client in its class's (``Execution.client_formats``); the server
-    aggregates in FP32 as always."""
+    aggregates in FP32 as always. A precision schedule prices each round's clients in that round's
+    format (``devices_by_round``); the server stays on ``hw`` (the run's ``number_format``, fp32)."""
     master = not execution.low_precision_weights
+    base_hw = hw
     hw = hardware_in_format(hw, execution.number_format, master_weights=master)
+    by_round = devices_by_round(execution, preset.fl.rounds, lambda fmt: client_devices(
+        system, base_hw, preset.fl.num_clients, seed=preset.fl.seed, number_format=fmt, master_weights=master), fleet)
     if fleet is not None:
         classes = assign_classes(fleet, preset.fl.num_clients, seed=preset.fl.seed)
         execution = replace(execution, client_formats=client_formats(fleet, classes, execution.number_format))
@@ -166,7 +171,7 @@ def fl_run(preset: Preset, methods: Sequence[MethodConfig], hparams: Mapping[str
     devices = client_devices(system, hw, preset.fl.num_clients, seed=preset.fl.seed,
                              number_format=execution.number_format, master_weights=master)
     return FLRun(preset, tuple(methods), hparams, data_dir, classifier, hw, system, devices, execution,
-                 rates=rates or {})
+                 rates=rates or {}, by_round=by_round)
 
 
 @dataclass(frozen=True)
@@ -189,7 +194,7 @@ def load(run: FLRun) -> FLData:
     train, val, parts = client_data(train, cfg)
     spec = model_spec.ModelSpec(cfg.model, tuple(train.x.shape[1:]), run.classifier)
     inputs = RunInputs(spec, cfg, train, test, tuple(parts), run.hw, run.system, run.devices, cfg.seed, run.execution, val,
-                       run.fleet, run.classes)
+                       run.fleet, run.classes, run.by_round)
     for spherefed in sorted({m.spherefed for m in run.methods}):
         inputs.build(spherefed)
     clients_per_round = len(sample_clients(cfg.num_clients, cfg.participation, seed=cfg.seed, round=1))

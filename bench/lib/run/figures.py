@@ -19,7 +19,7 @@ from bench.lib.spec import RunSpec
 from workloads import model_spec
 from workloads.cost.calibration import calibration_cost
 from workloads.cost.fleet import Fleet, assign_classes, client_formats
-from workloads.cost.rounds import client_devices, fleet_devices, fleet_system
+from workloads.cost.rounds import client_devices, devices_by_round, fleet_devices, fleet_system
 from workloads.cost.step import method_step_trace, simulate_complete
 from workloads.cost.system import SystemModel, time_to_accuracy
 from workloads.fl.comm import closed_form_bytes, closed_form_sizes, ledger_totals
@@ -148,6 +148,8 @@ def accuracy_runs(model: str, names: Sequence[str], preset: Preset, data, cfg: R
     master = not execution.low_precision_weights
     devices = client_devices(system, hw, fl.num_clients, seed=cfg.seed, number_format=execution.number_format,
                              master_weights=master)
+    by_round = devices_by_round(execution, fl.rounds, lambda fmt: client_devices(
+        system, hw, fl.num_clients, seed=cfg.seed, number_format=fmt, master_weights=master), fleet)
     classes = ()
     if fleet is not None:  # each client's device, link and format are its class's (docs/fleets.md)
         classes = assign_classes(fleet, fl.num_clients, seed=cfg.seed)
@@ -156,7 +158,7 @@ def accuracy_runs(model: str, names: Sequence[str], preset: Preset, data, cfg: R
         execution = replace(execution, client_formats=client_formats(fleet, classes, execution.number_format))
     inputs = RunInputs(cfg.model_spec(model, tuple(train.x.shape[1:])), fl, train, test,
                        tuple(parts), hw, system, devices, cfg.seed, execution, val,
-                       fleet, classes)
+                       fleet, classes, by_round)
     pairs = run_pairs(names)
     jobs = [Job(f"{base}+{calib}" if calib else base, preset.hparams(parse_method(f"{base}+{calib}" if calib else base)))
             for base, calib in pairs]

@@ -69,6 +69,7 @@ from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.methods import MethodConfig, check_file_spelling, parse_method
 from workloads.fl.presets import Preset, accuracy_targets_pct, load_preset
 from workloads.numerics import NumberFormat
+from workloads.numerics.schedule import canonical, is_schedule
 
 STUDY_DIR = CHECKOUT_ROOT / "configs" / "studies"
 KEYS = ("name", "preset", "models", "methods", "base", "iid", "alphas", "number_formats", "rounds", "local_epochs",
@@ -348,11 +349,11 @@ def _parse_study(doc: Mapping[str, Any], source: str) -> Study:
         settings += [Setting("dirichlet", float(a)) for a in _list(doc, "alphas", where, float, low=0.0, high=1e6)]
     if not settings:
         raise StudyError(f"{where}: no data setting: give iid = true and / or alphas = [0.5, 0.1]")
-    formats = _number_formats(doc, where)
+    rounds = checks.integer_in(doc["rounds"], 1, checks.ROUNDS_MAX, name="rounds", error=StudyError)
+    formats = _number_formats(doc, where, rounds)
     fleets, deadlines = _fleets(doc, where), _deadlines(doc, where)
     settings = [replace(s, number_format=f, fleet=fleet, deadline_s=_own_deadline(fleet, d))
                 for s in settings for f in formats for fleet in fleets for d in (deadlines if fleet else (None,))]
-    rounds = checks.integer_in(doc["rounds"], 1, checks.ROUNDS_MAX, name="rounds", error=StudyError)
     local_epochs = doc.get("local_epochs")
     if local_epochs is not None:
         checks.integer_in(local_epochs, 1, 10_000, name="local_epochs", error=StudyError)
@@ -494,14 +495,16 @@ def _search(table: Any, methods: list[str], where: str) -> dict[str, dict[str, t
     return {t: search[t] for t in trainings}
 
 
-def _number_formats(doc: Mapping[str, Any], where: str) -> list[str]:
-    """``number_formats``: format names (``accel_sim.formats``), FP32 among them when there are
-    others (it is where they are tuned and what they are compared with); canonical, file order."""
+def _number_formats(doc: Mapping[str, Any], where: str, rounds: int) -> list[str]:
+    """``number_formats``: format names (``accel_sim.formats``) or precision schedules
+    (``workloads.numerics.schedule``: a shipped name as written, ``ROUND:FORMAT,...`` canonical,
+    checked over the study's ``rounds``), FP32 among them when there are others (it is where they
+    are tuned and what they are compared with); canonical, file order."""
     if "number_formats" not in doc:
         return ["fp32"]
     names = _list(doc, "number_formats", where, str)
     try:
-        formats = [NumberFormat.parse(n).name for n in names]
+        formats = [canonical(n, rounds) if is_schedule(n) else NumberFormat.parse(n).name for n in names]
     except ValueError as err:
         raise StudyError(f"{where}: number_formats: {err}") from None
     checks.distinct(formats, name=f"{where}: number_formats (as canonical names)", error=StudyError)
