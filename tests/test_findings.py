@@ -17,7 +17,7 @@ STUDY = "digits"
 
 
 def test_the_shipped_findings_and_headline_match_the_results():
-    assert stale(CHECKOUT_ROOT) == [], "run python -m bench.findings and commit what it writes"
+    assert stale(outputs(CHECKOUT_ROOT)) == [], "run python -m bench.findings and commit what it writes"
 
 
 @pytest.fixture
@@ -29,7 +29,7 @@ def fixture_root(tmp_path: Path) -> Path:
     (tmp_path / README).write_text(f"# x\n\n{START}\n(generated)\n{END}\n\nmore\n", encoding="utf-8")
     for path, text in outputs(tmp_path).items():
         path.write_text(text, encoding="utf-8")
-    assert stale(tmp_path) == []
+    assert stale(outputs(tmp_path)) == []
     return tmp_path
 
 
@@ -49,7 +49,7 @@ def test_one_changed_number_in_a_summary_makes_the_stated_results_stale(fixture_
         _cell(summary, "alpha=0.1", "fedavg+spherefed+ffc")["paired_difference_vs_base_pct"]["mean"] += 0.01
 
     _edit(fixture_root, change)
-    assert stale(fixture_root) == [fixture_root / FINDINGS, fixture_root / README]
+    assert stale(outputs(fixture_root)) == [fixture_root / FINDINGS, fixture_root / README]
     readme = (fixture_root / README).read_text(encoding="utf-8")
     assert "+1.20 [-2.96, +5.36]: not resolved with 3 seeds" in readme  # what it stated before
     assert "+1.21 [-2.96, +5.36]" in outputs(fixture_root)[fixture_root / README]  # what the data now says

@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     with cli.bad_input():
         texts = outputs(CHECKOUT_ROOT)  # every section rendered (and every verdict checked) before anything is written
         if args.check:
-            old = stale(CHECKOUT_ROOT)
+            old = stale(texts)
             for path in old:
                 print(f"{path.relative_to(CHECKOUT_ROOT)} does not match the results: run python -m bench.findings")
             return 1 if old else 0

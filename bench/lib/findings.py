@@ -48,9 +48,6 @@ def _f(v: float | None, spec: str = ".2f") -> str:
     return "—" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
 
 
-def _p(v: float | None) -> str:
-    return "—" if v is None else "<0.001" if v < 0.001 else f"{v:.2g}"
-
 
 def verdict(name: str, what: str, e: Mapping[str, Any]) -> str:
     """The verdict of one recorded comparison, after checking that its adjusted p-values give it."""
@@ -71,7 +68,8 @@ def comparison_text(name: str, what: str, e: Mapping[str, Any] | None) -> str:
         return "—"
     if e.get("ci_low") is None:
         return f"{e['mean']:+.2f} (one seed: no verdict)"
-    return (f"{e['mean']:+.2f} [{e['ci_low']:+.2f}, {e['ci_high']:+.2f}], adj. p {_p(e.get('p_difference_adjusted'))}"
+    return (f"{e['mean']:+.2f} [{e['ci_low']:+.2f}, {e['ci_high']:+.2f}], "
+            f"adj. p {verdicts.p_text(e.get('p_difference_adjusted'))}"
             f": {verdict(name, what, e)} (MDD {_f(e.get('minimum_detectable_pts'))})")
 
 
@@ -205,7 +203,7 @@ def _fleet_lines(answers: Sequence[Mapping[str, Any]]) -> list[str]:
              "| model | fleet | method | target (%) | choice (s) | against |", "|---|---|---|---|---|---|"]
     for a in chosen:
         others = [f"{r['deadline_s']} s: {r['wall_s_vs_choice']['mean']:+.3g} s, adj. p "
-                  f"{_p(r['wall_s_vs_choice'].get('p_adjusted'))}, "
+                  f"{verdicts.p_text(r['wall_s_vs_choice'].get('p_adjusted'))}, "
                   + ("resolved" if r.get("choice_resolved") else "not resolved")
                   for r in a["deadlines"] if "wall_s_vs_choice" in r]
         lines.append(f"| {a['model']} | {a['fleet']} | {a['method']} | {a['target_pct']:g} | "
@@ -288,6 +286,6 @@ def outputs(root: Path) -> dict[Path, str]:
     return {root / FINDINGS: render_findings(summaries), root / README: with_headline(readme, headline(summaries))}
 
 
-def stale(root: Path) -> list[Path]:
-    """The generated files whose text differs from what the results say (module doc)."""
-    return [p for p, text in outputs(root).items() if not p.is_file() or p.read_text(encoding="utf-8") != text]
+def stale(texts: Mapping[Path, str]) -> list[Path]:
+    """The generated files whose text differs from ``texts``, what the results say (``outputs``)."""
+    return [p for p, text in texts.items() if not p.is_file() or p.read_text(encoding="utf-8") != text]

@@ -548,15 +548,12 @@ def _comparison_text(e: Mapping[str, Any] | None, short: bool = False) -> str:
     text = _interval(e, signed=True, bold=e.get("verdict", "").startswith("different"))
     if e.get("p_difference") is None:
         return text
-    p = f"p {_p(e['p_difference'])} (adj. {_p(e['p_difference_adjusted'])})"
+    p = f"p {verdicts.p_text(e['p_difference'])} (adj. {verdicts.p_text(e['p_difference_adjusted'])})"
     if short:
         return f"{text}, {p}: {e['verdict']}"
     return (f"{text}, {p}: {e['verdict']}; MDD {e['minimum_detectable_pts']:.2f}, "
             f"for ± {e['margin_pts']:g}: {e['seeds_for_margin']} seeds")
 
-
-def _p(v: float | None) -> str:
-    return "—" if v is None else f"{v:.2g}" if v >= 0.001 else "<0.001"
 
 
 def _seeds_text(cells_: Sequence[Mapping[str, Any]], n_seeds: int) -> str:

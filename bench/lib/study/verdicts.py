@@ -52,6 +52,12 @@ def comparison(n: int, p_difference: float, p_equivalence: float, margin: float,
     return f"equivalent within ± {margin:g}" if equivalent else f"not resolved with {n} seeds"
 
 
+def p_text(p: float | None) -> str:
+    """A p-value as every report and page prints it: two significant digits, ``<0.001`` below that,
+    ``—`` for no test."""
+    return "—" if p is None else "<0.001" if p < 0.001 else f"{p:.2g}"
+
+
 class OverstatedVerdict(ValueError):
     """A stated verdict that its numbers do not give."""
 
