@@ -212,3 +212,19 @@ def test_the_option_is_recorded_and_off_by_default():
     assert not Execution().clients_together and "clients_together" not in Execution().settings()
     assert Execution(clients_together=True).settings()["clients_together"] is True
     assert Execution(clients_together=True).describe()["clients_together"] is True
+
+
+def test_the_flag_and_the_presets_switch_set_it():
+    # --clients-together wins over a preset's [execution] clients_together, as every switch does
+    from bench.lib.spec import FL, add_flags, from_args
+    from iokit import cli
+    from workloads.fl.execution import execution_of, preset_options
+
+    parser = cli.Parser(prog="python -m bench.fl")
+    add_flags(parser, FL)
+    spec = from_args(parser.parse_args(["--preset", "quick", "--clients-together"]), FL)
+    assert spec.clients_together is True
+    assert execution_of("cpu", spec.execution_flags).clients_together
+    preset = preset_options({"clients_together": True}, where="p.toml")
+    assert execution_of("cpu", {}, preset).clients_together
+    assert not execution_of("cpu", {"clients_together": False}, preset).clients_together
