@@ -2,15 +2,17 @@
 the data path; and the projected against the measured wall time of a small run (issue 18).
 
     PYTHONPATH=. python benchmarks/bench_device.py [--device auto] [--steps 3] [--repeats 2] [--threads 1]
-                                                   [--options loop,channels_last,bf16,compile]
-                                                   [--out results/reference/bench_device_cpu.json]
+                                                   [--options loop,channels_last,bf16,compile,together]
+                                                   [--clients 10] [--out results/reference/bench_device_cpu.json]
 
 1. Samples/s of local SGD steps of MobileNetV2 (CIFAR variant, 100 classes, 32x32) at batch 64:
    ``bare`` is a hand-written PyTorch step (zero_grad, forward, cross entropy, backward, SGD
    with momentum 0.9 and weight decay 5e-4) on one batch held on the device; ``loop`` is the
    federated loop's ``ClientTrainer.step`` on the same batch (``workloads.fl.loop.step_rate``),
-   then ``channels_last``, ``bf16`` and ``compile`` each alone. One warm-up step (the one that
-   compiles), then ``--steps`` timed steps; the device is synchronized around the clock. The
+   then ``channels_last``, ``bf16`` and ``compile`` each alone, and ``together``: ``--clients``
+   clients trained together (``workloads.fl.together.train_together``, one batch of 64 each, the
+   batch gathered per step as the loop gathers it), samples/s over all of them. One warm-up step
+   (the one that compiles), then ``--steps`` timed steps; the device is synchronized around the clock. The
    variants alternate ``--repeats`` times and each keeps its best rate (a shared CPU disturbs
    single measurements).
 2. The data path: samples/s of assembling training batches of 64 from a CIFAR-shaped set of
@@ -19,7 +21,9 @@ the data path; and the projected against the measured wall time of a small run (
    uint8 form with crop + flip (each form's best of 5 alternating passes of 100 batches).
 3. A small run (FedAvg, ConvNet on digits at 16x16, 5 clients, 3 rounds, E = 1, B = 32): the wall
    time ``run_method`` projects from a few timed steps before round 1, and the measured wall time
-   of the run (target: within 2x).
+   of the run (target: within 2x); then the same run with its clients trained together
+   (``clients_together``) and the sequential one again, back to back: the ratio of the sequential
+   run's best wall time to the batched run's.
 
 The figures go to ``--out`` (JSON: device name, torch version, command, the machine's 1-minute
 load average before and after, numbers). On a CPU shared with other processes, single rates
@@ -35,6 +39,7 @@ import os
 import platform
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -43,13 +48,15 @@ import torch.nn.functional as F
 from workloads.fl.data import NORMALIZATION, Dataset, load_dataset
 from workloads.fl.execution import DeviceData, Execution, device_name, exact_uint8, resolve_device, synchronize
 from workloads.fl.hparams import FLConfig, Hparams
+from workloads.fl.local import client_trainer
 from workloads.fl.loop import forecast, run_method, step_rate
 from workloads.fl.methods import parse_method
 from workloads.fl.partition import dirichlet_partition
+from workloads.fl.together import ClientRun, train_together
 from workloads.models import build_model
 
 BATCH = 64
-OPTIONS = ("loop", "channels_last", "bf16", "compile")
+OPTIONS = ("loop", "channels_last", "bf16", "compile", "together")
 
 
 def mobilenet(device: torch.device, channels_last: bool = False):
@@ -87,7 +94,9 @@ def bare_rate(device: torch.device, steps: int) -> float:
     return steps * BATCH / (time.perf_counter() - start)
 
 
-def option_rate(option: str, device: torch.device, steps: int, data: DeviceData) -> float:
+def option_rate(option: str, device: torch.device, steps: int, data: DeviceData, clients: int) -> float:
+    if option == "together":
+        return together_rate(device, steps, data, clients)
     ex = Execution(device=str(device), channels_last=option == "channels_last", bf16=option == "bf16",
                    compile=option == "compile")
     model = mobilenet(device, ex.channels_last)
@@ -95,6 +104,27 @@ def option_rate(option: str, device: torch.device, steps: int, data: DeviceData)
         model.compile()
     hp = Hparams(lr=0.01, batch_size=BATCH)
     return step_rate(model, parse_method("fedavg"), hp, data, torch.arange(BATCH, device=device), ex, steps)
+
+
+def together_rate(device: torch.device, steps: int, data: DeviceData, clients: int) -> float:
+    """Samples/s of ``clients`` MobileNetV2 clients trained together, one batch of ``BATCH`` each
+    per step (``train_together``: a warm-up step, then ``steps`` timed ones)."""
+    model, method = mobilenet(device), parse_method("fedavg")
+    idx = torch.arange(BATCH, device=device)
+    start = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    trainer = client_trainer(model, start, Hparams(lr=0.01, batch_size=BATCH), method)
+
+    def train(epochs: int) -> None:
+        runs = [ClientRun(start, trainer.ctx, idx, (0,), torch.Generator().manual_seed(k), None, f"client {k}")
+                for k in range(clients)]
+        train_together(model, method, Hparams(lr=0.01, batch_size=BATCH, local_epochs=epochs), runs, data)
+
+    train(1)
+    synchronize(device)
+    begin = time.perf_counter()
+    train(steps)
+    synchronize(device)
+    return steps * clients * BATCH / (time.perf_counter() - begin)
 
 
 def data_rates(device: torch.device, batches: int = 100, repeats: int = 5) -> dict[str, float]:
@@ -133,12 +163,20 @@ def small_run(device: torch.device) -> dict[str, float]:
     method, ex = parse_method("fedavg"), Execution(device=str(device))
     model_fn = lambda: build_model("convnet", num_classes=10, image_size=16)  # noqa: E731
     projection = forecast(method, model_fn=model_fn, train=train, parts=parts, cfg=cfg, hp=hp, execution=ex)
-    start = time.perf_counter()
-    r = run_method(method, model_fn=model_fn, train=train, test=test, parts=parts, cfg=cfg, hp=hp, execution=ex)
-    measured = time.perf_counter() - start
-    assert r.samples_trained == projection.samples
-    return {"projected_s": projection.wall_s, "measured_s": measured, "samples": r.samples_trained,
-            "forecast_line": projection.line()}
+
+    def wall_s(execution: Execution) -> float:
+        start = time.perf_counter()
+        r = run_method(method, model_fn=model_fn, train=train, test=test, parts=parts, cfg=cfg, hp=hp,
+                       execution=execution)
+        assert r.samples_trained == projection.samples
+        return time.perf_counter() - start
+
+    measured = wall_s(ex)
+    together = wall_s(replace(ex, clients_together=True))
+    sequential = min(measured, wall_s(ex))  # again, after the batched run: the machine's load drifts
+    return {"projected_s": projection.wall_s, "measured_s": measured, "samples": projection.samples,
+            "clients_together_s": together, "sequential_best_s": sequential,
+            "clients_together_speedup": sequential / together, "forecast_line": projection.line()}
 
 
 def main() -> None:
@@ -148,6 +186,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2, help="rounds over all variants (best rate kept)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--options", default=",".join(OPTIONS))
+    ap.add_argument("--clients", type=int, default=10, help="clients trained together (the together option)")
     ap.add_argument("--out", help="JSON file for the figures (default results/bench_device_<device type>.json)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -163,7 +202,7 @@ def main() -> None:
             if option in errors:
                 continue
             try:
-                rates[option] = max(rates.get(option) or 0.0, option_rate(option, device, args.steps, data))
+                rates[option] = max(rates.get(option) or 0.0, option_rate(option, device, args.steps, data, args.clients))
             except Exception as err:  # noqa: BLE001 - e.g. no C++ compiler for torch.compile here
                 rates[option] = None
                 errors[option] = f"{type(err).__name__}: {str(err).splitlines()[0][:100]}"
@@ -173,7 +212,8 @@ def main() -> None:
         if option in errors:
             print(f"  {option:28s} unavailable: {errors[option]}")
         else:
-            print(f"  {option:28s} {rates[option]:10.1f}   ({rates[option] / rates['bare']:.2f} x bare)")
+            label = f"together ({args.clients} clients)" if option == "together" else option
+            print(f"  {label:28s} {rates[option]:10.1f}   ({rates[option] / rates['bare']:.2f} x bare)")
     data_path = data_rates(device)
     print("batch assembly, samples/s:")
     for k, v in data_path.items():
@@ -182,6 +222,8 @@ def main() -> None:
     print(f"small run: {run['forecast_line']}")
     print(f"small run: projected {run['projected_s']:.2f} s (local training), measured {run['measured_s']:.2f} s "
           f"(whole run), ratio {run['measured_s'] / run['projected_s']:.2f} (target within 2x)")
+    print(f"small run, clients together: {run['clients_together_s']:.2f} s against {run['sequential_best_s']:.2f} s "
+          f"one after another (best of two): {run['clients_together_speedup']:.2f} x")
     out = Path(args.out or f"results/bench_device_{device.type}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({
@@ -189,7 +231,7 @@ def main() -> None:
         "device": str(device), "device_name": name, "machine": platform.machine(), "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
         "load_average_1min_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
-        "batch": BATCH, "timed_steps": args.steps, "repeats": args.repeats,
+        "batch": BATCH, "timed_steps": args.steps, "repeats": args.repeats, "clients_together": args.clients,
         "mobilenetv2_samples_per_s": rates, "unavailable": errors, "batch_assembly_samples_per_s": data_path,
         "small_run": {k: v for k, v in run.items() if k != "forecast_line"}}, indent=1) + "\n")
     print(f"wrote {out}")

@@ -137,6 +137,11 @@ class RunSpec:
     compile: bool | None = flag("--compile", action=argparse.BooleanOptionalAction,
                                 help="torch.compile the client model's forward (throughput; default: the preset's, "
                                      "else off)")
+    clients_together: bool | None = flag(
+        "--clients-together", action=argparse.BooleanOptionalAction,
+        help="train each round's clients as one batched computation (torch.func.vmap over stacked models; "
+             "throughput; equal to one after another to float rounding; a run it cannot batch says so and trains "
+             "them one after another: docs/fl.md; default: the preset's, else off)")
     number_format: str | None = flag(
         "--number-format", metavar="FORMAT",
         help="the clients' arithmetic: every GEMM operand of local training rounded to fp32, bf16, fp16, e4m3, e5m2, "

@@ -41,6 +41,12 @@ options. None of this changes what a method computes, except the options marked 
   image batches), ``bf16`` (``torch.autocast`` with bfloat16 around the forward pass and loss;
   changes numerics), ``compile`` (``torch.compile`` of the client model's forward, reused by
   every client and round; the optimizer step stays eager).
+* ``clients_together`` (off by default): a round's clients trained as one batched computation
+  (``workloads.fl.together``: stacked models under ``torch.func.vmap``); the same samples, steps,
+  generators and method hooks per client, results equal to the sequential loop's to float
+  rounding (a grouped convolution reduces in another order); a run it cannot batch (a number
+  format, ``bf16``, ``compile``, a method not declared batchable) trains one client after another
+  and says so once.
 """
 
 from __future__ import annotations
@@ -76,6 +82,7 @@ class Execution:
     precision_schedule: str = ""  # the clients' format per round, ROUND:FORMAT,... (empty: number_format every round)
     server_average: float = 0.0  # decay of the server's moving average of the aggregates (0: none)
     client_formats: tuple[str, ...] = ()  # a fleet's: client k's arithmetic, its device class's (empty: all number_format)
+    clients_together: bool = False  # a round's clients trained as one batched computation (workloads.fl.together)
 
     def __post_init__(self) -> None:
         fmt = NumberFormat.parse(self.number_format)  # NumberFormatError (a ValueError) names a bad one
@@ -144,6 +151,7 @@ class Execution:
                 "channels_last": self.channels_last, "bf16": self.bf16, "compile": self.compile,
                 "number_format": self.number_format, "comm_format": self.comm_format,
                 "low_precision_weights": self.low_precision_weights, "server_average": self.server_average,
+                "clients_together": self.clients_together,
                 **({"precision_schedule": self.precision_schedule} if self.precision_schedule else {}),
                 **({"client_formats": list(self.client_formats)} if self.client_formats else {})}
 
@@ -278,8 +286,9 @@ def random_crop_flip(x: torch.Tensor, generator: torch.Generator, padding: int =
                   row_idx[:, None, :, None], col_idx[:, None, None, :]]
 
 
-OPTIONS = ("augment", "channels_last", "bf16", "compile", "low_precision_weights")  # a preset's [execution] switches
-RECIPE_SETTINGS = ("client_formats", "low_precision_weights", "server_average", "precision_schedule")
+OPTIONS = ("augment", "channels_last", "bf16", "compile", "low_precision_weights",
+           "clients_together")  # a preset's [execution] switches
+RECIPE_SETTINGS = ("client_formats", "low_precision_weights", "server_average", "precision_schedule", "clients_together")
 """Recorded in a run's identity only where set, so that runs from before them keep theirs."""
 FORMAT_SETTINGS = ("number_format", "comm_format")
 DECAY_SETTINGS = ("server_average",)  # a number in [0, 1)

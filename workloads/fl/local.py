@@ -31,6 +31,10 @@ from workloads.numerics.emulate import Arithmetic
 from workloads.numerics.quantize import round_to_format
 
 
+class NonFiniteLossError(FloatingPointError):
+    """Local training produced a NaN or infinite loss."""
+
+
 def loss_function(method: MethodConfig) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     """Batch-mean loss: MSE against one-hot with SphereFed (Eq. 5), cross entropy otherwise."""
     return mse_onehot_loss if method.spherefed else F.cross_entropy

@@ -60,10 +60,12 @@ from workloads.fl.aggregate import moving_average
 from workloads.fl.comm import Transfer, grouped_bytes, metadata_bytes, tensor_bytes
 from workloads.fl.execution import DeviceData, Execution, synchronize
 from workloads.fl.hparams import FLConfig, Hparams
-from workloads.fl.local import client_trainer, example_received, per_sample_loss, prepare_model
+from workloads.fl.local import (ClientTrainer, NonFiniteLossError, client_trainer, example_received, per_sample_loss,
+                                prepare_model)
 from workloads.fl.methods import MethodConfig
 from workloads.fl.methods.base import ClientUpdate, ServerState, frozen_keys, trainable_keys
 from workloads.fl.guard import check_divergence, check_finite
+from workloads.fl.together import ClientRun, fallback_line, fallback_reason, train_together
 from workloads.numerics.emulate import Arithmetic
 from workloads.numerics.quantize import round_tensors
 
@@ -75,10 +77,6 @@ SEND_UP_STREAM = 4  # a client's upload in a communication format (seed, t, k, 4
 SEND_EXTRAS_STREAM = 5  # a method's extra downloads (FedCos's d_t) in a communication format (seed, t, 5[, i])
 SEND_EXTRAS_UP_STREAM = 6  # a client's extra uploads (SCAFFOLD's Delta c_i) in a communication format (seed, t, k, 6[, i])
 FORECAST_STEPS = 3  # timed local steps behind the projected wall time (after one warm-up step)
-
-
-class NonFiniteLossError(FloatingPointError):
-    """Local training produced a NaN or infinite loss."""
 
 
 @dataclass(frozen=True)
@@ -127,6 +125,7 @@ class _Setup:
     client_idx: tuple[torch.Tensor, ...]  # per client: indices into train, on the device
     val: DeviceData | None = None  # the validation hold-out (scored whenever the test set is)
     arrivals: tuple[tuple[int, ...], ...] | None = None  # per round (and calibration), the clients (None: sampled, all)
+    together: bool = False  # a round's clients trained as one batched computation (``workloads.fl.together``)
 
 
 def cosine_lr(lr: float, lr_min: float, round: int, rounds: int) -> float:
@@ -303,6 +302,10 @@ def run_method(method: MethodConfig, *, model_fn: Callable[[], nn.Module], train
     the test set is: every evaluated round's ``val_accuracy`` and the final model's, so that
     hyper-parameters can be chosen on validation and never on test.
 
+    With ``execution.clients_together`` each round's clients train as one batched computation
+    (``workloads.fl.together``); where the method or the options cannot, one line on stderr says
+    so and they train one after another.
+
     ``model_fn()`` builds the (unprepared) model; it is called on the CPU under
     ``torch.manual_seed(seed)`` so every method starts from the same initial weights on any device.
     ``after_round(t)`` is called after round t's checkpoint is written (a test interrupts a run there).
@@ -310,6 +313,11 @@ def run_method(method: MethodConfig, *, model_fn: Callable[[], nn.Module], train
     setup = _set_up(method, model_fn, train, test, parts, cfg, hp.with_knobs(method.knobs), execution, val)
     if arrivals is not None:
         setup = replace(setup, arrivals=check_arrivals(arrivals, len(parts), cfg.rounds, method.calib is not None))
+    if execution.clients_together:
+        reason = fallback_reason(method, execution)
+        if reason is not None:
+            print(fallback_line(method, reason), file=sys.stderr)
+        setup = replace(setup, together=reason is None)
     fingerprint = _fingerprint(setup, parts) if checkpoint is not None else ""
     state = _initial_state(setup)
     if resume and checkpoint is not None and Path(checkpoint).is_file():
@@ -378,9 +386,11 @@ def _federated_round(setup: _Setup, state: LoopState, t: int) -> LoopState:
               for i, (group, tensors) in enumerate(sorted(extras.items()))}
     transfers, memory, updates, losses, samples = list(state.transfers), dict(state.memory), [], [], state.samples
     kept = dict(state.clients)
-    for k in clients:
-        update, loss, local, own = _client_update(setup, server, memory.get(k, {}), kept.get(k), shared, extras,
-                                                  t, k, lr, transfers)
+    together = _clients_together(setup, server, memory, kept, clients, shared, extras, t, lr, transfers) \
+        if setup.together and clients else None
+    for i, k in enumerate(clients):
+        update, loss, local, own = together[i] if together else _client_update(
+            setup, server, memory.get(k, {}), kept.get(k), shared, extras, t, k, lr, transfers)
         if local:
             memory[k] = local
         if own:
@@ -420,24 +430,49 @@ def _client_update(setup: _Setup, server: ServerState, own_state: dict, kept: di
     locally, upload. ``kept``: the method's state client k kept from its last round (None: its
     first). Returns (update, mean loss, the client's local parts to keep, its new method state)
     and appends its transfers to the ledger."""
+    trainer, down = _client_start(setup, server, own_state, kept, shared, t, k, extras, lr)
+    steps, loss = train_client(trainer, setup.train, setup.client_idx[k], setup.hp, seed=derived_seed(setup.cfg.seed, t, k),
+                               where=_where(setup, t, k), augment=_augment(setup, t, k),
+                               channels_last=setup.execution.channels_last)
+    return _client_finish(setup, trainer, down, shared, extras, t, k, steps, loss, transfers)
+
+
+def _client_start(setup: _Setup, server: ServerState, own_state: dict, kept: dict | None, shared: list[str],
+                  t: int, k: int, extras: dict, lr: float) -> tuple[ClientTrainer, dict]:
+    """Client k's download: the client model loaded with its starting weights, its trainer (the
+    method's ``RoundContext``), and the download as sent."""
     method, hp, ex = setup.method, setup.hp, setup.execution
     shared_set = set(shared)
     down = sent(ex, {key: server.weights[key] for key in shared}, setup.cfg.seed, t, SEND_DOWN_STREAM)
-    _record(transfers, t, k, "down", grouped_bytes(down, fmt=ex.communication))
-    for group, tensors in extras.items():
-        _record(transfers, t, k, "down", grouped_bytes(tensors, group, fmt=ex.communication))
     own = {key: v for key, v in own_state.items() if key not in shared_set}
     setup.client_model.load_state_dict({**server.weights, **own, **down})
     trainer = client_trainer(setup.client_model, down, hp, method, round=t, lr=lr, received=extras, state=kept,
                              autocast_dtype=ex.autocast_dtype, arithmetic=arithmetic_of(ex, setup.cfg.seed, t, k),
                              low_precision_weights=ex.low_precision_weights)
-    augment = None
-    if ex.augment:
-        augment = torch.Generator(device=ex.torch_device).manual_seed(derived_seed(setup.cfg.seed, t, k, AUGMENT_STREAM))
-    idx = setup.client_idx[k]
-    steps, loss = train_client(trainer, setup.train, idx, hp, seed=derived_seed(setup.cfg.seed, t, k),
-                               where=f"round {t}, client {k} ({method.name})", augment=augment,
-                               channels_last=ex.channels_last)
+    return trainer, down
+
+
+def _augment(setup: _Setup, t: int, k: int) -> torch.Generator | None:
+    """Client k's augmentation generator of round t (None: no augmentation)."""
+    if not setup.execution.augment:
+        return None
+    return torch.Generator(device=setup.execution.torch_device).manual_seed(
+        derived_seed(setup.cfg.seed, t, k, AUGMENT_STREAM))
+
+
+def _where(setup: _Setup, t: int, k: int) -> str:
+    return f"round {t}, client {k} ({setup.method.name})"
+
+
+def _client_finish(setup: _Setup, trainer: ClientTrainer, down: dict, shared: list[str], extras: dict, t: int, k: int,
+                   steps: int, loss: float, transfers: list) -> tuple[ClientUpdate, float, dict, dict]:
+    """Client k after local training (the client model holds its trained weights): the method's
+    ``after_training``, the upload, and its transfers (download, then upload) in the ledger."""
+    method, hp, ex = setup.method, setup.hp, setup.execution
+    shared_set = set(shared)
+    _record(transfers, t, k, "down", grouped_bytes(down, fmt=ex.communication))
+    for group, tensors in extras.items():
+        _record(transfers, t, k, "down", grouped_bytes(tensors, group, fmt=ex.communication))
     kept, uploads = method.algo.after_training(setup.client_model, trainer.ctx, steps, hp)
     uploads = _checked_groups(uploads, method.algo.extra_uploads(t), "after_training", method, t)
     state = setup.client_model.state_dict()
@@ -448,7 +483,29 @@ def _client_update(setup: _Setup, server: ServerState, own_state: dict, kept: di
     _record(transfers, t, k, "up", {**grouped_bytes(up, fmt=ex.communication), "metadata": metadata_bytes(method.algo),
                                     **{group: sum(grouped_bytes(tensors, group, fmt=ex.communication).values())
                                        for group, tensors in uploads.items()}})
-    return ClientUpdate(k, up, len(idx), steps, uploads), loss, local, kept
+    return ClientUpdate(k, up, len(setup.client_idx[k]), steps, uploads), loss, local, kept
+
+
+def _clients_together(setup: _Setup, server: ServerState, memory: dict, kept: dict, clients: Sequence[int],
+                      shared: list[str], extras: dict, t: int, lr: float,
+                      transfers: list) -> list[tuple[ClientUpdate, float, dict, dict]]:
+    """``_client_update`` of every client of round t, their local training as one batched
+    computation (``workloads.fl.together``); the same downloads, generators, hooks and ledger."""
+    starts, runs = [], []
+    for k in clients:
+        trainer, down = _client_start(setup, server, memory.get(k, {}), kept.get(k), shared, t, k, extras, lr)
+        state = {key: v.detach().clone() for key, v in setup.client_model.state_dict().items()}
+        starts.append((trainer, down))
+        runs.append(ClientRun(state, trainer.ctx, setup.client_idx[k], tuple(batch_starts(len(setup.client_idx[k]),
+                                                                                         setup.hp.batch_size)),
+                              torch.Generator(device="cpu").manual_seed(derived_seed(setup.cfg.seed, t, k)),
+                              _augment(setup, t, k), _where(setup, t, k)))
+    results = train_together(setup.client_model, setup.method, starts[0][0].hp, runs, setup.train)
+    out = []
+    for k, (trainer, down), result in zip(clients, starts, results):
+        setup.client_model.load_state_dict(result.state)
+        out.append(_client_finish(setup, trainer, down, shared, extras, t, k, result.steps, result.mean_loss, transfers))
+    return out
 
 
 def _finish(setup: _Setup, state: LoopState, resumed_after: int) -> RunResult:

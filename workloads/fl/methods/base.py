@@ -17,7 +17,10 @@ declares:
   ``calibratable``: a calibration may replace its global head after training;
 * ``local_modules``: top-level modules each client keeps and never sends (double head's local head);
 * ``flower_strategy``: the Flower strategy whose server rule is its ``aggregate`` (None: it does
-  not run under Flower: a different server rule, extras or state the Flower app does not carry).
+  not run under Flower: a different server rule, extras or state the Flower app does not carry);
+* ``clients_together``: its step hooks (``STEP_HOOKS``) batch over a round's clients under
+  ``torch.func.vmap`` (``workloads.fl.together``); a class that overrides one of them without
+  declaring it again is trained one client after another (``trains_together``).
 
 and what it does:
 
@@ -148,6 +151,7 @@ def model_layers(model: nn.Module, exclude: Sequence[str] = ()) -> list[list[str
 
 NOT_IN_STEP = frozenset({
     "knobs", "upload_extras", "own_head", "calibratable", "flower_strategy",  # parsing, ledger, Flower
+    "clients_together",  # how the loop schedules the step, not the step
     "sharing_layers", "shared_layer_count", "shared_keys", "extra_uploads",  # what is sent, not computed
     "server_extras", "aggregate", "_advance", "local_test_accuracy",  # the server; evaluation
     "after_training",  # after the last step: priced on its own (``workloads.cost.rounds``)
@@ -176,6 +180,20 @@ def step_identity(algorithm: "FedAvg") -> tuple:
     return tuple(members)
 
 
+STEP_HOOKS = ("head_outputs", "batch_loss", "penalty")
+"""The hooks a local step runs (``workloads.fl.local.ClientTrainer.step``)."""
+
+
+def trains_together(algorithm: "FedAvg") -> bool:
+    """Whether ``algorithm``'s clients may be trained together (``workloads.fl.together``): the
+    class that declares its ``clients_together`` says True, and no class below that one overrides
+    a ``STEP_HOOKS`` member (a method of yours that changes its step says so itself)."""
+    mro = type(algorithm).__mro__
+    declaring = next(c for c in mro if "clients_together" in vars(c))
+    defining = [next(c for c in mro if hook in vars(c)) for hook in STEP_HOOKS]
+    return bool(declaring.clients_together) and all(issubclass(declaring, c) for c in defining)
+
+
 class FedAvg:
     knobs: tuple[Knob, ...] = ()
     upload_extras: Mapping[str, int] = {}  # name -> bytes per client and round (read-only)
@@ -184,6 +202,7 @@ class FedAvg:
     calibratable = True
     local_modules: tuple[str, ...] = ()
     flower_strategy: str | None = "FedAvg"
+    clients_together = True  # its step hooks are tensor ops that vmap batches over clients
 
     def sharing_layers(self, model: nn.Module) -> list[list[str]]:
         """The model's state_dict keys grouped into layers, shallow to deep, its ``local_modules`` left

@@ -49,6 +49,7 @@ class FedDyn(FedAvg):
                                             "searches 0.1, 0.01, 0.001)"),)
     anchored = True  # the regularizer reads theta^{t-1}
     flower_strategy = None  # its server rule is not Flower's FedAvg
+    clients_together = True  # its step hooks batch over clients (tests/test_clients_together.py)
 
     def initial_client_state(self, model: nn.Module, hp: Hparams) -> TensorDict:
         return {name: torch.zeros_like(p).detach() for name, p in model.named_parameters() if p.requires_grad}

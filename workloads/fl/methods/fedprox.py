@@ -25,6 +25,7 @@ def proximal_term(model: nn.Module, global_params, mu: float) -> torch.Tensor:
 class FedProx(FedAvg):
     knobs = (non_negative("prox_mu", 0.001, "FedProx mu, Tab. 16 (FedProx / ResNet18 row)"),)
     anchored = True
+    clients_together = True  # its penalty batches over clients (tests/test_clients_together.py)
 
     def penalty(self, model: nn.Module, ctx: RoundContext, hp: Hparams) -> torch.Tensor:
         return proximal_term(model, ctx.global_params, hp.prox_mu)

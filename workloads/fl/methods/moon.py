@@ -72,6 +72,7 @@ class MOON(FedAvg):
              positive("moon_tau", 0.5, "MOON temperature tau, Sec. 4.1"))
     anchored = True  # the global model w^t runs beside the trained one
     flower_strategy = None  # the client keeps its previous model between rounds
+    clients_together = True  # its step hooks batch over clients (tests/test_clients_together.py)
 
     def initial_client_state(self, model: nn.Module, hp: Hparams) -> TensorDict:
         return {k: v.detach().clone() for k, v in model.state_dict().items()}
