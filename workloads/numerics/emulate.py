@@ -58,6 +58,7 @@ never the weights or the saved activations they meet.
 from __future__ import annotations
 
 from collections import Counter, deque
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -66,12 +67,23 @@ from torch.utils._pytree import tree_leaves
 from torch.utils.weak import WeakTensorKeyDictionary
 
 from accel_sim.formats import AMAX_HISTORY, NumberFormat
-from workloads.numerics.quantize import round_to_format
+from workloads.numerics.quantize import largest_magnitude, round_to_format
 
 aten = torch.ops.aten
 
 CHANNELS = 1
 PIXELS = "pixels"
+
+
+@dataclass(frozen=True)
+class _Rounded:
+    """The last operand rounded: the tensor, its own largest magnitude and the one its scale was
+    taken from (scaled formats; None otherwise), and its rounding."""
+
+    tensor: torch.Tensor
+    own_amax: torch.Tensor | None
+    amax: torch.Tensor | None
+    rounded: torch.Tensor
 
 
 class Arithmetic(TorchDispatchMode):
@@ -89,26 +101,43 @@ class Arithmetic(TorchDispatchMode):
         self.amax_history: dict[int, deque] = {}  # delayed scaling: operand -> its last amaxes
         self._operand = 0  # the operand's number in the current step
         self._gradients = WeakTensorKeyDictionary() if self.fmt.kind == "fp8_hybrid" else None
+        self._same_values_in_every_role = self.fmt.kind not in ("bfp", "mx") and self.fmt.rounding == "nearest"
+        """An element format rounding to nearest (per-tensor scaled or not): a value's rounding depends
+        on no group and draws no random bits, so an operand rounded for one GEMM is that operand
+        rounded for another (with a scaled format: where the scale is the same)."""
 
     def __enter__(self):
         self._operand = 0  # a step starts
         return super().__enter__()
 
     def _round(self, x: torch.Tensor, along, op: str) -> torch.Tensor:
+        return self._rounding(x, along, op).rounded
+
+    def _rounding(self, x: torch.Tensor, along, op: str, previous: _Rounded | None = None) -> _Rounded:
+        """``x`` rounded as the operand of ``op`` grouped ``along``. ``previous``: the rounding of the
+        same tensor as an earlier operand of the step (a convolution's output gradient, rounded for
+        its dX GEMM, now for its dW GEMM): reused where the format gives the same values whatever the
+        operand's role (``_same_values_in_every_role``), so the step is bitwise the same with one
+        rounding less."""
         if not isinstance(x, torch.Tensor) or x.dtype != torch.float32:
-            return x
+            return _Rounded(x, None, None, x)
         self.rounded_operands[op] += 1
+        again = previous is not None and previous.tensor is x and self._same_values_in_every_role
         if along == PIXELS:  # [B, C, *spatial]: each channel's values over batch and pixels
             along = (0, *range(2, x.dim()))
         if self.fmt.scaling == "none":
-            return round_to_format(x, self.fmt, dim=along, generator=self.generator)
-        amax = x.abs().amax()
+            rounded = previous.rounded if again else round_to_format(x, self.fmt, dim=along, generator=self.generator)
+            return _Rounded(x, None, None, rounded)
+        own = previous.own_amax if again else largest_magnitude(x)
+        amax = own
         if self.fmt.scaling == "delayed":
             history = self.amax_history.setdefault(self._operand, deque(maxlen=AMAX_HISTORY))
-            amax, _ = (torch.stack(tuple(history)).amax() if history else amax), history.append(amax)
+            amax, _ = (torch.stack(tuple(history)).amax() if history else own), history.append(own)
         self._operand += 1
+        if again and torch.equal(amax, previous.amax):  # the same scale
+            return _Rounded(x, own, amax, previous.rounded)
         gradient = self._gradients is not None and x in self._gradients
-        return round_to_format(x, self.fmt, generator=self.generator, amax=amax, gradient=gradient)
+        return _Rounded(x, own, amax, round_to_format(x, self.fmt, generator=self.generator, amax=amax, gradient=gradient))
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -152,15 +181,16 @@ def _convolution_backward(mode: Arithmetic, func, args: list, kwargs: dict):
     name = str(func.overloadpacket)
     dy, x, w = args[0], args[1], args[2]
     transposed, mask = args[7], list(args[10])
-    dx = dw = db = None
+    dx = dw = db = dy_rounded = None
     if mask[0]:  # dX = dy (.) w: reduces over dy's channels (w's dim 0; dim 1 when transposed)
         call = args[:]
-        call[0], call[2] = mode._round(dy, CHANNELS, name), mode._round(w, 1 if transposed else 0, name)
+        dy_rounded = mode._rounding(dy, CHANNELS, name)
+        call[0], call[2] = dy_rounded.rounded, mode._round(w, 1 if transposed else 0, name)
         call[10] = [True, False, False]
         dx = func(*call, **kwargs)[0]
     if mask[1]:  # dW = dy^T . cols(x): reduces over pixels
         call = args[:]
-        call[0], call[1] = mode._round(dy, PIXELS, name), mode._round(x, PIXELS, name)
+        call[0], call[1] = mode._rounding(dy, PIXELS, name, dy_rounded).rounded, mode._round(x, PIXELS, name)
         call[10] = [False, True, False]
         dw = func(*call, **kwargs)[1]
     if mask[2]:  # the bias gradient: a sum on the special unit, in FP32

@@ -44,10 +44,10 @@ reproducible from its seed.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, replace
+from typing import Callable
 
 import torch
-
-from typing import Callable
 
 from accel_sim.formats import ELEMENT_FORMATS, ElementFormat, NumberFormat, element_emax
 
@@ -72,13 +72,13 @@ def round_to_format(x: torch.Tensor, fmt: NumberFormat, *, dim: int | tuple[int,
         return round_mx(x, fmt, dim=dim, generator=generator if fmt.rounding == "stochastic" else None)
     if fmt.scaling != "none":
         spec = ELEMENT_FORMATS["e5m2"] if gradient and fmt.kind == "fp8_hybrid" else fmt.element
-        return round_scaled(x, spec, x.abs().amax() if amax is None else amax,
+        return round_scaled(x, spec, largest_magnitude(x) if amax is None else amax,
                             generator if fmt.rounding == "stochastic" else None)
     if fmt.rounding == "stochastic":
         return round_element_stochastic(x, fmt, generator)
     if fmt.kind == "e4m3":  # the same values as torch's float8_e4m3fn cast, saturating (an infinity to +-448), faster on the CPU
         spec = fmt.element
-        return round_to_grid(x.clamp(-2 * spec.max_finite, 2 * spec.max_finite), spec)
+        return _onto_grid_(x.clamp(-2 * spec.max_finite, 2 * spec.max_finite), spec)
     return x.to(TORCH_DTYPES[fmt.kind]).to(x.dtype)
 
 
@@ -119,18 +119,60 @@ def round_element_stochastic(x: torch.Tensor, fmt: NumberFormat, generator: torc
     return torch.where(rounded <= spec.max_finite, torch.copysign(rounded, x), nearest)
 
 
-def _in_groups(x: torch.Tensor, group_size: int, dim: int | tuple[int, ...],
-               round_groups: Callable[[torch.Tensor, int], torch.Tensor]) -> torch.Tensor:
-    """``x`` cut into groups of ``group_size`` consecutive values along ``dim`` (or several dims taken
-    together in their memory order), ``round_groups(groups, axis)`` applied to the groups (``axis``
-    runs within a group; a last, shorter group is padded with zeros), the result with ``x``'s shape
-    and strides.
+@dataclass(frozen=True)
+class _Groups:
+    """How ``_in_groups`` cuts a tensor into groups of ``group_size`` consecutive values along some
+    of its dims: ``t.permute(order)`` brings those dims together (outermost first), ``outer`` and
+    ``inner`` are the sizes of the dims before and after them, ``chunks`` their sizes merged as far
+    as memory allows (one chunk: they are adjacent in memory; their product is the group length).
 
-    Groups are cut in memory order: a channels-last tensor's channels are its innermost values and
-    group without a copy, as do an NCHW tensor's; dims that are not adjacent in memory (an NCHW
-    tensor's batch and pixels) are brought together by one copy."""
-    if x.numel() == 0:
-        return x
+    ``shape`` is the groups' shape, ``(*outer, ceil(length / group_size), group_size, *inner)``:
+    stochastic rounding draws one uniform number per position of it, the short last group's
+    padding included, in its order (the draws of the copy-and-pad implementation this replaced,
+    ``tests/test_quantize_reference.py``)."""
+
+    order: tuple[int, ...]
+    outer: tuple[int, ...]
+    chunks: tuple[int, ...]
+    inner: tuple[int, ...]
+    group_size: int
+    copy: bool  # the grouped dims do not merge in memory, and groups straddle their runs: a copy brings them together
+
+    @property
+    def length(self) -> int:
+        return math.prod(self.chunks)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (*self.outer, -(-self.length // self.group_size), self.group_size, *self.inner)
+
+    def views(self, t: torch.Tensor) -> list[tuple[torch.Tensor, int]]:
+        """Views of ``t`` (laid out as the tensor cut) as ``(groups, axis)``: the full groups, then a
+        short last group where ``group_size`` does not divide the length; ``axis`` runs within a group."""
+        g, n = self.group_size, len(self.outer)
+        p = t.permute(self.order).view(*self.outer, *self.chunks, *self.inner)
+        if len(self.chunks) > 1:  # groups within the innermost chunk (its length a multiple of g)
+            return [(p.view(*self.outer, *self.chunks[:-1], self.chunks[-1] // g, g, *self.inner), n + len(self.chunks))]
+        full, short = divmod(self.length, g)
+        pieces = [(p.narrow(n, 0, full * g).view(*self.outer, full, g, *self.inner), n + 1)] if full else []
+        if short:
+            pieces.append((p.narrow(n, full * g, short).unsqueeze(n), n + 1))
+        return pieces
+
+    def draw_views(self, u: torch.Tensor) -> list[torch.Tensor]:
+        """``u`` (contiguous, ``shape``) cut as ``views`` cuts a tensor: the same positions."""
+        g, n = self.group_size, len(self.outer)
+        if len(self.chunks) > 1:
+            return [u.view(*self.outer, *self.chunks[:-1], self.chunks[-1] // g, g, *self.inner)]
+        full, short = divmod(self.length, g)
+        return ([u.narrow(n, 0, full)] if full else []) + ([u.narrow(n, full, 1).narrow(n + 1, 0, short)] if short else [])
+
+
+def _grouping(x: torch.Tensor, group_size: int, dim: int | tuple[int, ...], memory: torch.Tensor) -> _Groups:
+    """The groups of ``x`` along ``dim`` (``_in_groups``; their order from ``x``'s strides) in the
+    memory of ``memory`` (``x`` or a dense copy of it), as far as possible without a copy: the
+    grouped dims' merged chunks, one unless the dims are not adjacent in memory (an NCHW tensor's
+    batch and pixels); several chunks serve where the innermost one holds whole groups."""
     dims = {d % x.dim() for d in ((dim,) if isinstance(dim, int) else dim)}
     order = sorted(range(x.dim()), key=lambda d: (-x.stride(d), d))  # outermost first
     where = [i for i, d in enumerate(order) if d in dims]
@@ -138,21 +180,56 @@ def _in_groups(x: torch.Tensor, group_size: int, dim: int | tuple[int, ...],
         order = [d for d in order if d not in dims][:where[0]] + sorted(dims, key=order.index) + \
             [d for d in order if d not in dims][where[0]:]
         where = list(range(where[0], where[0] + len(where)))
-    p = x.permute(order)
-    if not p.is_contiguous():
-        p = p.contiguous()
-    outer, inner = p.shape[:where[0]], p.shape[where[-1] + 1:]
-    length = math.prod(p.shape[where[0]:where[-1] + 1])
-    flat = p.reshape(*outer, length, *inner)
-    pad = (-length) % group_size
-    if pad:
-        flat = torch.cat([flat, flat.new_zeros(*outer, pad, *inner)], len(outer))
-    groups = flat.view(*outer, (length + pad) // group_size, group_size, *inner)
-    out = round_groups(groups, len(outer) + 1).view(flat.shape)
-    if pad:
-        out = out.narrow(len(outer), 0, length)
-    out = out.reshape(p.shape).permute([order.index(d) for d in range(x.dim())])
-    return out if out.stride() == x.stride() else torch.empty_like(x).copy_(out)
+    chunks: list[list[int]] = []  # [size, stride], innermost first
+    for d in reversed([order[i] for i in where]):
+        size, stride = memory.shape[d], memory.stride(d)
+        if size == 1:
+            continue
+        if chunks and stride == chunks[-1][0] * chunks[-1][1]:
+            chunks[-1][0] *= size
+        else:
+            chunks.append([size, stride])
+    sizes = tuple(c[0] for c in reversed(chunks)) or (1,)
+    copy = len(sizes) > 1 and sizes[-1] % group_size != 0
+    return _Groups(tuple(order), tuple(x.shape[d] for d in order[:where[0]]), (math.prod(sizes),) if copy else sizes,
+                   tuple(x.shape[d] for d in order[where[-1] + 1:]), group_size, copy)
+
+
+def _in_groups(x: torch.Tensor, group_size: int, dim: int | tuple[int, ...],
+               round_groups: Callable[[torch.Tensor, torch.Tensor, int, torch.Tensor | None], None],
+               generator: torch.Generator | None = None) -> torch.Tensor:
+    """``x`` cut into groups of ``group_size`` consecutive values along ``dim`` (or several dims taken
+    together in their memory order), ``round_groups(groups, out, axis, uniform)`` writing each
+    piece's rounded groups into ``out`` (``axis`` runs within a group; a last, shorter group is a
+    piece of its own; ``uniform``: stochastic rounding's draws for the piece, from ``generator``),
+    the result with ``x``'s shape and strides (``torch.empty_like``).
+
+    Groups are cut in memory order: a channels-last tensor's channels are its innermost values, as
+    are an NCHW tensor's pixels. The groups are views of ``x`` and of the result, no copy, wherever
+    the grouped values are adjacent in memory or each run of adjacent ones holds whole groups (an
+    NCHW tensor's batch and pixels, with ``group_size`` dividing the pixels); otherwise the grouped
+    dims are brought together by one copy, and the result copied back."""
+    if x.numel() == 0:
+        return x
+    out = torch.empty_like(x)
+    dense = x if out.stride() == x.stride() else torch.empty_like(x).copy_(x)  # a slice, an expanded tensor: a dense copy
+    layout = _grouping(x, group_size, dim, dense)
+    x = dense
+    src, dst, cut = x, out, layout
+    if layout.copy:
+        src = x.permute(layout.order).contiguous()
+        dst = torch.empty_like(src)
+        cut = replace(layout, order=tuple(range(x.dim())))
+    pieces, targets = cut.views(src), cut.views(dst)
+    draws = [None] * len(pieces)
+    if generator is not None:
+        draws = layout.draw_views(torch.rand(layout.shape, generator=generator, device=x.device, dtype=x.dtype))
+    for (groups, axis), (into, _), u in zip(pieces, targets, draws):
+        order = sorted(range(groups.dim()), key=lambda d: -groups.stride(d))  # in memory order: torch's kernels run fastest so
+        round_groups(groups.permute(order), into.permute(order), order.index(axis), None if u is None else u.permute(order))
+    if dst is not out:
+        out.permute(layout.order).copy_(dst)
+    return out
 
 
 def round_bfp(x: torch.Tensor, mantissa_bits: int, group_size: int, *, dim: int | tuple[int, ...] = -1,
@@ -162,18 +239,49 @@ def round_bfp(x: torch.Tensor, mantissa_bits: int, group_size: int, *, dim: int 
     stochastic with ``generator``, else to nearest, ties to even. The result has ``x``'s shape and
     strides."""
 
-    def round_groups(groups: torch.Tensor, axis: int) -> torch.Tensor:
-        top = groups.abs().amax(dim=axis, keepdim=True)
-        unit = torch.clamp_min(binade(top), SMALLEST_NORMAL) * 2.0 ** (1 - mantissa_bits)  # 2^(e - m + 1)
-        unit = torch.where(top > (2.0 ** mantissa_bits - 1) * unit, unit * 2, unit)  # else it could round past 2^m - 1
-        scaled = groups / unit  # exact: division by a power of two
-        if generator is None:
-            q = scaled.round_()  # half to even
-        else:
-            q = scaled.add_(_uniform(scaled, generator)).floor_()
-        return q.mul_(unit)
+    def round_groups(groups: torch.Tensor, out: torch.Tensor, axis: int, uniform: torch.Tensor | None) -> None:
+        unit = bfp_unit(largest_magnitude(groups, axis), mantissa_bits)
+        torch.div(groups, unit, out=out)  # exact: division by a power of two
+        (out.round_() if uniform is None else out.add_(uniform).floor_()).mul_(unit)  # half to even
 
-    return _in_groups(x, group_size, dim, round_groups)
+    return _in_groups(x, group_size, dim, round_groups, generator)
+
+
+def largest_magnitude(x: torch.Tensor, axis: int | None = None) -> torch.Tensor:
+    """``max |x|`` along ``axis`` (kept; None: over the whole tensor), NaN where a NaN is. A reduction
+    along a tensor's innermost dim, which torch's CPU kernels run one short row at a time, is a max
+    pooling over its rows instead (the same maxima, NaN included; ``tests/test_quantize_reference.py``)."""
+    magnitude = x.abs()
+    if axis is None:
+        return magnitude.amax()
+    if axis == x.dim() - 1 and x.shape[axis] > 1:  # rows of the groups along the last two dims, pooled group by group
+        row = x.shape[-1] * (x.shape[-2] if x.dim() > 1 else 1)
+        pooled = torch.nn.functional.max_pool1d(magnitude.reshape(-1, 1, row), x.shape[-1])
+        return pooled.view(*x.shape[:-1], 1)
+    return magnitude.amax(axis, keepdim=True)
+
+
+def bfp_unit(top: torch.Tensor, mantissa_bits: int) -> torch.Tensor:
+    """A BFP group's unit ``2^(e - m + 1)`` from its largest magnitude ``top`` (module doc): ``e =
+    floor(log2 top)``, at least FP32's smallest normal exponent, plus one where ``top`` exceeds
+    ``(2^m - 1) 2^(e - m + 1)``; infinity for a group holding an infinity or NaN.
+
+    On the FP32 bit pattern ``T`` of ``top`` (sign cleared, NaN as infinity, below 2^-126 as
+    2^-126): ``top > (2 - 2^(1 - m)) 2^e`` exactly where its 23-bit significand field exceeds
+    ``2^23 - 2^(24 - m)``, that is where adding ``2^(24 - m) - 1`` carries into the exponent field;
+    so the exponent of the unit is that of ``T + 2^(24 - m) - 1`` (``tests/test_quantize_reference.py``
+    checks it against the comparison, written out)."""
+    bits = top.view(torch.int32).bitwise_and_(0x7FFFFFFF).clamp_(0x00800000, EXPONENT_MASK)
+    bits.add_((1 << (24 - mantissa_bits)) - 1).bitwise_and_(EXPONENT_MASK)
+    return bits.view(torch.float32).mul_(2.0 ** (1 - mantissa_bits))
+
+
+def _onto_grid_(v: torch.Tensor, spec: ElementFormat, uniform: torch.Tensor | None = None) -> torch.Tensor:
+    """``round_to_grid`` in place on ``v`` (``uniform``: stochastic rounding's draws, else nearest)."""
+    ulp = binade(v).clamp_min_(2.0 ** spec.min_normal_exponent).mul_(2.0 ** (1 - spec.significand_bits))
+    v.div_(ulp)
+    v = v.round_() if uniform is None else v.add_(uniform).floor_()
+    return v.mul_(ulp).clamp_(-spec.max_finite, spec.max_finite)
 
 
 def round_to_grid(v: torch.Tensor, spec: ElementFormat, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -185,10 +293,7 @@ def round_to_grid(v: torch.Tensor, spec: ElementFormat, generator: torch.Generat
     NaN. MX elements use it (the MX specification v1.0, Sec. 6.3: conversions to the element round to
     nearest even and clamp to its largest normal), and the scaled FP8 formats (a saturating cast,
     Micikevicius et al. 2022, Sec. 2)."""
-    ulp = binade(v).clamp_min_(2.0 ** spec.min_normal_exponent).mul_(2.0 ** (1 - spec.significand_bits))
-    q = v / ulp
-    q = q.round_() if generator is None else q.add_(_uniform(q, generator)).floor_()
-    return q.mul_(ulp).clamp_(-spec.max_finite, spec.max_finite)
+    return _onto_grid_(v.clone(), spec, None if generator is None else _uniform(v, generator))
 
 
 def mx_scale(top: torch.Tensor, spec: ElementFormat, rule: str) -> torch.Tensor:
@@ -213,11 +318,11 @@ def round_mx(x: torch.Tensor, fmt: NumberFormat, *, dim: int | tuple[int, ...] =
     back. A block holding an infinity or NaN becomes NaN (its scale is NaN)."""
     spec = fmt.element
 
-    def round_groups(groups: torch.Tensor, axis: int) -> torch.Tensor:
-        scale = mx_scale(groups.abs().amax(dim=axis, keepdim=True), spec, fmt.scale_rule)
-        return round_to_grid(groups / scale, spec, generator).mul_(scale)
+    def round_groups(groups: torch.Tensor, out: torch.Tensor, axis: int, uniform: torch.Tensor | None) -> None:
+        scale = mx_scale(largest_magnitude(groups, axis), spec, fmt.scale_rule)
+        _onto_grid_(torch.div(groups, scale, out=out), spec, uniform).mul_(scale)
 
-    return _in_groups(x, fmt.group_size, dim, round_groups)
+    return _in_groups(x, fmt.group_size, dim, round_groups, generator)
 
 
 def tensor_scale(amax: torch.Tensor, spec: ElementFormat) -> torch.Tensor:
@@ -241,4 +346,4 @@ def round_scaled(x: torch.Tensor, spec: ElementFormat, amax: torch.Tensor,
     tensor_scale(amax)`` and a saturating rounding (``round_to_grid``: under delayed scaling a value
     beyond the history's ``amax`` saturates)."""
     scale = tensor_scale(amax, spec)
-    return round_to_grid(x * scale, spec, generator).div_(scale)
+    return _onto_grid_(x * scale, spec, None if generator is None else _uniform(x, generator)).div_(scale)
