@@ -416,3 +416,9 @@ def test_the_command_end_to_end_on_a_small_study(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count(": skipped") == 7 and err.count(": done") == 0
     assert (out / "table.md").read_text().split("\n", 3)[3] == table.split("\n", 3)[3]  # all but the timing line
+    # --reprice: runs priced by this code re-price to themselves; the report names the commit that re-priced them
+    runs_csv = (out / "runs.csv").read_text()
+    assert main([str(path), "--out", str(out), "--reprice"]) == 0
+    assert "re-priced 5 run(s): 0 with new cost columns, 5 unchanged" in capsys.readouterr().err
+    assert (out / "runs.csv").read_text() == runs_csv
+    assert json.loads((out / "summary.json").read_text())["repriced_commits"] == {summary["git_commit"]: 5}

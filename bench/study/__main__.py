@@ -3,7 +3,7 @@ validation hold-out, run the choice on several paired seeds, report mean ± std,
 intervals, paired differences against a base method, convergence and time-to-accuracy.
 
     python -m bench.study configs/studies/reference.toml [--out DIR] [--backend local|ray]
-                          [--workers N] [--address ADDR] [--retry-failed] [--data-dir DIR] [--report-only]
+                          [--workers N] [--address ADDR] [--retry-failed] [--data-dir DIR] [--report-only | --reprice]
 
 Writes ``--out`` (default ``results/study-<name>``): ``runs.csv``, ``curves.csv``, ``tuning.csv``,
 ``tta.csv``, ``table.md``, ``summary.json``, ``curves_<model>.png``, the manifest, and ``grid/``
@@ -12,6 +12,8 @@ Writes ``--out`` (default ``results/study-<name>``): ``runs.csv``, ``curves.csv`
 preset's: CIFAR-10 / CIFAR-100 / TinyImageNet; not for the offline digits or mnist5k). Before the first run it
 prints the projected local-training time on this machine's device. ``--report-only``: train
 nothing, rebuild the report from the runs in ``--out`` (a run not there is reported missing).
+``--reprice``: train nothing, price every finished run in ``--out`` again with today's code (its
+cost columns only: ``bench.study.reprice``), then rebuild the report as ``--report-only`` does.
 Bad input: one line, exit 2, nothing written. Exit 1 when an evaluation run failed.
 """
 
@@ -27,6 +29,7 @@ from bench.lib import spec
 from bench.lib.grid.engine import BACKENDS, GridError, check_ray_address, validate_points
 from bench.lib.results import FORMAT_VERSION
 from bench.study import phases, report
+from bench.study.reprice import reprice_study
 from bench.lib.study.spec import load_study
 from iokit import checks, cli, outputs
 from iokit.provenance import git_commit
@@ -43,7 +46,22 @@ def parser() -> cli.Parser:
     p.add_argument("--retry-failed", action="store_true", help="run again the runs that failed before")
     p.add_argument("--report-only", action="store_true", help="train nothing: rebuild the report from the runs "
                    "already in --out")
+    p.add_argument("--reprice", action="store_true", help="train nothing: price the finished runs in --out again "
+                   "with today's code (their cost columns; accuracies kept byte for byte), then rebuild the report")
     return p
+
+
+def check_reprice(args, study, out: Path) -> None:
+    """``--reprice`` is given a study's folder, and nothing that would train (ValueError naming the fix)."""
+    if args.report_only or args.retry_failed:
+        raise ValueError(f"--reprice with {'--report-only' if args.report_only else '--retry-failed'}: --reprice "
+                         "trains nothing and rebuilds the report itself; drop one")
+    if args.backend != "local":
+        raise ValueError("--reprice runs in this process; drop --backend ray")
+    manifest = outputs.Manifest.read(out)
+    if manifest is None or manifest.command != phases.COMMAND or not (out / phases.GRID_FOLDER / "runs").is_dir():
+        raise ValueError(f"--out {out}: not a study folder (no {outputs.MANIFEST} of bench.study with its "
+                         f"{phases.GRID_FOLDER}/runs); --reprice re-prices the runs a study left there: give that folder")
 
 
 def check_data_dir(study, data_dir: str | None) -> None:
@@ -97,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.workers > 1 and args.backend != "local":
             raise GridError("--workers is for the local backend; Ray runs as many as its cluster has cores")
         out = outputs.out_folder(args.out, f"results/study-{study.name}")
+        if args.reprice:
+            check_reprice(args, study, out)
         planned = phases.tuning_plan(study, phases.execution(study))
         validate_points(phases.grid_spec(study, planned))
         phases.check_study_out(study, out)
@@ -105,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         # and deadline too (after the cheap checks: it loads the data and builds the models)
         if args.address:
             check_ray_address(args.address)
-        if not args.report_only:
+        if not (args.report_only or args.reprice):
             for line in projection_lines(study, phases.execution(study), out, args.workers):
                 print(line, file=sys.stderr, flush=True)
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
@@ -118,7 +138,10 @@ def main(argv: list[str] | None = None) -> int:
         with cli.run_failure():
             run = phases.run_study(study, out, backend=args.backend, workers=args.workers, address=args.address,
                                    retry_failed=args.retry_failed, progress=say, commit=commit,
-                                   execute=not args.report_only)
+                                   execute=not (args.report_only or args.reprice))
+            if args.reprice:
+                say(reprice_study(run, out, commit, say).line())
+                run = phases.run_study(study, out, commit=commit, execute=False)  # the runs as re-priced
             files = report.write_report(out, study, run, command=shlex.join(["python", "-m", "bench.study", *argv]),
                                         started_unix_s=started, commit=commit)
         missing = incomplete(run)

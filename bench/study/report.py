@@ -29,7 +29,7 @@ from bench.lib.results import FORMAT_NAME, FORMAT_VERSION, write_json
 from bench.lib.study.curves import Convergence, base_validation_target, first_reaching, judge
 from bench.study.fleets import by_seed, fleet_answers, fleet_markdown
 from bench.study.phases import Outcome, StudyRun, edge_text
-from bench.lib.study.runner import machine_info
+from bench.lib.study.runner import PRICED_KEY, machine_info
 from bench.lib.study.spec import Setting, Study
 from bench.lib.study import verdicts
 from bench.lib.study.stats import (Estimate, adjusted, difference_p, estimate, minimum_detectable_difference,
@@ -426,7 +426,9 @@ def table_markdown(study: Study, summary: Mapping[str, Any]) -> str:
              f"{summary['setting_note']}; {s['rounds']} rounds, {s['holdout_fraction']:g} validation hold-out, "
              f"evaluation seeds {s['seeds']}, tuning seeds {s['tuning_seeds']}. Report written at commit "
              f"{summary['git_commit']}; runs by commit: {_commits_text(summary['run_commits'])}; "
-             f"{summary['wall']['text']}.", "",
+             + (f"their cost columns re-priced (`--reprice`) by commit: {_commits_text(summary['repriced_commits'])}; "
+                if summary.get("repriced_commits") else "")
+             + f"{summary['wall']['text']}.", "",
              f"## Final test accuracy (%), mean ± std over {_seeds_text(cells_, n_seeds)} (SphereFed Tab. 2 layout)",
              "",
              f"In parentheses: the mean paired change against {study.base} (same seeds: same partition, same initial "
@@ -658,6 +660,17 @@ def run_commits(run: StudyRun) -> dict[str, int]:
     return counts
 
 
+def repriced_commits(run: StudyRun) -> dict[str, int]:
+    """How many finished runs each commit re-priced (``--reprice``: ``run.json``'s ``priced``); none
+    for runs priced when they trained."""
+    counts: dict[str, int] = {}
+    for o in finished(run):
+        key = o.info.get(PRICED_KEY, {}).get("git_commit")
+        if key:
+            counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
 def _machines(run: StudyRun) -> list[dict[str, Any]]:
     seen: dict[str, dict[str, Any]] = {}
     for o in finished(run):
@@ -687,7 +700,8 @@ def build_summary(study: Study, run: StudyRun, runs_df: pd.DataFrame, tta_df: pd
     return {"format": FORMAT_NAME, "version": FORMAT_VERSION, "command": command, "git_commit": commit,
             "study": study.describe(), "setting_note": _setting_note(study),
             "execution": execution(study).describe(), "machine": machine_info(), "run_machines": _machines(run),
-            "run_commits": run_commits(run), "missing_provenance": missing_provenance(run), "torch": torch.__version__,
+            "run_commits": run_commits(run), **({"repriced_commits": r} if (r := repriced_commits(run)) else {}),
+            "missing_provenance": missing_provenance(run), "torch": torch.__version__,
             "wall": _wall(run, started_unix_s),
             "counts": counts, "failures": failures,
             "choices": choices, "seed_plans": [p.record() for p in run.seed_plans],

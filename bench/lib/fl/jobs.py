@@ -24,7 +24,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -37,7 +37,8 @@ from workloads.cost.system import SystemModel
 from workloads.fl.data import Dataset
 from workloads.fl.execution import Execution
 from workloads.fl.hparams import FLConfig, Hparams
-from workloads.fl.loop import RunResult, forecast, run_method
+from workloads.fl.comm import Transfer, calibration_client_bytes, client_round_bytes, closed_form_sizes
+from workloads.fl.loop import RunResult, forecast, run_method, sample_clients
 from workloads.fl.methods import MethodConfig, parse_method
 from workloads.model_spec import ModelSpec
 
@@ -120,7 +121,6 @@ def run_job(job: Job, inputs: RunInputs, *, pricer: RunPricer | None = None, bar
         torch.set_num_threads(threads)
     start = time.perf_counter()
     method = job.method
-    labels = [inputs.train.y.numpy()[p] for p in inputs.parts]
     model_fn = functools.partial(inputs.build, method.spherefed)
     pricer = pricer or RunPricer(inputs.run_spec())
     planning_s = time.perf_counter()
@@ -141,11 +141,65 @@ def run_job(job: Job, inputs: RunInputs, *, pricer: RunPricer | None = None, bar
                         checkpoint=checkpoint, resume=resume,
                         arrivals=arrivals)
     trained = time.perf_counter()
-    rows = price_run(result, method, job.hp, pricer=pricer, client_labels=labels, hw=inputs.hw, system=inputs.system,
-                     devices=inputs.devices, plan=plan, by_round=inputs.by_round,
-                     server_average=inputs.execution.server_average)
+    rows = priced_rounds(result, job, inputs, pricer=pricer, plan=plan)
     return JobResult(replace(result, weights={}), rows, trained - start - planning_s,
                      time.perf_counter() - trained + planning_s, plan)
+
+
+def priced_rounds(result: RunResult, job: Job, inputs: RunInputs, *, pricer: RunPricer,
+                  plan: ParticipationPlan | None) -> list[dict]:
+    """``rounds.csv`` rows of ``job``'s run ``result`` on ``inputs`` (``workloads.cost.rounds.price_run``):
+    the one call that prices a run, whether it just trained (``run_job``) or trained earlier and is
+    re-priced from its record (``reprice_job``)."""
+    return price_run(result, job.method, job.hp, pricer=pricer,
+                     client_labels=[inputs.train.y.numpy()[p] for p in inputs.parts], hw=inputs.hw,
+                     system=inputs.system, devices=inputs.devices, plan=plan, by_round=inputs.by_round,
+                     server_average=inputs.execution.server_average)
+
+
+def recorded_result(job: Job, inputs: RunInputs, history: Sequence[Mapping], accuracy: float | None,
+                    plan: ParticipationPlan | None, pricer: RunPricer) -> RunResult:
+    """The loop's record of ``job``'s finished run on ``inputs``, as far as pricing reads it, rebuilt
+    without training: ``history`` (per training round as the run recorded it: ``round``, ``lr``,
+    ``mean_loss``, ``accuracy``, ``val_accuracy``), the final ``accuracy``, each round's clients as the
+    loop chose them (``workloads.fl.loop.sample_clients`` from the seed, or the ``plan``'s arrivals on
+    a fleet), and each client's bytes from the closed form the loop's ledger is tested against
+    (``workloads.fl.comm.client_round_bytes`` per training round, ``calibration_client_bytes`` in
+    round R + 1, in the run's communication format). Weights, samples and the local test mode are
+    not part of it (pricing reads none of them)."""
+    method, cfg = job.method, inputs.fl
+    hp = job.hp.with_knobs(method.knobs)  # as the loop and the closed form complete a method's knobs
+    sizes = closed_form_sizes(pricer.prepared(method), method, inputs.execution.communication)
+    entries, transfers = [], []
+    for row in history:
+        t = int(row["round"])
+        clients = (sample_clients(cfg.num_clients, cfg.participation, seed=cfg.seed, round=t) if plan is None
+                   else list(plan.rounds[t - 1].arrived))
+        down, up = client_round_bytes(method, hp, t, layer_bytes=sizes["layer_bytes"],
+                                      trainable_bytes=sizes["trainable_bytes"])
+        transfers += [Transfer(t, k, direction, "model", nbytes) for k in clients
+                      for direction, nbytes in (("down", down), ("up", up))]
+        entries.append({**row, "round": t, "clients": clients})
+    if method.calib is not None:
+        t = len(entries) + 1
+        calibrated = range(cfg.num_clients) if plan is None else plan.calibration.arrived
+        down, up = calibration_client_bytes(method, hp, **{k: sizes[k] for k in (
+            "layer_bytes", "head_bytes", "feature_dim", "num_classes")})
+        transfers += [Transfer(t, k, direction, "calibration", nbytes) for k in calibrated
+                      for direction, nbytes in (("down", down), ("up", up))]
+    return RunResult(method.name, accuracy, None, tuple(entries), tuple(transfers), 0)
+
+
+def reprice_job(job: Job, inputs: RunInputs, history: Sequence[Mapping], accuracy: float | None) -> list[dict]:
+    """``rounds.csv`` rows of ``job``'s run on ``inputs`` as today's code prices it, from the run's
+    recorded ``history`` and final ``accuracy`` (``recorded_result``), without training: the same
+    ``RunPricer`` captures and ``priced_rounds`` as ``run_job``. On a fleet the arrivals are today's
+    participation plan's (``participation_plan``), which follows the prices: the caller must check
+    that they are the ones the run trained with."""
+    pricer = RunPricer(inputs.run_spec())
+    plan = participation_plan(inputs, job.method, job.hp, pricer)
+    return priced_rounds(recorded_result(job, inputs, history, accuracy, plan, pricer), job, inputs, pricer=pricer,
+                         plan=plan)
 
 
 def available_cpus() -> int:

@@ -24,6 +24,7 @@ calibration) and itself.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import os
@@ -191,16 +192,23 @@ def participation(rows: Sequence[Mapping[str, Any]]) -> dict[str, list]:
             "collect_s": [float(r["collect_s"]) for r in train]}
 
 
+def curve_text(curve: Sequence[Mapping[str, Any]]) -> str:
+    """``curve.csv``'s text of ``curve_rows`` (None as an empty cell, numbers as Python writes them)."""
+    lines = [list(CURVE_COLUMNS)] + [["" if row[c] is None else row[c] for c in CURVE_COLUMNS] for row in curve]
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows(lines)
+    return buf.getvalue()
+
+
+def run_json_text(info: Mapping[str, Any]) -> str:
+    return json.dumps(dict(info), indent=1, sort_keys=True, default=str) + "\n"
+
+
 def write_run(out_dir: Path, curve: Sequence[Mapping[str, Any]], info: Mapping[str, Any]) -> dict[str, float]:
     """``curve.csv`` and ``run.json`` into ``out_dir``; returns the point's metrics (the last
     evaluated test and validation accuracy of every label). Also what a test's stand-in runner calls."""
-    lines = [list(CURVE_COLUMNS)] + [["" if row[c] is None else row[c] for c in CURVE_COLUMNS] for row in curve]
-    import io
-
-    buf = io.StringIO()
-    csv.writer(buf, lineterminator="\n").writerows(lines)
-    atomic_write_text(Path(out_dir) / CURVE_CSV, buf.getvalue())
-    atomic_write_text(Path(out_dir) / RUN_JSON, json.dumps(dict(info), indent=1, sort_keys=True, default=str) + "\n")
+    atomic_write_text(Path(out_dir) / CURVE_CSV, curve_text(curve))
+    atomic_write_text(Path(out_dir) / RUN_JSON, run_json_text(info))
     metrics: dict[str, float] = {}
     for row in curve:
         if row["accuracy"] is not None:
@@ -309,3 +317,85 @@ def run_point(point: Mapping[str, Any], out_dir: Path) -> dict[str, float]:
     if result.local_accuracy is not None:  # the local test mode (docs/study.md)
         metrics[f"{p.method.name}.local_accuracy"] = result.local_accuracy
     return metrics
+
+
+COST_COLUMNS = ("cum_wall_s", "cum_device_s", "cum_energy_j", "cum_bytes")
+"""``curve.csv``'s columns that pricing writes (``workloads.cost.system.ROUNDS_COLUMNS``); re-pricing
+changes these and nothing else."""
+PRICED_KEY = "priced"  # run.json: {"git_commit": ...} of the code that re-priced the run (docs/study.md)
+
+
+class RepriceError(ValueError):
+    """A finished run that cannot be re-priced without training: the message names its folder and why."""
+
+
+@dataclass(frozen=True)
+class Repriced:
+    """What re-pricing one finished run did."""
+
+    run_id: str
+    changed: bool  # today's cost columns differ from the recorded ones
+    written: bool  # curve.csv and run.json were rewritten (False: left as recorded)
+    old: tuple[dict[str, str], ...] = ()  # the recorded curve.csv rows (text)
+    new: tuple[dict[str, str], ...] = ()  # today's (text; equal to ``old`` but in ``COST_COLUMNS``)
+    note: str = ""
+
+
+def _recorded_history(rows: Sequence[Mapping[str, str]], label: str) -> list[dict[str, Any]]:
+    """The loop's history as a run's ``curve.csv`` recorded it: ``label``'s training rows, typed."""
+    return [{"round": int(r["round"]), **{k: _number(r[k]) for k in ("lr", "mean_loss", "accuracy", "val_accuracy")}}
+            for r in rows if r["method"] == label and r["stage"] == "train"]
+
+
+def _number(text: str) -> float | None:
+    return None if text == "" else float(text)
+
+
+def reprice_run(folder: Path, commit: str) -> Repriced:
+    """Re-price a finished run of this runner in ``folder`` (``runs/<id>``) with today's code,
+    without training: the point prepared as ``run_point`` prepares it (the data and partition from
+    the seed, the model, the format, the hardware and system files, the fleet), the run's record
+    rebuilt from its ``curve.csv`` (``bench.lib.fl.jobs.reprice_job``), and ``curve.csv`` written
+    again by ``curve_rows`` from it. Every column but ``COST_COLUMNS`` must come out as recorded,
+    byte for byte (RepriceError otherwise, nothing written); when the cost columns changed,
+    ``curve.csv`` and then ``run.json`` (with ``PRICED_KEY``: ``commit``) are replaced, each
+    atomically; unchanged, only ``run.json`` records ``commit``. A run on a fleet whose prices changed
+    is left as recorded: its arrivals follow the prices, so who trained may change; retrain it."""
+    from bench.lib.fl.jobs import Job, reprice_job
+
+    folder = Path(folder)
+    try:
+        record = json.loads((folder / "point.json").read_text(encoding="utf-8"))
+        info = json.loads((folder / RUN_JSON).read_text(encoding="utf-8"))
+        old_text = (folder / CURVE_CSV).read_text(encoding="utf-8")
+    except (OSError, ValueError) as err:
+        raise RepriceError(f"{folder}: not a finished run ({type(err).__name__}: {str(err)[:80]})") from None
+    old = tuple(csv.DictReader(io.StringIO(old_text)))
+    if not old or tuple(old[0]) != CURVE_COLUMNS:
+        raise RepriceError(f"{folder / CURVE_CSV}: not a curve.csv of columns {', '.join(CURVE_COLUMNS)}")
+    p, data = prepare(record["config"])
+    history = _recorded_history(old, labels_of(p.method)[0])
+    if [h["round"] for h in history] != list(range(1, p.fl.rounds + 1)):
+        raise RepriceError(f"{folder}: its curve has training rounds {[h['round'] for h in history]}, not 1.."
+                           f"{p.fl.rounds}: a run that stopped early cannot be re-priced without training")
+    calibration = [r for r in old if r["method"] == p.method.name and r["stage"] == "calibration"]
+    if bool(calibration) != bool(p.method.calibration):
+        raise RepriceError(f"{folder}: {p.method.name}'s curve {'lacks' if p.method.calibration else 'has'} "
+                           "a calibration row")
+    accuracy, val_after = ((_number(calibration[0]["accuracy"]), _number(calibration[0]["val_accuracy"]))
+                           if calibration else (history[-1]["accuracy"], None))
+    rows = reprice_job(Job(p.method.name, p.hp), data.inputs, history, accuracy)
+    new_text = curve_text(curve_rows(p.method, history, rows, val_after))
+    new = tuple(csv.DictReader(io.StringIO(new_text)))
+    kept = [c for c in CURVE_COLUMNS if c not in COST_COLUMNS]
+    if len(new) != len(old) or any([a[c] for c in kept] != [b[c] for c in kept] for a, b in zip(old, new)):
+        raise RepriceError(f"{folder}: re-priced, its curve's rows or accuracy columns would change; left as "
+                           "recorded (retrain it)")
+    rid = str(record.get("run_id", folder.name))
+    changed = new_text != old_text
+    if changed and p.fleet is not None:
+        return Repriced(rid, True, False, old, new, "a fleet's arrivals follow its prices: retrain it")
+    if changed:
+        atomic_write_text(folder / CURVE_CSV, new_text)
+    atomic_write_text(folder / RUN_JSON, run_json_text({**info, PRICED_KEY: {"git_commit": commit}}))
+    return Repriced(rid, changed, True, old, new)
