@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from bench.lib.grid.runners import grid_runner
-from bench.lib.spec import FL, RunSpec, from_point
+from bench.lib.spec import FL, RunSpec, from_point, spec_flags
 from iokit import checks
 from iokit.cli import is_default
 from iokit.files import atomic_write_text
@@ -45,8 +45,10 @@ from workloads.fl.methods import MethodConfig, parse_method
 from workloads.fl.presets import Preset
 
 POINT_KEYS = ("model", "method", "seed", "fl", "hparams", "execution", "hw", "system")
-OPTIONAL_POINT_KEYS = ("data_dir", "fleet", "deadline_s")  # a dataset's folder (folder datasets only); a fleet
-# file and its reporting deadline instead of the file's (seconds, or "inf": none; docs/fleets.md)
+TABLE_FIELDS = ("models", "methods", "seed", "preset", "alpha", "rounds", "holdout", "lr_from", "hw_path",
+                "system_path", "device", *SETTINGS)
+"""The ``RunSpec`` fields a point holds in ``POINT_KEYS`` and its tables (``fl``, ``hparams``,
+``execution``). Every other ``bench.fl`` flag is an optional key of a point (``optional_keys``)."""
 FL_KEYS = tuple(f.name for f in fields(FLConfig) if f.name not in ("model", "seed"))
 CURVE_CSV = "curve.csv"
 RUN_JSON = "run.json"
@@ -99,7 +101,16 @@ class Cell:
         s = self.spec
         system = None if is_default(s.system_path) else s.system_path
         return make_point(self.model, s.methods[0], s.seed, self.fl, self.hp, self.execution, s.hw_path, system,
-                          s.data_dir, s.fleet_path, s.deadline_s)
+                          **{key: getattr(s, name) for name, key in optional_keys().items()})
+
+
+def optional_keys() -> dict[str, str]:
+    """RunSpec field -> point key of every ``bench.fl`` flag a point carries beside its tables, a key
+    only where given: today ``data_dir`` (a folder dataset's), ``classifier``, ``fleet`` and its
+    ``deadline_s`` (``"inf"``: none) and ``overcommit`` (docs/fleets.md); a run option added to
+    ``RunSpec`` is one more, so a point without it keeps its id."""
+    return {name: flag.names[0].removeprefix("--").replace("-", "_") for name, flag in spec_flags(FL)
+            if name not in TABLE_FIELDS}
 
 
 def parse_point(point: Mapping[str, Any]) -> Cell:
@@ -107,7 +118,7 @@ def parse_point(point: Mapping[str, Any]) -> Cell:
     Its flag settings are parsed as a grid point of ``bench.fl`` is (``bench.lib.spec.from_point``):
     one set of rules, one vocabulary. Files are read when the cell is resolved (``check_point``)."""
     where = "bench.study point"
-    checks.unknown_keys(point, (*POINT_KEYS, *OPTIONAL_POINT_KEYS), where=where)
+    checks.unknown_keys(point, (*POINT_KEYS, *optional_keys().values()), where=where)
     missing = [k for k in POINT_KEYS if k not in point]
     if missing:
         raise ValueError(f"{where}: missing key {missing[0]!r}")
@@ -132,12 +143,11 @@ def parse_point(point: Mapping[str, Any]) -> Cell:
 
 def point_flags(point: Mapping[str, Any]) -> dict[str, Any]:
     """A point's settings as ``bench.fl``'s flags (a grid point's keys): model, method, seed, the
-    execution table and the files given; a deadline of ``"inf"`` (JSON has no infinity) as inf."""
-    files = {"hw": point["hw"], "system": point["system"], "data_dir": point.get("data_dir"),
-             "fleet": point.get("fleet"),
-             "deadline_s": math.inf if point.get("deadline_s") == "inf" else point.get("deadline_s")}
+    execution table, its files and its optional keys; a deadline of ``"inf"`` (JSON has no infinity) as inf."""
+    given = {key: point.get(key) for key in ("hw", "system", *optional_keys().values())}
+    given = {k: math.inf if k == "deadline_s" and v == "inf" else v for k, v in given.items() if v is not None}
     return {"preset": POINT_PRESET, "model": point["model"], "methods": [point["method"]], "seed": point["seed"],
-            **point["execution"], **{k: v for k, v in files.items() if v is not None}}
+            **point["execution"], **given}
 
 
 def _set(cls: type, table: Mapping[str, Any]) -> dict[str, Any]:
@@ -147,20 +157,18 @@ def _set(cls: type, table: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def make_point(model: str, method: str, seed: int, fl: FLConfig, hp: Hparams, execution: Execution,
-               hw: str | None = None, system: str | None = None, data_dir: str | None = None,
-               fleet: str | None = None, deadline_s: float | None = None) -> dict[str, Any]:
-    """The point of one run (module doc): every setting that decides its result. ``data_dir`` (a
-    dataset's folder), ``fleet`` and ``deadline_s`` (docs/fleets.md; an infinite one as ``"inf"``)
-    are keys only when given, so the offline digits' points without a fleet keep their ids."""
+               hw: str | None = None, system: str | None = None, **given: Any) -> dict[str, Any]:
+    """The point of one run (module doc): every setting that decides its result. ``given``: its
+    optional keys (``optional_keys``: ``data_dir``, ``fleet``, ``deadline_s``, ...), each a key only
+    when not None, so the offline digits' points without a fleet keep their ids; an infinite
+    deadline as ``"inf"``, a folder as text."""
+    checks.unknown_keys(given, optional_keys().values(), where="make_point")
     point = {"model": model, "method": parse_method(method).name, "seed": seed,
              "fl": {k: v for k, v in asdict(fl).items() if k not in ("model", "seed")}, "hparams": hp.as_dict(),
              "execution": execution.settings(), "hw": hw, "system": system}
-    if data_dir is not None:
-        point["data_dir"] = str(data_dir)
-    if fleet is not None:
-        point["fleet"] = fleet
-    if deadline_s is not None:
-        point["deadline_s"] = "inf" if deadline_s == math.inf else deadline_s
+    for key, value in given.items():
+        if value is not None:
+            point[key] = "inf" if value == math.inf else str(value) if isinstance(value, Path) else value
     return point
 
 
