@@ -9,8 +9,14 @@ an evaluation run with the same settings are one run::
      "fl": {FLConfig fields but model and seed}, "hparams": {every Hparams field},
      "execution": {device and options}, "hw": null, "system": null}
 
-and, for a dataset read from a folder (CIFAR-10 / CIFAR-100 / TinyImageNet), ``"data_dir": DIR``
-(absent for a dataset that ships inside a package: digits, mnist5k).
+and, only where given, the optional keys (``optional_keys``): ``"data_dir": DIR`` for a dataset
+read from a folder (CIFAR-10 / CIFAR-100 / TinyImageNet; absent for digits and mnist5k), a
+``"fleet"`` and its ``"deadline_s"``, and every other ``bench.fl`` flag a point may carry.
+
+A point is a ``Cell``: the ``bench.fl`` run (``bench.lib.spec.RunSpec``) its settings are, parsed
+as a grid point's flags, on the preset its ``fl`` and ``hparams`` tables are; ``Cell.point()`` gives
+the point back key for key (its id unchanged), and the cell is resolved as every run is
+(``bench.lib.resolve``, ``bench.lib.fl.pipeline.assemble``).
 
 The run is ``bench.fl``'s (``pipeline.load`` then ``jobs.run_job``): the data, the validation
 hold-out and the partition from the seed, the model built under the seed. It writes into its
