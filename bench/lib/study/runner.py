@@ -250,15 +250,16 @@ def write_run(out_dir: Path, curve: Sequence[Mapping[str, Any]], info: Mapping[s
 
 
 def check_point(point: Mapping[str, Any]) -> Cell:
-    """A point parsed (``parse_point``) and resolved as every run is (``bench.lib.resolve.load_spec``: the
-    dataset's folder, the hardware, system and fleet files, the execution options), its model known;
-    ValueError naming the point and the bad setting. The grid's ``validate``: every point before any run."""
-    cell = parse_point(point)
-    from bench.lib.resolve import load_spec
+    """The grid's ``validate``, every point before any run, cheap: the point parsed (``parse_point``),
+    its dataset's folder checked (``bench.lib.resolve.check_data_dir``) and its model known;
+    ValueError naming the point. Its files are read by ``prepare`` (the study command prepares one
+    point per setting before any run, naming the study file and the setting)."""
+    from bench.lib.resolve import check_data_dir
     from workloads.models import MODELS
 
+    cell = parse_point(point)
     try:
-        load_spec(cell.spec, cell.preset)
+        check_data_dir(cell.fl.dataset, cell.spec.data_dir)
     except ValueError as err:
         raise ValueError(f"bench.study point: {err}") from None
     if cell.model not in MODELS and ":" not in cell.model:
