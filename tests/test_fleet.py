@@ -378,7 +378,7 @@ def test_a_study_sweeps_the_deadline_and_keeps_the_fleet_files_own_runs():
     import tomllib
 
     from bench.lib.grid.engine import run_id
-    from bench.lib.study.runner import make_point, parse_point
+    from bench.lib.study.runner import make_point, parse_point, prepare
     from bench.lib.study.spec import StudyError, parse_study
 
     with open("configs/studies/digits-fleets.toml", "rb") as f:
@@ -398,10 +398,11 @@ def test_a_study_sweeps_the_deadline_and_keeps_the_fleet_files_own_runs():
     assert at_inf["deadline_s"] == "inf" and "deadline_s" not in plain  # JSON has no infinity
     assert parse_point(at_inf).deadline_s == math.inf and parse_point(plain).deadline_s is None
     assert run_id("bench.study", plain) != run_id("bench.study", at_inf)
-    with pytest.raises(ValueError, match="deadline_s needs a fleet"):
-        parse_point({**make_point("convnet", "fedavg", 0, fl, hp, ex), "deadline_s": 6.0})
-    with pytest.raises(ValueError, match="deadline_s = 0"):
-        parse_point({**plain, "deadline_s": 0})
+    # a point's settings are bench.fl's flags: its errors are theirs, the point named first
+    with pytest.raises(ValueError, match="^--deadline-s 6: overrides a fleet's round rule; give --fleet FILE too"):
+        prepare({**make_point("convnet", "fedavg", 0, fl, hp, ex), "deadline_s": 6.0})
+    with pytest.raises(ValueError, match="^--deadline-s: deadline_s = 0.0 must be > 0"):
+        prepare({**plain, "deadline_s": 0})
     for bad, words in (([0.0], "seconds > 0"), ([], "seconds > 0"), (["6"], "seconds > 0"), ([6.0, 6], "twice")):
         with pytest.raises(StudyError, match=words):
             parse_study({**doc, "deadlines_s": bad}, "s.toml")

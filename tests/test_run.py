@@ -187,7 +187,7 @@ def test_existing_out_is_refused_before_work(smoke, capsys):
     (["--model", "convnet", "--methods", "spherefed"], "include 'fedavg'"),
     (["--model", "convnet", "--methods", "fedavg", "fedprox+ffc"], "bench.run prices ffc after fedavg+spherefed only"),
     (["--model", "convnet", "--preset", "huge"], "preset 'huge' not found"),
-    (["--model", "convnet", "--preset", "paper"], "needs --data-dir"),
+    (["--model", "convnet", "--preset", "paper"], "give its folder with --data-dir DIR"),
     (["--model", "convnet", "--target", "0"], "--target"),
     (["--model", "convnet", "--target", "101"], "--target"),
     (["--model", "convnet", "--system", "/no/such/system.toml"], "no such system-model file"),

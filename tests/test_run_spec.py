@@ -9,13 +9,16 @@ import dataclasses
 import pytest
 
 import bench.fl.__main__ as fl_cli
+import bench.flower.__main__ as flower_cli
 import bench.run.__main__ as run_cli
 from bench.lib import spec
 from bench.lib.fl import pipeline
 from bench.lib.run import figures
 from bench.lib.run.config import load_accuracy_data, resolve, run_label
 from bench.lib.run.study import config_record, point_config
+from bench.lib.study.runner import make_point, parse_point
 from bench.lib.study.spec import parse_study
+from workloads.fl.execution import Execution
 from workloads.fl.methods import MethodConfig, parse_method
 from workloads.fl.presets import PRESET_DIR, load_preset
 
@@ -155,9 +158,11 @@ def test_a_grid_point_is_the_command_line_it_stands_for():
 
 def test_adding_a_run_option_is_one_field(monkeypatch):
     """The walkthrough of docs/cli.md: one field with its flag, and bench.run's and bench.fl's parsers,
-    a grid point and the results record all have it."""
-    extended = dataclasses.make_dataclass("RunSpec", [(
-        "warmup_rounds", "int | None", spec.flag("--warmup-rounds", type=int, help="rounds at a low rate"))],
+    a grid point, a study cell's point and the results record all have it; bench.flower too when
+    the same declaration names it (``commands=spec.ALL``)."""
+    extended = dataclasses.make_dataclass("RunSpec", [
+        ("warmup_rounds", "int | None", spec.flag("--warmup-rounds", type=int, help="rounds at a low rate")),
+        ("warmup_lr", "float | None", spec.flag("--warmup-lr", type=float, help="its rate", commands=spec.ALL))],
         bases=(spec.RunSpec,), frozen=True)
     monkeypatch.setattr(spec, "RunSpec", extended)
     cfg, _, _ = run_cli.parse_args(["--model", "convnet", "--warmup-rounds", "2"])
@@ -165,6 +170,19 @@ def test_adding_a_run_option_is_one_field(monkeypatch):
     assert point_config({"model": "convnet", "warmup_rounds": 3}).warmup_rounds == 3
     assert spec.from_args(fl_cli.parser().parse_args(["--preset", "quick", "--warmup-rounds", "4"]),
                           spec.FL).warmup_rounds == 4
+    # a bench.study cell: an optional key of its point, written only where given (so every point
+    # without it keeps its run id), read back into the cell's RunSpec and out into the same point
+    quick = load_preset("quick")
+    plain = make_point("convnet", "fedavg", 0, quick.fl, quick.hp, Execution())
+    point = make_point("convnet", "fedavg", 0, quick.fl, quick.hp, Execution(), warmup_rounds=5)
+    assert "warmup_rounds" not in plain and point == {**plain, "warmup_rounds": 5}
+    cell = parse_point(point)
+    assert cell.spec.warmup_rounds == 5 and cell.point() == point and parse_point(plain).point() == plain
+    with pytest.raises(ValueError, match="bench.study point: grid setting warmup_rounds = 'five' must be a number"):
+        parse_point({**plain, "warmup_rounds": "five"})
+    # bench.flower takes what is declared for every command that trains
+    flower = spec.from_args(flower_cli.parser().parse_args(["--warmup-lr", "0.5"]), spec.FLOWER)
+    assert flower.warmup_lr == 0.5 and flower.warmup_rounds is None
 
 
 def test_options_added_beside_the_spec_go_through_it(tmp_path):

@@ -39,7 +39,7 @@ from accel_sim.pareto import pareto_front
 from bench.dse.rerun import on_points, step_price
 from bench.dse.spec import Dse, DseError
 from iokit.consumed import every_seed, finished_folder, finite_numbers
-from workloads.cost.system import time_to_accuracy
+from workloads.cost.system import CUMULATIVE_COLUMNS, time_to_accuracy
 from workloads.fl.methods import is_calibration, parse_method
 
 STUDY_FILES = ("curves.csv", "summary.json")
@@ -93,8 +93,7 @@ def load_study(folder: str | Path, dse: Dse, target_pct: float | None, setting: 
     except (ValueError, KeyError, TypeError, OSError, HardwareConfigError) as err:
         raise DseError(f"--study {folder}: unreadable study ({err}); give a folder python -m bench.study wrote") \
             from None
-    needed = {"model", "setting", "method", "seed", "round", "stage", "accuracy_pct", "cum_device_s", "cum_energy_j",
-              "cum_bytes", "cum_wall_s"}
+    needed = {"model", "setting", "method", "seed", "round", "stage", "accuracy_pct", *CUMULATIVE_COLUMNS}
     if not needed <= set(curves.columns) or not points:
         raise DseError(f"--study {folder}: curves.csv or summary.json lacks what re-pricing reads "
                        f"({', '.join(sorted(needed - set(curves.columns))) or 'the chosen points'}); rerun the study's "
@@ -141,7 +140,7 @@ def load_study(folder: str | Path, dse: Dse, target_pct: float | None, setting: 
     if target_pct is None or not 0 < target_pct <= 100:
         raise DseError(f"--study {folder}: the study declares no target accuracy; give --target PCT (in (0, 100])")
     mean = (curves.groupby(["number_format", "method", "round", "stage"], sort=False)
-            [["accuracy_pct", "cum_wall_s", "cum_device_s", "cum_energy_j", "cum_bytes"]].mean().reset_index())
+            [["accuracy_pct", *CUMULATIVE_COLUMNS]].mean().reset_index())
     formats = tuple(NumberFormat.parse(f).name for f in dict.fromkeys(mean["number_format"]))
     return StudyCurves(folder, model, setting, hw, float(target_pct), mean, int(curves["seed"].nunique()), formats)
 

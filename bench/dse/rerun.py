@@ -38,8 +38,6 @@ from iokit.consumed import finished_folder
 from workloads.fl.methods import calibration_named, is_calibration
 from workloads.cost.system import ROUNDS_COLUMNS, time_to_accuracy
 
-TTA_COLUMNS = ("device_s_to_target", "energy_j_to_target", "bytes_to_target")
-
 
 @dataclass(frozen=True)
 class Run:

@@ -32,10 +32,11 @@ from typing import Sequence
 from bench.flower.simulation import LOG, simulate
 from bench.lib import spec
 from bench.lib.fl.pipeline import fleet_record, method_list
+from bench.lib.resolve import load_spec, preset_of
 from bench.lib.results import FORMAT_VERSION
-from iokit import checks, cli, outputs
+from iokit import cli, outputs
 from iokit.files import atomic_write_text
-from workloads.cost.fleet import check_fleet_flags, run_fleet, summary_line
+from workloads.cost.fleet import summary_line
 
 INSTALL_HINT = ("the Flower integration needs the 'flower' extra: "
                 "python3 -m pip install -c constraints.txt -e '.[flower]'")
@@ -48,9 +49,7 @@ STOP_GRACE_S = 5.0  # after SIGTERM to the simulation's process group, SIGKILL
 
 def parser() -> cli.Parser:
     p = cli.Parser(prog="python -m bench.flower", description=__doc__.split("\n\n")[0].split(": ", 1)[-1])
-    spec.add_flags(p, COMMAND, ["models", "methods", "preset", "seed", "hw_path", "system_path", "fleet_path",
-                                "deadline_s", "overcommit", "rounds"],
-                   model="convnet", methods=("fedavg", "fedavg+spherefed"), preset="small", seed=0, rounds=2)
+    spec.add_flags(p, COMMAND, model="convnet", methods=("fedavg", "fedavg+spherefed"), preset="small", seed=0, rounds=2)
     p.add_argument("--clients", type=cli.int_in(1, CLIENTS_MAX), default=3,
                    help="simulated clients (default 3), all sampled every round; on a fleet, the clients its "
                         "participation plan says arrive")
@@ -113,6 +112,32 @@ def check_rounds(folder: Path, expected: int) -> list[list[str]]:
     return rows
 
 
+def resolve(run_spec: spec.RunSpec, clients: int):
+    """``bench.flower``'s run: ``run_spec`` on its preset with ``clients`` clients, resolved as every
+    run is (``bench.lib.resolve``: the hardware, system and fleet files, each checked), its methods
+    those the Flower example runs and its model built on the run's data, before Ray starts;
+    (``FlowerRun``, the hardware file, the fleet or None). ValueError naming the flag."""
+    from accel_sim.hardware import load_hardware_config
+
+    method_list(run_spec.methods)  # each a method, each once, separated by spaces
+    methods = tuple(run_spec.methods)
+    if run_spec.fleet_path is not None and run_spec.hw_path is not None:
+        raise ValueError(f"--fleet {run_spec.fleet_path} and --hw {run_spec.hw_path}: a fleet gives every client's "
+                         "accelerator (and Flower's aggregation is not priced); leave --hw out")
+    preset = preset_of(run_spec, model=run_spec.models[0], num_clients=clients)
+    loaded = load_spec(run_spec, preset)
+    from workloads.flower import app  # Flower itself: after every check that needs none of it
+
+    app.check_methods(methods)
+    hw = str(run_spec.hw_path or DEFAULT_HW)
+    load_hardware_config(hw)  # fail here, not inside a Ray actor
+    run = app.FlowerRun(run_spec.preset, preset.fl.model, methods, clients, preset.fl.rounds, preset.fl.seed)
+    run.setting()
+    for name in methods:  # the model on the run's data: a paper model or package.module:factory (docs/byom.md)
+        app.new_model(run, run.method(name)[0])
+    return run, hw, loaded.fleet
+
+
 @cli.command("interrupted; the simulation was stopped, nothing written")
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
@@ -126,28 +151,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if (err.name or "").split(".")[0] not in ("flwr", "ray"):
             raise
         raise cli.UsageError(INSTALL_HINT) from None
-    from accel_sim.hardware import load_hardware_config
-    from workloads.cost.system import load_system_model
-
     with cli.bad_input():
-        out = outputs.out_folder(args.out, ROOT / "results" / "flower" / f"{args.model}-seed{args.seed}")
-        method_list(args.methods)  # each a method, each once, separated by spaces
-        methods = tuple(args.methods)
-        app.check_methods(methods)
-        check_fleet_flags(args.fleet_path, args.system_path)
-        if args.fleet_path is not None and args.hw_path is not None:
-            raise ValueError(f"--fleet {args.fleet_path} and --hw {' '.join(args.hw_path)}: a fleet gives every "
-                             "client's accelerator (and Flower's aggregation is not priced); leave --hw out")
-        hw = str(spec.one_hw(args.hw_path, COMMAND) or DEFAULT_HW)
-        load_hardware_config(hw)  # fail here, not inside a Ray actor
-        load_system_model(args.system_path)
-        fleet = run_fleet(args.fleet_path, deadline_s=args.deadline_s, overcommit=args.overcommit)
-        if fleet is not None:
-            fleet.check_clients(args.clients, source=f"--fleet {args.fleet_path}")
-        run = app.FlowerRun(args.preset, args.model, methods, args.clients, args.rounds, args.seed)
-        run.setting()
-        for name in methods:  # the model on the run's data: a paper model or package.module:factory (docs/byom.md)
-            app.new_model(run, run.method(name)[0])
+        run_spec = spec.from_args(args, COMMAND)
+        out = outputs.out_folder(args.out, ROOT / "results" / "flower" / f"{run_spec.models[0]}-seed{run_spec.seed}")
+        run, hw, fleet = resolve(run_spec, args.clients)
         outputs.check_out(out, command=COMMAND, overwrite=args.overwrite)
     planned = None
     if fleet is not None:
@@ -155,14 +162,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             planned = fleet_run(run, fleet)
         for name, plan in planned.plans.items():
             print(f"{name:28s} {summary_line(plan.summary(fleet))}", file=sys.stderr)
-    config = {"model": args.model, "methods": methods, "clients": args.clients, "rounds": args.rounds,
-              "preset": args.preset, "seed": args.seed, "hw": hw, "system": str(args.system_path),
+    config = {"model": run.model, "methods": run.methods, "clients": run.num_clients, "rounds": run.rounds,
+              "preset": run.preset, "seed": run.seed, "hw": hw, "system": str(run_spec.system_path),
               **({} if planned is None else {"fleet": fleet_record(fleet, planned.classes)})}
     rows: list[list[str]] = []
 
     def build(tmp: Path) -> None:
-        run_in_child(run, hw, args.system_path, tmp, planned)
-        rows.extend(check_rounds(tmp, len(methods) * args.rounds))
+        run_in_child(run, hw, run_spec.system_path, tmp, planned)
+        rows.extend(check_rounds(tmp, len(run.methods) * run.rounds))
         if planned is not None:
             atomic_write_text(tmp / FLEET_JSON, json.dumps(fleet_doc(planned), indent=1, allow_nan=False) + "\n")
 

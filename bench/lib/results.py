@@ -27,6 +27,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from accel_sim.energy import COMPONENTS
 from iokit.files import atomic_write_text
 from workloads.cost.system import ROUNDS_COLUMNS
 
@@ -43,12 +44,13 @@ BREAKDOWN_CSV = "breakdown.csv"
 ROUNDS_CSV = "rounds.csv"
 SUMMARY_KEYS = ("command", "git_commit", "config", "hardware", "hardware_label", "models")
 MODEL_SECTIONS = ("training", "calibration", "communication", "accuracy", "time_to_accuracy")
-ENERGY_COLUMNS = ("energy_j", "energy_mac_j", "energy_sram_j", "energy_dram_j", "energy_special_unit_j",
-                  "energy_static_j")  # total, then accel_sim.energy.COMPONENTS
+ENERGY_COLUMNS = ("energy_j", *(f"energy_{part}_j" for part in COMPONENTS))  # total, then each part
 COST_COLUMNS = ("macs", "total_cycles", "latency_s", "compute_cycles", "stall_cycles", *ENERGY_COLUMNS)
 OPS_COLUMNS = ("model", "method", "region", "idx", "aten", "layer", "phase", "work", "gemm_groups", *COST_COLUMNS)
-LAYERS_COLUMNS = ("model", "method", "region", "layer", "phase", *COST_COLUMNS)
-BREAKDOWN_COLUMNS = ("model", "method", "region", "block", "kind", *COST_COLUMNS)
+LAYER_KEYS = ("model", "method", "region", "layer", "phase")  # a layers.csv row: ops.csv summed over these
+BLOCK_KEYS = ("model", "method", "region", "block", "kind")  # a breakdown.csv row: ops.csv summed over these
+LAYERS_COLUMNS = (*LAYER_KEYS, *COST_COLUMNS)
+BREAKDOWN_COLUMNS = (*BLOCK_KEYS, *COST_COLUMNS)
 ROUNDS_CSV_COLUMNS = ("model", *ROUNDS_COLUMNS)
 
 

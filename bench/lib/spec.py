@@ -39,7 +39,8 @@ from workloads.fl.execution import DEVICE_CHOICES, SETTINGS, Execution, executio
 from workloads.model_spec import DEFAULT_INPUT_SHAPE, ModelSpec
 from workloads.models import MODELS
 
-RUN, FL = "bench.run", "bench.fl"
+RUN, FL, FLOWER = "bench.run", "bench.fl", "bench.flower"
+ALL = (RUN, FL, FLOWER)  # a flag of every command that trains (bench.flower: the Flower example's few)
 LR_SOURCES = ("preset", "study")
 
 
@@ -82,25 +83,25 @@ class RunSpec:
     names are what results files record (``config``)."""
 
     models: tuple[str, ...] = flag("--models", help=f"several models: {MODEL_HELP}", nargs="+", metavar="MODEL",
-                                   default=(), to_field=_tuple)  # (): the preset's
+                                   default=(), to_field=_tuple, commands=ALL)  # (): the preset's
     methods: tuple[str, ...] | None = flag(
         "--methods", nargs="+", metavar="METHOD", to_field=_tuple, unset="the preset's [run] methods",
         help="FL methods (fedavg, fedprox+spherefed, spherefed+ffc, ...: docs/fl.md; yours: package.module:Class), "
              "separated by spaces, each once; a name means the same method in every command (ffc alone is "
-             "spherefed+ffc, ccvr alone fedavg+ccvr)")
+             "spherefed+ffc, ccvr alone fedavg+ccvr)", commands=ALL)
     batch_size: int = flag("--batch-size", type=cli.int_in(1, checks.BATCH_SIZE_MAX), default=64, commands=(RUN,),
                            help=f"local batch size of the priced step (at most {checks.BATCH_SIZE_MAX:,})")
-    seed: int | None = flag("--seed", type=cli.int_in(0, checks.SEED_MAX), unset="the preset's",
+    seed: int | None = flag("--seed", type=cli.int_in(0, checks.SEED_MAX), unset="the preset's", commands=ALL,
                             help=f"0 to {checks.SEED_MAX:,}: partition, initial weights, sampling, shuffling")
     preset: str = flag("--preset", default="quick",
                        help="the federated run's settings: a name under configs/presets/ (quick, smoke, small, paper, "
-                            "...) or a .toml path")
+                            "...) or a .toml path", commands=ALL)
     data_dir: str | None = flag("--data-dir", metavar="DIR",
                                 help="the dataset's folder (CIFAR-10/100, TinyImageNet); not for the offline "
                                      f"{' or '.join(PACKAGED_DATASETS)}")
     hw_path: str | None = flag("--hw", nargs="+", metavar="HW_TOML",
                                help="hardware TOML of the modeled accelerator (default: the paper's); bench.run prices "
-                                    "several side by side, the first the run's (docs/byom.md)")
+                                    "several side by side, the first the run's (docs/byom.md)", commands=ALL)
     alpha: float | None = flag("--alpha", type=cli.finite_float(positive=True), unset="the preset's",
                                help="Dirichlet concentration of the partition")
     target_accuracy_pct: float | None = flag(
@@ -109,7 +110,7 @@ class RunSpec:
              "the covering reference study's declared target)")
     system_path: str = flag("--system", default=cli.Default(DEFAULT_SYSTEM_PATH), metavar="SYSTEM_TOML",
                             help="system-model TOML of the priced rounds: the clients' links and devices "
-                                 "(default configs/system/default.toml; docs/rounds.md)")
+                                 "(default configs/system/default.toml; docs/rounds.md)", commands=ALL)
     input_shape: tuple[int, int, int] | None = flag(
         "--input-shape", metavar="C,H,W", commands=(RUN,), to_field=_input_shape,
         help="one sample's input shape, priced and trained (3,S,S; default: 3,32,32 priced, the preset's size trained)")
@@ -172,15 +173,15 @@ class RunSpec:
         "--fleet", metavar="FLEET_TOML",
         help="fleet TOML (or a name under configs/fleets/): each client's device class, memory, link and "
              "availability; rounds with a deadline aggregate only the clients that arrive (docs/fleets.md); "
-             "replaces --system")
+             "replaces --system", commands=ALL)
     deadline_s: float | None = flag("--deadline-s", type=float, metavar="S",
                                     help="with --fleet: the round's reporting deadline in seconds, instead of the "
-                                         "fleet file's (inf: none); a deadline sweep over one fleet file")
+                                         "fleet file's (inf: none); a deadline sweep over one fleet file", commands=ALL)
     overcommit: float | None = flag("--overcommit", type=float, metavar="X",
                                     help="with --fleet: sample ceil(X x wanted) clients per round, instead of the "
-                                         "fleet file's over-commitment (1 to 10)")
-    rounds: int | None = flag("--rounds", type=cli.int_in(1, checks.ROUNDS_MAX), commands=(FL,), unset="the preset's",
-                              help="rounds of the federated run")
+                                         "fleet file's over-commitment (1 to 10)", commands=ALL)
+    rounds: int | None = flag("--rounds", type=cli.int_in(1, checks.ROUNDS_MAX), commands=(FL, FLOWER),
+                              unset="the preset's", help="rounds of the federated run")
     holdout: float | None = flag("--holdout", type=cli.finite_float(low=0.0, high=0.95), metavar="FRACTION",
                                  commands=(FL,),
                                  help="validation hold-out drawn from train before partitioning (Sec. 5.1: 0.15; "
@@ -297,9 +298,10 @@ def from_point(point: Mapping[str, Any], command: str, *, where: str) -> RunSpec
         _check_type(key, value, actions[key], where)
     point = {k: ",".join(map(str, v)) if actions[k].nargs is None and isinstance(v, list) else v
              for k, v in point.items()}
+    required = {k: point[k] for k in REQUIRED.get(command, ()) if k in point}  # each key parsed with them
     for key, value in point.items():
         try:
-            parser.parse_args(point_argv({key: value}))
+            parser.parse_args(point_argv({**required, key: value}))
         except ValueError as err:
             raise ValueError(f"{where}: grid setting {key} = {value!r}: {str(err).split(' (python -m')[0]}") from None
     return from_args(parser.parse_args(point_argv(point)), command)

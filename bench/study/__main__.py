@@ -25,7 +25,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from bench.lib import spec
+from bench.lib import resolve, spec
 from bench.lib.grid.engine import BACKENDS, GridError, check_ray_address, validate_points
 from bench.lib.results import FORMAT_VERSION
 from bench.study import phases, report
@@ -33,7 +33,6 @@ from bench.study.reprice import reprice_study
 from bench.lib.study.spec import load_study
 from iokit import checks, cli, outputs
 from iokit.provenance import git_commit
-from workloads.fl.data import PACKAGED_DATASETS
 
 
 def parser() -> cli.Parser:
@@ -65,16 +64,10 @@ def check_reprice(args, study, out: Path) -> None:
 
 
 def check_data_dir(study, data_dir: str | None) -> None:
-    """The study's dataset and ``--data-dir`` agree (ValueError naming the fix)."""
-    dataset = study.fl(study.models[0], study.settings[0], 0).dataset
-    if dataset in PACKAGED_DATASETS and data_dir:
-        raise ValueError(f"--data-dir {data_dir}: the study's dataset is the offline {dataset}, which ships with "
-                         f"{PACKAGED_DATASETS[dataset]}; leave --data-dir out (or set dataset = \"cifar10\" in "
-                         "the study file)")
-    if dataset not in PACKAGED_DATASETS and not data_dir:
-        raise ValueError(f"the study's dataset is {dataset}: give its folder with --data-dir DIR (docs/data.md)")
-    if data_dir and not Path(data_dir).is_dir():
-        raise ValueError(f"--data-dir {data_dir} is not a folder; give the extracted dataset's folder or its parent")
+    """The study's dataset and ``--data-dir`` agree (``bench.lib.resolve.check_data_dir``, every run's
+    rule, in the study's words; ValueError naming the fix)."""
+    resolve.check_data_dir(study.fl(study.models[0], study.settings[0], 0).dataset, data_dir, whose="the study's",
+                           fix='or set dataset = "cifar10" in the study file')
 
 
 def projection_lines(study, ex, out: Path, workers: int) -> list[str]:

@@ -157,11 +157,17 @@ def on_device(modeled_s: float, energy_j: float, *, static_w: float, speed: floa
 
 DROP_REASONS = ("unavailable", "memory", "deadline", "surplus")
 """Why a sampled client's update is not aggregated (``workloads.cost.fleet``), in column order."""
+DROPPED_COLUMNS = tuple(f"dropped_{reason}" for reason in DROP_REASONS)
+"""The sampled clients not aggregated in a round, one column per reason (``rounds.csv``, a study's
+participation, the fleet figure)."""
+CUMULATIVE_COLUMNS = ("cum_wall_s", "cum_device_s", "cum_energy_j", "cum_bytes")
+"""The modeled cost of a run up to and including a round: wall time, device time, energy, bytes
+(``rounds.csv``, a study's ``curve.csv``, ``results.json``'s ``modeled``, time-to-accuracy)."""
 ROUNDS_COLUMNS = (
     "method", "round", "stage", "clients", "accuracy",
     "round_wall_s", "server_s", "round_device_s", "round_energy_j", "round_bytes",
-    "cum_wall_s", "cum_device_s", "cum_energy_j", "cum_bytes",
-    "sampled", *(f"dropped_{reason}" for reason in DROP_REASONS), "collect_s",
+    *CUMULATIVE_COLUMNS,
+    "sampled", *DROPPED_COLUMNS, "collect_s",
 )
 """Columns of ``rounds.csv`` (docs/results.md). ``stage`` is ``train`` for rounds 1..R and
 ``calibration`` for the one-shot calibration after round R (round R + 1); ``accuracy`` is the
@@ -185,7 +191,7 @@ def ledger_rows(method: str, rounds: Iterable[tuple[int, str, int, float | None,
                      "round_device_s": cost.device_s, "round_energy_j": cost.energy_j, "round_bytes": cost.bytes,
                      "cum_wall_s": wall, "cum_device_s": device, "cum_energy_j": energy, "cum_bytes": nbytes,
                      "sampled": cost.sampled,
-                     **{f"dropped_{r}": cost.dropped.get(r, 0) for r in DROP_REASONS},
+                     **{column: cost.dropped.get(r, 0) for r, column in zip(DROP_REASONS, DROPPED_COLUMNS)},
                      "collect_s": cost.collect_s})
     return rows
 

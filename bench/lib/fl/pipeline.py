@@ -25,28 +25,27 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from accel_sim.hardware import HardwareConfig, load_hardware_config
+from accel_sim.hardware import HardwareConfig
 from accel_sim.mac_energy import hardware_in_format
 from bench.lib.fl.jobs import Job, JobResult, RunInputs, participation_plan, run_job
+from bench.lib.resolve import load_spec, preset_of
 from bench.lib.results import FL_RESULTS, FORMAT_NAME, FORMAT_VERSION
 from bench.lib.spec import RunSpec
 from iokit import checks
 from iokit.files import atomic_write_text
 from iokit.provenance import git_commit
 from workloads import model_spec
-from workloads.cost.fleet import (Fleet, ParticipationPlan, assign_classes, check_fleet_flags, client_formats, run_fleet,
-                                  summary_line)
+from workloads.cost.fleet import Fleet, ParticipationPlan, assign_classes, client_formats, summary_line
 from workloads.cost.rounds import Device, RunPricer, client_devices, devices_by_round, fleet_devices, fleet_system
-from workloads.cost.system import ROUNDS_COLUMNS, SystemModel, load_system_model
+from workloads.cost.system import CUMULATIVE_COLUMNS, ROUNDS_COLUMNS, SystemModel
 from workloads.fl.comm import closed_form_bytes, closed_form_sizes, ledger_totals
-from workloads.fl.data import PACKAGED_DATASETS, Dataset
+from workloads.fl.data import Dataset
 from workloads.fl.execution import Execution, kernel_environment
 from workloads.fl.hparams import Hparams
 from workloads.fl.local import prepare_model
 from workloads.fl.loop import duration_text, forecast, sample_clients
 from workloads.fl.methods import MethodConfig, parse_method
-from workloads.models import MODELS
-from workloads.fl.presets import Preset, client_data, load_data, load_preset, with_changes
+from workloads.fl.presets import Preset, client_data, load_data
 
 RESULTS_FILES = (FL_RESULTS, "accuracy.csv", "ledger.csv", "partition.csv", "rounds.csv")
 
@@ -121,29 +120,21 @@ def resolve(spec: RunSpec) -> FLRun:
 
     if len(spec.models) > 1:
         raise ValueError(f"--models {' '.join(spec.models)}: {COMMAND} trains one model; give --model NAME")
-    check_fleet_flags(spec.fleet_path, spec.system_path)
-    loaded = with_changes(load_preset(spec.preset), seed=spec.seed, rounds=spec.rounds, holdout_fraction=spec.holdout,
-                          model=spec.models[0] if spec.models else None, alpha=spec.alpha)
-    chosen = method_list(spec.methods if spec.methods is not None else loaded.methods)
-    data_dir, classifier = spec.data_dir, spec.classifier
-    if loaded.fl.dataset in PACKAGED_DATASETS and data_dir:
-        raise ValueError(f"--data-dir {data_dir}: the preset's dataset is the offline {loaded.fl.dataset}, which "
-                         f"ships with {PACKAGED_DATASETS[loaded.fl.dataset]}; leave --data-dir out (or choose a "
-                         "CIFAR / TinyImageNet preset)")
-    if data_dir:
-        from iokit.cli import check_folder
-
-        check_folder(data_dir, "--data-dir")
-    if classifier is not None and loaded.fl.model in MODELS:
-        raise ValueError(f"--classifier {classifier}: the paper model {loaded.fl.model!r} has its classifier "
-                         "built in; --classifier picks the nn.Linear of a user model (docs/byom.md)")
-    jobs, sources = rates([Job(m.name, loaded.hparams(m)) for m in chosen], loaded.fl.model, loaded.fl, loaded,
+    preset = preset_of(spec, model=spec.models[0] if spec.models else None)
+    chosen = method_list(spec.methods if spec.methods is not None else preset.methods)
+    jobs, sources = rates([Job(m.name, preset.hparams(m)) for m in chosen], preset.fl.model, preset.fl, preset,
                           spec.lr_from)
-    return fl_run(loaded, chosen, {j.name: j.hp for j in jobs}, data_dir, classifier,
-                  load_hardware_config(spec.hw_path) if spec.hw_path else HardwareConfig(),
-                  load_system_model(spec.system_path), spec.execution(loaded),
-                  fleet=run_fleet(spec.fleet_path, deadline_s=spec.deadline_s, overcommit=spec.overcommit),
-                  rates=sources)
+    return assemble(spec, preset, chosen, {j.name: j.hp for j in jobs}, sources)
+
+
+def assemble(spec: RunSpec, preset: Preset, methods: Sequence[MethodConfig], hparams: Mapping[str, Hparams],
+             rates: Mapping[str, Mapping] | None = None) -> FLRun:
+    """The ``FLRun`` of ``spec`` on ``preset`` (its changes applied) training ``methods`` at
+    ``hparams``: what ``spec`` names loaded and checked once (``bench.lib.resolve.load_spec``), as
+    ``bench.fl``, a ``bench.study`` cell and ``bench.flower --fleet`` resolve it."""
+    loaded = load_spec(spec, preset)
+    return fl_run(preset, methods, hparams, spec.data_dir, spec.classifier, loaded.hw, loaded.system,
+                  loaded.execution, fleet=loaded.fleet, rates=rates)
 
 
 def fl_run(preset: Preset, methods: Sequence[MethodConfig], hparams: Mapping[str, Hparams], data_dir: str | None,
@@ -294,7 +285,7 @@ def results_doc(run: FLRun, data: FLData, trained: dict, command: str) -> dict:
             "wall_s": round(o.wall_s, 3), "pricing_wall_s": round(o.pricing_wall_s, 3),
             "projected_wall_s": round(forecasts[method.name].wall_s, 3),
             "resumed_after_round": r.resumed_after_round, "samples_trained": r.samples_trained,
-            "modeled": {key: rows[-1][key] for key in ("cum_wall_s", "cum_device_s", "cum_energy_j", "cum_bytes")},
+            "modeled": {key: rows[-1][key] for key in CUMULATIVE_COLUMNS},
             **({} if o.plan is None else {"fleet": o.plan.summary(run.fleet)}),
             "comm": ledger_totals(r.transfers), "comm_closed_form": closed_form_for(method, data, run, o.plan),
             "history": list(r.history)}

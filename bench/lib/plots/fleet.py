@@ -26,10 +26,10 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from bench.lib.results import ResultsError
-from workloads.cost.system import DROP_REASONS
+from workloads.cost.system import DROPPED_COLUMNS
 
-FLEET_COLUMNS = ("method", "round", "stage", "accuracy", "clients", "sampled",
-                 *(f"dropped_{reason}" for reason in DROP_REASONS), "round_wall_s", "collect_s", "cum_wall_s")
+FLEET_COLUMNS = ("method", "round", "stage", "accuracy", "clients", "sampled", *DROPPED_COLUMNS, "round_wall_s",
+                 "collect_s", "cum_wall_s")
 """The ``rounds.csv`` columns the figure reads."""
 PARTS = (("clients", "arrived", "tab:green"), ("dropped_unavailable", "unavailable", "tab:gray"),
          ("dropped_memory", "memory", "tab:purple"), ("dropped_deadline", "deadline", "tab:red"),

@@ -24,7 +24,7 @@ from __future__ import annotations
 import pandas as pd
 
 from accel_sim.report import CostReport
-from bench.lib.results import BREAKDOWN_COLUMNS, COST_COLUMNS
+from bench.lib.results import BLOCK_KEYS, BREAKDOWN_COLUMNS, COST_COLUMNS
 
 OUTSIDE_MODULES = "(outside modules)"
 UNITS = {"gemm": "array", "vector": "special_unit", "linalg": "linalg"}
@@ -59,8 +59,7 @@ def breakdown(ops: pd.DataFrame) -> pd.DataFrame:
     frame = ops.assign(block=ops["layer"].map(block_of),
                        kind=[kind_of(w, p, g) for w, p, g in zip(ops["work"], ops["phase"], ops["gemm_groups"])])
     frame = frame[frame["kind"] != ""]
-    keys = ["model", "method", "region", "block", "kind"]
-    return frame.groupby(keys, sort=False, as_index=False)[list(COST_COLUMNS)].sum()[list(BREAKDOWN_COLUMNS)]
+    return frame.groupby(list(BLOCK_KEYS), sort=False, as_index=False)[list(COST_COLUMNS)].sum()[list(BREAKDOWN_COLUMNS)]
 
 
 def energy_by_kind(report: CostReport) -> dict[str, float]:

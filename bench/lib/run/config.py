@@ -12,20 +12,21 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Sequence
 
-from accel_sim.hardware import HardwareConfig, load_hardware_config
+from accel_sim.hardware import HardwareConfig
 from accel_sim.mac_energy import hardware_in_format
 from bench.lib.paper import PAPER
+from bench.lib.resolve import check_classifier, load_spec, preset_of
 from bench.lib.run import compare_hw
 from bench.lib.spec import COMMAND_DEFAULTS, RUN, RunSpec
 from iokit import checks
 from workloads import model_spec
 from workloads.cost.rounds import client_devices
-from workloads.cost.fleet import Fleet, check_fleet_flags, run_fleet
-from workloads.cost.system import SystemModel, load_system_model
-from workloads.fl.data import PACKAGED_DATASETS, Dataset
+from workloads.cost.fleet import Fleet
+from workloads.cost.system import SystemModel
+from workloads.fl.data import Dataset
 from workloads.fl.execution import Execution
 from workloads.fl.methods import calibration_named, is_calibration, parse_method
-from workloads.fl.presets import Preset, load_data, load_preset, with_changes
+from workloads.fl.presets import Preset, load_data
 
 DEFAULT_METHODS = COMMAND_DEFAULTS[RUN]["methods"]
 
@@ -36,7 +37,7 @@ class Resolved:
 
     cfg: RunSpec  # its seed resolved (the preset's where not given)
     hw: HardwareConfig
-    preset: Preset  # with --alpha and evaluation after every round
+    preset: Preset  # with --seed, --alpha and evaluation after every round
     system: SystemModel
     execution: Execution
     fleet: Fleet | None = None  # --fleet, loaded (its hardware files checked)
@@ -86,32 +87,15 @@ def resolve(cfg: RunSpec) -> Resolved:
         raise ValueError(f"--input-shape {','.join(map(str, cfg.input_shape))}: the accuracy run feeds 3-channel "
                          "square images (3,S,S); price other shapes with python -m bench.capture or bench.price "
                          "(docs/byom.md)")
-    preset = with_changes(load_preset(cfg.preset), alpha=cfg.alpha, eval_every=1)
-    if preset.fl.dataset in PACKAGED_DATASETS and cfg.data_dir:
-        raise ValueError(f"--data-dir {cfg.data_dir}: --preset {cfg.preset} trains on the offline "
-                         f"{preset.fl.dataset}, which ships with {PACKAGED_DATASETS[preset.fl.dataset]}; leave "
-                         "--data-dir out, or choose a CIFAR preset (--preset paper)")
-    if preset.fl.dataset not in PACKAGED_DATASETS and not cfg.data_dir:
-        raise ValueError(f"--preset {cfg.preset} needs --data-dir pointing at {preset.fl.dataset} "
-                         "(nothing can be downloaded here)")
-    if cfg.data_dir:
-        from iokit.cli import check_folder
-
-        check_folder(cfg.data_dir, "--data-dir")
-    cfg = replace(cfg, seed=preset.fl.seed if cfg.seed is None else cfg.seed)
-    execution = cfg.execution(preset)
+    preset = preset_of(cfg, eval_every=1)
+    cfg = replace(cfg, seed=preset.fl.seed)
+    loaded = load_spec(cfg, preset)
     # every figure is priced on the hardware computing in the run's number format (FP32: as given)
-    hw = hardware_in_format(load_hardware_config(cfg.hw_path) if cfg.hw_path else HardwareConfig(),
-                            execution.number_format)
+    hw = hardware_in_format(loaded.hw, loaded.execution.number_format)
     compare_hw.load_hardware_set(cfg.compare_hw)
-    system = load_system_model(cfg.system_path)
-    client_devices(system, hw, preset.fl.num_clients, seed=cfg.seed)  # loads every per-client hardware file
-    check_fleet_flags(cfg.fleet_path, cfg.system_path)
-    fleet = run_fleet(cfg.fleet_path, deadline_s=cfg.deadline_s, overcommit=cfg.overcommit)
-    if fleet is not None:
-        fleet.check_clients(preset.fl.num_clients)
+    client_devices(loaded.system, hw, preset.fl.num_clients, seed=cfg.seed)  # loads every per-client hardware file
     check_models(cfg, classes=cfg.classes, input_shape=cfg.model_spec("").input_shape)
-    return Resolved(cfg, hw, preset, system, execution, fleet)
+    return Resolved(cfg, hw, preset, loaded.system, loaded.execution, loaded.fleet)
 
 
 def check_models(cfg: RunSpec, *, classes: int, input_shape: tuple[int, ...]) -> None:
@@ -120,10 +104,8 @@ def check_models(cfg: RunSpec, *, classes: int, input_shape: tuple[int, ...]) ->
     training, calibrations = split_methods(cfg.methods)
     spherefed = any(parse_method(m).spherefed for m in training + [calibration_named(c).trained_with
                                                                    for c in calibrations])
+    check_classifier(cfg.classifier, cfg.models)
     for model in cfg.models:
-        if cfg.classifier is not None and model in model_spec.MODELS:
-            raise ValueError(f"--classifier {cfg.classifier}: the paper model {model!r} has its classifier built in; "
-                             "--classifier picks the nn.Linear of a user model (docs/byom.md)")
         feature_dim = model_spec.build(cfg.model_spec(model, input_shape), num_classes=classes,
                                        spherefed=spherefed).feature_dim
         if spherefed and classes > feature_dim:

@@ -24,8 +24,8 @@ from bench.lib import formulas
 from bench.lib.fl.jobs import resolve_workers, started, threads_per_worker
 from bench.lib.grid.runners import grid_runner
 from bench.lib.paper import WHY_DIFFERENT
-from bench.lib.results import (BREAKDOWN_CSV, COST_COLUMNS, FORMAT_NAME, FORMAT_VERSION, LAYERS_COLUMNS, LAYERS_CSV,
-                           OPS_COLUMNS, OPS_CSV, ROUNDS_CSV, ROUNDS_CSV_COLUMNS, write_json)
+from bench.lib.results import (BREAKDOWN_CSV, COST_COLUMNS, FORMAT_NAME, FORMAT_VERSION, LAYER_KEYS, LAYERS_COLUMNS,
+                               LAYERS_CSV, OPS_COLUMNS, OPS_CSV, ROUNDS_CSV, ROUNDS_CSV_COLUMNS, write_json)
 from bench.lib.run import compare_hw, figures, formats, reference
 from bench.lib.run.breakdown import breakdown
 from bench.lib.spec import RUN, RunSpec, from_point
@@ -133,7 +133,7 @@ def trained_setting(preset, cfg: RunSpec) -> dict:
 
 def layer_rows(op_rows: list[dict]) -> pd.DataFrame:
     ops = pd.DataFrame(op_rows, columns=OPS_COLUMNS)
-    return ops.groupby(["model", "method", "region", "layer", "phase"], sort=False, as_index=False)[
+    return ops.groupby(list(LAYER_KEYS), sort=False, as_index=False)[
         list(COST_COLUMNS)].sum()[list(LAYERS_COLUMNS)]
 
 

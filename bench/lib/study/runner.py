@@ -9,8 +9,14 @@ an evaluation run with the same settings are one run::
      "fl": {FLConfig fields but model and seed}, "hparams": {every Hparams field},
      "execution": {device and options}, "hw": null, "system": null}
 
-and, for a dataset read from a folder (CIFAR-10 / CIFAR-100 / TinyImageNet), ``"data_dir": DIR``
-(absent for a dataset that ships inside a package: digits, mnist5k).
+and, only where given, the optional keys (``optional_keys``): ``"data_dir": DIR`` for a dataset
+read from a folder (CIFAR-10 / CIFAR-100 / TinyImageNet; absent for digits and mnist5k), a
+``"fleet"`` and its ``"deadline_s"``, and every other ``bench.fl`` flag a point may carry.
+
+A point is a ``Cell``: the ``bench.fl`` run (``bench.lib.spec.RunSpec``) its settings are, parsed
+as a grid point's flags, on the preset its ``fl`` and ``hparams`` tables are; ``Cell.point()`` gives
+the point back key for key (its id unchanged), and the cell is resolved as every run is
+(``bench.lib.resolve``, ``bench.lib.fl.pipeline.assemble``).
 
 The run is ``bench.fl``'s (``pipeline.load`` then ``jobs.run_job``): the data, the validation
 hold-out and the partition from the seed, the model built under the seed. It writes into its
@@ -35,47 +41,91 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from bench.lib.grid.runners import grid_runner
+from bench.lib.spec import FL, RunSpec, from_point, spec_flags
 from iokit import checks
+from iokit.cli import is_default
 from iokit.files import atomic_write_text
-from workloads.cost.system import DROP_REASONS
-from workloads.fl.data import PACKAGED_DATASETS
+from workloads.cost.system import CUMULATIVE_COLUMNS, DROPPED_COLUMNS
 from workloads.fl.execution import SETTINGS, Execution, kernel_environment
 from workloads.fl.hparams import FLConfig, Hparams, hparams_from_table
 from workloads.fl.methods import MethodConfig, parse_method
+from workloads.fl.presets import Preset
 
 POINT_KEYS = ("model", "method", "seed", "fl", "hparams", "execution", "hw", "system")
-OPTIONAL_POINT_KEYS = ("data_dir", "fleet", "deadline_s")  # a dataset's folder (folder datasets only); a fleet
-# file and its reporting deadline instead of the file's (seconds, or "inf": none; docs/fleets.md)
+TABLE_FIELDS = ("models", "methods", "seed", "preset", "alpha", "rounds", "holdout", "lr_from", "hw_path",
+                "system_path", "device", *SETTINGS)
+"""The ``RunSpec`` fields a point holds in ``POINT_KEYS`` and its tables (``fl``, ``hparams``,
+``execution``). Every other ``bench.fl`` flag is an optional key of a point (``optional_keys``)."""
 FL_KEYS = tuple(f.name for f in fields(FLConfig) if f.name not in ("model", "seed"))
 CURVE_CSV = "curve.csv"
 RUN_JSON = "run.json"
-CURVE_COLUMNS = ("method", "round", "stage", "lr", "mean_loss", "accuracy", "val_accuracy",
-                 "cum_wall_s", "cum_device_s", "cum_energy_j", "cum_bytes")
+CURVE_COLUMNS = ("method", "round", "stage", "lr", "mean_loss", "accuracy", "val_accuracy", *CUMULATIVE_COLUMNS)
 """``curve.csv``: accuracies in [0, 1] (empty where not evaluated); ``cum_*`` the modeled cost up
 to and including the round (``workloads.cost.system.ROUNDS_COLUMNS``); ``lr`` and ``mean_loss``
 empty on the calibration row."""
 
 
+POINT_PRESET = "study"  # a cell's RunSpec.preset: the preset is the point's own fl and hparams tables
+
+
 @dataclass(frozen=True)
-class PointSpec:
-    """A point, checked."""
+class Cell:
+    """A point as what it is: the ``bench.fl`` run ``spec`` (model, method, seed, files, device and
+    execution options: every setting a flag names) on the preset its ``fl`` and ``hparams`` tables
+    are (``preset``), with its ``execution`` resolved (no fleet's per-class formats: those come
+    with the fleet, ``bench.lib.fl.pipeline.fl_run``)."""
 
-    model: str
-    method: MethodConfig
-    fl: FLConfig
-    hp: Hparams
+    spec: RunSpec
+    preset: Preset
     execution: Execution
-    hw: str | None
-    system: str | None
-    data_dir: str | None = None
-    fleet: str | None = None
-    deadline_s: float | None = None  # the fleet's deadline instead of its file's (inf: none)
+
+    @property
+    def model(self) -> str:
+        return self.spec.models[0]
+
+    @property
+    def method(self) -> MethodConfig:
+        return parse_method(self.spec.methods[0])
+
+    @property
+    def fl(self) -> FLConfig:
+        return self.preset.fl
+
+    @property
+    def hp(self) -> Hparams:
+        return self.preset.hp
+
+    @property
+    def fleet(self) -> str | None:
+        return self.spec.fleet_path
+
+    @property
+    def deadline_s(self) -> float | None:
+        return self.spec.deadline_s
+
+    def point(self) -> dict[str, Any]:
+        """The point this cell was read from (``make_point``): the on-disk format, hashed into the run's id."""
+        s = self.spec
+        system = None if is_default(s.system_path) else s.system_path
+        return make_point(self.model, s.methods[0], s.seed, self.fl, self.hp, self.execution, s.hw_path, system,
+                          **{key: getattr(s, name) for name, key in optional_keys().items()})
 
 
-def parse_point(point: Mapping[str, Any]) -> PointSpec:
-    """A ``bench.study`` point (module doc) as typed settings; ValueError naming the bad key."""
+def optional_keys() -> dict[str, str]:
+    """RunSpec field -> point key of every ``bench.fl`` flag a point carries beside its tables, a key
+    only where given: today ``data_dir`` (a folder dataset's), ``classifier``, ``fleet`` and its
+    ``deadline_s`` (``"inf"``: none) and ``overcommit`` (docs/fleets.md); a run option added to
+    ``RunSpec`` is one more, so a point without it keeps its id."""
+    return {name: flag.names[0].removeprefix("--").replace("-", "_") for name, flag in spec_flags(FL)
+            if name not in TABLE_FIELDS}
+
+
+def parse_point(point: Mapping[str, Any]) -> Cell:
+    """A ``bench.study`` point (module doc) as the ``Cell`` it is; ValueError naming the bad key.
+    Its flag settings are parsed as a grid point of ``bench.fl`` is (``bench.lib.spec.from_point``):
+    one set of rules, one vocabulary. Files are read when the cell is resolved (``check_point``)."""
     where = "bench.study point"
-    checks.unknown_keys(point, (*POINT_KEYS, *OPTIONAL_POINT_KEYS), where=where)
+    checks.unknown_keys(point, (*POINT_KEYS, *optional_keys().values()), where=where)
     missing = [k for k in POINT_KEYS if k not in point]
     if missing:
         raise ValueError(f"{where}: missing key {missing[0]!r}")
@@ -90,30 +140,21 @@ def parse_point(point: Mapping[str, Any]) -> PointSpec:
     method = parse_method(point["method"])
     hp = hparams_from_table(point["hparams"], knobs=method.knobs, where=f"{where} hparams")
     checks.unknown_keys(point["execution"], ("device", *SETTINGS), where=f"{where} execution")
-    execution = Execution(**point["execution"])
-    for key in ("hw", "system"):
-        if point[key] is not None and not isinstance(point[key], str):
-            raise ValueError(f"{where}: {key} must be a TOML path or null")
-    data_dir, fleet = point.get("data_dir"), point.get("fleet")
-    if data_dir is not None and not isinstance(data_dir, str):
-        raise ValueError(f"{where}: data_dir must be a folder path")
-    if fleet is not None and not isinstance(fleet, str):
-        raise ValueError(f"{where}: fleet must be a fleet TOML path or name")
-    deadline = point.get("deadline_s")
-    if deadline is not None:
-        if fleet is None:
-            raise ValueError(f"{where}: deadline_s needs a fleet")
-        deadline = _deadline(deadline, where)
-    return PointSpec(point["model"], method, fl, hp, execution, point["hw"], point["system"], data_dir, fleet, deadline)
+    spec = from_point(point_flags(point), FL, where=where)
+    preset = Preset(POINT_PRESET, fl, (method.name,), hp, {}, {})
+    try:
+        return Cell(spec, preset, spec.execution(preset))
+    except ValueError as err:
+        raise ValueError(f"{where}: {err}") from None
 
 
-def _deadline(value: Any, where: str) -> float:
-    """A point's ``deadline_s``: seconds > 0, or ``"inf"`` (JSON has no infinity)."""
-    if value == "inf":
-        return math.inf
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-        raise ValueError(f"{where}: deadline_s = {value!r}: give seconds > 0 or \"inf\"")
-    return float(value)
+def point_flags(point: Mapping[str, Any]) -> dict[str, Any]:
+    """A point's settings as ``bench.fl``'s flags (a grid point's keys): model, method, seed, the
+    execution table, its files and its optional keys; a deadline of ``"inf"`` (JSON has no infinity) as inf."""
+    given = {key: point.get(key) for key in ("hw", "system", *optional_keys().values())}
+    given = {k: math.inf if k == "deadline_s" and v == "inf" else v for k, v in given.items() if v is not None}
+    return {"preset": POINT_PRESET, "model": point["model"], "methods": [point["method"]], "seed": point["seed"],
+            **point["execution"], **given}
 
 
 def _set(cls: type, table: Mapping[str, Any]) -> dict[str, Any]:
@@ -123,20 +164,18 @@ def _set(cls: type, table: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def make_point(model: str, method: str, seed: int, fl: FLConfig, hp: Hparams, execution: Execution,
-               hw: str | None = None, system: str | None = None, data_dir: str | None = None,
-               fleet: str | None = None, deadline_s: float | None = None) -> dict[str, Any]:
-    """The point of one run (module doc): every setting that decides its result. ``data_dir`` (a
-    dataset's folder), ``fleet`` and ``deadline_s`` (docs/fleets.md; an infinite one as ``"inf"``)
-    are keys only when given, so the offline digits' points without a fleet keep their ids."""
+               hw: str | None = None, system: str | None = None, **given: Any) -> dict[str, Any]:
+    """The point of one run (module doc): every setting that decides its result. ``given``: its
+    optional keys (``optional_keys``: ``data_dir``, ``fleet``, ``deadline_s``, ...), each a key only
+    when not None, so the offline digits' points without a fleet keep their ids; an infinite
+    deadline as ``"inf"``, a folder as text."""
+    checks.unknown_keys(given, optional_keys().values(), where="make_point")
     point = {"model": model, "method": parse_method(method).name, "seed": seed,
              "fl": {k: v for k, v in asdict(fl).items() if k not in ("model", "seed")}, "hparams": hp.as_dict(),
              "execution": execution.settings(), "hw": hw, "system": system}
-    if data_dir is not None:
-        point["data_dir"] = str(data_dir)
-    if fleet is not None:
-        point["fleet"] = fleet
-    if deadline_s is not None:
-        point["deadline_s"] = "inf" if deadline_s == math.inf else deadline_s
+    for key, value in given.items():
+        if value is not None:
+            point[key] = "inf" if value == math.inf else str(value) if isinstance(value, Path) else value
     return point
 
 
@@ -179,7 +218,7 @@ def curve_rows(method: MethodConfig, history: Sequence[Mapping], rows: Sequence[
                         "lr": None if calibration else h.get("lr"), "mean_loss": None if calibration else h.get("mean_loss"),
                         "accuracy": row["accuracy"],
                         "val_accuracy": val_after_calibration if calibration else h.get("val_accuracy"),
-                        **{k: row[k] for k in ("cum_wall_s", "cum_device_s", "cum_energy_j", "cum_bytes")}})
+                        **{k: row[k] for k in CUMULATIVE_COLUMNS}})
     return out
 
 
@@ -188,7 +227,7 @@ def participation(rows: Sequence[Mapping[str, Any]]) -> dict[str, list]:
     those dropped by reason (``workloads.cost.system.DROP_REASONS``), and the collection time."""
     train = [r for r in rows if r["stage"] == "train"]
     return {"clients": [int(r["clients"]) for r in train], "sampled": [int(r["sampled"]) for r in train],
-            **{f"dropped_{reason}": [int(r[f"dropped_{reason}"]) for r in train] for reason in DROP_REASONS},
+            **{column: [int(r[column]) for r in train] for column in DROPPED_COLUMNS},
             "collect_s": [float(r["collect_s"]) for r in train]}
 
 
@@ -218,34 +257,36 @@ def write_run(out_dir: Path, curve: Sequence[Mapping[str, Any]], info: Mapping[s
     return metrics
 
 
-def _validate(point: Mapping[str, Any]) -> None:
-    spec = parse_point(point)
-    if spec.fl.dataset not in PACKAGED_DATASETS and (spec.data_dir is None or not Path(spec.data_dir).is_dir()):
-        raise ValueError(f"dataset {spec.fl.dataset} needs its folder: give --data-dir DIR (got {spec.data_dir!r})")
+def check_point(point: Mapping[str, Any]) -> Cell:
+    """The grid's ``validate``, every point before any run, cheap: the point parsed (``parse_point``),
+    its dataset's folder checked (``bench.lib.resolve.check_data_dir``) and its model known;
+    ValueError naming the point. Its files are read by ``prepare`` (the study command prepares one
+    point per setting before any run, naming the study file and the setting)."""
+    from bench.lib.resolve import check_data_dir
     from workloads.models import MODELS
 
-    if spec.model not in MODELS and ":" not in spec.model:
-        raise ValueError(f"model {spec.model!r} is not known; give one of {', '.join(sorted(MODELS))}")
+    cell = parse_point(point)
+    try:
+        check_data_dir(cell.fl.dataset, cell.spec.data_dir)
+    except ValueError as err:
+        raise ValueError(f"bench.study point: {err}") from None
+    if cell.model not in MODELS and ":" not in cell.model:
+        raise ValueError(f"model {cell.model!r} is not known; give one of {', '.join(sorted(MODELS))}")
+    return cell
 
 
 def prepare(point: Mapping[str, Any]):
-    """Everything one run does before it trains: the hardware and system files read, the data
-    loaded, the hold-out split, the partition made and the model built (``bench.lib.fl.pipeline.load``);
-    ValueError naming what cannot be used. The study command calls it on one point per model and
-    data setting before any run (a malformed file, a hold-out that leaves no data, a factory that is
-    not a model: refused up front, not as every trial failing)."""
-    from accel_sim.hardware import HardwareConfig, load_hardware_config
+    """Everything one run does before it trains: the point resolved as ``bench.fl`` resolves a run
+    (``bench.lib.fl.pipeline.assemble``: the hardware, system and fleet files read), the data loaded,
+    the hold-out split, the partition made and the model built (``bench.lib.fl.pipeline.load``);
+    (the ``Cell``, ``FLData``), ValueError naming what cannot be used. The study command calls it on
+    one point per model and data setting before any run (a malformed file, a hold-out that leaves no
+    data, a factory that is not a model: refused up front, not as every trial failing)."""
     from bench.lib.fl import pipeline
-    from workloads.cost.fleet import run_fleet
-    from workloads.cost.system import DEFAULT_SYSTEM_PATH, load_system_model
-    from workloads.fl.presets import Preset
 
-    p = parse_point(point)
-    run = pipeline.fl_run(Preset("study", p.fl, (p.method.name,), p.hp, {}, {}), (p.method,), {p.method.name: p.hp},
-                          p.data_dir, None, load_hardware_config(p.hw) if p.hw else HardwareConfig(),
-                          load_system_model(p.system or DEFAULT_SYSTEM_PATH), p.execution,
-                          fleet=run_fleet(p.fleet, deadline_s=p.deadline_s))
-    return p, pipeline.load(run)
+    cell = parse_point(point)
+    run = pipeline.assemble(cell.spec, cell.preset, (cell.method,), {cell.method.name: cell.hp})
+    return cell, pipeline.load(run)
 
 
 def projected_local_training_s(points: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], tuple[int, float]]:
@@ -296,7 +337,7 @@ def files_read(point: Mapping[str, Any]) -> dict[str, Any]:
     return files
 
 
-@grid_runner("bench.study", validate=_validate, reads=files_read)
+@grid_runner("bench.study", validate=check_point, reads=files_read)
 def run_point(point: Mapping[str, Any], out_dir: Path) -> dict[str, float]:
     """One run of an accuracy study (module doc)."""
     from bench.lib.fl.jobs import Job, run_job

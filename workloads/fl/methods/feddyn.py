@@ -16,8 +16,10 @@ of m:
     theta^t = (1 / |P_t|) sum_{k in P_t} theta_k^t - (1 / alpha) h^t.
 
 Buffers (BatchNorm statistics) are averaged as the parameters are (1 / |P_t|). alpha's default,
-0.01, is the value the authors' code uses for its CIFAR-10 and CIFAR-100 runs (the paper searches
-alpha in {0.1, 0.01, 0.001}, Sec. 6). alpha -> 0 does not give FedAvg: the server's correction
+0.01, is ``alpha_coef = 1e-2`` of the authors' code (github.com/alpemreacar/FedDyn,
+``example_cifar_10.py``, also its CIFAR-100 setting). Their code divides alpha per client by its
+share of the data (``alpha_coef / weight_list[clnt]``, 1 for equal clients); Alg. 1 and this file
+use one alpha for every client. alpha -> 0 does not give FedAvg: the server's correction
 h^t / alpha stays finite (it is minus the mean client drift summed over the rounds).
 """
 
@@ -45,8 +47,8 @@ def dynamic_regularizer(model: nn.Module, gradient: TensorDict, anchor: TensorDi
 
 
 class FedDyn(FedAvg):
-    knobs = (positive("feddyn_alpha", 0.01, "FedDyn alpha: the authors' code for CIFAR-10/100 (paper Sec. 6 "
-                                            "searches 0.1, 0.01, 0.001)"),)
+    knobs = (positive("feddyn_alpha", 0.01, "FedDyn alpha (Alg. 1): alpha_coef of the authors' code for "
+                                            "CIFAR-10/100"),)
     anchored = True  # the regularizer reads theta^{t-1}
     flower_strategy = None  # its server rule is not Flower's FedAvg
     clients_together = True  # its step hooks batch over clients (tests/test_clients_together.py)

@@ -1,11 +1,11 @@
 """SCAFFOLD (Karimireddy et al., "SCAFFOLD: Stochastic Controlled Averaging for Federated
-Learning", ICML 2020, Alg. 1 with the option II control-variate update).
+Learning", ICML 2020, Alg. 1 with the option II control-variate update, Eq. 4).
 
 The server keeps a control variate c, each client i its own c_i (zero before its first round),
 both the size of the trainable parameters. In round t the server sends x (the model) and c; the
 client runs its local steps on the corrected gradient g_i(y) - c_i + c (Alg. 1 line 10), then
 
-    c_i+ = c_i - c + (x - y_i) / (K eta_l)        (option II, line 12)
+    c_i+ = c_i - c + (x - y_i) / (K eta_l)        (option II, line 12; Eq. 4)
 
 keeps c_i+ and sends y_i and Delta c_i = c_i+ - c_i back (line 13): twice the trainable
 parameters in each direction. The server averages (line 16) and updates
