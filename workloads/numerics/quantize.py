@@ -60,9 +60,13 @@ def round_to_format(x: torch.Tensor, fmt: NumberFormat, *, dim: int | tuple[int,
     """``x`` (float32) rounded to ``fmt``, as float32 values; BFP and MX blocks run along ``dim``.
     Stochastic rounding needs ``generator``. A scaled FP8 format scales by ``amax`` (delayed
     scaling: the history's, ``workloads.numerics.emulate``), by default ``x``'s own (current
-    scaling); the hybrid rounds a ``gradient`` to E5M2, anything else to E4M3."""
+    scaling); the hybrid rounds a ``gradient`` to E5M2, anything else to E4M3. The result carries
+    no gradient (rounding's is zero almost everywhere): a tensor that requires one, such as a
+    parameter, is rounded as its detached values."""
     if fmt.is_identity:
         return x
+    if x.requires_grad:  # the rounding kernels write into their outputs (out=), which autograd refuses
+        return round_to_format(x.detach(), fmt, dim=dim, generator=generator, amax=amax, gradient=gradient)
     if fmt.rounding == "stochastic" and generator is None:
         raise ValueError(f"number format {fmt.name}: stochastic rounding needs a generator")
     if fmt.kind == "bfp":
