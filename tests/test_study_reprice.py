@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench.lib.study.runner import (COST_COLUMNS, CURVE_COLUMNS, CURVE_CSV, PRICED_KEY, RUN_JSON, RepriceError,
+from bench.lib.study.runner import (CURVE_COLUMNS, CURVE_CSV, PRICED_KEY, RUN_JSON, RepriceError,
                                     make_point, reprice_run, run_point)
 from test_study_complete import STUDY  # a small study file (its runs never start here)
+from workloads.cost.system import CUMULATIVE_COLUMNS
 from workloads.fl.execution import Execution
 from workloads.fl.hparams import FLConfig, Hparams
 
@@ -81,7 +82,7 @@ def test_stale_cost_columns_get_todays_back_and_nothing_else_changes(trained, tm
     today = (run / CURVE_CSV).read_text()
     rows = _rows(today)
     for row in rows:  # a stale price: every cost doubled (bytes too), as a run priced by older code would show
-        for c in COST_COLUMNS:
+        for c in CUMULATIVE_COLUMNS:
             row[c] = repr(2 * float(row[c])) if c != "cum_bytes" else str(2 * int(row[c]))
     buf = io.StringIO()
     writer = csv.DictWriter(buf, CURVE_COLUMNS, lineterminator="\n")
@@ -91,7 +92,7 @@ def test_stale_cost_columns_get_todays_back_and_nothing_else_changes(trained, tm
     result = reprice_run(run, "abc123")
     assert result.changed and result.written
     assert (run / CURVE_CSV).read_text() == today
-    kept = [c for c in CURVE_COLUMNS if c not in COST_COLUMNS]
+    kept = [c for c in CURVE_COLUMNS if c not in CUMULATIVE_COLUMNS]
     assert [[r[c] for c in kept] for r in result.old] == [[r[c] for c in kept] for r in result.new]
     assert [r["cum_energy_j"] for r in result.old] == [repr(2 * float(r["cum_energy_j"])) for r in result.new]
 

@@ -360,9 +360,6 @@ def run_point(point: Mapping[str, Any], out_dir: Path) -> dict[str, float]:
     return metrics
 
 
-COST_COLUMNS = ("cum_wall_s", "cum_device_s", "cum_energy_j", "cum_bytes")
-"""``curve.csv``'s columns that pricing writes (``workloads.cost.system.ROUNDS_COLUMNS``); re-pricing
-changes these and nothing else."""
 PRICED_KEY = "priced"  # run.json: {"git_commit": ...} of the code that re-priced the run (docs/study.md)
 
 
@@ -378,7 +375,7 @@ class Repriced:
     changed: bool  # today's cost columns differ from the recorded ones
     written: bool  # curve.csv and run.json were rewritten (False: left as recorded)
     old: tuple[dict[str, str], ...] = ()  # the recorded curve.csv rows (text)
-    new: tuple[dict[str, str], ...] = ()  # today's (text; equal to ``old`` but in ``COST_COLUMNS``)
+    new: tuple[dict[str, str], ...] = ()  # today's (text; equal to ``old`` but in ``CUMULATIVE_COLUMNS``)
     note: str = ""
 
 
@@ -397,7 +394,7 @@ def reprice_run(folder: Path, commit: str) -> Repriced:
     without training: the point prepared as ``run_point`` prepares it (the data and partition from
     the seed, the model, the format, the hardware and system files, the fleet), the run's record
     rebuilt from its ``curve.csv`` (``bench.lib.fl.jobs.reprice_job``), and ``curve.csv`` written
-    again by ``curve_rows`` from it. Every column but ``COST_COLUMNS`` must come out as recorded,
+    again by ``curve_rows`` from it. Every column but the priced ``CUMULATIVE_COLUMNS`` must come out as recorded,
     byte for byte (RepriceError otherwise, nothing written); when the cost columns changed,
     ``curve.csv`` and then ``run.json`` (with ``PRICED_KEY``: ``commit``) are replaced, each
     atomically; unchanged, only ``run.json`` records ``commit``. A run on a fleet whose prices changed
@@ -428,7 +425,7 @@ def reprice_run(folder: Path, commit: str) -> Repriced:
     rows = reprice_job(Job(p.method.name, p.hp), data.inputs, history, accuracy)
     new_text = curve_text(curve_rows(p.method, history, rows, val_after))
     new = tuple(csv.DictReader(io.StringIO(new_text)))
-    kept = [c for c in CURVE_COLUMNS if c not in COST_COLUMNS]
+    kept = [c for c in CURVE_COLUMNS if c not in CUMULATIVE_COLUMNS]
     if len(new) != len(old) or any([a[c] for c in kept] != [b[c] for c in kept] for a, b in zip(old, new)):
         raise RepriceError(f"{folder}: re-priced, its curve's rows or accuracy columns would change; left as "
                            "recorded (retrain it)")
