@@ -34,6 +34,23 @@ from workloads.numerics.quantize import round_to_format
 class NonFiniteLossError(FloatingPointError):
     """Local training produced a NaN or infinite loss."""
 
+    @classmethod
+    def in_epoch(cls, where: str, epoch: int, lr: float) -> "NonFiniteLossError":
+        """The error of ``where``'s (``"round t, client k (method)"``) local ``epoch`` (from 1) at rate ``lr``."""
+        return cls(f"non-finite loss in {where}, local epoch {epoch}: lower the learning rate (lr={lr:g})")
+
+
+def shuffling_generator(seed: int) -> torch.Generator:
+    """A client's shuffling generator for one round: on the CPU, seeded by ``seed``, whatever the
+    device (the same order on every device)."""
+    return torch.Generator(device="cpu").manual_seed(seed)
+
+
+def epoch_order(idx: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """One local epoch's order of a client's samples ``idx``: a permutation drawn from its shuffling
+    ``generator``, on ``idx``'s device."""
+    return idx[torch.randperm(len(idx), generator=generator, device="cpu").to(idx.device)]
+
 
 def loss_function(method: MethodConfig) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     """Batch-mean loss: MSE against one-hot with SphereFed (Eq. 5), cross entropy otherwise."""

@@ -60,8 +60,8 @@ from workloads.fl.aggregate import moving_average
 from workloads.fl.comm import Transfer, grouped_bytes, metadata_bytes, tensor_bytes
 from workloads.fl.execution import DeviceData, Execution, synchronize
 from workloads.fl.hparams import FLConfig, Hparams
-from workloads.fl.local import (ClientTrainer, NonFiniteLossError, client_trainer, example_received, per_sample_loss,
-                                prepare_model)
+from workloads.fl.local import (ClientTrainer, NonFiniteLossError, client_trainer, epoch_order, example_received,
+                                per_sample_loss, prepare_model, shuffling_generator)
 from workloads.fl.methods import MethodConfig
 from workloads.fl.methods.base import ClientUpdate, ServerState, frozen_keys, trainable_keys
 from workloads.fl.guard import check_divergence, check_finite
@@ -235,20 +235,19 @@ def train_client(trainer, data: DeviceData, idx: torch.Tensor, hp: Hparams, *, s
                  augment: torch.Generator | None = None, channels_last: bool = False) -> tuple[int, float]:
     """Local epochs of SGD steps over samples ``idx`` of ``data``; returns (steps, mean loss).
     NaN/inf -> NonFiniteLossError. The shuffling order is drawn on the CPU from ``seed``."""
-    gen = torch.Generator(device="cpu").manual_seed(seed)
+    gen = shuffling_generator(seed)
     n, steps = len(idx), 0
     loss_sum = torch.zeros((), device=idx.device)
     starts = batch_starts(n, hp.batch_size)
     for epoch in range(hp.local_epochs):
-        order = idx[torch.randperm(n, generator=gen, device="cpu").to(idx.device)]
+        order = epoch_order(idx, gen)
         for s in starts:
             batch = order[s:s + hp.batch_size]
             x = _memory_format(data.take(batch, generator=augment), channels_last)
             loss_sum = loss_sum + trainer.step(x, data.y[batch])
         steps += len(starts)
         if not torch.isfinite(loss_sum):
-            raise NonFiniteLossError(f"non-finite loss in {where}, local epoch {epoch + 1}: lower "
-                                     f"the learning rate (lr={trainer.optimizer.param_groups[0]['lr']:g})")
+            raise NonFiniteLossError.in_epoch(where, epoch + 1, trainer.optimizer.param_groups[0]["lr"])
     return steps, float(loss_sum) / max(steps, 1)
 
 
@@ -498,7 +497,7 @@ def _clients_together(setup: _Setup, server: ServerState, memory: dict, kept: di
         starts.append((trainer, down))
         runs.append(ClientRun(state, trainer.ctx, setup.client_idx[k], tuple(batch_starts(len(setup.client_idx[k]),
                                                                                          setup.hp.batch_size)),
-                              torch.Generator(device="cpu").manual_seed(derived_seed(setup.cfg.seed, t, k)),
+                              shuffling_generator(derived_seed(setup.cfg.seed, t, k)),
                               _augment(setup, t, k), _where(setup, t, k)))
     results = train_together(setup.client_model, setup.method, starts[0][0].hp, runs, setup.train)
     out = []

@@ -45,7 +45,7 @@ from torch import nn
 
 from workloads.fl.execution import DeviceData, Execution
 from workloads.fl.hparams import Hparams
-from workloads.fl.local import NonFiniteLossError, loss_function
+from workloads.fl.local import NonFiniteLossError, epoch_order, loss_function
 from workloads.fl.methods import MethodConfig
 from workloads.fl.methods.base import RoundContext, trains_together
 
@@ -172,7 +172,7 @@ def train_together(model: nn.Module, method: MethodConfig, hp: Hparams, clients:
                 continue
             b = s % len(c.batches)
             if b == 0:
-                orders[k] = c.idx[torch.randperm(len(c.idx), generator=c.shuffle, device="cpu").to(c.idx.device)]
+                orders[k] = epoch_order(c.idx, c.shuffle)
             batch = orders[k][c.batches[b]:c.batches[b] + hp.batch_size]
             groups.setdefault(len(batch), []).append((k, batch))
         for members in groups.values():
@@ -185,8 +185,7 @@ def train_together(model: nn.Module, method: MethodConfig, hp: Hparams, clients:
                 loss_sums[k] = loss_sums[k] + losses[i]
         for k, c in enumerate(clients):
             if s < steps[k] and (s + 1) % len(c.batches) == 0 and not torch.isfinite(loss_sums[k]):
-                raise NonFiniteLossError(f"non-finite loss in {c.where}, local epoch {(s + 1) // len(c.batches)}: "
-                                         f"lower the learning rate (lr={lr:g})")
+                raise NonFiniteLossError.in_epoch(c.where, (s + 1) // len(c.batches), lr)
     return [ClientResult(steps[k], float(loss_sums[k]) / max(steps[k], 1),
                          {key: v[k].detach().clone() for key, v in stacked.weights.items()})
             for k in range(len(clients))]
