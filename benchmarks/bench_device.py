@@ -2,16 +2,20 @@
 the data path; and the projected against the measured wall time of a small run (issue 18).
 
     PYTHONPATH=. python benchmarks/bench_device.py [--device auto] [--steps 3] [--repeats 2] [--threads 1]
-                                                   [--options loop,channels_last,bf16,compile,together]
-                                                   [--clients 10] [--out results/reference/bench_device_cpu.json]
+                                                   [--options loop,channels_last,bf16,compile,together,threads]
+                                                   [--clients 10] [--client-threads 2]
+                                                   [--out results/reference/bench_device_cpu.json]
 
 1. Samples/s of local SGD steps of MobileNetV2 (CIFAR variant, 100 classes, 32x32) at batch 64:
    ``bare`` is a hand-written PyTorch step (zero_grad, forward, cross entropy, backward, SGD
    with momentum 0.9 and weight decay 5e-4) on one batch held on the device; ``loop`` is the
    federated loop's ``ClientTrainer.step`` on the same batch (``workloads.fl.loop.step_rate``),
-   then ``channels_last``, ``bf16`` and ``compile`` each alone, and ``together``: ``--clients``
-   clients trained together (``workloads.fl.together.train_together``, one batch of 64 each, the
-   batch gathered per step as the loop gathers it), samples/s over all of them. One warm-up step
+   then ``channels_last``, ``bf16`` and ``compile`` each alone, ``together``: ``--clients``
+   clients trained together (``workloads.fl.loop.together_rate``: ``train_together``, one batch of
+   64 each, the batch gathered per step as the loop gathers it), and ``threads``:
+   ``--client-threads`` clients trained at once, each on its own thread and copy of the model (and
+   CUDA stream on a GPU; ``step_rate`` with ``clients``, as ``--client-threads`` trains them),
+   samples/s over all of them. One warm-up step
    (the one that compiles), then ``--steps`` timed steps; the device is synchronized around the clock. The
    variants alternate ``--repeats`` times and each keeps its best rate (a shared CPU disturbs
    single measurements).
@@ -22,8 +26,8 @@ the data path; and the projected against the measured wall time of a small run (
 3. A small run (FedAvg, ConvNet on digits at 16x16, 5 clients, 3 rounds, E = 1, B = 32): the wall
    time ``run_method`` projects from a few timed steps before round 1, and the measured wall time
    of the run (target: within 2x); then the same run with its clients trained together
-   (``clients_together``) and the sequential one again, back to back: the ratio of the sequential
-   run's best wall time to the batched run's.
+   (``clients_together``), on ``--client-threads`` threads (``client_threads``), and the sequential
+   one again, back to back: the ratio of the sequential run's best wall time to each mode's.
 
 The figures go to ``--out`` (JSON: device name, torch version, command, the machine's 1-minute
 load average before and after, numbers). On a CPU shared with other processes, single rates
@@ -48,15 +52,13 @@ import torch.nn.functional as F
 from workloads.fl.data import NORMALIZATION, Dataset, load_dataset
 from workloads.fl.execution import DeviceData, Execution, device_name, exact_uint8, resolve_device, synchronize
 from workloads.fl.hparams import FLConfig, Hparams
-from workloads.fl.local import client_trainer
-from workloads.fl.loop import forecast, run_method, step_rate
+from workloads.fl.loop import forecast, run_method, step_rate, together_rate
 from workloads.fl.methods import parse_method
 from workloads.fl.partition import dirichlet_partition
-from workloads.fl.together import ClientRun, train_together
 from workloads.models import build_model
 
 BATCH = 64
-OPTIONS = ("loop", "channels_last", "bf16", "compile", "together")
+OPTIONS = ("loop", "channels_last", "bf16", "compile", "together", "threads")
 
 
 def mobilenet(device: torch.device, channels_last: bool = False):
@@ -94,37 +96,17 @@ def bare_rate(device: torch.device, steps: int) -> float:
     return steps * BATCH / (time.perf_counter() - start)
 
 
-def option_rate(option: str, device: torch.device, steps: int, data: DeviceData, clients: int) -> float:
-    if option == "together":
-        return together_rate(device, steps, data, clients)
+def option_rate(option: str, device: torch.device, steps: int, data: DeviceData, clients: int,
+                client_threads: int) -> float:
     ex = Execution(device=str(device), channels_last=option == "channels_last", bf16=option == "bf16",
                    compile=option == "compile")
     model = mobilenet(device, ex.channels_last)
     if ex.compile:
         model.compile()
-    hp = Hparams(lr=0.01, batch_size=BATCH)
-    return step_rate(model, parse_method("fedavg"), hp, data, torch.arange(BATCH, device=device), ex, steps)
-
-
-def together_rate(device: torch.device, steps: int, data: DeviceData, clients: int) -> float:
-    """Samples/s of ``clients`` MobileNetV2 clients trained together, one batch of ``BATCH`` each
-    per step (``train_together``: a warm-up step, then ``steps`` timed ones)."""
-    model, method = mobilenet(device), parse_method("fedavg")
-    idx = torch.arange(BATCH, device=device)
-    start = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    trainer = client_trainer(model, start, Hparams(lr=0.01, batch_size=BATCH), method)
-
-    def train(epochs: int) -> None:
-        runs = [ClientRun(start, trainer.ctx, idx, (0,), torch.Generator().manual_seed(k), None, f"client {k}")
-                for k in range(clients)]
-        train_together(model, method, Hparams(lr=0.01, batch_size=BATCH, local_epochs=epochs), runs, data)
-
-    train(1)
-    synchronize(device)
-    begin = time.perf_counter()
-    train(steps)
-    synchronize(device)
-    return steps * clients * BATCH / (time.perf_counter() - begin)
+    method, hp, idx = parse_method("fedavg"), Hparams(lr=0.01, batch_size=BATCH), torch.arange(BATCH, device=device)
+    if option == "together":
+        return together_rate(model, method, hp, data, idx, ex, clients, steps)
+    return step_rate(model, method, hp, data, idx, ex, steps, clients=client_threads if option == "threads" else 1)
 
 
 def data_rates(device: torch.device, batches: int = 100, repeats: int = 5) -> dict[str, float]:
@@ -155,7 +137,7 @@ def data_rates(device: torch.device, batches: int = 100, repeats: int = 5) -> di
     return out
 
 
-def small_run(device: torch.device) -> dict[str, float]:
+def small_run(device: torch.device, client_threads: int) -> dict[str, float]:
     train, test = load_dataset("digits", image_size=16)
     parts = dirichlet_partition(train.y.numpy(), 5, 0.5, seed=0)
     hp = Hparams(lr=0.05, local_epochs=1, batch_size=32)
@@ -173,10 +155,12 @@ def small_run(device: torch.device) -> dict[str, float]:
 
     measured = wall_s(ex)
     together = wall_s(replace(ex, clients_together=True))
-    sequential = min(measured, wall_s(ex))  # again, after the batched run: the machine's load drifts
+    threaded = wall_s(replace(ex, client_threads=client_threads))
+    sequential = min(measured, wall_s(ex))  # again, after the other modes: the machine's load drifts
     return {"projected_s": projection.wall_s, "measured_s": measured, "samples": projection.samples,
-            "clients_together_s": together, "sequential_best_s": sequential,
-            "clients_together_speedup": sequential / together, "forecast_line": projection.line()}
+            "clients_together_s": together, "client_threads_s": threaded, "sequential_best_s": sequential,
+            "clients_together_speedup": sequential / together, "client_threads_speedup": sequential / threaded,
+            "forecast_line": projection.line()}
 
 
 def main() -> None:
@@ -187,6 +171,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--options", default=",".join(OPTIONS))
     ap.add_argument("--clients", type=int, default=10, help="clients trained together (the together option)")
+    ap.add_argument("--client-threads", type=int, default=2, help="clients trained at once on threads (the threads "
+                    "option and the small run's; on a CPU, give it at most its cores over --threads)")
     ap.add_argument("--out", help="JSON file for the figures (default results/bench_device_<device type>.json)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -202,7 +188,8 @@ def main() -> None:
             if option in errors:
                 continue
             try:
-                rates[option] = max(rates.get(option) or 0.0, option_rate(option, device, args.steps, data, args.clients))
+                rates[option] = max(rates.get(option) or 0.0, option_rate(option, device, args.steps, data, args.clients,
+                                                                          args.client_threads))
             except Exception as err:  # noqa: BLE001 - e.g. no C++ compiler for torch.compile here
                 rates[option] = None
                 errors[option] = f"{type(err).__name__}: {str(err).splitlines()[0][:100]}"
@@ -212,18 +199,21 @@ def main() -> None:
         if option in errors:
             print(f"  {option:28s} unavailable: {errors[option]}")
         else:
-            label = f"together ({args.clients} clients)" if option == "together" else option
+            label = {"together": f"together ({args.clients} clients)",
+                     "threads": f"threads ({args.client_threads} clients)"}.get(option, option)
             print(f"  {label:28s} {rates[option]:10.1f}   ({rates[option] / rates['bare']:.2f} x bare)")
     data_path = data_rates(device)
     print("batch assembly, samples/s:")
     for k, v in data_path.items():
         print(f"  {k:40s} {v:12,.0f}")
-    run = small_run(device)
+    run = small_run(device, args.client_threads)
     print(f"small run: {run['forecast_line']}")
     print(f"small run: projected {run['projected_s']:.2f} s (local training), measured {run['measured_s']:.2f} s "
           f"(whole run), ratio {run['measured_s'] / run['projected_s']:.2f} (target within 2x)")
     print(f"small run, clients together: {run['clients_together_s']:.2f} s against {run['sequential_best_s']:.2f} s "
           f"one after another (best of two): {run['clients_together_speedup']:.2f} x")
+    print(f"small run, {args.client_threads} client threads: {run['client_threads_s']:.2f} s against "
+          f"{run['sequential_best_s']:.2f} s one after another (best of two): {run['client_threads_speedup']:.2f} x")
     out = Path(args.out or f"results/bench_device_{device.type}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({
@@ -232,6 +222,7 @@ def main() -> None:
         "torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
         "load_average_1min_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
         "batch": BATCH, "timed_steps": args.steps, "repeats": args.repeats, "clients_together": args.clients,
+        "client_threads": args.client_threads,
         "mobilenetv2_samples_per_s": rates, "unavailable": errors, "batch_assembly_samples_per_s": data_path,
         "small_run": {k: v for k, v in run.items() if k != "forecast_line"}}, indent=1) + "\n")
     print(f"wrote {out}")

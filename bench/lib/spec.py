@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any, Callable, Mapping, Sequence
 
 from iokit import checks, cli
@@ -143,6 +143,11 @@ class RunSpec:
         help="train each round's clients as one batched computation (torch.func.vmap over stacked models; "
              "throughput; equal to one after another to float rounding; a run it cannot batch says so and trains "
              "them one after another: docs/fl.md; default: the preset's, else off)")
+    client_threads: int = flag(
+        "--client-threads", type=cli.int_in(1, checks.THREADS_MAX), default=1, metavar="N",
+        help="train N of each round's clients at once, each on its own thread (and CUDA stream on a GPU); the "
+             "sequential loop's code per client, equal to one after another bit for bit on the CPU; with --threads 1 "
+             "on a CPU of N cores (docs/fl.md, \"Clients at once\"); 1: one after another")
     number_format: str | None = flag(
         "--number-format", metavar="FORMAT",
         help="the clients' arithmetic: every GEMM operand of local training rounded to fp32, bf16, fp16, e4m3, e5m2, "
@@ -200,7 +205,8 @@ class RunSpec:
     def execution(self, preset) -> Execution:
         """Where and how the runs train: ``device``, and each option from its flag or the preset's
         ``[execution]`` table (``workloads.fl.execution.execution_of``)."""
-        return execution_of(self.device, self.execution_flags, preset.execution, rounds=preset.fl.rounds)
+        return replace(execution_of(self.device, self.execution_flags, preset.execution, rounds=preset.fl.rounds),
+                       client_threads=self.client_threads)
 
     def model_spec(self, model: str, input_shape: tuple[int, ...] | None = None) -> ModelSpec:
         """``model`` at ``input_shape`` (default: ``input_shape``, else 3x32x32) with ``classifier``."""

@@ -47,6 +47,11 @@ options. None of this changes what a method computes, except the options marked 
   rounding (a grouped convolution reduces in another order); a run it cannot batch (a number
   format, ``bf16``, ``compile``, a method not declared batchable) trains one client after another
   and says so once.
+* ``client_threads`` (default 1): a round's clients trained that many at once, each on its own
+  thread, copy of the client model and, on a GPU, CUDA stream (``workloads.fl.threads``); the
+  sequential loop's own code per client, so the results equal it bit for bit on the CPU. A
+  resource, like torch's thread count: recorded in results files, not in a run's identity
+  (``RESOURCE_SETTINGS``). Not with ``clients_together`` or ``compile``.
 """
 
 from __future__ import annotations
@@ -83,6 +88,7 @@ class Execution:
     server_average: float = 0.0  # decay of the server's moving average of the aggregates (0: none)
     client_formats: tuple[str, ...] = ()  # a fleet's: client k's arithmetic, its device class's (empty: all number_format)
     clients_together: bool = False  # a round's clients trained as one batched computation (workloads.fl.together)
+    client_threads: int = 1  # a round's clients trained this many at once, each on its own thread (workloads.fl.threads)
 
     def __post_init__(self) -> None:
         fmt = NumberFormat.parse(self.number_format)  # NumberFormatError (a ValueError) names a bad one
@@ -101,6 +107,12 @@ class Execution:
         if not 0.0 <= self.server_average < 1.0:
             raise ValueError(f"server_average = {self.server_average!r}: the moving average's decay is in [0, 1) "
                              "(0: none; Li et al. 2024's code uses 0.9)")
+        if self.client_threads < 1:
+            raise ValueError(f"--client-threads {self.client_threads}: give 1 (one client after another) or more")
+        if self.client_threads > 1 and (self.clients_together or self.compile):
+            raise ValueError(f"--client-threads {self.client_threads} and "
+                             f"{'--clients-together' if self.clients_together else '--compile'} both choose how the "
+                             "clients train: drop one (docs/fl.md, \"Clients at once\")")
         if self.bf16 and not fmt.is_identity:
             raise ValueError(f"--bf16 (autocast) and --number-format {fmt.name} both set the arithmetic: drop one "
                              f"(--number-format bf16 rounds every GEMM operand to bfloat16 and accumulates in FP32)")
@@ -135,7 +147,8 @@ class Execution:
         files: ``number_format`` and ``comm_format`` only where they are not ``fp32``, so that runs
         from before number formats keep their identity."""
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()
-                if not (k in FORMAT_SETTINGS and v == "fp32") and not (k in RECIPE_SETTINGS and not v)}
+                if not (k in FORMAT_SETTINGS and v == "fp32") and not (k in RECIPE_SETTINGS and not v)
+                and k not in RESOURCE_SETTINGS}
 
     @property
     def torch_device(self) -> torch.device:
@@ -151,7 +164,7 @@ class Execution:
                 "channels_last": self.channels_last, "bf16": self.bf16, "compile": self.compile,
                 "number_format": self.number_format, "comm_format": self.comm_format,
                 "low_precision_weights": self.low_precision_weights, "server_average": self.server_average,
-                "clients_together": self.clients_together,
+                "clients_together": self.clients_together, "client_threads": self.client_threads,
                 **({"precision_schedule": self.precision_schedule} if self.precision_schedule else {}),
                 **({"client_formats": list(self.client_formats)} if self.client_formats else {})}
 
@@ -291,6 +304,10 @@ OPTIONS = ("augment", "channels_last", "bf16", "compile", "low_precision_weights
 RECIPE_SETTINGS = ("client_formats", "low_precision_weights", "server_average", "precision_schedule", "clients_together")
 """Recorded in a run's identity only where set, so that runs from before them keep theirs."""
 FORMAT_SETTINGS = ("number_format", "comm_format")
+RESOURCE_SETTINGS = ("client_threads",)
+"""How much of the machine a run uses, not what it computes (the results are the same bit for bit):
+recorded in results files (``describe``), never in a run's identity (``settings``), so that a run
+resumes, and a study reuses it, whatever it is set to."""
 DECAY_SETTINGS = ("server_average",)  # a number in [0, 1)
 SCHEDULE_SETTINGS = ("precision_schedule",)  # a schedule's text or a shipped name (workloads.numerics.schedule)
 SETTINGS = (*OPTIONS, *FORMAT_SETTINGS, *DECAY_SETTINGS, *SCHEDULE_SETTINGS)  # what [execution] may set

@@ -65,6 +65,8 @@ from workloads.fl.local import (ClientTrainer, NonFiniteLossError, client_traine
 from workloads.fl.methods import MethodConfig
 from workloads.fl.methods.base import ClientUpdate, ServerState, frozen_keys, trainable_keys
 from workloads.fl.guard import check_divergence, check_finite
+from workloads.fl import threads
+from workloads.fl.threads import Slot, draws_global_generator, run_on_slots
 from workloads.fl.together import ClientRun, fallback_line, fallback_reason, train_together
 from workloads.numerics.emulate import Arithmetic
 from workloads.numerics.quantize import round_tensors
@@ -126,6 +128,7 @@ class _Setup:
     val: DeviceData | None = None  # the validation hold-out (scored whenever the test set is)
     arrivals: tuple[tuple[int, ...], ...] | None = None  # per round (and calibration), the clients (None: sampled, all)
     together: bool = False  # a round's clients trained as one batched computation (``workloads.fl.together``)
+    slots: tuple[Slot, ...] = ()  # a round's clients trained on threads, one per slot (``workloads.fl.threads``; (): one after another)
 
 
 def cosine_lr(lr: float, lr_min: float, round: int, rounds: int) -> float:
@@ -317,6 +320,8 @@ def run_method(method: MethodConfig, *, model_fn: Callable[[], nn.Module], train
         if reason is not None:
             print(fallback_line(method, reason), file=sys.stderr)
         setup = replace(setup, together=reason is None)
+    if execution.client_threads > 1:
+        setup = _with_threads(setup)
     fingerprint = _fingerprint(setup, parts) if checkpoint is not None else ""
     state = _initial_state(setup)
     if resume and checkpoint is not None and Path(checkpoint).is_file():
@@ -385,11 +390,14 @@ def _federated_round(setup: _Setup, state: LoopState, t: int) -> LoopState:
               for i, (group, tensors) in enumerate(sorted(extras.items()))}
     transfers, memory, updates, losses, samples = list(state.transfers), dict(state.memory), [], [], state.samples
     kept = dict(state.clients)
-    together = _clients_together(setup, server, memory, kept, clients, shared, extras, t, lr, transfers) \
-        if setup.together and clients else None
-    for i, k in enumerate(clients):
-        update, loss, local, own = together[i] if together else _client_update(
-            setup, server, memory.get(k, {}), kept.get(k), shared, extras, t, k, lr, transfers)
+    if setup.together and clients:
+        trained = _clients_together(setup, server, memory, kept, clients, shared, extras, t, lr, transfers)
+    elif setup.slots:
+        trained = _clients_in_threads(setup, server, memory, kept, clients, shared, extras, t, lr, transfers)
+    else:
+        trained = [_client_update(setup, server, memory.get(k, {}), kept.get(k), shared, extras, t, k, lr, transfers)
+                   for k in clients]
+    for k, (update, loss, local, own) in zip(clients, trained):
         if local:
             memory[k] = local
         if own:
@@ -424,12 +432,14 @@ def _checked_groups(tensors: dict, declared: tuple[str, ...], hook: str, method:
 
 
 def _client_update(setup: _Setup, server: ServerState, own_state: dict, kept: dict | None, shared: list[str],
-                   extras: dict, t: int, k: int, lr: float, transfers: list) -> tuple[ClientUpdate, float, dict, dict]:
+                   extras: dict, t: int, k: int, lr: float, transfers: list,
+                   model: nn.Module | None = None) -> tuple[ClientUpdate, float, dict, dict]:
     """Client k in round t: download (the shared state and the method's ``extras``), train
     locally, upload. ``kept``: the method's state client k kept from its last round (None: its
     first). Returns (update, mean loss, the client's local parts to keep, its new method state)
-    and appends its transfers to the ledger."""
-    trainer, down = _client_start(setup, server, own_state, kept, shared, t, k, extras, lr)
+    and appends its transfers to the ledger. ``model``: the client model it trains (None: the run's)."""
+    model = setup.client_model if model is None else model
+    trainer, down = _client_start(setup, server, own_state, kept, shared, t, k, extras, lr, model)
     steps, loss = train_client(trainer, setup.train, setup.client_idx[k], setup.hp, seed=derived_seed(setup.cfg.seed, t, k),
                                where=_where(setup, t, k), augment=_augment(setup, t, k),
                                channels_last=setup.execution.channels_last)
@@ -437,15 +447,15 @@ def _client_update(setup: _Setup, server: ServerState, own_state: dict, kept: di
 
 
 def _client_start(setup: _Setup, server: ServerState, own_state: dict, kept: dict | None, shared: list[str],
-                  t: int, k: int, extras: dict, lr: float) -> tuple[ClientTrainer, dict]:
-    """Client k's download: the client model loaded with its starting weights, its trainer (the
-    method's ``RoundContext``), and the download as sent."""
+                  t: int, k: int, extras: dict, lr: float, model: nn.Module) -> tuple[ClientTrainer, dict]:
+    """Client k's download: ``model`` (a client model) loaded with its starting weights, its
+    trainer (the method's ``RoundContext``), and the download as sent."""
     method, hp, ex = setup.method, setup.hp, setup.execution
     shared_set = set(shared)
     down = sent(ex, {key: server.weights[key] for key in shared}, setup.cfg.seed, t, SEND_DOWN_STREAM)
     own = {key: v for key, v in own_state.items() if key not in shared_set}
-    setup.client_model.load_state_dict({**server.weights, **own, **down})
-    trainer = client_trainer(setup.client_model, down, hp, method, round=t, lr=lr, received=extras, state=kept,
+    model.load_state_dict({**server.weights, **own, **down})
+    trainer = client_trainer(model, down, hp, method, round=t, lr=lr, received=extras, state=kept,
                              autocast_dtype=ex.autocast_dtype, arithmetic=arithmetic_of(ex, setup.cfg.seed, t, k),
                              low_precision_weights=ex.low_precision_weights)
     return trainer, down
@@ -465,16 +475,16 @@ def _where(setup: _Setup, t: int, k: int) -> str:
 
 def _client_finish(setup: _Setup, trainer: ClientTrainer, down: dict, shared: list[str], extras: dict, t: int, k: int,
                    steps: int, loss: float, transfers: list) -> tuple[ClientUpdate, float, dict, dict]:
-    """Client k after local training (the client model holds its trained weights): the method's
+    """Client k after local training (its trainer's model holds its trained weights): the method's
     ``after_training``, the upload, and its transfers (download, then upload) in the ledger."""
-    method, hp, ex = setup.method, setup.hp, setup.execution
+    method, hp, ex, model = setup.method, setup.hp, setup.execution, trainer.model
     shared_set = set(shared)
     _record(transfers, t, k, "down", grouped_bytes(down, fmt=ex.communication))
     for group, tensors in extras.items():
         _record(transfers, t, k, "down", grouped_bytes(tensors, group, fmt=ex.communication))
-    kept, uploads = method.algo.after_training(setup.client_model, trainer.ctx, steps, hp)
+    kept, uploads = method.algo.after_training(model, trainer.ctx, steps, hp)
     uploads = _checked_groups(uploads, method.algo.extra_uploads(t), "after_training", method, t)
-    state = setup.client_model.state_dict()
+    state = model.state_dict()
     up = sent(ex, {key: state[key].detach().clone() for key in shared}, setup.cfg.seed, t, k, SEND_UP_STREAM)
     uploads = {group: sent(ex, tensors, setup.cfg.seed, t, k, SEND_EXTRAS_UP_STREAM, *([i] if i else []))
                for i, (group, tensors) in enumerate(sorted(uploads.items()))}
@@ -492,7 +502,8 @@ def _clients_together(setup: _Setup, server: ServerState, memory: dict, kept: di
     computation (``workloads.fl.together``); the same downloads, generators, hooks and ledger."""
     starts, runs = [], []
     for k in clients:
-        trainer, down = _client_start(setup, server, memory.get(k, {}), kept.get(k), shared, t, k, extras, lr)
+        trainer, down = _client_start(setup, server, memory.get(k, {}), kept.get(k), shared, t, k, extras, lr,
+                                      setup.client_model)
         state = {key: v.detach().clone() for key, v in setup.client_model.state_dict().items()}
         starts.append((trainer, down))
         runs.append(ClientRun(state, trainer.ctx, setup.client_idx[k], tuple(batch_starts(len(setup.client_idx[k]),
@@ -505,6 +516,35 @@ def _clients_together(setup: _Setup, server: ServerState, memory: dict, kept: di
         setup.client_model.load_state_dict(result.state)
         out.append(_client_finish(setup, trainer, down, shared, extras, t, k, result.steps, result.mean_loss, transfers))
     return out
+
+
+def _clients_in_threads(setup: _Setup, server: ServerState, memory: dict, kept: dict, clients: Sequence[int],
+                        shared: list[str], extras: dict, t: int, lr: float,
+                        transfers: list) -> list[tuple[ClientUpdate, float, dict, dict]]:
+    """``_client_update`` of every client of round t, as many at once as the run has slots
+    (``workloads.fl.threads``); each client's transfers enter the ledger in the round's client order."""
+    def update(model: nn.Module, k: int) -> tuple[tuple[ClientUpdate, float, dict, dict], list]:
+        own: list = []
+        return _client_update(setup, server, memory.get(k, {}), kept.get(k), shared, extras, t, k, lr, own, model), own
+
+    out = []
+    for result, own in run_on_slots(update, clients, setup.slots):
+        transfers.extend(own)
+        out.append(result)
+    return out
+
+
+def _with_threads(setup: _Setup) -> _Setup:
+    """``setup`` with ``client_threads`` slots, unless its model draws from torch's global
+    generator in a local step (``threads.draws_global_generator``, on a copy): then as it is, and one line says so."""
+    ex, method = setup.execution, setup.method
+    probe = copy.deepcopy(setup.client_model)
+    idx = setup.client_idx[0]
+    if draws_global_generator(lambda: _timed_trainer(probe, method, setup.hp, setup.train, idx, ex), ex.torch_device):
+        print(threads.fallback_line(method.name, "its model draws from torch's global generator in a local step "
+                                                  "(dropout?), which threads would interleave"), file=sys.stderr)
+        return setup
+    return replace(setup, slots=threads.slots(setup.client_model, ex.client_threads, ex.torch_device))
 
 
 def _finish(setup: _Setup, state: LoopState, resumed_after: int) -> RunResult:
@@ -589,8 +629,9 @@ class Forecast:
 
     method: str
     samples: int  # local training samples of the whole run (``planned_samples``)
-    samples_per_s: float  # measured on FORECAST_STEPS steps of a fresh model
+    samples_per_s: float  # measured on FORECAST_STEPS steps of a fresh model, in the mode the run trains in
     device: str
+    mode: str = ""  # how the timed steps ran where not one client after another ("2 clients at once on threads")
 
     @property
     def wall_s(self) -> float:
@@ -598,7 +639,8 @@ class Forecast:
 
     def line(self) -> str:
         return (f"{self.method}: projected local training {duration_text(self.wall_s)} ({self.samples:,} samples "
-                f"at {self.samples_per_s:,.0f} samples/s on {self.device}; evaluation not included)")
+                f"at {self.samples_per_s:,.0f} samples/s on {self.device}{', ' + self.mode if self.mode else ''}; "
+                "evaluation not included)")
 
 
 def forecast(method: MethodConfig, *, model_fn: Callable[[], nn.Module], train, parts: Sequence[np.ndarray],
@@ -607,20 +649,80 @@ def forecast(method: MethodConfig, *, model_fn: Callable[[], nn.Module], train, 
     """Time ``FORECAST_STEPS`` local steps (after one warm-up step, where ``compile`` compiles) of
     the model ``run_method`` would build, on the first client's first batch, and project the local
     training of the whole run (``arrivals``: the clients each round trains where a participation
-    plan gives them, as ``run_method`` takes them). Touches no state of a later ``run_method`` (it re-seeds)."""
+    plan gives them, as ``run_method`` takes them). Touches no state of a later ``run_method`` (it re-seeds).
+
+    The steps run in the mode the run will train in: with ``clients_together``, G copies of that
+    batch as one batched step (``together_rate``), and with ``client_threads``, that many clients'
+    steps at once on threads (``step_rate``), G and the thread count at most a round's clients;
+    a run that would fall back is timed one client after another, as it will train."""
     device = execution.torch_device
     model = build_on_device(method, model_fn, cfg.seed, execution)
     if execution.compile:
         model.compile()
     model.train()
     idx = torch.as_tensor(np.asarray(parts[0]), dtype=torch.long, device=device)
-    rate = step_rate(model, method, hp, DeviceData.from_dataset(train, device), idx, execution)
-    return Forecast(method.name, planned_samples(parts, cfg, hp, arrivals), rate, execution.device)
+    data, hp = DeviceData.from_dataset(train, device), hp.with_knobs(method.knobs)
+    per_round = clients_per_round(len(parts), cfg.participation)
+    if execution.clients_together and fallback_reason(method, execution) is None and per_round > 1:
+        rate, mode = together_rate(model, method, hp, data, idx, execution, per_round), f"{per_round} clients together"
+    else:
+        threads_used = min(execution.client_threads, per_round)
+        if threads_used > 1 and draws_global_generator(
+                lambda: _timed_trainer(copy.deepcopy(model), method, hp, data, idx, execution), device):
+            threads_used = 1
+        rate = step_rate(model, method, hp, data, idx, execution, clients=threads_used)
+        mode = f"{threads_used} clients at once on threads" if threads_used > 1 else ""
+    return Forecast(method.name, planned_samples(parts, cfg, hp, arrivals), rate, execution.device, mode)
 
 
 def step_rate(model: nn.Module, method: MethodConfig, hp: Hparams, data: DeviceData, idx: torch.Tensor,
-              execution: Execution, steps: int = FORECAST_STEPS) -> float:
-    """Training samples/s of ``steps`` local steps on ``model`` (changed by them) after one warm-up step."""
+              execution: Execution, steps: int = FORECAST_STEPS, clients: int = 1) -> float:
+    """Training samples/s of ``steps`` local steps of each of ``clients`` clients after one warm-up
+    step each, ``model`` (changed by them) and ``clients - 1`` copies of it trained at once on as
+    many threads (``workloads.fl.threads``; 1: this thread)."""
+    pool = threads.slots(model, clients, execution.torch_device)
+    trainers = {id(slot.model): _timed_trainer(slot.model, method, hp, data, idx, execution) for slot in pool}
+
+    def train(model: nn.Module, _: int) -> None:
+        trainer, x, y = trainers[id(model)]
+        for _ in range(steps):
+            trainer.step(x, y)
+
+    synchronize(execution.torch_device)
+    start = time.perf_counter()
+    if clients == 1:
+        train(model, 0)
+    else:
+        run_on_slots(train, range(clients), pool)
+    synchronize(execution.torch_device)
+    return clients * steps * len(idx[:hp.batch_size]) / (time.perf_counter() - start)
+
+
+def together_rate(model: nn.Module, method: MethodConfig, hp: Hparams, data: DeviceData, idx: torch.Tensor,
+                  execution: Execution, clients: int, steps: int = FORECAST_STEPS) -> float:
+    """Training samples/s of ``clients`` clients trained together (``workloads.fl.together``),
+    each ``steps`` steps on the first batch of ``idx``, after one warm-up step; ``model`` is not changed."""
+    trainer, _, _ = _timed_trainer(copy.deepcopy(model), method, hp, data, idx, execution)
+    batch = idx[:hp.batch_size]
+    start_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+    def train(epochs: int) -> None:
+        runs = [ClientRun(start_state, trainer.ctx, batch, (0,), shuffling_generator(k), None, f"timed client {k}")
+                for k in range(clients)]
+        train_together(model, method, trainer.hp.replace(local_epochs=epochs), runs, data)
+
+    train(1)
+    synchronize(execution.torch_device)
+    begin = time.perf_counter()
+    train(steps)
+    synchronize(execution.torch_device)
+    return clients * steps * len(batch) / (time.perf_counter() - begin)
+
+
+def _timed_trainer(model: nn.Module, method: MethodConfig, hp: Hparams, data: DeviceData, idx: torch.Tensor,
+                   execution: Execution) -> tuple[ClientTrainer, torch.Tensor, torch.Tensor]:
+    """A round-2 trainer of ``model`` on the first batch of ``idx`` (its ``x``, ``y``), after one
+    step (a warm-up, where ``compile`` compiles)."""
     batch = idx[:hp.batch_size]
     x = _memory_format(data.take(batch), execution.channels_last)
     y = data.y[batch]
@@ -630,12 +732,7 @@ def step_rate(model: nn.Module, method: MethodConfig, hp: Hparams, data: DeviceD
                              arithmetic=arithmetic_of(execution, 0, 1, 0),  # the forecast times round 1's emulation too
                              low_precision_weights=execution.low_precision_weights)
     trainer.step(x, y)
-    synchronize(execution.torch_device)
-    start = time.perf_counter()
-    for _ in range(steps):
-        trainer.step(x, y)
-    synchronize(execution.torch_device)
-    return steps * len(batch) / (time.perf_counter() - start)
+    return trainer, x, y
 
 
 def duration_text(seconds: float) -> str:
