@@ -31,6 +31,12 @@ def opposite_accuracy(lr: float, seed: int, t: int, rounds: int) -> tuple[float,
 
 @grid_runner("tests.study_opposite", reads=files_read)  # reads what a study run reads
 def opposite(point: dict, out_dir: Path) -> dict:
+    return write_run(out_dir, opposite_curve(point), {"machine": {"host": "stand-in", "cpu": "none"}, "wall_s": 0.0,
+                                                      **SAMPLES})
+
+
+def opposite_curve(point: dict) -> list[dict]:
+    """``opposite``'s curve.csv rows of ``point`` (module doc)."""
     method = parse_method(point["method"])
     lr, seed, rounds = point["hparams"]["lr"], point["seed"], point["fl"]["rounds"]
     loss = FORMAT_LOSS[point["execution"].get("number_format", "fp32")]
@@ -47,7 +53,7 @@ def opposite(point: dict, out_dir: Path) -> dict:
                           "accuracy": test + 0.01, "val_accuracy": val + 0.01, "cum_wall_s": 10.0 * rounds + 5,
                           "cum_device_s": 1.0 * rounds + 0.5, "cum_energy_j": 2.0 * rounds + 1,
                           "cum_bytes": 1000.0 * rounds + 500})
-    return write_run(out_dir, curve, {"machine": {"host": "stand-in", "cpu": "none"}, "wall_s": 0.0, **SAMPLES})
+    return curve
 
 
 PEAK_LR = 0.8
@@ -106,3 +112,42 @@ def slow(point: dict, out_dir: Path) -> dict:
 
     time.sleep(30)
     return opposite(point, out_dir)
+
+
+FAKE_CUDA_ENV = "TESTS_FAKE_ONE_CUDA_DEVICE"  # set: gpu_probe's process fakes one CUDA device, as a test's does
+FAKE_GPU_NAME = "stand-in GPU (tests)"
+
+
+def fake_one_cuda_device(setattr_=setattr) -> None:
+    """torch (a CPU build) answers as a machine with one CUDA device, cuda:0, does to what resolving
+    and naming a device asks (``workloads.fl.execution.resolve_device``, ``device_name``); nothing
+    runs on it. ``setattr_``: pytest's ``monkeypatch.setattr`` in a test's process."""
+    import torch
+
+    setattr_(torch.cuda, "is_available", lambda: True)
+    setattr_(torch.cuda, "device_count", lambda: 1)
+    setattr_(torch.cuda, "current_device", lambda: 0)
+    setattr_(torch.cuda, "get_device_name", lambda device=None: FAKE_GPU_NAME)
+
+
+@grid_runner("tests.study_gpu_probe", reads=files_read)
+def gpu_probe(point: dict, out_dir: Path) -> dict:
+    """``opposite``'s run, recording in run.json what the real runner records of where it ran (its
+    ``execution``: the device resolved again in this process, by ``parse_point``; its torch threads)
+    and ``cuda_state_from_parent``: torch's CUDA-initialised flag as this process found it, read
+    first (a child forked from a process that initialised CUDA starts with it set, and cannot use
+    CUDA; a spawned one starts afresh). With ``FAKE_CUDA_ENV`` set, this process fakes one CUDA
+    device first (``fake_one_cuda_device``)."""
+    import os
+
+    import torch
+
+    from bench.lib.study.runner import machine_info, parse_point
+
+    inherited = bool(torch.cuda._initialized)
+    if os.environ.get(FAKE_CUDA_ENV):
+        fake_one_cuda_device()
+    cell = parse_point(point)
+    info = {"machine": {**machine_info(), "pid": os.getpid()}, "execution": cell.execution.describe(),
+            "cuda_state_from_parent": inherited, "wall_s": 0.0, **SAMPLES}
+    return write_run(out_dir, opposite_curve(point), info)

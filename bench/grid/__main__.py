@@ -1,7 +1,7 @@
 """``python -m bench.grid GRID.toml``: many independent runs, locally or on Ray (``bench.lib.grid.engine``;
 docs/grid.md).
 
-    python -m bench.grid grid.toml [--out DIR] [--backend local|ray] [--address ADDR]
+    python -m bench.grid grid.toml [--out DIR] [--backend local|ray] [--workers N] [--address ADDR]
                                    [--resources-per-run cpus=1,gpus=0] [--retry-failed]
 """
 
@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import sys
 
-from bench.lib.grid.engine import BACKENDS, GridError, PointResult, load_grid, parse_resources, run_grid
+from bench.lib import spec as run_spec
+from bench.lib.grid.engine import (GridError, PointResult, add_backend_flags, check_backend, load_grid,
+                                   parse_resources, run_grid)
 from bench.lib.results import ResultsError
 from iokit import cli, outputs
-
 
 
 @cli.command("interrupted; finished points are kept under --out: rerun the same command to resume")
@@ -20,16 +21,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = cli.Parser(prog="python -m bench.grid", description="Run a grid of independent runs, locally or on Ray.")
     parser.add_argument("grid", help="grid file (TOML), e.g. configs/grids/small.toml")
     parser.add_argument("--out", default=None, help="results folder (default: results/grid-<name>)")
-    parser.add_argument("--backend", default="local", choices=BACKENDS)
-    parser.add_argument("--address", default=None, help="address of an existing Ray cluster (ray backend)")
-    parser.add_argument("--resources-per-run", default="cpus=1,gpus=0", type=str)
+    add_backend_flags(parser)
+    run_spec.add_flags(parser, "bench.grid", ["workers"], workers=1)  # the local backend's
     parser.add_argument("--retry-failed", action="store_true", help="run again the points that failed before")
     args = parser.parse_args(argv)
     try:
         spec = load_grid(args.grid)
         resources = parse_resources(args.resources_per_run)
-        if args.address and args.backend != "ray":
-            raise GridError("--address is only used with --backend ray")
+        check_backend(args.backend, address=args.address, workers=args.workers, resources=resources)
         out = outputs.out_folder(args.out, f"results/grid-{spec.name}", error=GridError)
 
         def show(result: PointResult, i: int, total: int) -> None:
@@ -38,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{i}/{total}] {result.run_id} {result.status}{extra}", file=sys.stderr, flush=True)
 
         report = run_grid(spec, out, backend=args.backend, resources=resources, retry_failed=args.retry_failed,
-                          address=args.address, progress=show)
+                          address=args.address, progress=show, workers=args.workers)
     except (GridError, ResultsError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -121,9 +121,9 @@ class RunSpec:
     compare_hw: tuple[str, ...] = ()  # every --hw when several are given (bench.run); the first is hw_path
     workers: int | None = flag(
         "--workers", type=cli.int_in(1, checks.WORKERS_MAX), metavar="N", commands=(RUN,),
-        help="work side by side in N processes: bench.run and bench.study their federated runs (bench.run gives "
-             "each cores/N torch threads, a study's run its grid resources), bench.dse chunks of the design space; 1: "
-             "one after another in this process")
+        help="work side by side in N processes: bench.run, bench.study and bench.grid their runs (bench.run gives "
+             "each cores/N torch threads, a study's or grid's run its --resources-per-run cpus; on a GPU the N share "
+             "it), bench.dse chunks of the design space; 1: one after another in this process")
     device: str = flag("--device", default="auto",
                        help=f"where the federated runs train: {DEVICE_CHOICES} (auto: CUDA when torch sees one, else "
                             "the CPU)")

@@ -2,15 +2,19 @@
 validation hold-out, run the choice on several paired seeds, report mean ± std, Student-t
 intervals, paired differences against a base method, convergence and time-to-accuracy.
 
-    python -m bench.study configs/studies/reference.toml [--out DIR] [--backend local|ray]
-                          [--workers N] [--address ADDR] [--retry-failed] [--data-dir DIR] [--report-only | --reprice]
+    python -m bench.study configs/studies/reference.toml [--out DIR] [--backend local|ray] [--workers N]
+                          [--address ADDR] [--resources-per-run cpus=1,gpus=0] [--retry-failed] [--data-dir DIR]
+                          [--report-only | --reprice]
 
 Writes ``--out`` (default ``results/study-<name>``): ``runs.csv``, ``curves.csv``, ``tuning.csv``,
 ``tta.csv``, ``table.md``, ``summary.json``, ``curves_<model>.png``, the manifest, and ``grid/``
 (every run's folder: ``bench.grid``). Rerunning the same command resumes: finished runs are skipped.
 ``--data-dir DIR``: the folder of the study's dataset (``dataset`` in the study file, else the
 preset's: CIFAR-10 / CIFAR-100 / TinyImageNet; not for the offline digits or mnist5k). Before the first run it
-prints the projected local-training time on this machine's device. ``--report-only``: train
+prints the projected local-training time on this machine's device. ``--workers N`` runs N side
+by side, on the study's device, a GPU too (each in its own process: docs/study.md, "Several runs
+on one GPU"); on Ray, ``--resources-per-run cpus=1,gpus=0.25`` gives each run a quarter of a GPU.
+``--report-only``: train
 nothing, rebuild the report from the runs in ``--out`` (a run not there is reported missing).
 ``--reprice``: train nothing, price every finished run in ``--out`` again with today's code (its
 cost columns only: ``bench.study.reprice``), then rebuild the report as ``--report-only`` does.
@@ -26,7 +30,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from bench.lib import resolve, spec
-from bench.lib.grid.engine import BACKENDS, GridError, check_ray_address, validate_points
+from bench.lib.grid.engine import (add_backend_flags, check_backend, check_device, check_ray_address, parse_resources,
+                                   validate_points)
 from bench.lib.results import FORMAT_VERSION
 from bench.study import phases, report
 from bench.study.reprice import reprice_study
@@ -39,9 +44,8 @@ def parser() -> cli.Parser:
     p = cli.Parser(prog="python -m bench.study", description=__doc__.split("\n\n")[0].split(": ", 1)[-1])
     p.add_argument("study", help="study file (TOML) or a name under configs/studies/, e.g. reference")
     p.add_argument("--out", help="results folder (default results/study-<name>); rerun with the same --out to resume")
-    p.add_argument("--backend", default="local", choices=BACKENDS)
+    add_backend_flags(p)
     spec.add_flags(p, "bench.study", ["workers", "data_dir"], workers=1)  # --workers: the local backend's
-    p.add_argument("--address", help="address of an existing Ray cluster (--backend ray)")
     p.add_argument("--retry-failed", action="store_true", help="run again the runs that failed before")
     p.add_argument("--report-only", action="store_true", help="train nothing: rebuild the report from the runs "
                    "already in --out")
@@ -88,12 +92,26 @@ def projection_lines(study, ex, out: Path, workers: int) -> list[str]:
     lines = [f"projected local training, {n} run(s) of {model} {method}: {duration_text(s)}"
              for (model, method), (n, s) in per.items()]
     lines.append(f"projected local training of the study's {len(todo)} runs still to do on {ex.device}: "
-                 f"{duration_text(total)} summed, ~{duration_text(total / max(1, workers))} of wall time with "
-                 f"--workers {workers} (evaluation, pricing and start-up not included; a choice at a grid edge "
+                 f"{duration_text(total)} summed, {wall_time_text(total, workers, ex.device)} (evaluation, pricing "
+                 f"and start-up not included; a choice at a grid edge "
                  f"adds up to {study.extend_steps} more trial(s) per tuning seed"
                  + ("; a fleet's runs counted with every sampled client training: an upper bound"
                     if any(s.fleet is not None for s in study.settings) else "") + ")")
     return lines
+
+
+def wall_time_text(summed_s: float, workers: int, device: str) -> str:
+    """The wall time of runs whose times sum to ``summed_s`` (each timed alone), ``workers`` side by
+    side on ``device``: on the CPU a worker per core each runs at its own speed (summed / workers);
+    on a GPU the workers share one device, so the wall time lies between summed / workers (a device
+    with room for them all at once) and summed (one run fills it), unmeasured (docs/study.md)."""
+    from workloads.fl.loop import duration_text
+
+    shared = f"~{duration_text(summed_s / max(1, workers))}"
+    if workers <= 1 or not device.startswith("cuda"):
+        return f"{shared} of wall time with --workers {workers}"
+    return (f"{shared} to ~{duration_text(summed_s)} of wall time with --workers {workers} sharing {device} (from "
+            f"room for all {workers} at once to one run filling it: unmeasured, docs/study.md \"Several runs on one GPU\")")
 
 
 @cli.command("interrupted; finished runs are kept under --out: rerun the same command to resume")
@@ -103,10 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     with cli.bad_input():
         study = replace(load_study(args.study), data_dir=args.data_dir)
         check_data_dir(study, args.data_dir)
-        if args.address and args.backend != "ray":
-            raise GridError("--address is only used with --backend ray")
-        if args.workers > 1 and args.backend != "local":
-            raise GridError("--workers is for the local backend; Ray runs as many as its cluster has cores")
+        resources = parse_resources(args.resources_per_run)
+        check_backend(args.backend, address=args.address, workers=args.workers, resources=resources)
+        if not (args.report_only or args.reprice):
+            check_device(phases.execution(study).device, args.backend, resources)
         out = outputs.out_folder(args.out, f"results/study-{study.name}")
         if args.reprice:
             check_reprice(args, study, out)
@@ -130,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
                          (phases.GRID_FOLDER,)).write(out)
         with cli.run_failure():
             run = phases.run_study(study, out, backend=args.backend, workers=args.workers, address=args.address,
-                                   retry_failed=args.retry_failed, progress=say, commit=commit,
+                                   resources=resources, retry_failed=args.retry_failed, progress=say, commit=commit,
                                    execute=not (args.report_only or args.reprice))
             if args.reprice:
                 say(reprice_study(run, out, commit, say).line())

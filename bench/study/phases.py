@@ -324,9 +324,10 @@ Progress = Callable[[str], None]
 
 
 def run_study(study: Study, out: str | Path, *, backend: str = "local", workers: int = 1, address: str | None = None,
-              retry_failed: bool = False, progress: Progress | None = None, runner: str = RUNNER,
-              commit: str | None = None, execute: bool = True) -> StudyRun:
-    """Both phases into ``out/grid`` (module doc); returns what they left there. ``commit``: the code's
+              resources: Resources = Resources(), retry_failed: bool = False, progress: Progress | None = None,
+              runner: str = RUNNER, commit: str | None = None, execute: bool = True) -> StudyRun:
+    """Both phases into ``out/grid`` (module doc); returns what they left there. ``resources``: each
+    run's torch threads and, on Ray, its share of a GPU (``bench.lib.grid.engine``). ``commit``: the code's
     git commit for the runs' records (default: taken now, before the first phase writes anything).
     ``execute`` False: run nothing, read what the folder holds (a run not there is "missing")."""
     grid_dir = Path(out) / GRID_FOLDER
@@ -343,7 +344,7 @@ def run_study(study: Study, out: str | Path, *, backend: str = "local", workers:
                 extra += f": {result.error}" if result.error else ""
                 say(f"[{phase} {i}/{total}] {names.get(result.run_id, result.run_id)}: {result.status}{extra}")
 
-            run_grid(grid_spec(study, planned, runner), grid_dir, backend=backend, resources=Resources(cpus=1),
+            run_grid(grid_spec(study, planned, runner), grid_dir, backend=backend, resources=resources,
                      retry_failed=retry_failed, address=address, progress=show, workers=workers,
                      commit=commit)
         return tuple(outcome(grid_dir, p, runner) for p in planned)

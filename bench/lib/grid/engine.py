@@ -1,6 +1,6 @@
 """Experiment grids: many independent runs, locally by default, on Ray when one machine is not enough.
 
-    python -m bench.grid grid.toml [--out DIR] [--backend local|ray] [--address ADDR]
+    python -m bench.grid grid.toml [--out DIR] [--backend local|ray] [--workers N] [--address ADDR]
                                    [--resources-per-run cpus=1,gpus=0] [--retry-failed]
 
 A grid file (TOML) names a runner, the settings shared by every run, and the axes to sweep::
@@ -48,6 +48,12 @@ are no longer in it are kept on disk but left out).
 
 Determinism. Each run sets torch's thread count to its CPU share (``cpus``, default 1) on both
 backends, so the same point gives bitwise the same results locally and on Ray.
+
+Devices. The local backend's ``workers`` processes are started by ``WORKER_START_METHOD``
+(spawn), so each opens the device its point names afresh, however far this process went with
+CUDA; its runs share this machine's devices, and a GPU share per run is refused there
+(``check_backend``). On Ray a run holds ``gpus`` of a GPU, a fraction packing several on one, and
+sees only the GPU Ray gave it, as ``cuda:0`` (``check_device``: docs/grid.md, "Grids on GPUs").
 """
 
 from __future__ import annotations
@@ -84,6 +90,14 @@ DEFAULT_RUNNER = "bench.run"
 COMMAND = "bench.grid"
 OWNED_FOLDERS = ("runs", "failed", "locks")
 TABLES = ("grid.json", "runs.csv", "table_mean_std.csv", "table2.csv", "table2.md")
+
+
+WORKER_START_METHOD = "spawn"
+"""How the local backend starts its worker processes: a fresh interpreter each. A child forked from
+a process that initialised CUDA cannot use CUDA ("Cannot re-initialize CUDA in forked
+subprocess": PyTorch's notes on multiprocessing with CUDA), and the command's own process does
+initialise it on a GPU (resolving ``auto``, checking the runs, projecting their time); a fork would
+also copy torch's thread pools."""
 
 
 class GridError(ValueError):
@@ -306,7 +320,8 @@ def _write_json(path: Path, obj: Any) -> None:
 def run_local(spec: GridSpec, out: Path, resources: Resources, retry_failed: bool, commit: str,
               workers: int = 1) -> Iterator[PointResult]:
     """The points in this process, one after another; with ``workers`` > 1, side by side in that
-    many spawned processes (each point still gets ``resources.cpus`` torch threads), in order of
+    many processes started afresh (``WORKER_START_METHOD``; each point still gets ``resources.cpus``
+    torch threads, and opens the device its point names: several share one GPU), in order of
     completion. An interrupt stops the workers; their points resume on the next run (stale locks
     of dead processes are taken over, their temporary folders removed)."""
     if workers <= 1:
@@ -318,7 +333,7 @@ def run_local(spec: GridSpec, out: Path, resources: Resources, retry_failed: boo
     import threading
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(WORKER_START_METHOD))
     try:
         # The workers are born ignoring Ctrl-C (a disposition a spawned interpreter keeps from its
         # start, so one interrupted while it imports prints no traceback): the main process stops them.
@@ -420,6 +435,57 @@ def check_ray_address(address: str, timeout_s: float = RAY_CONNECT_TIMEOUT_S) ->
 
 
 BACKENDS = ("local", "ray")
+
+
+def add_backend_flags(parser) -> None:
+    """``--backend``, ``--address`` and ``--resources-per-run``, one spelling and help for every command
+    that runs a grid (``bench.grid``, ``bench.study``; ``--workers`` is ``bench.lib.spec``'s)."""
+    parser.add_argument("--backend", default="local", choices=BACKENDS,
+                        help="local: this machine, --workers N runs side by side; ray: a Ray cluster")
+    parser.add_argument("--address", default=None, metavar="ADDR",
+                        help="HOST:PORT of an existing Ray cluster's head, or auto (--backend ray)")
+    parser.add_argument("--resources-per-run", default="cpus=1,gpus=0", metavar="cpus=C,gpus=G",
+                        help="per run: C torch threads (both backends), G of a GPU held on Ray (0.25: four runs share "
+                             "one; --backend ray only)")
+
+
+def check_backend(backend: str, *, address: str | None, workers: int, resources: Resources) -> None:
+    """The backend's options agree (GridError naming the fix): ``--address`` is Ray's, ``--workers``
+    the local backend's, and so is a GPU share per run Ray's (locally the runs use the device their
+    points name, all of them side by side with ``--workers``)."""
+    if address and backend != "ray":
+        raise GridError("--address is only used with --backend ray")
+    if workers > 1 and backend != "local":
+        raise GridError("--workers is for the local backend; Ray runs as many as its cluster has cores "
+                        "(--resources-per-run sets each run's share)")
+    if resources.gpus and backend != "ray":
+        raise GridError(f"--resources-per-run gpus={resources.gpus:g}: a GPU share per run is Ray's (--backend ray); "
+                        "locally each run trains on the device its point names: run N side by side on one GPU "
+                        "with --workers N and gpus=0")
+
+
+def check_device(device: str, backend: str, resources: Resources) -> None:
+    """Runs on ``device`` (resolved: ``cpu``, ``cuda:N``) on ``backend`` with ``resources`` each
+    can train there (GridError naming the fix): on Ray, a CUDA run must hold a share of a GPU (Ray
+    schedules none for a run that asks for none, and hides the machine's GPUs from it) and no more
+    than one GPU (a run trains on one); it sees only the GPU Ray gave it, as ``cuda:0``; a run on the
+    CPU holds no GPU."""
+    if backend != "ray":
+        return
+    cuda = device.startswith("cuda")
+    if cuda and not resources.gpus:
+        raise GridError(f"device {device} on --backend ray: a run that asks Ray for no GPU gets none (Ray hides the "
+                        "GPUs from it); give each run a share: --resources-per-run cpus=1,gpus=0.25 (four per GPU)")
+    if cuda and resources.gpus > 1:
+        raise GridError(f"--resources-per-run gpus={resources.gpus:g}: a run trains on one GPU; give gpus in (0, 1] "
+                        "(0.5: two runs share one)")
+    if cuda and device != "cuda:0":
+        raise GridError(f"device {device} on --backend ray: a run sees only the GPU Ray gave it, as cuda:0; give "
+                        "device cuda (or auto) and let Ray choose the GPU")
+    if not cuda and resources.gpus:
+        raise GridError(f"--resources-per-run gpus={resources.gpus:g} but the runs train on {device} (resolved on "
+                        "this machine): set the device to cuda, and run the command where torch sees a GPU, or "
+                        "give gpus=0")
 
 
 def check_grid_out(spec: GridSpec, out: str | Path) -> None:
