@@ -46,7 +46,7 @@ from iokit import checks
 from iokit.cli import is_default
 from iokit.files import atomic_write_text
 from workloads.cost.system import CUMULATIVE_COLUMNS, DROPPED_COLUMNS
-from workloads.fl.execution import SETTINGS, Execution, kernel_environment
+from workloads.fl.execution import RESOURCE_SETTINGS, SETTINGS, Execution, kernel_environment
 from workloads.fl.hparams import FLConfig, Hparams, hparams_from_table
 from workloads.fl.methods import MethodConfig, parse_method
 from workloads.fl.presets import Preset
@@ -115,9 +115,10 @@ def optional_keys() -> dict[str, str]:
     """RunSpec field -> point key of every ``bench.fl`` flag a point carries beside its tables, a key
     only where given: today ``data_dir`` (a folder dataset's), ``classifier``, ``fleet`` and its
     ``deadline_s`` (``"inf"``: none) and ``overcommit`` (docs/fleets.md); a run option added to
-    ``RunSpec`` is one more, so a point without it keeps its id."""
+    ``RunSpec`` is one more, so a point without it keeps its id. A resource (``client_threads``:
+    ``workloads.fl.execution.RESOURCE_SETTINGS``) is none: it does not decide a run's result."""
     return {name: flag.names[0].removeprefix("--").replace("-", "_") for name, flag in spec_flags(FL)
-            if name not in TABLE_FIELDS}
+            if name not in TABLE_FIELDS and name not in RESOURCE_SETTINGS}
 
 
 def parse_point(point: Mapping[str, Any]) -> Cell:
