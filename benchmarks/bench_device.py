@@ -2,7 +2,7 @@
 the data path; and the projected against the measured wall time of a small run (issue 18).
 
     PYTHONPATH=. python benchmarks/bench_device.py [--device auto] [--steps 3] [--repeats 2] [--threads 1]
-                                                   [--options loop,channels_last,bf16,compile,together,threads]
+                                                   [--options loop,channels_last,bf16,compile,capture,together,threads]
                                                    [--clients 10] [--client-threads 2]
                                                    [--out results/reference/bench_device_cpu.json]
 
@@ -10,7 +10,9 @@ the data path; and the projected against the measured wall time of a small run (
    ``bare`` is a hand-written PyTorch step (zero_grad, forward, cross entropy, backward, SGD
    with momentum 0.9 and weight decay 5e-4) on one batch held on the device; ``loop`` is the
    federated loop's ``ClientTrainer.step`` on the same batch (``workloads.fl.loop.step_rate``),
-   then ``channels_last``, ``bf16`` and ``compile`` each alone, ``together``: ``--clients``
+   then ``channels_last``, ``bf16`` and ``compile`` each alone, ``capture``: the step recorded and
+   replayed (``--capture-step``, ``workloads.fl.capture``: a CUDA graph on a GPU; on a CPU the
+   static step run eagerly), ``together``: ``--clients``
    clients trained together (``workloads.fl.loop.together_rate``: ``train_together``, one batch of
    64 each, the batch gathered per step as the loop gathers it), and ``threads``:
    ``--client-threads`` clients trained at once, each on its own thread and copy of the model (and
@@ -26,8 +28,9 @@ the data path; and the projected against the measured wall time of a small run (
 3. A small run (FedAvg, ConvNet on digits at 16x16, 5 clients, 3 rounds, E = 1, B = 32): the wall
    time ``run_method`` projects from a few timed steps before round 1, and the measured wall time
    of the run (target: within 2x); then the same run with its clients trained together
-   (``clients_together``), on ``--client-threads`` threads (``client_threads``), and the sequential
-   one again, back to back: the ratio of the sequential run's best wall time to each mode's.
+   (``clients_together``), on ``--client-threads`` threads (``client_threads``), with its step
+   recorded (``capture_step``), and the sequential one again, back to back: the ratio of the
+   sequential run's best wall time to each mode's.
 
 The figures go to ``--out`` (JSON: device name, torch version, command, the machine's 1-minute
 load average before and after, numbers). On a CPU shared with other processes, single rates
@@ -58,7 +61,7 @@ from workloads.fl.partition import dirichlet_partition
 from workloads.models import build_model
 
 BATCH = 64
-OPTIONS = ("loop", "channels_last", "bf16", "compile", "together", "threads")
+OPTIONS = ("loop", "channels_last", "bf16", "compile", "capture", "together", "threads")
 
 
 def mobilenet(device: torch.device, channels_last: bool = False):
@@ -106,7 +109,8 @@ def option_rate(option: str, device: torch.device, steps: int, data: DeviceData,
     method, hp, idx = parse_method("fedavg"), Hparams(lr=0.01, batch_size=BATCH), torch.arange(BATCH, device=device)
     if option == "together":
         return together_rate(model, method, hp, data, idx, ex, clients, steps)
-    return step_rate(model, method, hp, data, idx, ex, steps, clients=client_threads if option == "threads" else 1)
+    return step_rate(model, method, hp, data, idx, ex, steps, clients=client_threads if option == "threads" else 1,
+                     recorded=option == "capture")
 
 
 def data_rates(device: torch.device, batches: int = 100, repeats: int = 5) -> dict[str, float]:
@@ -156,10 +160,12 @@ def small_run(device: torch.device, client_threads: int) -> dict[str, float]:
     measured = wall_s(ex)
     together = wall_s(replace(ex, clients_together=True))
     threaded = wall_s(replace(ex, client_threads=client_threads))
+    recorded = wall_s(replace(ex, capture_step=True))
     sequential = min(measured, wall_s(ex))  # again, after the other modes: the machine's load drifts
     return {"projected_s": projection.wall_s, "measured_s": measured, "samples": projection.samples,
-            "clients_together_s": together, "client_threads_s": threaded, "sequential_best_s": sequential,
-            "clients_together_speedup": sequential / together, "client_threads_speedup": sequential / threaded,
+            "clients_together_s": together, "client_threads_s": threaded, "capture_step_s": recorded,
+            "sequential_best_s": sequential, "clients_together_speedup": sequential / together,
+            "client_threads_speedup": sequential / threaded, "capture_step_speedup": sequential / recorded,
             "forecast_line": projection.line()}
 
 
@@ -212,6 +218,8 @@ def main() -> None:
           f"(whole run), ratio {run['measured_s'] / run['projected_s']:.2f} (target within 2x)")
     print(f"small run, clients together: {run['clients_together_s']:.2f} s against {run['sequential_best_s']:.2f} s "
           f"one after another (best of two): {run['clients_together_speedup']:.2f} x")
+    print(f"small run, step recorded: {run['capture_step_s']:.2f} s against {run['sequential_best_s']:.2f} s "
+          f"one after another (best of two): {run['capture_step_speedup']:.2f} x")
     print(f"small run, {args.client_threads} client threads: {run['client_threads_s']:.2f} s against "
           f"{run['sequential_best_s']:.2f} s one after another (best of two): {run['client_threads_speedup']:.2f} x")
     out = Path(args.out or f"results/bench_device_{device.type}.json")

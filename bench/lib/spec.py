@@ -143,6 +143,11 @@ class RunSpec:
         help="train each round's clients as one batched computation (torch.func.vmap over stacked models; "
              "throughput; equal to one after another to float rounding; a run it cannot batch says so and trains "
              "them one after another: docs/fl.md; default: the preset's, else off)")
+    capture_step: bool | None = flag(
+        "--capture-step", action=argparse.BooleanOptionalAction,
+        help="record each round's local step once and replay it, a CUDA graph on a GPU (one launch per step; the "
+             "sequential loop's results, bit for bit on the CPU, where it gains nothing); a run it cannot record "
+             "says so and trains as before (docs/fl.md, \"A recorded step\"; default: the preset's, else off)")
     client_threads: int = flag(
         "--client-threads", type=cli.int_in(1, checks.THREADS_MAX), default=1, metavar="N",
         help="train N of each round's clients at once, each on its own thread (and CUDA stream on a GPU); the "

@@ -52,6 +52,11 @@ options. None of this changes what a method computes, except the options marked 
   sequential loop's own code per client, so the results equal it bit for bit on the CPU. A
   resource, like torch's thread count: recorded in results files, not in a run's identity
   (``RESOURCE_SETTINGS``). Not with ``clients_together`` or ``compile``.
+* ``capture_step`` (off by default): each round's local step recorded once and replayed, as a
+  CUDA graph on a GPU (``workloads.fl.capture``); on the CPU the same static step runs eagerly,
+  equal to the sequential loop bit for bit. A run that cannot record (a number format, ``bf16``,
+  a model drawing from torch's global generator) trains as before and says so once. Not with
+  ``clients_together``, ``compile`` or ``client_threads``.
 """
 
 from __future__ import annotations
@@ -89,6 +94,7 @@ class Execution:
     client_formats: tuple[str, ...] = ()  # a fleet's: client k's arithmetic, its device class's (empty: all number_format)
     clients_together: bool = False  # a round's clients trained as one batched computation (workloads.fl.together)
     client_threads: int = 1  # a round's clients trained this many at once, each on its own thread (workloads.fl.threads)
+    capture_step: bool = False  # the local step recorded once a round and replayed, a CUDA graph on a GPU (workloads.fl.capture)
 
     def __post_init__(self) -> None:
         fmt = NumberFormat.parse(self.number_format)  # NumberFormatError (a ValueError) names a bad one
@@ -113,6 +119,11 @@ class Execution:
             raise ValueError(f"--client-threads {self.client_threads} and "
                              f"{'--clients-together' if self.clients_together else '--compile'} both choose how the "
                              "clients train: drop one (docs/fl.md, \"Clients at once\")")
+        if self.capture_step and (self.clients_together or self.compile or self.client_threads > 1):
+            other = ("--clients-together" if self.clients_together else "--compile" if self.compile
+                     else f"--client-threads {self.client_threads}")
+            raise ValueError(f"--capture-step and {other} both choose how the clients train: drop one (docs/fl.md, "
+                             "\"A recorded step\")")
         if self.bf16 and not fmt.is_identity:
             raise ValueError(f"--bf16 (autocast) and --number-format {fmt.name} both set the arithmetic: drop one "
                              f"(--number-format bf16 rounds every GEMM operand to bfloat16 and accumulates in FP32)")
@@ -165,6 +176,7 @@ class Execution:
                 "number_format": self.number_format, "comm_format": self.comm_format,
                 "low_precision_weights": self.low_precision_weights, "server_average": self.server_average,
                 "clients_together": self.clients_together, "client_threads": self.client_threads,
+                "capture_step": self.capture_step,
                 **({"precision_schedule": self.precision_schedule} if self.precision_schedule else {}),
                 **({"client_formats": list(self.client_formats)} if self.client_formats else {})}
 
@@ -300,8 +312,9 @@ def random_crop_flip(x: torch.Tensor, generator: torch.Generator, padding: int =
 
 
 OPTIONS = ("augment", "channels_last", "bf16", "compile", "low_precision_weights",
-           "clients_together")  # a preset's [execution] switches
-RECIPE_SETTINGS = ("client_formats", "low_precision_weights", "server_average", "precision_schedule", "clients_together")
+           "clients_together", "capture_step")  # a preset's [execution] switches
+RECIPE_SETTINGS = ("client_formats", "low_precision_weights", "server_average", "precision_schedule", "clients_together",
+                   "capture_step")
 """Recorded in a run's identity only where set, so that runs from before them keep theirs."""
 FORMAT_SETTINGS = ("number_format", "comm_format")
 RESOURCE_SETTINGS = ("client_threads",)

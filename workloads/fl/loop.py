@@ -65,7 +65,8 @@ from workloads.fl.local import (ClientTrainer, NonFiniteLossError, client_traine
 from workloads.fl.methods import MethodConfig
 from workloads.fl.methods.base import ClientUpdate, ServerState, frozen_keys, trainable_keys
 from workloads.fl.guard import check_divergence, check_finite
-from workloads.fl import threads
+from workloads.fl import capture, threads
+from workloads.fl.capture import StepRecorder
 from workloads.fl.threads import Slot, draws_global_generator, run_on_slots
 from workloads.fl.together import ClientRun, fallback_line, fallback_reason, train_together
 from workloads.numerics.emulate import Arithmetic
@@ -129,6 +130,7 @@ class _Setup:
     arrivals: tuple[tuple[int, ...], ...] | None = None  # per round (and calibration), the clients (None: sampled, all)
     together: bool = False  # a round's clients trained as one batched computation (``workloads.fl.together``)
     slots: tuple[Slot, ...] = ()  # a round's clients trained on threads, one per slot (``workloads.fl.threads``; (): one after another)
+    recorder: StepRecorder | None = None  # the local step recorded once a round and replayed (``workloads.fl.capture``)
 
 
 def cosine_lr(lr: float, lr_min: float, round: int, rounds: int) -> float:
@@ -250,7 +252,7 @@ def train_client(trainer, data: DeviceData, idx: torch.Tensor, hp: Hparams, *, s
             loss_sum = loss_sum + trainer.step(x, data.y[batch])
         steps += len(starts)
         if not torch.isfinite(loss_sum):
-            raise NonFiniteLossError.in_epoch(where, epoch + 1, trainer.optimizer.param_groups[0]["lr"])
+            raise NonFiniteLossError.in_epoch(where, epoch + 1, trainer.ctx.lr)
     return steps, float(loss_sum) / max(steps, 1)
 
 
@@ -322,6 +324,8 @@ def run_method(method: MethodConfig, *, model_fn: Callable[[], nn.Module], train
         setup = replace(setup, together=reason is None)
     if execution.client_threads > 1:
         setup = _with_threads(setup)
+    if execution.capture_step:
+        setup = _with_recorder(setup)
     fingerprint = _fingerprint(setup, parts) if checkpoint is not None else ""
     state = _initial_state(setup)
     if resume and checkpoint is not None and Path(checkpoint).is_file():
@@ -440,6 +444,8 @@ def _client_update(setup: _Setup, server: ServerState, own_state: dict, kept: di
     and appends its transfers to the ledger. ``model``: the client model it trains (None: the run's)."""
     model = setup.client_model if model is None else model
     trainer, down = _client_start(setup, server, own_state, kept, shared, t, k, extras, lr, model)
+    if setup.recorder is not None:
+        trainer = setup.recorder.trainer(trainer)
     steps, loss = train_client(trainer, setup.train, setup.client_idx[k], setup.hp, seed=derived_seed(setup.cfg.seed, t, k),
                                where=_where(setup, t, k), augment=_augment(setup, t, k),
                                channels_last=setup.execution.channels_last)
@@ -538,13 +544,29 @@ def _with_threads(setup: _Setup) -> _Setup:
     """``setup`` with ``client_threads`` slots, unless its model draws from torch's global
     generator in a local step (``threads.draws_global_generator``, on a copy): then as it is, and one line says so."""
     ex, method = setup.execution, setup.method
-    probe = copy.deepcopy(setup.client_model)
-    idx = setup.client_idx[0]
-    if draws_global_generator(lambda: _timed_trainer(probe, method, setup.hp, setup.train, idx, ex), ex.torch_device):
+    if _draws_global(setup):
         print(threads.fallback_line(method.name, "its model draws from torch's global generator in a local step "
                                                   "(dropout?), which threads would interleave"), file=sys.stderr)
         return setup
     return replace(setup, slots=threads.slots(setup.client_model, ex.client_threads, ex.torch_device))
+
+
+def _with_recorder(setup: _Setup) -> _Setup:
+    """``setup`` with a step recorder (``workloads.fl.capture``), unless the run cannot record its
+    step (``capture.fallback_reason``): then as it is, and one line says so."""
+    reason = capture.fallback_reason(setup.execution, lambda: _draws_global(setup))
+    if reason is not None:
+        print(capture.fallback_line(setup.method.name, reason), file=sys.stderr)
+        return setup
+    return replace(setup, recorder=StepRecorder(setup.method.name, setup.hp.batch_size, setup.execution.torch_device))
+
+
+def _draws_global(setup: _Setup) -> bool:
+    """Whether a local step of the run's model draws from torch's global generator (one step of a
+    copy, on the first client's first batch; ``threads.draws_global_generator``)."""
+    ex, probe = setup.execution, copy.deepcopy(setup.client_model)
+    return draws_global_generator(lambda: _timed_trainer(probe, setup.method, setup.hp, setup.train,
+                                                         setup.client_idx[0], ex), ex.torch_device)
 
 
 def _finish(setup: _Setup, state: LoopState, resumed_after: int) -> RunResult:
@@ -666,22 +688,37 @@ def forecast(method: MethodConfig, *, model_fn: Callable[[], nn.Module], train, 
     if execution.clients_together and fallback_reason(method, execution) is None and per_round > 1:
         rate, mode = together_rate(model, method, hp, data, idx, execution, per_round), f"{per_round} clients together"
     else:
+        def draws() -> bool:
+            return draws_global_generator(lambda: _timed_trainer(copy.deepcopy(model), method, hp, data, idx, execution),
+                                          device)
+
         threads_used = min(execution.client_threads, per_round)
-        if threads_used > 1 and draws_global_generator(
-                lambda: _timed_trainer(copy.deepcopy(model), method, hp, data, idx, execution), device):
+        if threads_used > 1 and draws():
             threads_used = 1
-        rate = step_rate(model, method, hp, data, idx, execution, clients=threads_used)
-        mode = f"{threads_used} clients at once on threads" if threads_used > 1 else ""
+        recorded = execution.capture_step and capture.fallback_reason(execution, draws) is None
+        rate = step_rate(model, method, hp, data, idx, execution, clients=threads_used, recorded=recorded)
+        mode = ", ".join([*([f"{threads_used} clients at once on threads"] if threads_used > 1 else []),
+                          *(["the step replayed as a CUDA graph"] if recorded and device.type == "cuda" else [])])
     return Forecast(method.name, planned_samples(parts, cfg, hp, arrivals), rate, execution.device, mode)
 
 
 def step_rate(model: nn.Module, method: MethodConfig, hp: Hparams, data: DeviceData, idx: torch.Tensor,
-              execution: Execution, steps: int = FORECAST_STEPS, clients: int = 1) -> float:
+              execution: Execution, steps: int = FORECAST_STEPS, clients: int = 1, recorded: bool = False) -> float:
     """Training samples/s of ``steps`` local steps of each of ``clients`` clients after one warm-up
     step each, ``model`` (changed by them) and ``clients - 1`` copies of it trained at once on as
-    many threads (``workloads.fl.threads``; 1: this thread)."""
+    many threads (``workloads.fl.threads``; 1: this thread); ``recorded``: through the round's
+    static step (``workloads.fl.capture``), after its eager first step and, on a GPU, its recording."""
     pool = threads.slots(model, clients, execution.torch_device)
-    trainers = {id(slot.model): _timed_trainer(slot.model, method, hp, data, idx, execution) for slot in pool}
+
+    def timed(model: nn.Module):
+        trainer, x, y = _timed_trainer(model, method, hp, data, idx, execution)
+        if recorded:
+            trainer = StepRecorder(method.name, hp.batch_size, execution.torch_device).trainer(trainer)
+            trainer.step(x, y)  # the client's first step: eager
+            trainer.step(x, y)  # recorded, on a GPU
+        return trainer, x, y
+
+    trainers = {id(slot.model): timed(slot.model) for slot in pool}
 
     def train(model: nn.Module, _: int) -> None:
         trainer, x, y = trainers[id(model)]
