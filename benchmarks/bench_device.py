@@ -53,7 +53,8 @@ import torch
 import torch.nn.functional as F
 
 from workloads.fl.data import NORMALIZATION, Dataset, load_dataset
-from workloads.fl.execution import DeviceData, Execution, device_name, exact_uint8, resolve_device, synchronize
+from workloads.fl.execution import (DeviceData, Execution, device_name, exact_uint8, kernel_environment,
+                                    resolve_device, synchronize)
 from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.loop import forecast, run_method, step_rate, together_rate
 from workloads.fl.methods import parse_method
@@ -227,7 +228,7 @@ def main() -> None:
     out.write_text(json.dumps({
         "command": "PYTHONPATH=. python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
         "device": str(device), "device_name": name, "machine": platform.machine(), "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), "kernels": kernel_environment(),
         "load_average_1min_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
         "batch": BATCH, "timed_steps": args.steps, "repeats": args.repeats, "clients_together": args.clients,
         "client_threads": args.client_threads,

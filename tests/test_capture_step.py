@@ -10,28 +10,20 @@ import pytest
 import torch
 from torch import nn
 
-from fl_standins import blobs
 from test_client_threads import assert_identical, dropout_net
-from test_clients_together import PARTS, SUPPORTED, conv_net
+from test_clients_together import SUPPORTED, nan_messages, run_in
 from workloads.fl import capture
 from workloads.fl.execution import Execution
-from workloads.fl.hparams import FLConfig, Hparams
-from workloads.fl.local import NonFiniteLossError
-from workloads.fl.loop import run_method
+from workloads.fl.hparams import Hparams
 from workloads.fl.methods import parse_method
 
-TRAIN, TEST = blobs(150), blobs(40, seed=1)
 # two epochs of 16: clients of 7, 17, 30 and 46 samples have 1, 1, 2 and 3 steps an epoch, the
 # first step eager, full batches through the static step, partial last batches (7, 14) eager
 HP = Hparams(lr=0.05, local_epochs=2, batch_size=16)
 
 
-def run(name, recorded, rounds=2, model=conv_net, device="cpu", **kw):
-    method = parse_method(name)
-    cfg = FLConfig(dataset="blobs", num_clients=len(PARTS), rounds=rounds, seed=3)
-    return run_method(method, model_fn=lambda: model(spherefed=method.spherefed), train=kw.pop("train", TRAIN), test=TEST,
-                      parts=[torch.tensor(p).numpy() for p in PARTS], cfg=cfg, hp=kw.pop("hp", HP),
-                      execution=Execution(device=device, capture_step=recorded, **kw.pop("execution", {})), **kw)
+def run(name, recorded, device="cpu", **kw):
+    return run_in({"capture_step": recorded, "device": device}, name, hp=kw.pop("hp", HP), **kw)
 
 
 @pytest.mark.parametrize("name", [*SUPPORTED, "fedavg+ffc", "fedavg+ccvr"])  # ~0.15 s each
@@ -79,15 +71,8 @@ def test_a_model_drawing_from_the_global_generator_is_not_recorded(capsys):
 
 
 def test_nan_loss_names_round_client_and_epoch_as_sequentially():
-    x = TRAIN.x.clone()
-    x[PARTS[2][20]] = float("nan")
-    bad = type(TRAIN)(TRAIN.name, x, TRAIN.y, TRAIN.num_classes, TRAIN.note)
-    messages = []
-    for recorded in (False, True):
-        with pytest.raises(NonFiniteLossError, match=r"round 1, client 2 \(fedavg\), local epoch 1") as err:
-            run("fedavg", recorded, train=bad)
-        messages.append(str(err.value))
-    assert messages[0] == messages[1]
+    one, recorded = nan_messages([{}, {"capture_step": True}], r"round 1, client 2 \(fedavg\), local epoch 1", hp=HP)
+    assert one == recorded
 
 
 @pytest.mark.parametrize("kw, other", [({"clients_together": True}, "--clients-together"),

@@ -12,26 +12,17 @@ import pytest
 import torch
 from torch import nn
 
-from fl_standins import blobs
-from test_clients_together import PARTS, SUPPORTED, conv_net
+from test_clients_together import PARTS, SUPPORTED, nan_messages, run_in
 from workloads.fl.execution import Execution
-from workloads.fl.hparams import FLConfig, Hparams
-from workloads.fl.local import NonFiniteLossError
-from workloads.fl.loop import run_method
-from workloads.fl.methods import parse_method
+from workloads.fl.hparams import Hparams
 from workloads.fl.threads import draws_global_generator, run_on_slots, slots
 from workloads.models import FLNet
 
-TRAIN, TEST = blobs(150), blobs(40, seed=1)
 HP = Hparams(lr=0.05, local_epochs=2, batch_size=16)  # two epochs: each client's shuffling drawn twice
 
 
-def run(name, threads, rounds=2, model=conv_net, **kw):
-    method = parse_method(name)
-    cfg = FLConfig(dataset="blobs", num_clients=len(PARTS), rounds=rounds, seed=3)
-    return run_method(method, model_fn=lambda: model(spherefed=method.spherefed), train=kw.pop("train", TRAIN), test=TEST,
-                      parts=[torch.tensor(p).numpy() for p in PARTS], cfg=cfg, hp=kw.pop("hp", HP),
-                      execution=Execution(client_threads=threads, **kw.pop("execution", {})), **kw)
+def run(name, threads, **kw):
+    return run_in({"client_threads": threads}, name, hp=kw.pop("hp", HP), **kw)
 
 
 def assert_identical(a, b):
@@ -71,16 +62,9 @@ def test_a_fleets_partial_arrivals_train_on_threads():
 def test_nan_loss_names_the_client_that_one_after_another_names():
     # clients 1 and 2 both get a NaN sample; sequentially client 1 fails first, and on threads
     # client 2 (three threads: it may finish before client 1) must not be the one reported
-    x = TRAIN.x.clone()
-    x[PARTS[1][3]] = float("nan")
-    x[PARTS[2][20]] = float("nan")
-    bad = type(TRAIN)(TRAIN.name, x, TRAIN.y, TRAIN.num_classes, TRAIN.note)
-    messages = []
-    for threads in (1, 3):
-        with pytest.raises(NonFiniteLossError, match=r"round 1, client 1 \(fedavg\), local epoch 1") as err:
-            run("fedavg", threads, train=bad)
-        messages.append(str(err.value))
-    assert messages[0] == messages[1]
+    one, threaded = nan_messages([{}, {"client_threads": 3}], r"round 1, client 1 \(fedavg\), local epoch 1",
+                                 also=(PARTS[1][3],), hp=HP)
+    assert one == threaded
 
 
 def dropout_net(spherefed=False, num_classes=4):
@@ -166,3 +150,14 @@ def test_the_flag_sets_it_for_bench_run_and_bench_fl():
         spec = from_args(parser.parse_args([*argv, "--client-threads", "2"]), command)
         assert spec.client_threads == 2
     assert spec.execution(load_preset("quick")).client_threads == 2
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA streams: needs a GPU")
+@pytest.mark.parametrize("name", ["fedavg", "scaffold", "spherefed+ffc"])
+def test_on_a_gpu_each_slots_stream_gives_the_sequential_run(name):
+    # each client on its own CUDA stream: the same kernels per client, so the same results to the
+    # GPU's own run-to-run rounding (its convolution algorithms may reduce in varying order)
+    one, threaded = run(name, 1, execution={"device": "cuda"}), run(name, 3, execution={"device": "cuda"})
+    assert one.transfers == threaded.transfers and one.samples_trained == threaded.samples_trained
+    for key, v in one.weights.items():
+        torch.testing.assert_close(threaded.weights[key], v, rtol=1e-5, atol=1e-6, msg=key)

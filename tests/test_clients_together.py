@@ -43,12 +43,33 @@ def conv_net(spherefed=False, num_classes=4):
     return FLNet(body, 6 * 2 * 2, num_classes, spherefed)
 
 
-def run(name, together, rounds=2, model=conv_net, **kw):
+def run_in(mode: dict, name, rounds=2, model=conv_net, train=TRAIN, hp=HP, execution=None, **kw):
+    """``name`` on the four uneven ``PARTS`` of ``train`` for ``rounds`` rounds, with the execution
+    options ``mode`` (how the clients train) and ``execution`` (the others)."""
     method = parse_method(name)
     cfg = FLConfig(dataset="blobs", num_clients=len(PARTS), rounds=rounds, seed=3)
-    return run_method(method, model_fn=lambda: model(spherefed=method.spherefed), train=kw.pop("train", TRAIN), test=TEST,
-                      parts=[torch.tensor(p).numpy() for p in PARTS], cfg=cfg, hp=kw.pop("hp", HP),
-                      execution=Execution(clients_together=together, **kw.pop("execution", {})), **kw)
+    return run_method(method, model_fn=lambda: model(spherefed=method.spherefed), train=train, test=TEST,
+                      parts=[torch.tensor(p).numpy() for p in PARTS], cfg=cfg, hp=hp,
+                      execution=Execution(**mode, **(execution or {})), **kw)
+
+
+def run(name, together, **kw):
+    return run_in({"clients_together": together}, name, **kw)
+
+
+def nan_messages(modes: list[dict], match: str, **kw) -> list[str]:
+    """The error each of ``modes`` raises on a training set where client 2's sample 20 is NaN (and
+    the samples ``kw.pop('also')`` too), each checked against ``match``."""
+    x = TRAIN.x.clone()
+    for i in (PARTS[2][20], *kw.pop("also", ())):
+        x[i] = float("nan")
+    bad = type(TRAIN)(TRAIN.name, x, TRAIN.y, TRAIN.num_classes, TRAIN.note)
+    messages = []
+    for mode in modes:
+        with pytest.raises(NonFiniteLossError, match=match) as err:
+            run_in(mode, "fedavg", train=bad, **kw)
+        messages.append(str(err.value))
+    return messages
 
 
 def assert_same_run(a, b, atol=ROUNDS_ATOL):
@@ -200,15 +221,9 @@ def test_an_undeclared_method_of_yours_falls_back(monkeypatch, capsys):
 
 
 def test_nan_loss_names_round_client_and_epoch_as_sequentially():
-    x = TRAIN.x.clone()
-    x[PARTS[2][20]] = float("nan")  # client 2's sample 20: in its first (only) epoch, on one of its two batches
-    bad = type(TRAIN)(TRAIN.name, x, TRAIN.y, TRAIN.num_classes, TRAIN.note)
-    messages = []
-    for together in (False, True):
-        with pytest.raises(NonFiniteLossError, match=r"round 1, client 2 \(fedavg\), local epoch 1") as err:
-            run("fedavg", together, train=bad)
-        messages.append(str(err.value))
-    assert messages[0] == messages[1]
+    # client 2's sample 20: in its first (only) epoch, on one of its two batches
+    one, together = nan_messages([{}, {"clients_together": True}], r"round 1, client 2 \(fedavg\), local epoch 1")
+    assert one == together
 
 
 def test_the_option_is_recorded_and_off_by_default():

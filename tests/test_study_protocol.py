@@ -599,3 +599,21 @@ def test_bad_protocol_keys_are_one_line(changes, message):
     with pytest.raises(StudyError, match=message) as err:
         parse_study(doc(**changes), "p.toml")
     assert "\n" not in str(err.value)
+
+
+def test_the_projection_times_each_number_format_on_its_own():
+    # a study's runs in a number format are timed in it (its emulation costs time), not at the
+    # FP32 rate of the first run of the same model and method
+    from dataclasses import replace as _replace
+
+    from bench.lib.study.runner import make_point, projected_local_training_s
+    from workloads.fl.execution import Execution
+    from workloads.fl.presets import load_preset
+
+    quick = load_preset("quick")
+    fl = _replace(quick.fl, rounds=1, num_clients=2)
+    points = [make_point("convnet", "fedavg", 0, fl, quick.hp, Execution(number_format=f))
+              for f in ("fp32", "bfp_m4_g16", "fp32")]
+    per = projected_local_training_s(points)
+    assert sorted(per) == [("convnet", "fedavg", "bfp_m4_g16"), ("convnet", "fedavg", "fp32")]
+    assert per[("convnet", "fedavg", "fp32")][0] == 2 and per[("convnet", "fedavg", "bfp_m4_g16")][0] == 1

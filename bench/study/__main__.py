@@ -89,8 +89,8 @@ def projection_lines(study, ex, out: Path, workers: int) -> list[str]:
         return ["projected: every run is already in --out; nothing to train"]
     per = projected_local_training_s(list(todo.values()))
     total = sum(s for _, s in per.values())
-    lines = [f"projected local training, {n} run(s) of {model} {method}: {duration_text(s)}"
-             for (model, method), (n, s) in per.items()]
+    lines = [f"projected local training, {n} run(s) of {model} {method}{'' if fmt == 'fp32' else ' in ' + fmt}: "
+             f"{duration_text(s)}" for (model, method, fmt), (n, s) in per.items()]
     lines.append(f"projected local training of the study's {len(todo)} runs still to do on {ex.device}: "
                  f"{duration_text(total)} summed, {wall_time_text(total, workers, ex.device)} (evaluation, pricing "
                  f"and start-up not included; a choice at a grid edge "

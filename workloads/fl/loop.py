@@ -674,9 +674,10 @@ def forecast(method: MethodConfig, *, model_fn: Callable[[], nn.Module], train, 
     plan gives them, as ``run_method`` takes them). Touches no state of a later ``run_method`` (it re-seeds).
 
     The steps run in the mode the run will train in: with ``clients_together``, G copies of that
-    batch as one batched step (``together_rate``), and with ``client_threads``, that many clients'
-    steps at once on threads (``step_rate``), G and the thread count at most a round's clients;
-    a run that would fall back is timed one client after another, as it will train."""
+    batch as one batched step (``together_rate``), with ``client_threads``, that many clients'
+    steps at once on threads (``step_rate``), G and the thread count at most a round's clients,
+    and with ``capture_step``, the replayed step after its recording; a run that would fall back
+    is timed as it will train."""
     device = execution.torch_device
     model = build_on_device(method, model_fn, cfg.seed, execution)
     if execution.compile:

@@ -290,19 +290,22 @@ def prepare(point: Mapping[str, Any]):
     return cell, pipeline.load(run)
 
 
-def projected_local_training_s(points: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], tuple[int, float]]:
-    """Per (model, method): how many of ``points`` and their projected local training in seconds on
-    this machine and device (``workloads.fl.loop.forecast``: a few timed steps on the first point of
-    each, loaded once; each point's samples counted on that point's partition, whose sizes differ
+def projected_local_training_s(points: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str, str], tuple[int, float]]:
+    """Per (model, method, arithmetic): how many of ``points`` and their projected local training
+    in seconds on this machine and device (``workloads.fl.loop.forecast``: a few timed steps on the
+    first point of each, loaded once, in that point's number format or precision schedule, whose
+    emulation costs time; each point's samples counted on that point's partition, whose sizes differ
     from another seed's or setting's only in the batch rounding; evaluation and pricing not included)."""
     import functools
 
     from workloads.fl.loop import forecast, planned_samples
 
-    out: dict[tuple[str, str], tuple[int, float]] = {}
-    first: dict[tuple[str, str], tuple[Any, float]] = {}
+    out: dict[tuple[str, str, str], tuple[int, float]] = {}
+    first: dict[tuple[str, str, str], tuple[Any, float]] = {}
     for point in points:
-        key = (point["model"], point["method"])
+        execution = point["execution"]
+        key = (point["model"], point["method"],
+               execution.get("precision_schedule") or execution.get("number_format", "fp32"))
         if key not in first:
             p, data = prepare(point)
             f = forecast(p.method, model_fn=functools.partial(data.inputs.build, p.method.spherefed),
