@@ -26,7 +26,7 @@ def run(name, recorded, device="cpu", **kw):
     return run_in({"capture_step": recorded, "device": device}, name, hp=kw.pop("hp", HP), **kw)
 
 
-@pytest.mark.parametrize("name", [*SUPPORTED, "fedavg+ffc", "fedavg+ccvr"])  # ~0.15 s each
+@pytest.mark.parametrize("name", [*SUPPORTED, "fedavg+ffc"])  # ~0.15 s each
 def test_a_method_through_the_static_step_is_the_sequential_run_bit_for_bit(name, capsys):
     # two rounds: the step is made again for round 2 (its lr and round); SCAFFOLD's / FedDyn's /
     # MOON's client state and FedCos's direction enter through the round's static context

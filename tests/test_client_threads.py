@@ -33,7 +33,7 @@ def assert_identical(a, b):
         assert torch.equal(v, b.weights[key]), key
 
 
-@pytest.mark.parametrize("name", [*SUPPORTED, "fedavg+ffc", "fedavg+ccvr"])  # ~0.15 s each
+@pytest.mark.parametrize("name", [*SUPPORTED, "fedavg+ffc"])  # ~0.15 s each
 def test_a_method_on_threads_is_the_sequential_run_bit_for_bit(name, capsys):
     # three threads for four clients of 7, 17, 30 and 46 samples: a slot is reused within a round,
     # and clients finish out of order; SCAFFOLD's / FedDyn's / MOON's state is read in round 2, the
