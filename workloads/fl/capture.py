@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 from workloads.fl.hparams import Hparams
-from workloads.fl.local import ClientTrainer
+from workloads.fl.local import ClientTrainer, minibatch_loss
 from workloads.fl.methods.base import RoundContext
 from workloads.fl.together import sgd_update
 
@@ -101,11 +101,7 @@ class StaticStep:
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor, first: bool = False) -> torch.Tensor:
         """One SGD step on (x, y); ``first``: the client's first, whose momentum is the gradient."""
-        outputs = self.algorithm.head_outputs(self.model, x)
-        loss = self.algorithm.batch_loss(self.model, x, y, outputs, self.loss_fn, self.ctx, self.hp)
-        penalty = self.algorithm.penalty(self.model, self.ctx, self.hp)
-        if penalty is not None:
-            loss = loss + penalty
+        loss = minibatch_loss(self.algorithm, self.model, x, y, self.loss_fn, self.ctx, self.hp)
         grads = torch.autograd.grad(loss, self.params)
         with torch.no_grad():
             for p, g, buf in zip(self.params, grads, self.momentum):
@@ -206,7 +202,7 @@ def fallback_reason(execution, draws_global: Callable[[], bool]) -> str | None:
     """Why a run cannot record its step (None: it can): a number format (its rounding runs as a
     Python dispatch mode around every operator), ``bf16`` autocast, or a model that draws from
     torch's global generator in a step (``draws_global()``)."""
-    if execution.precision_schedule or execution.client_formats or not execution.arithmetic.is_identity:
+    if execution.rounds_arithmetic:
         return "a number format rounds every operator from Python"
     if execution.bf16:
         return "--bf16 autocast is not recorded"

@@ -132,6 +132,12 @@ class Execution:
     def arithmetic(self) -> NumberFormat:
         return NumberFormat.parse(self.number_format)
 
+    @property
+    def rounds_arithmetic(self) -> bool:
+        """Whether local training rounds its operands in some round or for some client: a number
+        format, a precision schedule, or a fleet's per-class formats."""
+        return bool(self.precision_schedule or self.client_formats or not self.arithmetic.is_identity)
+
     def arithmetic_of_client(self, client: int, round: int = 1) -> NumberFormat:
         """Client ``client``'s arithmetic in round ``round``: its device class's format in a fleet
         that declares one (``client_formats``), the schedule's for that round

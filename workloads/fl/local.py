@@ -71,6 +71,19 @@ def prepare_model(model: nn.Module, method: MethodConfig, *, seed: int) -> nn.Mo
     return method.algo.prepare_model(model, seed=seed)
 
 
+def minibatch_loss(algorithm, model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn, ctx: RoundContext,
+                   hp: Hparams) -> torch.Tensor:
+    """One mini-batch's loss as local training minimizes it: the method's ``batch_loss`` of its
+    ``head_outputs``, plus its ``penalty`` (``ClientTrainer.step``'s hooks, in its order; that step
+    writes them out itself, as it runs the forward under autocast and holds its outputs to the end
+    of the step, which its priced trace sees). For the batched and the recorded steps
+    (``workloads.fl.together``, ``workloads.fl.capture``)."""
+    outputs = algorithm.head_outputs(model, x)
+    loss = algorithm.batch_loss(model, x, y, outputs, loss_fn, ctx, hp)
+    penalty = algorithm.penalty(model, ctx, hp)
+    return loss if penalty is None else loss + penalty
+
+
 class ClientTrainer:
     """One client's local optimizer and loss; ``step(x, y)`` is one SGD step."""
 

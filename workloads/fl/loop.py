@@ -562,11 +562,18 @@ def _with_recorder(setup: _Setup) -> _Setup:
 
 
 def _draws_global(setup: _Setup) -> bool:
-    """Whether a local step of the run's model draws from torch's global generator (one step of a
-    copy, on the first client's first batch; ``threads.draws_global_generator``)."""
-    ex, probe = setup.execution, copy.deepcopy(setup.client_model)
-    return draws_global_generator(lambda: _timed_trainer(probe, setup.method, setup.hp, setup.train,
-                                                         setup.client_idx[0], ex), ex.torch_device)
+    """Whether a local step of the run's model draws from torch's global generator (``_step_draws_global``)."""
+    return _step_draws_global(setup.client_model, setup.method, setup.hp, setup.train, setup.client_idx[0],
+                              setup.execution)
+
+
+def _step_draws_global(model: nn.Module, method: MethodConfig, hp: Hparams, data: DeviceData, idx: torch.Tensor,
+                       execution: Execution) -> bool:
+    """Whether a local step of ``model`` draws from torch's global generator: one step of a copy
+    on the first batch of ``idx`` (``threads.draws_global_generator``; ``model`` is not changed)."""
+    probe = copy.deepcopy(model)
+    return draws_global_generator(lambda: _timed_trainer(probe, method, hp, data, idx, execution),
+                                  execution.torch_device)
 
 
 def _finish(setup: _Setup, state: LoopState, resumed_after: int) -> RunResult:
@@ -690,8 +697,7 @@ def forecast(method: MethodConfig, *, model_fn: Callable[[], nn.Module], train, 
         rate, mode = together_rate(model, method, hp, data, idx, execution, per_round), f"{per_round} clients together"
     else:
         def draws() -> bool:
-            return draws_global_generator(lambda: _timed_trainer(copy.deepcopy(model), method, hp, data, idx, execution),
-                                          device)
+            return _step_draws_global(model, method, hp, data, idx, execution)
 
         threads_used = min(execution.client_threads, per_round)
         if threads_used > 1 and draws():

@@ -45,7 +45,7 @@ from torch import nn
 
 from workloads.fl.execution import DeviceData, Execution
 from workloads.fl.hparams import Hparams
-from workloads.fl.local import NonFiniteLossError, epoch_order, loss_function
+from workloads.fl.local import NonFiniteLossError, epoch_order, loss_function, minibatch_loss
 from workloads.fl.methods import MethodConfig
 from workloads.fl.methods.base import RoundContext, trains_together
 
@@ -54,7 +54,7 @@ TensorDict = dict[str, torch.Tensor]
 
 def fallback_reason(method: MethodConfig, execution: Execution) -> str | None:
     """Why ``method`` under ``execution`` cannot train a round's clients together (None: it can)."""
-    if execution.precision_schedule or execution.client_formats or not execution.arithmetic.is_identity:
+    if execution.rounds_arithmetic:
         return "a number format rounds each client's GEMMs with its own generator"
     if execution.bf16:
         return "--bf16 autocast is not batched"
@@ -119,10 +119,7 @@ class _LocalLoss(nn.Module):
 
     def forward(self, x: torch.Tensor, y: torch.Tensor, state: TensorDict) -> torch.Tensor:
         ctx = RoundContext(self.ctx.round, self.ctx.global_params, self.ctx.received, state, self.ctx.lr)
-        outputs = self.algorithm.head_outputs(self.model, x)
-        loss = self.algorithm.batch_loss(self.model, x, y, outputs, self.loss_fn, ctx, self.hp)
-        penalty = self.algorithm.penalty(self.model, ctx, self.hp)
-        return loss if penalty is None else loss + penalty
+        return minibatch_loss(self.algorithm, self.model, x, y, self.loss_fn, ctx, self.hp)
 
 
 class _Stacked:
