@@ -354,6 +354,84 @@ def mobilenetv2(*, num_classes: int = 100, image_size: int = 32, norm: str = "bn
     return FLNet(nn.Sequential(layers), 1280, num_classes, spherefed)
 
 
+# ---------------------------------------------------------------- published FPGA accelerators' networks
+# Not SphereFed's models (not in MODELS: ImageNet-sized inputs, no FLNet head). They are the
+# networks two measured FPGA accelerators ran, for holding the cycle model against them
+# (bench.lib.anchors, docs/accel_sim.md "Held against measured FPGAs"). Name them as any model:
+# --model workloads.models:alexnet_zhang2015 --input-shape 3,227,227 --classes 1000.
+
+ALEXNET_CONVS: tuple[tuple[int, int, int, int, int, int], ...] = (
+    # (c_in, c_out, kernel, stride, padding, groups): Krizhevsky et al., NIPS 2012, Fig. 2 (two GPU halves)
+    (3, 96, 11, 4, 0, 1), (96, 256, 5, 1, 2, 2), (256, 384, 3, 1, 1, 1), (384, 384, 3, 1, 1, 2), (384, 256, 3, 1, 1, 2),
+)
+ALEXNET_INPUT_SIZE = 227  # (227 - 11) / 4 + 1 = 55: the 55 x 55 map of Zhang et al.'s layer 1
+ALEXNET_POOL_AFTER = (1, 2, 5)  # MaxPool(3, 2) after conv1, conv2, conv5 (Krizhevsky et al.)
+
+
+def alexnet_zhang2015(*, num_classes: int = 1000) -> nn.Sequential:
+    """AlexNet as Zhang et al. ran it ("Optimizing FPGA-based Accelerator Design for Deep
+    Convolutional Neural Networks", FPGA 2015): Krizhevsky et al.'s two-GPU network ("ImageNet
+    Classification with Deep Convolutional Neural Networks", NIPS 2012), whose layers Zhang's table
+    lists per half ("set"): layer 1 N=3 -> M=48 (55x55, K=11, S=4), layer 2 48 -> 128 (27x27, K=5),
+    layer 3 256 -> 192 (13x13, K=3: it reads both halves), layers 4 and 5 192 -> 192 and 192 -> 128
+    (13x13, K=3), two sets each. As one network: conv1 3 -> 96 (one group: both halves read the
+    whole image), conv2 96 -> 256 in 2 groups, conv3 256 -> 384, conv4 384 -> 384 and conv5
+    384 -> 256 in 2 groups; input 3x227x227 (no padding: 55 = (227 - 11) / 4 + 1), ReLU after
+    every layer, MaxPool(3, 2) after conv1, conv2, conv5, then FC 9216 -> 4096 -> 4096 -> C.
+    Local response normalization is left out (Zhang priced the convolutions only). Convolution
+    layers are named ``conv1`` ... ``conv5``."""
+    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
+        raise ValueError(f"num_classes must be a positive integer, got {num_classes!r}")
+    layers: OrderedDict[str, nn.Module] = OrderedDict()
+    size = ALEXNET_INPUT_SIZE
+    for i, (c_in, c_out, kernel, stride, padding, groups) in enumerate(ALEXNET_CONVS, start=1):
+        layers[f"conv{i}"] = nn.Conv2d(c_in, c_out, kernel, stride=stride, padding=padding, groups=groups)
+        layers[f"relu{i}"] = nn.ReLU()
+        size = conv_out_size(size, kernel, stride, padding)
+        if i in ALEXNET_POOL_AFTER:
+            layers[f"pool{i}"] = nn.MaxPool2d(3, 2)
+            size = conv_out_size(size, 3, 2, 0)
+    features = ALEXNET_CONVS[-1][1] * size * size  # 256 x 6 x 6 = 9216
+    layers["flatten"] = nn.Flatten()
+    layers["fc6"], layers["relu6"] = nn.Linear(features, 4096), nn.ReLU()
+    layers["fc7"], layers["relu7"] = nn.Linear(4096, 4096), nn.ReLU()
+    layers["fc8"] = nn.Linear(4096, num_classes)
+    return nn.Sequential(layers)
+
+
+VGG16_CONFIG: tuple[int | str, ...] = (64, 64, "M", 128, 128, "M", 256, 256, 256, "M",
+                                       512, 512, 512, "M", 512, 512, 512, "M")
+VGG16_INPUT_SIZE = 224
+
+
+def vgg16_eftrain(*, num_classes: int = 1000) -> nn.Sequential:
+    """VGG16 as EF-Train's released program trains it (Tang et al., "EF-Train: Enable Efficient
+    On-device CNN Training on FPGA Through Data Reshaping for Online Adaptation or
+    Personalization", ACM TODAES 2022; repository tangyuelm/EF-Train, ``sdk/main.cc``): 3x224x224
+    input, VGG16's 13 3x3 convolutions (Simonyan and Zisserman, ICLR 2015), each followed by
+    batch normalization (its per-layer ``gama`` / ``beta``) and ReLU, MaxPool(2) after each block,
+    then the 7x7x512 map pooled to 1x1x512 (its ``output19``) and one FC 512 -> C (its
+    ``weights_fc1``, 1000 x 512). The pooling to 1x1 is taken as a global average (assumption: the
+    program names only the sizes). Convolutions have no bias (the batch norm's shift replaces it);
+    they are named ``conv1`` ... ``conv13``."""
+    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
+        raise ValueError(f"num_classes must be a positive integer, got {num_classes!r}")
+    layers: OrderedDict[str, nn.Module] = OrderedDict()
+    c_in, conv, pool = 3, 0, 0
+    for v in VGG16_CONFIG:
+        if v == "M":
+            pool += 1
+            layers[f"pool{pool}"] = nn.MaxPool2d(2)
+            continue
+        conv += 1
+        layers[f"conv{conv}"] = nn.Conv2d(c_in, int(v), 3, padding=1, bias=False)
+        layers[f"bn{conv}"], layers[f"relu{conv}"] = nn.BatchNorm2d(int(v)), nn.ReLU()
+        c_in = int(v)
+    layers["gap"], layers["flatten"] = nn.AdaptiveAvgPool2d(1), nn.Flatten()
+    layers["fc"] = nn.Linear(c_in, num_classes)
+    return nn.Sequential(layers)
+
+
 # ---------------------------------------------------------------- registry
 
 MODELS: dict[str, Callable[..., FLNet]] = {
