@@ -1,7 +1,8 @@
 """Number formats: the one vocabulary the hardware model and the accuracy runs share.
 
 A format names the arithmetic of the array's multiply-add cells: how each operand of a GEMM is
-stored and multiplied (products are accumulated in FP32, as the MAC array does). The hardware side
+stored and multiplied (the emulation accumulates products in FP32; what the cell holds to do so is
+``accel_sim.mac_cells``). The hardware side
 (``accel_sim.resources``, ``accel_sim.energy``, ``accel_sim.space``) prices a point in its format;
 the training side (``workloads.numerics``) rounds every GEMM operand of a federated run to it.
 This module is torch-free and numpy-free so that both sides import it.
@@ -112,8 +113,6 @@ NAME_PATTERN = (rf"(({'|'.join(ELEMENT_KINDS)}|fp8_hybrid)({'|'.join(s for s in 
                 rf"|({'|'.join(MX_ELEMENTS)})({MX_SCALE_RULES['up']})?|bfp_m\d+_g\d+)({STOCHASTIC_SUFFIX})?")
 """Every name ``NumberFormat.parse`` reads (the module doc's vocabulary); what it cannot match is
 refused in the words the user typed, before any part of it is read."""
-MAC_KINDS = (*ELEMENT_KINDS, "e3m2", "e2m3", "e2m1", "bfp")
-"""The MAC datapaths (``NumberFormat.mac_kind``): the keys of a device file's ``[dsp_per_mac]``."""
 
 
 def element_emax(spec: ElementFormat) -> int:
@@ -242,7 +241,7 @@ class NumberFormat:
 
     @property
     def mac_kind(self) -> str:
-        """The MAC datapath, a key of a device file's ``[dsp_per_mac]``: ``bfp`` for BFP and MXINT8
+        """The MAC datapath (``accel_sim.mac_cells``): ``bfp`` for BFP and MXINT8
         (an integer mantissa multiplier, a shared exponent per group), the element's name for the
         other MX formats and the scaled FP8 formats (the hybrid: ``e4m3``, its wider significand
         multiplier serves E5M2 operands too), else the kind."""

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from accel_sim.cost_tables import COST_TABLES, DEFAULT_COST_TABLE
 from accel_sim.dataflows import DATAFLOWS  # the registry: "os", "ws", "is" (output / weight / input stationary)
 from iokit import checks
 from iokit.toml import read_toml
@@ -266,6 +267,11 @@ class HardwareConfig:
 
     # --- not published: energy per event ------------------------------------------------------
     energy: EnergyCosts = field(default_factory=EnergyCosts)
+    cost_table: str = DEFAULT_COST_TABLE
+    """The published table a MAC in a number format other than FP32 is priced from (energy and
+    ASIC area): one of ``accel_sim.cost_tables.COST_TABLES`` (``horowitz45``, the default,
+    ``epfl28``, ``aladdin40``; ``configs/costs/<name>.toml``). An FP32 hardware keeps its own
+    ``energy.mac_pj`` whatever the table (``accel_sim.mac_energy``)."""
 
     def __post_init__(self) -> None:
         for name, (low, high) in FIELD_BOUNDS.items():
@@ -279,6 +285,7 @@ class HardwareConfig:
         checks.one_of(self.grouped_mapping, GROUPED_MAPPINGS, name="grouped_mapping", error=HardwareConfigError)
         checks.one_of(self.operand_copies, OPERAND_COPIES, name="operand_copies", error=HardwareConfigError)
         checks.one_of(self.weight_master, WEIGHT_MASTERS, name="weight_master", error=HardwareConfigError)
+        checks.one_of(self.cost_table, COST_TABLES, name="cost_table", error=HardwareConfigError)
         if isinstance(self.memory_model, str) and self.memory_model in RENAMED_MEMORY_MODELS:
             raise HardwareConfigError(f"hardware field 'memory_model' = {self.memory_model!r} was renamed: use "
                                       f"{RENAMED_MEMORY_MODELS[self.memory_model]!r}")

@@ -13,8 +13,8 @@ Declared as data (the ``[space]`` table a command reads from TOML)::
 An axis is any field path of ``accel_sim.points.FIELD_PATHS`` (sub-tables as ``table.field``), or
 ``number_format`` (``accel_sim.resources.NumberFormat``), which sets each point's ``word_bytes`` to
 the format's storage and its ``energy.mac_pj`` to the format's MAC figure
-(``accel_sim.mac_energy.format_mac_pj``; an FP32 point keeps the base's, as
-``hardware_in_format`` does); without it, 4-byte words are FP32 and 2-byte words BF16. Fields
+(``accel_sim.mac_energy.format_mac_pj``, under the point's ``cost_table``; an FP32 point keeps the
+base's, as ``hardware_in_format`` does); without it, 4-byte words are FP32 and 2-byte words BF16. Fields
 without an axis keep the base config's value. The points are the product of the axes in
 row-major order (the last axis fastest): a point's *index* is its place in that product, stable
 whatever the constraints, so one point can be rebuilt from its index (``Space.point``).
@@ -97,14 +97,17 @@ def storing_columns(formats: np.ndarray, base) -> dict[str, np.ndarray]:
     return columns
 
 
-def mac_pj_column(formats: np.ndarray, fp32_mac_pj) -> np.ndarray:
-    """Each point's ``energy.mac_pj``: its number format's MAC figure
-    (``accel_sim.mac_energy.format_mac_pj``); an FP32 point keeps ``fp32_mac_pj`` (the base's, or
-    its ``energy.mac_pj`` axis value), as ``hardware_in_format`` keeps an FP32 hardware's."""
+def mac_pj_column(formats: np.ndarray, fp32_mac_pj, cost_tables) -> np.ndarray:
+    """Each point's ``energy.mac_pj``: its number format's MAC figure under its cost table
+    (``accel_sim.mac_energy.format_mac_pj``; ``cost_tables`` one name or one per point); an FP32 point
+    keeps ``fp32_mac_pj`` (the base's, or its ``energy.mac_pj`` axis value), as ``hardware_in_format``
+    keeps an FP32 hardware's."""
     column = np.array(np.broadcast_to(np.asarray(fp32_mac_pj, dtype=np.float64), formats.shape))
+    tables = np.broadcast_to(np.asarray(cost_tables, dtype=str), formats.shape)
     for name in np.unique(formats).tolist():
         if not NumberFormat.parse(name).is_identity:
-            column[formats == name] = format_mac_pj(name)
+            for table in np.unique(tables[formats == name]).tolist():
+                column[(formats == name) & (tables == table)] = format_mac_pj(name, table)
     return column
 
 
@@ -416,7 +419,7 @@ class Space:
         value of any other name asked for."""
         digits = np.unravel_index(index, tuple(len(a.values) for a in self.axes)) if self.axes else ()
         columns = {a.path: a.array()[d] for a, d in zip(self.axes, digits) if names is None or a.path in names
-                   or a.path == NUMBER_FORMAT}
+                   or a.path in (NUMBER_FORMAT, "cost_table")}
         if NUMBER_FORMAT in columns:
             columns.update(storing_columns(columns[NUMBER_FORMAT], self.base))
         elif names is None or NUMBER_FORMAT in names or MAC_PJ in names:
@@ -424,7 +427,8 @@ class Space:
             columns[NUMBER_FORMAT] = np.vectorize(FORMAT_OF_WORD.__getitem__, otypes=[str])(words) if words.size \
                 else np.zeros(0, dtype=str)
         if names is None or MAC_PJ in names:
-            columns[MAC_PJ] = mac_pj_column(columns[NUMBER_FORMAT], columns.get(MAC_PJ, self.base.energy.mac_pj))
+            columns[MAC_PJ] = mac_pj_column(columns[NUMBER_FORMAT], columns.get(MAC_PJ, self.base.energy.mac_pj),
+                                            columns.get("cost_table", self.base.cost_table))
         for name in names or ():
             if name not in columns:
                 columns[name] = np.full(len(index), field_value(self.base, name))
