@@ -75,7 +75,8 @@ def operand_copies(fmt: NumberFormat | str) -> str:
 
 
 def hardware_in_format(hw: HardwareConfig, fmt: NumberFormat | str, *, master_weights: bool = True) -> HardwareConfig:
-    """``hw`` computing in ``fmt``: ``word_bytes`` the format's storage, ``energy.mac_pj`` its MAC
+    """``hw`` computing in ``fmt``: ``word_bytes`` the format's byte-aligned container,
+    ``element_bits`` its packed element (``NumberFormat.element_bits``), ``energy.mac_pj`` its MAC
     figure under ``hw.cost_table`` (``format_mac_pj``), and how it stores GEMM operands (``operand_copies``,
     ``scale_bits_per_value``) and what its rounding's random bits cost
     (``energy.rounding_pj_per_value``: ``rounding_pj``); ``master_weights=False``: the weights live in
@@ -90,8 +91,8 @@ def hardware_in_format(hw: HardwareConfig, fmt: NumberFormat | str, *, master_we
     fmt = NumberFormat.parse(fmt)
     if fmt.is_identity:
         return hw
-    return hw.with_(word_bytes=fmt.storage_bytes, operand_copies=operand_copies(fmt),
-                    scale_bits_per_value=fmt.scale_bytes_per_value * 8,
+    return hw.with_(word_bytes=fmt.storage_bytes, element_bits=fmt.element_bits, operand_copies=operand_copies(fmt),
+                    scale_bits_per_value=fmt.scale_bits_per_value,
                     weight_master="fp32" if master_weights else "none",
                     energy=replace(hw.energy, mac_pj=format_mac_pj(fmt, hw.cost_table),
                                    rounding_pj_per_value=rounding_pj(fmt)))

@@ -54,6 +54,7 @@ import numpy as np
 from accel_sim.cost_tables import DEFAULT_COST_TABLE
 from accel_sim.dataflows import DATAFLOWS
 from accel_sim.formats import NumberFormat
+from accel_sim.hardware import word_bits
 from accel_sim.mac_cells import Unit, fp_multiplier_units, mac_cell, relative_to_fp32
 from accel_sim.points import HardwarePoints
 from iokit.toml import read_toml
@@ -201,13 +202,14 @@ deliver: what its BRAM (``buffer_bram36_blocks``) and its area (``sram_area_um2`
 from. A new buffer field is one more entry."""
 
 
-def buffer_bram36_blocks(buffer_bytes, lanes, word_bytes, device: FpgaDevice):
+def buffer_bram36_blocks(buffer_bytes, lanes, word_bits, device: FpgaDevice):
     """BRAM36 blocks of a double-buffered buffer: two halves, each the larger of
-    ``ceil(half / bram36_bytes)`` (capacity) and ``ceil(lanes x word_bytes / bram36_port_bytes)``
-    (width: one word per lane per cycle through 72-bit ports, UG473); numbers or arrays alike."""
+    ``ceil(half / bram36_bytes)`` (capacity) and ``ceil(lanes x word_bits / (8 x bram36_port_bytes))``
+    (width: one word, its packed bits, per lane per cycle through 72-bit ports, UG473); numbers or
+    arrays alike."""
     half = -(-buffer_bytes // 2)
     capacity = -(-half // device.bram36_bytes)
-    width = -(-(lanes * word_bytes) // device.bram36_port_bytes)
+    width = -(-(lanes * word_bits) // (8 * device.bram36_port_bytes))
     return 2 * np.maximum(capacity, width)
 
 
@@ -297,8 +299,8 @@ def fpga_resources(points: HardwarePoints, number_formats, device: FpgaDevice) -
     lanes = special_unit_lanes(points)
     lane_dsp, lane_luts = array_dsp_luts(NumberFormat("fp32"), lanes, device)
     dsp, luts = dsp + lane_dsp, luts + lane_luts
-    word_bytes = points["word_bytes"]
-    bram = sum(buffer_bram36_blocks(points[buffer], lanes_of(points), word_bytes, device)
+    bits = word_bits(points["word_bytes"], points["element_bits"])
+    bram = sum(buffer_bram36_blocks(points[buffer], lanes_of(points), bits, device)
                for buffer, lanes_of in BUFFER_LANES.items())
     channels = memory_channels(points["dram_peak_bytes_per_s"], device)
     utilization = {"dsp": dsp / device.dsp_slices, "bram36": bram / device.bram36_blocks, "lut": luts / device.luts}

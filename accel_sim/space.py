@@ -74,7 +74,8 @@ FORMAT_OF_WORD = {4: "fp32", 2: "bf16"}
 """The number format of a point without a ``number_format`` axis, by its word size."""
 MAC_PJ = "energy.mac_pj"
 """Set by each point's number format (``mac_pj_column``), as ``word_bytes`` is."""
-STORING_FIELDS = ("word_bytes", "operand_copies", "scale_bits_per_value", "energy.rounding_pj_per_value")
+STORING_FIELDS = ("word_bytes", "element_bits", "operand_copies", "scale_bits_per_value",
+                  "energy.rounding_pj_per_value")
 """The fields a ``number_format`` axis sets for each point, as ``hardware_in_format`` does: how the
 format stores values (``accel_sim.words``) and what its rounding's random bits cost."""
 
@@ -83,10 +84,11 @@ def storing_columns(formats: np.ndarray, base) -> dict[str, np.ndarray]:
     """``STORING_FIELDS`` of each point from its number format (``hardware_in_format``; an FP32
     point keeps the base's)."""
     distinct = {name: hardware_in_format(base, name) for name in np.unique(formats).tolist()}
-    getters = {"word_bytes": lambda hw: hw.word_bytes, "operand_copies": lambda hw: hw.operand_copies,
+    getters = {"word_bytes": lambda hw: hw.word_bytes, "element_bits": lambda hw: hw.element_bits,
+               "operand_copies": lambda hw: hw.operand_copies,
                "scale_bits_per_value": lambda hw: hw.scale_bits_per_value,
                "energy.rounding_pj_per_value": lambda hw: hw.energy.rounding_pj_per_value}
-    types = {"word_bytes": np.int64, "operand_copies": object, "scale_bits_per_value": np.float64,
+    types = {"word_bytes": np.int64, "element_bits": np.int64, "operand_copies": object, "scale_bits_per_value": np.float64,
              "energy.rounding_pj_per_value": np.float64}
     columns = {}
     for path, get in getters.items():

@@ -102,8 +102,10 @@ def test_hardware_in_a_format():
     assert hardware_in_format(hw, "fp32") is hw  # fp32: the hardware file as given (its own technology's figure)
     bfp = hardware_in_format(HardwareConfig(), "bfp_m4_g16_sr")
     assert (bfp.word_bytes, bfp.energy.mac_pj) == (1, format_mac_pj("bfp_m4_g16"))
-    # one copy per GEMM role (block-grouped, stochastic), 20 random bits x 0.003125 pJ per value rounded
-    assert bfp == HardwareConfig().with_(word_bytes=1, operand_copies="per_role", energy=replace(
+    # one copy per GEMM role (block-grouped, stochastic), 20 random bits x 0.003125 pJ per value rounded;
+    # 5-bit packed elements and the group's 8-bit exponent over 16 values
+    assert bfp == HardwareConfig().with_(word_bytes=1, element_bits=5, scale_bits_per_value=0.5,
+                                         operand_copies="per_role", energy=replace(
         EnergyCosts(), mac_pj=format_mac_pj("bfp_m4_g16"), rounding_pj_per_value=0.0625))
     assert hardware_in_format(bfp, "bfp_m4_g16_sr") == bfp  # applying it again changes nothing
     assert hardware_in_format(bfp, "bfp_m4_g16").energy.rounding_pj_per_value == 0.0  # to nearest: no random bits
