@@ -308,9 +308,10 @@ def _assemble(work: TraceWork, points: HardwarePoints, gemm: dict[str, np.ndarra
     bytes_per_cycle = dram_bytes_per_cycle(points["dram_peak_bytes_per_s"], points["clock_hz"], points["dram_efficiency"])
     latency = points["dram_latency_cycles"]
     rounded = np.zeros(n, dtype=np.int64)
-    storings = [Storing(int(w), c == "per_role", float(b), m == "fp32") for w, c, b, m in
+    storings = [Storing(int(w), c == "per_role", float(b), m == "fp32", int(e)) for w, c, b, m, e in
                 zip(points["word_bytes"].tolist(), points["operand_copies"].tolist(),
-                    points["scale_bits_per_value"].tolist(), points["weight_master"].tolist())]
+                    points["scale_bits_per_value"].tolist(), points["weight_master"].tolist(),
+                    points["element_bits"].tolist())]
     for storing in dict.fromkeys(storings):
         at = np.flatnonzero([s == storing for s in storings])
         w = work.at_word(storing)

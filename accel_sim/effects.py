@@ -14,7 +14,7 @@ The effects, each named after what it prices (the rules: ``accel_sim.memory``'s 
 * fold counts and cycles: ``accel_sim.systolic.fold_counts`` / ``fold_cycles_of`` (``rows``,
   ``cols``, the dataflow), grouped GEMMs' packing: ``packed_groups`` (``grouped_mapping``);
 * buffer residency: ``row_operand_fits``, ``b_column_block_fits``, ``partial_sums_fit`` (the
-  buffer fields, ``word_bytes``), gathered per GEMM in ``Residency``;
+  buffer fields, the packed word's bits), gathered per GEMM in ``Residency``;
 * DRAM and on-chip traffic of a fold: ``fold_traffic``;
 * stalls: ``transfer_bound`` and ``pipelined_total_cycles`` (double-buffered folds, DRAM
   bandwidth and latency), ``streaming_total_cycles`` (vector and linear-algebra work);
@@ -38,6 +38,7 @@ import numpy as np
 
 from accel_sim.dataflows import Dataflow
 from accel_sim.elementwise import ceil_cycles, ceil_int, maximum, minimum, where
+from accel_sim.hardware import word_bits, word_units
 from accel_sim.systolic import fold_counts, fold_cycles_of
 
 # ----------------------------------------------------------------------------- fold counts
@@ -50,11 +51,20 @@ def packed_groups(flow: Dataflow, n, k, groups, hw):
     return where((hw.grouped_mapping == "block_diagonal") & (groups > 1), packing, 1)
 
 
+def traffic_scale(packed, hw):
+    """Units per byte a GEMM's traffic is counted in (``accel_sim.memory``, "Exact arithmetic"):
+    ``packed`` (a block-diagonal B moves a ``packed``-th of each word) x the units per byte of the
+    word (``accel_sim.hardware.word_units``: 1 for whole-byte words, 2 for 4-bit packed elements)."""
+    return packed * word_units(word_bits(hw.word_bytes, hw.element_bits))[1]
+
+
 @dataclass(frozen=True)
 class FoldGrid:
     """One GEMM ``m x n x k`` (``n``, ``k`` already packed: ``packed`` groups block-diagonal) laid
-    on the array in folds; traffic in units of ``1 / scale`` bytes (a multiple of ``packed``:
-    ``accel_sim.memory``, "Exact arithmetic"). Numbers, or arrays over instances."""
+    on the array in folds; traffic in units of ``1 / scale`` bytes (a multiple of ``packed`` and of
+    the word's units per byte, ``traffic_scale``: ``accel_sim.memory``, "Exact arithmetic"); a word
+    is ``word_bits`` (packed elements: ``accel_sim.hardware.word_bits``). Numbers, or arrays over
+    instances."""
 
     flow: Dataflow
     s_r: Any
@@ -65,7 +75,7 @@ class FoldGrid:
     row_folds: Any
     col_folds: Any
     fold_cycles: Any
-    word_bytes: Any
+    word_bits: Any
     packed: Any
     dense: Any  # units per dense word (A, outputs, partial sums)
     b: Any  # units per word of B (a block-diagonal B moves 1 / packed of each)
@@ -74,11 +84,12 @@ class FoldGrid:
     @staticmethod
     def of(flow: Dataflow, m, n, k, *, packed, scale, hw, python_ints: bool = False) -> "FoldGrid":
         s_r, s_c, t = flow.map_gemm(m, n, k)
-        rows, cols, word_bytes = hw.rows, hw.cols, hw.word_bytes
+        rows, cols, bits = hw.rows, hw.cols, word_bits(hw.word_bytes, hw.element_bits)
         row_folds, col_folds = fold_counts(s_r, s_c, rows=rows, cols=cols)
+        dense = bits * scale // 8  # units per word: exact, scale holding the word's units per byte
         return FoldGrid(flow, s_r, s_c, t, rows, cols, row_folds, col_folds,
-                        fold_cycles_of(t, rows, cols, preloads=flow.preloads), word_bytes, packed,
-                        word_bytes * scale, word_bytes * scale // packed, python_ints)
+                        fold_cycles_of(t, rows, cols, preloads=flow.preloads), bits, packed,
+                        dense, dense // packed, python_ints)
 
 
 # ----------------------------------------------------------------------------- buffer residency
@@ -96,22 +107,22 @@ def row_operand_fits(g: FoldGrid, hw):
     fold loads it and the later ones reuse it. A block-diagonal B keeps only its non-zero
     ``1 / packed``."""
     if g.flow.operand_layout("a") == "rows":  # OS, WS: A
-        return g.s_r * g.t * g.word_bytes <= active_half_bytes(hw.a_buffer_bytes)
-    return g.s_r * g.t * g.word_bytes <= active_half_bytes(hw.b_buffer_bytes) * g.packed  # IS: B
+        return g.s_r * g.t * g.word_bits <= 8 * active_half_bytes(hw.a_buffer_bytes)
+    return g.s_r * g.t * g.word_bits <= 8 * active_half_bytes(hw.b_buffer_bytes) * g.packed  # IS: B
 
 
 def b_column_block_fits(g: FoldGrid, hw):
     """OS: whether one column fold's block of B (``T x cols`` words, ``1 / packed`` of it
     non-zero) fits the B buffer's active half, so that only the column fold's first row fold
     loads it."""
-    return minimum(g.cols, g.s_c) * g.t * g.word_bytes <= active_half_bytes(hw.b_buffer_bytes) * g.packed
+    return minimum(g.cols, g.s_c) * g.t * g.word_bits <= 8 * active_half_bytes(hw.b_buffer_bytes) * g.packed
 
 
 def partial_sums_fit(g: FoldGrid, hw):
     """WS / IS: whether a column fold's partial sums (``cols x T`` words) fit the output buffer's
     active half, so that they stay on chip across the row folds (else every fold spills them and
     every fold after the first reads them back)."""
-    return minimum(g.cols, g.s_c) * g.t * g.word_bytes <= active_half_bytes(hw.out_buffer_bytes)
+    return minimum(g.cols, g.s_c) * g.t * g.word_bits <= 8 * active_half_bytes(hw.out_buffer_bytes)
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ the per-event figures; the same actions x energy-per-action form as Accelergy, W
 "Accelergy: an architecture-level energy estimation methodology for accelerator designs", ICCAD
 2019, which Timeloop and SCALE-Sim v3 use), plus static power over the run time. The per-event
 figures are ``HardwareConfig.energy`` (``accel_sim.hardware.EnergyCosts``); the MAC's depends on
-the array's number format (``accel_sim.mac_energy``: FP32 4.6 pJ, a 4-bit-mantissa BFP MAC
-0.145 pJ). Events per op:
+the array's number format and the hardware's cost table (``accel_sim.mac_energy``: FP32 4.6 pJ, a
+4-bit-mantissa BFP MAC 0.163 pJ under the default table). Events per op:
 
 * MACs: the useful multiply-adds (``OpCost.macs``) of a GEMM or a linear-algebra op. Zero MACs of a
   block-diagonal packing are not charged (the cell's multiplier is gated while its stationary

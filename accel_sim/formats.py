@@ -1,7 +1,8 @@
 """Number formats: the one vocabulary the hardware model and the accuracy runs share.
 
 A format names the arithmetic of the array's multiply-add cells: how each operand of a GEMM is
-stored and multiplied (products are accumulated in FP32, as the MAC array does). The hardware side
+stored and multiplied (the emulation accumulates products in FP32; what the cell holds to do so is
+``accel_sim.mac_cells``). The hardware side
 (``accel_sim.resources``, ``accel_sim.energy``, ``accel_sim.space``) prices a point in its format;
 the training side (``workloads.numerics``) rounds every GEMM operand of a federated run to it.
 This module is torch-free and numpy-free so that both sides import it.
@@ -112,8 +113,6 @@ NAME_PATTERN = (rf"(({'|'.join(ELEMENT_KINDS)}|fp8_hybrid)({'|'.join(s for s in 
                 rf"|({'|'.join(MX_ELEMENTS)})({MX_SCALE_RULES['up']})?|bfp_m\d+_g\d+)({STOCHASTIC_SUFFIX})?")
 """Every name ``NumberFormat.parse`` reads (the module doc's vocabulary); what it cannot match is
 refused in the words the user typed, before any part of it is read."""
-MAC_KINDS = (*ELEMENT_KINDS, "e3m2", "e2m3", "e2m1", "bfp")
-"""The MAC datapaths (``NumberFormat.mac_kind``): the keys of a device file's ``[dsp_per_mac]``."""
 
 
 def element_emax(spec: ElementFormat) -> int:
@@ -242,7 +241,7 @@ class NumberFormat:
 
     @property
     def mac_kind(self) -> str:
-        """The MAC datapath, a key of a device file's ``[dsp_per_mac]``: ``bfp`` for BFP and MXINT8
+        """The MAC datapath (``accel_sim.mac_cells``): ``bfp`` for BFP and MXINT8
         (an integer mantissa multiplier, a shared exponent per group), the element's name for the
         other MX formats and the scaled FP8 formats (the hybrid: ``e4m3``, its wider significand
         multiplier serves E5M2 operands too), else the kind."""
@@ -268,24 +267,37 @@ class NumberFormat:
         return self.element.bits
 
     @property
+    def element_bits(self) -> int:
+        """Bits of one element as stored, packed (sub-byte elements share bytes: two E2M1 values to a
+        byte), its shared scale apart (``scale_bits_per_value``): an element format's bits, a BFP
+        value's sign and ``m`` mantissa bits, an MX element's bits (MXFP4 4, MXFP6 6, MXFP8 and
+        MXINT8 8). What a GEMM operand in the format is priced at (``HardwareConfig.element_bits``,
+        ``accel_sim.words``, ``accel_sim.memory``)."""
+        if self.kind == "bfp":
+            return 1 + self.mantissa_bits
+        return self.element.bits
+
+    @property
+    def scale_bits_per_value(self) -> float:
+        """Bits of shared scale per value, stored apart from the packed elements: a BFP group's
+        ``BFP_EXPONENT_BITS``-bit exponent over its ``g`` values, ``8 / g`` (``bfp_m4_g16`` 0.5); an MX
+        block's E8M0 scale, ``8 / 32`` = 0.25 (MX specification v1.0, Sec. 5: the scales need not be
+        stored with the elements); 0 for the others (a scaled FP8 tensor's one factor is negligible).
+        ``element_bits + scale_bits_per_value`` is ``bits_per_value``: MXFP4 4.25, MXFP6 6.25."""
+        if self.kind == "bfp":
+            return BFP_EXPONENT_BITS / self.group_size
+        return MX_SCALE_BITS / MX_BLOCK_SIZE if self.kind == "mx" else 0.0
+
+    @property
     def storage_bytes(self) -> int:
-        """Bytes a value occupies in memory: ``ceil(bits / 8)``. An assumption for BFP: values are
-        stored byte-aligned (packing 5.5-bit values is not modeled), so ``bfp_m4_g16`` stores one
-        byte per value; this is the ``word_bytes`` ``simulate`` must price the point with. An MX
-        format stores its elements byte-aligned (``ceil(element bits / 8)``: one byte for MXFP8,
-        MXFP6, MXFP4 and MXINT8) and its scales apart, one byte per block
-        (``scale_bytes_per_value``; MX specification v1.0, Sec. 5: the scales need not be stored
-        with the elements)."""
+        """Whole bytes of the container a value would take byte-aligned, ``ceil(bits_per_value / 8)``
+        (an MX format: ``ceil(element bits / 8)``, its scales apart): the ``word_bytes`` a point in
+        the format declares, the word SCALE-Sim's reference memory model counts (``scalesim_v3``).
+        What the fold model, the buffers and memory price is the packed ``element_bits`` (plus the
+        scales, ``accel_sim.words``), not this."""
         if self.kind == "mx":
             return math.ceil(self.element.bits / 8)
         return math.ceil(self.bits_per_value / 8)
-
-    @property
-    def scale_bytes_per_value(self) -> float:
-        """Bytes of shared scale per value stored apart from the words: an MX block's E8M0 scale,
-        ``1 / 32``; 0 for the others (a BFP group's exponent is inside ``storage_bytes``, a scaled
-        FP8 tensor's one factor is negligible)."""
-        return MX_SCALE_BITS / 8 / MX_BLOCK_SIZE if self.kind == "mx" else 0.0
 
     def payload_bytes(self, values: int) -> int:
         """Bytes of ``values`` values sent over a link in this format, bit-packed (a message is not

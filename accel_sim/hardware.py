@@ -14,12 +14,14 @@ field.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from accel_sim.cost_tables import COST_TABLES, DEFAULT_COST_TABLE
 from accel_sim.dataflows import DATAFLOWS  # the registry: "os", "ws", "is" (output / weight / input stationary)
 from iokit import checks
 from iokit.toml import read_toml
@@ -91,6 +93,7 @@ FIELD_BOUNDS: dict[str, tuple[float, float]] = {
     "dram_latency_cycles": (0, 2**30),
     "linalg_efficiency": (1e-3, 1.0),
     "scale_bits_per_value": (0.0, 8.0),
+    "element_bits": (0, 128),
 }
 """Allowed range of each numeric field (an int lower bound: the field is an integer), inclusive.
 Our choice, not a published figure: each range holds every accelerator we know of by orders of
@@ -206,8 +209,15 @@ class HardwareConfig:
     """Copies of a GEMM operand a narrow format stores: one of ``OPERAND_COPIES``; set with the
     number format (``accel_sim.mac_energy.hardware_in_format``)."""
     scale_bits_per_value: float = 0.0
-    """Bits of shared scale stored apart from the words, per value a GEMM reads: an MX block's 8-bit
-    scale per 32 values, 0.25; 0 for the others. Set with the number format."""
+    """Bits of shared scale stored apart from the elements, per value a GEMM reads: an MX block's
+    8-bit scale per 32 values, 0.25; a BFP group's 8-bit exponent per ``g`` values, ``8 / g``; 0 for
+    the others. Set with the number format (``NumberFormat.scale_bits_per_value``)."""
+    element_bits: int = 0
+    """Bits of one GEMM operand value as stored, packed (``NumberFormat.element_bits``: MXFP4 4,
+    MXFP6 6, ``bfp_m4_g16`` 5, FP8 8), at most ``8 x word_bytes``; 0: ``8 x word_bytes`` (byte-aligned
+    words). What the fold model's GEMM traffic, the buffers' residency and width, and the stored
+    operands are priced at (``word_bits``); ``word_bytes`` stays the byte-aligned container (the
+    SCALE-Sim reference model's word). Set with the number format."""
     weight_master: str = "fp32"
     """One of ``WEIGHT_MASTERS``: whether a narrow format's weights keep an FP32 master copy
     (``accel_sim.words``)."""
@@ -266,6 +276,11 @@ class HardwareConfig:
 
     # --- not published: energy per event ------------------------------------------------------
     energy: EnergyCosts = field(default_factory=EnergyCosts)
+    cost_table: str = DEFAULT_COST_TABLE
+    """The published table a MAC in a number format other than FP32 is priced from (energy and
+    ASIC area): one of ``accel_sim.cost_tables.COST_TABLES`` (``horowitz45``, the default,
+    ``epfl28``, ``aladdin40``; ``configs/costs/<name>.toml``). An FP32 hardware keeps its own
+    ``energy.mac_pj`` whatever the table (``accel_sim.mac_energy``)."""
 
     def __post_init__(self) -> None:
         for name, (low, high) in FIELD_BOUNDS.items():
@@ -279,6 +294,10 @@ class HardwareConfig:
         checks.one_of(self.grouped_mapping, GROUPED_MAPPINGS, name="grouped_mapping", error=HardwareConfigError)
         checks.one_of(self.operand_copies, OPERAND_COPIES, name="operand_copies", error=HardwareConfigError)
         checks.one_of(self.weight_master, WEIGHT_MASTERS, name="weight_master", error=HardwareConfigError)
+        checks.one_of(self.cost_table, COST_TABLES, name="cost_table", error=HardwareConfigError)
+        if self.element_bits > 8 * self.word_bytes:
+            raise HardwareConfigError(f"element_bits = {self.element_bits} does not fit a {self.word_bytes}-byte word: "
+                                      f"give at most {8 * self.word_bytes} (0: the whole word)")
         if isinstance(self.memory_model, str) and self.memory_model in RENAMED_MEMORY_MODELS:
             raise HardwareConfigError(f"hardware field 'memory_model' = {self.memory_model!r} was renamed: use "
                                       f"{RENAMED_MEMORY_MODELS[self.memory_model]!r}")
@@ -313,6 +332,21 @@ class HardwareConfig:
     def with_(self, **changes: Any) -> "HardwareConfig":
         """A copy with some fields changed (validated again)."""
         return replace(self, **changes)
+
+
+def word_bits(word_bytes, element_bits):
+    """Bits a GEMM operand value is priced at: ``element_bits`` where given (packed), else
+    ``8 x word_bytes``; on numbers or numpy arrays alike."""
+    return np.where(element_bits > 0, element_bits, 8 * word_bytes) if isinstance(word_bytes, np.ndarray) \
+        else (element_bits if element_bits > 0 else 8 * word_bytes)
+
+
+def word_units(bits):
+    """(units per word, units per byte) of a ``bits``-bit word in the smallest unit that makes both
+    whole: ``bits / gcd(bits, 8)`` and ``8 / gcd(bits, 8)`` (32 bits: 4 and 1, bytes; 4 bits: 1 and
+    2, half-bytes; 5 bits: 5 and 8, bits); on numbers or numpy arrays alike."""
+    g = math.gcd(bits, 8) if isinstance(bits, (int, np.integer)) else np.gcd(bits, 8)
+    return bits // g, 8 // g
 
 
 def dram_bytes_per_cycle(dram_peak_bytes_per_s, clock_hz, dram_efficiency):

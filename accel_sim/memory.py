@@ -44,7 +44,9 @@ A fold whose transfer exceeds its compute stalls the array; stall = total - comp
 
 Exact arithmetic. Every byte figure of a schedule is an integer: in bytes, or, for a GEMM whose B
 is block-diagonal (``packed_groups`` = ``p`` > 1), in ``p``-ths of a byte (``byte_scale``), since
-such a B moves a ``p``-th of each dense word. So the sums over folds are exact, and the time is
+such a B moves a ``p``-th of each dense word; a word of packed sub-byte elements
+(``HardwareConfig.element_bits``: 4 bits for MXFP4) is counted in the fraction of a byte that makes
+it whole (``accel_sim.effects.traffic_scale``: half-bytes for 4 bits, bits for 5). So the sums over folds are exact, and the time is
 evaluated in an order-free form: writing ``o_i = load_{i+1} + store_{i-1}``, each fold is either
 bound by its transfer (``o_i / bandwidth > compute_i``) or by its compute, and
 
@@ -65,7 +67,8 @@ import numpy as np
 
 from accel_sim.dataflows import dataflow_named
 from accel_sim.effects import (FoldGrid, Residency, fold_traffic, pipelined_total_cycles, streaming_total_cycles,
-                               transfer_bound)
+                               traffic_scale, transfer_bound)
+from accel_sim.hardware import word_bits
 
 INT64_SAFE = 2**62
 """Integer figures whose bound stays below this are kept in numpy's int64; above it (beyond any
@@ -83,11 +86,12 @@ with its dataflows, 294,912 with every role output stationary (a depthwise conv,
 from about batch 900 on (``accel_sim.pricing.check_gemm_fits``)."""
 
 
-def per_fold_units_bound(rows, cols, t, word_bytes, byte_scale):
+def per_fold_units_bound(rows, cols, t, word_bits, byte_scale):
     """An upper bound on the units one fold moves (DRAM or on-chip, read or written): every block
-    a fold touches is at most ``(rows + cols) x (T + rows + cols)`` words, four kinds of traffic
-    at most. Times ``MAX_FOLDS_PER_OP``, it bounds an op's sums (numbers or arrays alike)."""
-    return (rows + cols) * (t + rows + cols) * word_bytes * byte_scale * 4
+    a fold touches is at most ``(rows + cols) x (T + rows + cols)`` words of ``word_bits`` bits,
+    four kinds of traffic at most. Times ``MAX_FOLDS_PER_OP``, it bounds an op's sums (numbers or
+    arrays alike)."""
+    return (rows + cols) * (t + rows + cols) * word_bits * byte_scale / 8 * 4
 
 
 @dataclass(frozen=True)
@@ -165,20 +169,22 @@ def gemm_fold_schedule(m: int, n: int, k: int, *, hw, dataflow: str, packed_grou
     non-zero, ``1/p`` (exact over the whole GEMM, an average per fold); so are the array's reads
     of B from its buffer (the zeros are fed to the cells, not read). The schedule then counts in
     ``p``-ths of a byte (``byte_scale = p``)."""
+    scale = int(traffic_scale(packed_groups, hw))
     if m == 0 or n == 0 or k == 0:
         empty = np.zeros(0, dtype=np.int64)
-        return FoldSchedule(packed_groups, *[empty] * 7)
+        return FoldSchedule(scale, *[empty] * 7)
     flow = dataflow_named(dataflow)
     t = flow.map_gemm(m, n, k)[2]
-    python_ints = per_fold_units_bound(hw.rows, hw.cols, t, hw.word_bytes, packed_groups) * MAX_FOLDS_PER_OP >= INT64_SAFE
-    grid = FoldGrid.of(flow, m, n, k, packed=packed_groups, scale=packed_groups, hw=hw, python_ints=python_ints)
+    bits = word_bits(hw.word_bytes, hw.element_bits)
+    python_ints = per_fold_units_bound(hw.rows, hw.cols, t, bits, scale) * MAX_FOLDS_PER_OP >= INT64_SAFE
+    grid = FoldGrid.of(flow, m, n, k, packed=packed_groups, scale=scale, hw=hw, python_ints=python_ints)
     fr = np.tile(np.arange(grid.row_folds, dtype=np.int64), grid.col_folds)  # SCALE-Sim's order: column fold major
     fc = np.repeat(np.arange(grid.col_folds, dtype=np.int64), grid.row_folds)
     traffic = fold_traffic(grid, Residency.of(grid, hw), fr == 0, fr == grid.row_folds - 1, fc == 0,
                            fc == grid.col_folds - 1)
     compute = np.full(fr.shape, grid.fold_cycles, dtype=np.int64)
     dtype = object if python_ints else np.int64
-    return FoldSchedule(packed_groups, compute, *(np.broadcast_to(np.asarray(x, dtype=dtype), fr.shape).copy()
+    return FoldSchedule(scale, compute, *(np.broadcast_to(np.asarray(x, dtype=dtype), fr.shape).copy()
                                                   for x in traffic))
 
 

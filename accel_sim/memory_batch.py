@@ -33,8 +33,8 @@ import numpy as np
 
 from accel_sim.dataflows import Dataflow
 from accel_sim.effects import (FoldGrid, FoldTraffic, Residency, fold_traffic, packed_groups, pipelined_total_cycles,
-                               transfer_bound)
-from accel_sim.hardware import dram_bytes_per_cycle
+                               traffic_scale, transfer_bound)
+from accel_sim.hardware import dram_bytes_per_cycle, word_bits
 from accel_sim.memory import INT64_SAFE, MAX_FOLDS_PER_OP, per_fold_units_bound, units_to_bytes
 from accel_sim.systolic import fold_counts
 
@@ -182,9 +182,10 @@ def gemm_costs_batch(flow: Dataflow, m, n, k, groups, hw) -> GemmCosts:
     p, full, rest = gemm_parts_batch(flow, n, k, groups, hw)
     has_rest = rest > 0
     rest_groups = np.where(has_rest, rest, 1)
-    scale = np.lcm(p, rest_groups)
+    scale = traffic_scale(np.lcm(p, rest_groups), hw)
     longest = np.maximum(np.maximum(m, n * p), k * p).astype(np.float64)  # the streamed length is one of them
-    python_ints = bool(np.any(per_fold_units_bound(hw.rows, hw.cols, longest, hw.word_bytes, scale)
+    bits = word_bits(hw.word_bytes, hw.element_bits)
+    python_ints = bool(np.any(per_fold_units_bound(hw.rows, hw.cols, longest, bits, scale)
                               * float(MAX_FOLDS_PER_OP) >= INT64_SAFE))
     if python_ints:  # beyond int64 (far outside real hardware): the same sums in Python integers
         m, n, k, p, full, rest_groups, scale = (np.asarray(x).astype(object)

@@ -17,6 +17,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from accel_sim.cost_tables import COST_TABLES
 from accel_sim.dataflows import DATAFLOWS
 from accel_sim.hardware import (GROUPED_MAPPINGS, MEMORY_MODELS, OPERAND_COPIES, WEIGHT_MASTERS, EnergyCosts,
                                 HardwareConfig, HardwareConfigError, SpecialUnit)
@@ -40,7 +41,7 @@ FIELD_PATHS: tuple[str, ...] = field_paths(HardwareConfig)
 CHOICES: dict[str, tuple[str, ...]] = {
     "dataflow_fwd": tuple(DATAFLOWS), "dataflow_dx": tuple(DATAFLOWS), "dataflow_dw": tuple(DATAFLOWS),
     "grouped_mapping": GROUPED_MAPPINGS, "memory_model": MEMORY_MODELS, "operand_copies": OPERAND_COPIES,
-    "weight_master": WEIGHT_MASTERS,
+    "weight_master": WEIGHT_MASTERS, "cost_table": COST_TABLES,
 }
 """The fields whose values are names, and their choices."""
 

@@ -9,14 +9,20 @@ device file
 (``configs/devices/xc7vx485t.toml``: the paper's Xilinx VC707 board), where every figure carries
 its source or says "assumption". Formulas (one function each, below):
 
-* DSP slices = ``rows x cols x dsp_per_mac[format]`` + the special unit's lanes x ``dsp_per_mac
-  ["fp32"]`` (its normalization and losses run in FP32 whatever the array's format; lanes = its
-  largest throughput, rounded up: an assumption).
-* LUTs = ``rows x cols x`` the LUTs of the part of a MAC built from LUTs (``mac_luts``: block
-  floating point's ``m x m`` mantissa multiplier scaled from a 9 x 9 one plus a
-  ``2m + ceil(log2 g)``-bit accumulator at one LUT per bit; FP8's significand multiplier plus its
-  exponent adder, the FP32 adder being in DSP slices). Control, the DDR3 controller and the FP
-  cores' own LUTs are not counted: ``fits`` is necessary, not sufficient.
+* a MAC cell is what ``accel_sim.mac_cells.mac_cell`` says it holds, the same units the energy and
+  the area are priced from: units used per product, one per cell; units used once per block of
+  ``block`` products, one per ``block`` cells (the cells are lanes of ``block``-lane dot-product
+  units sharing them). On the FPGA (``fpga_unit``): the FP32 adder and the floating-point
+  multipliers the device file lists in DSP slices (``[dsp_per_unit]``); the rest in LUTs: an
+  ``n x n`` integer multiplier scaled from a 9 x 9 one (``lut_multiplier_luts``), an adder at
+  ``luts_per_adder_bit`` per bit, a shifter at one LUT per bit per two stages (a 6-input LUT is a
+  4:1 multiplexer, UG474), a floating-point multiplier the file does not list built from those
+  (``accel_sim.mac_cells.fp_multiplier_units``).
+* DSP slices = ``rows x cols x`` the per-product units' + ``ceil(rows x cols / block) x`` the
+  per-block units' + the special unit's lanes x an FP32 cell's (its normalization and losses run in
+  FP32 whatever the array's format; lanes = its largest throughput, rounded up: an assumption).
+* LUTs likewise. Control, the DDR3 controller and the FP cores' own LUTs are not counted: ``fits``
+  is necessary, not sufficient.
 * DRAM channels = ``ceil(dram_peak_bytes_per_s / memory_channel_bytes_per_s)`` against the board's
   ``memory_channels`` (``memory_channels``): bandwidth costs memory interfaces, not only time.
 * BRAM36 blocks per buffer = 2 halves (double buffering, as the cycle model's active half) x the
@@ -45,8 +51,11 @@ from typing import Callable, Mapping
 
 import numpy as np
 
+from accel_sim.cost_tables import DEFAULT_COST_TABLE
 from accel_sim.dataflows import DATAFLOWS
-from accel_sim.formats import ELEMENT_FORMATS, MAC_KINDS, NumberFormat
+from accel_sim.formats import NumberFormat
+from accel_sim.hardware import word_bits
+from accel_sim.mac_cells import Unit, fp_multiplier_units, mac_cell, relative_to_fp32
 from accel_sim.points import HardwarePoints
 from iokit.toml import read_toml
 from accel_sim.trace_schema import GEMM_ROLES, VECTOR_OPS
@@ -69,7 +78,7 @@ class FpgaDevice:
     bram36_bytes: int
     bram36_port_bytes: int
     static_w: float
-    dsp_per_mac: Mapping[str, int]
+    dsp_per_unit: Mapping[str, int]
     luts_per_9x9_multiplier: int
     luts_per_adder_bit: int
     memory_channels: int
@@ -80,23 +89,30 @@ NUMBER_KEYS = ("static_w", "memory_channel_bytes_per_s")
 """Device fields that may be fractional; every other figure is a count."""
 
 
+DSP_UNITS = ("fp32_multiply", "fp32_add", "bf16_multiply", "fp16_multiply")
+"""The units a device file may put in DSP slices (``[dsp_per_unit]``; fp32_multiply and fp32_add
+required)."""
+MUX_STAGES_PER_LUT = 2
+"""A 6-input LUT is a 4:1 multiplexer (UG474): two stages of a barrel shifter per LUT per bit."""
+
+
 def load_device(path: str | Path) -> FpgaDevice:
     """Read a device file; ``ResourceModelError`` naming the file and the key for a missing, unknown
     or impossible entry."""
     data = read_toml(path, ResourceModelError, "device")
-    lut_costs, dsp_per_mac = data.pop("lut_costs", None), data.pop("dsp_per_mac", None)
-    if not isinstance(lut_costs, dict) or not isinstance(dsp_per_mac, dict):
-        raise ResourceModelError(f"{path}: a device file needs the tables [dsp_per_mac] and [lut_costs]")
-    if "fp32" not in dsp_per_mac or set(dsp_per_mac) - set(MAC_KINDS):
-        raise ResourceModelError(f"{path}: [dsp_per_mac] gives DSP slices per MAC by MAC datapath: fp32 and any "
-                                 f"of {', '.join(MAC_KINDS)}; got {', '.join(dsp_per_mac)}")
-    values = {**data, **lut_costs, "dsp_per_mac": dsp_per_mac}
+    lut_costs, dsp_per_unit = data.pop("lut_costs", None), data.pop("dsp_per_unit", None)
+    if not isinstance(lut_costs, dict) or not isinstance(dsp_per_unit, dict):
+        raise ResourceModelError(f"{path}: a device file needs the tables [dsp_per_unit] and [lut_costs]")
+    if not {"fp32_multiply", "fp32_add"} <= set(dsp_per_unit) or set(dsp_per_unit) - set(DSP_UNITS):
+        raise ResourceModelError(f"{path}: [dsp_per_unit] gives DSP slices per arithmetic unit: fp32_multiply, "
+                                 f"fp32_add and any of {', '.join(DSP_UNITS[2:])}; got {', '.join(dsp_per_unit)}")
+    values = {**data, **lut_costs, "dsp_per_unit": dsp_per_unit}
     expected = {f.name for f in fields(FpgaDevice)}
     if set(values) != expected:
         raise ResourceModelError(f"{path}: device keys missing {sorted(expected - set(values))}, unknown "
                                  f"{sorted(set(values) - expected)}")
-    for key, value in [*((k, v) for k, v in values.items() if k not in ("name", "board", "dsp_per_mac")),
-                       *((f"dsp_per_mac.{k}", v) for k, v in dsp_per_mac.items())]:
+    for key, value in [*((k, v) for k, v in values.items() if k not in ("name", "board", "dsp_per_unit")),
+                       *((f"dsp_per_unit.{k}", v) for k, v in dsp_per_unit.items())]:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 2**40 or (
                 key not in NUMBER_KEYS and not isinstance(value, int)):
             raise ResourceModelError(f"{path}: device field '{key}' must be a non-negative "
@@ -107,49 +123,44 @@ def load_device(path: str | Path) -> FpgaDevice:
 # ----------------------------------------------------------------------------- the formulas
 
 
-def mac_dsp_slices(fmt: NumberFormat, device: FpgaDevice) -> int:
-    """DSP slices of one multiply-add cell in ``fmt`` (the device file's ``[dsp_per_mac]``)."""
-    if fmt.mac_kind not in device.dsp_per_mac:
-        raise ResourceModelError(f"device {device.name}: [dsp_per_mac] gives no figure for number format {fmt.name}; "
-                                 f"add {fmt.mac_kind} = <slices> to the device file")
-    return device.dsp_per_mac[fmt.mac_kind]
-
-
-def bfp_accumulator_bits(fmt: NumberFormat) -> int:
-    """Bits of a BFP cell's fixed-point accumulator: a product of two ``m``-bit mantissas has ``2m``
-    bits and a group's ``g`` of them sum in ``ceil(log2 g)`` more (an assumption: the sum over a
-    group is exact in fixed point). Each group's sum then joins an FP32 accumulator: its energy is
-    charged (``accel_sim.mac_energy``), its adder's resources are not (one adder serves a group of
-    ``g`` products; how many the array shares is not modeled)."""
-    return 2 * fmt.mantissa_bits + math.ceil(math.log2(fmt.group_size))
-
-
-LUT_MULTIPLIER_KINDS = ("bfp", "e4m3", "e5m2", "e3m2", "e2m3", "e2m1")
-"""The formats whose significand (mantissa) multiplier is built from LUTs: a few bits wide, too
-narrow to spend a DSP48E1's 25 x 18 multiplier on (an assumption; DSP packing of several small
-products is not modeled)."""
-
-
 def lut_multiplier_luts(bits: int, device: FpgaDevice) -> int:
     """A ``bits x bits`` multiplier from LUTs: ``ceil(luts_per_9x9_multiplier x (bits / 9)^2)``
     (an array multiplier's area grows with the product of its operand widths: an assumption)."""
     return math.ceil(device.luts_per_9x9_multiplier * bits ** 2 / 81)
 
 
-def mac_luts(fmt: NumberFormat, device: FpgaDevice) -> int:
-    """LUTs of the LUT-built part of one multiply-add cell: for BFP the ``m x m`` mantissa
-    multiplier plus ``luts_per_adder_bit`` per accumulator bit (``bfp_accumulator_bits``); for FP8
-    (``e4m3``, ``e5m2``) the ``s x s`` significand multiplier (hidden bit included: 4 x 4, 3 x 3)
-    plus an ``e + 1``-bit adder of the two ``e``-bit exponents (assumptions: the product, exact in
-    ``2s`` bits, enters the FP32 adder in DSP slices, ``[dsp_per_mac]``, as it is; the exponent
-    bias is folded into that adder's input). 0 for the formats whose arithmetic is in DSP slices
-    (their exponent logic's LUTs are not counted, as the FP cores' are not)."""
-    if fmt.mac_kind not in LUT_MULTIPLIER_KINDS:
-        return 0
-    if fmt.mac_kind == "bfp":
-        return lut_multiplier_luts(fmt.mantissa_bits, device) + device.luts_per_adder_bit * bfp_accumulator_bits(fmt)
-    return (lut_multiplier_luts(fmt.multiplier_bits, device)
-            + device.luts_per_adder_bit * (fmt.element.exponent_bits + 1))
+def fpga_unit(unit: Unit, device: FpgaDevice) -> tuple[int, int]:
+    """(DSP slices, LUTs) of one unit of a cell on ``device`` (module docstring)."""
+    if unit.kind == "fp32_add":
+        return device.dsp_per_unit["fp32_add"], 0
+    if unit.kind == "fp_multiply":
+        if f"{unit.element}_multiply" in device.dsp_per_unit:
+            return device.dsp_per_unit[f"{unit.element}_multiply"], 0
+        return fpga_units(fp_multiplier_units(unit.element), device)
+    if unit.kind == "int_multiply":
+        return 0, lut_multiplier_luts(unit.bits, device)
+    if unit.kind == "int_add":
+        return 0, device.luts_per_adder_bit * unit.bits
+    if unit.kind == "shifter":
+        return 0, unit.bits * -(-unit.stages // MUX_STAGES_PER_LUT)
+    raise ResourceModelError(f"unknown unit kind {unit.kind!r}")
+
+
+def fpga_units(units, device: FpgaDevice) -> tuple[int, int]:
+    """(DSP slices, LUTs) of a list of units."""
+    costs = [fpga_unit(u, device) for u in units]
+    return sum(c[0] for c in costs), sum(c[1] for c in costs)
+
+
+def array_dsp_luts(fmt: NumberFormat, macs, device: FpgaDevice):
+    """(DSP slices, LUTs) of ``macs`` cells in ``fmt`` (numbers or int64 arrays): the per-product
+    units once per cell, the per-block units once per ``block`` cells, rounded up (module
+    docstring)."""
+    cell = mac_cell(fmt)
+    product_dsp, product_luts = fpga_units(cell.per_product, device)
+    block_dsp, block_luts = fpga_units(cell.per_block, device)
+    blocks = -(-macs // cell.block)
+    return macs * product_dsp + blocks * block_dsp, macs * product_luts + blocks * block_luts
 
 
 def memory_channels(dram_peak_bytes_per_s, device: FpgaDevice) -> np.ndarray:
@@ -191,30 +202,25 @@ deliver: what its BRAM (``buffer_bram36_blocks``) and its area (``sram_area_um2`
 from. A new buffer field is one more entry."""
 
 
-def buffer_bram36_blocks(buffer_bytes, lanes, word_bytes, device: FpgaDevice):
+def buffer_bram36_blocks(buffer_bytes, lanes, word_bits, device: FpgaDevice):
     """BRAM36 blocks of a double-buffered buffer: two halves, each the larger of
-    ``ceil(half / bram36_bytes)`` (capacity) and ``ceil(lanes x word_bytes / bram36_port_bytes)``
-    (width: one word per lane per cycle through 72-bit ports, UG473); numbers or arrays alike."""
+    ``ceil(half / bram36_bytes)`` (capacity) and ``ceil(lanes x word_bits / (8 x bram36_port_bytes))``
+    (width: one word, its packed bits, per lane per cycle through 72-bit ports, UG473); numbers or
+    arrays alike."""
     half = -(-buffer_bytes // 2)
     capacity = -(-half // device.bram36_bytes)
-    width = -(-(lanes * word_bytes) // device.bram36_port_bytes)
+    width = -(-(lanes * word_bits) // (8 * device.bram36_port_bytes))
     return 2 * np.maximum(capacity, width)
 
 
 # ----------------------------------------------------------------------------- ASIC-style area
 
 ASIC_NODE = "45 nm"
-FP32_MULTIPLY_UM2 = 7700.0
-"""Area of an FP32 multiplier at 45 nm (M. Horowitz, "Computing's energy problem (and what we can do
-about it)", ISSCC 2014, Fig. 1.1.9, the source of ``EnergyCosts``' energies)."""
-FP32_ADD_UM2 = 4184.0
-"""FP32 adder, same figure."""
-FP16_MULTIPLY_UM2 = 1640.0
-"""16-bit FP multiplier, same figure; other significand widths by ``fp_multiplier_cost``."""
-INT8_MULTIPLY_UM2 = 282.0
-"""8-bit integer multiplier, same figure; an ``m``-bit one by ``int_multiplier_cost``."""
-INT32_ADD_UM2 = 137.0
-"""32-bit integer adder, same figure; a ``b``-bit one by ``int_adder_cost``."""
+FP32_CELL_UM2 = 7700.0 + 4184.0
+"""An FP32 MAC cell at 45 nm: FP32 multiplier 7,700 um^2 + FP32 adder 4,184 um^2 (M. Horowitz,
+"Computing's energy problem (and what we can do about it)", ISSCC 2014, Fig. 1.1.9, the source of
+``EnergyCosts``' energies). A cost table's cells are read as ratios to its own FP32 cell and placed
+at this one (``mac_area_um2``), so the area of the MACs and of the SRAM (below) are at one node."""
 SRAM_CELL_UM2 = 0.346
 """A 6T SRAM bit cell at 45 nm (K. Mistry et al., "A 45nm logic technology with high-k + metal gate
 transistors, strained silicon, 9 Cu interconnect layers, 193nm dry patterning, and 100% Pb-free
@@ -224,41 +230,13 @@ SRAM_ARRAY_EFFICIENCY = 0.5
 assumption, the order of compiled SRAM macros."""
 
 
-FP32_SIGNIFICAND_BITS = ELEMENT_FORMATS["fp32"].significand_bits  # 24
-FP16_SIGNIFICAND_BITS = ELEMENT_FORMATS["fp16"].significand_bits  # 11
-
-
-def fp_multiplier_cost(significand_bits: int, fp32_cost, fp16_cost):
-    """Energy or area of a floating-point multiplier with ``significand_bits`` (hidden bit
-    included), from the FP32 (24 bits) and FP16 (11 bits) multipliers' figures: ``a s^2 + c``
-    through both, i.e. ``fp32 - (fp32 - fp16) (24^2 - s^2) / (24^2 - 11^2)``. An assumption: the
-    significand multiplier's array grows with the square of its width, the rest (exponent add,
-    normalization, rounding) is a constant. Exact at both points; exact fractions in, exact out."""
-    span = FP32_SIGNIFICAND_BITS ** 2 - FP16_SIGNIFICAND_BITS ** 2
-    return fp32_cost - (fp32_cost - fp16_cost) * (FP32_SIGNIFICAND_BITS ** 2 - significand_bits ** 2) / span
-
-
-def int_multiplier_cost(bits: int, int8_cost):
-    """Energy or area of a ``bits``-bit integer multiplier: the 8-bit one's x ``(bits / 8)^2`` (an
-    assumption: an array multiplier grows with the product of its operand widths)."""
-    return int8_cost * bits ** 2 / 64
-
-
-def int_adder_cost(bits: int, int32_cost):
-    """Energy or area of a ``bits``-bit integer adder: the 32-bit one's x ``bits / 32`` (an
-    assumption: a carry-chain adder grows with its width)."""
-    return int32_cost * bits / 32
-
-
-def mac_area_um2(fmt: NumberFormat) -> float:
-    """One multiply-add cell at ``ASIC_NODE``: an element format's multiplier
-    (``fp_multiplier_cost``: FP32 7,700, FP16 1,640, BF16 881, E4M3 242, E5M2 148 um2) + the FP32
-    adder (the array accumulates in FP32); BFP an ``m``-bit integer multiplier + the accumulator's
-    adder (``bfp_accumulator_bits``); MXINT8 as BFP (``NumberFormat.mac_kind``)."""
-    if fmt.mac_kind == "bfp":
-        return (int_multiplier_cost(fmt.mantissa_bits, INT8_MULTIPLY_UM2)
-                + int_adder_cost(bfp_accumulator_bits(fmt), INT32_ADD_UM2))
-    return fp_multiplier_cost(fmt.multiplier_bits, FP32_MULTIPLY_UM2, FP16_MULTIPLY_UM2) + FP32_ADD_UM2
+def mac_area_um2(fmt: NumberFormat, table: str = DEFAULT_COST_TABLE) -> float:
+    """One multiply-add lane at ``ASIC_NODE``: ``FP32_CELL_UM2`` x the format's share of the FP32
+    cell's area under the cost table ``table`` (``accel_sim.mac_cells``: what the cell holds, its
+    per-block units shared by the block's lanes). Under ``horowitz45``: FP32 11,884, BF16 4,568,
+    FP16 5,824, E4M3 631, ``bfp_m4_g16`` 396 um^2."""
+    fmt = NumberFormat.parse(fmt)
+    return FP32_CELL_UM2 if fmt.is_identity else FP32_CELL_UM2 * relative_to_fp32(fmt, table).area_um2
 
 
 def sram_area_um2(sram_bytes):
@@ -309,24 +287,27 @@ def fpga_resources(points: HardwarePoints, number_formats, device: FpgaDevice) -
                 f"hardware point {i}: number format {name} stores {fmt.storage_bytes}-byte values but word_bytes is "
                 f"{int(points['word_bytes'][i])}: give word_bytes = {fmt.storage_bytes} (simulate prices every byte "
                 f"at word_bytes)")
-    per_mac = {key: np.zeros(len(points)) for key in ("dsp", "lut", "area")}
+    macs = np.asarray(points["rows"] * points["cols"], dtype=np.int64)
+    tables = np.broadcast_to(np.asarray(points["cost_table"], dtype=str), (len(points),))
+    dsp, luts, area_per_mac = (np.zeros(len(points), dtype=np.int64), np.zeros(len(points), dtype=np.int64),
+                               np.zeros(len(points)))
     for name, fmt in formats.items():
         at = names == name
-        per_mac["dsp"][at], per_mac["lut"][at], per_mac["area"][at] = (
-            mac_dsp_slices(fmt, device), mac_luts(fmt, device), mac_area_um2(fmt))
-    macs = points["rows"] * points["cols"]
+        dsp[at], luts[at] = array_dsp_luts(fmt, macs[at], device)
+        for table in np.unique(tables[at]).tolist():
+            area_per_mac[at & (tables == table)] = mac_area_um2(fmt, table)
     lanes = special_unit_lanes(points)
-    dsp = (macs * per_mac["dsp"]).astype(np.int64) + lanes * device.dsp_per_mac["fp32"]
-    luts = (macs * per_mac["lut"]).astype(np.int64)
-    word_bytes = points["word_bytes"]
-    bram = sum(buffer_bram36_blocks(points[buffer], lanes_of(points), word_bytes, device)
+    lane_dsp, lane_luts = array_dsp_luts(NumberFormat("fp32"), lanes, device)
+    dsp, luts = dsp + lane_dsp, luts + lane_luts
+    bits = word_bits(points["word_bytes"], points["element_bits"])
+    bram = sum(buffer_bram36_blocks(points[buffer], lanes_of(points), bits, device)
                for buffer, lanes_of in BUFFER_LANES.items())
     channels = memory_channels(points["dram_peak_bytes_per_s"], device)
     utilization = {"dsp": dsp / device.dsp_slices, "bram36": bram / device.bram36_blocks, "lut": luts / device.luts}
     channel_utilization = channels / device.memory_channels
     stacked = np.stack([utilization[r] for r in RESOURCES])
     buffer_bytes = sum(points[buffer] for buffer in BUFFER_LANES)
-    area_um2 = macs * per_mac["area"] + lanes * mac_area_um2(NumberFormat("fp32")) + sram_area_um2(buffer_bytes)
+    area_um2 = macs * area_per_mac + lanes * FP32_CELL_UM2 + sram_area_um2(buffer_bytes)
     return Resources(
         number_format=np.asarray(names, dtype=str), dsp_slices=dsp, bram36_blocks=bram, luts=luts,
         dsp_utilization=utilization["dsp"], bram36_utilization=utilization["bram36"], lut_utilization=utilization["lut"],

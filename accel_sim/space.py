@@ -13,8 +13,8 @@ Declared as data (the ``[space]`` table a command reads from TOML)::
 An axis is any field path of ``accel_sim.points.FIELD_PATHS`` (sub-tables as ``table.field``), or
 ``number_format`` (``accel_sim.resources.NumberFormat``), which sets each point's ``word_bytes`` to
 the format's storage and its ``energy.mac_pj`` to the format's MAC figure
-(``accel_sim.mac_energy.format_mac_pj``; an FP32 point keeps the base's, as
-``hardware_in_format`` does); without it, 4-byte words are FP32 and 2-byte words BF16. Fields
+(``accel_sim.mac_energy.format_mac_pj``, under the point's ``cost_table``; an FP32 point keeps the
+base's, as ``hardware_in_format`` does); without it, 4-byte words are FP32 and 2-byte words BF16. Fields
 without an axis keep the base config's value. The points are the product of the axes in
 row-major order (the last axis fastest): a point's *index* is its place in that product, stable
 whatever the constraints, so one point can be rebuilt from its index (``Space.point``).
@@ -74,7 +74,8 @@ FORMAT_OF_WORD = {4: "fp32", 2: "bf16"}
 """The number format of a point without a ``number_format`` axis, by its word size."""
 MAC_PJ = "energy.mac_pj"
 """Set by each point's number format (``mac_pj_column``), as ``word_bytes`` is."""
-STORING_FIELDS = ("word_bytes", "operand_copies", "scale_bits_per_value", "energy.rounding_pj_per_value")
+STORING_FIELDS = ("word_bytes", "element_bits", "operand_copies", "scale_bits_per_value",
+                  "energy.rounding_pj_per_value")
 """The fields a ``number_format`` axis sets for each point, as ``hardware_in_format`` does: how the
 format stores values (``accel_sim.words``) and what its rounding's random bits cost."""
 
@@ -83,10 +84,11 @@ def storing_columns(formats: np.ndarray, base) -> dict[str, np.ndarray]:
     """``STORING_FIELDS`` of each point from its number format (``hardware_in_format``; an FP32
     point keeps the base's)."""
     distinct = {name: hardware_in_format(base, name) for name in np.unique(formats).tolist()}
-    getters = {"word_bytes": lambda hw: hw.word_bytes, "operand_copies": lambda hw: hw.operand_copies,
+    getters = {"word_bytes": lambda hw: hw.word_bytes, "element_bits": lambda hw: hw.element_bits,
+               "operand_copies": lambda hw: hw.operand_copies,
                "scale_bits_per_value": lambda hw: hw.scale_bits_per_value,
                "energy.rounding_pj_per_value": lambda hw: hw.energy.rounding_pj_per_value}
-    types = {"word_bytes": np.int64, "operand_copies": object, "scale_bits_per_value": np.float64,
+    types = {"word_bytes": np.int64, "element_bits": np.int64, "operand_copies": object, "scale_bits_per_value": np.float64,
              "energy.rounding_pj_per_value": np.float64}
     columns = {}
     for path, get in getters.items():
@@ -97,14 +99,17 @@ def storing_columns(formats: np.ndarray, base) -> dict[str, np.ndarray]:
     return columns
 
 
-def mac_pj_column(formats: np.ndarray, fp32_mac_pj) -> np.ndarray:
-    """Each point's ``energy.mac_pj``: its number format's MAC figure
-    (``accel_sim.mac_energy.format_mac_pj``); an FP32 point keeps ``fp32_mac_pj`` (the base's, or
-    its ``energy.mac_pj`` axis value), as ``hardware_in_format`` keeps an FP32 hardware's."""
+def mac_pj_column(formats: np.ndarray, fp32_mac_pj, cost_tables) -> np.ndarray:
+    """Each point's ``energy.mac_pj``: its number format's MAC figure under its cost table
+    (``accel_sim.mac_energy.format_mac_pj``; ``cost_tables`` one name or one per point); an FP32 point
+    keeps ``fp32_mac_pj`` (the base's, or its ``energy.mac_pj`` axis value), as ``hardware_in_format``
+    keeps an FP32 hardware's."""
     column = np.array(np.broadcast_to(np.asarray(fp32_mac_pj, dtype=np.float64), formats.shape))
+    tables = np.broadcast_to(np.asarray(cost_tables, dtype=str), formats.shape)
     for name in np.unique(formats).tolist():
         if not NumberFormat.parse(name).is_identity:
-            column[formats == name] = format_mac_pj(name)
+            for table in np.unique(tables[formats == name]).tolist():
+                column[(formats == name) & (tables == table)] = format_mac_pj(name, table)
     return column
 
 
@@ -416,7 +421,7 @@ class Space:
         value of any other name asked for."""
         digits = np.unravel_index(index, tuple(len(a.values) for a in self.axes)) if self.axes else ()
         columns = {a.path: a.array()[d] for a, d in zip(self.axes, digits) if names is None or a.path in names
-                   or a.path == NUMBER_FORMAT}
+                   or a.path in (NUMBER_FORMAT, "cost_table")}
         if NUMBER_FORMAT in columns:
             columns.update(storing_columns(columns[NUMBER_FORMAT], self.base))
         elif names is None or NUMBER_FORMAT in names or MAC_PJ in names:
@@ -424,7 +429,8 @@ class Space:
             columns[NUMBER_FORMAT] = np.vectorize(FORMAT_OF_WORD.__getitem__, otypes=[str])(words) if words.size \
                 else np.zeros(0, dtype=str)
         if names is None or MAC_PJ in names:
-            columns[MAC_PJ] = mac_pj_column(columns[NUMBER_FORMAT], columns.get(MAC_PJ, self.base.energy.mac_pj))
+            columns[MAC_PJ] = mac_pj_column(columns[NUMBER_FORMAT], columns.get(MAC_PJ, self.base.energy.mac_pj),
+                                            columns.get("cost_table", self.base.cost_table))
         for name in names or ():
             if name not in columns:
                 columns[name] = np.full(len(index), field_value(self.base, name))

@@ -12,8 +12,9 @@ linear-algebra traffic, to the values rounded and to peak memory (``Storing.of(h
   (``workloads.numerics``: every GEMM operand rounded to the format, everything else in FP32):
 
   - a storage that a GEMM reads (an operand: activations, the batch, output gradients) is stored
-    in the format: ``word_bytes`` per value, plus ``scale_bits_per_value / 8`` of shared scales
-    (MX), per copy: one copy, or one per GEMM role reading it (``operand_copies = "per_role"``:
+    in the format: its elements packed, ``word_bits / 8`` bytes per value (``element_bits``: MXFP4's
+    4 bits two to a byte; whole bytes rounded up per tensor), plus ``scale_bits_per_value / 8`` of
+    shared scales (MX blocks', BFP groups'), per copy: one copy, or one per GEMM role reading it (``operand_copies = "per_role"``:
     block-grouped formats regroup a tensor for the backward GEMMs, stochastic rounding draws each
     role's copy with its own bits, ``accel_sim.hardware.OPERAND_COPIES``). Writing it writes every
     copy (each rounded from the FP32 value in hand); reading it reads one;
@@ -45,6 +46,7 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
+from accel_sim.hardware import word_bits
 from accel_sim.trace_schema import OpRecord, StorageInfo, TensorInfo, TraceHeader
 
 TRACE_FLOAT_BYTES = 4  # a float32 value, as the trace holds it
@@ -68,12 +70,18 @@ class Storing:
     per_role: bool = False
     scale_bits_per_value: float = 0.0
     weight_master: bool = True
+    element_bits: int = 0
 
     @staticmethod
     def of(hw) -> "Storing":
         """From a ``HardwareConfig`` (or one point's values)."""
         return Storing(int(hw.word_bytes), str(hw.operand_copies) == "per_role", float(hw.scale_bits_per_value),
-                       str(hw.weight_master) == "fp32")
+                       str(hw.weight_master) == "fp32", int(hw.element_bits))
+
+    @property
+    def word_bits(self) -> int:
+        """Bits of a stored operand value: ``element_bits``, else the whole word."""
+        return word_bits(self.word_bytes, self.element_bits)
 
     @property
     def narrow(self) -> bool:
@@ -124,8 +132,8 @@ def stored_bytes(header: TraceHeader, ops: Iterable[OpRecord], storing: Storing)
     def copies(storage: int) -> int:
         return (len(roles[storage]) if storing.per_role else 1) if storage in roles else 0
 
-    def in_format(nbytes: int) -> int:  # one copy
-        return at_word(nbytes, storing.word_bytes) + _scale_bytes(nbytes, storing)
+    def in_format(nbytes: int) -> int:  # one copy: packed elements, then the scales
+        return -(-(nbytes // TRACE_FLOAT_BYTES) * storing.word_bits // 8) + _scale_bytes(nbytes, storing)
 
     def sizes(nbytes: int, storage: int, dtype: str) -> tuple[int, int, int, int]:
         """(read, write, held, rounded values) of ``nbytes`` in ``storage``."""

@@ -26,18 +26,21 @@ BIG = dict(rows=4, cols=4, a_buffer_bytes=1 << 20, b_buffer_bytes=1 << 20, out_b
 def test_each_format_sets_how_it_stores_and_what_its_random_bits_cost():
     hw = HardwareConfig()
     assert hardware_in_format(hw, "fp32") is hw
-    # (word bytes, copies of an operand, scale bits per value, random bits per value)
-    expected = {"bf16": (2, "one", 0.0, 0), "e4m3_ds": (1, "one", 0.0, 0),
-                "bf16_sr": (2, "per_role", 0.0, 24 - 8),  # BF16's 8-bit significand: 16 bits dropped
-                "bfp_m4_g16": (1, "per_role", 0.0, 0),  # block-grouped: regrouped per role
-                "bfp_m4_g16_sr": (1, "per_role", 0.0, 24 - 4),
-                "mxfp4_e2m1": (1, "per_role", 0.25, 0),  # an 8-bit scale per 32 values
-                "mxfp8_e4m3_sr": (1, "per_role", 0.25, 24 - 4),
-                "mxint8": (1, "per_role", 0.25, 0)}
-    for name, (word, copies, scale_bits, bits) in expected.items():
+    # (word bytes, packed element bits, copies of an operand, scale bits per value, random bits per value)
+    expected = {"bf16": (2, 16, "one", 0.0, 0), "e4m3_ds": (1, 8, "one", 0.0, 0),
+                "bf16_sr": (2, 16, "per_role", 0.0, 24 - 8),  # BF16's 8-bit significand: 16 bits dropped
+                # block-grouped: regrouped per role; a sign and 4 mantissa bits packed, the group's
+                # 8-bit exponent per 16 values apart (main: 1 byte per value, the exponent inside it)
+                "bfp_m4_g16": (1, 5, "per_role", 0.5, 0),
+                "bfp_m4_g16_sr": (1, 5, "per_role", 0.5, 24 - 4),
+                "mxfp4_e2m1": (1, 4, "per_role", 0.25, 0),  # two E2M1 to a byte, an 8-bit scale per 32 values
+                "mxfp6_e3m2": (1, 6, "per_role", 0.25, 0),
+                "mxfp8_e4m3_sr": (1, 8, "per_role", 0.25, 24 - 4),
+                "mxint8": (1, 8, "per_role", 0.25, 0)}
+    for name, (word, element, copies, scale_bits, bits) in expected.items():
         in_format = hardware_in_format(hw, name)
-        assert (in_format.word_bytes, in_format.operand_copies, in_format.scale_bits_per_value) == \
-            (word, copies, scale_bits), name
+        assert (in_format.word_bytes, in_format.element_bits, in_format.operand_copies,
+                in_format.scale_bits_per_value) == (word, element, copies, scale_bits), name
         assert random_bits(NumberFormat.parse(name)) == bits
         # one LFSR shift per random bit, 0.1 / 32 pJ each
         assert in_format.energy.rounding_pj_per_value == pytest.approx(bits * 0.1 / 32, abs=1e-15)
@@ -50,8 +53,9 @@ def test_a_step_in_bfp_with_stochastic_rounding_by_hand():
     trace = small_trace()
     hw = hardware_in_format(HardwareConfig(**BIG), "bfp_m4_g16_sr")
     report = simulate(trace, hw)
-    # the update writes W's FP32 master (15 x 4 = 60) and one 1-byte copy for its one role (15)
-    assert (report.ops[6].dram_read_bytes, report.ops[6].dram_write_bytes) == (60 + 60, 60 + 15)
+    # the update writes W's FP32 master (15 x 4 = 60) and one packed copy for its one role: 15 x 5
+    # bits = 75 bits -> 10 bytes, + its group exponents 15 x 8 / 16 bits -> 1 byte (main: 15 bytes)
+    assert (report.ops[6].dram_read_bytes, report.ops[6].dram_write_bytes) == (60 + 60, 60 + 10 + 1)
     # values rounded: dy's 10 (op 4), W's 15 (op 6); x, the batch, arrives in the format
     assert [c.rounded_values for c in report.ops] == [0, 0, 0, 0, 10, 0, 15, 0, 0]
     # their random bits: 25 values x 20 bits x 0.003125 pJ = 1.5625 pJ, in the special unit's energy
@@ -59,8 +63,9 @@ def test_a_step_in_bfp_with_stochastic_rounding_by_hand():
     extra = report.summary()["energy_by_component_j"]["special_unit"] - \
         nearest.summary()["energy_by_component_j"]["special_unit"]
     assert math.isclose(extra, 25 * 20 * 0.003125e-12, rel_tol=1e-9)
-    # peak at op 5: W 60 + 15, x twice (forward and dW groupings) 2 x 6, y 40, dy 10, dW 60 = 197
-    assert report.peak.live_bytes_per_op[5] == 197
+    # peak at op 5: W 60 + 11, x twice (forward and dW groupings) 2 x (6 x 5 bits -> 4 bytes + 1 byte
+    # of exponent), y 40, dy 10 x 5 bits -> 7 + 1, dW 60 = 189 (main, byte-aligned: 197)
+    assert report.peak.live_bytes_per_op[5] == 60 + 11 + 2 * 5 + 40 + 8 + 60
     # FP32 prices the same step at 224 B: weights' master, gradients and y stay 4 bytes per value
     assert simulate(trace, HardwareConfig(**BIG)).peak.live_bytes_per_op[5] == 224
 
@@ -148,3 +153,25 @@ def test_low_precision_weights_store_every_gemm_weight_in_the_format_after_each_
     with pytest.raises(ValueError, match="--low-precision-weights"):
         Execution(low_precision_weights=True)  # fp32 has no narrower copy
     assert "low_precision_weights" not in Execution(number_format="bf16").settings()  # old runs keep their identity
+
+
+def test_sub_byte_elements_are_packed():
+    # MXFP4 stores two E2M1 elements to a byte and a scale byte per 32 values: 4.25 bits a value, not
+    # main's 8.25 (one element per byte). The emulation's values do not change; only the bytes priced.
+    assert [NumberFormat.parse(f).bits_per_value for f in ("mxfp4_e2m1", "mxfp6_e3m2", "mxfp8_e4m3")] == [4.25, 6.25, 8.25]
+    trace = small_trace()
+    # the update writes W's FP32 master (60) and its copy in the format: 15 values x 4 bits = 60 bits ->
+    # 8 bytes (7.5 rounded up), + one scale byte (15 x 8 / 32 = 3.75 bits -> 1); E3M2: 90 bits -> 12 + 1;
+    # E4M3: 15 + 1
+    writes = {f: simulate(trace, hardware_in_format(HardwareConfig(**BIG), f)).ops[6].dram_write_bytes
+              for f in ("mxfp4_e2m1", "mxfp6_e3m2", "mxfp8_e4m3")}
+    assert writes == {"mxfp4_e2m1": 60 + 8 + 1, "mxfp6_e3m2": 60 + 12 + 1, "mxfp8_e4m3": 60 + 15 + 1}
+    # the fold model moves GEMM operands at 4 bits: an 8 x 8 x 8 GEMM's DRAM traffic is an eighth of
+    # FP32's, a half of FP8's, exactly (every block an even number of values), and counts in half-bytes
+    from accel_sim.memory import gemm_fold_schedule
+    dram = {f: gemm_fold_schedule(8, 8, 8, hw=hardware_in_format(HardwareConfig(**BIG), f), dataflow="os").dram_bytes
+            for f in ("fp32", "mxfp8_e4m3", "mxfp4_e2m1")}
+    assert [r * 8 for r in dram["mxfp4_e2m1"]] == list(dram["fp32"])
+    assert [r * 2 for r in dram["mxfp4_e2m1"]] == list(dram["mxfp8_e4m3"])
+    assert gemm_fold_schedule(8, 8, 8, hw=hardware_in_format(HardwareConfig(**BIG), "mxfp4_e2m1"),
+                              dataflow="os").byte_scale == 2

@@ -46,7 +46,7 @@ class WithPsumBuffer(HardwareConfig):
 def psum_buffer_fits(g, hw):
     """(2) The formula that uses it: the partial sums stay on chip when ``cols x T`` words fit the
     partial-sum buffer's active half (instead of the output buffer's)."""
-    return minimum(g.cols, g.s_c) * g.t * g.word_bytes <= effects.active_half_bytes(hw.psum_buffer_bytes)
+    return minimum(g.cols, g.s_c) * g.t * g.word_bits <= 8 * effects.active_half_bytes(hw.psum_buffer_bytes)
 
 
 @pytest.fixture

@@ -66,12 +66,14 @@ def test_the_number_format_sets_the_word_size():
 
 
 def test_the_number_format_sets_the_mac_energy():
-    # each point's energy.mac_pj is its format's figure (tests/test_mac_energy.py: fp16 2.0, e4m3 1.4,
-    # bfp_m4_g16 0.1453125 pJ); an fp32 point keeps the base's, here another technology's 10 pJ
+    # each point's energy.mac_pj is its format's figure under the point's cost table
+    # (tests/test_mac_energy.py: fp16 2.0, e4m3 0.582, bfp_m4_g16 0.163 pJ under horowitz45); an fp32
+    # point keeps the base's, here another technology's 10 pJ
     base = HardwareConfig(energy=replace(EnergyCosts(), mac_pj=10.0))
     space = space_from_dict({"axes": {"number_format": ["fp32", "fp16", "e4m3", "bfp_m4_g16"]}}, base)
     chunk = next(iter(space.chunks()))
-    assert chunk.points["energy.mac_pj"].tolist() == [10.0, 2.0, 1.4, 0.1453125]
+    figures = [10.0, format_mac_pj("fp16"), format_mac_pj("e4m3"), format_mac_pj("bfp_m4_g16")]
+    assert chunk.points["energy.mac_pj"].tolist() == figures
     assert space.point(3)[0] == hardware_in_format(base, "bfp_m4_g16")
     # a constraint sees the resolved figure; 2-byte words without a format axis are BF16 and priced so
     only_cheap = space_from_dict({"axes": {"number_format": ["fp32", "e4m3"]}, "constraints": ["energy.mac_pj < 2"]})
@@ -81,12 +83,19 @@ def test_the_number_format_sets_the_mac_energy():
     # priced: each point's MAC energy is its MACs x its format's figure, and equals simulate's on
     # hardware_in_format of the base
     costs = price_points([TraceWork.of(small_trace())], chunk.points)[0]
-    expected = [costs.macs[0] * pj * 1e-12 for pj in (10.0, 2.0, 1.4, 0.1453125)]
+    expected = [costs.macs[0] * pj * 1e-12 for pj in figures]
     assert costs.energy_mac_j.tolist() == pytest.approx(expected, rel=1e-12)
     assert costs.energy_j[3] == pytest.approx(simulate(small_trace(), hardware_in_format(base, "bfp_m4_g16")).energy_j,
                                               rel=1e-12)
     # an energy.mac_pj axis is fine while every point is fp32
     assert space_from_dict({"axes": {"energy.mac_pj": [1.0, 4.6]}}).size == 2
+    # the base's cost table prices each format, and a cost_table axis prices each point under its own
+    epfl = next(iter(space_from_dict({"axes": {"number_format": ["bfp_m4_g16"]}},
+                                     HardwareConfig(cost_table="epfl28")).chunks())).points
+    assert epfl["energy.mac_pj"].tolist() == [format_mac_pj("bfp_m4_g16", "epfl28")]
+    both = next(iter(space_from_dict({"axes": {"cost_table": ["horowitz45", "aladdin40"],
+                                               "number_format": ["bfp_m4_g16"]}}).chunks())).points
+    assert both["energy.mac_pj"].tolist() == [format_mac_pj("bfp_m4_g16"), format_mac_pj("bfp_m4_g16", "aladdin40")]
 
 
 def test_priced_space_rows_equal_simulate_and_a_front():

@@ -47,6 +47,9 @@ def parser() -> cli.Parser:
     p.add_argument("space", help="design-space file (TOML; docs/dse.md), e.g. configs/dse/paper.toml")
     p.add_argument("--out", help="results folder (default results/dse-<name>); with --write-hw the TOML file "
                                  "(default hw-<name>-<N>.toml)")
+    p.add_argument("--cost-table", metavar="NAME",
+                   help="the published table MACs are priced from (accel_sim.cost_tables: horowitz45, the default, "
+                        "epfl28, aladdin40); replaces the space file's cost_table")
     p.add_argument("--overwrite", action="store_true", help="replace an existing results folder of this suite")
     p.add_argument("--stream", action="store_true",
                    help="allow a space over --max-points (rows go to points.csv chunk by chunk either way)")
@@ -73,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser().parse_args(argv)
     with cli.bad_input():
-        dse = load_dse(args.space, max_points=args.max_points, stream=args.stream)
+        dse = load_dse(args.space, max_points=args.max_points, stream=args.stream, cost_table=args.cost_table)
         if args.write_hw is not None:
             ignored = [flag for flag, given in (("--run", args.run), ("--target", args.target is not None),
                                                 ("--overwrite", args.overwrite), ("--workers", args.workers != 1))

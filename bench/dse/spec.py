@@ -9,6 +9,8 @@ classes = 100                                # the classifier's classes (CIFAR-1
 image_size = 32                              # a paper model's input: 3 x S x S
 hw = "configs/hw/paper_default.toml"         # optional: the base every axis varies (default: the paper's)
 device = "configs/devices/xc7vx485t.toml"    # optional: the FPGA a point must fit (default: the paper's board)
+cost_table = "horowitz45"                    # optional: the published table MACs are priced from
+                                             # (accel_sim.cost_tables; default: the hw file's, else horowitz45)
 
 [space]                                      # accel_sim.space: axes over HardwareConfig fields, constraints
 constraints = ["rows * cols <= 4096"]
@@ -37,7 +39,7 @@ from workloads.fl.methods import is_calibration, parse_method
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DEVICE = ROOT / "configs" / "devices" / "xc7vx485t.toml"
-DSE_KEYS = ("models", "methods", "batch_size", "classes", "image_size", "hw", "device")
+DSE_KEYS = ("models", "methods", "batch_size", "classes", "image_size", "hw", "device", "cost_table")
 IMAGE_SIZES = (16, 32, 64)
 
 
@@ -66,7 +68,8 @@ class Dse:
         """The resolved file as plain data (hashed for the results folder, recorded in summary.json)."""
         return {"name": self.name, "models": list(self.models), "methods": list(self.methods),
                 "batch_size": self.batch_size, "classes": self.classes, "image_size": self.image_size,
-                "hw": self.hw_path, "device": self.device_path, "space": self.space.describe()}
+                "hw": self.hw_path, "device": self.device_path, "cost_table": self.base.cost_table,
+                "space": self.space.describe()}
 
 
 def check_method(name: Any, where: str) -> str:
@@ -83,8 +86,10 @@ def check_method(name: Any, where: str) -> str:
     return name
 
 
-def load_dse(path: str | Path, *, max_points: int = DEFAULT_MAX_POINTS, stream: bool = False) -> Dse:
-    """Read and check the space file ``path`` (module doc)."""
+def load_dse(path: str | Path, *, max_points: int = DEFAULT_MAX_POINTS, stream: bool = False,
+             cost_table: str | None = None) -> Dse:
+    """Read and check the space file ``path`` (module doc); ``cost_table`` (``--cost-table``) replaces
+    the file's."""
     doc = read_toml(path, DseError, "design space")
     where = str(path)
     checks.unknown_keys(doc, ("dse", "space"), where=where, error=DseError)
@@ -109,6 +114,9 @@ def load_dse(path: str | Path, *, max_points: int = DEFAULT_MAX_POINTS, stream: 
     hw_path, device_path = table.get("hw"), table.get("device", str(DEFAULT_DEVICE.relative_to(ROOT)))
     try:
         base = load_hardware_config(_near(hw_path, path)) if hw_path is not None else HardwareConfig()
+        table_name = cost_table if cost_table is not None else table.get("cost_table")
+        if table_name is not None:
+            base = base.with_(cost_table=table_name)
         device = load_device(_near(device_path, path))
         space = space_from_dict(doc["space"], base, max_points=max_points, stream=stream)
     except (HardwareConfigError, ResourceModelError, NumberFormatError) as err:

@@ -17,6 +17,7 @@ import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from bench.lib.findings_costs import cost_tables_section
 from bench.lib.study import verdicts
 
 FINDINGS = Path("docs/findings.md")
@@ -242,6 +243,7 @@ def render_findings(summaries: Mapping[str, Mapping[str, Any]]) -> str:
     for name, summary in summaries.items():
         lines += study_section(name, summary) if "cells" in summary else exploration_section(name, summary)
         lines.append("")
+    lines += cost_tables_section(summaries)
     return "\n".join(lines).rstrip() + "\n"
 
 
