@@ -206,3 +206,62 @@ def test_bfp_group_of_float32_max_is_nan_as_its_8_bit_shared_exponent_overflows(
     # the group is NaN, as a group holding an infinity is (docs/numerics.md)
     out = round_to_format(torch.tensor([3.4e38, 1.0] + [0.0] * 14 + [1.0] * 16), NumberFormat.parse("bfp_m4_g16"))
     assert out[:16].isnan().all() and out[16:].eq(1.0).all()
+
+
+# --- item 4: bench.run's ledger check at participation 0.5 ----------------------------------------
+
+
+def _half_participation_run(method_name: str):
+    """A real 2-round run of ``method_name`` on 4 clients at participation 0.5 (2 clients a round):
+    ConvNet on 16 x 16 random images, 10 classes."""
+    import numpy as np
+
+    from bench.lib.fl.jobs import Job, JobResult, RunInputs
+    from workloads import model_spec
+    from workloads.cost.system import SystemModel
+    from workloads.fl.data import Dataset
+    from workloads.fl.hparams import FLConfig, Hparams
+    from workloads.fl.loop import run_method
+    from workloads.fl.methods import parse_method
+
+    g = torch.Generator().manual_seed(0)
+    train = Dataset("synthetic", torch.randn(64, 3, 16, 16, generator=g), torch.arange(64) % 10, 10, "random")
+    fl = FLConfig(dataset="synthetic", model="convnet", num_clients=4, rounds=2, participation=0.5, seed=0)
+    parts = tuple(np.arange(k, 64, 4) for k in range(4))
+    spec = model_spec.ModelSpec("convnet", (3, 16, 16))
+    inputs = RunInputs(spec, fl, train, train, parts, None, SystemModel(), (), 0)
+    job = Job(method_name, Hparams(local_epochs=1, batch_size=16))
+    method = parse_method(method_name)
+    result = run_method(method, model_fn=lambda: model_spec.build(spec, num_classes=10, spherefed=method.spherefed),
+                        train=train, test=train, parts=parts, cfg=fl, hp=job.hp)
+    return inputs, job, JobResult(result, [], 0.0, 0.0)
+
+
+@pytest.mark.slow
+def test_bench_run_ledger_check_at_participation_0_5_agrees_with_the_closed_form():
+    # 4 clients at participation 0.5: 2 clients a round, so the ledger is half of what every client
+    # in every round would send; the closed form was computed for all 4 (FedAvg 103,968 vs 207,936 B
+    # in the issue's run) and every run was reported a mismatch
+    from bench.lib.run.figures import accuracy_figures, ledger_mismatches
+
+    runs = [_half_participation_run(name) for name in ("fedavg", "scaffold")]
+    inputs = runs[0][0]
+    _, ledger, _ = accuracy_figures(["fedavg", "scaffold"], inputs, [job for _, job, _ in runs],
+                                    [("fedavg", None), ("scaffold", None)], [outcome for _, _, outcome in runs])
+    for name in ("fedavg", "scaffold"):
+        assert ledger[name]["ledger"]["total_bytes"] == ledger[name]["closed_form"]["total_bytes"] > 0, name
+    assert ledger_mismatches({"ledger_check": {"convnet": ledger}}) == {}
+
+
+def test_ledger_mismatches_of_two_runs_of_one_model_and_one_of_another_names_all_three():
+    # keyed by model, two mismatched runs of one model showed as one
+    bad = {"ledger": {"total_bytes": 100}, "closed_form": {"total_bytes": 200}}
+    good = {"ledger": {"total_bytes": 200}, "closed_form": {"total_bytes": 200}}
+    summary = {"ledger_check": {"convnet": {"fedavg": bad, "scaffold": bad, "moon": good},
+                                "resnet18": {"fedavg": bad}}}
+    from bench.lib.run.figures import ledger_mismatches
+
+    assert ledger_mismatches(summary) == {
+        "convnet fedavg": {"ledger_bytes": 100, "closed_form_bytes": 200},
+        "convnet scaffold": {"ledger_bytes": 100, "closed_form_bytes": 200},
+        "resnet18 fedavg": {"ledger_bytes": 100, "closed_form_bytes": 200}}
