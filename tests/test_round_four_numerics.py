@@ -265,3 +265,60 @@ def test_ledger_mismatches_of_two_runs_of_one_model_and_one_of_another_names_all
         "convnet fedavg": {"ledger_bytes": 100, "closed_form_bytes": 200},
         "convnet scaffold": {"ledger_bytes": 100, "closed_form_bytes": 200},
         "resnet18 fedavg": {"ledger_bytes": 100, "closed_form_bytes": 200}}
+
+
+# --- item 5: SCAFFOLD's copy of the global model is held through the step, and priced -------------
+
+
+def _two_layers():
+    """Linear 12 -> 8 (no bias: 96 floats = 384 B), ReLU, classifier 8 -> 4 (no bias: 32 floats =
+    128 B): 512 B of weights, no buffers."""
+    from workloads.models import FLNet
+
+    return FLNet(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 8, bias=False), torch.nn.ReLU()), 8, 4,
+                 False)
+
+
+def _scaffold_step_peak(hold_the_copy: bool):
+    from accel_sim.hardware import HardwareConfig
+    from accel_sim.simulate import simulate
+    from workloads.capture import HeldStep, capture_step
+    from workloads.fl.hparams import Hparams
+    from workloads.fl.local import client_trainer, example_received, prepare_model
+    from workloads.fl.methods import parse_method
+
+    method, hp = parse_method("scaffold"), Hparams(batch_size=2, momentum=0.9)
+    torch.manual_seed(0)
+    model = prepare_model(_two_layers(), method, seed=0).train()
+
+    def make_step(step_model):
+        trainer = client_trainer(step_model, step_model.state_dict(), hp, method, round=2,
+                                 received=example_received(step_model, method, hp, 2))
+        copy = {id(t) for t in trainer.ctx.global_params.values()}
+        held = trainer.held() if hold_the_copy else tuple(t for t in trainer.held() if id(t) not in copy)
+        return HeldStep(trainer.step, held)
+
+    trace = capture_step(make_step, model, torch.zeros(2, 3, 2, 2), torch.zeros(2, dtype=torch.long))
+    return simulate(trace, HardwareConfig()).peak
+
+
+def test_scaffold_on_a_two_layer_model_prices_its_copy_of_the_global_model_at_512_bytes():
+    # the client keeps x (w_t, 512 B) through training for option II's c_i+ = c_i - c + (x - y) / (K eta),
+    # but no op of the step reads it, so it was missing from the step's storages and its peak.
+    # Resident ("input") at the peak, by hand: the batch x, 2 x 12 floats = 96 B, and y, 2 int64 =
+    # 16 B; c and c_i, 512 B each; the copy of w_t, 512 B: 96 + 16 + 3 x 512 = 1,648 B
+    from workloads.cost.step import local_step_trace
+    from workloads.fl.hparams import Hparams
+    from workloads.fl.methods import parse_method
+    from accel_sim.hardware import HardwareConfig
+    from accel_sim.simulate import simulate
+
+    trace = local_step_trace(_two_layers, parse_method("scaffold"), Hparams(batch_size=2, momentum=0.9), batch_size=2,
+                             input_shape=(3, 2, 2), round=2)
+    peak = simulate(trace, HardwareConfig()).peak
+    assert peak.by_kind_bytes["input"] == 96 + 16 + 3 * 512
+    # the copy is live at every op, so it lifts the peak by exactly its bytes: 512 B over the same
+    # step priced without it (3,584 B: +14.3 %)
+    without = _scaffold_step_peak(hold_the_copy=False)
+    assert peak.peak_memory_bytes == _scaffold_step_peak(hold_the_copy=True).peak_memory_bytes \
+        == without.peak_memory_bytes + 512

@@ -22,7 +22,7 @@ from accel_sim.report import CostReport
 from accel_sim.simulate import simulate
 from accel_sim.trace_schema import Trace
 from workloads import model_spec
-from workloads.capture import capture_step
+from workloads.capture import HeldStep, capture_step
 from workloads.fl.hparams import Hparams
 from workloads.fl.local import client_trainer, example_received, loss_function, prepare_model
 from workloads.fl.methods import MethodConfig, parse_method
@@ -45,18 +45,22 @@ def local_step_trace(model_fn: Callable[[], nn.Module], method: MethodConfig, hp
                      meta: dict | None = None, label: str | None = None) -> Trace:
     """One steady-state local SGD step of ``method`` with ``hp`` at ``batch_size`` on inputs of
     ``input_shape`` (C, H, W). The step receives the method's ``extra_downloads`` of ``round``
-    (FedCos's d_t from round 2, SCAFFOLD's c; zeros of their shapes) and holds the client's state
-    (``initial_client_state``: SCAFFOLD's c_i, MOON's previous model), so both are in its compute
-    and its peak memory. ``label``: the method's name in the trace (default its canonical name)."""
+    (FedCos's d_t from round 2, SCAFFOLD's c; zeros of their shapes), the client's state
+    (``initial_client_state``: SCAFFOLD's c_i, MOON's previous model) and an anchored method's copy
+    of the downloaded model (``ClientTrainer.held``): all three are resident from the step's start
+    to its end, in its peak memory whether or not the step reads them (SCAFFOLD's copy is read
+    only after training), and what the step reads is in its compute. ``label``: the method's name
+    in the trace (default its canonical name)."""
     if method.calibration:
         raise ValueError(f"{method.name!r}: a training step has no calibration; price the calibration on its own")
     hp = hp.with_knobs(method.knobs).replace(batch_size=batch_size)  # a method of yours: its knobs' defaults
     torch.manual_seed(seed)
     model = prepare_model(model_fn(), method, seed=seed).train()
 
-    def make_step(step_model: nn.Module):
+    def make_step(step_model: nn.Module) -> HeldStep:
         received = example_received(step_model, method, hp, round)
-        return client_trainer(step_model, step_model.state_dict(), hp, method, round=round, received=received).step
+        trainer = client_trainer(step_model, step_model.state_dict(), hp, method, round=round, received=received)
+        return HeldStep(trainer.step, trainer.held())
 
     x = torch.zeros(batch_size, *input_shape)
     y = torch.zeros(batch_size, dtype=torch.long)

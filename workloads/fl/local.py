@@ -102,6 +102,15 @@ class ClientTrainer:
         self.optimizer = torch.optim.SGD(params, lr=lr, momentum=hp.momentum,
                                          weight_decay=hp.weight_decay, foreach=False)
 
+    def held(self) -> tuple[torch.Tensor, ...]:
+        """What the client holds through every step besides its model and optimizer: its round
+        context's tensors (an anchored method's copy of the downloaded w_t, what it received, its
+        own state), whether or not the step reads them (SCAFFOLD keeps w_t for its control-variate
+        update after training): the priced step holds them from its start (``workloads.cost.step``)."""
+        ctx = self.ctx
+        groups = (ctx.global_params, *ctx.received.values(), ctx.state)
+        return tuple(t for group in groups for t in group.values() if isinstance(t, torch.Tensor))
+
     def step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """zero_grad, forward, loss (+ penalty), backward, optimizer step; returns the loss."""
         self.optimizer.zero_grad(set_to_none=True)
