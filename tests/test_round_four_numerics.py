@@ -322,3 +322,190 @@ def test_scaffold_on_a_two_layer_model_prices_its_copy_of_the_global_model_at_51
     without = _scaffold_step_peak(hold_the_copy=False)
     assert peak.peak_memory_bytes == _scaffold_step_peak(hold_the_copy=True).peak_memory_bytes \
         == without.peak_memory_bytes + 512
+
+
+# --- items 8 (a user's aggregate returning None) and 14 (messages that blame the wrong thing) -----
+
+USER_SOURCE = '''
+import torch
+from workloads.fl.methods.base import FedAvg
+from workloads.fl.methods.scaffold import CONTROL, Scaffold
+
+
+class NanPenalty(FedAvg):
+    def penalty(self, model, ctx, hp):
+        return torch.tensor(float("nan"))
+
+
+class InfBatchLoss(FedAvg):
+    def batch_loss(self, model, x, y, outputs, loss_fn, ctx, hp):
+        return super().batch_loss(model, x, y, outputs, loss_fn, ctx, hp) + float("inf")
+
+
+class NanExtras(Scaffold):
+    def aggregate(self, server, updates, hp, keys):
+        new = super().aggregate(server, updates, hp, keys)
+        control = {k: torch.full_like(v, float("nan")) for k, v in new.extras[CONTROL].items()}
+        return type(new)(**{**new.__dict__, "extras": {**new.extras, CONTROL: control}})
+
+
+class HugeAggregate(FedAvg):
+    def aggregate(self, server, updates, hp, keys):
+        new = super().aggregate(server, updates, hp, keys)
+        return self._advance(server, {k: torch.full_like(v, 1e30) for k, v in new.weights.items()
+                                      if v.is_floating_point()})
+
+
+class NoneAggregate(FedAvg):
+    def aggregate(self, server, updates, hp, keys):
+        return None
+
+
+class VectorPenalty(FedAvg):
+    def penalty(self, model, ctx, hp):
+        return torch.zeros(3)
+
+
+class PerSampleLoss(FedAvg):
+    def batch_loss(self, model, x, y, outputs, loss_fn, ctx, hp):
+        return torch.nn.functional.cross_entropy(outputs[0], y, reduction="none")
+
+
+class TensorHead(FedAvg):
+    def head_outputs(self, model, x):
+        return model(x)
+
+
+class StateOnlyAfterTraining(Scaffold):
+    def after_training(self, model, ctx, steps, hp):
+        return super().after_training(model, ctx, steps, hp)[0]
+
+
+class NoneExtras(Scaffold):
+    def server_extras(self, server, keys, round, hp):
+        return None
+
+
+class NoneState(Scaffold):
+    def initial_client_state(self, model, hp):
+        return None
+
+
+class UnknownSharedKey(FedAvg):
+    def shared_keys(self, model, round, hp):
+        return ["nonexistent.weight"]
+
+
+class DroppedKeyAggregate(FedAvg):
+    def aggregate(self, server, updates, hp, keys):
+        new = super().aggregate(server, updates, hp, keys)
+        return type(new)(**{**new.__dict__, "weights": {k: v for k, v in new.weights.items() if k != "body.1.weight"}})
+
+
+class FlattenedAggregate(FedAvg):
+    def aggregate(self, server, updates, hp, keys):
+        new = super().aggregate(server, updates, hp, keys)
+        return type(new)(**{**new.__dict__, "weights": {k: v.reshape(-1) for k, v in new.weights.items()}})
+'''
+
+
+@pytest.fixture
+def roundfour(tmp_path, monkeypatch):
+    import sys
+
+    from workloads.fl import methods
+
+    (tmp_path / "roundfour.py").write_text(USER_SOURCE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "roundfour", raising=False)
+    methods._own.cache_clear()
+    yield
+    methods._own.cache_clear()
+    sys.modules.pop("roundfour", None)
+
+
+def _run_standins(name: str, rounds: int = 2, lr: float = 0.05):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from fl_standins import TinyNet, blobs
+    from workloads.fl.hparams import FLConfig, Hparams
+    from workloads.fl.loop import run_method
+    from workloads.fl.methods import parse_method
+    from workloads.fl.partition import dirichlet_partition
+
+    train = blobs(160)
+    parts = dirichlet_partition(train.y.numpy(), 4, 0.5, min_size=5, seed=0)
+    m = parse_method(name)
+    return run_method(m, model_fn=lambda: TinyNet(spherefed=m.spherefed), train=train, test=blobs(40, seed=1),
+                      parts=parts, cfg=FLConfig(dataset="blobs", num_clients=4, rounds=rounds),
+                      hp=Hparams(lr=lr, local_epochs=1, batch_size=16))
+
+
+BLAMED = {  # the input -> what its one line says (each said "lower the learning rate" before, or was a traceback)
+    "penalty returning NaN": ("roundfour:NanPenalty", "round 1, client 0 (roundfour:NanPenalty), local epoch 1: "
+                              "roundfour:NanPenalty.penalty returned nan at the round's starting weights"),
+    "batch_loss returning inf": ("roundfour:InfBatchLoss", "roundfour:InfBatchLoss.batch_loss returned inf at the "
+                                 "round's starting weights"),
+    "NaN left in ServerState.extras": ("roundfour:NanExtras", "round 2, client 0 (roundfour:NanExtras), local epoch 1: "
+                                       "what the client received in group 'scaffold_control' holds NaN or inf "
+                                       "('body.1.weight'); it comes from roundfour:NanExtras.server_extras (the "
+                                       "ServerState.extras roundfour:NanExtras.aggregate keeps)"),
+    "1e30 weights from aggregate": ("roundfour:HugeAggregate", "(its largest weight magnitude 1e+30); it is what "
+                                    "roundfour:HugeAggregate.aggregate returned in round 1: check what it returns"),
+}
+
+
+@pytest.mark.parametrize("case", BLAMED)
+def test_a_non_finite_loss_names_the_hook_that_made_it(roundfour, case):
+    from workloads.fl.local import NonFiniteLossError
+
+    name, said = BLAMED[case]
+    with pytest.raises(NonFiniteLossError) as caught:
+        _run_standins(name)
+    message = str(caught.value)
+    assert said in message and "learning rate" not in message and "\n" not in message, message
+
+
+def test_a_learning_rate_of_1e9_still_blames_the_learning_rate():
+    # every hook's result is finite at the round's starting weights: the loss became NaN while training
+    from workloads.fl.guard import DivergedError
+    from workloads.fl.local import NonFiniteLossError
+
+    with pytest.raises((NonFiniteLossError, DivergedError), match="lower the learning rate"):
+        _run_standins("fedavg", rounds=2, lr=1e9)
+
+
+WRONG_TYPES = {  # a hook returning the wrong type or shape -> its one line (each was a traceback)
+    "aggregate returning None (item 8)": ("roundfour:NoneAggregate", "roundfour:NoneAggregate.aggregate returned None, "
+                                          "not a ServerState"),
+    "penalty returning a vector of 3": ("roundfour:VectorPenalty", "roundfour:VectorPenalty.penalty returned a tensor "
+                                        "of shape (3,); it must return a 0-dim tensor, a number or None"),
+    "batch_loss returning a per-sample loss": ("roundfour:PerSampleLoss", "roundfour:PerSampleLoss.batch_loss returned "
+                                               "a tensor of shape (16,); it must return the loss as a 0-dim tensor"),
+    "head_outputs returning a tensor": ("roundfour:TensorHead", "roundfour:TensorHead.head_outputs returned a tensor "
+                                        "of shape (16, 4); it must return a list of tensors"),
+    "after_training returning only the state": ("roundfour:StateOnlyAfterTraining", "roundfour:StateOnlyAfterTraining."
+                                                "after_training returned a dict; it must return a pair"),
+    "server_extras returning None": ("roundfour:NoneExtras", "roundfour:NoneExtras.server_extras returned None in "
+                                     "round 1"),
+    "initial_client_state returning None": ("roundfour:NoneState", "roundfour:NoneState.initial_client_state returned "
+                                            "a NoneType; it must return a dict of tensors"),
+    "shared_keys naming a key the model lacks": ("roundfour:UnknownSharedKey", "roundfour:UnknownSharedKey.shared_keys "
+                                                 "in round 1 named ['nonexistent.weight']"),
+    "aggregate dropping a key": ("roundfour:DroppedKeyAggregate", "roundfour:DroppedKeyAggregate.aggregate returned "
+                                 "weights without ['body.1.weight']"),
+    "aggregate flattening the weights": ("roundfour:FlattenedAggregate", "roundfour:FlattenedAggregate.aggregate returned "
+                                         "'body.1.weight' as (144,) torch.float32, where the global model holds (12, 12)"),
+}
+
+
+@pytest.mark.parametrize("case", WRONG_TYPES)
+def test_a_hook_returning_the_wrong_type_is_one_line_naming_it(roundfour, case):
+    from workloads.fl.guard import UserCodeError
+
+    name, said = WRONG_TYPES[case]
+    with pytest.raises(UserCodeError) as caught:
+        _run_standins(name)
+    assert said in str(caught.value) and "\n" not in str(caught.value), str(caught.value)
