@@ -391,6 +391,11 @@ class NoneState(Scaffold):
         return None
 
 
+class DetachedLoss(FedAvg):
+    def batch_loss(self, model, x, y, outputs, loss_fn, ctx, hp):
+        return super().batch_loss(model, x, y, outputs, loss_fn, ctx, hp).detach()
+
+
 class UnknownSharedKey(FedAvg):
     def shared_keys(self, model, round, hp):
         return ["nonexistent.weight"]
@@ -486,6 +491,8 @@ WRONG_TYPES = {  # a hook returning the wrong type or shape -> its one line (eac
                                                "a tensor of shape (16,); it must return the loss as a 0-dim tensor"),
     "head_outputs returning a tensor": ("roundfour:TensorHead", "roundfour:TensorHead.head_outputs returned a tensor "
                                         "of shape (16, 4); it must return a list of tensors"),
+    "batch_loss returning a detached loss": ("roundfour:DetachedLoss", "roundfour:DetachedLoss.batch_loss returned a "
+                                             "loss without a gradient (detached?)"),
     "after_training returning only the state": ("roundfour:StateOnlyAfterTraining", "roundfour:StateOnlyAfterTraining."
                                                 "after_training returned a dict; it must return a pair"),
     "server_extras returning None": ("roundfour:NoneExtras", "roundfour:NoneExtras.server_extras returned None in "
@@ -509,3 +516,15 @@ def test_a_hook_returning_the_wrong_type_is_one_line_naming_it(roundfour, case):
     with pytest.raises(UserCodeError) as caught:
         _run_standins(name)
     assert said in str(caught.value) and "\n" not in str(caught.value), str(caught.value)
+
+
+@pytest.mark.parametrize("name", ["e4m3_cs", "e4m3_ds", "fp8_hybrid_ds"])
+def test_a_gemm_on_an_empty_batch_of_0_rows_in_scaled_fp8_runs(name):
+    # the emulation took amax() of the empty operand ("Expected reduction dim to be specified"); an
+    # empty tensor's largest magnitude is 0, and its product is empty, forward and backward
+    x = torch.zeros(0, 4, requires_grad=True)
+    w = torch.ones(3, 4, requires_grad=True)
+    with Arithmetic(name):
+        out = torch.nn.functional.linear(x, w)
+        out.sum().backward()
+    assert out.shape == (0, 3) and w.grad.eq(0).all()

@@ -211,6 +211,10 @@ class ClientTrainer:
                 outputs = outputs_from(self.algorithm, self.algorithm.head_outputs(self.model, x))  # held to the step's end, as a loop holds them
                 loss = scalar_from(self.algorithm, "batch_loss",
                                    self.algorithm.batch_loss(self.model, x, y, outputs, self.loss_fn, self.ctx, self.hp))
+                if not loss.requires_grad:  # detached (.item(), .detach(), torch.tensor(...)): nothing would train
+                    cls = type(self.algorithm)
+                    raise UserCodeError(f"{cls.__module__}:{cls.__qualname__}.batch_loss returned a loss without a "
+                                        "gradient (detached?): compute it from the outputs it is given (docs/methods.md)")
             penalty = scalar_from(self.algorithm, "penalty", self.algorithm.penalty(self.model, self.ctx, self.hp))
             if penalty is not None:
                 loss = loss + penalty

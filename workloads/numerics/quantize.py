@@ -277,12 +277,12 @@ def round_bfp(x: torch.Tensor, mantissa_bits: int, group_size: int, *, dim: int 
 
 
 def largest_magnitude(x: torch.Tensor, axis: int | None = None) -> torch.Tensor:
-    """``max |x|`` along ``axis`` (kept; None: over the whole tensor), NaN where a NaN is. A reduction
+    """``max |x|`` along ``axis`` (kept; None: over the whole tensor, 0 for an empty one), NaN where a NaN is. A reduction
     along a tensor's innermost dim, which torch's CPU kernels run one short row at a time, is a max
     pooling over its rows instead (the same maxima, NaN included; ``tests/test_quantize_reference.py``)."""
     magnitude = x.abs()
-    if axis is None:
-        return magnitude.amax()
+    if axis is None:  # an empty tensor's: 0 (a GEMM on an empty batch)
+        return magnitude.amax() if x.numel() else x.new_zeros(())
     if axis == x.dim() - 1 and x.shape[axis] > 1:  # rows of the groups along the last two dims, pooled group by group
         row = x.shape[-1] * (x.shape[-2] if x.dim() > 1 else 1)
         pooled = torch.nn.functional.max_pool1d(magnitude.reshape(-1, 1, row), x.shape[-1])
