@@ -349,6 +349,14 @@ class NanExtras(Scaffold):
         return type(new)(**{**new.__dict__, "extras": {**new.extras, CONTROL: control}})
 
 
+class NanServerExtras(FedAvg):
+    def aggregate(self, server, updates, hp, keys):
+        new = super().aggregate(server, updates, hp, keys)
+        step = server.extras.get("step", torch.tensor(float("nan")))  # NaN kept in ServerState.extras, used here
+        return self._advance(server, {k: v + 0 * step if v.is_floating_point() else v for k, v in new.weights.items()},
+                             extras={"step": step})
+
+
 class HugeAggregate(FedAvg):
     def aggregate(self, server, updates, hp, keys):
         new = super().aggregate(server, updates, hp, keys)
@@ -460,6 +468,16 @@ BLAMED = {  # the input -> what its one line says (each said "lower the learning
     "1e30 weights from aggregate": ("roundfour:HugeAggregate", "(its largest weight magnitude 1e+30); it is what "
                                     "roundfour:HugeAggregate.aggregate returned in round 1: check what it returns"),
 }
+
+
+def test_nan_in_serverstate_extras_used_by_aggregate_names_it_not_a_divergence(roundfour):
+    # NaN kept in ServerState.extras and used by the user's aggregate only (never sent): the global
+    # model holds NaN; the line names the aggregate and asks to check it ("a diverged run" before)
+    from workloads.fl.guard import DivergedError
+
+    with pytest.raises(DivergedError, match=r"round 1: roundfour:NanServerExtras's aggregate: the global model's "
+                                            r"'body.1.weight' holds NaN or inf \(check what your aggregate returns\)"):
+        _run_standins("roundfour:NanServerExtras")
 
 
 @pytest.mark.parametrize("case", BLAMED)

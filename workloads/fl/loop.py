@@ -420,7 +420,8 @@ def _federated_round(setup: _Setup, state: LoopState, t: int) -> LoopState:
     if updates:  # a round nobody arrived in leaves the global model as it was
         server = algo.aggregate(server, updates, hp, keys)
         _check_aggregate(server, state.server, method.name)
-        check_finite(server.weights, f"round {t}: {method.name}'s aggregate")
+        check_finite(server.weights, f"round {t}: {method.name}'s aggregate",
+                     "check what your aggregate returns" if _users_hook(algo, "aggregate") else "a diverged run")
         if setup.execution.server_average and t > 1:  # round 1's average is its aggregate
             server = replace(server, weights=moving_average(state.server.weights, server.weights, keys,
                                                             decay=setup.execution.server_average))
