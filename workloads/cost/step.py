@@ -24,7 +24,7 @@ from accel_sim.trace_schema import Trace
 from workloads import model_spec
 from workloads.capture import HeldStep, capture_step
 from workloads.fl.hparams import Hparams
-from workloads.fl.local import client_trainer, example_received, loss_function, prepare_model
+from workloads.fl.local import ClientTrainer, client_trainer, example_received, loss_function, prepare_model
 from workloads.fl.methods import MethodConfig, parse_method
 from workloads.model_spec import ModelSpec
 
@@ -59,8 +59,7 @@ def local_step_trace(model_fn: Callable[[], nn.Module], method: MethodConfig, hp
 
     def make_step(step_model: nn.Module) -> HeldStep:
         received = example_received(step_model, method, hp, round)
-        trainer = client_trainer(step_model, step_model.state_dict(), hp, method, round=round, received=received)
-        return HeldStep(trainer.step, trainer.held())
+        return held_step(client_trainer(step_model, step_model.state_dict(), hp, method, round=round, received=received))
 
     x = torch.zeros(batch_size, *input_shape)
     y = torch.zeros(batch_size, dtype=torch.long)
@@ -68,6 +67,12 @@ def local_step_trace(model_fn: Callable[[], nn.Module], method: MethodConfig, hp
                         batch_size=batch_size,
                         meta={"input_shape": list(input_shape), "lr": hp.lr, "momentum": hp.momentum,
                               "weight_decay": hp.weight_decay, **(meta or {})})
+
+
+def held_step(trainer: ClientTrainer) -> HeldStep:
+    """A client trainer's step as a priced step factory returns it: with what the client holds
+    through it (``ClientTrainer.held``), resident in the captured trace."""
+    return HeldStep(trainer.step, trainer.held())
 
 
 def method_step_trace(model: str | ModelSpec, method: str | MethodConfig, *, hp: Hparams | None = None,
