@@ -24,7 +24,9 @@ Names (``NumberFormat.parse``):
   magnitude of the same operand over the previous ``AMAX_HISTORY`` steps), and ``fp8_hybrid_cs`` /
   ``fp8_hybrid_ds``, the hybrid recipe: E4M3 for activations and weights, E5M2 for gradients (Sun
   et al., "Hybrid 8-bit Floating Point (HFP8) Training and Inference for Deep Neural Networks",
-  NeurIPS 2019; Micikevicius et al. 2022, Sec. 4). The factor is a power of two (``SCALING``);
+  NeurIPS 2019; Micikevicius et al. 2022, Sec. 4). The factor is a power of two, at most 2^127
+  (``workloads.numerics.quantize.tensor_scale``; where the defaults differ from Transformer
+  Engine's: ``docs/numerics.md``);
 * OCP Microscaling (MX) formats (OCP "Microscaling Formats (MX) Specification" v1.0, 2023, Sec. 5
   and 6; Rouhani et al., "Microscaling Data Formats for Deep Learning", arXiv 2310.10537, 2023):
   blocks of ``MX_BLOCK_SIZE`` = 32 values share one E8M0 scale (a power of two, 8 bits):

@@ -114,6 +114,19 @@ def test_element_rounding_is_idempotent(values, name):
         assert torch.equal(round_to_format(once, fmt, generator=gen), once)
 
 
+@pytest.mark.parametrize("name", ["bf16", "fp16", "e4m3", "e5m2"])
+def test_stochastic_rounding_of_every_grid_value_2_to_the_22_times_over_moves_none(name):
+    # every finite value of the format (ml_dtypes' bit patterns), tiled to 2^22 values, rounded
+    # stochastically: a value on the grid stays. With float32 draws of 24 bits, floor(v / ulp + u)
+    # rounded q + u up to q + 1 for u within 2^(p - 25) of 1 (fp16: about 1 value in 2^14 moved)
+    bits = np.arange(1 << (16 if name in ("bf16", "fp16") else 8), dtype=np.uint16 if name in ("bf16", "fp16") else np.uint8)
+    grid = torch.from_numpy(bits.view(ML_DTYPES[name]).astype(np.float32))
+    grid = grid[torch.isfinite(grid)]
+    x = grid.repeat(-(-(1 << 22) // len(grid)))[: 1 << 22]
+    out = round_to_format(x, NumberFormat.parse(name + "_sr"), generator=torch.Generator().manual_seed(1))
+    assert torch.equal(out, x)
+
+
 @pytest.mark.parametrize("name", ["bf16_sr", "fp16_sr", "e4m3_sr", "e5m2_sr", "bfp_m4_g16_sr", "bfp_m2_g16_sr"])
 def test_stochastic_rounding_is_unbiased(name):
     # 20,000 draws of each of 16 values; each draw is one of two neighbours, so the mean's standard

@@ -29,8 +29,10 @@ def ref_binade(x):
     return (x.view(torch.int32) & 0x7F800000).view(torch.float32)
 
 
-def ref_uniform(like, generator):
-    return torch.rand(like.shape, generator=generator, device=like.device, dtype=like.dtype)
+def ref_uniform(like, generator, p):
+    """torch.rand's draws cut to 24 - p fractional bits (for a grid of p significant bits)."""
+    bits = 24 - p
+    return torch.floor(torch.rand(like.shape, generator=generator, device=like.device, dtype=like.dtype) * 2.0 ** bits) / 2.0 ** bits
 
 
 def ref_in_groups(x, g, dim, round_groups):
@@ -65,7 +67,7 @@ def ref_bfp(x, m, g, dim, generator):
         unit = torch.clamp_min(ref_binade(top), 2.0 ** -126) * 2.0 ** (1 - m)
         unit = torch.where(top > (2.0 ** m - 1) * unit, unit * 2, unit)
         scaled = groups / unit
-        q = scaled.round_() if generator is None else scaled.add_(ref_uniform(scaled, generator)).floor_()
+        q = scaled.round_() if generator is None else scaled.add_(ref_uniform(scaled, generator, m)).floor_()
         return q.mul_(unit)
 
     return ref_in_groups(x, g, dim, round_groups)
@@ -74,7 +76,7 @@ def ref_bfp(x, m, g, dim, generator):
 def ref_grid(v, spec, generator=None):
     ulp = ref_binade(v).clamp_min_(2.0 ** spec.min_normal_exponent).mul_(2.0 ** (1 - spec.significand_bits))
     q = v / ulp
-    q = q.round_() if generator is None else q.add_(ref_uniform(q, generator)).floor_()
+    q = q.round_() if generator is None else q.add_(ref_uniform(q, generator, spec.significand_bits)).floor_()
     return q.mul_(ulp).clamp_(-spec.max_finite, spec.max_finite)
 
 
@@ -97,7 +99,7 @@ def ref_tensor_scale(amax, spec):
     top = torch.clamp_min(ref_binade(amax), 2.0 ** -126)
     exponent = element_emax(spec) - torch.log2(top)
     fits = amax / top <= spec.max_finite / 2.0 ** element_emax(spec)
-    scale = torch.exp2(torch.where(fits, exponent, exponent - 1))
+    scale = torch.exp2(torch.minimum(torch.where(fits, exponent, exponent - 1), torch.tensor(127.0)))
     return torch.where((amax > 0) & torch.isfinite(amax), scale, torch.ones_like(scale))
 
 
@@ -116,7 +118,9 @@ def ref_round(x, fmt, dim=-1, generator=None, amax=None, gradient=False):
     if fmt.scaling != "none":
         spec = ELEMENT_FORMATS["e5m2"] if gradient and fmt.kind == "fp8_hybrid" else fmt.element
         scale = ref_tensor_scale(x.abs().amax() if amax is None else amax, spec)
-        return ref_grid(x * scale, spec, sr).div_(scale)
+        scaled = torch.where(torch.isinf(x), float("nan"), (x * scale).clamp(-spec.max_finite, spec.max_finite))
+        largest = (2 - 2.0 ** (1 - spec.significand_bits)) * 2.0 ** 127
+        return ref_grid(scaled, spec, sr).div_(scale).clamp(-largest, largest)
     if fmt.rounding == "stochastic":
         spec = fmt.element
         if fmt.kind == "bf16":
@@ -124,7 +128,7 @@ def ref_round(x, fmt, dim=-1, generator=None, amax=None, gradient=False):
             return ((x.view(torch.int32) + noise) & -65536).view(torch.float32)
         magnitude = x.abs()
         ulp = torch.clamp_min(ref_binade(magnitude), 2.0 ** spec.min_normal_exponent) * 2.0 ** (1 - spec.significand_bits)
-        rounded = torch.floor(magnitude / ulp + ref_uniform(x, generator)).mul_(ulp)
+        rounded = torch.floor(magnitude / ulp + ref_uniform(x, generator, spec.significand_bits)).mul_(ulp)
         nearest = x.to(TORCH_DTYPES[fmt.kind]).to(x.dtype)
         return torch.where(rounded <= spec.max_finite, torch.copysign(rounded, x), nearest)
     if fmt.kind == "e4m3":
@@ -276,7 +280,12 @@ def reference_rounding(self, x, along, op, previous=None):
     amax = x.abs().amax()
     if self.fmt.scaling == "delayed":
         history = self.amax_history.setdefault(self._operand, emulate.deque(maxlen=emulate.AMAX_HISTORY))
-        amax, _ = (torch.stack(tuple(history)).amax() if history else amax), history.append(amax)
+        own = amax
+        if history:  # the window's largest, or the previous step's where that is not positive and finite
+            window = max(float(a) for a in history) if not any(math.isnan(float(a)) for a in history) else math.nan
+            amax = torch.tensor(window) if 0 < window < math.inf else self.scaled_by[self._operand]
+        history.append(own)
+        self.scaled_by[self._operand] = amax
     self._operand += 1
     gradient = self._gradients is not None and x in self._gradients
     return emulate._Rounded(x, None, None, ref_round(x, self.fmt, generator=self.generator, amax=amax, gradient=gradient))

@@ -3,7 +3,7 @@
 Imports nothing of ``workloads.fl``."""
 
 from workloads.capture.engine import Captured, capture, layer_scope, macs, summary, vector_elements
-from workloads.capture.step import capture_step, capture_training_step, training_step
+from workloads.capture.step import HeldStep, capture_step, capture_training_step, training_step
 
-__all__ = ["Captured", "capture", "capture_step", "capture_training_step", "layer_scope", "macs", "summary",
+__all__ = ["Captured", "HeldStep", "capture", "capture_step", "capture_training_step", "layer_scope", "macs", "summary",
            "training_step", "vector_elements"]

@@ -25,7 +25,7 @@ How it works (``docs/trace.md`` has the details and the reasons):
   out: they are never live while anything runs.
 * Kinds: parameters ``weight``, module buffers ``buffer``, a parameter's ``.grad`` (at the
   optimizer step or at the end) ``gradient``, optimizer state ``optimizer_state``, tensors passed
-  in ``args``/``kwargs`` and any other pre-existing storage ``input``, storages created in the
+  in ``args``/``kwargs`` or ``held`` and any other pre-existing storage ``input``, storages created in the
   ``fwd`` phase ``activation``, everything else ``workspace``.
 
 ``workloads.capture.step.capture_step`` captures one steady-state training step with this engine
@@ -388,11 +388,15 @@ def capture(
     method: str = "",
     batch_size: int = 0,
     meta: dict | None = None,
+    held: tuple[torch.Tensor, ...] = (),
     **kwargs,
 ) -> Captured:
     """Run ``fn(*args, **kwargs)`` as it is and record every aten op it runs (see the module
     docstring for phases, layers, kinds and lifetimes). ``model`` names the layers; ops outside
-    its modules get layer ``""`` unless run under ``layer_scope``."""
+    its modules get layer ``""`` unless run under ``layer_scope``. ``held``: tensors the region
+    keeps whether or not an op of it reads them (a federated method's copy of the global model,
+    kept for after the step): live from its start to its end, as ``input`` storages (a parameter's
+    storage stays a ``weight``)."""
     if default_phase not in PHASES:
         raise ValueError(f"default_phase {default_phase!r} is not a phase; expected one of {', '.join(PHASES)}")
     recorder = _Recorder(model, default_phase)
@@ -403,7 +407,7 @@ def capture(
                 recorder.mark(p.grad, "gradient", _module_of(name))
         for name, b in model.named_buffers():
             recorder.mark(b, "buffer", _module_of(name))
-    for t in tree_leaves((args, kwargs)):
+    for t in (*tree_leaves((args, kwargs)), *held):
         if isinstance(t, torch.Tensor):
             recorder.mark(t, "input")
     with contextlib.ExitStack() as stack:

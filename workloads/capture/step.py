@@ -8,7 +8,8 @@ Flower mod's steps, ``bench.price`` and ``python -m bench.capture``) comes from 
    ``torch.random.fork_rng`` so that the caller's model, optimizer and CPU random stream are left
    exactly as they were;
 2. ``make_step(copy)`` builds the step (the caller's optimizer and loss, with the run's own
-   hyper-parameters: learning rate, momentum, weight decay, penalty);
+   hyper-parameters: learning rate, momentum, weight decay, penalty), optionally as a ``HeldStep``
+   naming the tensors it holds through the step (resident in the trace whether or not it reads them);
 3. one uncaptured warm-up step creates the optimizer's state (SGD's momentum buffers appear in its
    first step), so the captured step is the steady state every later step repeats;
 4. one step is captured (``workloads.capture.engine.capture``).
@@ -21,6 +22,7 @@ each parameter's update is its own op).
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
@@ -30,6 +32,19 @@ from accel_sim.trace_schema import Trace
 from workloads.capture.engine import capture, layer_scope
 
 StepFactory = Callable[[nn.Module], Callable[..., Any]]
+
+
+@dataclass(frozen=True)
+class HeldStep:
+    """A step, with the tensors it holds through itself whether or not it reads them (an FL
+    method's copy of the global model, its state, what it received): a ``StepFactory`` may return
+    one, and ``capture_step`` prices them as resident (``capture``'s ``held``)."""
+
+    step: Callable[..., Any]
+    held: tuple[torch.Tensor, ...] = ()
+
+    def __call__(self, *args: torch.Tensor) -> Any:
+        return self.step(*args)
 
 
 def capture_step(make_step: StepFactory, model: nn.Module, *args: torch.Tensor, device: str = "meta",
@@ -47,7 +62,8 @@ def capture_step(make_step: StepFactory, model: nn.Module, *args: torch.Tensor, 
         if batch_size is None:
             batch_size = int(args[0].shape[0]) if args and args[0].dim() else 0
         return capture(step, *step_args, model=step_model, model_name=model_name, method=method,
-                       batch_size=batch_size, meta={"device": device, **(meta or {})}).trace
+                       batch_size=batch_size, meta={"device": device, **(meta or {})},
+                       held=step.held if isinstance(step, HeldStep) else ()).trace
 
 
 def training_step(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor,

@@ -22,9 +22,9 @@ from accel_sim.report import CostReport
 from accel_sim.simulate import simulate
 from accel_sim.trace_schema import Trace
 from workloads import model_spec
-from workloads.capture import capture_step
+from workloads.capture import HeldStep, capture_step
 from workloads.fl.hparams import Hparams
-from workloads.fl.local import client_trainer, example_received, loss_function, prepare_model
+from workloads.fl.local import ClientTrainer, client_trainer, example_received, loss_function, prepare_model
 from workloads.fl.methods import MethodConfig, parse_method
 from workloads.model_spec import ModelSpec
 
@@ -45,18 +45,21 @@ def local_step_trace(model_fn: Callable[[], nn.Module], method: MethodConfig, hp
                      meta: dict | None = None, label: str | None = None) -> Trace:
     """One steady-state local SGD step of ``method`` with ``hp`` at ``batch_size`` on inputs of
     ``input_shape`` (C, H, W). The step receives the method's ``extra_downloads`` of ``round``
-    (FedCos's d_t from round 2, SCAFFOLD's c; zeros of their shapes) and holds the client's state
-    (``initial_client_state``: SCAFFOLD's c_i, MOON's previous model), so both are in its compute
-    and its peak memory. ``label``: the method's name in the trace (default its canonical name)."""
+    (FedCos's d_t from round 2, SCAFFOLD's c; zeros of their shapes), the client's state
+    (``initial_client_state``: SCAFFOLD's c_i, MOON's previous model) and an anchored method's copy
+    of the downloaded model (``ClientTrainer.held``): all three are resident from the step's start
+    to its end, in its peak memory whether or not the step reads them (SCAFFOLD's copy is read
+    only after training), and what the step reads is in its compute. ``label``: the method's name
+    in the trace (default its canonical name)."""
     if method.calibration:
         raise ValueError(f"{method.name!r}: a training step has no calibration; price the calibration on its own")
     hp = hp.with_knobs(method.knobs).replace(batch_size=batch_size)  # a method of yours: its knobs' defaults
     torch.manual_seed(seed)
     model = prepare_model(model_fn(), method, seed=seed).train()
 
-    def make_step(step_model: nn.Module):
+    def make_step(step_model: nn.Module) -> HeldStep:
         received = example_received(step_model, method, hp, round)
-        return client_trainer(step_model, step_model.state_dict(), hp, method, round=round, received=received).step
+        return held_step(client_trainer(step_model, step_model.state_dict(), hp, method, round=round, received=received))
 
     x = torch.zeros(batch_size, *input_shape)
     y = torch.zeros(batch_size, dtype=torch.long)
@@ -64,6 +67,12 @@ def local_step_trace(model_fn: Callable[[], nn.Module], method: MethodConfig, hp
                         batch_size=batch_size,
                         meta={"input_shape": list(input_shape), "lr": hp.lr, "momentum": hp.momentum,
                               "weight_decay": hp.weight_decay, **(meta or {})})
+
+
+def held_step(trainer: ClientTrainer) -> HeldStep:
+    """A client trainer's step as a priced step factory returns it: with what the client holds
+    through it (``ClientTrainer.held``), resident in the captured trace."""
+    return HeldStep(trainer.step, trainer.held())
 
 
 def method_step_trace(model: str | ModelSpec, method: str | MethodConfig, *, hp: Hparams | None = None,

@@ -65,11 +65,12 @@ def _named(hook: Callable, where: str) -> Callable:
     return call
 
 
-def check_finite(tensors: Mapping[str, torch.Tensor], where: str) -> None:
-    """``DivergedError`` naming the first entry of ``tensors`` (a state_dict) holding NaN or inf."""
+def check_finite(tensors: Mapping[str, torch.Tensor], where: str, why: str = "a diverged run") -> None:
+    """``DivergedError`` naming the first entry of ``tensors`` (a state_dict) holding NaN or inf,
+    and ``why`` (a user's hook that built it: check it, rather than a divergence)."""
     for key, value in tensors.items():
         if torch.is_tensor(value) and value.is_floating_point() and not bool(torch.isfinite(value).all()):
-            raise DivergedError(f"{where}: the global model's {key!r} holds NaN or inf (a diverged run)")
+            raise DivergedError(f"{where}: the global model's {key!r} holds NaN or inf ({why})")
 
 
 def check_divergence(history: Sequence[Mapping[str, Any]], where: str) -> None:

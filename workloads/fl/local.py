@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from workloads.fl.guard import UserCodeError
 from workloads.fl.hparams import Hparams
 from workloads.fl.methods import MethodConfig
 from workloads.fl.methods.base import RoundContext
@@ -32,12 +33,40 @@ from workloads.numerics.quantize import round_to_format
 
 
 class NonFiniteLossError(FloatingPointError):
-    """Local training produced a NaN or infinite loss."""
+    """Local training produced a NaN or infinite loss. ``place``: where (``"round t, client k
+    (method), local epoch e"``); the message adds what made it non-finite, where the loop found it
+    (``blaming``), else the hint for a divergence."""
+
+    def __init__(self, message: str, place: str = "") -> None:
+        super().__init__(message)
+        self.place = place
 
     @classmethod
     def in_epoch(cls, where: str, epoch: int, lr: float) -> "NonFiniteLossError":
         """The error of ``where``'s (``"round t, client k (method)"``) local ``epoch`` (from 1) at rate ``lr``."""
-        return cls(f"non-finite loss in {where}, local epoch {epoch}: lower the learning rate (lr={lr:g})")
+        place = f"{where}, local epoch {epoch}"
+        return cls(f"non-finite loss in {place}: lower the learning rate (lr={lr:g})", place)
+
+    def blaming(self, cause: str) -> "NonFiniteLossError":
+        """The same error with ``cause`` (what made the loss non-finite, and its fix) in place of
+        the learning-rate hint."""
+        return NonFiniteLossError(f"non-finite loss in {self.place}: {cause}", self.place)
+
+
+def _finite(value) -> bool:
+    return not torch.is_tensor(value) or not value.is_floating_point() or bool(torch.isfinite(value).all())
+
+
+def first_non_finite(tensors: Mapping[str, torch.Tensor]) -> str | None:
+    """The first key of ``tensors`` whose value holds NaN or inf (None: all finite)."""
+    return next((key for key, value in tensors.items() if not _finite(value)), None)
+
+
+def _shown(value: torch.Tensor) -> str:
+    """A non-finite hook result as a user reads it: the value, or the first non-finite one of a tensor."""
+    flat = value.detach().reshape(-1)
+    bad = flat[~torch.isfinite(flat)]
+    return f"{float(bad[0]):g}" + ("" if flat.numel() == 1 else f" (in a tensor of shape {tuple(value.shape)})")
 
 
 def shuffling_generator(seed: int) -> torch.Generator:
@@ -78,10 +107,42 @@ def minibatch_loss(algorithm, model: nn.Module, x: torch.Tensor, y: torch.Tensor
     writes them out itself, as it runs the forward under autocast and holds its outputs to the end
     of the step, which its priced trace sees). For the batched and the recorded steps
     (``workloads.fl.together``, ``workloads.fl.capture``)."""
-    outputs = algorithm.head_outputs(model, x)
-    loss = algorithm.batch_loss(model, x, y, outputs, loss_fn, ctx, hp)
-    penalty = algorithm.penalty(model, ctx, hp)
+    outputs = outputs_from(algorithm, algorithm.head_outputs(model, x))
+    loss = scalar_from(algorithm, "batch_loss", algorithm.batch_loss(model, x, y, outputs, loss_fn, ctx, hp))
+    penalty = scalar_from(algorithm, "penalty", algorithm.penalty(model, ctx, hp))
     return loss if penalty is None else loss + penalty
+
+
+def _described(value) -> str:
+    """What a hook returned, in a message: its type and (shortened) value."""
+    if torch.is_tensor(value):
+        return f"a tensor of shape {tuple(value.shape)}"
+    return "None" if value is None else f"{type(value).__name__} {repr(value)[:40]}"
+
+
+def outputs_from(algorithm, outputs):
+    """``outputs``, what ``algorithm``'s ``head_outputs`` returned, if a list or tuple of tensors
+    (the logits first); else one ``UserCodeError`` line naming the hook."""
+    if isinstance(outputs, (list, tuple)) and outputs and all(torch.is_tensor(o) for o in outputs):
+        return outputs
+    cls = type(algorithm)
+    raise UserCodeError(f"{cls.__module__}:{cls.__qualname__}.head_outputs returned {_described(outputs)}; it must "
+                        "return a list of tensors, the logits first ([model(x)] for none; docs/methods.md)")
+
+
+def scalar_from(algorithm, hook: str, value):
+    """``value``, what ``algorithm``'s ``hook`` (``batch_loss``, ``penalty``) returned for the loss,
+    if it is one number: a 0-dim tensor (``penalty``: also None or a Python number); else one
+    ``UserCodeError`` line naming the hook (a per-sample loss or a vector cannot be minimized as
+    one; a step that got one failed in backward with a traceback). Reads no value: no sync."""
+    if (torch.is_tensor(value) and value.dim() == 0) or (
+            hook == "penalty" and (value is None or isinstance(value, (int, float)) and not isinstance(value, bool))):
+        return value
+    cls = type(algorithm)
+    wanted = "a 0-dim tensor, a number or None" if hook == "penalty" else "the loss as a 0-dim tensor"
+    fix = ": reduce it (.mean() or .sum())" if torch.is_tensor(value) else ""
+    raise UserCodeError(f"{cls.__module__}:{cls.__qualname__}.{hook} returned {_described(value)}; it must return "
+                        f"{wanted}{fix} (your code, docs/methods.md)")
 
 
 class ClientTrainer:
@@ -102,14 +163,59 @@ class ClientTrainer:
         self.optimizer = torch.optim.SGD(params, lr=lr, momentum=hp.momentum,
                                          weight_decay=hp.weight_decay, foreach=False)
 
+    @torch.no_grad()
+    def non_finite_cause(self, x: torch.Tensor, y: torch.Tensor) -> tuple[str, str] | None:
+        """Why a step from this trainer's starting point (before any local step) on the batch
+        ``(x, y)`` is not finite, as ``(hook, what)``: what the client received (``server_extras``)
+        or kept (``after_training``) holds NaN or inf, or the starting model's outputs are not
+        finite (``aggregate``, the round's global model), or ``batch_loss`` or ``penalty`` returned
+        a non-finite value; None where all of those are finite (the loss became non-finite while
+        training: a divergence). For a failed run's message only: it runs the step's hooks once more."""
+        ctx = self.ctx
+        for group, tensors in ctx.received.items():
+            key = first_non_finite(tensors)
+            if key is not None:
+                return "server_extras", f"what the client received in group {group!r} holds NaN or inf ({key!r})"
+        key = first_non_finite(ctx.state)
+        if key is not None:
+            return "after_training", f"the state the client kept from its last round holds NaN or inf ({key!r})"
+        with self.arithmetic or contextlib.nullcontext():
+            with self._autocast(x):
+                outputs = outputs_from(self.algorithm, self.algorithm.head_outputs(self.model, x))
+                if not all(_finite(o) for o in outputs):
+                    largest = max(float(p.detach().abs().max()) for p in self.model.parameters() if p.numel())
+                    return "aggregate", f"the round's starting model gives non-finite outputs before any local step " \
+                                        f"(its largest weight magnitude {largest:.3g})"
+                loss = self.algorithm.batch_loss(self.model, x, y, outputs, self.loss_fn, ctx, self.hp)
+                if not _finite(loss):
+                    return "batch_loss", f"returned {_shown(loss)} at the round's starting weights (before any local step)"
+            penalty = self.algorithm.penalty(self.model, ctx, self.hp)
+            if penalty is not None and not _finite(penalty):
+                return "penalty", f"returned {_shown(penalty)} at the round's starting weights (before any local step)"
+        return None
+
+    def held(self) -> tuple[torch.Tensor, ...]:
+        """What the client holds through every step besides its model and optimizer: its round
+        context's tensors (an anchored method's copy of the downloaded w_t, what it received, its
+        own state), whether or not the step reads them (SCAFFOLD keeps w_t for its control-variate
+        update after training): the priced step holds them from its start (``workloads.cost.step``)."""
+        ctx = self.ctx
+        groups = (ctx.global_params, *ctx.received.values(), ctx.state)
+        return tuple(t for group in groups for t in group.values() if isinstance(t, torch.Tensor))
+
     def step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """zero_grad, forward, loss (+ penalty), backward, optimizer step; returns the loss."""
         self.optimizer.zero_grad(set_to_none=True)
         with self.arithmetic or contextlib.nullcontext():
             with self._autocast(x):
-                outputs = self.algorithm.head_outputs(self.model, x)  # held to the end of the step, as a loop holds them
-                loss = self.algorithm.batch_loss(self.model, x, y, outputs, self.loss_fn, self.ctx, self.hp)
-            penalty = self.algorithm.penalty(self.model, self.ctx, self.hp)
+                outputs = outputs_from(self.algorithm, self.algorithm.head_outputs(self.model, x))  # held to the step's end, as a loop holds them
+                loss = scalar_from(self.algorithm, "batch_loss",
+                                   self.algorithm.batch_loss(self.model, x, y, outputs, self.loss_fn, self.ctx, self.hp))
+                if not loss.requires_grad:  # detached (.item(), .detach(), torch.tensor(...)): nothing would train
+                    cls = type(self.algorithm)
+                    raise UserCodeError(f"{cls.__module__}:{cls.__qualname__}.batch_loss returned a loss without a "
+                                        "gradient (detached?): compute it from the outputs it is given (docs/methods.md)")
+            penalty = scalar_from(self.algorithm, "penalty", self.algorithm.penalty(self.model, self.ctx, self.hp))
             if penalty is not None:
                 loss = loss + penalty
             loss.backward()
@@ -171,5 +277,9 @@ def client_trainer(model: nn.Module, global_state: Mapping[str, torch.Tensor], h
     lr = hp.lr if lr is None else lr
     if state is None:
         state = method.algo.initial_client_state(model, hp)
+        if not isinstance(state, Mapping):
+            cls = type(method.algo)
+            raise UserCodeError(f"{cls.__module__}:{cls.__qualname__}.initial_client_state returned a "
+                                f"{type(state).__name__}; it must return a dict of tensors ({{}} for none; docs/methods.md)")
     ctx = RoundContext(round=round, global_params=anchors, received=dict(received or {}), state=dict(state), lr=lr)
     return ClientTrainer(model, method, hp, ctx, lr, autocast_dtype, arithmetic, low_precision_weights)

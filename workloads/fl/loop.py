@@ -49,7 +49,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -64,7 +64,7 @@ from workloads.fl.local import (ClientTrainer, NonFiniteLossError, client_traine
                                 per_sample_loss, prepare_model, shuffling_generator)
 from workloads.fl.methods import MethodConfig
 from workloads.fl.methods.base import ClientUpdate, ServerState, frozen_keys, trainable_keys
-from workloads.fl.guard import check_divergence, check_finite
+from workloads.fl.guard import UserCodeError, check_divergence, check_finite
 from workloads.fl import capture, threads
 from workloads.fl.capture import StepRecorder
 from workloads.fl.threads import Slot, draws_global_generator, run_on_slots
@@ -388,19 +388,27 @@ def _federated_round(setup: _Setup, state: LoopState, t: int) -> LoopState:
     clients = (sample_clients(len(setup.client_idx), cfg.participation, seed=cfg.seed, round=t)
                if setup.arrivals is None else list(setup.arrivals[t - 1]))
     shared = algo.shared_keys(setup.client_model, t, hp)
+    unknown = sorted(set(shared) - set(server.weights))
+    if unknown:
+        raise UserCodeError(f"{method.name}.shared_keys in round {t} named {unknown[:3]}, which the model's state does "
+                            f"not hold: name state_dict keys (docs/methods.md)")
     keys = [k for k in shared if k in setup.params]
     extras = _checked_groups(algo.server_extras(server, keys, t, hp), algo.extra_downloads(t), "server_extras", method, t)
     extras = {group: sent(setup.execution, tensors, cfg.seed, t, SEND_EXTRAS_STREAM, *([i] if i else []))
               for i, (group, tensors) in enumerate(sorted(extras.items()))}
     transfers, memory, updates, losses, samples = list(state.transfers), dict(state.memory), [], [], state.samples
     kept = dict(state.clients)
-    if setup.together and clients:
-        trained = _clients_together(setup, server, memory, kept, clients, shared, extras, t, lr, transfers)
-    elif setup.slots:
-        trained = _clients_in_threads(setup, server, memory, kept, clients, shared, extras, t, lr, transfers)
-    else:
-        trained = [_client_update(setup, server, memory.get(k, {}), kept.get(k), shared, extras, t, k, lr, transfers)
-                   for k in clients]
+    try:
+        if setup.together and clients:
+            trained = _clients_together(setup, server, memory, kept, clients, shared, extras, t, lr, transfers)
+        elif setup.slots:
+            trained = _clients_in_threads(setup, server, memory, kept, clients, shared, extras, t, lr, transfers)
+        else:
+            trained = [_client_update(setup, server, memory.get(k, {}), kept.get(k), shared, extras, t, k, lr, transfers)
+                       for k in clients]
+    except NonFiniteLossError as error:  # name what made it non-finite, where a hook did
+        raise _blamed(error, setup, clients, t, lr, lambda k: _client_start(
+            setup, server, memory.get(k, {}), kept.get(k), shared, t, k, extras, lr, setup.client_model)[0]) from None
     for k, (update, loss, local, own) in zip(clients, trained):
         if local:
             memory[k] = local
@@ -411,7 +419,9 @@ def _federated_round(setup: _Setup, state: LoopState, t: int) -> LoopState:
         samples += hp.local_epochs * epoch_samples(len(setup.client_idx[k]), hp.batch_size)
     if updates:  # a round nobody arrived in leaves the global model as it was
         server = algo.aggregate(server, updates, hp, keys)
-        check_finite(server.weights, f"round {t}: {method.name}'s aggregate")
+        _check_aggregate(server, state.server, method.name)
+        check_finite(server.weights, f"round {t}: {method.name}'s aggregate",
+                     "check what your aggregate returns" if _users_hook(algo, "aggregate") else "a diverged run")
         if setup.execution.server_average and t > 1:  # round 1's average is its aggregate
             server = replace(server, weights=moving_average(state.server.weights, server.weights, keys,
                                                             decay=setup.execution.server_average))
@@ -429,6 +439,9 @@ def _federated_round(setup: _Setup, state: LoopState, t: int) -> LoopState:
 def _checked_groups(tensors: dict, declared: tuple[str, ...], hook: str, method: MethodConfig, t: int) -> dict:
     """``tensors`` by ledger group, if they are the groups the method declares for round ``t``
     (what the closed form charges); a one-line ValueError otherwise."""
+    if not isinstance(tensors, Mapping):
+        raise UserCodeError(f"{method.name}.{hook} returned {_described(tensors)} in round {t}; it must return a "
+                            f"dict of tensor dicts by ledger group ({{}} for none; docs/methods.md)")
     if sorted(tensors) != sorted(declared):
         raise ValueError(f"method {method.name!r}: {hook} in round {t} gave groups {sorted(tensors)}, but it declares "
                          f"{sorted(declared)} (extra_downloads / extra_uploads); make the two agree")
@@ -467,6 +480,65 @@ def _client_start(setup: _Setup, server: ServerState, own_state: dict, kept: dic
     return trainer, down
 
 
+def _described(value) -> str:
+    return "None" if value is None else f"a {type(value).__name__}" + (f" of {len(value)}" if isinstance(value, tuple) else "")
+
+
+def _check_aggregate(server, before: ServerState, name: str) -> None:
+    """One ``UserCodeError`` line where an ``aggregate`` returned something other than a
+    ``ServerState`` whose weights have the keys, shapes and dtypes of the state it was given (a
+    dropped or reshaped entry failed later, in ``load_state_dict``, with a traceback)."""
+    if not isinstance(server, ServerState):
+        raise UserCodeError(f"{name}.aggregate returned {_described(server)}, not a ServerState: return the server's "
+                            "new state (self._advance(server, weights) builds one; docs/methods.md)")
+    missing = sorted(set(before.weights) - set(server.weights))
+    extra = sorted(set(server.weights) - set(before.weights))
+    if missing or extra:
+        raise UserCodeError(f"{name}.aggregate returned weights without {missing[:3]} and with {extra[:3]}: the global "
+                            "model keeps every key of the state it was given (docs/methods.md)")
+    for key, old in before.weights.items():
+        new = server.weights[key]
+        if not torch.is_tensor(new) or new.shape != old.shape or new.dtype != old.dtype:
+            got = f"{tuple(new.shape)} {new.dtype}" if torch.is_tensor(new) else f"a {type(new).__name__}"
+            raise UserCodeError(f"{name}.aggregate returned {key!r} as {got}, where the global model holds "
+                                f"{tuple(old.shape)} {old.dtype} (docs/methods.md)")
+
+
+def _blamed(error: NonFiniteLossError, setup: _Setup, clients: Sequence[int], t: int, lr: float,
+            start: Callable[[int], ClientTrainer]) -> NonFiniteLossError:
+    """``error`` naming the hook that made round t's loss non-finite (``ClientTrainer.non_finite_cause``
+    at each client's starting point, ``start(k)``, on its first batch), with the fix; as it is
+    (lower the learning rate) where every hook's result is finite there: the run diverged while
+    training. Runs only once a run has failed."""
+    name, algo = setup.method.name, setup.method.algo
+    for k in clients:
+        idx = setup.client_idx[k][: setup.hp.batch_size]
+        cause = start(k).non_finite_cause(setup.train.take(idx), setup.train.y[idx])
+        if cause is None:
+            continue
+        hook, what = cause
+        users = _users_hook(algo, hook)
+        diverged = f"the run diverged: lower the learning rate (lr={lr:g})"
+        if hook == "server_extras":
+            fix = f"it comes from {name}.server_extras (the ServerState.extras {name}.aggregate keeps): keep them finite"
+        elif hook == "after_training":
+            fix = f"it comes from {name}.after_training (initial_client_state before a client's first round): keep it finite"
+        elif hook == "aggregate" and t == 1:
+            fix = "it is the initial model: check the model and its initialization"
+        elif hook == "aggregate":
+            fix = (f"it is what {name}.aggregate returned in round {t - 1}: check what it returns" if users
+                   else f"the global model of round {t - 1}; {diverged}")
+        else:
+            fix = "make it return a finite value" if users else diverged
+        return error.blaming(f"{name}.{hook} {what}; {fix}" if hook in ("batch_loss", "penalty") else f"{what}; {fix}")
+    return error
+
+
+def _users_hook(algo, hook: str) -> bool:
+    """Whether ``algo``'s ``hook`` is a user's code (defined outside this package)."""
+    return not getattr(type(algo), hook).__module__.startswith("workloads.")
+
+
 def _augment(setup: _Setup, t: int, k: int) -> torch.Generator | None:
     """Client k's augmentation generator of round t (None: no augmentation)."""
     if not setup.execution.augment:
@@ -488,7 +560,11 @@ def _client_finish(setup: _Setup, trainer: ClientTrainer, down: dict, shared: li
     _record(transfers, t, k, "down", grouped_bytes(down, fmt=ex.communication))
     for group, tensors in extras.items():
         _record(transfers, t, k, "down", grouped_bytes(tensors, group, fmt=ex.communication))
-    kept, uploads = method.algo.after_training(model, trainer.ctx, steps, hp)
+    returned = method.algo.after_training(model, trainer.ctx, steps, hp)
+    if not (isinstance(returned, tuple) and len(returned) == 2 and isinstance(returned[0], Mapping)):
+        raise UserCodeError(f"{method.name}.after_training returned {_described(returned)}; it must return a pair "
+                            "(the state the client keeps, its extra uploads by group): ({}, {}) for none (docs/methods.md)")
+    kept, uploads = returned
     uploads = _checked_groups(uploads, method.algo.extra_uploads(t), "after_training", method, t)
     state = model.state_dict()
     up = sent(ex, {key: state[key].detach().clone() for key in shared}, setup.cfg.seed, t, k, SEND_UP_STREAM)

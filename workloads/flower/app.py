@@ -26,6 +26,7 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
 
+from workloads.cost.step import held_step
 from workloads.cost.system import SystemModel
 from workloads.fl.guard import check_divergence
 from workloads.flower.fleet import (FleetRun, PlannedStrategy, client_index_reply, client_nodes, planned_client_rows,
@@ -125,7 +126,7 @@ def local_training(run: FlowerRun, name: str, client: int, round: int, arrays: A
     model.load_state_dict({**model.state_dict(), **arrays.to_torch_state_dict()})
     model.train()
     lr = cosine_lr(hp.lr, hp.lr_min, round, run.rounds)
-    step = metered_step(lambda m: client_trainer(m, m.state_dict(), hp, method, round=round, lr=lr).step, model,
+    step = metered_step(lambda m: held_step(client_trainer(m, m.state_dict(), hp, method, round=round, lr=lr)), model,
                         key=method.name)
     gen = torch.Generator().manual_seed(derived_seed(run.seed, round, client))
     starts, losses = batch_starts(len(y), hp.batch_size), []

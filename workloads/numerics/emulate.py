@@ -49,7 +49,12 @@ takes the largest of the same operand's magnitudes over the previous ``AMAX_HIST
 operand is the ``i``-th rounded in a step (entering the mode starts a step; a step's GEMMs come in
 the same order every time), and its history lives as long as the ``Arithmetic`` (one client's
 local training in a round, ``workloads.fl.loop.arithmetic_of``). A step with no history yet (the
-first) scales as current scaling does. The hybrid recipe rounds gradients to E5M2 and everything
+first) scales as current scaling does. A history whose largest amax is not a positive finite
+number (all-zero operands, such as a gradient that vanished for ``AMAX_HISTORY`` steps, or an
+infinity or NaN) keeps the scale of the operand's previous step, as Transformer Engine's update
+does (``amax_and_scale_update`` in ``transformer_engine/common/recipe/delayed_scaling.cu``: the new
+scale is ``fp8_max / amax`` only where ``amax`` is finite and positive, else the old one);
+scaled by 1 instead, a small operand after a run of zero ones would flush to zero. The hybrid recipe rounds gradients to E5M2 and everything
 else to E4M3; a gradient is a tensor computed by the backward pass (an op run while an autograd
 node runs, ``torch._C._current_autograd_node``): the output gradient ``dy`` of the dX and dW GEMMs,
 never the weights or the saved activations they meet.
@@ -99,6 +104,7 @@ class Arithmetic(TorchDispatchMode):
         self.generator = generator
         self.rounded_operands: Counter = Counter()
         self.amax_history: dict[int, deque] = {}  # delayed scaling: operand -> its last amaxes
+        self.scaled_by: dict[int, torch.Tensor] = {}  # delayed scaling: operand -> the amax of its last scale
         self._operand = 0  # the operand's number in the current step
         self._gradients = WeakTensorKeyDictionary() if self.fmt.kind == "fp8_hybrid" else None
         self._same_values_in_every_role = self.fmt.kind not in ("bfp", "mx") and self.fmt.rounding == "nearest"
@@ -131,13 +137,26 @@ class Arithmetic(TorchDispatchMode):
         own = previous.own_amax if again else largest_magnitude(x)
         amax = own
         if self.fmt.scaling == "delayed":
-            history = self.amax_history.setdefault(self._operand, deque(maxlen=AMAX_HISTORY))
-            amax, _ = (torch.stack(tuple(history)).amax() if history else own), history.append(own)
+            amax = self._delayed_amax(own)
         self._operand += 1
         if again and torch.equal(amax, previous.amax):  # the same scale
             return _Rounded(x, own, amax, previous.rounded)
         gradient = self._gradients is not None and x in self._gradients
         return _Rounded(x, own, amax, round_to_format(x, self.fmt, generator=self.generator, amax=amax, gradient=gradient))
+
+    def _delayed_amax(self, own: torch.Tensor) -> torch.Tensor:
+        """The amax the current operand is scaled by under delayed scaling (module doc): the largest
+        of its history's, or, where that is not a positive finite number (a window of all-zero
+        operands, or one holding an infinity or NaN), the one its previous step was scaled by; its
+        own on its first step. ``own`` then enters the history."""
+        history = self.amax_history.setdefault(self._operand, deque(maxlen=AMAX_HISTORY))
+        amax = own
+        if history:
+            window = torch.stack(tuple(history)).amax()
+            amax = torch.where(torch.isfinite(window) & (window > 0), window, self.scaled_by[self._operand])
+        history.append(own)
+        self.scaled_by[self._operand] = amax
+        return amax
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}

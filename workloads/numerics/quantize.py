@@ -13,8 +13,11 @@
   with ``e = floor(log2 |x|)``, ``p`` the significand bits and ``e_min`` the smallest normal
   exponent, so subnormals are rounded on the subnormal grid. Values beyond the largest finite one
   round as the nearest-even cast does. For ``bf16`` (FP32's upper half) this is adding 16 random
-  bits below the kept ones and dropping them; for the others it is computed in float32, where
-  ``|x| / ulp`` keeps ``24 - p`` fractional bits (a bias below 2^-13 of a unit in FP16, 2^-20 in FP8).
+  bits below the kept ones and dropping them; for the others it is ``floor(|x| / ulp + u)`` in
+  float32, where ``|x| / ulp`` keeps ``24 - p`` fractional bits and ``u`` has as many
+  (``uniform_draws``): the sum is exact, so a value already on the grid stays there and one a
+  fraction ``f`` of a unit above it rounds up with probability exactly ``f`` (below the format's
+  normal range ``|x| / ulp`` holds more bits, which the sum rounds to ``24 - p``).
 * Block floating point ``bfp_m<m>_g<g>`` along a dimension (or several, taken together): the values
   are cut into groups of ``g`` consecutive values along it (a last, shorter group where ``g`` does
   not divide its length); a group shares the exponent ``e = floor(log2 max|x|)`` of its largest
@@ -24,10 +27,12 @@
   ``max|x| / 2^(e - m + 1)`` exceeds ``2^m - 1`` (it could round past the largest mantissa) the
   group takes the next exponent, so no value is ever clipped: round to nearest errs by at most half
   the group's unit ``2^(e - m + 1)``, and stochastic rounding (of the signed value,
-  ``floor(x / unit + u)``) stays unbiased up to float32's resolution of ``x / unit`` (``24 - m``
-  fractional bits). An all-zero group stays zero; a group holding an infinity or NaN becomes NaN
-  (the shared exponent overflows). The shared exponent is not limited to 8 bits: FP32's range is
-  kept (``BFP_EXPONENT_BITS``).
+  ``floor(x / unit + u)``, ``u`` with ``24 - m`` bits: ``uniform_draws``) leaves values on the grid
+  where they are and is unbiased up to float32's resolution of ``x / unit`` (``24 - m`` fractional
+  bits for the group's largest value). An all-zero group stays zero; a group holding an infinity
+  or NaN becomes NaN (the shared exponent overflows), and so does a finite group whose largest
+  value needs the next exponent above FP32's largest binade (beyond ``(2 - 2^(1 - m)) 2^127``):
+  the shared exponent has FP32's 8 bits and range (``BFP_EXPONENT_BITS``).
 
 * OCP MX formats (``round_mx``): blocks of 32 consecutive values along ``dim`` (cut as BFP's groups)
   share a power-of-two scale (``mx_scale``: the specification's rule, or rounded up), each value
@@ -65,6 +70,12 @@ def round_to_format(x: torch.Tensor, fmt: NumberFormat, *, dim: int | tuple[int,
     parameter, is rounded as its detached values."""
     if fmt.is_identity:
         return x
+    if x.dtype != torch.float32:
+        raise TypeError(f"number format {fmt.name}: rounds float32 tensors, not {x.dtype} (convert with .float())")
+    if x.numel() == 0:
+        return x
+    if x.dim() == 0:  # a scalar: a group of one
+        return round_to_format(x.reshape(1), fmt, dim=0, generator=generator, amax=amax, gradient=gradient).reshape(())
     if x.requires_grad:  # the rounding kernels write into their outputs (out=), which autograd refuses
         return round_to_format(x.detach(), fmt, dim=dim, generator=generator, amax=amax, gradient=gradient)
     if fmt.rounding == "stochastic" and generator is None:
@@ -100,8 +111,21 @@ def round_tensors(tensors, fmt: NumberFormat, *, generator: torch.Generator | No
             if v.dtype == torch.float32 else v for k, v in tensors.items()}
 
 
-def _uniform(like: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    return torch.rand(like.shape, generator=generator, device=like.device, dtype=like.dtype)
+def uniform_draws(shape, generator: torch.Generator, device: torch.device, fraction_bits: int) -> torch.Tensor:
+    """Stochastic rounding's uniform numbers in [0, 1): ``torch.rand``'s float32 draws cut to their
+    top ``fraction_bits`` bits, ``floor(u x 2^b) / 2^b``, each of the ``2^b`` values equally likely
+    (``torch.rand`` draws multiples of 2^-24 on the CPU). With ``b = 24 - p`` for a grid of ``p``
+    significant bits, ``v / ulp + u`` is exact in float32 wherever ``v / ulp`` is (it needs ``p``
+    integer and ``24 - p`` fractional bits), so ``floor(v / ulp + u)`` leaves a value already on the
+    grid where it is (a full 24-bit ``u`` near 1 rounded ``q + u`` up to ``q + 1``), and rounds up
+    with probability exactly the fraction of a unit ``v`` lies above ``q``: unbiased (module doc)."""
+    u = torch.rand(shape, generator=generator, device=device, dtype=torch.float32)
+    return u.mul_(2.0 ** fraction_bits).floor_().mul_(2.0 ** -fraction_bits)
+
+
+def _uniform(like: torch.Tensor, generator: torch.Generator, significand_bits: int) -> torch.Tensor:
+    """``uniform_draws`` shaped as ``like``, for a grid of ``significand_bits`` significant bits."""
+    return uniform_draws(like.shape, generator, like.device, 24 - significand_bits)
 
 
 def binade(x: torch.Tensor) -> torch.Tensor:
@@ -118,7 +142,7 @@ def round_element_stochastic(x: torch.Tensor, fmt: NumberFormat, generator: torc
         return ((x.view(torch.int32) + noise) & -65536).view(torch.float32)
     magnitude = x.abs()
     ulp = torch.clamp_min(binade(magnitude), 2.0 ** spec.min_normal_exponent) * 2.0 ** (1 - spec.significand_bits)
-    rounded = torch.floor(magnitude / ulp + _uniform(x, generator)).mul_(ulp)
+    rounded = torch.floor(magnitude / ulp + _uniform(x, generator, spec.significand_bits)).mul_(ulp)
     nearest = x.to(TORCH_DTYPES[fmt.kind]).to(x.dtype)  # beyond the finite range, and NaN: as the cast
     return torch.where(rounded <= spec.max_finite, torch.copysign(rounded, x), nearest)
 
@@ -201,11 +225,12 @@ def _grouping(x: torch.Tensor, group_size: int, dim: int | tuple[int, ...], memo
 
 def _in_groups(x: torch.Tensor, group_size: int, dim: int | tuple[int, ...],
                round_groups: Callable[[torch.Tensor, torch.Tensor, int, torch.Tensor | None], None],
-               generator: torch.Generator | None = None) -> torch.Tensor:
+               generator: torch.Generator | None = None, significand_bits: int = 24) -> torch.Tensor:
     """``x`` cut into groups of ``group_size`` consecutive values along ``dim`` (or several dims taken
     together in their memory order), ``round_groups(groups, out, axis, uniform)`` writing each
     piece's rounded groups into ``out`` (``axis`` runs within a group; a last, shorter group is a
-    piece of its own; ``uniform``: stochastic rounding's draws for the piece, from ``generator``),
+    piece of its own; ``uniform``: stochastic rounding's draws for the piece, from ``generator``,
+    ``uniform_draws`` for a grid of ``significand_bits``),
     the result with ``x``'s shape and strides (``torch.empty_like``).
 
     Groups are cut in memory order: a channels-last tensor's channels are its innermost values, as
@@ -227,7 +252,7 @@ def _in_groups(x: torch.Tensor, group_size: int, dim: int | tuple[int, ...],
     pieces, targets = cut.views(src), cut.views(dst)
     draws = [None] * len(pieces)
     if generator is not None:
-        draws = layout.draw_views(torch.rand(layout.shape, generator=generator, device=x.device, dtype=x.dtype))
+        draws = layout.draw_views(uniform_draws(layout.shape, generator, x.device, 24 - significand_bits))
     for (groups, axis), (into, _), u in zip(pieces, targets, draws):
         order = sorted(range(groups.dim()), key=lambda d: -groups.stride(d))  # in memory order: torch's kernels run fastest so
         round_groups(groups.permute(order), into.permute(order), order.index(axis), None if u is None else u.permute(order))
@@ -248,16 +273,16 @@ def round_bfp(x: torch.Tensor, mantissa_bits: int, group_size: int, *, dim: int 
         torch.div(groups, unit, out=out)  # exact: division by a power of two
         (out.round_() if uniform is None else out.add_(uniform).floor_()).mul_(unit)  # half to even
 
-    return _in_groups(x, group_size, dim, round_groups, generator)
+    return _in_groups(x, group_size, dim, round_groups, generator, mantissa_bits)
 
 
 def largest_magnitude(x: torch.Tensor, axis: int | None = None) -> torch.Tensor:
-    """``max |x|`` along ``axis`` (kept; None: over the whole tensor), NaN where a NaN is. A reduction
+    """``max |x|`` along ``axis`` (kept; None: over the whole tensor, 0 for an empty one), NaN where a NaN is. A reduction
     along a tensor's innermost dim, which torch's CPU kernels run one short row at a time, is a max
     pooling over its rows instead (the same maxima, NaN included; ``tests/test_quantize_reference.py``)."""
     magnitude = x.abs()
-    if axis is None:
-        return magnitude.amax()
+    if axis is None:  # an empty tensor's: 0 (a GEMM on an empty batch)
+        return magnitude.amax() if x.numel() else x.new_zeros(())
     if axis == x.dim() - 1 and x.shape[axis] > 1:  # rows of the groups along the last two dims, pooled group by group
         row = x.shape[-1] * (x.shape[-2] if x.dim() > 1 else 1)
         pooled = torch.nn.functional.max_pool1d(magnitude.reshape(-1, 1, row), x.shape[-1])
@@ -297,7 +322,7 @@ def round_to_grid(v: torch.Tensor, spec: ElementFormat, generator: torch.Generat
     NaN. MX elements use it (the MX specification v1.0, Sec. 6.3: conversions to the element round to
     nearest even and clamp to its largest normal), and the scaled FP8 formats (a saturating cast,
     Micikevicius et al. 2022, Sec. 2)."""
-    return _onto_grid_(v.clone(), spec, None if generator is None else _uniform(v, generator))
+    return _onto_grid_(v.clone(), spec, None if generator is None else _uniform(v, generator, spec.significand_bits))
 
 
 def mx_scale(top: torch.Tensor, spec: ElementFormat, rule: str) -> torch.Tensor:
@@ -322,25 +347,39 @@ def round_mx(x: torch.Tensor, fmt: NumberFormat, *, dim: int | tuple[int, ...] =
     back. A block holding an infinity or NaN becomes NaN (its scale is NaN)."""
     spec = fmt.element
 
+    largest = (2 - 2.0 ** (1 - spec.significand_bits)) * 2.0 ** 127
+
     def round_groups(groups: torch.Tensor, out: torch.Tensor, axis: int, uniform: torch.Tensor | None) -> None:
         scale = mx_scale(largest_magnitude(groups, axis), spec, fmt.scale_rule)
         _onto_grid_(torch.div(groups, scale, out=out), spec, uniform).mul_(scale)
+        if fmt.scale_rule == "up":  # a block of FP32's largest values can round to 2^128: saturated, as round_scaled
+            out.clamp_(-largest, largest)
 
-    return _in_groups(x, fmt.group_size, dim, round_groups, generator)
+    return _in_groups(x, fmt.group_size, dim, round_groups, generator, spec.significand_bits)
+
+
+MAX_SCALE_EXPONENT = 127
+"""The largest per-tensor scaling factor is ``2^127``, FP32's largest power of two: Transformer
+Engine replaces a factor that overflows FP32 by FP32's largest finite value and, with power-of-two
+factors, keeps only its exponent, ``2^127`` (``compute_scale_from_amax`` in
+``transformer_engine/common/recipe/recipe_common.cuh``, NVIDIA Transformer Engine v2). Beyond it,
+``2^s`` is infinite for every ``amax <= max_finite x 2^-128`` (FP32 subnormals included) and the
+scaled tensor all NaN; at the cap such a tensor's largest value lands below the format's largest
+one, and values below ``2^-127`` times the format's smallest flush to zero."""
 
 
 def tensor_scale(amax: torch.Tensor, spec: ElementFormat) -> torch.Tensor:
     """A per-tensor scaling factor: the largest power of two ``2^s`` with ``amax x 2^s`` within the
     element's range, ``s = floor(log2(max_finite / amax))`` (Micikevicius et al. 2022, Sec. 2 and 4:
     the factor maps the tensor's largest magnitude near the format's largest value; a power of two
-    keeps the scaling exact, so the values are the format's times ``2^-s``). Computed exactly from
-    the exponents and significands of ``max_finite`` and ``amax``; 1 where ``amax`` is 0 or not
-    finite."""
+    keeps the scaling exact, so the values are the format's times ``2^-s``), at most
+    ``2^MAX_SCALE_EXPONENT``. Computed exactly from the exponents and significands of ``max_finite``
+    and ``amax``; 1 where ``amax`` is 0 or not finite."""
     top = torch.clamp_min(binade(amax), SMALLEST_NORMAL)
-    significand = amax / top  # in [1, 2)
+    significand = amax / top  # in [1, 2); below 1 for an FP32 subnormal
     exponent = element_emax(spec) - torch.log2(top)  # exact: top is a power of two
     fits = significand <= spec.max_finite / 2.0 ** element_emax(spec)
-    scale = torch.exp2(torch.where(fits, exponent, exponent - 1))
+    scale = torch.exp2(torch.where(fits, exponent, exponent - 1).clamp_max_(MAX_SCALE_EXPONENT))
     return torch.where((amax > 0) & torch.isfinite(amax), scale, torch.ones_like(scale))
 
 
@@ -348,6 +387,14 @@ def round_scaled(x: torch.Tensor, spec: ElementFormat, amax: torch.Tensor,
                  generator: torch.Generator | None = None) -> torch.Tensor:
     """``x`` in a per-tensor scaled FP8 format: ``round(x x 2^s) / 2^s`` with ``2^s =
     tensor_scale(amax)`` and a saturating rounding (``round_to_grid``: under delayed scaling a value
-    beyond the history's ``amax`` saturates)."""
+    beyond the history's ``amax`` saturates, one whose scaled value overflows FP32 included); an
+    infinity or NaN of ``x`` becomes NaN. A value within half a unit of the format below 2^128
+    (FP32's largest values) rounds to 2^128, which FP32 cannot hold: it saturates at FP32's largest
+    value on the format's grid, ``(2 - 2^(1 - p)) 2^127``, so the result is finite wherever ``x``
+    is."""
     scale = tensor_scale(amax, spec)
-    return _onto_grid_(x * scale, spec, None if generator is None else _uniform(x, generator)).div_(scale)
+    scaled = torch.mul(x, scale).clamp_(-spec.max_finite, spec.max_finite)
+    scaled.addcmul_(x, scaled.new_zeros(()))  # + x * 0: NaN where x is infinite, exactly + 0 elsewhere
+    uniform = None if generator is None else _uniform(x, generator, spec.significand_bits)
+    largest = (2 - 2.0 ** (1 - spec.significand_bits)) * 2.0 ** 127
+    return _onto_grid_(scaled, spec, uniform).div_(scale).clamp_(-largest, largest)

@@ -26,6 +26,7 @@ from workloads.fl.comm import closed_form_bytes, closed_form_sizes, ledger_total
 from workloads.fl.execution import Execution
 from workloads.fl.hparams import Hparams
 from workloads.fl.local import prepare_model
+from workloads.fl.loop import clients_per_round
 from workloads.fl.methods import MethodConfig, calibration_named, is_calibration, parse_method
 from workloads.fl.presets import Preset, client_data
 from workloads.model_spec import ModelSpec, as_spec
@@ -170,7 +171,8 @@ def accuracy_figures(names: Sequence[str], inputs: RunInputs, jobs: list[Job], p
                      results: list[JobResult]) -> tuple[dict, dict, list[dict]]:
     """Accuracy per method from the runs' results (calibrations reuse their base run), every round
     priced (``rounds.csv`` rows, labelled with ``names``), and the ledger check: every run's ledger
-    total against ``closed_form_bytes`` at the run's own settings."""
+    total against ``closed_form_bytes`` at the run's own settings (its clients per round from the
+    participation, ``workloads.fl.loop.clients_per_round``, or a fleet's arrivals)."""
     training = [n for n in names if not is_calibration(n)]
     fl, num_classes = inputs.fl, inputs.train.num_classes
     accuracy, ledger, rounds = {}, {}, {}
@@ -187,7 +189,8 @@ def accuracy_figures(names: Sequence[str], inputs: RunInputs, jobs: list[Job], p
                                          image_size=int(inputs.train.x.shape[-1]), rounds=fl.rounds,
                                          num_clients=fl.num_clients, seed=inputs.seed,
                                          comm_format=inputs.execution.comm_format,
-                                         **({} if outcome.plan is None else outcome.plan.closed_form_counts()))
+                                         **({"clients_per_round": clients_per_round(fl.num_clients, fl.participation)}
+                                            if outcome.plan is None else outcome.plan.closed_form_counts()))
         ledger[job.name] = {"ledger": {"total_bytes": ledger_totals(result.transfers)["total_bytes"]},
                             "closed_form": {"total_bytes": closed["total_bytes"]}}
     round_rows = [{"model": fl.model, **row, "method": name} for name in names for row in rounds[name]]
@@ -225,9 +228,11 @@ def fleet_figures(inputs: RunInputs, jobs: list[Job], results: list[JobResult]) 
             "methods": {job.name: outcome.plan.summary(inputs.fleet) for job, outcome in zip(jobs, results)}}
 
 
-def ledger_mismatches(summary: dict) -> dict:
-    """Runs whose ledger total differs from the closed form (there should be none)."""
-    return {m: r for m, runs in summary["ledger_check"].items() for r, v in runs.items()
+def ledger_mismatches(summary: dict) -> dict[str, dict]:
+    """Every run whose ledger total differs from the closed form (there should be none), keyed
+    ``"<model> <run>"``, with its two totals."""
+    return {f"{m} {r}": {"ledger_bytes": v["ledger"]["total_bytes"], "closed_form_bytes": v["closed_form"]["total_bytes"]}
+            for m, runs in summary["ledger_check"].items() for r, v in runs.items()
             if v["ledger"]["total_bytes"] != v["closed_form"]["total_bytes"]}
 
 

@@ -8,7 +8,9 @@ loss (Eq. 3)
 with z the representation of the model being trained, z_glob that of the global model w^t it
 downloaded, z_prev that of its own model after its previous round, and sim the cosine similarity.
 So three models are resident in the client's device memory during training: the trained one, the
-global one and the previous one (Alg. 1); the last is the client's state between rounds.
+global one and the previous one (Alg. 1), the last the client's state between rounds. The priced
+step holds all three whole (``ClientTrainer.held``: the global and previous state dicts, classifier
+and buffers included, though only their feature extractors run).
 
 Choices, documented:
 * the representation is the model's ``features(x)``, the input of its classifier (MOON's networks
