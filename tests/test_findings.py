@@ -24,7 +24,8 @@ def test_the_shipped_findings_and_headline_match_the_results():
 def fixture_root(tmp_path: Path) -> Path:
     """A checkout in miniature: one shipped study's summary, a README with the markers, the generated files."""
     (tmp_path / "results/reference" / STUDY).mkdir(parents=True)
-    shutil.copy(CHECKOUT_ROOT / "results/reference" / STUDY / "summary.json", tmp_path / "results/reference" / STUDY)
+    for name in ("summary.json", "manifest.json"):
+        shutil.copy(CHECKOUT_ROOT / "results/reference" / STUDY / name, tmp_path / "results/reference" / STUDY)
     (tmp_path / "docs").mkdir()
     (tmp_path / README).write_text(f"# x\n\n{START}\n(generated)\n{END}\n\nmore\n", encoding="utf-8")
     for path, text in outputs(tmp_path).items():

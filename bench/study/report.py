@@ -780,7 +780,7 @@ def write_report(out: str | Path, study: Study, run: StudyRun, *, command: str, 
     write_json(out / "summary.json", summary)
     pngs = plot_study(out, curves_df, study.models, [s.label for s in study.settings], list(study.methods)) \
         if len(curves_df) else []
-    return [*FILES, *(p.name for p in pngs)]
+    return [*FILES, *(p.name for p in pngs), *([registration.REGISTRATION] if summary["registration"] else [])]
 
 
 def headline(out: str | Path) -> str:
