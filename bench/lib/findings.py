@@ -97,6 +97,13 @@ def comparison_text(name: str, what: str, e: Mapping[str, Any] | None) -> str:
             f"(MDD {_f(e.get('minimum_detectable_pts'))})")
 
 
+def _slope(e: Mapping[str, Any] | None) -> str:
+    """``; +0.05 [-0.02, +0.12]``: the mean slope of the seeds' last rounds and its t interval."""
+    if not e:
+        return ""
+    return f"; {e['mean']:+.2f}" + (f" [{e['ci_low']:+.2f}, {e['ci_high']:+.2f}]" if e.get("ci_low") is not None else "")
+
+
 def _accuracy(cell: Mapping[str, Any]) -> str:
     f = cell["final_accuracy_pct"]
     return f"{f['mean']:.2f}" + (f" ± {f['std']:.2f}" if f.get("std") is not None else "") + f" (n={cell['n']})"
@@ -144,13 +151,15 @@ def study_section(name: str, summary: Mapping[str, Any]) -> list[str]:
     s = summary["study"]
     base = s["base"]
     lines = [f"## {name}", "", f"[`table.md`](../results/reference/{name}/table.md) · {_rule_line(summary)}", "",
-             f"| model | setting | method | final accuracy (%) | converged at the end | vs {base} (points) |",
+             f"| model | setting | method | final accuracy (%) | converged at the end; last "
+             f"{2 * s['convergence']['last_rounds']} rounds' slope (points/round) | vs {base} (points) |",
              "|---|---|---|---|---|---|"]
     for c in summary["cells"]:
         if not c.get("n"):
             continue
         what = f"{c['model']} {c['setting']} {c['method']} vs {base}"
-        lines.append(f"| {c['model']} | {c['setting']} | {c['method']} | {_accuracy(c)} | {c['converged']}/{c['n']} | "
+        lines.append(f"| {c['model']} | {c['setting']} | {c['method']} | {_accuracy(c)} | {c['converged']}/{c['n']}"
+                     f"{_slope(c.get('end_slope_pts_per_round'))} | "
                      + ("—" if c["method"] == base else
                         comparison_text(name, what, c.get("paired_difference_vs_base_pct"))) + " |")
     formats = [c for c in summary["cells"] if c.get("paired_difference_vs_fp32_pct")]
@@ -352,7 +361,7 @@ def _headline_rows(name: str, summary: Mapping[str, Any], settings: Sequence[str
             cells.append("—" if not e or e.get("ci_low") is None else
                          f"{e['mean']:+.2f} [{e['ci_low']:+.2f}, {e['ci_high']:+.2f}]: "
                          + verdict(name, f"{setting} {method}", e)
-                         + f" (adj. p {_carrying_p(e)})")
+                         + f" ({_carrying_p(e)})")
         rows.append(f"| [{name}](docs/findings.md#{name}) | {model} | {method} − {base} | " + " | ".join(cells)
                     + " |")
     return rows
@@ -362,7 +371,8 @@ def _carrying_p(e: Mapping[str, Any]) -> str:
     """The adjusted p that carries a verdict, short: the difference's, the TOST's, or both (not resolved)."""
     d, q = verdicts.p_text(e.get("p_difference_adjusted")), verdicts.p_text(e.get("p_equivalence_adjusted"))
     v = e["verdict"]
-    return d if v == "different" else f"{q}, TOST" if v.startswith("equivalent") else f"{d}; {q}, TOST"
+    return (f"adj. p {d}" if v == "different" else f"TOST adj. p {q}" if v.startswith("equivalent")
+            else f"adj. p {d}, TOST {q}")
 
 
 @contextlib.contextmanager
