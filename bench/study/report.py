@@ -535,7 +535,9 @@ def _verdict_rule(study: Study) -> str:
             f"other test's word differs, that word and its p. SW: the Shapiro-Wilk p of the paired differences (small: "
             f"not normal, the t-test's assumption fails). MDD: the smallest true difference these seeds detect "
             f"with {100 * study.power:g} % power (t-test); for ± {m}: the seeds an equivalence within ± {m} needs "
-            "at this spread (docs/study.md, \"Verdicts\").")
+            "at this spread. Scope: the intervals and tests are over seeds on one fixed test set; the test images' "
+            "sampling is not in them, and no images × seeds bootstrap is given because the runs record no per-image "
+            "correctness (docs/study.md, \"Verdicts\").")
 
 
 def _comparison_text(e: Mapping[str, Any] | None, short: bool = False) -> str:
