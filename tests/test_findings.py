@@ -24,7 +24,8 @@ def test_the_shipped_findings_and_headline_match_the_results():
 def fixture_root(tmp_path: Path) -> Path:
     """A checkout in miniature: one shipped study's summary, a README with the markers, the generated files."""
     (tmp_path / "results/reference" / STUDY).mkdir(parents=True)
-    shutil.copy(CHECKOUT_ROOT / "results/reference" / STUDY / "summary.json", tmp_path / "results/reference" / STUDY)
+    for name in ("summary.json", "manifest.json"):
+        shutil.copy(CHECKOUT_ROOT / "results/reference" / STUDY / name, tmp_path / "results/reference" / STUDY)
     (tmp_path / "docs").mkdir()
     (tmp_path / README).write_text(f"# x\n\n{START}\n(generated)\n{END}\n\nmore\n", encoding="utf-8")
     for path, text in outputs(tmp_path).items():
@@ -81,18 +82,31 @@ def test_a_readme_without_the_markers_is_refused(fixture_root):
         outputs(fixture_root)
 
 
-def test_a_claim_says_what_its_verdict_says_and_no_more():
-    from bench.lib.findings import claim_word
+def test_each_claim_is_answered_by_its_own_test_with_the_p_that_carries_it():
+    from bench.lib.findings import claim_test, claim_word
 
-    def e(mean, verdict, p_diff, p_eq):
-        return {"mean": mean, "verdict": verdict, "n": 10, "margin_pts": 1.0, "p_difference_adjusted": p_diff,
-                "p_equivalence_adjusted": p_eq, "minimum_detectable_pts": 0.8}
+    def e(mean, verdict, p_diff, p_eq, p_ni, p_sup):
+        return {"mean": mean, "verdict": verdict, "n": 16, "margin_pts": 1.0, "p_difference_adjusted": p_diff,
+                "p_equivalence_adjusted": p_eq, "p_noninferiority_adjusted": p_ni, "p_superiority_adjusted": p_sup,
+                "minimum_detectable_pts": 0.8, "primary_test": "permutation"}
 
-    assert claim_word("s", "x", e(+1.5, "different", 0.01, 0.9)) == "holds: above"
-    assert claim_word("s", "x", e(-1.5, "different", 0.01, 0.9)) == "contradicted: below"
-    assert claim_word("s", "x", e(-0.3, "different, but within ± 1", 0.01, 0.01)) == "below, by less than 1"
-    assert claim_word("s", "x", e(+0.1, "equivalent within ± 1", 0.6, 0.01)) == "holds within ± 1: equivalent"
-    assert claim_word("s", "x", e(+0.9, "not resolved with 10 seeds", 0.2, 0.3)) == \
-        "open: not resolved with 10 seeds (MDD 0.80)"
+    # FFC - CCVR = -0.14, equivalent: a >= b holds by non-inferiority at -1 (not by the equivalence word), with
+    # the one-sided p printed; a > b is open; a = b holds by the TOST
+    ffc = e(-0.14, "equivalent within ± 1", 1.0, 0.0001, 0.00002, 1.0)
+    assert claim_word("s", "x", ffc) == "holds: not below by 1 or more (exact sign-flip adj. p <0.001)"
+    assert claim_word("s", "x", ffc, ">").startswith("open: not shown (exact sign-flip adj. p 1;")
+    assert claim_word("s", "x", ffc, "=") == "holds: within ± 1 (exact sign-flip adj. p <0.001)"
+    # SphereFed + FFC vs FedAvg at alpha 0.1 (+1.92, not resolved two-sided): the one-sided test resolves >=
+    open_two_sided = e(+1.92, "not resolved with 16 seeds", 0.16, 1.0, 0.001, 0.01)
+    assert claim_word("s", "x", open_two_sided) == "holds: not below by 1 or more (exact sign-flip adj. p 0.001)"
+    assert claim_word("s", "x", open_two_sided, ">") == "holds: above (exact sign-flip adj. p 0.01)"
+    # a resolved difference the wrong way contradicts >= and >; any resolved difference beyond the margin contradicts =
+    below = e(-1.5, "different", 0.01, 0.9, 0.8, 1.0)
+    assert claim_word("s", "x", below) == "contradicted: below (exact sign-flip adj. p 0.01, difference)"
+    assert claim_word("s", "x", e(+1.5, "different", 0.01, 0.9, 0.001, 0.002), "=") == \
+        "contradicted: different (exact sign-flip adj. p 0.01, difference)"
+    assert claim_test(">=", 1.0) == "non-inferiority (one-sided, H0: a - b <= -1)"
     with pytest.raises(FindingsError, match="stated 'different'"):  # a claim cannot rest on an overstated word
-        claim_word("s", "x", e(+0.9, "different", 0.2, 0.3))
+        claim_word("s", "x", e(+0.9, "different", 0.2, 0.3, 0.01, 0.1))
+    with pytest.raises(FindingsError, match="no 'p_noninferiority_adjusted' recorded; rebuild the report"):
+        claim_word("s", "x", {k: v for k, v in ffc.items() if k != "p_noninferiority_adjusted"})

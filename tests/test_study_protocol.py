@@ -316,9 +316,15 @@ def test_every_run_records_its_provenance_and_the_report_lists_what_lacks_it(tmp
     # = 1/2 - 1.535442 / π = 0.011249: equivalent
     cell = next(c for c in summary["cells"] if c["method"] == "fedavg+ccvr")
     d = cell["paired_difference_vs_base_pct"]
-    assert d["verdict"] == "equivalent within ± 2" and d["margin_pts"] == 2.0
-    assert d["p_equivalence"] == pytest.approx(0.5 + math.atan(-28.284271) / math.pi, abs=1e-6)
-    assert "+0.00 [-0.90, +0.90], p 1 (adj. 1): equivalent within ± 2" in table
+    t = d["tests"]["t"]
+    assert t["verdict"] == "equivalent within ± 2" and d["margin_pts"] == 2.0
+    assert t["equivalence"] == pytest.approx(0.5 + math.atan(-28.284271) / math.pi, abs=1e-6)
+    # the primary test, the exact sign-flip test: 2 seeds give 4 sign patterns; d + 2 = (2, 2) sums to 4 only
+    # under (+, +): p_low = 1/4, and so p_high: the TOST's p is 0.25, not resolved (what 2 seeds can show
+    # without assuming normal differences), and the table says that the t-test's word differs
+    assert (d["primary_test"], d["p_equivalence"], d["verdict"]) == ("permutation", 0.25, "not resolved with 2 seeds")
+    assert ("+0.00 [-0.90, +0.90]: not resolved with 2 seeds (exact sign-flip adj. p: difference 1, TOST 0.25); "
+            "the t-test says equivalent within ± 2 (t-test adj. p: TOST 0.011)") in table
     # bytes: the stand-in's curve ends at 1,000 x 4 rounds = 4,000 B for both labels of the one run
     assert (cell["bytes"], cell["bytes_vs_base"]) == (4000.0, 1.0) and "| 0.0 (× 1.000) |" in table
 
@@ -567,23 +573,33 @@ def test_near_ties_within_one_validation_sample_go_to_the_centre_when_declared()
 
 def test_the_seed_plan_runs_the_seeds_the_tuning_spread_asks_for(tmp_path):
     # The "opposite" stand-in (tests/study_runners.py): a calibrated method's final validation accuracy is its
-    # training run's + 1 point on every tuning seed: paired differences +1, +1, s = 0, floored at one of its
-    # 200 validation samples (0.5 point). A TOST within ± 1 at 80 % power with s = 0.5 needs 4 seeds
-    # (test_a_seed_plan_for_a_given_spread_margin_and_power): the evaluation runs seeds 0-3 of 0-7.
+    # training run's + 1 point on every tuning seed: paired differences +1, +1, +1, s = 0, floored at one of its
+    # 200 validation samples (0.5 point). The plan takes the pilot's mean (+1) as the truth and the spread's
+    # upper 80 % bound on 2 degrees of freedom: 0.5 x sqrt(2 / chi2_{0.2, 2}) = 0.5 x sqrt(2 / 0.446287) = 1.058468.
+    # At a true +1 a TOST within ± 1 cannot succeed; the difference test needs the smallest n with
+    # (t_{0.975, n-1} + t_{0.8, n-1}) 1.058468 / sqrt(n) <= 1: n = 10 gives (2.262157 + 0.883404) x 1.058468 / 3.162278 = 1.0528 > 1,
+    # n = 11 gives (2.228139 + 0.879058) x 1.058468 / 3.316625 = 0.9916: 11 (one comparison: alpha / 1).
+    # The bounds [3, 6] clamp it to 6: seeds 0-5 of 0-7.
     study = parse_study(doc(methods=["fedavg", "fedavg+ccvr"], seeds=list(range(8)), tuning_seeds=[10, 11, 12],
                             seed_plan={"min_seeds": 3, "max_seeds": 6}), "p")
     run = phases.run_study(study, tmp_path, runner="tests.study_runners:opposite")
     (plan,) = run.seed_plans
     (c,) = plan.comparisons
-    assert (c.method, c.tuning_seeds, c.sd_pts, c.seeds_needed, plan.seeds) == ("fedavg+ccvr", 3, 0.5, 4, 4)
-    assert sorted({o.planned.seed for o in run.evaluation}) == [0, 1, 2, 3]
+    assert (c.method, c.tuning_seeds, c.sd_pts, c.mean_pts, c.seeds_needed, plan.seeds) == \
+        ("fedavg+ccvr", 3, 0.5, pytest.approx(1.0), 11, 6)
+    assert c.sd_upper_pts == pytest.approx(1.058468, abs=1e-6) and c.alpha == pytest.approx(0.05)
+    assert sorted({o.planned.seed for o in run.evaluation}) == [0, 1, 2, 3, 4, 5]
     report.write_report(tmp_path, study, run, command="test", started_unix_s=0.0, commit="t")
     table = (tmp_path / "table.md").read_text()
-    assert "| convnet | alpha=0.5 | 4 | fedavg+ccvr: 3, 0.50, 4 |" in table
-    # the bounds clamp it: at least 5
-    more = parse_study(doc(methods=["fedavg", "fedavg+ccvr"], seeds=list(range(8)), tuning_seeds=[10, 11, 12],
-                           seed_plan={"min_seeds": 5, "max_seeds": 6}), "p")
-    assert phases.run_study(more, tmp_path, runner="tests.study_runners:opposite", execute=False).seed_plans[0].seeds == 5
+    assert "| convnet | alpha=0.5 | 6 | fedavg+ccvr: +1.00, 0.50 → 1.06, 0.05, 11; 0.03 → " in table  # at a true difference of m, a TOST succeeds about α of the time
+    # the plan was registered as the evaluation started, and binds: the same folder under a study file whose
+    # bounds now say [3, 4] still runs the registered 6 (a change the study file must declare; bench.study
+    # refuses an undeclared one before anything runs: test_study_registration.py)
+    registered = json.loads((tmp_path / "registration.json").read_text())
+    assert registered["planned"]["seed_counts"] == {"convnet alpha=0.5": 6}
+    fewer = parse_study(doc(methods=["fedavg", "fedavg+ccvr"], seeds=list(range(8)), tuning_seeds=[10, 11, 12],
+                            seed_plan={"min_seeds": 3, "max_seeds": 4}), "p")
+    assert phases.run_study(fewer, tmp_path, runner="tests.study_runners:opposite", execute=False).seed_plans[0].seeds == 6
 
 
 @pytest.mark.parametrize("changes, message", [

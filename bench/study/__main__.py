@@ -23,6 +23,7 @@ Bad input: one line, exit 2, nothing written. Exit 1 when an evaluation run fail
 
 from __future__ import annotations
 
+import json
 import shlex
 import sys
 import time
@@ -35,6 +36,7 @@ from bench.lib.grid.engine import (add_backend_flags, check_backend, check_devic
 from bench.lib.results import FORMAT_VERSION
 from bench.study import phases, report
 from bench.study.reprice import reprice_study
+from bench.lib.study import registration
 from bench.lib.study.spec import load_study
 from iokit import checks, cli, outputs
 from iokit.provenance import git_commit
@@ -131,6 +133,10 @@ def main(argv: list[str] | None = None) -> int:
         planned = phases.tuning_plan(study, phases.execution(study))
         validate_points(phases.grid_spec(study, planned))
         phases.check_study_out(study, out)
+        registered = check_plan(study, out)
+        commit = git_commit()  # before this command writes anything (its lock, under --out): the code's state
+        if not (args.report_only or args.reprice):
+            check_committed(out, commit)
         check_runs(study, planned + phases.plan(study, phases.execution(study), "eval", study.seeds[:1],
                                                 lambda m, s, t: study.trials(t)[:1]))  # every setting: its fleet
         # and deadline too (after the cheap checks: it loads the data and builds the models)
@@ -140,10 +146,11 @@ def main(argv: list[str] | None = None) -> int:
             for line in projection_lines(study, phases.execution(study), out, args.workers):
                 print(line, file=sys.stderr, flush=True)
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
-    commit = git_commit()  # before this command writes anything (its lock, under --out): the code's state
     with outputs.claim(out):
         started = time.time()
         out.mkdir(parents=True, exist_ok=True)
+        if registered is not None and registration.read(out) is None:  # a study evaluated before plans were registered
+            registration.write(out, registered)
         outputs.Manifest(phases.COMMAND, phases.folder_hash(study), FORMAT_VERSION, "running", (),
                          (phases.GRID_FOLDER,)).write(out)
         with cli.run_failure():
@@ -163,6 +170,37 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: study {study.name} ({study.source}) is not complete: {missing}; rerun the same command to "
               "resume (--retry-failed runs the failed runs again)", file=sys.stderr)
     return 1 if missing else 0
+
+
+def check_plan(study, out: Path) -> dict | None:
+    """The folder's registered plan (``bench.lib.study.registration``; a study evaluated before plans
+    were registered: retroactively, from its last report), after checking that every change of the
+    study file's planned part since is declared as a deviation (ValueError naming the key and the fix)."""
+    reg = registration.read(out)
+    if reg is None:
+        summary = out / "summary.json"
+        try:
+            last = json.loads(summary.read_text(encoding="utf-8")) if summary.is_file() else None
+        except ValueError:
+            last = None
+        if not isinstance(last, dict) or not isinstance(last.get("study"), dict) or not last.get("cells"):
+            return None
+        reg = registration.from_summary(last)
+    current = registration.planned(study.describe(), None)
+    declared = [k for d in study.deviations for k in d.keys]
+    bad = registration.undeclared(current, reg, declared)
+    if bad:
+        raise ValueError(registration.refusal(study.source, out, bad[0], current, reg))
+    return reg
+
+
+def check_committed(out: Path, commit: str) -> None:
+    """A reference study (``--out`` under results/reference/) trains only from committed code: a
+    ``-dirty`` commit is refused before anything runs (docs/study.md, "A plan that binds")."""
+    reference = (outputs.CHECKOUT_ROOT / "results" / "reference").resolve()
+    if commit.endswith("-dirty") and reference in (out.resolve(), *out.resolve().parents):
+        raise ValueError(f"--out {out}: a reference study trains only from committed code, and the working tree has "
+                         f"changes ({commit}); commit them first (git commit), then run it")
 
 
 def check_runs(study, planned: list[phases.Planned]) -> None:

@@ -21,7 +21,8 @@ from typing import Any, Callable, Mapping, Sequence
 from bench.lib.grid.engine import GridSpec, PointResult, Resources, of_files, run_grid, run_id
 from bench.lib.grid.runners import resolve_runner
 from bench.lib.study.runner import CURVE_CSV, RUN_JSON, make_point
-from bench.lib.study.power import SettingPlan, final_val_pct, plan_setting
+from bench.lib.study import registration
+from bench.lib.study.power import SettingPlan, final_val_pct, plan_setting, with_power
 from bench.lib.study.spec import Setting, Study
 from bench.lib.study.stats import resolution_pts
 from bench.lib.study.tuning import Choice, choose, edge_status, extension_value, score, trial_score
@@ -366,14 +367,35 @@ def run_study(study: Study, out: str | Path, *, backend: str = "local", workers:
         one_value = len(study.trials(training)) == 1  # nothing to choose between: given, not tuned
         say(f"{'given (one value searched, not tuned)' if one_value else 'tuned'} {model} {setting} {training}: "
             f"{chosen}" + ("" if one_value else "".join(f"; {e['key']} {edge_text(e)}" for e in c.extension)))
-    plans = seed_plans(study, tuned, choices)
+    plans = bind(study, Path(out), seed_plans(study, tuned, choices), commit, execute)
     for p in plans:
         say(f"seed plan {p.model} {p.setting}: {p.seeds} evaluation seeds ("
-            + "; ".join(f"{c.method}: sd {c.sd_pts:.2f} over {c.tuning_seeds} tuning seeds needs {c.seeds_needed}"
+            + "; ".join(f"{c.method}: mean {c.mean_pts:+.2f}, sd {c.sd_pts:.2f} (bound {c.sd_upper_pts:.2f}) over "
+                        f"{c.tuning_seeds} tuning seeds needs {c.seeds_needed}"
                         for c in p.comparisons)
             + f"; bounds {study.seed_plan.min_seeds}-{study.seed_plan.max_seeds})")
     evaluated = run_phase(evaluation_plan(study, ex, choices, plans), "eval")
     return StudyRun(tuned, choices, evaluated, plans)
+
+
+def bind(study: Study, out: Path, plans: tuple[SettingPlan, ...], commit: str, execute: bool) -> tuple[SettingPlan, ...]:
+    """The seed plans the evaluation runs (``bench.lib.study.registration``): a registered plan's
+    counts where the folder has one (today's planner's comparisons kept beside them, for the report);
+    without one, the plan is registered now, as the first evaluation run starts (not when only
+    reading the folder, nor before the tuning has given every setting its plan)."""
+    reg = registration.read(out)
+    if reg is None:
+        if execute and (plans or study.seed_plan is None):
+            registration.write(out, registration.record(registration.planned(study.describe(), registration.counts(plans)),
+                                                        commit, "registered as the first evaluation run started"))
+        return plans
+    registered = reg["planned"].get("seed_counts") or {}
+    out = []
+    for p in plans:
+        n = registered.get(f"{p.model} {p.setting}", p.seeds)
+        out.append(replace(p, seeds=n, comparisons=tuple(with_power(c, n, study.equivalence_margin_pts)
+                                                         for c in p.comparisons)))
+    return tuple(out)
 
 
 # ----------------------------------------------------------------------------- the results folder

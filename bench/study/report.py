@@ -26,14 +26,13 @@ from typing import Any, Iterable, Mapping, Sequence
 import pandas as pd
 
 from bench.lib.results import FORMAT_NAME, FORMAT_VERSION, write_json
-from bench.lib.study.curves import Convergence, base_validation_target, first_reaching, judge
+from bench.lib.study.curves import Convergence, base_validation_target, end_slope_pts, first_reaching, judge
 from bench.study.fleets import by_seed, fleet_answers, fleet_markdown
 from bench.study.phases import Outcome, StudyRun, edge_text
 from bench.lib.study.runner import PRICED_KEY, machine_info
 from bench.lib.study.spec import Setting, Study
-from bench.lib.study import verdicts
-from bench.lib.study.stats import (Estimate, adjusted, difference_p, estimate, minimum_detectable_difference,
-                                   paired_difference, resolution_pts, seeds_for_equivalence, spread, tost)
+from bench.lib.study import compare, registration, verdicts
+from bench.lib.study.stats import Estimate, estimate, resolution_pts, spread
 from bench.lib.study.tuning import score
 from iokit.files import atomic_write, atomic_write_text
 
@@ -137,6 +136,7 @@ def runs_table(study: Study, runs: Sequence[MethodRun]) -> pd.DataFrame:
                      "best_val_accuracy_pct": _pct(max(val) if val else None),
                      "verdict": v.verdict, "converged": v.converged, "gain_pct": v.gain_pct, "spread_pct": v.spread_pct,
                      "high_rate_verdict": None if early is None else early.verdict,
+                     "end_slope_pts_per_round": end_slope_pts(r.train_curve_pct, 2 * study.plateau.last_rounds),
                      "test_samples": r.test_samples,
                      "rounds": study.rounds, **{name: last[col] for name, col in COST_KEYS},
                      "run_wall_s": r.outcome.elapsed_s, "cpu": machine.get("cpu"), "host": machine.get("host"),
@@ -266,20 +266,26 @@ def cells(study: Study, runs_df: pd.DataFrame, tta_df: pd.DataFrame) -> list[dic
                                               if c in ("clients_per_round", "sampled_per_round") or c.startswith("dropped_")}}
                            if "clients_per_round" in mine and mine["clients_per_round"].notna().all() else {}),
                         "converged": int(mine["converged"].sum()),
+                        "end_slope_pts_per_round": _estimate(estimate(list(mine["end_slope_pts_per_round"])))
+                        if "end_slope_pts_per_round" in mine and mine["end_slope_pts_per_round"].notna().all() else None,
                         "rising_at_high_rate": int((mine["high_rate_verdict"] == "rising").sum()),
                         "bytes": float(mine["bytes"].mean()),
                         "bytes_vs_base": float(mine["bytes"].mean()) / base_bytes if base_bytes else None,
                         "verdicts": {str(k): int(v) for k, v in mine["verdict"].value_counts().items()}}
                 local = by_seed(mine, "final_local_accuracy_pct")
                 base_local = by_seed(base, "final_local_accuracy_pct") if len(base) else {}
+                mine_key, base_key = (setting.label, method), (setting.label, study.base)
                 if method != study.base and len(set(local) & set(base_local)) >= 2:  # paired as the global one
-                    cell["local_difference_vs_base_pct"] = _comparison(local, base_local, floor, study, "local")
+                    cell["local_difference_vs_base_pct"] = compare.comparison(
+                        local, base_local, floor, rules(study), "local", _operands(model, mine_key, base_key, "local"))
                 if method != study.base and base_final and set(final) & set(base_final):
-                    cell["paired_difference_vs_base_pct"] = _comparison(final, base_final, floor, study, "base")
+                    cell["paired_difference_vs_base_pct"] = compare.comparison(
+                        final, base_final, floor, rules(study), "base", _operands(model, mine_key, base_key))
                 cell["number_format"] = setting.number_format
                 fp32 = _finals(runs_df, model, setting.in_fp32, method) if setting.number_format != "fp32" else {}
                 if set(final) & set(fp32):
-                    cell["paired_difference_vs_fp32_pct"] = _comparison(final, fp32, floor, study, "fp32")
+                    cell["paired_difference_vs_fp32_pct"] = compare.comparison(
+                        final, fp32, floor, rules(study), "fp32", _operands(model, mine_key, (setting.in_fp32.label, method)))
                 cell["time_to_accuracy"] = _tta_cell(tta_df, model, setting.label, method)
                 out.append(cell)
     return decide(study, out)
@@ -305,47 +311,28 @@ def pairs(study: Study, runs_df: pd.DataFrame) -> list[dict[str, Any]]:
                 here = runs_df[(runs_df["model"] == model) & (runs_df["setting"] == setting.label)]
                 floor = resolution_pts(int(here["test_samples"].max()))
                 out.append({"model": model, "setting": setting.label, "a": a, "b": b,
-                            "difference_pct": _comparison(fa, fb, floor, study, "compare")})
+                            "difference_pct": compare.comparison(fa, fb, floor, rules(study), "compare",
+                                                                 _operands(model, (setting.label, a), (setting.label, b)))})
     return decide(study, out)
 
 
-def _comparison(a: Mapping[int, float], b: Mapping[int, float], floor: float, study: Study,
-                family: str) -> dict[str, Any]:
-    """The paired difference a - b (floored spread), its raw p-values (the paired t-test of no
-    difference; the TOST against the study's margin), and what its seeds could detect: the minimum
-    detectable difference at the study's power, and the seeds a ± margin equivalence would need at
-    this spread (both from the floored spread)."""
-    d = paired_difference(a, b, floor=floor)
-    seeds = sorted(set(a) & set(b))
-    margin = study.equivalence_margin_pts
-    out = {**_estimate(d), "family": family, "margin_pts": margin, "p_difference": None, "p_equivalence": None}
-    if d.n >= 2:
-        out.update({"p_difference": difference_p(d),
-                    "p_equivalence": tost([a[s] - b[s] for s in seeds], margin, floor=floor).p,
-                    "power": study.power,
-                    "minimum_detectable_pts": minimum_detectable_difference(d.spread, d.n, power=study.power),
-                    "seeds_for_margin": seeds_for_equivalence(d.spread, margin, power=study.power)})
-    return out
+def rules(study: Study) -> compare.Rules:
+    """What the study declares about its comparisons (``bench.lib.study.compare.Rules``)."""
+    return compare.Rules(study.equivalence_margin_pts, study.correction, study.power, study.primary_test)
+
+
+def _operands(model: str, a: tuple[str, str], b: tuple[str, str], accuracy: str = "final") -> dict[str, Any]:
+    """What a comparison compares: (setting, method) of a and b, the accuracy (final test, or the local test mode's)."""
+    return {"model": model, "a": {"setting": a[0], "method": a[1]}, "b": {"setting": b[0], "method": b[1]},
+            "accuracy": accuracy}
 
 
 def decide(study: Study, cells_: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each family's p-values adjusted together (the study's ``[verdicts] correction``, ``FAMILIES``)
-    and each comparison's verdict from the adjusted ones (``bench.lib.study.verdicts``)."""
+    and each comparison's verdict from its primary test's adjusted ones (``bench.lib.study.compare``)."""
     for key in FAMILIES.values():
-        members = [c[key] for c in cells_ if key in c]
-        for p in ("p_difference", "p_equivalence"):
-            raw = [math.nan if m[p] is None else m[p] for m in members]
-            for m, q in zip(members, adjusted(raw, study.correction)):
-                m[p + "_adjusted"] = None if math.isnan(q) else q
-        for m in members:
-            m["correction"], m["family_size"] = study.correction, len(members)
-            m["verdict"] = verdicts.comparison(m["n"], _nan(m["p_difference_adjusted"]),
-                                               _nan(m["p_equivalence_adjusted"]), study.equivalence_margin_pts)
+        compare.adjust_family([c[key] for c in cells_ if key in c], rules(study))
     return cells_
-
-
-def _nan(v: float | None) -> float:
-    return math.nan if v is None else float(v)
 
 
 def _tta_cell(tta_df: pd.DataFrame, model: str, setting: str, method: str) -> list[dict[str, Any]]:
@@ -479,18 +466,22 @@ def table_markdown(study: Study, summary: Mapping[str, Any]) -> str:
               "Seeds whose curve converged at its end (the plateau rule on its last rounds; other verdicts in "
               "parentheses), then the seeds whose curve was still rising over the rounds run at >= "
               f"{100 * study.plateau.rate_fraction:g} % of the peak learning rate (`high_rate_verdict` in runs.csv): "
-              "a curve can do both, learning while its steps were large and flat at its end (docs/study.md).", ""]
+              "a curve can do both, learning while its steps were large and flat at its end; then the least-squares slope "
+              f"of each seed's last {2 * study.plateau.last_rounds} rounds, mean [95 % t interval] over the seeds "
+              "(docs/study.md).", ""]
     lines += _grid(study, cells_, lambda c: "—" if not c.get("n") else f"{c['converged']}/{c['n']}" + (
         " (" + ", ".join(f"{k} {v}" for k, v in c["verdicts"].items() if k != "converged") + ")"
-        if c["converged"] < c["n"] else "") + f"; rising at a high rate {c['rising_at_high_rate']}/{c['n']}")
+        if c["converged"] < c["n"] else "") + f"; rising at a high rate {c['rising_at_high_rate']}/{c['n']}"
+        + (f"; slope of the last {2 * study.plateau.last_rounds} rounds {_interval(c['end_slope_pts_per_round'], signed=True)} "
+           "points/round" if c.get("end_slope_pts_per_round") else ""))
     formats = [s for s in study.settings if s.number_format != "fp32"]
     if formats:
         lines += ["", "## Number formats: paired difference against FP32 (points), mean [95 % Student-t interval]", "",
                   "The same method, seeds and hyper-parameters (tuned in FP32) trained with every GEMM operand rounded "
                   "to the format (docs/numerics.md). " + _verdict_rule(study), ""]
         lines += _grid(study, cells_, lambda c: _comparison_text(c.get("paired_difference_vs_fp32_pct")), formats)
-    lines += _seed_plan_lines(study, summary.get("seed_plans", []))
-    lines += ["", "## Provenance", ""] + _provenance_lines(summary)
+    lines += _seed_plan_lines(study, summary.get("seed_plans", []), cells_)
+    lines += ["", "## Provenance", ""] + _provenance_lines(summary) + _plan_lines(summary)
     lines += ["", "## Time to accuracy: median [range] over seeds, modeled", "",
               "Targets fixed before the run (declared in the study file) or derived from the base method's "
               "validation curves only; a calibrated method's curve ends with its calibration. Wall time: the "
@@ -534,28 +525,33 @@ def _verdict_rule(study: Study) -> str:
     m = f"{study.equivalence_margin_pts:g}"
     correction = {"holm": "Holm's step-down correction (family-wise error)",
                   "bh": "the Benjamini-Hochberg correction (false discovery rate)", "none": "no correction"}
-    return (f"Spreads floored at one test sample (100 / N points). p: the paired t-test of no difference, raw and "
-            f"adjusted for the table's family of comparisons by {correction[study.correction]} (`[verdicts] "
-            f"correction`); the words follow the adjusted p-values at α = 0.05: \"different\" (bold), "
-            f"\"equivalent within ± {m}\" (the two one-sided tests against ± {m} point(s), adjusted the same "
-            f"way), both, or \"not resolved with n seeds\". MDD: the smallest true difference these seeds detect "
-            f"with {100 * study.power:g} % power; for ± {m}: the seeds an equivalence within ± {m} needs at this "
-            "spread (docs/study.md, \"Verdicts\").")
+    primary = compare.TEST_NAMES[study.primary_test]
+    return (f"Each comparison is tested by the exact sign-flip permutation test and by the paired t-test (spread "
+            f"floored at one test sample, 100 / N points); every p-value is adjusted for the table's family of "
+            f"comparisons by {correction[study.correction]} (`[verdicts] correction`), and the words follow the "
+            f"adjusted p-values of the study's primary test, the {primary} (`[verdicts] primary_test`), at α = 0.05: "
+            f"\"different\" (bold), \"equivalent within ± {m}\" (the two one-sided tests against ± {m} point(s)), "
+            f"both, or \"not resolved with n seeds\"; beside each word the adjusted p that carries it, and where the "
+            f"other test's word differs, that word and its p. SW: the Shapiro-Wilk p of the paired differences (small: "
+            f"not normal, the t-test's assumption fails). MDD: the smallest true difference these seeds detect "
+            f"with {100 * study.power:g} % power (t-test); for ± {m}: the seeds an equivalence within ± {m} needs "
+            "at this spread. Scope: the intervals and tests are over seeds on one fixed test set; the test images' "
+            "sampling is not in them, and no images × seeds bootstrap is given because the runs record no per-image "
+            "correctness (docs/study.md, \"Verdicts\").")
 
 
 def _comparison_text(e: Mapping[str, Any] | None, short: bool = False) -> str:
-    """A paired difference with its interval, adjusted p-values, verdict and what its seeds could detect."""
+    """A paired difference with its interval, the verdict with the adjusted p that carries it (and the
+    other test's word where it differs), the normality diagnostic and what its seeds could detect."""
     if not e:
         return "—"
     text = _interval(e, signed=True, bold=e.get("verdict", "").startswith("different"))
     if e.get("p_difference") is None:
         return text
-    p = f"p {verdicts.p_text(e['p_difference'])} (adj. {verdicts.p_text(e['p_difference_adjusted'])})"
     if short:
-        return f"{text}, {p}: {e['verdict']}"
-    return (f"{text}, {p}: {e['verdict']}; MDD {e['minimum_detectable_pts']:.2f}, "
-            f"for ± {e['margin_pts']:g}: {e['seeds_for_margin']} seeds")
-
+        return f"{text}: {compare.carrying_text(e)}"
+    return (f"{text}: {compare.carrying_text(e)}; SW {verdicts.p_text(e.get('shapiro_wilk_p'))}; "
+            f"MDD {e['minimum_detectable_pts']:.2f}, for ± {e['margin_pts']:g}: {e['seeds_for_margin']} seeds")
 
 
 def _seeds_text(cells_: Sequence[Mapping[str, Any]], n_seeds: int) -> str:
@@ -572,19 +568,36 @@ def _decisive_text(choice: Mapping[str, Any]) -> str:
     return f"tie ({m:+.1f} samples; within one: {'; '.join(_values(t) for t in choice['near'])})"
 
 
-def _seed_plan_lines(study: Study, plans: Sequence[Mapping[str, Any]]) -> list[str]:
+def _seed_plan_lines(study: Study, plans: Sequence[Mapping[str, Any]], cells_: Sequence[Mapping[str, Any]]) -> list[str]:
     if not plans:
         return []
-    lines = ["", "## Seed plan (before the evaluation runs)", "",
-             f"Per model and data setting, the evaluation seeds a TOST within ± {study.equivalence_margin_pts:g} "
-             f"point(s) needs with {100 * study.power:g} % power, from the paired spread of the final validation "
-             "accuracy on the tuning seeds (floored at one validation sample), within the study's bounds "
-             f"[{study.seed_plan.min_seeds}, {study.seed_plan.max_seeds}] (bench/lib/study/power.py).", "",
-             "| model | setting | seeds run | comparison: tuning seeds, sd (points), seeds needed |", "|---|---|---|---|"]
+    from bench.lib.study.power import SD_CONFIDENCE, delivered_power
+
+    m = study.equivalence_margin_pts
+    lines = ["", "## Seed plan (before the evaluation runs) and the power delivered", "",
+             f"Per model and data setting, from the paired differences of the final validation accuracy on the tuning "
+             f"seeds (the pilot): their mean, taken as the truth; their spread (floored at one validation sample) and "
+             f"its upper {100 * SD_CONFIDENCE:g} % confidence bound, which the plan uses; each test at α / k (k the "
+             f"comparisons against {study.base}: Holm's worst case); the seeds that resolve the comparison either way "
+             f"(TOST within ± {m:g} or the difference test) with {100 * study.power:g} % power"
+             + (", at least those the exact test needs to reach α / k" if study.primary_test == "permutation" else "")
+             + f", the setting running the largest need within [{study.seed_plan.min_seeds}, "
+             f"{study.seed_plan.max_seeds}] (bench/lib/study/power.py); the registered plan's count binds "
+             "(`registration.json`). Power: the TOST's at the seeds run, planned (the plan's spread bound) and "
+             "delivered (the spread of the test accuracies' paired differences, floored at one test sample).", "",
+             "| model | setting | seeds run | comparison: pilot mean, sd → bound, α per test, seeds needed; TOST power "
+             "planned → delivered |", "|---|---|---|---|"]
+    by = {(c["model"], c["setting"], c["method"]): c.get("paired_difference_vs_base_pct") for c in cells_}
     for p in plans:
-        lines.append(f"| {p['model']} | {p['setting']} | {p['seeds']} | " + "; ".join(
-            f"{c['method']}: {c['tuning_seeds']}, {c['sd_pts']:.2f}, {c['seeds_needed']}" for c in p["comparisons"])
-                     + " |")
+        parts = []
+        for c in p["comparisons"]:
+            e = by.get((p["model"], p["setting"], c["method"]))
+            got = "—" if not e or e.get("std") is None else \
+                f"{delivered_power(c, max(e['std'], e.get('std_floor', 0.0)), e['n'], m):.2f}"
+            parts.append(f"{c['method']}: {c.get('mean_pts', 0.0):+.2f}, {c['sd_pts']:.2f} → "
+                         f"{c.get('sd_upper_pts', c['sd_pts']):.2f}, {c.get('alpha', 0.05):.2g}, {c['seeds_needed']}; "
+                         f"{c.get('planned_power', math.nan):.2f} → {got}")
+        lines.append(f"| {p['model']} | {p['setting']} | {p['seeds']} | " + "; ".join(parts) + " |")
     return lines
 
 
@@ -598,6 +611,21 @@ def _provenance_lines(summary: Mapping[str, Any]) -> list[str]:
         which = "" if not ids else " (all: recorded before runs recorded it)" if len(ids) == total else \
             f" (recorded before runs recorded it: {', '.join(ids)})"
         lines.append(f"* without `{what}`: {len(ids)}{which}")
+    return lines
+
+
+def _plan_lines(summary: Mapping[str, Any]) -> list[str]:
+    """The registered plan (``registration.json``) and every declared deviation from it."""
+    reg = summary.get("registration")
+    lines = ["", "## Registered plan and deviations", ""]
+    lines.append("No plan registered (the folder has no registration.json)." if not reg else
+                 f"Plan sha256 {reg['sha256'][:12]}, {reg['note']} (`registration.json`): seeds "
+                 f"{reg['planned']['seeds']}, margin ± {reg['planned']['equivalence_margin_pts']:g}, primary test "
+                 f"{reg['planned']['primary_test']}, correction {reg['planned']['correction']}"
+                 + (f", seed counts {reg['planned']['seed_counts']}" if reg["planned"].get("seed_counts") else "") + ".")
+    devs = summary["study"].get("deviations") or []
+    lines += ["", "Deviations declared in the study file:" if devs else "No deviation declared."]
+    lines += [f"* {', '.join(d['keys'])}: {d['what']} Reason: {d['reason']}" for d in devs]
     return lines
 
 
@@ -749,11 +777,12 @@ def write_report(out: str | Path, study: Study, run: StudyRun, *, command: str, 
     _csv(curves_df, out / "curves.csv")
     _csv(tuning_table(study, run), out / "tuning.csv")
     _csv(tta_df, out / "tta.csv")
+    summary["registration"] = registration.read(out)
     atomic_write_text(out / "table.md", table_markdown(study, summary))
     write_json(out / "summary.json", summary)
     pngs = plot_study(out, curves_df, study.models, [s.label for s in study.settings], list(study.methods)) \
         if len(curves_df) else []
-    return [*FILES, *(p.name for p in pngs)]
+    return [*FILES, *(p.name for p in pngs), *([registration.REGISTRATION] if summary["registration"] else [])]
 
 
 def headline(out: str | Path) -> str:

@@ -114,6 +114,20 @@ class Reach:
     bytes: float
 
 
+def end_slope_pts(accuracy_pct: Sequence[float], rounds: int) -> float | None:
+    """The least-squares slope of the curve's last ``rounds`` evaluated rounds, in points per round
+    (the ordinary least-squares line through (t, a_t), t = 1..k: Σ (t - t̄)(a_t - ā) / Σ (t - t̄)²);
+    None with fewer than 2 rounds. A study reports its mean over the seeds with a t interval beside
+    the plateau verdict: a curve still gaining 0.1 point per round at its end is not finished, even
+    where the plateau rule calls it flat."""
+    a = [float(v) for v in accuracy_pct][-rounds:]
+    if rounds < 2 or len(a) < 2:
+        return None
+    tbar, abar = (len(a) + 1) / 2, statistics.fmean(a)
+    return (sum((t - tbar) * (v - abar) for t, v in enumerate(a, start=1))
+            / sum((t - tbar) ** 2 for t in range(1, len(a) + 1)))
+
+
 def first_reaching(curve: Sequence[Mapping], target_pct: float) -> Reach | None:
     """The first row of ``curve`` (``curve.csv`` rows of one run and method, in round order,
     ``accuracy`` in [0, 1] or None) whose test accuracy is at or above ``target_pct``; None if none."""

@@ -58,6 +58,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
+from bench.lib.study.compare import DEFAULT_PRIMARY_TEST, TESTS
 from bench.lib.study.stats import CORRECTIONS, DEFAULT_EQUIVALENCE_MARGIN_PTS, DEFAULT_POWER
 from bench.lib.study.tuning import NEAR_TIE_RULES
 from iokit import checks, identity
@@ -75,7 +76,7 @@ STUDY_DIR = CHECKOUT_ROOT / "configs" / "studies"
 KEYS = ("name", "preset", "models", "methods", "base", "iid", "alphas", "number_formats", "rounds", "local_epochs",
         "holdout_fraction", "seeds", "tuning_seeds", "device", "hw", "system", "search", "tuning", "convergence",
         "targets", "equivalence_margin_pts", "dataset", "fleets", "deadlines_s", "verdicts", "seed_plan",
-        "compare")
+        "compare", "equivalence_margin_argument", "deviations")
 REQUIRED = ("name", "preset", "models", "methods", "base", "rounds", "seeds", "tuning_seeds", "search")
 SAFE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")
 DEFAULT_HOLDOUT_FRACTION = 0.15  # SphereFed Sec. 5.1: "we use 15 % of training data for validation"
@@ -164,6 +165,23 @@ class SeedPlan:
     max_seeds: int
 
 
+PLAN_KEYS = ("seeds", "seed_counts", "equivalence_margin_pts", "families", "primary_test", "correction", "power",
+             "code")
+"""What a study's registered plan binds (``bench.lib.study.registration``), each a key a deviation
+may name: the evaluation seeds, the seed plan's counts, the margin, the families of comparisons
+(methods, settings, formats, pairs), the test that carries the words, the family correction, the
+power, and ``code``: the runs come from committed code."""
+
+
+@dataclass(frozen=True)
+class Deviation:
+    """``[[deviations]]``: a change of the registered plan, declared with what changed and why."""
+
+    keys: tuple[str, ...]  # of PLAN_KEYS
+    what: str
+    reason: str
+
+
 @dataclass(frozen=True)
 class Study:
     """A study file, checked (module doc)."""
@@ -196,6 +214,9 @@ class Study:
     seed_plan: SeedPlan | None = None  # [seed_plan]; None: every seed of ``seeds``
     compare: tuple[tuple[str, str], ...] = ()  # more paired comparisons (a, b): a - b, canonical names
     data_dir: str | None = None  # the dataset's folder: the command's --data-dir, not a key of the file
+    primary_test: str = DEFAULT_PRIMARY_TEST  # [verdicts] primary_test: the test that carries the words
+    margin_argument: str | None = None  # equivalence_margin_argument: why the margin is what it is
+    deviations: tuple[Deviation, ...] = ()  # [[deviations]]: declared changes of the registered plan
 
     @property
     def training_methods(self) -> tuple[str, ...]:
@@ -244,7 +265,9 @@ class Study:
                            "last_rounds": self.tuning_last_rounds, "extend_steps": self.extend_steps,
                            "near_tie": self.near_tie},
                 "equivalence_margin_pts": self.equivalence_margin_pts,
-                "verdicts": {"correction": self.correction, "power": self.power},
+                "equivalence_margin_argument": self.margin_argument,
+                "verdicts": {"correction": self.correction, "power": self.power, "primary_test": self.primary_test},
+                "deviations": [asdict(d) for d in self.deviations],
                 "seed_plan": None if self.seed_plan is None else asdict(self.seed_plan),
                 "compare": [list(pair) for pair in self.compare],
                 "dataset": self.dataset or self.preset.fl.dataset,
@@ -370,7 +393,11 @@ def _parse_study(doc: Mapping[str, Any], source: str) -> Study:
     if near_tie not in NEAR_TIE_RULES:
         raise StudyError(f"{where}: [tuning] near_tie = {near_tie!r}: give \"best\" (ties are equal scores) or "
                          "\"centre\" (scores within one validation sample tie too)")
-    verdict_table = _table(doc, "verdicts", ("correction", "power"), where)
+    verdict_table = _table(doc, "verdicts", ("correction", "power", "primary_test"), where)
+    primary_test = verdict_table.get("primary_test", DEFAULT_PRIMARY_TEST)
+    if primary_test not in TESTS:
+        raise StudyError(f"{where}: [verdicts] primary_test = {primary_test!r}: give \"permutation\" (the exact "
+                         "sign-flip test, the default) or \"t\" (the paired t-test; docs/study.md)")
     correction = verdict_table.get("correction", DEFAULT_CORRECTION)
     if correction not in CORRECTIONS:
         raise StudyError(f"{where}: [verdicts] correction = {correction!r}: give \"holm\" (family-wise error), "
@@ -424,7 +451,9 @@ def _parse_study(doc: Mapping[str, Any], source: str) -> Study:
                   float(holdout), tuple(seeds), tuple(tuning_seeds), search, tuning_last, plateau, targets, device,
                   doc.get("hw"), doc.get("system"), source, equivalence_margin_pts=float(margin), dataset=dataset,
                   extend_steps=extend_steps, near_tie=near_tie, correction=correction, power=power,
-                  seed_plan=seed_plan, compare=compare)
+                  seed_plan=seed_plan, compare=compare, primary_test=primary_test,
+                  margin_argument=_text(doc, "equivalence_margin_argument", where),
+                  deviations=_deviations(doc.get("deviations", []), where))
     for training in study.training_methods:  # every trial's hyper-parameters are valid Hparams
         for trial in study.trials(training):
             for m in study.labels(training):
@@ -433,6 +462,33 @@ def _parse_study(doc: Mapping[str, Any], source: str) -> Study:
                 except ValueError as err:
                     raise StudyError(f"{where}: [search.{training}] {trial}: {err}") from None
     return study
+
+
+def _text(doc: Mapping[str, Any], key: str, where: str) -> str | None:
+    value = doc.get(key)
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise StudyError(f"{where}: {key} = {value!r}: give a sentence (a string)")
+    return value
+
+
+def _deviations(table: Any, where: str) -> tuple[Deviation, ...]:
+    """``[[deviations]]``: each names the planned keys it changes (``PLAN_KEYS``), what changed and why."""
+    fix = ('add [[deviations]] tables, each keys = ["seeds"], what = "what changed, with the facts", '
+           'reason = "why"')
+    if not isinstance(table, list) or not all(isinstance(d, dict) for d in table):
+        raise StudyError(f"{where}: deviations = {table!r}: {fix}")
+    out = []
+    for i, d in enumerate(table):
+        checks.unknown_keys(d, ("keys", "what", "reason"), where=f"{where} [[deviations]] {i + 1}", error=StudyError)
+        keys = d.get("keys")
+        if not isinstance(keys, list) or not keys or any(k not in PLAN_KEYS for k in keys):
+            raise StudyError(f"{where}: [[deviations]] {i + 1}: keys = {keys!r}: name the planned keys it changes, "
+                             f"of {', '.join(PLAN_KEYS)}")
+        for key in ("what", "reason"):
+            if not isinstance(d.get(key), str) or not d[key].strip():
+                raise StudyError(f"{where}: [[deviations]] {i + 1}: no {key}: {fix}")
+        out.append(Deviation(tuple(keys), d["what"], d["reason"]))
+    return tuple(out)
 
 
 def _compare(pairs: Any, methods: list[str], base: str, where: str) -> tuple[tuple[str, str], ...]:

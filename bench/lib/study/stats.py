@@ -106,6 +106,34 @@ def difference_p(d: Estimate) -> float:
     return float(2 * stats.t(d.n - 1).sf(abs(d.mean) / (d.spread / math.sqrt(d.n))))
 
 
+def one_sided_p(d: Estimate, null: float, alternative: str) -> float:
+    """The one-sided paired t-test on ``d`` (its floored spread) against a mean difference of ``null``:
+    ``greater`` (H0: mean <= null; a non-inferiority test at null = -m, superiority at 0),
+    p = P(T_{n-1} >= (mean - null) / (s' / √n)); ``less`` (H0: mean >= null) the other tail
+    (e.g. Chow, Shao and Wang 2008, Sec. 3.1); nan for n < 2 or no spread."""
+    from scipy import stats
+
+    if alternative not in ("greater", "less"):
+        raise ValueError(f"alternative {alternative!r}: give greater or less")
+    if d.n < 2 or not d.spread > 0:
+        return math.nan
+    t = (d.mean - null) / (d.spread / math.sqrt(d.n))
+    return float(stats.t(d.n - 1).sf(t) if alternative == "greater" else stats.t(d.n - 1).cdf(t))
+
+
+def normality_p(values: Sequence[float]) -> float | None:
+    """The Shapiro-Wilk test's p-value of ``values`` (Shapiro & Wilk, "An analysis of variance test
+    for normality (complete samples)", Biometrika 52(3/4), 1965; scipy's implementation of Royston's
+    algorithm AS R94, 1995): small p, the values are unlikely to be normal (the t-test's assumption);
+    None for fewer than 3 values or no spread (the test is undefined)."""
+    from scipy import stats
+
+    v = [float(x) for x in values]
+    if len(v) < 3 or max(v) - min(v) <= 1e-12 * max(1.0, max(abs(x) for x in v)):
+        return None
+    return float(stats.shapiro(v).pvalue)
+
+
 @dataclass(frozen=True)
 class Spread:
     """Median and range of the values of the seeds that have one, and how many of all have one."""
@@ -253,24 +281,92 @@ DEFAULT_POWER = 0.8
 
 
 def seeds_for_equivalence(sd: float, margin: float, alpha: float = 1 - CONFIDENCE, power: float = DEFAULT_POWER,
-                          n_max: int = 10_000) -> int:
+                          n_max: int = 10_000, true_difference: float = 0.0) -> int:
     """The fewest paired seeds whose TOST shows equivalence within ± ``margin`` with probability
-    ``power`` when the true difference is 0 and the paired spread is ``sd``: the smallest n >= 2 with
+    ``power`` when the true difference is ``true_difference`` and the paired spread is ``sd``: the
+    smallest n >= 2 with
 
-        (t_{1-α, n-1} + t_{1-(1-power)/2, n-1}) · sd / √n <= margin
+        (t_{1-α, n-1} + t_{1-β', n-1}) · sd / √n <= margin - |δ|,   β' = β / 2 at δ = 0, else β
 
     (Chow, Shao and Wang, "Sample Size Calculations in Clinical Research", 2nd ed., Chapman & Hall
-    2008, Sec. 3.1, the one-sample test for equivalence, with t quantiles for the normal ones).
-    ``n_max`` + 1 when even ``n_max`` seeds do not suffice."""
+    2008, Sec. 3.1.3, the one-sample test for equivalence, with t quantiles for the normal ones).
+    ``n_max`` + 1 when even ``n_max`` seeds do not suffice (always, when |δ| >= margin)."""
     from scipy import stats
 
     if not sd > 0 or not margin > 0 or not 0 < power < 1:
         raise ValueError(f"a seed plan needs sd > 0, margin > 0 and 0 < power < 1, got {sd}, {margin}, {power}")
-    for n in range(2, n_max + 1):
-        t = stats.t(n - 1)
-        if (t.ppf(1 - alpha) + t.ppf(1 - (1 - power) / 2)) * sd / math.sqrt(n) <= margin:
-            return n
-    return n_max + 1
+    room = margin - abs(true_difference)
+    if room <= 0:
+        return n_max + 1
+    beta = (1 - power) / 2 if true_difference == 0 else 1 - power
+    return _first_n(lambda df: stats.t.ppf(1 - alpha, df) + stats.t.ppf(1 - beta, df), sd, room, n_max)
+
+
+def _first_n(quantiles, sd: float, room: float, n_max: int) -> int:
+    """The smallest n in 2..``n_max`` with quantiles(n - 1) · sd / √n <= ``room`` (every n at once:
+    one vectorised quantile call), ``n_max`` + 1 for none."""
+    import numpy as np
+
+    n = np.arange(2, n_max + 1)
+    ok = np.nonzero(quantiles(n - 1) * sd / np.sqrt(n) <= room)[0]
+    return int(n[ok[0]]) if len(ok) else n_max + 1
+
+
+def seeds_for_difference(sd: float, difference: float, alpha: float = 1 - CONFIDENCE, power: float = DEFAULT_POWER,
+                         n_max: int = 10_000) -> int:
+    """The fewest paired seeds whose two-sided t-test at ``alpha`` detects a true difference
+    ``difference`` at spread ``sd`` with probability ``power``: the smallest n >= 2 with
+    (t_{1-α/2, n-1} + t_{power, n-1}) · sd / √n <= |difference| (Chow, Shao and Wang 2008, Sec. 3.1.2);
+    ``n_max`` + 1 for a difference of 0 or one that ``n_max`` seeds do not detect."""
+    from scipy import stats
+
+    if not sd > 0 or not 0 < power < 1:
+        raise ValueError(f"a seed plan needs sd > 0 and 0 < power < 1, got {sd}, {power}")
+    if difference == 0:
+        return n_max + 1
+    return _first_n(lambda df: stats.t.ppf(1 - alpha / 2, df) + stats.t.ppf(power, df), sd, abs(difference), n_max)
+
+
+def sd_upper_bound(sd: float, n: int, confidence: float) -> float:
+    """The one-sided upper ``confidence`` bound of a standard deviation estimated as ``sd`` from
+    ``n`` values (n - 1 degrees of freedom), for normal values:
+
+        σ_U = sd · √((n - 1) / χ²_{1-confidence, n-1})
+
+    (χ² the lower quantile; Browne, "On the use of a pilot sample for sample size determination",
+    Statistics in Medicine 14(17), 1995: planning on σ_U instead of sd keeps the planned power with
+    probability ``confidence`` over the pilot's own error). From 3 pilot values (2 degrees of
+    freedom) at 80 %: sd × 2.11."""
+    from scipy import stats
+
+    if n < 2:
+        raise ValueError(f"an upper bound of a spread needs at least 2 values, got {n}")
+    return sd * math.sqrt((n - 1) / stats.chi2(n - 1).ppf(1 - confidence))
+
+
+def equivalence_power(sd: float, n: int, margin: float, alpha: float = 1 - CONFIDENCE,
+                      true_difference: float = 0.0) -> float:
+    """The probability that the TOST of ``n`` paired seeds at spread ``sd`` shows equivalence within
+    ± ``margin`` when the true difference is ``true_difference``:
+
+        power ≈ F_{n-1}((m - δ) √n / sd - t_{1-α, n-1}) + F_{n-1}((m + δ) √n / sd - t_{1-α, n-1}) - 1
+
+    (F the Student-t distribution function; Chow, Shao and Wang 2008, Sec. 3.1.3, the approximation
+    their sample size inverts), floored at 0; nan for n < 2."""
+    from scipy import stats
+
+    if n < 2 or not sd > 0:
+        return math.nan
+    t = stats.t(n - 1)
+    q = t.ppf(1 - alpha)
+    se = sd / math.sqrt(n)
+    return max(0.0, float(t.cdf((margin - true_difference) / se - q) + t.cdf((margin + true_difference) / se - q) - 1))
+
+
+def permutation_min_seeds(alpha: float) -> int:
+    """The fewest seeds whose exact two-sided sign-flip test can reach p < ``alpha`` at all: its
+    smallest p is 2 / 2ⁿ (``bench.lib.study.exact``), so n > log2(2 / α)."""
+    return max(2, math.floor(math.log2(2 / alpha)) + 1)
 
 
 def minimum_detectable_difference(sd: float, n: int, alpha: float = 1 - CONFIDENCE,
