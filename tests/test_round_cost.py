@@ -51,7 +51,7 @@ def test_steady_state_step_equals_a_captured_step_after_a_warm_up():
     trainer = client_trainer(model, model.state_dict(), hp, method)
     x, y = torch.zeros(6, 3, 16, 16, device="meta"), torch.zeros(6, dtype=torch.long, device="meta")
     trainer.step(x, y)
-    warm = capture(trainer.step, x, y, model=model).trace
+    warm = capture(trainer.step, x, y, model=model, held=trainer.held()).trace  # what the step holds (w_t), as local_step_trace holds it
     steady = local_step_trace(lambda: _build(False), method, hp, batch_size=6, input_shape=(3, 16, 16))
     key = lambda t: [(o.aten, o.phase, o.layer, o.work) for o in t.ops]  # noqa: E731
     assert key(warm) == key(steady)
