@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.lib.grid.runners import grid_runner
-from bench.lib.study.runner import files_read, labels_of, write_run
+from bench.lib.study.runner import files_read, incomplete_run, labels_of, write_run
 from workloads.fl.methods import parse_method
 
 
@@ -29,7 +29,7 @@ def opposite_accuracy(lr: float, seed: int, t: int, rounds: int) -> tuple[float,
             0.1 + (0.8 - lr + 0.001 * seed) * ramp)
 
 
-@grid_runner("tests.study_opposite", reads=files_read)  # reads what a study run reads
+@grid_runner("tests.study_opposite", reads=files_read, complete=incomplete_run)  # as a study run
 def opposite(point: dict, out_dir: Path) -> dict:
     return write_run(out_dir, opposite_curve(point), {"machine": {"host": "stand-in", "cpu": "none"}, "wall_s": 0.0,
                                                       **SAMPLES})

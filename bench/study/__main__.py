@@ -143,16 +143,15 @@ def main(argv: list[str] | None = None) -> int:
     commit = git_commit()  # before this command writes anything (its lock, under --out): the code's state
     with outputs.claim(out):
         started = time.time()
+        if args.reprice:
+            return reprice(study, out, argv, commit, say, started)
         out.mkdir(parents=True, exist_ok=True)
         outputs.Manifest(phases.COMMAND, phases.folder_hash(study), FORMAT_VERSION, "running", (),
                          (phases.GRID_FOLDER,)).write(out)
         with cli.run_failure():
             run = phases.run_study(study, out, backend=args.backend, workers=args.workers, address=args.address,
                                    resources=resources, retry_failed=args.retry_failed, progress=say, commit=commit,
-                                   execute=not (args.report_only or args.reprice))
-            if args.reprice:
-                say(reprice_study(run, out, commit, say).line())
-                run = phases.run_study(study, out, commit=commit, execute=False)  # the runs as re-priced
+                                   execute=not args.report_only)
             files = report.write_report(out, study, run, command=shlex.join(["python", "-m", "bench.study", *argv]),
                                         started_unix_s=started, commit=commit)
         missing = incomplete(run)
@@ -162,6 +161,50 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"error: study {study.name} ({study.source}) is not complete: {missing}; rerun the same command to "
               "resume (--retry-failed runs the failed runs again)", file=sys.stderr)
+    return 1 if missing else 0
+
+
+def reprice(study, out: Path, argv: list[str], commit: str, say, started: float) -> int:
+    """``--reprice`` (module doc; ``bench.study.reprice``), all or nothing: every finished run priced
+    again in memory first, the study refused (exit 2, nothing written) when a run whose files changed
+    cannot be (a fleet's) or when the study is not complete; then the runs' files replaced, the
+    manifest ``running`` (its files listed) until the report is rebuilt. Interrupted while pricing:
+    the folder as it was; interrupted after the runs were replaced: ``--report-only`` rebuilds the
+    report from them, without pricing them again."""
+    run = phases.run_study(study, out, commit=commit, execute=False, accept_changed=True)
+    missing = incomplete(run)
+    if missing:
+        raise cli.UsageError(f"--reprice: study {study.name} in {out} is not complete ({missing}); finish it first "
+                             f"(rerun python -m bench.study {study.source} --out {out} without --reprice: its finished "
+                             "runs are kept), then re-price")
+    try:
+        with cli.bad_input():
+            staged = reprice_study(run, out, commit, say)
+    except KeyboardInterrupt as err:
+        print(f"interrupted while pricing: nothing in {out} was changed; run the same command again to re-price it",
+              file=sys.stderr)
+        return cli.EXIT_TERMINATED if isinstance(err, cli.Terminated) else cli.EXIT_INTERRUPTED
+    say(staged.line())
+    before = outputs.Manifest.read(out)
+    manifest = lambda state, files: outputs.Manifest(phases.COMMAND, phases.folder_hash(study),  # noqa: E731
+                                                     FORMAT_VERSION, state, tuple(files), (phases.GRID_FOLDER,))
+    manifest("running", before.files if before else ()).write(out)
+    staged.write()
+    try:
+        with cli.run_failure():
+            run = phases.run_study(study, out, commit=commit, execute=False)  # the runs as re-priced
+            files = report.write_report(out, study, run, command=shlex.join(["python", "-m", "bench.study", *argv]),
+                                        started_unix_s=started, commit=commit)
+    except KeyboardInterrupt as err:
+        print(f"interrupted after the re-priced runs were written, before the report was: python -m bench.study "
+              f"{study.source} --out {out} --report-only rebuilds it from them (no pricing)", file=sys.stderr)
+        return cli.EXIT_TERMINATED if isinstance(err, cli.Terminated) else cli.EXIT_INTERRUPTED
+    missing = incomplete(run)
+    manifest("running" if missing else "complete", files).write(out)
+    print(report.headline(out))
+    if missing:  # not expected: every run read as done before was re-priced or left as it was
+        print(f"error: study {study.name} ({study.source}) is not complete after re-pricing: {missing}",
+              file=sys.stderr)
     return 1 if missing else 0
 
 
