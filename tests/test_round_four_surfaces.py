@@ -350,7 +350,7 @@ def test_fast_and_its_steps_over_other_rounds_are_two_settings(tmp_path):
 def test_bench_fl_methods_naming_one_method_twice_by_its_path_is_refused(tmp_path, capsys, methods, both):
     from bench.fl.__main__ import main
 
-    assert main(["--preset", "smoke", "--methods", *methods, "--out", str(tmp_path / "o")]) == 2
+    assert main(["--preset", "smoke", "--model", "convnet", "--methods", *methods, "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"--methods: {both} are given twice" in err, err
     assert not (tmp_path / "o").exists()
@@ -379,7 +379,7 @@ def test_one_method_under_two_spellings_is_refused_in_every_list_of_methods(tmp_
     elif where == "a preset's [run] methods":
         from bench.fl.__main__ import main
 
-        (tmp_path / "p.toml").write_text(f'[run]\ndataset = "digits"\nmethods = ["fedprox", "{path}"]\n')
+        (tmp_path / "p.toml").write_text(f'[run]\ndataset = "digits"\nmodel = "convnet"\nmethods = ["fedprox", "{path}"]\n')
         assert main(["--preset", "p.toml", "--out", "out"]) == 2
     else:
         from bench.run.__main__ import main
@@ -398,7 +398,7 @@ def test_one_method_under_two_spellings_is_refused_in_every_list_of_methods(tmp_
 def test_a_run_format_beside_a_fleet_that_sets_every_format_is_refused(tmp_path, capsys, flags, given):
     from bench.fl.__main__ import main
 
-    assert main(["--preset", "smoke", "--rounds", "2", "--fleet", "mixed-formats", *flags, "--out",
+    assert main(["--preset", "smoke", "--model", "convnet", "--rounds", "2", "--fleet", "mixed-formats", *flags, "--out",
                  str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
@@ -412,7 +412,8 @@ def test_a_presets_format_beside_a_fleet_that_sets_every_format_names_the_preset
 
     preset = tmp_path / "p.toml"
     preset.write_text((ROOT / "configs" / "presets" / "smoke.toml").read_text() + '\n[execution]\nnumber_format = "bf16"\n')
-    assert main(["--preset", str(preset), "--fleet", "mixed-formats", "--out", str(tmp_path / "o")]) == 2
+    assert main(["--preset", str(preset), "--model", "convnet", "--fleet", "mixed-formats", "--out",
+                 str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: the preset's [execution] number_format bf16: every class of fleet"), err
     # FP32, the default, beside the same fleet: every client in its class's format, as always
