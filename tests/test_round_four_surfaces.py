@@ -519,3 +519,55 @@ def test_a_presets_moon_table_leaves_other_methods_hparams_as_they_were(tmp_path
     a = resolve(RunSpec(preset=str(plain), methods=("fedavg",))).hparams["fedavg"]
     b = resolve(RunSpec(preset=str(with_moon), methods=("fedavg", "moon"))).hparams["fedavg"]
     assert a.as_dict() == b.as_dict() and "moon_mu" not in a.as_dict()
+
+
+CURVE_HEAD = "method,round,stage,lr,mean_loss,accuracy,val_accuracy,cum_wall_s,cum_device_s,cum_energy_j,cum_bytes\n"
+
+
+@pytest.mark.parametrize("body, why", [  # found by the fuzz beside item 12: a finished run's curve edited after it
+    ("fedavg,1,train,0.05,2.3,0.5,0.4,1,1,1,10\nfedavg,2,train,0.05,2.0,0.6,0.5,2,2,2,20\n", ""),  # whole
+    ("fedavg,1,train,0.05,2.3,0.5,0.4,1,1,1,10\nfedavg,2,train,0.05,2.0,nan,0.5,2,2,2,20\n",
+     "curve.csv has accuracy = nan in fedavg's round 2"),
+    ("fedavg,1,train,0.05,2.3,0.5,0.4,1,1,1,10\nfedavg,2,train,0.05,2.0,0.6,60.0,2,2,2,20\n",  # a percentage
+     "curve.csv has val_accuracy = 60.0 in fedavg's round 2"),
+    ("fedavg,1,train,0.05,2.3,0.5,0.4,1,1,1,10\nfedavg,2,train,0.05,2.0,0.6,0.5,2,2,2,20\n"
+     "fedavg,3,train,0.05,2.0,0.6,0.5,3,3,3,30\n", "curve.csv has fedavg's training rounds 1..3, not 1..2"),
+    ("fedavg,1,train,0.05,2.3,0.5,0.4,1,1,1,10\nfedavg,2,train,0.05,2.0,0.6,0.5,2,2\n",  # a row cut mid-line
+     "TypeError"),
+    ("fedavg,1,train,0.05,2.3,0.5,0.4,1,1,1,10\nfedavg,2,train,0.05,2.0,0.6,0.5,2,2,2,20\nfedavg,2,tr",
+     "TypeError"),  # a third line cut in its stage: its cells missing
+])
+def test_a_finished_runs_curve_that_no_run_writes_is_incomplete(tmp_path, body, why):
+    from bench.lib.study.runner import incomplete_run
+
+    (tmp_path / "curve.csv").write_text(CURVE_HEAD + body)
+    (tmp_path / "run.json").write_text("{}")
+    found = incomplete_run({"method": "fedavg", "fl": {"rounds": 2}}, tmp_path)
+    assert (found == "") if not why else why in found, found
+
+
+@pytest.mark.slow
+def test_reprice_interrupted_while_the_runs_are_replaced_replaces_them_all_first(study, monkeypatch, capsys):
+    """Ctrl-C while the re-priced runs' files are written (found by the fuzz): held until the last
+    run is in place, then the command stops with the advice that fits (--report-only), never with
+    some runs re-priced and others not."""
+    import signal
+
+    from bench.lib.study.runner import PRICED_KEY, Repriced
+
+    faster_clock(study)
+    real = Repriced.write
+    calls = []
+
+    def interrupted(self):
+        calls.append(self.run_id)
+        if len(calls) == 1:
+            signal.raise_signal(signal.SIGINT)  # as a terminal's Ctrl-C, while the first run is written
+        real(self)
+
+    monkeypatch.setattr(Repriced, "write", interrupted)
+    assert study_cli.main(["s.toml", "--out", "out", "--reprice"]) == 130
+    assert "--report-only rebuilds it from them (no pricing)" in capsys.readouterr().err
+    runs = list((study / "out" / "grid" / "runs").glob("*/run.json"))
+    assert len(calls) == len(runs) == 2
+    assert all(PRICED_KEY in json.loads(r.read_text()) for r in runs)  # both re-priced, none left behind

@@ -189,8 +189,8 @@ def reprice(study, out: Path, argv: list[str], commit: str, say, started: float)
     manifest = lambda state, files: outputs.Manifest(phases.COMMAND, phases.folder_hash(study),  # noqa: E731
                                                      FORMAT_VERSION, state, tuple(files), (phases.GRID_FOLDER,))
     manifest("running", before.files if before else ()).write(out)
-    staged.write()
     try:
+        staged.write()  # every run's files, Ctrl-C held until the last: then it stops us here
         with cli.run_failure():
             run = phases.run_study(study, out, commit=commit, execute=False)  # the runs as re-priced
             files = report.write_report(out, study, run, command=shlex.join(["python", "-m", "bench.study", *argv]),

@@ -372,6 +372,18 @@ def read_curve(path: Path) -> tuple[dict, ...]:
     return tuple(typed)
 
 
+def out_of_range(curve: Sequence[Mapping[str, Any]]) -> str:
+    """The first accuracy of ``curve`` (``read_curve``'s rows) that no run writes ("" when none): one
+    outside [0, 1] or not a number (a run writes a fraction of its samples, or nothing where it did
+    not evaluate): a file edited or damaged after the run finished, read as not whole."""
+    for row in curve:
+        for column in ("accuracy", "val_accuracy"):
+            value = row.get(column)
+            if value is not None and not 0.0 <= value <= 1.0:  # NaN fails both comparisons
+                return f"curve.csv has {column} = {value!r} in {row['method']}'s round {row['round']}"
+    return ""
+
+
 def incomplete_run(point: Mapping[str, Any], folder: Path) -> str:
     """The grid's ``complete`` check of a finished study run (``bench.lib.grid.runners``): why
     ``folder`` does not hold the whole run of ``point`` ("" when it does): ``run.json`` readable,
@@ -379,7 +391,8 @@ def incomplete_run(point: Mapping[str, Any], folder: Path) -> str:
     folder = Path(folder)
     try:
         json.loads((folder / RUN_JSON).read_text(encoding="utf-8"))
-        return missing_rounds(point, read_curve(folder / CURVE_CSV))
+        curve = read_curve(folder / CURVE_CSV)
+        return missing_rounds(point, curve) or out_of_range(curve)
     except (OSError, ValueError, KeyError, TypeError) as err:
         return f"{type(err).__name__}: {str(err)[:80]}"
 
