@@ -571,3 +571,14 @@ def test_reprice_interrupted_while_the_runs_are_replaced_replaces_them_all_first
     runs = list((study / "out" / "grid" / "runs").glob("*/run.json"))
     assert len(calls) == len(runs) == 2
     assert all(PRICED_KEY in json.loads(r.read_text()) for r in runs)  # both re-priced, none left behind
+
+
+def test_a_study_base_named_by_its_class_path_is_refused_naming_the_methods_spelling(tmp_path, capsys):
+    """Found by the fuzz beside item 11: base = the path of FedAvg's class beside methods = ["fedavg"]
+    said "is not one of the methods", as if it were another method."""
+    (tmp_path / "s.toml").write_text(STUDY.replace('hw = "hw.toml"\n', "").replace(
+        'base = "fedavg"', 'base = "workloads.fl.methods.base:FedAvg"'))
+    assert study_cli.main([str(tmp_path / "s.toml"), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("base = 'workloads.fl.methods.base:FedAvg' is the method 'fedavg' of methods under another "
+                        "spelling; write base = 'fedavg'"), err

@@ -115,7 +115,11 @@ def load_preset(preset: str) -> Preset:
     common = doc.get("hparams", {})
     every = Hparams().names()  # the local training's and the methods' every run declares
     method_knobs = {k.name: k for m in (*ALGORITHMS, *CALIBRATIONS, *methods) for k in part_knobs(m)}
-    checks.unknown_keys(common, tuple(dict.fromkeys((*every, *method_knobs))), where=f"{path} [hparams]")
+    try:
+        checks.unknown_keys(common, tuple(dict.fromkeys((*every, *method_knobs))), where=f"{path} [hparams]")
+    except ValueError as err:  # a knob of a method of yours that [run] methods does not list: its own table
+        raise ValueError(f"{err} (a knob of a method of yours not in [run] methods: set it in "
+                         '[methods."package.module:Class"], used when that method trains)') from None
     knob_values = {k: v for k, v in common.items() if k not in every}
     for name, value in knob_values.items():  # checked now, not mid-run; used by the methods that own them
         try:

@@ -66,7 +66,7 @@ from iokit.toml import read_toml
 from workloads.fl.data import DATASETS
 from workloads.fl.execution import resolve_device
 from workloads.fl.hparams import FLConfig, Hparams
-from workloads.fl.methods import MethodConfig, check_file_spelling, distinct_methods, parse_method
+from workloads.fl.methods import MethodConfig, check_file_spelling, distinct_methods, method_identity, parse_method
 from workloads.fl.presets import Preset, accuracy_targets_pct, load_preset
 from workloads.numerics import NumberFormat
 from workloads.numerics.schedule import canonical, format_at, is_schedule, steps_of
@@ -332,6 +332,10 @@ def _parse_study(doc: Mapping[str, Any], source: str) -> Study:
     methods = [_method(m, key=f"{where}: methods").name for m in given]
     distinct_methods(given, name=f"{where}: methods", error=StudyError)  # one method under two spellings
     base = _method(doc["base"], key=f"{where}: base").name
+    same = [m for g, m in zip(given, methods) if method_identity(g) == method_identity(doc["base"]) and m != base]
+    if same:  # one method under two spellings (a class's path, a calibration alone): the methods' spelling
+        raise StudyError(f"{where}: base = {doc['base']!r} is the method {same[0]!r} of methods under another "
+                         f"spelling; write base = {same[0]!r}")
     if base not in methods:
         raise StudyError(f"{where}: base = {doc['base']!r} is not one of the methods {methods}; name the method the "
                          "others are compared with")
