@@ -16,8 +16,10 @@ by side, on the study's device, a GPU too (each in its own process: docs/study.m
 on one GPU"); on Ray, ``--resources-per-run cpus=1,gpus=0.25`` gives each run a quarter of a GPU.
 ``--report-only``: train
 nothing, rebuild the report from the runs in ``--out`` (a run not there is reported missing).
-``--reprice``: train nothing, price every finished run in ``--out`` again with today's code (its
-cost columns only: ``bench.study.reprice``), then rebuild the report as ``--report-only`` does.
+``--reprice``: train nothing, price every finished run in ``--out`` again with today's code and
+today's hardware and system files (its cost columns only: ``bench.study.reprice``), all or nothing,
+then rebuild the report as ``--report-only`` does; a study that is not complete, or a fleet's run
+whose files changed, is refused before anything is written.
 Bad input: one line, exit 2, nothing written. Exit 1 when an evaluation run failed.
 """
 
@@ -50,7 +52,8 @@ def parser() -> cli.Parser:
     p.add_argument("--report-only", action="store_true", help="train nothing: rebuild the report from the runs "
                    "already in --out")
     p.add_argument("--reprice", action="store_true", help="train nothing: price the finished runs in --out again "
-                   "with today's code (their cost columns; accuracies kept byte for byte), then rebuild the report")
+                   "with today's code and hardware and system files (their cost columns; accuracies kept byte for "
+                   "byte), then rebuild the report")
     return p
 
 
