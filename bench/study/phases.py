@@ -12,7 +12,6 @@ whose settings coincide in both phases (a tuning seed that is also an evaluation
 
 from __future__ import annotations
 
-import csv
 import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
