@@ -30,7 +30,7 @@ from workloads.fl.execution import preset_options
 from workloads.fl.hparams import FLConfig, Hparams, hparams_from_table, override
 from workloads.fl.knob import Knob
 from workloads.fl.methods import (ALGORITHMS, CALIBRATIONS, NAME_PARTS, MethodConfig, check_file_spelling,
-                                  distinct_methods, parse_method)
+                                  built_in_name, distinct_methods, method_identity, parse_method)
 
 PRESET_DIR = Path(__file__).resolve().parents[2] / "configs" / "presets"
 TABLES = ("run", "hparams", "methods", "execution", "targets")
@@ -183,8 +183,8 @@ def check_override_name(name: str, *, where: str) -> None:
         raise ValueError(f"{where}: {name!r} is not a method" + (f" (did you mean {hint!r}?)" if hint else "")
                          + f"; name an algorithm, spherefed, a calibration or a full method ({', '.join(NAME_PARTS)})"
                          ) from None
-    if parse_method(name).name != name:
-        raise ValueError(f"{where}: write the method as {parse_method(name).name!r} (its canonical name), "
+    if parse_method(name).name != name or method_identity(name) != name:
+        raise ValueError(f"{where}: write the method as {method_identity(name)!r} (its canonical name), "
                          f"so that it matches the run's method")
 
 
@@ -192,13 +192,15 @@ def method_hparams(method: MethodConfig, hp: Hparams, overrides: Mapping[str, Ma
                    knob_values: Mapping[str, Any] | None = None) -> Hparams:
     """``hp`` with ``method``'s own knobs (a method of yours, or one not every run declares: their
     defaults, then ``knob_values``' values of them: a preset's ``[hparams]``) and ``overrides``'
-    tables for ``method`` applied: base algorithm, ``spherefed``, calibration, full name."""
+    tables for ``method`` applied: base algorithm, ``spherefed``, calibration, full name, each by
+    its built-in name where a part is a built-in's class named by its path (``built_in_name``: the
+    same method, the same tables)."""
     hp = hp.with_knobs(method.knobs)
     own = {k.name for k in method.knobs}
     hp = hp.replace(**{k: v for k, v in (knob_values or {}).items() if k in own})
-    keys = [method.algorithm] + (["spherefed"] if method.spherefed else [])
-    keys += [method.calibration] if method.calibration else []
-    keys.append(method.name)
+    keys = [built_in_name(method.algorithm)] + (["spherefed"] if method.spherefed else [])
+    keys += [built_in_name(method.calibration)] if method.calibration else []
+    keys.append(method_identity(method.name))
     for key in dict.fromkeys(keys):
         if key in overrides:
             hp = override(hp, overrides[key], where=f"[methods.{key}]")
