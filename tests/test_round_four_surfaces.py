@@ -607,3 +607,16 @@ def test_a_presets_table_named_by_a_built_in_class_path_is_refused_with_its_name
     err = capsys.readouterr().err.strip()
     assert err.endswith("[methods.workloads.fl.methods.moon:MOON]: write the method as 'moon' (its canonical name), "
                         "so that it matches the run's method"), err
+
+
+def test_a_design_space_naming_fedavg_twice_by_its_class_path_is_refused(tmp_path, capsys):
+    """Found by the fuzz beside item 11: bench.dse priced FedAvg twice, under two labels."""
+    from bench.dse.__main__ import main
+
+    space = tmp_path / "space.toml"
+    space.write_text('[dse]\nmodels = ["convnet"]\nmethods = ["fedavg", "workloads.fl.methods.base:FedAvg"]\n'
+                     'batch_size = 4\n[space.axes]\nrows = [8, 16]\n')
+    assert main([str(space), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "[dse] methods: 'fedavg' and 'workloads.fl.methods.base:FedAvg' are given twice (both are fedavg)" in err
+    assert not (tmp_path / "o").exists()
