@@ -620,3 +620,25 @@ def test_a_design_space_naming_fedavg_twice_by_its_class_path_is_refused(tmp_pat
     err = capsys.readouterr().err.strip()
     assert "[dse] methods: 'fedavg' and 'workloads.fl.methods.base:FedAvg' are given twice (both are fedavg)" in err
     assert not (tmp_path / "o").exists()
+
+
+def test_report_only_interrupted_while_writing_keeps_the_reports_files_listed(tmp_path, monkeypatch, capsys):
+    """Found by the fuzz beside item 10: --report-only (and a resume) wrote the manifest `running` with
+    no files before rebuilding the report, so an interrupt there left a finished study's folder
+    listing nothing (bench.dse --study refuses it); its files stay listed until the report is rebuilt."""
+    from bench.study import report
+
+    monkeypatch.chdir(tmp_path)
+    stand_in(monkeypatch)
+    (tmp_path / "s.toml").write_text(STUDY.replace('hw = "hw.toml"\n', ""))
+    assert study_cli.main(["s.toml", "--out", "out"]) == 0
+    files = json.loads((tmp_path / "out" / "manifest.json").read_text())["files"]
+    assert "table.md" in files
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(report, "write_report", interrupted)
+    assert study_cli.main(["s.toml", "--out", "out", "--report-only"]) == 130
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["state"] == "running" and manifest["files"] == files

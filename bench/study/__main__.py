@@ -148,9 +148,10 @@ def main(argv: list[str] | None = None) -> int:
         started = time.time()
         if args.reprice:
             return reprice(study, out, argv, commit, say, started)
+        before = outputs.Manifest.read(out)  # its report's files stay listed until the report is rebuilt
         out.mkdir(parents=True, exist_ok=True)
-        outputs.Manifest(phases.COMMAND, phases.folder_hash(study), FORMAT_VERSION, "running", (),
-                         (phases.GRID_FOLDER,)).write(out)
+        outputs.Manifest(phases.COMMAND, phases.folder_hash(study), FORMAT_VERSION, "running",
+                         before.files if before else (), (phases.GRID_FOLDER,)).write(out)
         with cli.run_failure():
             run = phases.run_study(study, out, backend=args.backend, workers=args.workers, address=args.address,
                                    resources=resources, retry_failed=args.retry_failed, progress=say, commit=commit,
