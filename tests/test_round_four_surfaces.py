@@ -62,10 +62,12 @@ def rows(path: Path) -> list[dict[str, str]]:
 
 @pytest.fixture(scope="module")
 def trained_study(tmp_path_factory) -> Path:
-    """The study above trained by the real runner, its hardware file a copy of the paper's."""
+    """The study above trained by the real runner, its hardware and system files copies of the shipped
+    defaults."""
     root = tmp_path_factory.mktemp("study")
-    (root / "s.toml").write_text(STUDY)
+    (root / "s.toml").write_text(STUDY.replace('hw = "hw.toml"\n', 'hw = "hw.toml"\nsystem = "sys.toml"\n'))
     shutil.copy(ROOT / "configs" / "hw" / "paper_default.toml", root / "hw.toml")
+    shutil.copy(ROOT / "configs" / "system" / "default.toml", root / "sys.toml")
     import os
 
     cwd = os.getcwd()
@@ -141,6 +143,23 @@ def test_reprice_after_the_hw_file_changed_and_back_gives_the_trained_prices(stu
     (study / "hw.toml").write_text(original)
     assert study_cli.main(["s.toml", "--out", "out", "--reprice"]) == 0
     assert (study / "out" / "curves.csv").read_bytes() == trained
+
+
+@pytest.mark.slow
+def test_reprice_after_the_system_files_uplink_halved_prices_the_new_links(study, capsys):
+    """Found by the fuzz beside item 9: the system file is the other file a run without a fleet reads
+    only to be priced; halving every client's uplink lengthens the modeled rounds and leaves the
+    device time, energy, bytes and accuracies as they were."""
+    before = rows(study / "out" / "curves.csv")
+    system = study / "sys.toml"
+    text = system.read_text()
+    assert "uplink_bytes_per_s = 0.625e6" in text
+    system.write_text(text.replace("uplink_bytes_per_s = 0.625e6", "uplink_bytes_per_s = 0.3125e6"))
+    assert study_cli.main(["s.toml", "--out", "out", "--reprice"]) == 0, capsys.readouterr().err
+    after = rows(study / "out" / "curves.csv")
+    for b, a in zip(before, after):
+        assert float(a["cum_wall_s"]) > float(b["cum_wall_s"])  # the upload takes twice as long
+        assert [a[c] for c in a if c != "cum_wall_s"] == [b[c] for c in b if c != "cum_wall_s"]
 
 
 def fleet_study(folder: Path) -> None:
