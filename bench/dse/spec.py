@@ -35,7 +35,7 @@ from accel_sim.resources import FpgaDevice, ResourceModelError, load_device
 from accel_sim.space import DEFAULT_MAX_POINTS, Space, SpaceError, space_from_dict
 from iokit import checks
 from iokit.toml import read_toml
-from workloads.fl.methods import is_calibration, parse_method
+from workloads.fl.methods import distinct_methods, is_calibration, parse_method
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DEVICE = ROOT / "configs" / "devices" / "xc7vx485t.toml"
@@ -106,6 +106,7 @@ def load_dse(path: str | Path, *, max_points: int = DEFAULT_MAX_POINTS, stream: 
             raise DseError(f"{where} [dse]: {key} must be a non-empty list of names, got {values!r}")
         checks.distinct(values, name=f"{where} [dse] {key}", error=DseError)
     methods = [check_method(m, f"{where} [dse] methods") for m in methods]
+    distinct_methods(methods, name=f"{where} [dse] methods", error=DseError)  # one method under two spellings
     batch = checks.integer_in(table.get("batch_size", 64), 1, checks.BATCH_SIZE_MAX, name="batch_size", error=DseError)
     classes = checks.integer_in(table.get("classes", 100), 2, checks.CLASSES_MAX, name="classes", error=DseError)
     image_size = table.get("image_size", 32)

@@ -13,6 +13,7 @@ from workloads.cost.rounds import RunPricer
 from workloads.cost.system import SystemModel
 from workloads.fl.execution import Execution
 from workloads.fl.presets import load_preset, with_changes
+from bench.lib.resolve import hparams_of
 from workloads.flower.app import FlowerRun
 from workloads.flower.fleet import FleetRun
 
@@ -27,7 +28,7 @@ def fleet_run(run: FlowerRun, fleet: Fleet) -> FleetRun:
     preset = with_changes(load_preset(run.preset), model=run.model, num_clients=run.num_clients, rounds=run.rounds,
                           seed=run.seed)
     methods = method_list(run.methods)
-    resolved = fl_run(preset, methods, {m.name: preset.hparams(m) for m in methods}, None, None, HardwareConfig(),
+    resolved = fl_run(preset, methods, hparams_of(preset, methods), None, None, HardwareConfig(),
                       SystemModel(), Execution(), fleet=fleet)
     inputs = load(resolved).inputs
     pricer = RunPricer(inputs.run_spec())

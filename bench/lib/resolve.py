@@ -6,6 +6,8 @@ work, written here and nowhere else.
 * ``check_data_dir``: the preset's dataset and ``--data-dir`` agree (an offline dataset takes no
   folder, a folder dataset needs one, and it is a folder);
 * ``check_classifier``: ``--classifier`` names the nn.Linear of a user model, never a paper model's;
+* ``hparams_of``: every method's hyper-parameters on the preset, a knob the preset's ``[hparams]``
+  sets for a method the run does not train refused;
 * ``load_spec``: the hardware file (as given: each command prices it in the run's number format), the
   system file, the fleet with the spec's round rule and the execution options, each checked.
 
@@ -25,6 +27,8 @@ from workloads.cost.fleet import Fleet, check_fleet_flags, run_fleet
 from workloads.cost.system import SystemModel, load_system_model
 from workloads.fl.data import PACKAGED_DATASETS
 from workloads.fl.execution import Execution
+from workloads.fl.hparams import Hparams
+from workloads.fl.methods import MethodConfig
 from workloads.fl.presets import Preset, load_preset, with_changes
 from workloads.models import MODELS
 
@@ -44,6 +48,14 @@ def preset_of(spec: RunSpec, **changes) -> Preset:
     rounds, hold-out and alpha where given, and ``changes`` (None: the preset's)."""
     return with_changes(load_preset(spec.preset), seed=spec.seed, rounds=spec.rounds,
                         holdout_fraction=spec.holdout, alpha=spec.alpha, **changes)
+
+
+def hparams_of(preset: Preset, methods: Sequence[MethodConfig]) -> dict[str, Hparams]:
+    """Every method's hyper-parameters on ``preset`` (``Preset.hparams``: its own knobs' values from
+    ``[hparams]`` and its ``[methods.<name>]`` tables), once a run's methods are final; ValueError
+    when ``[hparams]`` sets a knob of a method the run does not train (``Preset.check_knobs``)."""
+    preset.check_knobs(methods)
+    return {m.name: preset.hparams(m) for m in methods}
 
 
 def check_data_dir(dataset: str, data_dir: str | None, *, whose: str = "the preset's",
@@ -79,6 +91,10 @@ def load_spec(spec: RunSpec, preset: Preset) -> Loaded:
     hw = load_hardware_config(spec.hw_path) if spec.hw_path else HardwareConfig()
     system = load_system_model(spec.system_path)
     fleet = run_fleet(spec.fleet_path, deadline_s=spec.deadline_s, overcommit=spec.overcommit)
+    execution = spec.execution(preset)
     if fleet is not None:
         fleet.check_clients(preset.fl.num_clients, source=f"--fleet {spec.fleet_path}")
-    return Loaded(hw, system, spec.execution(preset), fleet)
+        key = "precision_schedule" if execution.precision_schedule else "number_format"
+        given = f"--{key.replace('_', '-')}" if getattr(spec, key) else f"the preset's [execution] {key}"
+        fleet.check_run_format(execution.number_format, execution.precision_schedule, given)
+    return Loaded(hw, system, execution, fleet)

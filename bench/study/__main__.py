@@ -16,8 +16,10 @@ by side, on the study's device, a GPU too (each in its own process: docs/study.m
 on one GPU"); on Ray, ``--resources-per-run cpus=1,gpus=0.25`` gives each run a quarter of a GPU.
 ``--report-only``: train
 nothing, rebuild the report from the runs in ``--out`` (a run not there is reported missing).
-``--reprice``: train nothing, price every finished run in ``--out`` again with today's code (its
-cost columns only: ``bench.study.reprice``), then rebuild the report as ``--report-only`` does.
+``--reprice``: train nothing, price every finished run in ``--out`` again with today's code and
+today's hardware and system files (its cost columns only: ``bench.study.reprice``), all or nothing,
+then rebuild the report as ``--report-only`` does; a study that is not complete, or a fleet's run
+whose files changed, is refused before anything is written.
 Bad input: one line, exit 2, nothing written. Exit 1 when an evaluation run failed.
 """
 
@@ -52,7 +54,8 @@ def parser() -> cli.Parser:
     p.add_argument("--report-only", action="store_true", help="train nothing: rebuild the report from the runs "
                    "already in --out")
     p.add_argument("--reprice", action="store_true", help="train nothing: price the finished runs in --out again "
-                   "with today's code (their cost columns; accuracies kept byte for byte), then rebuild the report")
+                   "with today's code and hardware and system files (their cost columns; accuracies kept byte for "
+                   "byte), then rebuild the report")
     return p
 
 
@@ -148,18 +151,18 @@ def main(argv: list[str] | None = None) -> int:
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     with outputs.claim(out):
         started = time.time()
+        if args.reprice:
+            return reprice(study, out, argv, commit, say, started)
+        before = outputs.Manifest.read(out)  # its report's files stay listed until the report is rebuilt
         out.mkdir(parents=True, exist_ok=True)
         if registered is not None and registration.read(out) is None:  # a study evaluated before plans were registered
             registration.write(out, registered)
-        outputs.Manifest(phases.COMMAND, phases.folder_hash(study), FORMAT_VERSION, "running", (),
-                         (phases.GRID_FOLDER,)).write(out)
+        outputs.Manifest(phases.COMMAND, phases.folder_hash(study), FORMAT_VERSION, "running",
+                         before.files if before else (), (phases.GRID_FOLDER,)).write(out)
         with cli.run_failure():
             run = phases.run_study(study, out, backend=args.backend, workers=args.workers, address=args.address,
                                    resources=resources, retry_failed=args.retry_failed, progress=say, commit=commit,
-                                   execute=not (args.report_only or args.reprice))
-            if args.reprice:
-                say(reprice_study(run, out, commit, say).line())
-                run = phases.run_study(study, out, commit=commit, execute=False)  # the runs as re-priced
+                                   execute=not args.report_only)
             files = report.write_report(out, study, run, command=shlex.join(["python", "-m", "bench.study", *argv]),
                                         started_unix_s=started, commit=commit)
         missing = incomplete(run)
@@ -201,6 +204,50 @@ def check_committed(out: Path, commit: str) -> None:
     if commit.endswith("-dirty") and reference in (out.resolve(), *out.resolve().parents):
         raise ValueError(f"--out {out}: a reference study trains only from committed code, and the working tree has "
                          f"changes ({commit}); commit them first (git commit), then run it")
+
+
+def reprice(study, out: Path, argv: list[str], commit: str, say, started: float) -> int:
+    """``--reprice`` (module doc; ``bench.study.reprice``), all or nothing: every finished run priced
+    again in memory first, the study refused (exit 2, nothing written) when a run whose files changed
+    cannot be (a fleet's) or when the study is not complete; then the runs' files replaced, the
+    manifest ``running`` (its files listed) until the report is rebuilt. Interrupted while pricing:
+    the folder as it was; interrupted after the runs were replaced: ``--report-only`` rebuilds the
+    report from them, without pricing them again."""
+    run = phases.run_study(study, out, commit=commit, execute=False, accept_changed=True)
+    missing = incomplete(run)
+    if missing:
+        raise cli.UsageError(f"--reprice: study {study.name} in {out} is not complete ({missing}); finish it first "
+                             f"(rerun python -m bench.study {study.source} --out {out} without --reprice: its finished "
+                             "runs are kept), then re-price")
+    try:
+        with cli.bad_input():
+            staged = reprice_study(run, out, commit, say)
+    except KeyboardInterrupt as err:
+        print(f"interrupted while pricing: nothing in {out} was changed; run the same command again to re-price it",
+              file=sys.stderr)
+        return cli.EXIT_TERMINATED if isinstance(err, cli.Terminated) else cli.EXIT_INTERRUPTED
+    say(staged.line())
+    before = outputs.Manifest.read(out)
+    manifest = lambda state, files: outputs.Manifest(phases.COMMAND, phases.folder_hash(study),  # noqa: E731
+                                                     FORMAT_VERSION, state, tuple(files), (phases.GRID_FOLDER,))
+    manifest("running", before.files if before else ()).write(out)
+    try:
+        staged.write()  # every run's files, Ctrl-C held until the last: then it stops us here
+        with cli.run_failure():
+            run = phases.run_study(study, out, commit=commit, execute=False)  # the runs as re-priced
+            files = report.write_report(out, study, run, command=shlex.join(["python", "-m", "bench.study", *argv]),
+                                        started_unix_s=started, commit=commit)
+    except KeyboardInterrupt as err:
+        print(f"interrupted after the re-priced runs were written, before the report was: python -m bench.study "
+              f"{study.source} --out {out} --report-only rebuilds it from them (no pricing)", file=sys.stderr)
+        return cli.EXIT_TERMINATED if isinstance(err, cli.Terminated) else cli.EXIT_INTERRUPTED
+    missing = incomplete(run)
+    manifest("running" if missing else "complete", files).write(out)
+    print(report.headline(out))
+    if missing:  # not expected: every run read as done before was re-priced or left as it was
+        print(f"error: study {study.name} ({study.source}) is not complete after re-pricing: {missing}",
+              file=sys.stderr)
+    return 1 if missing else 0
 
 
 def check_runs(study, planned: list[phases.Planned]) -> None:

@@ -12,15 +12,14 @@ whose settings coincide in both phases (a tuning seed that is also an evaluation
 
 from __future__ import annotations
 
-import csv
 import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from bench.lib.grid.engine import GridSpec, PointResult, Resources, of_files, run_grid, run_id
+from bench.lib.grid.engine import GridSpec, PointResult, Resources, of_files, read_record, run_grid, run_id
 from bench.lib.grid.runners import resolve_runner
-from bench.lib.study.runner import CURVE_CSV, RUN_JSON, make_point
+from bench.lib.study.runner import CURVE_CSV, RUN_JSON, make_point, read_curve
 from bench.lib.study import registration
 from bench.lib.study.power import SettingPlan, final_val_pct, plan_setting, with_power
 from bench.lib.study.spec import Setting, Study
@@ -67,6 +66,7 @@ class Outcome:
     end_unix_s: float | None = None
     git_commit: str = ""  # of the code that ran it ("" for a run recorded before runs recorded it)
     error: str = ""
+    changed: tuple[str, ...] = ()  # with accept_changed: the files it read whose content changed since
 
     def label_curve(self, label: str) -> list[dict]:
         return [row for row in self.curve if row["method"] == label]
@@ -192,27 +192,27 @@ def grid_spec(study: Study, planned: Sequence[Planned], runner: str = RUNNER) ->
     return _Points(f"study-{study.name}", runner, list(unique.values()))
 
 
-def read_curve(path: Path) -> tuple[dict, ...]:
-    """``curve.csv`` rows with numbers as numbers and empty cells as None."""
-    with open(path, newline="", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
-    typed = []
-    for row in rows:
-        typed.append({k: (v if k in ("method", "stage") else None if v == "" else
-                          int(v) if k == "round" else float(v)) for k, v in row.items()})
-    return tuple(typed)
-
-
-def outcome(grid_dir: Path, planned: Planned, runner: str = RUNNER) -> Outcome:
-    """What ``planned`` left in the grid folder: its curve and run record, its failure, or nothing."""
+def outcome(grid_dir: Path, planned: Planned, runner: str = RUNNER, accept_changed: bool = False) -> Outcome:
+    """What ``planned`` left in the grid folder: its curve and run record, its failure, or nothing. A
+    run whose files are not whole (the runner's ``complete`` check: a ``curve.csv`` cut before its
+    last round) is not done. ``accept_changed``: a finished run whose files (hardware, system,
+    fleet) changed since is read as done, its ``changed`` files named (``--reprice`` prices it
+    with today's); else it is another run's, and missing."""
     rid = run_id(runner, dict(planned.config))
-    files = resolve_runner(runner).files(planned.config)
+    registered = resolve_runner(runner)
+    files = registered.files(planned.config)
     record, stale = of_files(grid_dir / "runs" / rid / "point.json", files, quiet=True)
-    if stale:  # the run of this point read other content (iokit.identity): not this run
+    if stale and accept_changed:  # --reprice: the recorded run, to be priced with today's files
+        record = read_record(grid_dir / "runs" / rid / "point.json", quiet=True)
+    elif stale:  # the run of this point read other content (iokit.identity): not this run
         return Outcome(planned, rid, "missing", error=f"runs/{rid} read other content of {', '.join(stale)}; "
                                                       "rerun the study to run it with these files")
     if record is not None:
         folder = grid_dir / "runs" / rid
+        cut = registered.incomplete(planned.config, folder)
+        if cut:  # its files are not the whole run (cut or deleted since): not done, the engine runs it again
+            return Outcome(planned, rid, "missing", error=f"runs/{rid} is incomplete ({cut}); rerun the study "
+                                                          "to run it again")
         try:
             info = json.loads((folder / RUN_JSON).read_text(encoding="utf-8"))
             curve = read_curve(folder / CURVE_CSV)
@@ -223,7 +223,8 @@ def outcome(grid_dir: Path, planned: Planned, runner: str = RUNNER) -> Outcome:
         if diverged:  # a run that did not stop on it (recorded before runs did, a runner of yours): failed
             return Outcome(planned, rid, "failed", curve, info, error=diverged)
         return Outcome(planned, rid, "done", curve, info, record.get("elapsed_s"),
-                       record.get("start_unix_s"), record.get("end_unix_s"), record.get("git_commit", ""))
+                       record.get("start_unix_s"), record.get("end_unix_s"), record.get("git_commit", ""),
+                       changed=tuple(stale))
     failed = of_files(grid_dir / "failed" / f"{rid}.json", files, quiet=True)[0]
     if failed is not None:
         return Outcome(planned, rid, "failed", error=str(failed.get("error", "")))
@@ -326,11 +327,15 @@ Progress = Callable[[str], None]
 
 def run_study(study: Study, out: str | Path, *, backend: str = "local", workers: int = 1, address: str | None = None,
               resources: Resources = Resources(), retry_failed: bool = False, progress: Progress | None = None,
-              runner: str = RUNNER, commit: str | None = None, execute: bool = True) -> StudyRun:
+              runner: str = RUNNER, commit: str | None = None, execute: bool = True,
+              accept_changed: bool = False) -> StudyRun:
     """Both phases into ``out/grid`` (module doc); returns what they left there. ``resources``: each
     run's torch threads and, on Ray, its share of a GPU (``bench.lib.grid.engine``). ``commit``: the code's
     git commit for the runs' records (default: taken now, before the first phase writes anything).
-    ``execute`` False: run nothing, read what the folder holds (a run not there is "missing")."""
+    ``execute`` False: run nothing, read what the folder holds (a run not there is "missing");
+    with ``accept_changed`` too, a finished run whose files changed since is read as done
+    (``outcome``: what ``--reprice`` re-prices)."""
+    assert execute is False or not accept_changed, "accept_changed reads a folder; it runs nothing"
     grid_dir = Path(out) / GRID_FOLDER
     commit = git_commit() if commit is None else commit
     ex = execution(study)
@@ -348,7 +353,7 @@ def run_study(study: Study, out: str | Path, *, backend: str = "local", workers:
             run_grid(grid_spec(study, planned, runner), grid_dir, backend=backend, resources=resources,
                      retry_failed=retry_failed, address=address, progress=show, workers=workers,
                      commit=commit)
-        return tuple(outcome(grid_dir, p, runner) for p in planned)
+        return tuple(outcome(grid_dir, p, runner, accept_changed) for p in planned)
 
     tuned = run_phase(tuning_plan(study, ex), "tune")
     choices = choices_from(study, tuned)

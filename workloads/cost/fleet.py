@@ -174,6 +174,23 @@ class Fleet:
                            for c in self.classes}}
         return {**doc, "overridden": list(self.overridden)} if self.overridden else doc
 
+    @property
+    def sets_every_format(self) -> bool:
+        """Whether every class declares its number format: then no client computes in the run's own
+        (``client_formats``), and a run's format other than FP32 is a setting no client follows."""
+        return all(c.number_format for c in self.classes)
+
+    def check_run_format(self, number_format: str, precision_schedule: str | None, source: str) -> None:
+        """A run's arithmetic (``number_format``, or a ``precision_schedule``; ``source`` names where it
+        was given) that no client of this fleet would follow is refused (FleetError): results would record
+        a format nobody trained in. FP32, the default, is the run's format by default, not a choice."""
+        given = precision_schedule or (number_format if number_format != "fp32" else None)
+        if given and self.sets_every_format:
+            formats = ", ".join(f"{c.name} {c.number_format}" for c in self.classes)
+            raise FleetError(f"{source} {given}: every class of fleet {self.name!r} sets its own number format "
+                             f"({formats}), so no client would compute in {given}; leave it out (or leave a class's "
+                             "number_format out, for its clients to compute in the run's)")
+
     def check_clients(self, num_clients: int, source: str = "--fleet") -> None:
         """An explicit assignment must list every client of the run, no more."""
         if self.assignment and len(self.assignment) != num_clients:

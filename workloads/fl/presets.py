@@ -18,9 +18,9 @@ Every key and value is checked when the file is read, with one line naming the f
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -28,7 +28,9 @@ from iokit import checks
 from iokit.toml import read_toml
 from workloads.fl.execution import preset_options
 from workloads.fl.hparams import FLConfig, Hparams, hparams_from_table, override
-from workloads.fl.methods import NAME_PARTS, MethodConfig, check_file_spelling, parse_method
+from workloads.fl.knob import Knob
+from workloads.fl.methods import (ALGORITHMS, CALIBRATIONS, NAME_PARTS, MethodConfig, check_file_spelling,
+                                  built_in_name, distinct_methods, method_identity, parse_method)
 
 PRESET_DIR = Path(__file__).resolve().parents[2] / "configs" / "presets"
 TABLES = ("run", "hparams", "methods", "execution", "targets")
@@ -45,10 +47,27 @@ class Preset:
     overrides: Mapping[str, Mapping]  # [methods.<name>] tables
     execution: Mapping[str, bool]  # [execution]
     accuracy_targets_pct: tuple[float, ...] = ()  # [targets] accuracy_pct: declared before the run
+    knob_values: Mapping[str, Any] = field(default_factory=dict)  # [hparams] knobs of particular methods
+    source: str = ""  # the file, for messages
 
     def hparams(self, method: MethodConfig) -> Hparams:
-        """``method``'s hyper-parameters: the defaults with its override tables applied in order."""
-        return method_hparams(method, self.hp, self.overrides)
+        """``method``'s hyper-parameters: the defaults, the ``[hparams]`` values of its own knobs
+        (``knob_values``), then its override tables in order."""
+        return method_hparams(method, self.hp, self.overrides, self.knob_values)
+
+    def check_knobs(self, methods: Sequence[MethodConfig]) -> None:
+        """Every knob ``[hparams]`` sets for particular methods (``knob_values``: MOON's ``moon_mu``,
+        a method of yours' own) belongs to a method the run trains: else one line naming the preset,
+        the knob, its methods and the fix (ValueError); a value that no method of the run reads
+        would be recorded as if it were used."""
+        trained = {k.name for m in methods for k in m.knobs}
+        for name in self.knob_values:
+            if name not in trained:
+                owners = knob_owners(name) or ["a method of yours"]
+                raise ValueError(f"{self.source or self.name} [hparams]: {name} is a knob of {' and '.join(owners)}, "
+                                 f"which this run does not train (methods: {', '.join(m.name for m in methods)}); "
+                                 f"set it in [methods.{owners[0]}] (used when {owners[0]} trains) or train "
+                                 f"{owners[0]}")
 
     @property
     def note(self) -> str:
@@ -91,21 +110,50 @@ def load_preset(preset: str) -> Preset:
         except ValueError as err:
             raise ValueError(f"{path} [run]: methods: {err}") from None
         check_file_spelling(method, where=f"{path} [run] methods")
+    distinct_methods(methods, name=f"{path} [run] methods")
     cfg = checks.from_table(FLConfig, run, where=f"{path} [run]")
-    own_knobs = [k for m in methods for k in parse_method(m).knobs]  # a method of yours brings its knobs
-    hp = hparams_from_table(doc.get("hparams", {}), knobs=own_knobs, where=f"{path} [hparams]")
+    common = doc.get("hparams", {})
+    every = Hparams().names()  # the local training's and the methods' every run declares
+    method_knobs = {k.name: k for m in (*ALGORITHMS, *CALIBRATIONS, *methods) for k in part_knobs(m)}
+    try:
+        checks.unknown_keys(common, tuple(dict.fromkeys((*every, *method_knobs))), where=f"{path} [hparams]")
+    except ValueError as err:  # a knob of a method of yours that [run] methods does not list: its own table
+        raise ValueError(f"{err} (a knob of a method of yours not in [run] methods: set it in "
+                         '[methods."package.module:Class"], used when that method trains)') from None
+    knob_values = {k: v for k, v in common.items() if k not in every}
+    for name, value in knob_values.items():  # checked now, not mid-run; used by the methods that own them
+        try:
+            method_knobs[name].check(value)
+        except ValueError as err:
+            raise ValueError(f"{path} [hparams]: {err}") from None
+    hp = hparams_from_table({k: v for k, v in common.items() if k in every}, where=f"{path} [hparams]")
     overrides = doc.get("methods", {})
     for name, table in overrides.items():
         check_override_name(name, where=f"{path} [methods.{name}]")
         if not isinstance(table, dict):
             raise ValueError(f"{path}: methods.{name} must be a table ([methods.{name}]) of hyper-parameters")
-        knobs = () if name in NAME_PARTS else parse_method(name).knobs
-        override(hp.with_knobs(knobs), table, where=f"{path} [methods.{name}]")  # validate now, not mid-run
+        override(hp.with_knobs(part_knobs(name)), table, where=f"{path} [methods.{name}]")  # validate now, not mid-run
     execution = preset_options(doc.get("execution", {}), where=str(path))
     targets = doc.get("targets", {})
     checks.unknown_keys(targets, ("accuracy_pct",), where=f"{path} [targets]")
     return Preset(path.stem, cfg, tuple(methods), hp, overrides, execution,
-                  accuracy_targets_pct(targets.get("accuracy_pct", []), where=f"{path} [targets]"))
+                  accuracy_targets_pct(targets.get("accuracy_pct", []), where=f"{path} [targets]"), knob_values,
+                  str(path))
+
+
+def part_knobs(name: str) -> tuple[Knob, ...]:
+    """The knobs of what a ``[methods.<name>]`` table (or a ``[run]`` method) names: a built-in
+    algorithm's or calibration's own (MOON's ``moon_mu``, whether or not ``[run]`` lists it), none
+    for ``spherefed``, else the method's (a full name, a method of yours)."""
+    part = {**ALGORITHMS, **CALIBRATIONS}.get(name)
+    if part is not None:
+        return tuple(part.knobs)
+    return () if name in NAME_PARTS else parse_method(name).knobs
+
+
+def knob_owners(name: str) -> list[str]:
+    """The built-in methods whose knob ``name`` is."""
+    return [m for m, part in {**ALGORITHMS, **CALIBRATIONS}.items() if any(k.name == name for k in part.knobs)]
 
 
 def accuracy_targets_pct(value: object, *, where: str, error: type[Exception] = ValueError) -> tuple[float, ...]:
@@ -135,18 +183,24 @@ def check_override_name(name: str, *, where: str) -> None:
         raise ValueError(f"{where}: {name!r} is not a method" + (f" (did you mean {hint!r}?)" if hint else "")
                          + f"; name an algorithm, spherefed, a calibration or a full method ({', '.join(NAME_PARTS)})"
                          ) from None
-    if parse_method(name).name != name:
-        raise ValueError(f"{where}: write the method as {parse_method(name).name!r} (its canonical name), "
+    if parse_method(name).name != name or method_identity(name) != name:
+        raise ValueError(f"{where}: write the method as {method_identity(name)!r} (its canonical name), "
                          f"so that it matches the run's method")
 
 
-def method_hparams(method: MethodConfig, hp: Hparams, overrides: Mapping[str, Mapping]) -> Hparams:
-    """``hp`` with ``overrides``' tables for ``method`` applied: base algorithm, ``spherefed``,
-    calibration, full name; a method of yours starts from its own knobs' defaults."""
+def method_hparams(method: MethodConfig, hp: Hparams, overrides: Mapping[str, Mapping],
+                   knob_values: Mapping[str, Any] | None = None) -> Hparams:
+    """``hp`` with ``method``'s own knobs (a method of yours, or one not every run declares: their
+    defaults, then ``knob_values``' values of them: a preset's ``[hparams]``) and ``overrides``'
+    tables for ``method`` applied: base algorithm, ``spherefed``, calibration, full name, each by
+    its built-in name where a part is a built-in's class named by its path (``built_in_name``: the
+    same method, the same tables)."""
     hp = hp.with_knobs(method.knobs)
-    keys = [method.algorithm] + (["spherefed"] if method.spherefed else [])
-    keys += [method.calibration] if method.calibration else []
-    keys.append(method.name)
+    own = {k.name for k in method.knobs}
+    hp = hp.replace(**{k: v for k, v in (knob_values or {}).items() if k in own})
+    keys = [built_in_name(method.algorithm)] + (["spherefed"] if method.spherefed else [])
+    keys += [built_in_name(method.calibration)] if method.calibration else []
+    keys.append(method_identity(method.name))
     for key in dict.fromkeys(keys):
         if key in overrides:
             hp = override(hp, overrides[key], where=f"[methods.{key}]")

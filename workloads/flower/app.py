@@ -38,7 +38,7 @@ from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.local import client_trainer, prepare_model
 from workloads.fl.loop import batch_starts, cosine_lr, derived_seed, evaluate
 from workloads.fl.methods import MethodConfig, parse_method
-from workloads.fl.presets import client_data, load_data, load_preset, method_hparams
+from workloads.fl.presets import client_data, load_data, load_preset
 from workloads.model_spec import ModelSpec, build
 
 STRATEGIES = {"FedAvg": FedAvg}
@@ -84,9 +84,10 @@ def check_methods(names: tuple[str, ...]) -> None:
 @functools.cache
 def _setting(run: FlowerRun) -> tuple[FLConfig, dict[str, Hparams]]:
     preset = load_preset(run.preset)
-    cfg, hp, overrides = preset.fl, preset.hp, preset.overrides
-    cfg = replace(cfg, model=run.model, num_clients=run.num_clients, rounds=run.rounds, seed=run.seed)
-    return cfg, {name: method_hparams(parse_method(name), hp, overrides) for name in run.methods}
+    cfg = replace(preset.fl, model=run.model, num_clients=run.num_clients, rounds=run.rounds, seed=run.seed)
+    methods = [parse_method(name) for name in run.methods]
+    preset.check_knobs(methods)
+    return cfg, {name: preset.hparams(m) for name, m in zip(run.methods, methods)}
 
 
 @functools.cache

@@ -28,7 +28,7 @@ from typing import Any, Mapping, Sequence
 from accel_sim.hardware import HardwareConfig
 from accel_sim.mac_energy import hardware_in_format
 from bench.lib.fl.jobs import Job, JobResult, RunInputs, participation_plan, run_job
-from bench.lib.resolve import load_spec, preset_of
+from bench.lib.resolve import hparams_of, load_spec, preset_of
 from bench.lib.results import FL_RESULTS, FORMAT_NAME, FORMAT_VERSION
 from bench.lib.spec import RunSpec
 from iokit import checks
@@ -44,7 +44,7 @@ from workloads.fl.execution import Execution, kernel_environment
 from workloads.fl.hparams import Hparams
 from workloads.fl.local import prepare_model
 from workloads.fl.loop import duration_text, forecast, sample_clients
-from workloads.fl.methods import MethodConfig, parse_method
+from workloads.fl.methods import MethodConfig, distinct_methods, parse_method
 from workloads.fl.presets import Preset, client_data, load_data
 
 RESULTS_FILES = (FL_RESULTS, "accuracy.csv", "ledger.csv", "partition.csv", "rounds.csv")
@@ -105,7 +105,7 @@ def method_list(names: Sequence[str]) -> tuple[MethodConfig, ...]:
             raise ValueError(f"--methods {name!r}: give the methods separated by spaces "
                              f"(--methods {' '.join(n for n in name.split(',') if n)})")
         parsed.append(parse_method(name))
-    checks.distinct([m.name for m in parsed], name="--methods")
+    distinct_methods(names, name="--methods")  # one method under two spellings (fedavg+ccvr and ccvr, a path)
     return tuple(parsed)
 
 
@@ -122,8 +122,8 @@ def resolve(spec: RunSpec) -> FLRun:
         raise ValueError(f"--models {' '.join(spec.models)}: {COMMAND} trains one model; give --model NAME")
     preset = preset_of(spec, model=spec.models[0] if spec.models else None)
     chosen = method_list(spec.methods if spec.methods is not None else preset.methods)
-    jobs, sources = rates([Job(m.name, preset.hparams(m)) for m in chosen], preset.fl.model, preset.fl, preset,
-                          spec.lr_from)
+    jobs, sources = rates([Job(name, hp) for name, hp in hparams_of(preset, chosen).items()], preset.fl.model,
+                          preset.fl, preset, spec.lr_from)
     return assemble(spec, preset, chosen, {j.name: j.hp for j in jobs}, sources)
 
 

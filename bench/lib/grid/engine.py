@@ -223,8 +223,10 @@ def execute_point(runner_spec: str, config: dict[str, Any], out_root: str, cpus:
     rid = run_id(runner_spec, config)
     final = root / "runs" / rid
     failed = root / "failed" / f"{rid}.json"
-    files = resolve_runner(runner_spec).files(config)
-    if _finished(final, files):
+    runner_of = resolve_runner(runner_spec)
+    files = runner_of.files(config)
+    whole = lambda quiet: _finished(final, files, quiet=quiet) and not runner_of.incomplete(config, final)  # noqa: E731
+    if whole(False):
         return PointResult(rid, "skipped", config)
     earlier = of_files(failed, files)[0] if failed.is_file() else None
     if earlier is not None and not retry_failed:
@@ -234,11 +236,14 @@ def execute_point(runner_spec: str, config: dict[str, Any], out_root: str, cpus:
         return PointResult(rid, "busy", config)
     tmp = root / "runs" / f".tmp-{rid}-{uuid.uuid4().hex[:8]}"
     try:
-        if _finished(final, files, quiet=True):  # finished by another grid while we waited
+        if whole(True):  # finished by another grid while we waited
             return PointResult(rid, "skipped", config)
         stale = of_files(final / "point.json", files, quiet=True)[1]
         if stale:
             print(f"warning: runs/{rid} was run with other content of {', '.join(stale)}; running it again",
+                  file=sys.stderr, flush=True)
+        elif _finished(final, files, quiet=True):  # its record is there, its files are not whole
+            print(f"warning: runs/{rid} is incomplete ({runner_of.incomplete(config, final)}); running it again",
                   file=sys.stderr, flush=True)
         for leftover in (root / "runs").glob(f".tmp-{rid}-*"):
             shutil.rmtree(leftover, ignore_errors=True)  # from an interrupted attempt

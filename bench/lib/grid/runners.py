@@ -8,12 +8,14 @@ file names its runner by the name it was registered under::
     runner = "bench.study"            # one training run of an accuracy study (bench/lib/study/runner.py)
     runner = "mypackage.grids:mine"   # a function of yours, decorated with @grid_runner("...")
 
-Registering: decorate the function with ``@grid_runner(name, validate=..., reads=...)``;
+Registering: decorate the function with ``@grid_runner(name, validate=..., reads=..., complete=...)``;
 ``validate(point)`` (optional) checks a point without running it and raises ``ValueError`` naming
 what is wrong, so a grid refuses a typo in ``[fixed]`` before its first point runs; ``reads(point)``
 (optional) names the files the point reads, role -> path (None: not read): a finished run is that
 run only while those files hold the content it recorded (``iokit.identity``; the engine runs it
-again when one changed, and says which).
+again when one changed, and says which); ``complete(point, folder)`` (optional) says why a
+finished run's folder does not hold the whole run ("" when it does: a ``curve.csv`` cut before its
+last round, a file deleted since): such a run is not finished, and the engine runs it again.
 
 Trust: a grid file is as trusted as a Python script, since naming a module imports it (its
 top-level code runs). What is refused is what cannot have been meant: the standard library and
@@ -33,6 +35,7 @@ from iokit.identity import contents
 Runner = Callable[[Mapping[str, Any], Any], Mapping[str, float]]
 Validate = Callable[[Mapping[str, Any]], object]
 Reads = Callable[[Mapping[str, Any]], Mapping[str, Any]]
+Complete = Callable[[Mapping[str, Any], Any], str]
 
 BUILT_IN = {"bench.run": "bench.lib.run.study", "bench.study": "bench.lib.study.runner"}
 """The suite's runners: name -> the module that registers it (imported when the name is used)."""
@@ -49,18 +52,24 @@ class RegisteredRunner:
     run: Runner
     validate: Validate | None = None
     reads: Reads | None = None
+    complete: Complete | None = None
+
+    def incomplete(self, point: Mapping[str, Any], folder: Any) -> str:
+        """Why the finished run of ``point`` in ``folder`` is not whole ("" when it is, or when the
+        runner declares no ``complete`` check)."""
+        return self.complete(point, folder) if self.complete is not None else ""
 
     def files(self, point: Mapping[str, Any]) -> dict[str, dict[str, str]]:
         """The content of the files ``point`` reads (``iokit.identity.contents``; none without ``reads``)."""
         return contents(self.reads(point)) if self.reads is not None else {}
 
 
-def grid_runner(name: str, *, validate: Validate | None = None, reads: Reads | None = None
-                ) -> Callable[[Runner], Runner]:
+def grid_runner(name: str, *, validate: Validate | None = None, reads: Reads | None = None,
+                complete: Complete | None = None) -> Callable[[Runner], Runner]:
     """Register ``function`` as the grid runner ``name`` (module doc)."""
 
     def register(function: Runner) -> Runner:
-        _REGISTRY[name] = RegisteredRunner(name, function, validate, reads)
+        _REGISTRY[name] = RegisteredRunner(name, function, validate, reads, complete)
         function.__grid_runner__ = name
         return function
 

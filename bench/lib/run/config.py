@@ -25,7 +25,7 @@ from workloads.cost.fleet import Fleet
 from workloads.cost.system import SystemModel
 from workloads.fl.data import Dataset
 from workloads.fl.execution import Execution
-from workloads.fl.methods import calibration_named, is_calibration, parse_method
+from workloads.fl.methods import calibration_named, distinct_methods, is_calibration, parse_method
 from workloads.fl.presets import Preset, load_data
 
 DEFAULT_METHODS = COMMAND_DEFAULTS[RUN]["methods"]
@@ -68,7 +68,7 @@ def split_methods(methods: Sequence[str]) -> tuple[list[str], list[str]]:
     for name in methods:
         label = run_label(name)
         (calibrations if is_calibration(label) else training).append(label)
-    checks.distinct([parse_method(m).name for m in training + calibrations], name="--methods (as methods)")
+    distinct_methods(training + calibrations, name="--methods (as methods)")
     if training and "fedavg" not in training:
         raise ValueError("the training methods are normalized to FedAvg: include 'fedavg' in --methods")
     if calibrations and "ccvr" not in calibrations:
@@ -88,6 +88,7 @@ def resolve(cfg: RunSpec) -> Resolved:
                          "square images (3,S,S); price other shapes with python -m bench.capture or bench.price "
                          "(docs/byom.md)")
     preset = preset_of(cfg, eval_every=1)
+    preset.check_knobs([parse_method(m) for m in cfg.methods])  # the knobs [hparams] sets: of the run's methods
     cfg = replace(cfg, seed=preset.fl.seed)
     loaded = load_spec(cfg, preset)
     # every figure is priced on the hardware computing in the run's number format (FP32: as given)

@@ -36,7 +36,7 @@ import math
 import os
 import platform
 import socket
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -341,7 +341,63 @@ def files_read(point: Mapping[str, Any]) -> dict[str, Any]:
     return files
 
 
-@grid_runner("bench.study", validate=check_point, reads=files_read)
+def missing_rounds(point: Mapping[str, Any], curve: Sequence[Mapping[str, Any]]) -> str:
+    """Why ``curve`` (``curve.csv``'s rows, typed or as text) is not the whole run of ``point`` ("" when
+    it is): every label of its method (``labels_of``) has its training rounds 1..R of the point's
+    ``fl.rounds``, each once, and a calibrated method's label its calibration round R + 1. A run
+    that diverged never left a curve (it failed); a curve with fewer rounds was cut after the run
+    finished (a copy or an edit that stopped early), and is not that run."""
+    method = parse_method(point["method"])
+    rounds = int(point["fl"]["rounds"])
+    for label in labels_of(method):
+        train = [int(r["round"]) for r in curve if r["method"] == label and r["stage"] == "train"]
+        if train != list(range(1, rounds + 1)):
+            shown = f"{train[0]}..{train[-1]}" if train and train == list(range(train[0], train[-1] + 1)) else train
+            return f"curve.csv has {label}'s training rounds {shown or 'none'}, not 1..{rounds}"
+        calibration = [int(r["round"]) for r in curve if r["method"] == label and r["stage"] == "calibration"]
+        wanted = [rounds + 1] if label == method.name and method.calibration else []
+        if calibration != wanted:
+            return f"curve.csv has {label}'s calibration rounds {calibration or 'none'}, not {wanted or 'none'}"
+    return ""
+
+
+def read_curve(path: Path) -> tuple[dict, ...]:
+    """``curve.csv`` rows with numbers as numbers and empty cells as None."""
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    typed = []
+    for row in rows:
+        typed.append({k: (v if k in ("method", "stage") else None if v == "" else
+                          int(v) if k == "round" else float(v)) for k, v in row.items()})
+    return tuple(typed)
+
+
+def out_of_range(curve: Sequence[Mapping[str, Any]]) -> str:
+    """The first accuracy of ``curve`` (``read_curve``'s rows) that no run writes ("" when none): one
+    outside [0, 1] or not a number (a run writes a fraction of its samples, or nothing where it did
+    not evaluate): a file edited or damaged after the run finished, read as not whole."""
+    for row in curve:
+        for column in ("accuracy", "val_accuracy"):
+            value = row.get(column)
+            if value is not None and not 0.0 <= value <= 1.0:  # NaN fails both comparisons
+                return f"curve.csv has {column} = {value!r} in {row['method']}'s round {row['round']}"
+    return ""
+
+
+def incomplete_run(point: Mapping[str, Any], folder: Path) -> str:
+    """The grid's ``complete`` check of a finished study run (``bench.lib.grid.runners``): why
+    ``folder`` does not hold the whole run of ``point`` ("" when it does): ``run.json`` readable,
+    ``curve.csv`` with every round (``missing_rounds``)."""
+    folder = Path(folder)
+    try:
+        json.loads((folder / RUN_JSON).read_text(encoding="utf-8"))
+        curve = read_curve(folder / CURVE_CSV)
+        return missing_rounds(point, curve) or out_of_range(curve)
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        return f"{type(err).__name__}: {str(err)[:80]}"
+
+
+@grid_runner("bench.study", validate=check_point, reads=files_read, complete=incomplete_run)
 def run_point(point: Mapping[str, Any], out_dir: Path) -> dict[str, float]:
     """One run of an accuracy study (module doc)."""
     from bench.lib.fl.jobs import Job, run_job
@@ -373,14 +429,23 @@ class RepriceError(ValueError):
 
 @dataclass(frozen=True)
 class Repriced:
-    """What re-pricing one finished run did."""
+    """What re-pricing one finished run makes of it (``price_again``), before anything is written:
+    ``texts``, file name -> its new text, are what ``write`` puts in ``folder``."""
 
     run_id: str
     changed: bool  # today's cost columns differ from the recorded ones
-    written: bool  # curve.csv and run.json were rewritten (False: left as recorded)
+    written: bool  # curve.csv is (to be) rewritten when changed (False: left as recorded)
     old: tuple[dict[str, str], ...] = ()  # the recorded curve.csv rows (text)
     new: tuple[dict[str, str], ...] = ()  # today's (text; equal to ``old`` but in ``CUMULATIVE_COLUMNS``)
     note: str = ""
+    folder: Path | None = None
+    texts: Mapping[str, str] = field(default_factory=dict)  # in the order written: point.json last
+
+    def write(self) -> None:
+        """``texts`` into ``folder``, each file replaced atomically, ``point.json`` (the record of the
+        files the run was priced with) last."""
+        for name, text in self.texts.items():
+            atomic_write_text(self.folder / name, text)
 
 
 def _recorded_history(rows: Sequence[Mapping[str, str]], label: str) -> list[dict[str, Any]]:
@@ -394,16 +459,27 @@ def _number(text: str) -> float | None:
 
 
 def reprice_run(folder: Path, commit: str) -> Repriced:
-    """Re-price a finished run of this runner in ``folder`` (``runs/<id>``) with today's code,
-    without training: the point prepared as ``run_point`` prepares it (the data and partition from
-    the seed, the model, the format, the hardware and system files, the fleet), the run's record
-    rebuilt from its ``curve.csv`` (``bench.lib.fl.jobs.reprice_job``), and ``curve.csv`` written
-    again by ``curve_rows`` from it. Every column but the priced ``CUMULATIVE_COLUMNS`` must come out as recorded,
-    byte for byte (RepriceError otherwise, nothing written); when the cost columns changed,
-    ``curve.csv`` and then ``run.json`` (with ``PRICED_KEY``: ``commit``) are replaced, each
-    atomically; unchanged, only ``run.json`` records ``commit``. A run on a fleet whose prices changed
-    is left as recorded: its arrivals follow the prices, so who trained may change; retrain it."""
+    """``price_again`` and write what it gives (``Repriced.write``)."""
+    repriced = price_again(folder, commit)
+    repriced.write()
+    return repriced
+
+
+def price_again(folder: Path, commit: str) -> Repriced:
+    """A finished run of this runner in ``folder`` (``runs/<id>``) priced again by today's code and
+    today's files, without training and without writing: the point prepared as ``run_point``
+    prepares it (the data and partition from the seed, the model, the format, the hardware and
+    system files as they are now, the fleet), the run's record rebuilt from its ``curve.csv``
+    (``bench.lib.fl.jobs.reprice_job``), and ``curve.csv`` made again by ``curve_rows`` from it. Every
+    column but the priced ``CUMULATIVE_COLUMNS`` must come out as recorded, byte for byte
+    (RepriceError otherwise). What to write (``Repriced.texts``): ``curve.csv`` when the cost
+    columns changed, ``run.json`` with ``PRICED_KEY``: ``commit``, and ``point.json`` with the files
+    it was priced with (``files_read``) where their content changed since it trained (a hardware or
+    system file: the run's accuracy does not read them). A run on a fleet whose prices changed is
+    left as recorded: its arrivals follow the prices, so who trained may change; retrain it. A run
+    on a fleet whose files changed is refused (RepriceError): it is no longer the study's run."""
     from bench.lib.fl.jobs import Job, reprice_job
+    from iokit.identity import changed as files_changed, contents
 
     folder = Path(folder)
     try:
@@ -415,6 +491,12 @@ def reprice_run(folder: Path, commit: str) -> Repriced:
     old = tuple(csv.DictReader(io.StringIO(old_text)))
     if not old or tuple(old[0]) != CURVE_COLUMNS:
         raise RepriceError(f"{folder / CURVE_CSV}: not a curve.csv of columns {', '.join(CURVE_COLUMNS)}")
+    today = contents(files_read(record["config"]))
+    stale = files_changed(record.get("files"), today)
+    if stale and record["config"].get("fleet") is not None:
+        raise RepriceError(f"{folder}: a run on a fleet whose files changed since it trained ({', '.join(stale)}): "
+                           "who arrives in each round follows them, so it cannot be re-priced without training; "
+                           "rerun the study without --reprice to train it with today's files")
     p, data = prepare(record["config"])
     history = _recorded_history(old, labels_of(p.method)[0])
     if [h["round"] for h in history] != list(range(1, p.fl.rounds + 1)):
@@ -436,8 +518,9 @@ def reprice_run(folder: Path, commit: str) -> Repriced:
     rid = str(record.get("run_id", folder.name))
     changed = new_text != old_text
     if changed and p.fleet is not None:
-        return Repriced(rid, True, False, old, new, "a fleet's arrivals follow its prices: retrain it")
-    if changed:
-        atomic_write_text(folder / CURVE_CSV, new_text)
-    atomic_write_text(folder / RUN_JSON, run_json_text({**info, PRICED_KEY: {"git_commit": commit}}))
-    return Repriced(rid, changed, True, old, new)
+        return Repriced(rid, True, False, old, new, "a fleet's arrivals follow its prices: retrain it", folder)
+    texts = {CURVE_CSV: new_text} if changed else {}
+    texts[RUN_JSON] = run_json_text({**info, PRICED_KEY: {"git_commit": commit}})
+    if stale:
+        texts["point.json"] = json.dumps({**record, "files": today}, indent=2, sort_keys=True, default=str)
+    return Repriced(rid, changed, True, old, new, folder=folder, texts=texts)

@@ -67,10 +67,10 @@ from iokit.toml import read_toml
 from workloads.fl.data import DATASETS
 from workloads.fl.execution import resolve_device
 from workloads.fl.hparams import FLConfig, Hparams
-from workloads.fl.methods import MethodConfig, check_file_spelling, parse_method
+from workloads.fl.methods import MethodConfig, check_file_spelling, distinct_methods, method_identity, parse_method
 from workloads.fl.presets import Preset, accuracy_targets_pct, load_preset
 from workloads.numerics import NumberFormat
-from workloads.numerics.schedule import canonical, is_schedule
+from workloads.numerics.schedule import canonical, format_at, is_schedule, steps_of
 
 STUDY_DIR = CHECKOUT_ROOT / "configs" / "studies"
 KEYS = ("name", "preset", "models", "methods", "base", "iid", "alphas", "number_formats", "rounds", "local_epochs",
@@ -351,12 +351,21 @@ def _parse_study(doc: Mapping[str, Any], source: str) -> Study:
         if model not in MODELS and ":" not in model:
             raise StudyError(f"{where}: models: {model!r} is not a model; give one of {', '.join(sorted(MODELS))} "
                              "or package.module:factory (docs/byom.md)")
-    methods = [_method(m, key=f"{where}: methods").name for m in _list(doc, "methods", where, str)]
-    checks.distinct(methods, name=f"{where}: methods (as canonical names)", error=StudyError)
+    given = _list(doc, "methods", where, str)
+    methods = [_method(m, key=f"{where}: methods").name for m in given]
+    distinct_methods(given, name=f"{where}: methods", error=StudyError)  # one method under two spellings
     base = _method(doc["base"], key=f"{where}: base").name
+    same = [m for g, m in zip(given, methods) if method_identity(g) == method_identity(doc["base"]) and m != base]
+    if same:  # one method under two spellings (a class's path, a calibration alone): the methods' spelling
+        raise StudyError(f"{where}: base = {doc['base']!r} is the method {same[0]!r} of methods under another "
+                         f"spelling; write base = {same[0]!r}")
     if base not in methods:
         raise StudyError(f"{where}: base = {doc['base']!r} is not one of the methods {methods}; name the method the "
                          "others are compared with")
+    try:  # a knob the preset's [hparams] sets for a method the study does not train
+        preset.check_knobs([parse_method(m) for m in methods])
+    except ValueError as err:
+        raise StudyError(f"{where}: preset: {err}") from None
     by_training: dict[str, list[str]] = {}
     for m in methods:
         if parse_method(m).calibration:
@@ -376,7 +385,8 @@ def _parse_study(doc: Mapping[str, Any], source: str) -> Study:
     formats = _number_formats(doc, where, rounds)
     fleets, deadlines = _fleets(doc, where), _deadlines(doc, where)
     settings = [replace(s, number_format=f, fleet=fleet, deadline_s=_own_deadline(fleet, d))
-                for s in settings for f in formats for fleet in fleets for d in (deadlines if fleet else (None,))]
+                for s in settings for f in formats for fleet in fleets for d in (deadlines if fleet else (None,))
+                if f == "fp32" or not _sets_every_format(fleet)]  # one setting under two names: its FP32 one
     local_epochs = doc.get("local_epochs")
     if local_epochs is not None:
         checks.integer_in(local_epochs, 1, 10_000, name="local_epochs", error=StudyError)
@@ -563,11 +573,25 @@ def _number_formats(doc: Mapping[str, Any], where: str, rounds: int) -> list[str
         formats = [canonical(n, rounds) if is_schedule(n) else NumberFormat.parse(n).name for n in names]
     except ValueError as err:
         raise StudyError(f"{where}: number_formats: {err}") from None
-    checks.distinct(formats, name=f"{where}: number_formats (as canonical names)", error=StudyError)
+    identity.distinct_resolved(  # one arithmetic under two spellings: "fast" and its steps, "bf16" and "1:bf16"
+        names, lambda n: rounds_formats(n, rounds), name=f"{where}: number_formats (over the study's {rounds} rounds)",
+        error=StudyError)
     if "fp32" not in formats:
         raise StudyError(f"{where}: number_formats = {names}: add \"fp32\": the other formats run at the "
                          "hyper-parameters tuned in FP32 and are compared with it")
     return ["fp32", *(f for f in formats if f != "fp32")]
+
+
+def rounds_formats(text: str, rounds: int) -> str:
+    """What a ``number_formats`` entry trains over the study's ``rounds``, whether written as a format
+    or a schedule: the format of each round as its shortest schedule (``1:bfp_m2_g16_sr,2:bfp_m4_g16_sr``),
+    a format alone where every round computes in it (``bf16`` for ``1:bf16``). A calibration after
+    the last round computes in the last round's format, so the rounds decide it too."""
+    if not is_schedule(text):
+        return NumberFormat.parse(text).name
+    per_round = [format_at(steps_of(text, rounds), t) for t in range(1, rounds + 1)]
+    steps = [f"{t}:{f}" for t, f in enumerate(per_round, 1) if t == 1 or per_round[t - 2] != f]
+    return per_round[0] if len(steps) == 1 else ",".join(steps)
 
 
 def _fleets(doc: Mapping[str, Any], where: str) -> list[str | None]:
@@ -613,6 +637,15 @@ def _deadlines(doc: Mapping[str, Any], where: str) -> tuple[float | None, ...]:
         if not math.isinf(v):
             checks.number_in(v, *DEADLINE_S_BOUNDS, name="deadlines_s", error=StudyError)
     return tuple(checks.distinct([float(v) for v in values], name=f"{where}: deadlines_s", error=StudyError))
+
+
+def _sets_every_format(fleet: str | None) -> bool:
+    """Whether every class of ``fleet`` sets its own number format (``Fleet.sets_every_format``): then
+    the study's other formats on it train exactly its FP32 setting (no client computes in the run's
+    format), so they are one setting, kept once, as its FP32 setting (docs/study.md)."""
+    from workloads.cost.fleet import load_fleet
+
+    return fleet is not None and load_fleet(fleet).sets_every_format
 
 
 def _own_deadline(fleet: str | None, deadline_s: float | None) -> float | None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Sequence
 
 from iokit.dotted import import_attribute, is_dotted
 from workloads.fl.guard import guard
@@ -152,6 +153,35 @@ class MethodConfig:
     def knobs(self) -> tuple[Knob, ...]:
         """The method's own hyper-parameters: its algorithm's and its calibration's."""
         return (*self.algo.knobs, *(self.calib.knobs if self.calib else ()))
+
+
+def built_in_name(part: str) -> str:
+    """The built-in name of one part of a method name: ``part`` itself, or for a ``package.module:Class``
+    path naming a built-in method's own class (``workloads.fl.methods.scaffold:Scaffold``) that
+    method's name (``scaffold``): one method under two spellings."""
+    if is_dotted(part):
+        own = type(_own(part))
+        for name, found in {**ALGORITHMS, **CALIBRATIONS}.items():
+            if type(found) is own:
+                return name
+    return part
+
+
+def method_identity(text: str) -> str:
+    """What a method name trains, whatever its spelling: its canonical name (``parse_method``) with
+    every part that is a built-in method's class by its path written as the built-in (``built_in_name``)."""
+    m = parse_method(text)
+    return MethodConfig(built_in_name(m.algorithm), m.spherefed,
+                        built_in_name(m.calibration) if m.calibration else None).name
+
+
+def distinct_methods(names: Sequence[str], *, name: str, error: type[Exception] = MethodError) -> list[str]:
+    """``names`` unchanged when no two train the same method (``method_identity``: ``ccvr`` and
+    ``fedavg+ccvr``, ``scaffold`` and ``workloads.fl.methods.scaffold:Scaffold``); else ``error``
+    naming both spellings (``iokit.identity.distinct_resolved``)."""
+    from iokit.identity import distinct_resolved
+
+    return distinct_resolved(list(names), method_identity, name=name, error=error)
 
 
 def check_file_spelling(name: str, *, where: str) -> None:
