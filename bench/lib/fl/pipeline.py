@@ -46,6 +46,7 @@ from workloads.fl.local import prepare_model
 from workloads.fl.loop import duration_text, forecast, sample_clients
 from workloads.fl.methods import MethodConfig, parse_method
 from workloads.fl.presets import Preset, client_data, load_data
+from workloads.fl.width import submodel
 
 RESULTS_FILES = (FL_RESULTS, "accuracy.csv", "ledger.csv", "partition.csv", "rounds.csv")
 
@@ -159,6 +160,10 @@ def fl_run(preset: Preset, methods: Sequence[MethodConfig], hparams: Mapping[str
         return FLRun(preset, tuple(methods), hparams, data_dir, classifier, hw, fleet_system(fleet, classes),
                      fleet_devices(fleet, classes, number_format=execution.number_format, master_weights=master),
                      execution, fleet, classes, rates or {})
+    buffered = [m.name for m in methods if m.algo.buffered]
+    if buffered:
+        raise ValueError(f"--methods {' '.join(buffered)}: FedBuff's server runs on a fleet's virtual clock (the "
+                         "clients' priced device time and links); give --fleet (e.g. --fleet mixed), docs/fleets.md")
     devices = client_devices(system, hw, preset.fl.num_clients, seed=preset.fl.seed,
                              number_format=execution.number_format, master_weights=master)
     return FLRun(preset, tuple(methods), hparams, data_dir, classifier, hw, system, devices, execution,
@@ -259,12 +264,22 @@ def train(run: FLRun, data: FLData, *, progress: bool = False, checkpoints: Path
 
 def closed_form_for(method: MethodConfig, data: FLData, run: FLRun, plan: ParticipationPlan | None = None) -> dict:
     """The closed-form communication totals (``workloads.fl.comm.closed_form_bytes``) for this run
-    (with a fleet's ``plan``: over each round's arrivals, the calibration's too)."""
+    (with a fleet's ``plan``: over each round's arrivals, the calibration's too; a width-scaled
+    method's plan: each arrival at its submodel's sizes, summed over the widths)."""
     model = prepare_model(data.inputs.build(method.spherefed), method, seed=run.cfg.seed)
     clients = {"clients_per_round": data.clients_per_round} if plan is None else plan.closed_form_counts()
-    return closed_form_bytes(method, run.hparams[method.name], rounds=run.cfg.rounds,
-                             **clients, num_clients=run.cfg.num_clients,
-                             **closed_form_sizes(model, method, run.execution.communication))
+    if plan is None or not plan.widths:
+        return closed_form_bytes(method, run.hparams[method.name], rounds=run.cfg.rounds,
+                                 **clients, num_clients=run.cfg.num_clients,
+                                 **closed_form_sizes(model, method, run.execution.communication))
+    totals = {"down_bytes": 0, "up_bytes": 0, "total_bytes": 0}
+    for width in sorted(set(plan.widths)):
+        per_round = [sum(plan.widths[k] == width for k in r.arrived) for r in plan.rounds]
+        sized = closed_form_bytes(method, run.hparams[method.name], rounds=run.cfg.rounds, clients_per_round=per_round,
+                                  num_clients=run.cfg.num_clients,
+                                  **closed_form_sizes(submodel(model, width), method, run.execution.communication))
+        totals = {key: totals[key] + sized[key] for key in totals}
+    return totals
 
 
 def results_doc(run: FLRun, data: FLData, trained: dict, command: str) -> dict:
