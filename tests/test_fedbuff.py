@@ -92,3 +92,29 @@ def test_fedbuff_without_staleness_is_synchronous_fedavg_bit_for_bit():
     assert all(torch.equal(fresh.weights[k], fedavg.weights[k]) for k in fedavg.weights)
     stale = run("fedbuff", arrivals, [[0, 0, 0, 0], [0, 1], [1, 0, 0]])
     assert not all(torch.equal(stale.weights[k], fedavg.weights[k]) for k in fedavg.weights)
+
+
+@pytest.mark.slow
+def test_bench_fl_on_a_fleet_records_widths_and_staleness(tmp_path):
+    # the "must show": bench.fl --fleet ... --methods heterofl fjord fedbuff runs, and results.json
+    # records each client's width per round (HeteroFL, FjORD) and each update's staleness (FedBuff);
+    # the ledger of the width-scaled runs equals their closed form at each client's width
+    import json
+
+    import bench.fl.__main__ as command
+
+    out = tmp_path / "out"
+    assert command.main(["--preset", "smoke", "--model", "convnet", "--rounds", "3", "--fleet", "mixed-widths",
+                         "--methods", "heterofl", "fjord", "fedbuff", "--threads", "1", "--out", str(out)]) == 0
+    doc = json.loads((out / "results.json").read_text())
+    classes = doc["fleet"]["client_classes"]
+    for name in ("heterofl", "fjord"):
+        method = doc["methods"][name]
+        widths = method["fleet"]["client_widths"]
+        # 8 MiB: a narrower step on the IoT devices, the full model on every other class
+        assert all((widths[k] < 1.0) == (c == "iot") for k, c in enumerate(classes)) and "iot" in classes
+        assert all(h["widths"] == [widths[k] for k in h["clients"]] for h in method["history"])
+        assert method["comm"]["total_bytes"] == method["comm_closed_form"]["total_bytes"]
+    fedbuff = doc["methods"]["fedbuff"]
+    assert all(len(h["staleness"]) == len(h["clients"]) for h in fedbuff["history"])
+    assert fedbuff["fleet"]["max_staleness"] == max(s for h in fedbuff["history"] for s in h["staleness"])

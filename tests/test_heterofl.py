@@ -276,3 +276,37 @@ def test_auto_picks_the_widest_declared_width_that_works():
     assert chosen_width("auto", rates, lambda w: False) == 0.125  # nothing works: the narrowest (then dropped)
     assert chosen_width(0.5, rates, lambda w: False) == 0.5  # a declared width is the class's
     assert chosen_width(None, rates, lambda w: False) == 1.0  # none declared: the full model
+
+
+def test_the_plan_gives_each_client_the_widest_width_that_fits():
+    # two classes on the paper's accelerator: "big" without a memory limit, "small" with a limit between
+    # the half-width and the full-width step's peak (priced here from the same captures); with width =
+    # "auto" the small clients train at 1/2, the big ones at 1; HeteroFL's plan records it, FedAvg's
+    # trains every client at width 1 (and drops the small ones: memory)
+    import numpy as np
+
+    from accel_sim.hardware import load_hardware_config
+    from workloads.cost.fleet import assign_classes
+    from workloads.cost.rounds import RunPricer, RunSpec, fleet_devices, fleet_system, plan_run
+
+    pricer = RunPricer(RunSpec(lambda spherefed: TinyNet(), "tinynet", (3, 2, 2), 4, 0))
+    heterofl, fedavg = parse_method("heterofl"), parse_method("fedavg")
+    hp = Hparams(lr=0.05, local_epochs=1, batch_size=8)
+    paper = load_hardware_config("configs/hw/paper_default.toml")
+    full, half = (pricer.peak_memory_bytes(heterofl, hp, 8, 1, paper, w) for w in (1.0, 0.5))
+    assert half < full
+    base = {"hw": "paper_default", "downlink_bytes_per_s": math.inf, "uplink_bytes_per_s": math.inf,
+            "latency_s": 0.0, "width": "auto"}
+    fleet = fleet_from_dict({"classes": {"big": {**base, "memory_bytes": math.inf},
+                                         "small": {**base, "memory_bytes": (full + half) / 2}},
+                             "assignment": ["big", "small", "small", "big"]}, source="w.toml")
+    classes = assign_classes(fleet, 4, seed=0)
+    labels = [np.zeros(8, dtype=np.int64)] * 4
+
+    def plan(method):
+        return plan_run(fleet, classes, method, hp, pricer=pricer, client_labels=labels,
+                        devices=fleet_devices(fleet, classes), system=fleet_system(fleet, classes), rounds=1,
+                        participation=1.0, seed=0)
+
+    assert plan(heterofl).widths == (1.0, 0.5, 0.5, 1.0) and plan(heterofl).rounds[0].arrived == (0, 1, 2, 3)
+    assert plan(fedavg).widths == () and plan(fedavg).rounds[0].dropped == {1: "memory", 2: "memory"}

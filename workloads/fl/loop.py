@@ -178,6 +178,15 @@ def check_arrivals(arrivals: Sequence[Sequence[int]], num_clients: int, rounds: 
     return tuple(out)
 
 
+def check_staleness(arrivals: Sequence[Sequence[int]] | None, staleness: Sequence[Sequence[int]]
+                    ) -> tuple[dict[int, int], ...]:
+    """Per round, client -> its staleness: one non-negative count per arrival of that round."""
+    if arrivals is None or len(staleness) != len(arrivals) or any(
+            len(ages) != len(clients) or min(ages, default=0) < 0 for clients, ages in zip(arrivals, staleness)):
+        raise ValueError("staleness: one non-negative count per arriving client of every round of the plan")
+    return tuple(dict(zip(clients, (int(a) for a in ages))) for clients, ages in zip(arrivals, staleness))
+
+
 def round_half_up(value: float) -> int:
     return int(math.floor(value + 0.5))
 
@@ -325,7 +334,7 @@ def run_method(method: MethodConfig, *, model_fn: Callable[[], nn.Module], train
     if arrivals is not None:
         setup = replace(setup, arrivals=check_arrivals(arrivals, len(parts), cfg.rounds, method.calib is not None))
     if staleness:
-        setup = replace(setup, staleness=tuple(dict(zip(clients, ages)) for clients, ages in zip(setup.arrivals, staleness)))
+        setup = replace(setup, staleness=check_staleness(setup.arrivals, staleness))
     if execution.clients_together:
         reason = fallback_reason(method, execution)
         if reason is not None:

@@ -160,10 +160,6 @@ def fl_run(preset: Preset, methods: Sequence[MethodConfig], hparams: Mapping[str
         return FLRun(preset, tuple(methods), hparams, data_dir, classifier, hw, fleet_system(fleet, classes),
                      fleet_devices(fleet, classes, number_format=execution.number_format, master_weights=master),
                      execution, fleet, classes, rates or {})
-    buffered = [m.name for m in methods if m.algo.buffered]
-    if buffered:
-        raise ValueError(f"--methods {' '.join(buffered)}: FedBuff's server runs on a fleet's virtual clock (the "
-                         "clients' priced device time and links); give --fleet (e.g. --fleet mixed), docs/fleets.md")
     devices = client_devices(system, hw, preset.fl.num_clients, seed=preset.fl.seed,
                              number_format=execution.number_format, master_weights=master)
     return FLRun(preset, tuple(methods), hparams, data_dir, classifier, hw, system, devices, execution,
@@ -225,6 +221,10 @@ def train(run: FLRun, data: FLData, *, progress: bool = False, checkpoints: Path
     print(f"device: {run.execution.device} ({run.execution.describe()['device_name']})", file=sys.stderr)
     for name, rate in run.rates.items():
         print(f"{name:28s} lr {rate['lr']:g} from {rate['from']}", file=sys.stderr)
+    for method in run.methods:
+        if method.algo.buffered and run.fleet is None:
+            print(f"{method.name:28s} no fleet, so no clock: synchronous rounds, every update fresh (FedAvg's "
+                  "rounds; give --fleet for its buffered server)", file=sys.stderr)
     pricer = RunPricer(inputs.run_spec())
     jobs = {method.name: Job(method.name, run.hparams[method.name]) for method in run.methods}
     plans, planning_s = {}, {}
