@@ -310,3 +310,15 @@ def test_the_plan_gives_each_client_the_widest_width_that_fits():
 
     assert plan(heterofl).widths == (1.0, 0.5, 0.5, 1.0) and plan(heterofl).rounds[0].arrived == (0, 1, 2, 3)
     assert plan(fedavg).widths == () and plan(fedavg).rounds[0].dropped == {1: "memory", 2: "memory"}
+
+
+@pytest.mark.parametrize("name", ["heterofl", "fjord"])
+@pytest.mark.parametrize("mode", [{"capture_step": True}, {"client_threads": 2}])
+def test_narrower_clients_through_the_static_step_or_threads_are_the_sequential_run(name, mode):
+    # the recorded step (eager on the CPU) takes each client's width and generator; threads train
+    # each client on its own copy: bit for bit the sequential run, clients of widths 1, 1/2, 1/4, 1/2
+    from test_client_threads import assert_identical
+    from test_clients_together import run_in
+
+    widths = {"client_widths": (1.0, 0.5, 0.25, 0.5)}
+    assert_identical(run_in({}, name, execution=widths), run_in(mode, name, execution=widths))
