@@ -70,7 +70,7 @@ def test_held_shapes_of_the_convnet_keep_inputs_and_classes():
     assert shapes["classifier.weight"] == (10, 512)
 
 
-@pytest.mark.parametrize("rate", [0.5, 0.3])
+@pytest.mark.parametrize("rate", [0.5, pytest.param(0.3, marks=pytest.mark.slow)])
 def test_the_masked_full_model_trains_the_sliced_submodel(rate):
     # three SGD steps (momentum, weight decay) of HeteroFL's step on the full ConvNet at width r and
     # on the sliced ConvNet: every held entry ends equal (0.3: kept counts that are no exact fraction)

@@ -156,15 +156,14 @@ def masked(model: nn.Module, rate: float, *, scale: bool = True) -> Iterator[nn.
 
 
 def _hook(keep: int, channels: int, factor: float):
+    """A forward hook: the output's channels past ``keep`` times 0, the others times ``factor`` in
+    training (the scaler) and 1 in evaluation."""
     def hook(module: nn.Module, inputs, output: torch.Tensor) -> torch.Tensor:
-        if not module.training:
-            factor_now = 1.0  # the scaler acts in training only
-        else:
-            factor_now = factor
+        scale = factor if module.training else 1.0
         if keep >= channels:
-            return output * factor_now if factor_now != 1.0 else output
+            return output * scale if scale != 1.0 else output
         mask = torch.zeros(channels, dtype=output.dtype, device=output.device)
-        mask[:keep] = factor_now
+        mask[:keep] = scale
         return output * mask.view(1, channels, *([1] * (output.dim() - 2)))
     return hook
 
