@@ -322,3 +322,19 @@ def test_narrower_clients_through_the_static_step_or_threads_are_the_sequential_
 
     widths = {"client_widths": (1.0, 0.5, 0.25, 0.5)}
     assert_identical(run_in({}, name, execution=widths), run_in(mode, name, execution=widths))
+
+
+def test_fjord_is_never_recorded_as_a_graph(capsys):
+    # a recorder on a CUDA device (nothing of CUDA is touched: FjORD's step is refused before any
+    # recording) trains FjORD's full batches eagerly and says so once
+    from workloads.fl.capture import StepRecorder
+
+    model = static_batch_norm(TinyNet()).train()
+    hp = HP.with_knobs(FjORD.knobs)
+    x, y = TRAIN.x[:16], TRAIN.y[:16]
+    eager = client_trainer(model, model.state_dict(), hp, MethodConfig("fjord"), width=0.6,
+                           draws=torch.Generator().manual_seed(5))
+    recorded = StepRecorder("fjord", 16, torch.device("cuda")).trainer(eager)
+    for _ in range(3):
+        recorded.step(x, y)
+    assert capsys.readouterr().err.count("--capture-step: fjord trains eagerly (its step draws a width per step)") == 1

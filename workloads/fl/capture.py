@@ -161,6 +161,10 @@ class StepRecorder:
         step = self.step
         if first or len(y) != self.batch_size or self.device.type != "cuda" or self.failed:
             return step(x, y, first=first)
+        if not step.algorithm.recordable:  # FjORD: a width drawn per step, which a recorded graph would fix
+            self.failed = True
+            print(fallback_line(self.method_name, "its step draws a width per step"), file=sys.stderr)
+            return step(x, y)
         if step.graph is None:
             try:
                 step.record(x, y)

@@ -154,7 +154,7 @@ def model_layers(model: nn.Module, exclude: Sequence[str] = ()) -> list[list[str
 
 NOT_IN_STEP = frozenset({
     "knobs", "upload_extras", "own_head", "calibratable", "flower_strategy",  # parsing, ledger, Flower
-    "clients_together",  # how the loop schedules the step, not the step
+    "clients_together", "recordable",  # how the loop schedules the step, not the step
     "sharing_layers", "shared_layer_count", "shared_keys", "extra_uploads",  # what is sent, not computed
     "server_extras", "aggregate", "_advance", "local_test_accuracy",  # the server; evaluation
     "after_training",  # after the last step: priced on its own (``workloads.cost.rounds``)
@@ -208,6 +208,7 @@ class FedAvg:
     local_modules: tuple[str, ...] = ()
     flower_strategy: str | None = "FedAvg"
     clients_together = True  # its step hooks are tensor ops that vmap batches over clients
+    recordable = True  # its step may be recorded once as a CUDA graph and replayed (--capture-step, workloads.fl.capture)
     sized_to_device = False  # trains a width-scaled submodel sized to each client's device (HeteroFL, FjORD)
     buffered = False  # aggregates buffered updates on a fleet's virtual clock (FedBuff; workloads.cost.buffered)
 

@@ -50,6 +50,7 @@ def allowed(rates: tuple[float, ...], p_max: float) -> tuple[float, ...]:
 class FjORD(HeteroFL):
     knobs = (positive("fjord_levels", 5, "Flower's FjORD baseline, p_s = 0.2, 0.4, 0.6, 0.8, 1.0"),)
     scaled = False  # ordered dropout has no scaler
+    recordable = False  # a width drawn per step: a recorded CUDA graph would fix the first (--capture-step trains eagerly)
 
     def rates(self, hp: Hparams) -> tuple[float, ...]:
         return fjord_rates(int(hp.with_knobs(self.knobs).fjord_levels))
@@ -64,7 +65,5 @@ class FjORD(HeteroFL):
         (a priced step) the client's own width."""
         if ctx.draws is None:
             return ctx.width
-        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
-            raise RuntimeError("FjORD draws a width per step, which a recorded CUDA graph would fix")
         levels = allowed(self.rates(hp), ctx.width)
         return levels[int(torch.randint(len(levels), (1,), generator=ctx.draws))]
