@@ -118,3 +118,31 @@ def test_bench_fl_on_a_fleet_records_widths_and_staleness(tmp_path):
     fedbuff = doc["methods"]["fedbuff"]
     assert all(len(h["staleness"]) == len(h["clients"]) for h in fedbuff["history"])
     assert fedbuff["fleet"]["max_staleness"] == max(s for h in fedbuff["history"] for s in h["staleness"])
+
+
+def test_fedbuffs_plan_with_the_whole_round_as_its_buffer_is_synchronous_fedavg():
+    # 4 clients of different sizes on one class (no memory limit, instant links, always online); FedBuff's
+    # buffer and concurrency = the round's 4 clients: every server step waits for all 4, none is stale,
+    # and its run equals synchronous FedAvg's on the same fleet bit for bit, rounds priced alike
+    from workloads.cost.asynchronous import FleetRun, plan_buffered
+    from workloads.cost.fleet import assign_classes, fleet_from_dict
+    from workloads.cost.rounds import RunPricer, RunSpec, fleet_devices, fleet_system, plan_run
+
+    fleet = fleet_from_dict({"classes": {"a": {"hw": "paper_default", "memory_bytes": math.inf, "share": 1.0,
+                                               "downlink_bytes_per_s": math.inf, "uplink_bytes_per_s": math.inf,
+                                               "latency_s": 0.0}}}, source="f.toml")
+    classes = assign_classes(fleet, 4, seed=0)
+    devices, system = fleet_devices(fleet, classes), fleet_system(fleet, classes)
+    labels = tuple(TRAIN.y.numpy()[p] for p in PARTS)
+    pricer = RunPricer(RunSpec(lambda spherefed: TinyNet(), "tinynet", (3, 2, 2), 4, 0))
+    hp = HP.with_knobs(FedBuff.knobs).replace(fedbuff_buffer=4, fedbuff_concurrency=4)
+    buffered = plan_buffered(FleetRun(fleet, classes, devices, system, labels, 3, 1.0, 3), parse_method("fedbuff"),
+                             hp, pricer)
+    synchronous = plan_run(fleet, classes, parse_method("fedavg"), HP, pricer=pricer, client_labels=labels,
+                           devices=devices, system=system, rounds=3, participation=1.0, seed=3)
+    assert buffered.arrivals == synchronous.arrivals == ((0, 1, 2, 3),) * 3
+    assert buffered.staleness == ((0, 0, 0, 0),) * 3
+    assert [r.collect_s for r in buffered.rounds] == pytest.approx([r.collect_s for r in synchronous.rounds])
+    fedbuff = run("fedbuff", [list(a) for a in buffered.arrivals], [list(s) for s in buffered.staleness])
+    fedavg = run("fedavg", [list(a) for a in synchronous.arrivals])
+    assert all(torch.equal(fedbuff.weights[k], fedavg.weights[k]) for k in fedavg.weights)
