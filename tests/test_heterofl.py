@@ -89,6 +89,24 @@ def test_the_masked_full_model_trains_the_sliced_submodel(rate):
     assert any(not torch.equal(trained[k], full.state_dict()[k]) for k in trained)  # a real prefix
 
 
+@pytest.mark.parametrize("name", ["vgg13", "mobilenetv2", pytest.param("resnet18", marks=pytest.mark.slow),
+                                  pytest.param("senet18", marks=pytest.mark.slow)])
+def test_every_model_of_the_zoo_scales(name):
+    # shortcuts (ResNet, SENet, MobileNetV2's inverted residuals), squeeze-excitation, depthwise
+    # convolutions: the masked full model's forward is the sliced one's at width 1/2, which holds
+    # about a quarter of the parameters (both sides of most layers halved)
+    from workloads.models import build_model
+
+    torch.manual_seed(0)
+    full = static_batch_norm(build_model(name, num_classes=10, image_size=16)).train()
+    small = submodel(full, 0.5).train()
+    x = torch.randn(4, 3, 16, 16)
+    with masked(full, 0.5), masked(small, 0.5):
+        assert torch.allclose(full(x), small(x), atol=1e-5)
+    share = sum(p.numel() for p in small.parameters()) / sum(p.numel() for p in full.parameters())
+    assert 0.24 < share < 0.27
+
+
 def test_rate_one_registers_no_hook_and_the_scaler_acts_in_training_only():
     model = nn.Sequential(nn.Linear(2, 4), nn.ReLU(), nn.Linear(4, 1))
     x = torch.ones(1, 2)
