@@ -43,8 +43,8 @@ def buffer_rule(run: FleetRun, hp: Hparams) -> BufferRule:
     """FedBuff's buffer size K (``fedbuff_buffer``; 0: half the run's clients per round m, rounded
     up, so that a step does not wait for the slower half) and concurrency (``fedbuff_concurrency``;
     0: the clients a synchronous round of the fleet samples, ``ceil(overcommit x m)``), so that the
-    two servers keep as many devices busy. Our choices: the paper's K = 10 of 1,000 concurrent
-    clients (Sec. 5) has no counterpart in a federation of 5 to 20 clients."""
+    two servers keep as many devices busy. Our choices, for federations of 5 to 20 clients (the
+    paper's experiments run far more clients at once than a buffer holds)."""
     m = clients_per_round(len(run.client_labels), run.participation)
     buffer = int(hp.fedbuff_buffer) or -(-m // 2)
     concurrency = int(hp.fedbuff_concurrency) or sampled_count(m, run.fleet.overcommit, len(run.client_labels))

@@ -11,7 +11,7 @@ k / levels) whose work, priced on the client's own accelerator before the run, b
   uploading the submodel (``ClientOffer.finish_s``, the fleet's round model) end by ``deadline_s``.
 
 This choice is ours: HeteroFL and FjORD assign each client a fixed level from its device tier
-(HeteroFL Sec. 4, "Fix" and "Dynamic" assignments by proportion; FjORD Sec. 5, uniform tiers); none
+(HeteroFL's experiments: "Fix" and "Dynamic" assignments by proportion; FjORD's: uniform tiers); none
 derives it from a priced step. Where no declared width fits, the client gets the narrowest one and
 the round rule drops it as it drops any client that does not fit (``memory``) or is late
 (``deadline``). A class without a width trains the full model. A method that is not width-scaled

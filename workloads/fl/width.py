@@ -4,7 +4,7 @@ A submodel of rate r keeps the first ``kept(C, r) = ceil(r C)`` channels of ever
 the output channels of every convolution and linear layer but the model's last (its classes), the
 input channels of every one but the first (the image's channels), and the features of every norm
 layer (Diao, Ding and Tarokh, "HeteroFL: Computation and Communication Efficient Federated Learning
-for Heterogeneous Clients", ICLR 2021, Sec. 3.1; Flower's HeteroFL baseline,
+for Heterogeneous Clients", ICLR 2021, Sec. 3; Flower's HeteroFL baseline,
 ``baselines/heterofl/heterofl/models.py``: ``hidden_size = ceil(model_rate * x)``). A linear layer
 fed by a flattened convolution map (C channels of H x W) keeps the features of the kept channels,
 ``kept(C, r) H W`` (channel-major order: a prefix). Ordered dropout (Horvath et al., "FjORD: Fair
@@ -21,7 +21,7 @@ Two forms of one submodel:
 * ``submodel(model, rate)``: the sliced model itself, narrower tensors, which the pricing captures
   (a width-r step costs the width-r step's MACs and memory, not the full model's).
 
-The scaler (HeteroFL Sec. 3.1: "Scaler", the output of each scaled layer divided by r during
+The scaler (HeteroFL Sec. 3, its "Scaler" paragraph: the output of each scaled layer divided by r during
 training only; Flower's baseline ``_Scaler``: ``inp / rate if self.training``) is ``scale=True``.
 Only models of convolutions, linear layers, batch norm and activations with f(0) = 0 (ReLU and
 its kin, pooling) are scaled: a group norm mixes kept and dropped channels, which is refused.
@@ -204,7 +204,7 @@ def submodel(model: nn.Module, rate: float) -> nn.Module:
 def static_batch_norm(model: nn.Module) -> nn.Module:
     """Every batch norm of ``model`` without running statistics: it normalizes by the batch's own
     statistics in training and in evaluation, and has no running mean or variance to send (HeteroFL's
-    static batch normalization, sBN, Sec. 3.2: no running statistics tracked in training; Flower's
+    static batch normalization, sBN, Sec. 3: no running statistics tracked in training; Flower's
     baseline builds its training models with ``track_running_stats=False``). In place."""
     for module in model.modules():
         if isinstance(module, _BatchNorm):
@@ -217,7 +217,7 @@ def static_batch_norm(model: nn.Module) -> nn.Module:
 
 def average_by_holders(weights: Mapping[str, torch.Tensor],
                        results: Sequence[tuple[Mapping[str, torch.Tensor], int]]) -> dict[str, torch.Tensor]:
-    """HeteroFL's aggregation (Sec. 3.1; Flower's baseline ``HeteroFL._aggregate_conv``): every
+    """HeteroFL's aggregation (Sec. 3; Flower's baseline ``HeteroFL._aggregate_conv``): every
     entry of every key averaged over the clients that hold it, each weighted by its sample count
     n_k (``weighted_average``'s weights restricted to the holders); an entry no client holds keeps
     its value in ``weights``. Each client's tensor is its held prefix (``held``), so its shape says

@@ -46,7 +46,7 @@ VERSION = "fedbuff_version_"  # ServerState.extras group of model version j: VER
 
 def staleness_weight(staleness: int) -> float:
     """``1 / sqrt(1 + staleness)``: FedBuff's down-weighting of stale updates (Nguyen et al.,
-    AISTATS 2022, Sec. 5: updates scaled by 1/sqrt(1 + staleness)); 1 for a fresh one."""
+    AISTATS 2022, the staleness scaling of its experiments, 1/sqrt(1 + staleness)); 1 for a fresh one."""
     return 1.0 / math.sqrt(1.0 + staleness)
 
 

@@ -2,12 +2,12 @@
 Federated Learning under heterogeneous targets with Ordered Dropout", NeurIPS 2021).
 
 Ordered dropout (Sec. 3): a client whose device allows widths up to p_max samples, at every local
-step, a width p uniformly from the declared levels no larger than p_max (Sec. 3.2, "uniform
-sampling"; Flower's FjORD baseline, ``baselines/fjord``, ``ODSampler``: ``np.random.choice`` over
+step, a width p uniformly from the declared levels no larger than p_max (the paper's uniform
+sampling; Flower's FjORD baseline, ``baselines/fjord``, ``ODSampler``: ``np.random.choice`` over
 ``p_s <= max_p``, one p per batch for every layer) and trains the first ``ceil(p C)`` channels of
 every hidden layer (``workloads.fl.width``, the prefix HeteroFL keeps). It sends the entries of its
 p_max submodel, and the server averages each entry over the clients that hold it, as HeteroFL's
-(``average_by_holders``; Sec. 3.3 aggregates each sub-network over the clients that trained it).
+(``average_by_holders``: each sub-network's entries over the clients that trained them).
 
 Levels: ``fjord_levels`` = k declares p in {1/k, 2/k, ..., 1}; the default 5 is the baseline's
 ``p_s = [0.2, 0.4, 0.6, 0.8, 1.0]`` (``conf/common.yaml``). With k = 1 every step trains the full
@@ -17,7 +17,7 @@ The draws come from the client's own generator of the round (``RoundContext.draw
 loop from the run's seed, round and client): the same seed, the same widths. Differences,
 documented: no scaler (the paper has none); batch norm is static, as HeteroFL's (the baseline keeps
 one batch norm's running statistics per width p, ``ODBatchNorm2d``, sharing the affine parameters);
-no knowledge distillation (the paper's optional self-distillation, Sec. 3.4). The pricing takes a
+no knowledge distillation (the paper's optional self-distillation). The pricing takes a
 step of each width p with probability 1 / (levels allowed) (``width_mix``): the expected local
 training; its peak memory is the p_max step's.
 """
@@ -56,7 +56,7 @@ class FjORD(HeteroFL):
         return fjord_rates(int(hp.with_knobs(self.knobs).fjord_levels))
 
     def width_mix(self, width: float, hp: Hparams) -> tuple[tuple[float, float], ...]:
-        """Each allowed level with equal probability (uniform sampling, Sec. 3.2)."""
+        """Each allowed level with equal probability (the paper's uniform sampling)."""
         levels = allowed(self.rates(hp), width)
         return tuple((p, 1.0 / len(levels)) for p in levels)
 

@@ -2,15 +2,15 @@
 Learning for Heterogeneous Clients", ICLR 2021).
 
 Each client trains the submodel of its width r (its device class's, ``RoundContext.width``): the
-first ``ceil(r C)`` channels of every hidden layer (Sec. 3.1, ``workloads.fl.width``); it receives
+first ``ceil(r C)`` channels of every hidden layer (Sec. 3, ``workloads.fl.width``); it receives
 and sends only those entries (``payload``); the server averages each entry over the clients that
-hold it, entries no client held keeping their global value (Sec. 3.1, ``average_by_holders``).
+hold it, entries no client held keeping their global value (Sec. 3, ``average_by_holders``).
 
 As the paper (and Flower's HeteroFL baseline, ``baselines/heterofl``, which follows the authors'
 code):
 
-* the scaler (Sec. 3.1): each scaled layer's output divided by r in training;
-* static batch normalization (sBN, Sec. 3.2): batch norm tracks no running statistics, so the
+* the scaler (Sec. 3, "Scaler"): each scaled layer's output divided by r in training;
+* static batch normalization (sBN, Sec. 3, "Static Batch Normalization"): batch norm tracks no running statistics, so the
   clients send none (``static_norm``). Evaluation then normalizes by the statistics of the
   evaluated batch (the suite evaluates in batches of 1,024): the paper's server instead queries the
   clients' statistics once after training (the authors' ``stats`` pass over the training data),
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from workloads.fl.hparams import Hparams
 
 HETEROFL_RATES = (1.0, 0.5, 0.25, 0.125, 0.0625)
-"""The paper's computation complexity levels a-e: rates 1/2^i (Sec. 4, "shrinkage ratio 0.5")."""
+"""The paper's computation complexity levels a-e: rates 1/2^i (its experiments' five levels, each half the last's width)."""
 
 
 class HeteroFL(FedAvg):
@@ -50,8 +50,8 @@ class HeteroFL(FedAvg):
     clients_together = False  # clients of different widths run different submodels
     sized_to_device = True
     calibratable = False  # a calibration's statistics of a submodel: not defined here
-    scaled = True  # HeteroFL's scaler (Sec. 3.1)
-    static_norm = True  # static batch normalization (sBN, Sec. 3.2)
+    scaled = True  # HeteroFL's scaler (Sec. 3)
+    static_norm = True  # static batch normalization (sBN, Sec. 3)
 
     def prepare_model(self, model: nn.Module, *, seed: int) -> nn.Module:
         return static_batch_norm(model) if self.static_norm else model
