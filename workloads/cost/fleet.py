@@ -63,7 +63,7 @@ DEADLINE_S_BOUNDS = (1e-9, 1e9)  # a positive number of seconds (or inf: no dead
 PERIOD_ROUNDS_MAX = 100_000
 SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 CLASS_KEYS = ("hw", "memory_bytes", "share", "downlink_bytes_per_s", "uplink_bytes_per_s", "latency_s",
-              "availability", "number_format")
+              "availability", "number_format", "width")
 ROUND_KEYS = ("deadline_s", "overcommit")
 TOP_KEYS = ("name", "round", "classes", "assignment")
 
@@ -140,6 +140,7 @@ class DeviceClass:
     availability: Availability = ALWAYS
     share: float | None = None  # None: the fleet lists its clients (``Fleet.assignment``)
     number_format: str | None = None  # the class's arithmetic (accel_sim.formats); None: the run's
+    width: float | str | None = None  # a width-scaled method's submodel width, or "auto" (workloads.cost.widths)
 
     def format_in(self, run_format: str) -> str:
         """The format this class's clients train and are priced in: its own, else the run's."""
@@ -170,7 +171,8 @@ class Fleet:
                                     "downlink_bytes_per_s": finite(c.link.downlink_bytes_per_s),
                                     "uplink_bytes_per_s": finite(c.link.uplink_bytes_per_s),
                                     "latency_s": c.link.latency_s, "availability": c.availability.label,
-                                    **({"number_format": c.number_format} if c.number_format else {})}
+                                    **({"number_format": c.number_format} if c.number_format else {}),
+                                    **({"width": c.width} if c.width is not None else {})}
                            for c in self.classes}}
         return {**doc, "overridden": list(self.overridden)} if self.overridden else doc
 
@@ -249,7 +251,18 @@ def _device_class(name: str, table: Any, *, folder: Path, where: str, listed: bo
             number_format = NumberFormat.parse(table["number_format"]).name
         except ValueError as e:
             raise FleetError(f"{at}: number_format: {e}") from None
-    return DeviceClass(name, hw_path, hw, memory, link, availability, share, number_format)
+    return DeviceClass(name, hw_path, hw, memory, link, availability, share, number_format,
+                       class_width(table["width"], at) if "width" in table else None)
+
+
+def class_width(value: Any, where: str) -> float | str:
+    """A class's ``width``: a number in (0, 1] (its submodel's, HeteroFL's rate r, FjORD's p_max) or
+    ``"auto"`` (the widest of the method's declared widths that fits and meets the deadline)."""
+    if value == "auto":
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value <= 1.0:
+        raise FleetError(f"{where}: width = {value!r}; give a number in (0, 1] (1: the full model) or \"auto\"")
+    return float(value)
 
 
 def resolve_hw_path(hw_path: str, folder: Path) -> Path:
@@ -527,6 +540,8 @@ class ParticipationPlan:
     rounds: tuple[RoundPlan, ...]
     class_peak_memory_bytes: tuple[int, ...]
     calibration: RoundPlan | None = None
+    widths: tuple[float, ...] = ()  # a width-scaled method's: client k's submodel width (workloads.cost.widths)
+    staleness: tuple[tuple[int, ...], ...] = ()  # FedBuff's: per round, each arrival's staleness (workloads.cost.buffered)
 
     @property
     def arrivals(self) -> tuple[tuple[int, ...], ...]:
@@ -553,6 +568,10 @@ class ParticipationPlan:
                 "classes": {c.name: {"peak_memory_bytes": peak, "memory_bytes": "inf" if math.isinf(c.memory_bytes)
                                      else c.memory_bytes, "fits": peak <= c.memory_bytes}
                             for c, peak in zip(fleet.classes, self.class_peak_memory_bytes)},
+                **({"client_widths": list(self.widths)} if self.widths else {}),
+                **({"max_staleness": max((s for r in self.staleness for s in r), default=0),
+                    "mean_staleness": float(np.mean([s for r in self.staleness for s in r] or [0]))}
+                   if self.staleness else {}),
                 **({} if calibration is None else
                    {"calibration": {"sampled": len(calibration.sampled), "arrived": len(calibration.arrived),
                                     "dropped": calibration.dropped_counts()}})}

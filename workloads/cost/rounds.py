@@ -34,6 +34,7 @@ from torch import nn
 from accel_sim.hardware import HardwareConfig, load_hardware_config
 from accel_sim.mac_energy import hardware_in_format
 from workloads.cost.fleet import ClientOffer, Fleet, ParticipationPlan, RoundPlan, online, plan_round, sampled_count
+from workloads.cost.widths import chosen_width
 from workloads.cost.system import ClientRound, RoundCost, SystemModel, ledger_rows, on_device, round_cost
 from workloads.fl.execution import Execution
 from workloads.fl.aggregate import moving_average
@@ -44,6 +45,7 @@ from workloads.fl.local import client_trainer, example_received, prepare_model
 from workloads.fl.loop import RunResult, batch_starts, clients_per_round, draw_clients
 from workloads.fl.methods import MethodConfig
 from workloads.fl.methods.base import ClientUpdate, FedAvg, ServerState, step_identity, trainable_keys
+from workloads.fl.width import submodel
 from workloads.cost.step import StepPrice, local_step_trace, simulate_complete
 from workloads.capture import capture
 from workloads.numerics import NumberFormat
@@ -125,39 +127,50 @@ class RunPricer:
         return self._models[key]
 
     def step(self, method: MethodConfig, hp: Hparams, batch_size: int, round: int,
-             hw: HardwareConfig) -> StepPrice:
+             hw: HardwareConfig, width: float = 1.0) -> StepPrice:
         """One local step of round ``round`` at ``batch_size`` on ``hw`` (with what the method
-        receives that round and the state its client keeps): captured once per step program and
-        batch size, priced once per accelerator (so a fleet's device classes share one capture)."""
-        program = (_local_step_key(method, hp, round), batch_size)
+        receives that round and the state its client keeps): captured once per step program,
+        batch size and submodel ``width`` (``workloads.fl.width.submodel``), priced once per
+        accelerator (so a fleet's device classes share one capture)."""
+        program = (_local_step_key(method, hp, round), batch_size, width)
         key = (*program, hw)
         if key not in self._steps:
             if program not in self._traces:
                 self._traces[program] = local_step_trace(
                     lambda: self.spec.model_fn(method.spherefed), method.training, hp, batch_size=batch_size,
                     input_shape=self.spec.input_shape, round=round, seed=self.spec.seed,
-                    model_name=self.spec.model_name)
-            report = simulate_complete(self._traces[program], hw, f"{method.name} local step at batch {batch_size}")
+                    model_name=self.spec.model_name, width=width)
+            report = simulate_complete(self._traces[program], hw, f"{method.name} local step at batch {batch_size}"
+                                       + (f", width {width:g}" if width < 1 else ""))
             self._steps[key] = StepPrice.of(report)
         return self._steps[key]
 
     def peak_memory_bytes(self, method: MethodConfig, hp: Hparams, n: int, round: int,
-                          hw: HardwareConfig) -> int:
+                          hw: HardwareConfig, width: float = 1.0) -> int:
         """The most memory one client's local training over ``n`` samples in round ``round`` holds
         at once: the peak of its largest mini-batch's step on ``hw`` (its word size), the method's
-        received tensors and client state included, or of its ``after_training`` hook if higher."""
+        received tensors and client state included, or of its ``after_training`` hook if higher;
+        a client of largest submodel ``width``: the peak over the widths it trains (``width_mix``)."""
+        widths = [w for w, _ in method.algo.width_mix(width, hp.with_knobs(method.knobs))]
         return max(self.after_training(method, hp, round, hw).peak_memory_bytes,
-                   *(self.step(method, hp, b, round, hw).peak_memory_bytes for b in set(epoch_batch_sizes(n, hp.batch_size))))
+                   *(self.step(method, hp, b, round, hw, w).peak_memory_bytes
+                     for b in set(epoch_batch_sizes(n, hp.batch_size)) for w in widths))
 
     def local_training(self, method: MethodConfig, hp: Hparams, n: int, round: int,
-                       device: Device) -> tuple[float, float]:
+                       device: Device, width: float = 1.0) -> tuple[float, float]:
         """(compute seconds, energy in joules) of one client's local epochs over ``n`` samples in
-        round ``round``, and its method's ``after_training`` hook (``after_training``)."""
+        round ``round``, and its method's ``after_training`` hook (``after_training``); a client of
+        largest submodel ``width`` trains each width of its method's ``width_mix`` with its
+        probability (HeteroFL: its own; FjORD: each allowed level alike), so its steps are priced as
+        that mix: the expected local training."""
         sizes = Counter(epoch_batch_sizes(n, hp.batch_size))
-        prices = {b: self.step(method, hp, b, round, device.hw) for b in sizes}
+        mix = method.algo.width_mix(width, hp.with_knobs(method.knobs))
+        prices = {(b, w): self.step(method, hp, b, round, device.hw, w) for b in sizes for w, _ in mix}
         after = self.after_training(method, hp, round, device.hw)
-        modeled_s = hp.local_epochs * sum(count * prices[b].latency_s for b, count in sizes.items()) + after.latency_s
-        energy_j = hp.local_epochs * sum(count * prices[b].energy_j for b, count in sizes.items()) + after.energy_j
+        modeled_s = hp.local_epochs * sum(count * share * prices[b, w].latency_s for b, count in sizes.items()
+                                          for w, share in mix) + after.latency_s
+        energy_j = hp.local_epochs * sum(count * share * prices[b, w].energy_j for b, count in sizes.items()
+                                         for w, share in mix) + after.energy_j
         return device.runs(modeled_s, energy_j)
 
     def after_training(self, method: MethodConfig, hp: Hparams, round: int, hw: HardwareConfig) -> StepPrice:
@@ -284,38 +297,89 @@ def plan_run(fleet: Fleet, classes: Sequence[int], method: MethodConfig, hp: Hpa
     ``client_labels[k]``: its training labels; ``devices``, ``system``: from ``fleet_devices`` and
     ``fleet_system``; ``comm_format``: the run's communication format (the bytes each transfer
     carries, ``workloads.fl.comm.client_round_bytes``); ``number_format``: the run's, the devices'
-    (for each class's peak memory at the full batch)."""
+    (for each class's peak memory at the full batch).
+
+    A width-scaled method (HeteroFL, FjORD) prices each client at its submodel width
+    (``client_widths``: its class's, or chosen by ``workloads.cost.widths``): its steps, peak memory
+    and bytes are the submodel's; the plan records each client's width (``ParticipationPlan.widths``)
+    and each class's peak at its widest client's width."""
     client_sizes = [len(y) for y in client_labels]
     num_clients = len(client_sizes)
     target = clients_per_round(num_clients, participation)
     count = sampled_count(target, fleet.overcommit, num_clients)
     sizes = closed_form_sizes(pricer.prepared(method), method, comm_format)
+    sized = _SizedWork(pricer, method, hp, comm_format)
     work: dict[tuple, tuple[float, float, bool]] = {}
 
-    def training(k: int, round: int) -> tuple[float, float, bool]:
+    def training(k: int, round: int, width: float) -> tuple[float, float, bool]:
         device, memory = devices[k], fleet.classes[classes[k]].memory_bytes
-        key = (client_sizes[k], method.algo.extra_downloads(round), device, memory)
+        key = (client_sizes[k], method.algo.extra_downloads(round), device, memory, width)
         if key not in work:
-            compute_s, energy_j = pricer.local_training(method, hp, client_sizes[k], round, device)
-            fits = pricer.peak_memory_bytes(method, hp, client_sizes[k], round, device.hw) <= memory
+            compute_s, energy_j = pricer.local_training(method, hp, client_sizes[k], round, device, width)
+            fits = pricer.peak_memory_bytes(method, hp, client_sizes[k], round, device.hw, width) <= memory
             work[key] = (compute_s, energy_j, fits)
         return work[key]
 
+    widths = client_widths(fleet, classes, method, hp, lambda k, w: _works(training(k, 1, w), sized.transfer(1, w),
+                                                                           system.link(k), fleet.deadline_s))
     plans = []
     for t in range(1, rounds + 1):
-        down, up = client_round_bytes(method, hp, t, layer_bytes=sizes["layer_bytes"],
-                                      trainable_bytes=sizes["trainable_bytes"])
         plans.append(_planned_round(fleet, classes, t, draw_clients(num_clients, count, seed=seed, round=t),
-                                    functools.partial(training, round=t), down=down, up=up, target=target,
-                                    system=system, seed=seed))
-    peaks = tuple(pricer.step(method, hp, hp.batch_size, 1,
-                              hardware_in_format(c.hw, c.format_in(number_format), master_weights=master_weights)
-                              ).peak_memory_bytes for c in fleet.classes)
+                                    lambda k, t=t: training(k, t, widths[k]),
+                                    lambda k, t=t: sized.transfer(t, widths[k]), target=target, system=system,
+                                    seed=seed))
+    mix = functools.partial(method.algo.width_mix, hp=hp.with_knobs(method.knobs))
+    peaks = tuple(max(pricer.step(method, hp, hp.batch_size, 1,
+                                  hardware_in_format(c.hw, c.format_in(number_format), master_weights=master_weights),
+                                  w).peak_memory_bytes
+                      for w, _ in mix(max((w for w, k in zip(widths, classes) if k == i), default=1.0)))
+                  for i, c in enumerate(fleet.classes))
     calibration = None
     if method.calib is not None:
         calibration = calibration_plan(fleet, classes, method, hp, pricer=pricer, client_labels=client_labels,
                                        devices=devices, system=system, round=rounds + 1, seed=seed, sizes=sizes)
-    return ParticipationPlan(tuple(plans), peaks, calibration)
+    return ParticipationPlan(tuple(plans), peaks, calibration, widths if method.algo.sized_to_device else ())
+
+
+class _SizedWork:
+    """A method's per-client bytes at each submodel width (``closed_form_sizes`` of
+    ``workloads.fl.width.submodel``), built once per width."""
+
+    def __init__(self, pricer: RunPricer, method: MethodConfig, hp: Hparams, comm_format: NumberFormat | None) -> None:
+        self.pricer, self.method, self.hp, self.comm_format = pricer, method, hp, comm_format
+        self._sizes: dict[float, dict] = {}
+
+    def sizes(self, width: float) -> dict:
+        if width not in self._sizes:
+            prepared = self.pricer.prepared(self.method)
+            self._sizes[width] = closed_form_sizes(prepared if width >= 1.0 else submodel(prepared, width),
+                                                   self.method, self.comm_format)
+        return self._sizes[width]
+
+    def transfer(self, round: int, width: float) -> tuple[int, int]:
+        """(down, up) bytes of a client of ``width`` in round ``round`` (``client_round_bytes``)."""
+        sizes = self.sizes(width)
+        return client_round_bytes(self.method, self.hp, round, layer_bytes=sizes["layer_bytes"],
+                                  trainable_bytes=sizes["trainable_bytes"])
+
+
+def _works(training: tuple[float, float, bool], transfer: tuple[int, int], link, deadline_s: float) -> bool:
+    """Whether a client's work (compute seconds, energy, whether it fits) and its (down, up) bytes
+    on ``link`` fit its device and end by ``deadline_s`` (``ClientOffer.finish_s``)."""
+    compute_s, _, fits = training
+    return fits and link.download_s(transfer[0]) + compute_s + link.upload_s(transfer[1]) <= deadline_s
+
+
+def client_widths(fleet: Fleet, classes: Sequence[int], method: MethodConfig, hp: Hparams,
+                  works) -> tuple[float, ...]:
+    """Client k's submodel width (``workloads.cost.widths.chosen_width``): its class's, or with
+    ``"auto"`` the widest of the method's ``rates`` for which ``works(k, width)``; 1 for every
+    client of a method that is not width-scaled."""
+    if not method.algo.sized_to_device:
+        return tuple(1.0 for _ in classes)
+    rates = method.algo.rates(hp.with_knobs(method.knobs))
+    return tuple(chosen_width(fleet.classes[c].width, rates, functools.partial(works, k))
+                 for k, c in enumerate(classes))
 
 
 def calibration_plan(fleet: Fleet, classes: Sequence[int], method: MethodConfig, hp: Hparams, *, pricer: RunPricer,
@@ -334,8 +398,8 @@ def calibration_plan(fleet: Fleet, classes: Sequence[int], method: MethodConfig,
     declare: ``workloads.fl.comm.calibration_client_bytes``), and misses the fleet's deadline if
     that takes longer. ``sizes``: the prepared model's ``closed_form_sizes`` in the run's
     communication format."""
-    down, up = calibration_client_bytes(method, hp, layer_bytes=sizes["layer_bytes"], head_bytes=sizes["head_bytes"],
-                                        feature_dim=sizes["feature_dim"], num_classes=sizes["num_classes"])
+    down_up = calibration_client_bytes(method, hp, layer_bytes=sizes["layer_bytes"], head_bytes=sizes["head_bytes"],
+                                       feature_dim=sizes["feature_dim"], num_classes=sizes["num_classes"])
 
     def statistics(k: int) -> tuple[float, float, bool]:
         counts = class_counts_of(client_labels[k], sizes["num_classes"])
@@ -344,20 +408,21 @@ def calibration_plan(fleet: Fleet, classes: Sequence[int], method: MethodConfig,
         return compute_s, energy_j, peak <= fleet.classes[classes[k]].memory_bytes
 
     everyone = range(len(client_labels))
-    return _planned_round(fleet, classes, round, everyone, statistics, down=down, up=up, target=len(everyone),
+    return _planned_round(fleet, classes, round, everyone, statistics, lambda k: down_up, target=len(everyone),
                           system=system, seed=seed)
 
 
 def _planned_round(fleet: Fleet, classes: Sequence[int], round: int, asked: Sequence[int],
-                   work: Callable[[int], tuple[float, float, bool]], *, down: int, up: int, target: int,
-                   system: SystemModel, seed: int) -> RoundPlan:
+                   work: Callable[[int], tuple[float, float, bool]], transfer: Callable[[int], tuple[int, int]], *,
+                   target: int, system: SystemModel, seed: int) -> RoundPlan:
     """Round ``round`` over the ``asked`` clients (``plan_round``): each one's availability that
     round, ``work(k)`` (its compute seconds and energy on its device, and whether the device holds
-    the work's peak memory), its link's download of ``down`` and upload of ``up`` bytes."""
+    the work's peak memory), its link's download and upload of ``transfer(k)`` = (down, up) bytes."""
     is_online = online(fleet, classes, round, seed=seed)
     offers = []
     for k in asked:
         compute_s, energy_j, fits = work(k)
+        down, up = transfer(k)
         link = system.link(k)
         offers.append(ClientOffer(k, bool(is_online[k]), fits, link.download_s(down), compute_s, link.upload_s(up),
                                   energy_j, down, up))

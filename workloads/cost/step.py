@@ -26,6 +26,7 @@ from workloads.capture import HeldStep, capture_step
 from workloads.fl.hparams import Hparams
 from workloads.fl.local import ClientTrainer, client_trainer, example_received, loss_function, prepare_model
 from workloads.fl.methods import MethodConfig, parse_method
+from workloads.fl.width import submodel
 from workloads.model_spec import ModelSpec
 
 
@@ -42,7 +43,7 @@ def simulate_complete(trace: Trace, hw: HardwareConfig, what: str) -> CostReport
 
 def local_step_trace(model_fn: Callable[[], nn.Module], method: MethodConfig, hp: Hparams, *, batch_size: int,
                      input_shape: Sequence[int], round: int = 1, seed: int = 0, model_name: str = "",
-                     meta: dict | None = None, label: str | None = None) -> Trace:
+                     meta: dict | None = None, label: str | None = None, width: float = 1.0) -> Trace:
     """One steady-state local SGD step of ``method`` with ``hp`` at ``batch_size`` on inputs of
     ``input_shape`` (C, H, W). The step receives the method's ``extra_downloads`` of ``round``
     (FedCos's d_t from round 2, SCAFFOLD's c; zeros of their shapes), the client's state
@@ -50,23 +51,29 @@ def local_step_trace(model_fn: Callable[[], nn.Module], method: MethodConfig, hp
     of the downloaded model (``ClientTrainer.held``): all three are resident from the step's start
     to its end, in its peak memory whether or not the step reads them (SCAFFOLD's copy is read
     only after training), and what the step reads is in its compute. ``label``: the method's name
-    in the trace (default its canonical name)."""
+    in the trace (default its canonical name). ``width``: the submodel a width-scaled method's
+    client of that width trains (``workloads.fl.width.submodel``: its narrower tensors, so its MACs
+    and memory)."""
     if method.calibration:
         raise ValueError(f"{method.name!r}: a training step has no calibration; price the calibration on its own")
     hp = hp.with_knobs(method.knobs).replace(batch_size=batch_size)  # a method of yours: its knobs' defaults
     torch.manual_seed(seed)
     model = prepare_model(model_fn(), method, seed=seed).train()
+    if width < 1.0:
+        model = submodel(model, width).train()
 
     def make_step(step_model: nn.Module) -> HeldStep:
         received = example_received(step_model, method, hp, round)
-        return held_step(client_trainer(step_model, step_model.state_dict(), hp, method, round=round, received=received))
+        return held_step(client_trainer(step_model, step_model.state_dict(), hp, method, round=round, received=received,
+                                        width=width))
 
     x = torch.zeros(batch_size, *input_shape)
     y = torch.zeros(batch_size, dtype=torch.long)
     return capture_step(make_step, model, x, y, model_name=model_name, method=label or method.name,
                         batch_size=batch_size,
                         meta={"input_shape": list(input_shape), "lr": hp.lr, "momentum": hp.momentum,
-                              "weight_decay": hp.weight_decay, **(meta or {})})
+                              "weight_decay": hp.weight_decay, **({"width": width} if width < 1 else {}),
+                              **(meta or {})})
 
 
 def held_step(trainer: ClientTrainer) -> HeldStep:

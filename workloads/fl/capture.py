@@ -31,7 +31,7 @@ in one line and trains eagerly from then on; the results are the same.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import torch
@@ -69,7 +69,7 @@ def _layout(ctx: RoundContext):
     def tree(source):
         return tuple((k, (tuple(v.shape), v.dtype) if isinstance(v, torch.Tensor) else tree(v))
                      for k, v in sorted(source.items()))
-    return ctx.round, ctx.lr, tree(ctx.global_params), tree(ctx.received), tree(ctx.state)
+    return ctx.round, ctx.lr, ctx.width, tree(ctx.global_params), tree(ctx.received), tree(ctx.state)
 
 
 class StaticStep:
@@ -80,8 +80,8 @@ class StaticStep:
         self.hp: Hparams = trainer.hp
         ctx = trainer.ctx
         self.lr = ctx.lr
-        self.ctx = RoundContext(ctx.round, _clone_tree(ctx.global_params), _clone_tree(ctx.received),
-                                _clone_tree(ctx.state), ctx.lr)
+        self.ctx = replace(ctx, global_params=_clone_tree(ctx.global_params), received=_clone_tree(ctx.received),
+                           state=_clone_tree(ctx.state))
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.momentum = [torch.zeros_like(p) for p in self.params]
         self.graph: torch.cuda.CUDAGraph | None = None
@@ -98,6 +98,7 @@ class StaticStep:
         _copy_tree(self.ctx.global_params, trainer.ctx.global_params)
         _copy_tree(self.ctx.received, trainer.ctx.received)
         _copy_tree(self.ctx.state, trainer.ctx.state)
+        self.ctx = replace(self.ctx, draws=trainer.ctx.draws)  # the client's own generator (FjORD's eager steps)
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor, first: bool = False) -> torch.Tensor:
         """One SGD step on (x, y); ``first``: the client's first, whose momentum is the gradient."""
@@ -160,6 +161,10 @@ class StepRecorder:
         step = self.step
         if first or len(y) != self.batch_size or self.device.type != "cuda" or self.failed:
             return step(x, y, first=first)
+        if not step.algorithm.recordable:  # FjORD: a width drawn per step, which a recorded graph would fix
+            self.failed = True
+            print(fallback_line(self.method_name, "its step draws a width per step"), file=sys.stderr)
+            return step(x, y)
         if step.graph is None:
             try:
                 step.record(x, y)

@@ -92,6 +92,7 @@ class Execution:
     precision_schedule: str = ""  # the clients' format per round, ROUND:FORMAT,... (empty: number_format every round)
     server_average: float = 0.0  # decay of the server's moving average of the aggregates (0: none)
     client_formats: tuple[str, ...] = ()  # a fleet's: client k's arithmetic, its device class's (empty: all number_format)
+    client_widths: tuple[float, ...] = ()  # a fleet's: client k's largest submodel width (empty: all 1; workloads.fl.width)
     clients_together: bool = False  # a round's clients trained as one batched computation (workloads.fl.together)
     client_threads: int = 1  # a round's clients trained this many at once, each on its own thread (workloads.fl.threads)
     capture_step: bool = False  # the local step recorded once a round and replayed, a CUDA graph on a GPU (workloads.fl.capture)
@@ -113,6 +114,8 @@ class Execution:
         if not 0.0 <= self.server_average < 1.0:
             raise ValueError(f"server_average = {self.server_average!r}: the moving average's decay is in [0, 1) "
                              "(0: none; Li et al. 2024's code uses 0.9)")
+        if any(not 0.0 < w <= 1.0 for w in self.client_widths):
+            raise ValueError(f"client widths {list(self.client_widths)}: each is in (0, 1] (1: the full model)")
         if self.client_threads < 1:
             raise ValueError(f"--client-threads {self.client_threads}: give 1 (one client after another) or more")
         if self.client_threads > 1 and (self.clients_together or self.compile):
@@ -145,6 +148,11 @@ class Execution:
         if self.client_formats:
             return NumberFormat.parse(self.client_formats[client])
         return NumberFormat.parse(self.format_of_round(round))
+
+    def width_of_client(self, client: int) -> float:
+        """Client ``client``'s largest submodel width (``client_widths``; 1 where none is given):
+        what a width-scaled method (HeteroFL, FjORD) trains it at; other methods train the full model."""
+        return float(self.client_widths[client]) if self.client_widths else 1.0
 
     def format_of_round(self, round: int) -> str:
         """The clients' format in round ``round`` (a fleet's per-class formats aside)."""
@@ -184,7 +192,8 @@ class Execution:
                 "clients_together": self.clients_together, "client_threads": self.client_threads,
                 "capture_step": self.capture_step,
                 **({"precision_schedule": self.precision_schedule} if self.precision_schedule else {}),
-                **({"client_formats": list(self.client_formats)} if self.client_formats else {})}
+                **({"client_formats": list(self.client_formats)} if self.client_formats else {}),
+                **({"client_widths": list(self.client_widths)} if self.client_widths else {})}
 
 
 KERNEL_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_CBWR", "OMP_NUM_THREADS")
@@ -319,7 +328,7 @@ def random_crop_flip(x: torch.Tensor, generator: torch.Generator, padding: int =
 
 OPTIONS = ("augment", "channels_last", "bf16", "compile", "low_precision_weights",
            "clients_together", "capture_step")  # a preset's [execution] switches
-RECIPE_SETTINGS = ("client_formats", "low_precision_weights", "server_average", "precision_schedule", "clients_together",
+RECIPE_SETTINGS = ("client_formats", "client_widths", "low_precision_weights", "server_average", "precision_schedule", "clients_together",
                    "capture_step")
 """Recorded in a run's identity only where set, so that runs from before them keep theirs."""
 FORMAT_SETTINGS = ("number_format", "comm_format")

@@ -257,7 +257,8 @@ def client_trainer(model: nn.Module, global_state: Mapping[str, torch.Tensor], h
                    received: Mapping[str, Mapping[str, torch.Tensor]] | None = None,
                    state: Mapping[str, torch.Tensor] | None = None,
                    autocast_dtype: torch.dtype | None = None, arithmetic: Arithmetic | None = None,
-                   low_precision_weights: bool = False) -> ClientTrainer:
+                   low_precision_weights: bool = False, width: float = 1.0,
+                   draws: torch.Generator | None = None) -> ClientTrainer:
     """A trainer for ``model``, which must already hold the client's starting weights.
 
     ``global_state`` is what the client downloaded (w_t): an ``anchored`` method (FedProx, FedCos,
@@ -268,7 +269,9 @@ def client_trainer(model: nn.Module, global_state: Mapping[str, torch.Tensor], h
     ``initial_client_state``, from ``model``). ``lr`` defaults to ``hp.lr``. ``arithmetic``
     (``workloads.numerics.emulate.Arithmetic``, None for FP32) rounds the step's GEMM operands;
     ``low_precision_weights``: the weights are stored in its format after every step, with no FP32
-    master copy (``ClientTrainer._store_weights_in_format``).
+    master copy (``ClientTrainer._store_weights_in_format``). ``width``: the client's largest
+    submodel width (a width-scaled method's, ``workloads.fl.width``); ``draws``: its own generator
+    of the round (FjORD's per-step widths).
     """
     anchors = {}
     if method.algo.anchored:
@@ -281,5 +284,6 @@ def client_trainer(model: nn.Module, global_state: Mapping[str, torch.Tensor], h
             cls = type(method.algo)
             raise UserCodeError(f"{cls.__module__}:{cls.__qualname__}.initial_client_state returned a "
                                 f"{type(state).__name__}; it must return a dict of tensors ({{}} for none; docs/methods.md)")
-    ctx = RoundContext(round=round, global_params=anchors, received=dict(received or {}), state=dict(state), lr=lr)
+    ctx = RoundContext(round=round, global_params=anchors, received=dict(received or {}), state=dict(state), lr=lr,
+                       width=width, draws=draws)
     return ClientTrainer(model, method, hp, ctx, lr, autocast_dtype, arithmetic, low_precision_weights)

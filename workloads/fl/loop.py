@@ -79,6 +79,7 @@ SEND_DOWN_STREAM = 3  # the server's download in a communication format (seed, t
 SEND_UP_STREAM = 4  # a client's upload in a communication format (seed, t, k, 4)
 SEND_EXTRAS_STREAM = 5  # a method's extra downloads (FedCos's d_t) in a communication format (seed, t, 5[, i])
 SEND_EXTRAS_UP_STREAM = 6  # a client's extra uploads (SCAFFOLD's Delta c_i) in a communication format (seed, t, k, 6[, i])
+DRAWS_STREAM = 7  # a client's own generator of the round, RoundContext.draws (FjORD's widths): (seed, t, k, 7)
 FORECAST_STEPS = 3  # timed local steps behind the projected wall time (after one warm-up step)
 
 
@@ -131,6 +132,7 @@ class _Setup:
     together: bool = False  # a round's clients trained as one batched computation (``workloads.fl.together``)
     slots: tuple[Slot, ...] = ()  # a round's clients trained on threads, one per slot (``workloads.fl.threads``; (): one after another)
     recorder: StepRecorder | None = None  # the local step recorded once a round and replayed (``workloads.fl.capture``)
+    staleness: tuple[dict[int, int], ...] = ()  # per round, client -> server steps since it started (FedBuff's clock)
 
 
 def cosine_lr(lr: float, lr_min: float, round: int, rounds: int) -> float:
@@ -174,6 +176,15 @@ def check_arrivals(arrivals: Sequence[Sequence[int]], num_clients: int, rounds: 
                              f"distinct clients in 0..{num_clients - 1}")
         out.append(clients)
     return tuple(out)
+
+
+def check_staleness(arrivals: Sequence[Sequence[int]] | None, staleness: Sequence[Sequence[int]]
+                    ) -> tuple[dict[int, int], ...]:
+    """Per round, client -> its staleness: one non-negative count per arrival of that round."""
+    if arrivals is None or len(staleness) != len(arrivals) or any(
+            len(ages) != len(clients) or min(ages, default=0) < 0 for clients, ages in zip(arrivals, staleness)):
+        raise ValueError("staleness: one non-negative count per arriving client of every round of the plan")
+    return tuple(dict(zip(clients, (int(a) for a in ages))) for clients, ages in zip(arrivals, staleness))
 
 
 def round_half_up(value: float) -> int:
@@ -293,8 +304,13 @@ def run_method(method: MethodConfig, *, model_fn: Callable[[], nn.Module], train
                execution: Execution = Execution(), progress: bool = False,
                checkpoint: str | Path | None = None, resume: bool = False,
                after_round: Callable[[int], None] | None = None, val=None,
-               arrivals: Sequence[Sequence[int]] | None = None) -> RunResult:
+               arrivals: Sequence[Sequence[int]] | None = None,
+               staleness: Sequence[Sequence[int]] = ()) -> RunResult:
     """Run ``method`` on ``train`` split by ``parts`` (one index array per client).
+
+    ``staleness`` (FedBuff's clock, ``workloads.cost.buffered``: per round, beside ``arrivals``, how
+    many server steps ago each arriving client started) makes each client start from the server as
+    it was then (the method's ``server_view``) and tells the aggregation (``ClientUpdate.staleness``).
 
     ``arrivals`` (a participation plan, ``workloads.cost.fleet``: per round, the sampled clients
     whose updates arrive in time; None: every sampled client) are the clients each round trains
@@ -317,6 +333,8 @@ def run_method(method: MethodConfig, *, model_fn: Callable[[], nn.Module], train
     setup = _set_up(method, model_fn, train, test, parts, cfg, hp.with_knobs(method.knobs), execution, val)
     if arrivals is not None:
         setup = replace(setup, arrivals=check_arrivals(arrivals, len(parts), cfg.rounds, method.calib is not None))
+    if staleness:
+        setup = replace(setup, staleness=check_staleness(setup.arrivals, staleness))
     if execution.clients_together:
         reason = fallback_reason(method, execution)
         if reason is not None:
@@ -456,6 +474,7 @@ def _client_update(setup: _Setup, server: ServerState, own_state: dict, kept: di
     first). Returns (update, mean loss, the client's local parts to keep, its new method state)
     and appends its transfers to the ledger. ``model``: the client model it trains (None: the run's)."""
     model = setup.client_model if model is None else model
+    server = setup.method.algo.server_view(server, t, _staleness(setup, t, k))
     trainer, down = _client_start(setup, server, own_state, kept, shared, t, k, extras, lr, model)
     if setup.recorder is not None:
         trainer = setup.recorder.trainer(trainer)
@@ -476,7 +495,8 @@ def _client_start(setup: _Setup, server: ServerState, own_state: dict, kept: dic
     model.load_state_dict({**server.weights, **own, **down})
     trainer = client_trainer(model, down, hp, method, round=t, lr=lr, received=extras, state=kept,
                              autocast_dtype=ex.autocast_dtype, arithmetic=arithmetic_of(ex, setup.cfg.seed, t, k),
-                             low_precision_weights=ex.low_precision_weights)
+                             low_precision_weights=ex.low_precision_weights, width=ex.width_of_client(k),
+                             draws=torch.Generator().manual_seed(derived_seed(setup.cfg.seed, t, k, DRAWS_STREAM)))
     return trainer, down
 
 
@@ -557,7 +577,7 @@ def _client_finish(setup: _Setup, trainer: ClientTrainer, down: dict, shared: li
     ``after_training``, the upload, and its transfers (download, then upload) in the ledger."""
     method, hp, ex, model = setup.method, setup.hp, setup.execution, trainer.model
     shared_set = set(shared)
-    _record(transfers, t, k, "down", grouped_bytes(down, fmt=ex.communication))
+    _record(transfers, t, k, "down", grouped_bytes(method.algo.payload(model, down, trainer.ctx), fmt=ex.communication))
     for group, tensors in extras.items():
         _record(transfers, t, k, "down", grouped_bytes(tensors, group, fmt=ex.communication))
     returned = method.algo.after_training(model, trainer.ctx, steps, hp)
@@ -567,14 +587,20 @@ def _client_finish(setup: _Setup, trainer: ClientTrainer, down: dict, shared: li
     kept, uploads = returned
     uploads = _checked_groups(uploads, method.algo.extra_uploads(t), "after_training", method, t)
     state = model.state_dict()
-    up = sent(ex, {key: state[key].detach().clone() for key in shared}, setup.cfg.seed, t, k, SEND_UP_STREAM)
+    up = sent(ex, method.algo.payload(model, {key: state[key].detach().clone() for key in shared}, trainer.ctx),
+              setup.cfg.seed, t, k, SEND_UP_STREAM)
     uploads = {group: sent(ex, tensors, setup.cfg.seed, t, k, SEND_EXTRAS_UP_STREAM, *([i] if i else []))
                for i, (group, tensors) in enumerate(sorted(uploads.items()))}
     local = {key: v.detach().clone() for key, v in state.items() if key not in shared_set and key not in setup.frozen}
     _record(transfers, t, k, "up", {**grouped_bytes(up, fmt=ex.communication), "metadata": metadata_bytes(method.algo),
                                     **{group: sum(grouped_bytes(tensors, group, fmt=ex.communication).values())
                                        for group, tensors in uploads.items()}})
-    return ClientUpdate(k, up, len(setup.client_idx[k]), steps, uploads), loss, local, kept
+    return ClientUpdate(k, up, len(setup.client_idx[k]), steps, uploads, _staleness(setup, t, k)), loss, local, kept
+
+
+def _staleness(setup: _Setup, t: int, k: int) -> int:
+    """Client k's staleness in round t (0 in synchronous rounds)."""
+    return setup.staleness[t - 1][k] if setup.staleness else 0
 
 
 def _clients_together(setup: _Setup, server: ServerState, memory: dict, kept: dict, clients: Sequence[int],
@@ -875,6 +901,8 @@ def _fingerprint(setup: _Setup, parts) -> str:
     doc = {"method": setup.method.name, "cfg": asdict(setup.cfg), "hp": setup.hp.as_dict(), "execution": ex}
     if setup.arrivals is not None:
         doc["arrivals"] = setup.arrivals
+    if setup.staleness:
+        doc["staleness"] = [sorted(ages.items()) for ages in setup.staleness]
     h.update(json.dumps(doc, sort_keys=True, default=str).encode())
     for p in parts:
         h.update(np.asarray(p, dtype=np.int64).tobytes() + b"|")

@@ -32,6 +32,7 @@ import torch
 from accel_sim.hardware import HardwareConfig
 from workloads import model_spec
 from workloads.cost.fleet import Fleet, ParticipationPlan
+from workloads.cost.asynchronous import FleetRun, plan_buffered
 from workloads.cost.rounds import Device, RunPricer, RunSpec, plan_run, price_run
 from workloads.cost.system import SystemModel
 from workloads.fl.data import Dataset
@@ -102,12 +103,22 @@ def participation_plan(inputs: RunInputs, method: MethodConfig, hp: Hparams,
     trains, and what ``bench.flower``'s strategy follows."""
     if inputs.fleet is None:
         return None
+    if method.algo.buffered:
+        return plan_buffered(fleet_run(inputs), method, hp, pricer)
     return plan_run(inputs.fleet, inputs.classes, method, hp, pricer=pricer,
                     client_labels=[inputs.train.y.numpy()[p] for p in inputs.parts], devices=inputs.devices,
                     system=inputs.system,
                     rounds=inputs.fl.rounds, participation=inputs.fl.participation, seed=inputs.seed,
                     comm_format=inputs.execution.communication, number_format=inputs.execution.number_format,
                     master_weights=not inputs.execution.low_precision_weights)
+
+
+def fleet_run(inputs: RunInputs) -> FleetRun:
+    """The inputs' fleet run, as FedBuff's plan takes it (``workloads.cost.asynchronous``)."""
+    return FleetRun(inputs.fleet, tuple(inputs.classes), tuple(inputs.devices), inputs.system,
+                    tuple(inputs.train.y.numpy()[p] for p in inputs.parts), inputs.fl.rounds, inputs.fl.participation,
+                    inputs.seed, inputs.execution.communication, inputs.execution.number_format,
+                    not inputs.execution.low_precision_weights)
 
 
 def run_job(job: Job, inputs: RunInputs, *, pricer: RunPricer | None = None, bars: bool = False,
@@ -136,14 +147,33 @@ def run_job(job: Job, inputs: RunInputs, *, pricer: RunPricer | None = None, bar
               file=sys.stderr, flush=True)
 
     result = run_method(method, model_fn=model_fn, train=inputs.train, test=inputs.test, parts=inputs.parts,
-                        cfg=inputs.fl, hp=job.hp, execution=inputs.execution, progress=bars,
+                        cfg=inputs.fl, hp=job.hp, execution=sized_execution(inputs.execution, plan), progress=bars,
                         after_round=round_done if announce and not bars else None, val=inputs.val,
                         checkpoint=checkpoint, resume=resume,
-                        arrivals=arrivals)
+                        arrivals=arrivals, staleness=() if plan is None else plan.staleness)
+    result = with_plan(result, plan)
     trained = time.perf_counter()
     rows = priced_rounds(result, job, inputs, pricer=pricer, plan=plan)
     return JobResult(replace(result, weights={}), rows, trained - start - planning_s,
                      time.perf_counter() - trained + planning_s, plan)
+
+
+def sized_execution(execution: Execution, plan: ParticipationPlan | None) -> Execution:
+    """``execution`` with each client's submodel width where the plan sizes them (a width-scaled
+    method on a fleet, ``workloads.cost.rounds.client_widths``): the data the loop trains them by."""
+    return execution if plan is None or not plan.widths else replace(execution, client_widths=plan.widths)
+
+
+def with_plan(result: RunResult, plan: ParticipationPlan | None) -> RunResult:
+    """``result`` with, beside each round's clients in every history entry (in their order), their
+    submodel widths (``widths``) where the plan sized them, and each update's staleness
+    (``staleness``) where it ran FedBuff's clock."""
+    if plan is None or not (plan.widths or plan.staleness):
+        return result
+    history = tuple({**entry, **({"widths": [plan.widths[k] for k in entry["clients"]]} if plan.widths else {}),
+                     **({"staleness": list(plan.staleness[entry["round"] - 1])} if plan.staleness else {})}
+                    for entry in result.history)
+    return replace(result, history=history)
 
 
 def priced_rounds(result: RunResult, job: Job, inputs: RunInputs, *, pricer: RunPricer,

@@ -46,6 +46,7 @@ from workloads.fl.local import prepare_model
 from workloads.fl.loop import duration_text, forecast, sample_clients
 from workloads.fl.methods import MethodConfig, distinct_methods, parse_method
 from workloads.fl.presets import Preset, client_data, load_data
+from workloads.fl.width import submodel
 
 RESULTS_FILES = (FL_RESULTS, "accuracy.csv", "ledger.csv", "partition.csv", "rounds.csv")
 
@@ -220,6 +221,10 @@ def train(run: FLRun, data: FLData, *, progress: bool = False, checkpoints: Path
     print(f"device: {run.execution.device} ({run.execution.describe()['device_name']})", file=sys.stderr)
     for name, rate in run.rates.items():
         print(f"{name:28s} lr {rate['lr']:g} from {rate['from']}", file=sys.stderr)
+    for method in run.methods:
+        if method.algo.buffered and run.fleet is None:
+            print(f"{method.name:28s} no fleet, so no clock: synchronous rounds, every update fresh (FedAvg's "
+                  "rounds; give --fleet for its buffered server)", file=sys.stderr)
     pricer = RunPricer(inputs.run_spec())
     jobs = {method.name: Job(method.name, run.hparams[method.name]) for method in run.methods}
     plans, planning_s = {}, {}
@@ -259,12 +264,22 @@ def train(run: FLRun, data: FLData, *, progress: bool = False, checkpoints: Path
 
 def closed_form_for(method: MethodConfig, data: FLData, run: FLRun, plan: ParticipationPlan | None = None) -> dict:
     """The closed-form communication totals (``workloads.fl.comm.closed_form_bytes``) for this run
-    (with a fleet's ``plan``: over each round's arrivals, the calibration's too)."""
+    (with a fleet's ``plan``: over each round's arrivals, the calibration's too; a width-scaled
+    method's plan: each arrival at its submodel's sizes, summed over the widths)."""
     model = prepare_model(data.inputs.build(method.spherefed), method, seed=run.cfg.seed)
     clients = {"clients_per_round": data.clients_per_round} if plan is None else plan.closed_form_counts()
-    return closed_form_bytes(method, run.hparams[method.name], rounds=run.cfg.rounds,
-                             **clients, num_clients=run.cfg.num_clients,
-                             **closed_form_sizes(model, method, run.execution.communication))
+    if plan is None or not plan.widths:
+        return closed_form_bytes(method, run.hparams[method.name], rounds=run.cfg.rounds,
+                                 **clients, num_clients=run.cfg.num_clients,
+                                 **closed_form_sizes(model, method, run.execution.communication))
+    totals = {"down_bytes": 0, "up_bytes": 0, "total_bytes": 0}
+    for width in sorted(set(plan.widths)):
+        per_round = [sum(plan.widths[k] == width for k in r.arrived) for r in plan.rounds]
+        sized = closed_form_bytes(method, run.hparams[method.name], rounds=run.cfg.rounds, clients_per_round=per_round,
+                                  num_clients=run.cfg.num_clients,
+                                  **closed_form_sizes(submodel(model, width), method, run.execution.communication))
+        totals = {key: totals[key] + sized[key] for key in totals}
+    return totals
 
 
 def results_doc(run: FLRun, data: FLData, trained: dict, command: str) -> dict:

@@ -27,12 +27,15 @@ from workloads.fl.methods.calibration import Calibration
 from workloads.fl.methods.ccvr import CCVR
 from workloads.fl.methods.doublehead import DoubleHead
 from workloads.fl.methods.fedbabu import FedBABU
+from workloads.fl.methods.fedbuff import FedBuff
 from workloads.fl.methods.fedcos import FedCos
 from workloads.fl.methods.fednova import FedNova
 from workloads.fl.methods.fedopt import FedAvgM, FedOpt
 from workloads.fl.methods.fedprox import FedProx
 from workloads.fl.methods.feddyn import FedDyn
 from workloads.fl.methods.ffc import FFC
+from workloads.fl.methods.fjord import FjORD
+from workloads.fl.methods.heterofl import HeteroFL
 from workloads.fl.methods.moon import MOON
 from workloads.fl.methods.scaffold import Scaffold
 
@@ -48,6 +51,9 @@ ALGORITHMS = {
     "scaffold": Scaffold(),
     "moon": MOON(),
     "feddyn": FedDyn(),
+    "heterofl": HeteroFL(),
+    "fjord": FjORD(),
+    "fedbuff": FedBuff(),
 }  # in the order their knobs are listed (Hparams, results files)
 CALIBRATIONS = {"ffc": FFC(), "ccvr": CCVR()}
 NAME_PARTS = {**{name: "algorithm" for name in ALGORITHMS}, "spherefed": "modifier",

@@ -98,6 +98,8 @@ class RoundContext:
     received: Mapping[str, Mapping[str, torch.Tensor]] = field(default_factory=dict)  # extra_downloads, by group
     state: Mapping[str, torch.Tensor] = field(default_factory=dict)  # the client's own state (initial_client_state)
     lr: float = 0.0  # this round's local learning rate
+    width: float = 1.0  # the client's largest submodel width (a fleet class's; ``workloads.fl.width``)
+    draws: torch.Generator | None = None  # the client's own generator this round (FjORD's per-step widths)
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,7 @@ class ClientUpdate:
     num_examples: int
     local_steps: int
     extras: Mapping[str, TensorDict] = field(default_factory=dict)  # extra_uploads, by group
+    staleness: int = 0  # server steps taken since its client started (FedBuff's clock; 0 in synchronous rounds)
 
 
 @dataclass(frozen=True)
@@ -151,10 +154,12 @@ def model_layers(model: nn.Module, exclude: Sequence[str] = ()) -> list[list[str
 
 NOT_IN_STEP = frozenset({
     "knobs", "upload_extras", "own_head", "calibratable", "flower_strategy",  # parsing, ledger, Flower
-    "clients_together",  # how the loop schedules the step, not the step
+    "clients_together", "recordable",  # how the loop schedules the step, not the step
     "sharing_layers", "shared_layer_count", "shared_keys", "extra_uploads",  # what is sent, not computed
     "server_extras", "aggregate", "_advance", "local_test_accuracy",  # the server; evaluation
     "after_training",  # after the last step: priced on its own (``workloads.cost.rounds``)
+    "sized_to_device", "rates", "width_mix", "payload",  # which width a client trains and what it sends
+    "buffered", "server_view",  # which model a client starts from (FedBuff's clock)
 })
 """The members of ``FedAvg`` that never change the program of a client's local step. Every other
 member, a method's own helpers included, is part of ``step_identity``: a new hook is in the
@@ -203,6 +208,29 @@ class FedAvg:
     local_modules: tuple[str, ...] = ()
     flower_strategy: str | None = "FedAvg"
     clients_together = True  # its step hooks are tensor ops that vmap batches over clients
+    recordable = True  # its step may be recorded once as a CUDA graph and replayed (--capture-step, workloads.fl.capture)
+    sized_to_device = False  # trains a width-scaled submodel sized to each client's device (HeteroFL, FjORD)
+    buffered = False  # aggregates buffered updates on a fleet's virtual clock (FedBuff; workloads.cost.buffered)
+
+    def server_view(self, server: ServerState, round: int, staleness: int) -> ServerState:
+        """The server state a client of round ``round`` starts from, ``staleness`` server steps
+        old (FedBuff's clock): synchronous rounds have none."""
+        return server
+
+    def rates(self, hp: Hparams) -> tuple[float, ...]:
+        """The submodel widths the method declares, widest first (a fleet class's ``width = "auto"``
+        picks among them): FedAvg trains the full model only."""
+        return (1.0,)
+
+    def width_mix(self, width: float, hp: Hparams) -> tuple[tuple[float, float], ...]:
+        """(width, probability) of the submodels a client of largest width ``width`` trains in its
+        local steps, what the pricing weights each width's step by: FedAvg the full model always."""
+        return ((1.0, 1.0),)
+
+    def payload(self, model: nn.Module, tensors: TensorDict, ctx: RoundContext) -> TensorDict:
+        """What of ``tensors`` (the shared state, down or up) travels between the server and a
+        client with context ``ctx``: all of it (a width-scaled method: the client's held prefix)."""
+        return tensors
 
     def sharing_layers(self, model: nn.Module) -> list[list[str]]:
         """The model's state_dict keys grouped into layers, shallow to deep, its ``local_modules`` left
