@@ -26,7 +26,7 @@ from torch import nn
 from workloads.fl.guard import UserCodeError
 from workloads.fl.hparams import Hparams
 from workloads.fl.methods import MethodConfig
-from workloads.fl.methods.base import RoundContext
+from workloads.fl.methods.base import FedAvg, RoundContext
 from workloads.fl.methods.spherefed import apply_spherefed, mse_onehot_loss, one_hot_like
 from workloads.numerics.emulate import Arithmetic
 from workloads.numerics.quantize import round_to_format
@@ -122,8 +122,10 @@ def _described(value) -> str:
 
 def outputs_from(algorithm, outputs):
     """``outputs``, what ``algorithm``'s ``head_outputs`` returned, if a list or tuple of tensors
-    (the logits first); else one ``UserCodeError`` line naming the hook."""
-    if isinstance(outputs, (list, tuple)) and outputs and all(torch.is_tensor(o) for o in outputs):
+    (the logits first; empty for a method whose ``batch_loss`` runs its own forward, as HeteroFL's
+    at the client's width); else one ``UserCodeError`` line naming the hook."""
+    own_forward = type(algorithm).batch_loss is not FedAvg.batch_loss
+    if isinstance(outputs, (list, tuple)) and (outputs or own_forward) and all(torch.is_tensor(o) for o in outputs):
         return outputs
     cls = type(algorithm)
     raise UserCodeError(f"{cls.__module__}:{cls.__qualname__}.head_outputs returned {_described(outputs)}; it must "
