@@ -25,6 +25,7 @@ so in one line (``fallback_reason``).
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from dataclasses import dataclass
@@ -54,11 +55,12 @@ class Rule:
     round_up: bool = False
     scale: float = 1.0
 
-    def floats(self, fraction_bits: int) -> np.ndarray:
+    @functools.lru_cache(maxsize=64)
+    def floats(self) -> np.ndarray:
         """The float32 constants the kernel reads (``_fused_kernel.round_blocks``): the grid's
         ``2^(1 - p)``, ``2^e_min``, largest element and largest result (BFP: a grid of unit 1 and
         nothing clamped), the element's ``2^-emax``, the factor of scaled FP8 (``2^-s``: the kernel
-        divides by it), ``2^-b`` of the uniform numbers' ``b`` bits, and BFP's ``2^(1 - m)``."""
+        divides by it), ``2^-b`` of the uniform numbers' ``b = 24 - p`` bits, and BFP's ``2^(1 - m)``."""
         p, spec = self.significand_bits, self.element
         if self.kind == BFP:
             grid = (2.0 ** -23, 2.0 ** 23, math.inf, math.inf)
@@ -66,7 +68,7 @@ class Rule:
             largest = (2 - 2.0 ** (1 - p)) * 2.0 ** 127 if self.kind == SCALED or self.round_up else math.inf
             grid = (2.0 ** (1 - p), 2.0 ** spec.min_normal_exponent, spec.max_finite, largest)
         return np.array([*grid, 2.0 ** -element_emax(spec) if spec else 0.0, 1 / self.scale,
-                         2.0 ** -fraction_bits, 2.0 ** (1 - p)], dtype=np.float32)
+                         2.0 ** (p - 24), 2.0 ** (1 - p)], dtype=np.float32)
 
     def ints(self, stream_key: tuple[int, int] | None) -> np.ndarray:
         """The integer constants the kernel reads: kind, BFP's carry ``2^(24 - m) - 1``
@@ -161,7 +163,7 @@ def round_pieces(rule: Rule, src: torch.Tensor, dst: torch.Tensor, pieces, count
         return False
     x, out = _flat(src), _flat(dst)
     xf, xi, o = x.numpy(), x.view(torch.int32).numpy(), out.numpy()
-    floats, ints = rule.floats(24 - rule.significand_bits), rule.ints(stream_key)
+    floats, ints = rule.floats(), rule.ints(stream_key)
     for nest in nests:
         _kernel(xf, xi, o, nest, floats, ints)
     return True
