@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import functools
 import math
-import warnings
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -104,13 +104,19 @@ def kernel():
     if _kernel is None and fallback_reason is None:
         try:
             from workloads.numerics import _fused_kernel
+            _fused_kernel.round_blocks(*_TRY)  # compiles (or loads the cached build): a failure here falls back too
             _kernel = _fused_kernel.round_blocks
         except Exception as e:  # noqa: BLE001 - any failure to import or compile: torch rounds instead
             fallback_reason = f"{type(e).__name__}: {e}".splitlines()[0]
-            warnings.warn(f"workloads.numerics: the fused quantizer is not available ({fallback_reason}); "
-                          "rounding with torch operations instead (same values, slower; pip install numba)",
-                          RuntimeWarning, stacklevel=3)
+            print(f"number formats: the fused quantizer is not available ({fallback_reason}); rounding with "
+                  "torch operations instead (the same values, slower; pip install numba)", file=sys.stderr)
     return _kernel
+
+
+_TRY = (np.ones(2, np.float32), np.ones(2, np.float32).view(np.int32), np.empty(2, np.float32),
+        np.array([0, 0, 1, 1, 1, 2, 1, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0], np.uint64),
+        Rule(BFP, 4).floats(), Rule(BFP, 4).ints(None))
+"""A group of two values rounded when the kernel is first asked for."""
 
 
 def _flat(t: torch.Tensor) -> torch.Tensor:
@@ -149,21 +155,55 @@ def geometry(piece: torch.Tensor, axis: int | None, base: torch.Tensor,
     return np.array([offset, coffset, *(d[0] for d in nest), *(d[1] for d in nest), *(d[2] for d in nest)], dtype=np.uint64)
 
 
+_plans: dict[tuple, list[np.ndarray]] = {}
+"""The loop nests of layouts rounded before, by ``plan_key``: a step rounds operands of the same
+shapes and strides every time, and working out their groups costs more than small ones' rounding."""
+MAX_PLANS = 4096
+
+
+def plan_key(x: torch.Tensor, group_size: int, dim, stochastic: bool) -> tuple | None:
+    """What a layout's loop nests depend on (None: the kernel does not run here)."""
+    if not _kernel_enabled or x.device.type != "cpu" or kernel() is None:
+        return None
+    return (tuple(x.shape), x.stride(), dim, group_size, stochastic)
+
+
+def round_planned(rule: Rule, x: torch.Tensor, key: tuple | None,
+                  stream_key: tuple[int, int] | None) -> torch.Tensor | None:
+    """``x`` rounded by the kernel along the loop nests remembered for ``key``; None if none are."""
+    nests = _plans.get(key) if key is not None else None
+    if nests is None:
+        return None
+    out = torch.empty_like(x)
+    _run(rule, x, out, nests, stream_key)
+    return out
+
+
 def round_pieces(rule: Rule, src: torch.Tensor, dst: torch.Tensor, pieces, counters,
-                 stream_key: tuple[int, int] | None) -> bool:
+                 stream_key: tuple[int, int] | None, remember: tuple | None = None) -> bool:
     """Round ``pieces`` (``(groups, axis)``: views of the dense ``src``, dims in memory order) into
     the same views of ``dst`` (``src``'s strides) with the kernel, ``counters`` (views of the
-    layout's draw positions, or None for round to nearest) giving each value's Philox counter.
-    False, with nothing written, where the kernel is not available or a piece's layout does not
-    fit it: the caller rounds with torch."""
+    layout's draw positions, or None for round to nearest) giving each value's Philox counter; the
+    loop nests remembered under ``remember`` (``plan_key``) where given. False, with nothing
+    written, where the kernel is not available or a piece's layout does not fit it: the caller
+    rounds with torch."""
     if not _kernel_enabled or src.device.type != "cpu" or src.numel() >= 1 << 31 or kernel() is None:
         return False
     nests = [geometry(p, axis, src, c) for (p, axis), c in zip(pieces, counters or [None] * len(pieces))]
     if any(n is None for n in nests):
         return False
+    _run(rule, src, dst, nests, stream_key)
+    if remember is not None:
+        if len(_plans) >= MAX_PLANS:
+            _plans.clear()
+        _plans[remember] = nests
+    return True
+
+
+def _run(rule: Rule, src: torch.Tensor, dst: torch.Tensor, nests: list[np.ndarray],
+         stream_key: tuple[int, int] | None) -> None:
     x, out = _flat(src), _flat(dst)
     xf, xi, o = x.numpy(), x.view(torch.int32).numpy(), out.numpy()
     floats, ints = rule.floats(), rule.ints(stream_key)
     for nest in nests:
         _kernel(xf, xi, o, nest, floats, ints)
-    return True

@@ -248,8 +248,14 @@ def _in_groups(x: torch.Tensor, group_size: int, dim: int | tuple[int, ...],
     dims are brought together by one copy, and the result copied back."""
     if x.numel() == 0:
         return x
+    key = None if rule is None else fused.plan_key(x, group_size, dim, generator is not None)
+    stream_key = None if generator is None else philox.stream_key(generator)
+    planned = fused.round_planned(rule, x, key, stream_key)  # a layout the kernel rounded before
+    if planned is not None:
+        return planned
     out = torch.empty_like(x)
-    dense = x if out.stride() == x.stride() else torch.empty_like(x).copy_(x)  # a slice, an expanded tensor: a dense copy
+    dense_as_given = out.stride() == x.stride()
+    dense = x if dense_as_given else torch.empty_like(x).copy_(x)  # a slice, an expanded tensor: a dense copy
     layout = _grouping(x, group_size, dim, dense)
     x = dense
     src, dst, cut = x, out, layout
@@ -260,11 +266,11 @@ def _in_groups(x: torch.Tensor, group_size: int, dim: int | tuple[int, ...],
     pieces, targets = cut.views(src), cut.views(dst)
     orders = [sorted(range(groups.dim()), key=lambda d: -groups.stride(d)) for groups, _ in pieces]  # memory order
     pieces = [(groups.permute(order), order.index(axis)) for (groups, axis), order in zip(pieces, orders)]
-    stream_key = None if generator is None else philox.stream_key(generator)
     positions = None  # each value's draw: its position in the layout (a meta tensor's views: strides, no memory)
     if stream_key is not None:
         positions = [c.permute(order) for c, order in zip(layout.draw_views(torch.empty(layout.shape, device="meta")), orders)]
-    if rule is None or not fused.round_pieces(rule, src, dst, pieces, positions, stream_key):
+    remember = key if dense_as_given and dst is out else None  # no copy: the nests serve any tensor of x's layout
+    if rule is None or not fused.round_pieces(rule, src, dst, pieces, positions, stream_key, remember):
         draws = [None] * len(pieces)
         if stream_key is not None:
             uniform = philox.philox_uniform(layout.shape, *stream_key, 24 - significand_bits, device=x.device)
