@@ -105,11 +105,13 @@ def _round_run_shared(xf, out, start, n, f, draws, grid):
 
 
 @njit(nogil=True, boundscheck=False, error_model="numpy")
-def _round_adjacent_groups(xf, xi, out, nest, floats, ints):
-    """``round_blocks`` where each group is a run of adjacent values and the groups follow one
-    another (a channels-last tensor's channels, a matrix along its rows): a batch of groups at a
-    time, their factors (and uniform numbers) spread over the batch's values, then one loop over
-    them all (a loop per group of 16 values costs more than the values)."""
+def _round_adjacent_blocks(xf, xi, out, nest, floats, ints):
+    """``round_blocks`` where a block (a group's values at each of ``m1`` positions inside it) is one
+    run of adjacent values and the blocks follow one another: a group of adjacent values (``m1 =
+    1``: a channels-last tensor's channels, a matrix along its rows), or an NCHW tensor's channels
+    over a few pixels. A batch of blocks at a time: their factors (and uniform numbers) spread over
+    the batch's values, then one loop over them all (a loop per group of 16 values, or per 4
+    pixels, costs more than the values)."""
     kind, carry, round_up = ints[0], np.int32(ints[1]), ints[2] != 0
     stream, key, bits = np.uint64(ints[3]), np.uint64(ints[4]), ints[5]
     stochastic = bits > 0
@@ -118,12 +120,14 @@ def _round_adjacent_groups(xf, xi, out, nest, floats, ints):
     unit = floats[6]
     scale_of = (floats[7], floats[2], floats[4])
     offset, coffset = nest[0], nest[1]
-    n0, n1, n2, run = nest[2], nest[3], nest[4], nest[5]
+    n0, n1, n2, group, m1 = nest[2], nest[3], nest[4], nest[5], nest[7]
     s0, s1, s2 = nest[8], nest[9], nest[10]
-    c0, c1, c2, cg = nest[14], nest[15], nest[16], nest[17]
-    batch = CHUNK // run
-    factors = np.empty(batch * run, np.float32)
-    draws = np.zeros(batch * run, np.float32)
+    c0, c1, c2, cg, d1 = nest[14], nest[15], nest[16], nest[17], nest[19]
+    block = group * m1
+    batch = CHUNK // block
+    factors = np.empty(batch * block, np.float32)
+    draws = np.zeros(batch * block, np.float32)
+    top = np.empty(m1, np.int32)
     for i0 in range(n0):
         for i1 in range(n1):
             for b0 in range(U0, n2, batch):
@@ -131,19 +135,30 @@ def _round_adjacent_groups(xf, xi, out, nest, floats, ints):
                 start = offset + i0 * s0 + i1 * s1 + b0 * s2
                 cbase = coffset + i0 * c0 + i1 * c1 + b0 * c2
                 for q in range(nb):
-                    at = q * run
-                    largest = np.int32(0)
-                    for j in range(run):
-                        b = np.int32(xi[start + at + j] & MAGNITUDE_MASK)
-                        largest = b if b > largest else largest
-                    f = _block_factor(largest, scale_of, kind, carry, round_up)
-                    for j in range(run):
-                        factors[at + j] = f
+                    at = q * block
+                    if m1 == 1:
+                        largest = np.int32(0)
+                        for j in range(group):
+                            b = np.int32(xi[start + at + j] & MAGNITUDE_MASK)
+                            largest = b if b > largest else largest
+                        top[0] = largest
+                    else:
+                        top[:] = 0
+                        for g in range(group):
+                            row = start + at + g * m1
+                            for j in range(m1):
+                                b = np.int32(xi[row + j] & MAGNITUDE_MASK)
+                                top[j] = b if b > top[j] else top[j]
+                    for j in range(m1):
+                        f = _block_factor(top[j], scale_of, kind, carry, round_up)
+                        for g in range(group):
+                            factors[at + g * m1 + j] = f
                     if stochastic:
-                        counter = cbase + q * c2
-                        for j in range(run):
-                            draws[at + j] = np.float32(_philox_word(counter + j * cg, stream, key) >> shift) * unit
-                n = nb * run
+                        for g in range(group):
+                            counter = cbase + q * c2 + g * cg
+                            for j in range(m1):
+                                draws[at + g * m1 + j] = np.float32(_philox_word(counter + j * d1, stream, key) >> shift) * unit
+                n = nb * block
                 if stochastic:
                     for j in range(n):
                         v, ulp = _onto_grid(xf[start + j], factors[j], grid)
@@ -187,8 +202,8 @@ def round_blocks(xf, xi, out, nest, floats, ints):
     top = np.empty(m0 * m1, np.int32)
     factor = np.full(m0 * m1, floats[5], np.float32)
     draws = np.zeros(CHUNK, np.float32)  # stochastic rounding's uniform numbers of a chunk of a run
-    if shared and kind != SCALED and s2 == run and run <= CHUNK:  # groups one after another: a batch at a time
-        _round_adjacent_groups(xf, xi, out, nest, floats, ints)
+    if kind != SCALED and m0 == 1 and sg == m1 and s2 == group * m1 and group * m1 <= CHUNK // 4:
+        _round_adjacent_blocks(xf, xi, out, nest, floats, ints)  # blocks of adjacent values, one after another
         return
     for i0 in range(n0):
         for i1 in range(n1):
@@ -240,3 +255,14 @@ def round_blocks(xf, xi, out, nest, floats, ints):
                                 f = factor[at + j]
                                 v, ulp = _onto_grid(xf[start + j], f, grid)
                                 out[start + j] = _back(np.rint(v / ulp), ulp, f, grid)
+
+
+@njit(cache=True, nogil=True, boundscheck=False, error_model="numpy")
+def largest_bits(xi):
+    """The largest magnitude's bit pattern among the float32 bit patterns ``xi`` (one pass, no copy):
+    non-negative floats order as their bit patterns, and a NaN's lie above infinity's."""
+    largest = np.int32(0)
+    for j in range(xi.shape[0]):
+        b = np.int32(xi[j] & MAGNITUDE_MASK)
+        largest = b if b > largest else largest
+    return largest

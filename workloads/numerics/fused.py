@@ -104,7 +104,8 @@ def kernel():
     if _kernel is None and fallback_reason is None:
         try:
             from workloads.numerics import _fused_kernel
-            _fused_kernel.round_blocks(*_TRY)  # compiles (or loads the cached build): a failure here falls back too
+            _fused_kernel.round_blocks(*_TRY)  # compiles (or loads the cached builds): a failure here falls back too
+            _fused_kernel.largest_bits(_TRY[1])
             _kernel = _fused_kernel.round_blocks
         except Exception as e:  # noqa: BLE001 - any failure to import or compile: torch rounds instead
             fallback_reason = f"{type(e).__name__}: {e}".splitlines()[0]
@@ -153,6 +154,17 @@ def geometry(piece: torch.Tensor, axis: int | None, base: torch.Tensor,
     offset = piece.storage_offset() - base.storage_offset()
     coffset = counters.storage_offset() if counters is not None else 0
     return np.array([offset, coffset, *(d[0] for d in nest), *(d[1] for d in nest), *(d[2] for d in nest)], dtype=np.uint64)
+
+
+def largest_magnitude(x: torch.Tensor) -> torch.Tensor | None:
+    """``max |x|`` of a dense float32 CPU tensor in one pass over its bit patterns (NaN where a NaN
+    is; ``quantize.largest_magnitude``'s ``x.abs().amax()`` writes ``|x|`` first), or None where the
+    kernel does not run."""
+    if not _kernel_enabled or x.device.type != "cpu" or x.dtype != torch.float32 or kernel() is None \
+            or torch.empty_like(x).stride() != x.stride():
+        return None
+    from workloads.numerics._fused_kernel import largest_bits
+    return torch.tensor(int(largest_bits(_flat(x).view(torch.int32).numpy())), dtype=torch.int32).view(torch.float32)
 
 
 _plans: dict[tuple, list[np.ndarray]] = {}

@@ -301,9 +301,10 @@ def largest_magnitude(x: torch.Tensor, axis: int | None = None) -> torch.Tensor:
     """``max |x|`` along ``axis`` (kept; None: over the whole tensor), NaN where a NaN is. A reduction
     along a tensor's innermost dim, which torch's CPU kernels run one short row at a time, is a max
     pooling over its rows instead (the same maxima, NaN included; ``tests/test_quantize_reference.py``)."""
-    magnitude = x.abs()
     if axis is None:
-        return magnitude.amax()
+        fast = fused.largest_magnitude(x)
+        return x.abs().amax() if fast is None else fast
+    magnitude = x.abs()
     if axis == x.dim() - 1 and x.shape[axis] > 1:  # rows of the groups along the last two dims, pooled group by group
         row = x.shape[-1] * (x.shape[-2] if x.dim() > 1 else 1)
         pooled = torch.nn.functional.max_pool1d(magnitude.reshape(-1, 1, row), x.shape[-1])
@@ -417,13 +418,20 @@ def round_scaled(x: torch.Tensor, spec: ElementFormat, amax: torch.Tensor,
     scale = tensor_scale(amax, spec)
     stream_key = None if generator is None else philox.stream_key(generator)
     bits = 24 - spec.significand_bits
+    rule = fused.scaled_rule(spec, scale)
+    key = fused.plan_key(x, 0, None, stream_key is not None)
+    planned = fused.round_planned(rule, x, key, stream_key)  # a layout the kernel rounded before
+    if planned is not None:
+        return planned
     out = torch.empty_like(x)
-    dense = x if out.stride() == x.stride() else torch.empty_like(x).copy_(x)  # a slice, an expanded tensor: a dense copy
+    dense_as_given = out.stride() == x.stride()
+    dense = x if dense_as_given else torch.empty_like(x).copy_(x)  # a slice, an expanded tensor: a dense copy
     order = sorted(range(x.dim()), key=lambda d: -dense.stride(d))  # memory order
     positions = None  # each value's draw: its position in x's own (contiguous) order
     if stream_key is not None:
         positions = [torch.empty(x.shape, device="meta").permute(order)]
-    if fused.round_pieces(fused.scaled_rule(spec, scale), dense, out, [(dense.permute(order), None)], positions, stream_key):
+    if fused.round_pieces(rule, dense, out, [(dense.permute(order), None)], positions, stream_key,
+                          key if dense_as_given else None):
         return out
     scaled = torch.mul(x, scale).clamp_(-spec.max_finite, spec.max_finite)
     scaled.addcmul_(x, scaled.new_zeros(()))  # + x * 0: NaN where x is infinite, exactly + 0 elsewhere
