@@ -153,7 +153,11 @@ def _round_adjacent_blocks(xf, xi, out, nest, floats, ints):
                         f = _block_factor(top[j], scale_of, kind, carry, round_up)
                         for g in range(group):
                             factors[at + g * m1 + j] = f
-                    if stochastic:
+                    if stochastic and m1 == 1:  # one loop over the group (the loop a vector unit runs)
+                        counter = cbase + q * c2
+                        for g in range(group):
+                            draws[at + g] = np.float32(_philox_word(counter + g * cg, stream, key) >> shift) * unit
+                    elif stochastic:
                         for g in range(group):
                             counter = cbase + q * c2 + g * cg
                             for j in range(m1):
