@@ -186,7 +186,10 @@ def round_blocks(xf, xi, out, nest, floats, ints):
     ``round_mx`` (the first clamp changes nothing: rounding is monotone and the largest value is on
     the grid); for BFP the grid's unit is 1 (``2^e_min = 2^23``, ``2^(1 - p) = 2^-23``) and nothing
     is clamped, so it is ``round(x / unit) unit``; for scaled FP8 the factor is ``2^-s``, and
-    dividing by it is multiplying by ``2^s`` (both exact, or the same rounding of the same number)."""
+    dividing by it is multiplying by ``2^s`` (both exact, or the same rounding of the same number).
+    The loops over a run are written out for each case (one factor or one per position, nearest or
+    stochastic): folded into one inline helper, LLVM vectorized them less (a run of 256 values
+    0.29 -> 0.44 ns a value)."""
     kind, carry, round_up = ints[0], np.int32(ints[1]), ints[2] != 0
     stream, key, bits = np.uint64(ints[3]), np.uint64(ints[4]), ints[5]
     stochastic = bits > 0
