@@ -191,6 +191,29 @@ def round_planned(rule: Rule, x: torch.Tensor, key: tuple | None,
     return out
 
 
+def round_whole(spec: ElementFormat, scale: torch.Tensor, x: torch.Tensor,
+                stream_key: tuple[int, int] | None) -> torch.Tensor | None:
+    """``x`` rounded to the element ``spec`` under one scaling factor ``scale`` (scaled FP8,
+    ``quantize.round_scaled``), each value's draw at its position in ``x``'s own (contiguous) order;
+    None where the kernel does not run."""
+    if not _kernel_enabled or x.device.type != "cpu":
+        return None
+    rule = scaled_rule(spec, scale)
+    key = plan_key(x, 0, None, stream_key is not None)
+    planned = round_planned(rule, x, key, stream_key)  # a layout rounded before
+    if planned is not None:
+        return planned
+    out = torch.empty_like(x)
+    dense_as_given = out.stride() == x.stride()
+    dense = x if dense_as_given else torch.empty_like(x).copy_(x)  # a slice, an expanded tensor: a dense copy
+    order = sorted(range(x.dim()), key=lambda d: -dense.stride(d))  # memory order
+    positions = None if stream_key is None else [torch.empty(x.shape, device="meta").permute(order)]
+    if round_pieces(rule, dense, out, [(dense.permute(order), None)], positions, stream_key,
+                    key if dense_as_given else None):
+        return out
+    return None
+
+
 def round_pieces(rule: Rule, src: torch.Tensor, dst: torch.Tensor, pieces, counters,
                  stream_key: tuple[int, int] | None, remember: tuple | None = None) -> bool:
     """Round ``pieces`` (``(groups, axis)``: views of the dense ``src``, dims in memory order) into

@@ -418,21 +418,9 @@ def round_scaled(x: torch.Tensor, spec: ElementFormat, amax: torch.Tensor,
     scale = tensor_scale(amax, spec)
     stream_key = None if generator is None else philox.stream_key(generator)
     bits = 24 - spec.significand_bits
-    rule = fused.scaled_rule(spec, scale)
-    key = fused.plan_key(x, 0, None, stream_key is not None)
-    planned = fused.round_planned(rule, x, key, stream_key)  # a layout the kernel rounded before
-    if planned is not None:
-        return planned
-    out = torch.empty_like(x)
-    dense_as_given = out.stride() == x.stride()
-    dense = x if dense_as_given else torch.empty_like(x).copy_(x)  # a slice, an expanded tensor: a dense copy
-    order = sorted(range(x.dim()), key=lambda d: -dense.stride(d))  # memory order
-    positions = None  # each value's draw: its position in x's own (contiguous) order
-    if stream_key is not None:
-        positions = [torch.empty(x.shape, device="meta").permute(order)]
-    if fused.round_pieces(rule, dense, out, [(dense.permute(order), None)], positions, stream_key,
-                          key if dense_as_given else None):
-        return out
+    rounded = fused.round_whole(spec, scale, x, stream_key)  # the kernel, where it runs
+    if rounded is not None:
+        return rounded
     scaled = torch.mul(x, scale).clamp_(-spec.max_finite, spec.max_finite)
     scaled.addcmul_(x, scaled.new_zeros(()))  # + x * 0: NaN where x is infinite, exactly + 0 elsewhere
     uniform = None if stream_key is None else philox.philox_uniform(x.shape, *stream_key, bits, device=x.device)
