@@ -41,7 +41,7 @@ def ref_uniform(like, generator, p):
 
 
 def ref_philox2x32_10(counters, stream, key):
-    """Philox2x32-10's first output word (Salmon et al., SC 2011; Random123's philox2x32), written
+    """Philox2x32-10's two output words (Salmon et al., SC 2011; Random123's philox2x32), written
     with numpy's uint64 arithmetic (the package's is torch int64 in 16-bit halves and a numba kernel)."""
     left = counters.astype(np.uint64)
     right = np.full_like(left, stream)
@@ -50,15 +50,17 @@ def ref_philox2x32_10(counters, stream, key):
         product = left * np.uint64(0xD256D193)
         left, right = (product >> np.uint64(32)) ^ k ^ right, product & np.uint64(0xFFFFFFFF)
         k = (k + np.uint64(0x9E3779B9)) & np.uint64(0xFFFFFFFF)
-    return left
+    return left, right
 
 
 def ref_philox_uniform(like, generator, p):
     """BFP, MX and scaled FP8's draws: a (stream, key) pair from the generator (torch.randint, two
-    32-bit words), then position j's Philox word cut to its top 24 - p bits, positions in like's
-    contiguous order."""
+    32-bit words), then position j's Philox word (word j % 2 of counter j // 2) cut to its top
+    24 - p bits, positions in like's contiguous order."""
     stream, key = torch.randint(0, 1 << 32, (2,), generator=generator, dtype=torch.int64).tolist()
-    words = ref_philox2x32_10(np.arange(like.numel()), stream, key)
+    j = np.arange(like.numel())
+    left, right = ref_philox2x32_10(j // 2, stream, key)
+    words = np.where(j % 2 == 0, left, right)
     bits = 24 - p
     return torch.from_numpy((words >> np.uint64(32 - bits)).astype(np.float32) * np.float32(2.0 ** -bits)).view(like.shape)
 

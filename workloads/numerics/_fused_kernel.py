@@ -21,7 +21,7 @@ MASK32 = np.uint64(0xFFFFFFFF)
 THIRTY_TWO = np.uint64(32)
 BFP, MX, SCALED = 0, 1, 2
 CHUNK = np.uint64(1024)  # values rounded per inner loop (a run longer than that: in chunks)
-U0 = np.uint64(0)
+U0, U1, TWO_U = np.uint64(0), np.uint64(1), np.uint64(2)
 
 
 @intrinsic
@@ -41,17 +41,43 @@ def _float(typingctx, bits):
 
 
 @njit(inline="always", error_model="numpy")
-def _philox_word(counter, stream, key):
-    """The first word of Philox2x32-10 at counter ``(counter, stream)`` under ``key``
+def _philox_pair(counter, stream, key):
+    """Philox2x32-10's two words at counter ``(counter, stream)`` under ``key``
     (``workloads.numerics.philox.philox2x32``)."""
-    left = np.uint64(counter) & MASK32
-    right = np.uint64(stream)
-    k = np.uint64(key)
+    left = counter & MASK32
+    right = stream
+    k = key
     for _ in range(10):
         product = left * PHILOX_M
         left, right = ((product >> THIRTY_TWO) ^ k ^ right), product & MASK32
         k = (k + PHILOX_W) & MASK32
-    return left
+    return left, right
+
+
+@njit(inline="always", error_model="numpy")
+def _fill_draws(draws, at, n, position, step, rng):
+    """``draws[at:at + n]``: the uniform numbers of positions ``position, position + step, ...``
+    (``rng``: Philox's stream and key, the shift keeping a word's top bits and their unit): position
+    ``j``'s is word ``j mod 2`` of the pair at counter ``floor(j / 2)`` (``philox.philox_uniform``).
+    Adjacent positions take a pair per call (half the rounds a draw); others compute theirs alone."""
+    stream, key, shift, unit = rng
+    if step == U1:
+        j = U0
+        if position & U1 and n > U0:  # an odd first position: the second word of its pair
+            draws[at] = np.float32(_philox_pair(position >> U1, stream, key)[1] >> shift) * unit
+            j = U1
+        first = (position + j) >> U1
+        for p in range((n - j) >> U1):
+            left, right = _philox_pair(first + p, stream, key)
+            draws[at + j + TWO_U * p] = np.float32(left >> shift) * unit
+            draws[at + j + TWO_U * p + U1] = np.float32(right >> shift) * unit
+        if (n - j) & U1:  # an even last position: the first word of its pair
+            draws[at + n - U1] = np.float32(_philox_pair((position + n - U1) >> U1, stream, key)[0] >> shift) * unit
+    else:
+        for j in range(n):
+            c = position + j * step
+            left, right = _philox_pair(c >> U1, stream, key)
+            draws[at + j] = np.float32((right if c & U1 else left) >> shift) * unit
 
 
 @njit(inline="always", error_model="numpy")
@@ -118,6 +144,7 @@ def _round_adjacent_blocks(xf, xi, out, nest, floats, ints):
     shift = np.uint64(32 - bits) if stochastic else np.uint64(0)
     grid = (floats[0], floats[1], floats[2], floats[3])
     unit = floats[6]
+    rng = (stream, key, shift, unit)
     scale_of = (floats[7], floats[2], floats[4])
     offset, coffset = nest[0], nest[1]
     n0, n1, n2, group, m1 = nest[2], nest[3], nest[4], nest[5], nest[7]
@@ -125,6 +152,7 @@ def _round_adjacent_blocks(xf, xi, out, nest, floats, ints):
     c0, c1, c2, cg, d1 = nest[14], nest[15], nest[16], nest[17], nest[19]
     block = group * m1
     batch = CHUNK // block
+    adjacent_positions = (m1 == 1 or d1 == 1) and (m1 == 1 and cg == 1 or cg == m1) and c2 == block
     factors = np.empty(batch * block, np.float32)
     draws = np.zeros(batch * block, np.float32)
     top = np.empty(m1, np.int32)
@@ -153,15 +181,13 @@ def _round_adjacent_blocks(xf, xi, out, nest, floats, ints):
                         f = _block_factor(top[j], scale_of, kind, carry, round_up)
                         for g in range(group):
                             factors[at + g * m1 + j] = f
-                    if stochastic and m1 == 1:  # one loop over the group (the loop a vector unit runs)
-                        counter = cbase + q * c2
+                    if stochastic and not adjacent_positions and m1 == 1:  # one loop over the group
+                        _fill_draws(draws, at, group, cbase + q * c2, cg, rng)
+                    elif stochastic and not adjacent_positions:
                         for g in range(group):
-                            draws[at + g] = np.float32(_philox_word(counter + g * cg, stream, key) >> shift) * unit
-                    elif stochastic:
-                        for g in range(group):
-                            counter = cbase + q * c2 + g * cg
-                            for j in range(m1):
-                                draws[at + g * m1 + j] = np.float32(_philox_word(counter + j * d1, stream, key) >> shift) * unit
+                            _fill_draws(draws, at + g * m1, m1, cbase + q * c2 + g * cg, d1, rng)
+                if stochastic and adjacent_positions:  # the batch's positions follow one another: one loop
+                    _fill_draws(draws, U0, nb * block, cbase, U1, rng)
                 n = nb * block
                 if stochastic:
                     for j in range(n):
@@ -196,6 +222,7 @@ def round_blocks(xf, xi, out, nest, floats, ints):
     shift = np.uint64(32 - bits) if stochastic else np.uint64(0)
     grid = (floats[0], floats[1], floats[2], floats[3])  # scalars: no load in the loops (the arrays might alias)
     unit = floats[6]
+    rng = (stream, key, shift, unit)
     scale_of = (floats[7], floats[2], floats[4])
     # every index unsigned (``nest`` is uint64): numba then checks no index for a negative value,
     # a check that keeps LLVM from turning the loops into vector instructions
@@ -243,8 +270,7 @@ def round_blocks(xf, xi, out, nest, floats, ints):
                         start = row + lo
                         at = j0 * m1 + lo
                         if stochastic:
-                            for j in range(n):
-                                draws[j] = np.float32(_philox_word(crow + (lo + j) * cstep, stream, key) >> shift) * unit
+                            _fill_draws(draws, U0, n, crow + lo * cstep, cstep, rng)
                             if shared:
                                 _round_run_shared(xf, out, start, n, factor[0], draws, grid)
                             else:

@@ -3,9 +3,9 @@ Dror and Shaw, "Parallel Random Numbers: As Easy as 1, 2, 3", SC 2011, Sec. 3.3 
 Random123 library's ``philox2x32`` with its default 10 rounds).
 
 A draw is a pure function of a key and a counter: the uniform number of the value at position ``j``
-of a rounding (the position its draw had in ``torch.rand``'s tensor before, ``quantize``) is the
-first output word of ``philox2x32(counter = (j, stream), key)``, cut to its top ``b`` bits
-(``uniform_of_words``). ``key`` and ``stream`` (32 bits each) are drawn once per rounded tensor
+of a rounding (the position its draw had in ``torch.rand``'s tensor before, ``quantize``) is output
+word ``j mod 2`` of ``philox2x32(counter = (floor(j / 2), stream), key)``, cut to its top ``b``
+bits (``uniform_of_words``): one Philox call serves two adjacent positions. ``key`` and ``stream`` (32 bits each) are drawn once per rounded tensor
 from the run's ``torch.Generator`` (``stream_key``), so a run is reproducible from its seed, and two
 clients, steps or tensors draw from unrelated streams. A kernel can compute any draw where it needs
 it, without a pass that fills a tensor of them (``workloads.numerics.fused``).
@@ -70,9 +70,10 @@ def uniform_of_words(words: torch.Tensor, fraction_bits: int) -> torch.Tensor:
 
 def philox_uniform(shape, stream: int, key: int, fraction_bits: int, device: torch.device | str = "cpu") -> torch.Tensor:
     """The uniform numbers of positions ``0 .. numel - 1`` of a tensor of ``shape`` (contiguous
-    order): ``uniform_of_words(philox2x32((j, stream), key)[0])``."""
+    order): position ``j``'s from word ``j mod 2`` of ``philox2x32((floor(j / 2), stream), key)``."""
     n = 1
     for s in shape:
         n *= s
-    words, _ = philox2x32(torch.arange(n, device=device, dtype=torch.int64), stream, key)
+    left, right = philox2x32(torch.arange((n + 1) // 2, device=device, dtype=torch.int64), stream, key)
+    words = torch.stack([left, right], dim=-1).view(-1)[:n]
     return uniform_of_words(words, fraction_bits).view(shape)
