@@ -15,7 +15,7 @@ compiles these loops with LLVM for the machine they run on (its vector units inc
 Python, installs as a wheel with no compiler on the machine (a C++ extension needs one, and a build
 step in the install), and caches the compiled kernels beside this file, so only the first run of a
 fresh checkout compiles (a few seconds). ``torch.compile`` needs a C++ compiler on the CPU as well,
-cannot express the per-position Philox draw without materializing it, and recompiles per shape.
+recompiles per operand shape, and its generated code would have to be shown to give these bits.
 
 Where numba is missing or fails to compile, on a GPU, and for a layout the kernel does not take,
 ``quantize``'s torch operations round instead, with the same values and the same random bits (the
