@@ -22,7 +22,7 @@ from workloads.fl.local import client_trainer, prepare_model
 from workloads.fl.methods import parse_method
 from workloads.models import build_model
 from workloads.numerics.emulate import GEMM_OPS, Arithmetic
-from workloads.numerics.quantize import round_bfp, round_to_format
+from workloads.numerics.quantize import binade, bfp_unit, round_bfp, round_to_format
 
 ML_DTYPES = {"bf16": ml_dtypes.bfloat16, "fp16": np.float16, "e4m3": ml_dtypes.float8_e4m3fn,
              "e5m2": ml_dtypes.float8_e5m2}
@@ -137,8 +137,16 @@ def test_stochastic_rounding_is_unbiased(name):
     gen = torch.Generator().manual_seed(0)
     out = round_to_format(draws, fmt, generator=gen)
     nearest = round_to_format(base, NumberFormat(fmt.kind, fmt.mantissa_bits, fmt.group_size))
-    # the two neighbours of each value differ by one unit: the largest observed spread
-    unit = (out.max(0).values - out.min(0).values).clamp_min(1e-30)
+    # the two neighbours of each value differ by one unit: the group's (BFP: bfp_unit of the group's
+    # largest magnitude, 100.3: 2^6 x 2^(1 - m), doubled for m = 2 as 100.3 > 3 x 32), else the
+    # value's ulp in the element format. (Taken from the draws' spread, it was 0 where all 20,000
+    # draws landed on one neighbour: 0.01 in bfp_m2_g16 rounds up with probability 0.01 / 64.)
+    if fmt.kind == "bfp":
+        unit = bfp_unit(base.abs().amax().reshape(1), fmt.mantissa_bits).expand(16)
+    else:
+        spec = fmt.element
+        unit = binade(base).clamp_min(2.0 ** spec.min_normal_exponent) * 2.0 ** (1 - spec.significand_bits)
+    assert bool(((out == out.min(0).values) | (out == out.min(0).values + unit)).all())
     bias = ((out.double().mean(0) - base.double()).abs() / unit.double())
     assert bias.max() < 0.02, (bias.max(), name)
     assert (out != nearest).any()  # it is not round to nearest in disguise

@@ -3,14 +3,18 @@ fewer passes, a reused rounding in the emulation), against a straightforward ref
 the implementation they replaced, written plainly (each tensor regrouped by a permuted copy, a
 short last group padded with zeros, every step a separate tensor operation). Bit for bit: the same
 FP32 bit patterns (signed zeros included; NaN where NaN), and for stochastic rounding the same
-uniform draws from the same generator, in the same order, on random tensors of many shapes and
-layouts, with FP32 subnormals, zeros of both signs, exact ties, infinities and NaN. And a training
-step in every format is bitwise that of the reference quantizers (docs/numerics.md, "What it costs")."""
+uniform draws from the same generator, in the same order (element formats: torch.rand's; BFP, MX
+and scaled FP8: a Philox stream keyed from the generator, written here with numpy), on random
+tensors of many shapes and layouts, with FP32 subnormals, zeros of both signs, exact ties,
+infinities and NaN; BFP, MX and scaled FP8 both through the fused kernel and through the torch
+operations it falls back to. And a training step in every format is bitwise that of the reference
+quantizers (docs/numerics.md, "What it costs")."""
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -19,7 +23,7 @@ from workloads.fl.hparams import Hparams
 from workloads.fl.local import client_trainer, prepare_model
 from workloads.fl.methods import parse_method
 from workloads.models import build_model
-from workloads.numerics import emulate
+from workloads.numerics import emulate, fused
 from workloads.numerics.quantize import bfp_unit, largest_magnitude, round_to_format, round_to_grid
 
 # --- the reference -------------------------------------------------------------------------------
@@ -30,9 +34,35 @@ def ref_binade(x):
 
 
 def ref_uniform(like, generator, p):
-    """torch.rand's draws cut to 24 - p fractional bits (for a grid of p significant bits)."""
+    """torch.rand's draws cut to 24 - p fractional bits (for a grid of p significant bits): the
+    element formats' stochastic rounding."""
     bits = 24 - p
     return torch.floor(torch.rand(like.shape, generator=generator, device=like.device, dtype=like.dtype) * 2.0 ** bits) / 2.0 ** bits
+
+
+def ref_philox2x32_10(counters, stream, key):
+    """Philox2x32-10's two output words (Salmon et al., SC 2011; Random123's philox2x32), written
+    with numpy's uint64 arithmetic (the package's is torch int64 in 16-bit halves and a numba kernel)."""
+    left = counters.astype(np.uint64)
+    right = np.full_like(left, stream)
+    k = np.uint64(key)
+    for _ in range(10):
+        product = left * np.uint64(0xD256D193)
+        left, right = (product >> np.uint64(32)) ^ k ^ right, product & np.uint64(0xFFFFFFFF)
+        k = (k + np.uint64(0x9E3779B9)) & np.uint64(0xFFFFFFFF)
+    return left, right
+
+
+def ref_philox_uniform(like, generator, p):
+    """BFP, MX and scaled FP8's draws: a (stream, key) pair from the generator (torch.randint, two
+    32-bit words), then position j's Philox word (word j % 2 of counter j // 2) cut to its top
+    24 - p bits, positions in like's contiguous order."""
+    stream, key = torch.randint(0, 1 << 32, (2,), generator=generator, dtype=torch.int64).tolist()
+    j = np.arange(like.numel())
+    left, right = ref_philox2x32_10(j // 2, stream, key)
+    words = np.where(j % 2 == 0, left, right)
+    bits = 24 - p
+    return torch.from_numpy((words >> np.uint64(32 - bits)).astype(np.float32) * np.float32(2.0 ** -bits)).view(like.shape)
 
 
 def ref_in_groups(x, g, dim, round_groups):
@@ -67,7 +97,7 @@ def ref_bfp(x, m, g, dim, generator):
         unit = torch.clamp_min(ref_binade(top), 2.0 ** -126) * 2.0 ** (1 - m)
         unit = torch.where(top > (2.0 ** m - 1) * unit, unit * 2, unit)
         scaled = groups / unit
-        q = scaled.round_() if generator is None else scaled.add_(ref_uniform(scaled, generator, m)).floor_()
+        q = scaled.round_() if generator is None else scaled.add_(ref_philox_uniform(scaled, generator, m)).floor_()
         return q.mul_(unit)
 
     return ref_in_groups(x, g, dim, round_groups)
@@ -76,7 +106,7 @@ def ref_bfp(x, m, g, dim, generator):
 def ref_grid(v, spec, generator=None):
     ulp = ref_binade(v).clamp_min_(2.0 ** spec.min_normal_exponent).mul_(2.0 ** (1 - spec.significand_bits))
     q = v / ulp
-    q = q.round_() if generator is None else q.add_(ref_uniform(q, generator, spec.significand_bits)).floor_()
+    q = q.round_() if generator is None else q.add_(ref_philox_uniform(q, generator, spec.significand_bits)).floor_()
     return q.mul_(ulp).clamp_(-spec.max_finite, spec.max_finite)
 
 
@@ -190,14 +220,25 @@ LAYOUTS = [  # (shape, a view of a contiguous tensor of that shape, the dims gro
 ]
 
 
+@pytest.mark.parametrize("path", ["kernel", "torch"])
 @pytest.mark.parametrize("name", FORMATS)
-def test_every_quantizer_equals_the_reference_bit_for_bit(name):
+def test_every_quantizer_equals_the_reference_bit_for_bit(name, path, monkeypatch):
+    # both ways of rounding BFP, MX and scaled FP8: the fused kernel (which must take every layout
+    # here) and the torch operations it falls back to
+    if path == "kernel" and fused.kernel() is None:
+        pytest.skip(f"the fused kernel is not available: {fused.fallback_reason}")
+    monkeypatch.setattr(fused, "_kernel_enabled", path == "kernel")
+    ran = []  # the kernel's runs (a layout rounded before runs on its remembered loop nests)
+    run = fused._run
+    monkeypatch.setattr(fused, "_run", lambda *a: ran.append(run(*a)))
     fmt = NumberFormat.parse(name)
     for i, (shape, view, dim) in enumerate(LAYOUTS):
         x = view(awkward(shape, seed=i))
         ours = round_to_format(x, fmt, dim=dim, generator=torch.Generator().manual_seed(i))
         ref = ref_round(x, fmt, dim=dim, generator=torch.Generator().manual_seed(i))
         assert same_bits(ours, ref), (name, shape, dim)
+    blocks_or_scaled = fmt.kind in ("bfp", "mx") or fmt.scaling != "none"
+    assert len(ran) == (len(LAYOUTS) if blocks_or_scaled and path == "kernel" else 0)
 
 
 @pytest.mark.parametrize("name", ["fp8_hybrid_ds", "e4m3_ds"])

@@ -43,7 +43,11 @@
   ``workloads.numerics.emulate.Arithmetic``), rounded to the element with saturation, divided back.
 
 Stochastic rounding draws its uniform numbers from the ``torch.Generator`` given, so a run is
-reproducible from its seed.
+reproducible from its seed: element formats with ``torch.rand``; BFP, MX and scaled FP8 from a
+counter-based generator keyed once per tensor from it (``workloads.numerics.philox``: the draw of a
+value is a function of its position, the one its ``torch.rand`` draw had), which the fused kernel
+(``workloads.numerics.fused``: one pass per tensor on the CPU) computes in its pass; the torch
+operations here are its fallback, with the same values and draws.
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ from typing import Callable
 import torch
 
 from accel_sim.formats import ELEMENT_FORMATS, ElementFormat, NumberFormat, element_emax
+from workloads.numerics import fused, philox
 
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 
@@ -225,13 +230,16 @@ def _grouping(x: torch.Tensor, group_size: int, dim: int | tuple[int, ...], memo
 
 def _in_groups(x: torch.Tensor, group_size: int, dim: int | tuple[int, ...],
                round_groups: Callable[[torch.Tensor, torch.Tensor, int, torch.Tensor | None], None],
-               generator: torch.Generator | None = None, significand_bits: int = 24) -> torch.Tensor:
+               generator: torch.Generator | None = None, significand_bits: int = 24,
+               rule: fused.Rule | None = None) -> torch.Tensor:
     """``x`` cut into groups of ``group_size`` consecutive values along ``dim`` (or several dims taken
     together in their memory order), ``round_groups(groups, out, axis, uniform)`` writing each
     piece's rounded groups into ``out`` (``axis`` runs within a group; a last, shorter group is a
-    piece of its own; ``uniform``: stochastic rounding's draws for the piece, from ``generator``,
-    ``uniform_draws`` for a grid of ``significand_bits``),
-    the result with ``x``'s shape and strides (``torch.empty_like``).
+    piece of its own; ``uniform``: stochastic rounding's draws for the piece, from ``generator``:
+    ``philox.philox_uniform`` for a grid of ``significand_bits``, one per position of
+    ``_Groups.shape``), the result with ``x``'s shape and strides (``torch.empty_like``). Where the
+    fused kernel takes the pieces (``fused.round_pieces``, rounding as ``rule`` says), it writes
+    them instead, with the same values and draws.
 
     Groups are cut in memory order: a channels-last tensor's channels are its innermost values, as
     are an NCHW tensor's pixels. The groups are views of ``x`` and of the result, no copy, wherever
@@ -240,8 +248,14 @@ def _in_groups(x: torch.Tensor, group_size: int, dim: int | tuple[int, ...],
     dims are brought together by one copy, and the result copied back."""
     if x.numel() == 0:
         return x
+    key = None if rule is None else fused.plan_key(x, group_size, dim, generator is not None)
+    stream_key = None if generator is None else philox.stream_key(generator)
+    planned = fused.round_planned(rule, x, key, stream_key)  # a layout the kernel rounded before
+    if planned is not None:
+        return planned
     out = torch.empty_like(x)
-    dense = x if out.stride() == x.stride() else torch.empty_like(x).copy_(x)  # a slice, an expanded tensor: a dense copy
+    dense_as_given = out.stride() == x.stride()
+    dense = x if dense_as_given else torch.empty_like(x).copy_(x)  # a slice, an expanded tensor: a dense copy
     layout = _grouping(x, group_size, dim, dense)
     x = dense
     src, dst, cut = x, out, layout
@@ -250,12 +264,19 @@ def _in_groups(x: torch.Tensor, group_size: int, dim: int | tuple[int, ...],
         dst = torch.empty_like(src)
         cut = replace(layout, order=tuple(range(x.dim())))
     pieces, targets = cut.views(src), cut.views(dst)
-    draws = [None] * len(pieces)
-    if generator is not None:
-        draws = layout.draw_views(uniform_draws(layout.shape, generator, x.device, 24 - significand_bits))
-    for (groups, axis), (into, _), u in zip(pieces, targets, draws):
-        order = sorted(range(groups.dim()), key=lambda d: -groups.stride(d))  # in memory order: torch's kernels run fastest so
-        round_groups(groups.permute(order), into.permute(order), order.index(axis), None if u is None else u.permute(order))
+    orders = [sorted(range(groups.dim()), key=lambda d: -groups.stride(d)) for groups, _ in pieces]  # memory order
+    pieces = [(groups.permute(order), order.index(axis)) for (groups, axis), order in zip(pieces, orders)]
+    positions = None  # each value's draw: its position in the layout (a meta tensor's views: strides, no memory)
+    if stream_key is not None:
+        positions = [c.permute(order) for c, order in zip(layout.draw_views(torch.empty(layout.shape, device="meta")), orders)]
+    remember = key if dense_as_given and dst is out else None  # no copy: the nests serve any tensor of x's layout
+    if rule is None or not fused.round_pieces(rule, src, dst, pieces, positions, stream_key, remember):
+        draws = [None] * len(pieces)
+        if stream_key is not None:
+            uniform = philox.philox_uniform(layout.shape, *stream_key, 24 - significand_bits, device=x.device)
+            draws = [u.permute(order) for u, order in zip(layout.draw_views(uniform), orders)]
+        for (groups, axis), (into, _), u, order in zip(pieces, targets, draws, orders):  # torch's kernels run fastest in memory order
+            round_groups(groups, into.permute(order), axis, u)
     if dst is not out:
         out.permute(layout.order).copy_(dst)
     return out
@@ -273,16 +294,19 @@ def round_bfp(x: torch.Tensor, mantissa_bits: int, group_size: int, *, dim: int 
         torch.div(groups, unit, out=out)  # exact: division by a power of two
         (out.round_() if uniform is None else out.add_(uniform).floor_()).mul_(unit)  # half to even
 
-    return _in_groups(x, group_size, dim, round_groups, generator, mantissa_bits)
+    return _in_groups(x, group_size, dim, round_groups, generator, mantissa_bits, fused.bfp_rule(mantissa_bits))
 
 
 def largest_magnitude(x: torch.Tensor, axis: int | None = None) -> torch.Tensor:
     """``max |x|`` along ``axis`` (kept; None: over the whole tensor, 0 for an empty one), NaN where a NaN is. A reduction
     along a tensor's innermost dim, which torch's CPU kernels run one short row at a time, is a max
     pooling over its rows instead (the same maxima, NaN included; ``tests/test_quantize_reference.py``)."""
-    magnitude = x.abs()
     if axis is None:  # an empty tensor's: 0 (a GEMM on an empty batch)
-        return magnitude.amax() if x.numel() else x.new_zeros(())
+        if not x.numel():
+            return x.new_zeros(())
+        fast = fused.largest_magnitude(x)
+        return x.abs().amax() if fast is None else fast
+    magnitude = x.abs()
     if axis == x.dim() - 1 and x.shape[axis] > 1:  # rows of the groups along the last two dims, pooled group by group
         row = x.shape[-1] * (x.shape[-2] if x.dim() > 1 else 1)
         pooled = torch.nn.functional.max_pool1d(magnitude.reshape(-1, 1, row), x.shape[-1])
@@ -355,7 +379,8 @@ def round_mx(x: torch.Tensor, fmt: NumberFormat, *, dim: int | tuple[int, ...] =
         if fmt.scale_rule == "up":  # a block of FP32's largest values can round to 2^128: saturated, as round_scaled
             out.clamp_(-largest, largest)
 
-    return _in_groups(x, fmt.group_size, dim, round_groups, generator, spec.significand_bits)
+    return _in_groups(x, fmt.group_size, dim, round_groups, generator, spec.significand_bits,
+                      fused.mx_rule(spec, fmt.scale_rule))
 
 
 MAX_SCALE_EXPONENT = 127
@@ -393,8 +418,13 @@ def round_scaled(x: torch.Tensor, spec: ElementFormat, amax: torch.Tensor,
     value on the format's grid, ``(2 - 2^(1 - p)) 2^127``, so the result is finite wherever ``x``
     is."""
     scale = tensor_scale(amax, spec)
+    stream_key = None if generator is None else philox.stream_key(generator)
+    bits = 24 - spec.significand_bits
+    rounded = fused.round_whole(spec, scale, x, stream_key)  # the kernel, where it runs
+    if rounded is not None:
+        return rounded
     scaled = torch.mul(x, scale).clamp_(-spec.max_finite, spec.max_finite)
     scaled.addcmul_(x, scaled.new_zeros(()))  # + x * 0: NaN where x is infinite, exactly + 0 elsewhere
-    uniform = None if generator is None else _uniform(x, generator, spec.significand_bits)
+    uniform = None if stream_key is None else philox.philox_uniform(x.shape, *stream_key, bits, device=x.device)
     largest = (2 - 2.0 ** (1 - spec.significand_bits)) * 2.0 ** 127
     return _onto_grid_(scaled, spec, uniform).div_(scale).clamp_(-largest, largest)

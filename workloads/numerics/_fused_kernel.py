@@ -1,0 +1,301 @@
+"""The numba kernel of ``workloads.numerics.fused`` (imported only when a rounding first needs it:
+numba's import and compilation are not paid by runs that round nothing). Every operation is
+``quantize``'s, in float32, in the same order; the module doc of ``fused`` says why."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, types
+from numba.extending import intrinsic
+
+EXPONENT_MASK = np.int32(0x7F800000)
+MAGNITUDE_MASK = np.int32(0x7FFFFFFF)
+SMALLEST_NORMAL_BITS = np.int32(0x00800000)
+SMALLEST_NORMAL = np.float32(2.0 ** -126)
+SCALE_MIN, SCALE_MAX = np.float32(2.0 ** -127), np.float32(2.0 ** 127)
+ZERO, TWO = np.float32(0.0), np.float32(2.0)
+NAN = np.float32(np.nan)
+PHILOX_M = np.uint64(0xD256D193)
+PHILOX_W = np.uint64(0x9E3779B9)
+MASK32 = np.uint64(0xFFFFFFFF)
+THIRTY_TWO = np.uint64(32)
+BFP, MX, SCALED = 0, 1, 2
+CHUNK = np.uint64(1024)  # values rounded per inner loop (a run longer than that: in chunks)
+U0, U1, TWO_U = np.uint64(0), np.uint64(1), np.uint64(2)
+
+
+@intrinsic
+def _bits(typingctx, value):
+    """A float32's bit pattern as an int32 (a bit cast)."""
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], context.get_value_type(types.int32))
+    return types.int32(types.float32), codegen
+
+
+@intrinsic
+def _float(typingctx, bits):
+    """An int32 bit pattern as the float32 it encodes (a bit cast)."""
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], context.get_value_type(types.float32))
+    return types.float32(types.int32), codegen
+
+
+@njit(inline="always", error_model="numpy")
+def _philox_pair(counter, stream, key):
+    """Philox2x32-10's two words at counter ``(counter, stream)`` under ``key``
+    (``workloads.numerics.philox.philox2x32``)."""
+    left = counter & MASK32
+    right = stream
+    k = key
+    for _ in range(10):
+        product = left * PHILOX_M
+        left, right = ((product >> THIRTY_TWO) ^ k ^ right), product & MASK32
+        k = (k + PHILOX_W) & MASK32
+    return left, right
+
+
+@njit(inline="always", error_model="numpy")
+def _fill_draws(draws, at, n, position, step, rng):
+    """``draws[at:at + n]``: the uniform numbers of positions ``position, position + step, ...``
+    (``rng``: Philox's stream and key, the shift keeping a word's top bits and their unit): position
+    ``j``'s is word ``j mod 2`` of the pair at counter ``floor(j / 2)`` (``philox.philox_uniform``).
+    Adjacent positions take a pair per call (half the rounds a draw); others compute theirs alone."""
+    stream, key, shift, unit = rng
+    if step == U1:
+        j = U0
+        if position & U1 and n > U0:  # an odd first position: the second word of its pair
+            draws[at] = np.float32(_philox_pair(position >> U1, stream, key)[1] >> shift) * unit
+            j = U1
+        first = (position + j) >> U1
+        for p in range((n - j) >> U1):
+            left, right = _philox_pair(first + p, stream, key)
+            draws[at + j + TWO_U * p] = np.float32(left >> shift) * unit
+            draws[at + j + TWO_U * p + U1] = np.float32(right >> shift) * unit
+        if (n - j) & U1:  # an even last position: the first word of its pair
+            draws[at + n - U1] = np.float32(_philox_pair((position + n - U1) >> U1, stream, key)[0] >> shift) * unit
+    else:
+        for j in range(n):
+            c = position + j * step
+            left, right = _philox_pair(c >> U1, stream, key)
+            draws[at + j] = np.float32((right if c & U1 else left) >> shift) * unit
+
+
+@njit(inline="always", error_model="numpy")
+def _clamp(v, bound):
+    """``v`` clamped to ``[-bound, bound]``, NaN kept (torch's clamp)."""
+    if v > bound:
+        return bound
+    if v < -bound:
+        return -bound
+    return v
+
+
+@njit(inline="always", error_model="numpy")
+def _block_factor(top_bits, scale_of, kind, carry, round_up):
+    """A group's unit (BFP, ``quantize.bfp_unit``) or scale (MX, ``quantize.mx_scale``) from the bit
+    pattern of its largest magnitude; ``scale_of``: ``(2^(1 - m), max_finite, 2^-emax)``."""
+    if kind == BFP:
+        bits = min(max(top_bits, SMALLEST_NORMAL_BITS), EXPONENT_MASK)
+        return _float(np.int32((bits + carry) & EXPONENT_MASK)) * scale_of[0]
+    if top_bits >= EXPONENT_MASK:  # an infinity or NaN in the block: the specification's NaN scale
+        return NAN
+    scale = max(_float(np.int32(top_bits & EXPONENT_MASK)), SMALLEST_NORMAL) * scale_of[2]
+    if round_up and _float(top_bits) > scale_of[1] * scale:
+        scale = scale * TWO
+    return min(max(scale, SCALE_MIN), SCALE_MAX)
+
+
+@njit(inline="always", error_model="numpy")
+def _onto_grid(x, factor, grid):
+    """``x / factor`` on the element's grid before rounding: ``(v, ulp)`` with ``v`` the value
+    clamped to the element's largest (+ ``x x 0``: NaN where ``x`` is infinite) and ``ulp`` its unit
+    in the last place, ``max(2^floor(log2 |v|), 2^e_min) x 2^(1 - p)`` (``quantize._onto_grid_``).
+    ``grid``: ``(2^(1 - p), 2^e_min, max_finite, the largest result)`` (``fused.Rule.floats``)."""
+    v = _clamp(x / factor, grid[2]) + x * ZERO
+    binade = _float(np.int32(_bits(v) & EXPONENT_MASK))
+    return v, (binade if binade > grid[1] else grid[1]) * grid[0]
+
+
+@njit(inline="always", error_model="numpy")
+def _back(r, ulp, factor, grid):
+    """A value rounded to ``r`` units of ``ulp`` on the element's grid, saturated and scaled back."""
+    return _clamp(_clamp(r * ulp, grid[2]) * factor, grid[3])
+
+
+@njit(inline="always", error_model="numpy")
+def _round_run_shared(xf, out, start, n, f, draws, grid):
+    """``n`` values from ``start`` rounded stochastically with one factor ``f``."""
+    for j in range(n):
+        v, ulp = _onto_grid(xf[start + j], f, grid)
+        out[start + j] = _back(np.floor(v / ulp + draws[j]), ulp, f, grid)
+
+
+@njit(nogil=True, boundscheck=False, error_model="numpy")
+def _round_adjacent_blocks(xf, xi, out, nest, floats, ints):
+    """``round_blocks`` where a block (a group's values at each of ``m1`` positions inside it) is one
+    run of adjacent values and the blocks follow one another: a group of adjacent values (``m1 =
+    1``: a channels-last tensor's channels, a matrix along its rows), or an NCHW tensor's channels
+    over a few pixels. A batch of blocks at a time: their factors (and uniform numbers) spread over
+    the batch's values, then one loop over them all (a loop per group of 16 values, or per 4
+    pixels, costs more than the values)."""
+    kind, carry, round_up = ints[0], np.int32(ints[1]), ints[2] != 0
+    stream, key, bits = np.uint64(ints[3]), np.uint64(ints[4]), ints[5]
+    stochastic = bits > 0
+    shift = np.uint64(32 - bits) if stochastic else np.uint64(0)
+    grid = (floats[0], floats[1], floats[2], floats[3])
+    unit = floats[6]
+    rng = (stream, key, shift, unit)
+    scale_of = (floats[7], floats[2], floats[4])
+    offset, coffset = nest[0], nest[1]
+    n0, n1, n2, group, m1 = nest[2], nest[3], nest[4], nest[5], nest[7]
+    s0, s1, s2 = nest[8], nest[9], nest[10]
+    c0, c1, c2, cg, d1 = nest[14], nest[15], nest[16], nest[17], nest[19]
+    block = group * m1
+    batch = CHUNK // block
+    adjacent_positions = (m1 == 1 or d1 == 1) and (m1 == 1 and cg == 1 or cg == m1) and c2 == block
+    factors = np.empty(batch * block, np.float32)
+    draws = np.zeros(batch * block, np.float32)
+    top = np.empty(m1, np.int32)
+    for i0 in range(n0):
+        for i1 in range(n1):
+            for b0 in range(U0, n2, batch):
+                nb = min(batch, n2 - b0)
+                start = offset + i0 * s0 + i1 * s1 + b0 * s2
+                cbase = coffset + i0 * c0 + i1 * c1 + b0 * c2
+                for q in range(nb):
+                    at = q * block
+                    if m1 == 1:
+                        largest = np.int32(0)
+                        for j in range(group):
+                            b = np.int32(xi[start + at + j] & MAGNITUDE_MASK)
+                            largest = b if b > largest else largest
+                        top[0] = largest
+                    else:
+                        top[:] = 0
+                        for g in range(group):
+                            row = start + at + g * m1
+                            for j in range(m1):
+                                b = np.int32(xi[row + j] & MAGNITUDE_MASK)
+                                top[j] = b if b > top[j] else top[j]
+                    for j in range(m1):
+                        f = _block_factor(top[j], scale_of, kind, carry, round_up)
+                        for g in range(group):
+                            factors[at + g * m1 + j] = f
+                    if stochastic and not adjacent_positions and m1 == 1:  # one loop over the group
+                        _fill_draws(draws, at, group, cbase + q * c2, cg, rng)
+                    elif stochastic and not adjacent_positions:
+                        for g in range(group):
+                            _fill_draws(draws, at + g * m1, m1, cbase + q * c2 + g * cg, d1, rng)
+                if stochastic and adjacent_positions:  # the batch's positions follow one another: one loop
+                    _fill_draws(draws, U0, nb * block, cbase, U1, rng)
+                n = nb * block
+                if stochastic:
+                    for j in range(n):
+                        v, ulp = _onto_grid(xf[start + j], factors[j], grid)
+                        out[start + j] = _back(np.floor(v / ulp + draws[j]), ulp, factors[j], grid)
+                else:
+                    for j in range(n):
+                        v, ulp = _onto_grid(xf[start + j], factors[j], grid)
+                        out[start + j] = _back(np.rint(v / ulp), ulp, factors[j], grid)
+
+
+@njit(cache=True, nogil=True, boundscheck=False, error_model="numpy")
+def round_blocks(xf, xi, out, nest, floats, ints):
+    """Round the values of one piece (``fused.geometry``'s loop ``nest`` over the flat memory ``xf``,
+    ``xi`` its bit patterns; its innermost dim a run of adjacent values) into ``out``: per block of
+    groups, the largest magnitudes at each position inside the group, their units or scales, then
+    every value, a run of adjacent values at a time.
+
+    One formula serves the three kinds (``fused.Rule.floats`` sets its constants), so the loops over
+    a run have no branch and LLVM turns them into vector instructions: a value ``x`` with factor
+    ``f`` becomes ``clamp(clamp(round(v / ulp) ulp) f)``, ``v = clamp(x / f) + x 0``. For MX that is
+    ``round_mx`` (the first clamp changes nothing: rounding is monotone and the largest value is on
+    the grid); for BFP the grid's unit is 1 (``2^e_min = 2^23``, ``2^(1 - p) = 2^-23``) and nothing
+    is clamped, so it is ``round(x / unit) unit``; for scaled FP8 the factor is ``2^-s``, and
+    dividing by it is multiplying by ``2^s`` (both exact, or the same rounding of the same number).
+    The loops over a run are written out for each case (one factor or one per position, nearest or
+    stochastic): folded into one inline helper, LLVM vectorized them less (a run of 256 values
+    0.29 -> 0.44 ns a value)."""
+    kind, carry, round_up = ints[0], np.int32(ints[1]), ints[2] != 0
+    stream, key, bits = np.uint64(ints[3]), np.uint64(ints[4]), ints[5]
+    stochastic = bits > 0
+    shift = np.uint64(32 - bits) if stochastic else np.uint64(0)
+    grid = (floats[0], floats[1], floats[2], floats[3])  # scalars: no load in the loops (the arrays might alias)
+    unit = floats[6]
+    rng = (stream, key, shift, unit)
+    scale_of = (floats[7], floats[2], floats[4])
+    # every index unsigned (``nest`` is uint64): numba then checks no index for a negative value,
+    # a check that keeps LLVM from turning the loops into vector instructions
+    offset, coffset = nest[0], nest[1]
+    n0, n1, n2, group, m0, m1 = nest[2], nest[3], nest[4], nest[5], nest[6], nest[7]
+    s0, s1, s2, sg, t0 = nest[8], nest[9], nest[10], nest[11], nest[12]
+    c0, c1, c2, cg, d0 = nest[14], nest[15], nest[16], nest[17], nest[18]
+    d1 = nest[19]
+    shared = m0 * m1 == 1  # the group is the run (its stride 1): one factor for it
+    run, runs, cstep = (group, np.uint64(1), cg) if shared else (m1, group * m0, d1)
+    top = np.empty(m0 * m1, np.int32)
+    factor = np.full(m0 * m1, floats[5], np.float32)
+    draws = np.zeros(CHUNK, np.float32)  # stochastic rounding's uniform numbers of a chunk of a run
+    if kind != SCALED and m0 == 1 and sg == m1 and s2 == group * m1 and group * m1 <= CHUNK // 4:
+        _round_adjacent_blocks(xf, xi, out, nest, floats, ints)  # blocks of adjacent values, one after another
+        return
+    for i0 in range(n0):
+        for i1 in range(n1):
+            for i2 in range(n2):
+                base = offset + i0 * s0 + i1 * s1 + i2 * s2
+                cbase = coffset + i0 * c0 + i1 * c1 + i2 * c2
+                if kind != SCALED:
+                    top[:] = 0
+                    for r in range(runs):
+                        start = base + (r // m0) * sg + (r % m0) * t0
+                        if shared:
+                            largest = np.int32(0)
+                            for j in range(run):
+                                b = np.int32(xi[start + j] & MAGNITUDE_MASK)
+                                largest = b if b > largest else largest
+                            top[0] = largest
+                        else:
+                            at = (r % m0) * m1
+                            for j in range(run):
+                                b = np.int32(xi[start + j] & MAGNITUDE_MASK)
+                                top[at + j] = b if b > top[at + j] else top[at + j]
+                    for k in range(m0 * m1):
+                        factor[k] = _block_factor(top[k], scale_of, kind, carry, round_up)
+                for r in range(runs):
+                    g, j0 = r // m0, r % m0
+                    row = base + g * sg + j0 * t0
+                    crow = cbase + g * cg + j0 * d0
+                    for lo in range(U0, run, CHUNK):
+                        n = min(CHUNK, run - lo)
+                        start = row + lo
+                        at = j0 * m1 + lo
+                        if stochastic:
+                            _fill_draws(draws, U0, n, crow + lo * cstep, cstep, rng)
+                            if shared:
+                                _round_run_shared(xf, out, start, n, factor[0], draws, grid)
+                            else:
+                                for j in range(n):
+                                    f = factor[at + j]
+                                    v, ulp = _onto_grid(xf[start + j], f, grid)
+                                    out[start + j] = _back(np.floor(v / ulp + draws[j]), ulp, f, grid)
+                        elif shared:
+                            f = factor[0]
+                            for j in range(n):
+                                v, ulp = _onto_grid(xf[start + j], f, grid)
+                                out[start + j] = _back(np.rint(v / ulp), ulp, f, grid)
+                        else:
+                            for j in range(n):
+                                f = factor[at + j]
+                                v, ulp = _onto_grid(xf[start + j], f, grid)
+                                out[start + j] = _back(np.rint(v / ulp), ulp, f, grid)
+
+
+@njit(cache=True, nogil=True, boundscheck=False, error_model="numpy")
+def largest_bits(xi):
+    """The largest magnitude's bit pattern among the float32 bit patterns ``xi`` (one pass, no copy):
+    non-negative floats order as their bit patterns, and a NaN's lie above infinity's."""
+    largest = np.int32(0)
+    for j in range(xi.shape[0]):
+        b = np.int32(xi[j] & MAGNITUDE_MASK)
+        largest = b if b > largest else largest
+    return largest
