@@ -28,27 +28,11 @@ import pytest
 
 import bench.study.__main__ as study_cli
 from bench.study import phases
+from tests.tiny_study import TINY_STUDY
 
 ROOT = Path(__file__).resolve().parents[1]
-STUDY = """name = "s"
-preset = "smoke"
-models = ["convnet"]
-methods = ["fedavg"]
-base = "fedavg"
-alphas = [0.5]
-rounds = 2
-seeds = [0, 1]
-tuning_seeds = [0]
-hw = "hw.toml"
-[search.fedavg]
-lr = [0.05]
-[tuning]
-last_rounds = 1
-[convergence]
-last_rounds = 1
-[targets]
-accuracy_pct = [50.0]
-"""
+STUDY = (TINY_STUDY.replace("tuning_seeds = [0]\n", 'tuning_seeds = [0]\nhw = "hw.toml"\n')
+         .replace("lr = [0.05, 0.1]", "lr = [0.05]"))
 COST = ("cum_wall_s", "cum_device_s", "cum_energy_j", "cum_bytes")
 
 

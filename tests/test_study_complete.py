@@ -18,25 +18,9 @@ import pytest
 
 import bench.study.__main__ as study_cli
 from bench.study import phases
+from tests.tiny_study import TINY_STUDY
 
-STUDY = """name = "s"
-preset = "smoke"
-models = ["convnet"]
-methods = ["fedavg"]
-base = "fedavg"
-alphas = [0.5]
-rounds = 2
-seeds = [0, 1]
-tuning_seeds = [0]
-[search.fedavg]
-lr = [0.05, 0.1]
-[tuning]
-last_rounds = 1
-[convergence]
-last_rounds = 1
-[targets]
-accuracy_pct = [50.0]
-"""
+STUDY = TINY_STUDY
 
 
 def test_a_study_whose_every_trial_failed_is_not_complete(tmp_path, monkeypatch, capsys):

@@ -15,25 +15,9 @@ from bench.lib.study import registration
 from bench.lib.study.spec import StudyError, parse_study
 from bench.study import phases
 from iokit import outputs
+from tests.tiny_study import TINY_STUDY
 
-STUDY = """name = "s"
-preset = "smoke"
-models = ["convnet"]
-methods = ["fedavg", "fedavg+ccvr"]
-base = "fedavg"
-alphas = [0.5]
-rounds = 2
-seeds = [0, 1]
-tuning_seeds = [0]
-[search.fedavg]
-lr = [0.05, 0.1]
-[tuning]
-last_rounds = 1
-[convergence]
-last_rounds = 1
-[targets]
-accuracy_pct = [50.0]
-"""
+STUDY = TINY_STUDY.replace('methods = ["fedavg"]', 'methods = ["fedavg", "fedavg+ccvr"]')
 DEVIATION = """
 [[deviations]]
 keys = ["seeds"]
