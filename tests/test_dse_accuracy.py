@@ -137,3 +137,28 @@ def test_the_main_job_names_the_studied_formats_and_the_cheapest_design(priced):
     # cols is not an axis of the test's space: the array is named by its rows only where both are axes
     assert f"a {best['number_format']} array ({best['energy_j_to_target']:.3g} J, round " in line
     assert rows in (32, 64)
+
+
+def test_the_main_jobs_line_gives_one_studys_explorations_under_several_cost_tables_as_one_clause():
+    # two explorations of one study, priced in two cost tables: fedavg's design is the same in both
+    # (energy 10.0 and 12.5 J: the range "10-12.5"), spherefed's differs (each table named)
+    from bench.lib.run import formats
+
+    def exploration(table, folder, fedavg_j, spherefed_rows):
+        design = lambda rows, fmt: f"rows={rows} cols=64 number_format={fmt}"  # noqa: E731
+        return {"study_folder": "results/reference/s", "folder": folder, "cost_table": table, "model": "convnet",
+                "formats": ["fp32", "bf16"], "seeds": 3, "setting": "alpha=0.1", "target_accuracy_pct": 90.0,
+                "best": {"fedavg": {"design": design(32, "bf16"), "round": 4, "point": 7, "energy_j_to_target": fedavg_j},
+                         "spherefed": {"design": design(spherefed_rows, "bf16"), "round": 3, "point": spherefed_rows,
+                                       "energy_j_to_target": 5.0}}}
+
+    fig = {"run_number_format": "fp32", "models_not_studied": [],
+           "explorations": [exploration("horowitz45", "d", 10.0, 16), exploration("epfl28", "d-epfl28", 12.5, 32)]}
+    line = formats.format_line(fig)
+    assert "d and d-epfl28 price each design" in line and "priced in cost tables horowitz45, epfl28" in line
+    assert "fedavg: a 32x64 bf16 array (10-12.5 J, round 4, point 7)" in line
+    assert ("spherefed: horowitz45: a 16x64 bf16 array (5 J, round 3, point 16), "
+            "epfl28: a 32x64 bf16 array (5 J, round 3, point 32)") in line
+    # one exploration in the default table: no table named, as before cost tables
+    one = formats.format_line({**fig, "explorations": fig["explorations"][:1]})
+    assert "d prices each design" in one and "cost table" not in one and "(10 J, round 4, point 7)" in one
