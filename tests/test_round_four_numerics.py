@@ -5,6 +5,7 @@ unbiased. Each test is named after its input and fails on the code before the fi
 from __future__ import annotations
 
 import math
+from collections import deque
 
 import ml_dtypes
 import numpy as np
@@ -13,7 +14,7 @@ import torch
 
 from accel_sim.formats import AMAX_HISTORY, ELEMENT_FORMATS, NumberFormat
 from workloads.numerics.emulate import Arithmetic
-from workloads.numerics.quantize import MAX_SCALE_EXPONENT, round_to_format, tensor_scale, uniform_draws
+from workloads.numerics.quantize import MAX_SCALE_EXPONENT, round_to_format, tensor_scale, tensor_scale_value, uniform_draws
 
 ML = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
 SCALED = ["e4m3_cs", "e5m2_cs", "fp8_hybrid_cs", "e4m3_ds", "e5m2_ds", "fp8_hybrid_ds"]
@@ -546,3 +547,32 @@ def test_a_gemm_on_an_empty_batch_of_0_rows_in_scaled_fp8_runs(name):
         out = torch.nn.functional.linear(x, w)
         out.sum().backward()
     assert out.shape == (0, 3) and w.grad.eq(0).all()
+
+
+@pytest.mark.parametrize("element", ["e4m3", "e5m2"])
+def test_tensor_scale_value_equals_tensor_scale_over_every_float32_binade(element):
+    # the kernel's scale (issue 55: computed in Python numbers, no torch operations) against the torch
+    # one, bit for bit: every binade with five significands, subnormals, 0, -0, infinity and NaN
+    spec = ELEMENT_FORMATS[element]
+    amaxes = every_float32_amax() + [0.0, -0.0, math.inf, math.nan]
+    torch_scales = tensor_scale(torch.tensor(amaxes, dtype=torch.float32), spec).tolist()
+    assert [tensor_scale_value(a, spec) for a in amaxes] == torch_scales
+
+
+@pytest.mark.parametrize("window", [[0.5, 2.0, 1.0], [0.0, 0.0], [1.0, math.inf], [math.nan, 4.0], [4.0, math.nan]])
+def test_delayed_amax_in_python_numbers_equals_the_torch_choice(window):
+    # the CPU's choice of delayed scaling's amax (Python numbers) against the GPU's (torch operations)
+    # on the same history: its largest where positive and finite (2.0), else the previous scale's (3.0)
+    def choose(arithmetic, own):
+        arithmetic.amax_history[0] = deque([torch.tensor(a) for a in window], maxlen=AMAX_HISTORY)
+        arithmetic.scaled_by[0] = torch.tensor(3.0)
+        return float(arithmetic._delayed_amax(own))
+
+    cpu = choose(Arithmetic("e4m3_ds"), torch.tensor(7.0))
+    meta_like = torch.tensor(7.0)
+    gpu_path = Arithmetic("e4m3_ds")
+    with pytest.MonkeyPatch.context() as m:  # the same tensor, taken as a device's: the torch branch
+        m.setattr(torch.Tensor, "device", property(lambda self: torch.device("meta")))
+        gpu = choose(gpu_path, meta_like)
+    expected = 2.0 if window == [0.5, 2.0, 1.0] else 3.0
+    assert cpu == gpu == expected

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from workloads.allocator import keep_freed_memory
 from workloads.fl.guard import UserCodeError
 from workloads.fl.hparams import Hparams
 from workloads.fl.methods import MethodConfig
@@ -275,6 +276,7 @@ def client_trainer(model: nn.Module, global_state: Mapping[str, torch.Tensor], h
     submodel width (a width-scaled method's, ``workloads.fl.width``); ``draws``: its own generator
     of the round (FjORD's per-step widths).
     """
+    keep_freed_memory()  # the next step's tensors reuse this one's memory (workloads.allocator)
     anchors = {}
     if method.algo.anchored:
         anchors = {name: t.detach().clone() for name, t in global_state.items()}

@@ -88,7 +88,7 @@ def mx_rule(spec: ElementFormat, scale_rule: str) -> Rule:
     return Rule(MX, spec.significand_bits, spec, scale_rule == "up")
 
 
-def scaled_rule(spec: ElementFormat, scale: torch.Tensor) -> Rule:
+def scaled_rule(spec: ElementFormat, scale: float) -> Rule:
     return Rule(SCALED, spec.significand_bits, spec, scale=float(scale))
 
 
@@ -191,7 +191,7 @@ def round_planned(rule: Rule, x: torch.Tensor, key: tuple | None,
     return out
 
 
-def round_whole(spec: ElementFormat, scale: torch.Tensor, x: torch.Tensor,
+def round_whole(spec: ElementFormat, scale: float, x: torch.Tensor,
                 stream_key: tuple[int, int] | None) -> torch.Tensor | None:
     """``x`` rounded to the element ``spec`` under one scaling factor ``scale`` (scaled FP8,
     ``quantize.round_scaled``), each value's draw at its position in ``x``'s own (contiguous) order;

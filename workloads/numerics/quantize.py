@@ -408,6 +408,22 @@ def tensor_scale(amax: torch.Tensor, spec: ElementFormat) -> torch.Tensor:
     return torch.where((amax > 0) & torch.isfinite(amax), scale, torch.ones_like(scale))
 
 
+def tensor_scale_value(amax: float, spec: ElementFormat) -> float:
+    """``tensor_scale`` of one amax given as a Python float (a float32 value), computed with Python
+    numbers: the same power of two, without the handful of small torch operations (about 40 us an
+    operand on the CPU, where the fused kernel takes the scale as a number anyway). ``frexp`` gives
+    ``amax = m 2^e`` with ``m`` in [1/2, 1), so its binade is ``2^(e - 1)``, at least FP32's smallest
+    normal; the significand ``amax / 2^(e - 1)`` is exact, and so is its comparison with
+    ``max_finite / 2^emax`` (exact in float32 for every element format)."""
+    if not (amax > 0 and math.isfinite(amax)):
+        return 1.0
+    significand, e = math.frexp(amax)
+    top = max(e - 1, -126)
+    exponent = element_emax(spec) - top
+    fits = math.ldexp(significand, e - top) <= spec.max_finite / 2.0 ** element_emax(spec)
+    return 2.0 ** min(exponent if fits else exponent - 1, MAX_SCALE_EXPONENT)
+
+
 def round_scaled(x: torch.Tensor, spec: ElementFormat, amax: torch.Tensor,
                  generator: torch.Generator | None = None) -> torch.Tensor:
     """``x`` in a per-tensor scaled FP8 format: ``round(x x 2^s) / 2^s`` with ``2^s =
@@ -417,12 +433,13 @@ def round_scaled(x: torch.Tensor, spec: ElementFormat, amax: torch.Tensor,
     (FP32's largest values) rounds to 2^128, which FP32 cannot hold: it saturates at FP32's largest
     value on the format's grid, ``(2 - 2^(1 - p)) 2^127``, so the result is finite wherever ``x``
     is."""
-    scale = tensor_scale(amax, spec)
     stream_key = None if generator is None else philox.stream_key(generator)
+    if x.device.type == "cpu" and amax.device.type == "cpu":  # the kernel, where it runs, takes the scale as a number
+        rounded = fused.round_whole(spec, tensor_scale_value(float(amax), spec), x, stream_key)
+        if rounded is not None:
+            return rounded
+    scale = tensor_scale(amax, spec)
     bits = 24 - spec.significand_bits
-    rounded = fused.round_whole(spec, scale, x, stream_key)  # the kernel, where it runs
-    if rounded is not None:
-        return rounded
     scaled = torch.mul(x, scale).clamp_(-spec.max_finite, spec.max_finite)
     scaled.addcmul_(x, scaled.new_zeros(()))  # + x * 0: NaN where x is infinite, exactly + 0 elsewhere
     uniform = None if stream_key is None else philox.philox_uniform(x.shape, *stream_key, bits, device=x.device)
