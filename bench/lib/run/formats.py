@@ -10,12 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from accel_sim.cost_tables import DEFAULT_COST_TABLE
+from bench.lib.findings_costs import table_of
 from bench.lib.run.reference import REFERENCE_DIR, _shown
 
 
 def explorations(root: Path = REFERENCE_DIR) -> list[dict[str, Any]]:
     """Every shipped exploration priced with a study's per-format accuracy: its folder, its cost table
-    (``config.cost_table``; an exploration that names none priced in the default table) and study block."""
+    (``findings_costs.table_of``) and study block."""
     out = []
     for path in sorted(root.glob("*/summary.json")):
         try:
@@ -24,9 +25,8 @@ def explorations(root: Path = REFERENCE_DIR) -> list[dict[str, Any]]:
             continue
         if isinstance(doc, dict) and str(doc.get("command", "")).startswith("python -m bench.dse") and \
                 isinstance(doc.get("study"), dict) and doc["study"].get("best"):
-            config = doc.get("config") if isinstance(doc.get("config"), dict) else {}
             out.append({**doc["study"], "study_folder": doc["study"]["folder"], "folder": _shown(path.parent),
-                        "cost_table": config.get("cost_table") or DEFAULT_COST_TABLE})
+                        "cost_table": table_of(doc)})
     return out
 
 
