@@ -16,21 +16,19 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import sys
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
 MMAP_THRESHOLD_BYTES = 32 << 20  # glibc's largest (DEFAULT_MMAP_THRESHOLD_MAX on 64-bit machines)
 TRIM_THRESHOLD_BYTES = 1 << 30  # free memory kept at the heap's top, at most
 
-_done = False
 
-
+@functools.cache
 def keep_freed_memory() -> bool:
     """Tell glibc's allocator to keep freed blocks for reuse (module doc); once per process. False
-    where the C library is not glibc (macOS, musl: nothing changes)."""
-    global _done
-    if _done:
-        return True
+    where the C library is not glibc (macOS, musl: nothing changes). Its answer is kept: a call per
+    client costs nothing after the first."""
     if not sys.platform.startswith("linux"):
         return False
     try:
@@ -38,5 +36,4 @@ def keep_freed_memory() -> bool:
         libc.gnu_get_libc_version  # glibc only
     except (OSError, AttributeError):
         return False
-    _done = bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
-    return _done
+    return bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
