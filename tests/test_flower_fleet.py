@@ -35,6 +35,7 @@ from flwr.serverapp.strategy import FedAvg  # noqa: E402
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
 from tests.failfast import assert_fails_clean, workspace  # noqa: E402
+from tests.flower_grid import InProcessGrid  # noqa: E402
 from workloads.cost.fleet import load_fleet  # noqa: E402
 from workloads.cost.rounds import RunPricer  # noqa: E402
 from workloads.cost.system import ROUNDS_COLUMNS  # noqa: E402
@@ -94,33 +95,6 @@ def task_identity(monkeypatch):
     """What Flower's server runtime sets before a ServerApp creates messages."""
     for name in ("_run_id", "_node_id", "_task_id"):
         monkeypatch.setattr(TaskIdentity, name, 1)
-
-
-class InProcessGrid:
-    """A Flower grid without Ray: each message goes straight to ``client_app`` with the context of
-    its node (``NODES``); ``sent`` lists every send's (message type, client index) pairs."""
-
-    def __init__(self, client_app: ClientApp, nodes: dict[int, int]) -> None:
-        self.client_app, self.nodes, self.sent = client_app, nodes, []
-
-    def get_node_ids(self) -> list[int]:
-        return list(self.nodes)
-
-    def send_and_receive(self, messages, *, timeout=None) -> list[Message]:
-        messages = list(messages)
-        self.sent.append([(m.metadata.message_type, self.nodes[m.metadata.dst_node_id]) for m in messages])
-        replies = []
-        for i, msg in enumerate(messages):
-            msg.metadata.__dict__["_message_id"] = f"{len(self.sent)}.{i}"  # the SuperLink sets it
-            node = msg.metadata.dst_node_id
-            context = Context(run_id=1, node_id=node, node_config={"partition-id": self.nodes[node]},
-                              state=RecordDict(), run_config={})
-            replies.append(self.client_app(msg, context))
-        return replies
-
-    def trained(self) -> list[list[int]]:
-        """Per send that carried train messages, the clients it trained."""
-        return [sorted(k for kind, k in sent) for sent in self.sent if any(kind == "train" for kind, _ in sent)]
 
 
 # ---- the strategy, on a toy client -----------------------------------------------------------------------
@@ -183,7 +157,6 @@ def test_the_flower_app_on_a_fleet_trains_the_plans_arrivals_and_equals_bench_fl
                                                                                   monkeypatch):
     from bench.flower.fleet import fleet_run
     from workloads.fl.loop import run_method
-    from workloads.flower.app import shared_state
 
     (tmp_path / "f.toml").write_text(FLEET)
     planned = fleet_run(RUN, load_fleet(tmp_path / "f.toml"))
@@ -214,8 +187,9 @@ def test_the_flower_app_on_a_fleet_trains_the_plans_arrivals_and_equals_bench_fl
     assert grid.trained() == ARRIVED == [h["clients"] for h in loop.history]
     rows = _read_csv(tmp_path / "rounds.csv")
     assert [tuple(float(r[c]) for c in COUNT_COLUMNS) for r in rows] == COUNTS
-    shared = shared_state(flower_app.new_model(RUN, FEDAVG), FEDAVG, hp, 1)
-    state = sum(t.numel() * t.element_size() for t in shared.values())
+    model = flower_app.new_model(RUN, FEDAVG)
+    state = sum(v.numel() * v.element_size() for k, v in model.state_dict().items()
+                if k in FEDAVG.algo.shared_keys(model, 1, hp))
     # round 1: clients 0, 1 and 2 download the state, 0 and 1 upload it with the 8-byte sample count
     assert [int(r["round_bytes"]) for r in rows] == [3 * state + 2 * (state + 8), 2 * state + (state + 8)]
     clients = _read_csv(tmp_path / "clients.csv")

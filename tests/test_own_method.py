@@ -46,7 +46,6 @@ SOURCE = textwrap.dedent('''
         """Each client keeps its last local drift w_t - y and pulls against it: <mu d, w>."""
         knobs = (non_negative("drift_mu", 0.1, "test: the weight of the drift term"),)
         anchored = True  # after_training reads w_t
-        flower_strategy = None  # its clients keep state
 
         def initial_client_state(self, model, hp):
             return {n: torch.zeros_like(p).detach() for n, p in model.named_parameters() if p.requires_grad}
