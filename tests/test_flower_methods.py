@@ -11,7 +11,8 @@ the client trains through the loop's trainer, generators and hooks. Flower's own
 averaged in NumPy in arrival order, which is why the FedAvg fleet test (tests/test_flower_fleet.py)
 compares weights to 1e-5.
 
-The setting: the small preset (digits at 16x16, ConvNet) at 3 clients, all sampled, seed 0.
+The setting: the small preset (digits at 16x16, ConvNet) at 3 clients, all sampled, seed 0, cut
+to 300 training and 200 test samples and one local epoch so that the fast check stays fast.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import torch
 
 pytest.importorskip("flwr")
 
-from flwr.app import RecordDict, Context  # noqa: E402
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
 from tests.flower_grid import InProcessGrid  # noqa: E402
@@ -35,6 +35,18 @@ from workloads.fl.methods import parse_method  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 CLIENTS = 3
 NODES = {11: 2, 22: 0, 33: 1}  # node id -> client index, as a simulation might number them
+
+
+@pytest.fixture(scope="module")
+def preset(tmp_path_factory) -> str:
+    """The small preset at ``CLIENTS`` clients, 300 training and 200 test samples, one local epoch."""
+    text = (ROOT / "configs/presets/small.toml").read_text()
+    text = re.sub(r"(?m)^num_clients = \d+", f"num_clients = {CLIENTS}\nmax_train_samples = 300\nmax_test_samples = 200",
+                  text)
+    text = re.sub(r"(?m)^local_epochs = \d+", "local_epochs = 1", text)
+    path = tmp_path_factory.mktemp("preset") / "tiny.toml"
+    path.write_text(text)
+    return str(path)
 
 
 @pytest.fixture
@@ -52,11 +64,11 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def _flower(name: str, rounds: int, *, forget: bool = False):
+def _flower(preset: str, name: str, rounds: int, *, forget: bool = False):
     """(the global state after the last round, the accuracy after each round) of ``name`` under
     Flower: the example's ClientApp (unpriced) and ``train_method`` on an in-process grid;
     ``forget``: every message gets a fresh node context (the client keeps nothing between rounds)."""
-    run = flower_app.FlowerRun("small", "convnet", (name,), num_clients=CLIENTS, rounds=rounds, seed=0)
+    run = flower_app.FlowerRun(preset, "convnet", (name,), num_clients=CLIENTS, rounds=rounds, seed=0)
     grid = InProcessGrid(flower_app.client_app(run, None), NODES, forget=forget)
     result = flower_app.train_method(grid, run, name, client_nodes(grid, CLIENTS))
     assert grid.trained() == [[0, 1, 2]] * rounds
@@ -64,16 +76,13 @@ def _flower(name: str, rounds: int, *, forget: bool = False):
     return result.arrays.to_torch_state_dict(), accuracy
 
 
-def _loop(name: str, rounds: int, tmp_path: Path):
-    """The same of ``name`` in our loop, on bench.fl's resolution of the small preset at 3 clients."""
+def _loop(preset: str, name: str, rounds: int):
+    """The same of ``name`` in our loop, on bench.fl's resolution of the same preset."""
     from bench.lib.fl import pipeline
     from bench.lib.spec import RunSpec
     from workloads.fl.loop import run_method
 
-    preset = re.sub(r"(?m)^num_clients = \d+", f"num_clients = {CLIENTS}",
-                    (ROOT / "configs/presets/small.toml").read_text())
-    (tmp_path / "preset.toml").write_text(preset)
-    run = pipeline.resolve(RunSpec(preset=str(tmp_path / "preset.toml"), methods=(name,), rounds=rounds))
+    run = pipeline.resolve(RunSpec(preset=preset, methods=(name,), rounds=rounds))
     inputs, method = pipeline.load(run).inputs, parse_method(name)
     result = run_method(method, model_fn=lambda: inputs.build(method.spherefed), train=inputs.train, test=inputs.test,
                         parts=inputs.parts, cfg=inputs.fl, hp=run.hparams[name])
@@ -84,28 +93,28 @@ def _bit_equal(a: dict, b: dict) -> bool:
     return a.keys() == b.keys() and all(a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]) for k in a)
 
 
-def test_feddyn_under_flower_is_our_loops_feddyn_bit_for_bit(tmp_path, task_identity, one_thread):
+def test_feddyn_under_flower_is_our_loops_feddyn_bit_for_bit(preset, task_identity, one_thread):
     """The fast check: FedDyn (server state h, client state grad L_k) over 2 rounds."""
-    flower_weights, flower_accuracy = _flower("feddyn", 2)
-    loop_weights, loop_accuracy = _loop("feddyn", 2, tmp_path)
+    flower_weights, flower_accuracy = _flower(preset, "feddyn", 2)
+    loop_weights, loop_accuracy = _loop(preset, "feddyn", 2)
     assert _bit_equal(flower_weights, loop_weights)
     assert flower_accuracy == loop_accuracy
 
 
-@pytest.mark.slow  # ~10 s: three Flower runs and three loop runs of 3 rounds
+@pytest.mark.slow  # three Flower runs and three loop runs of 3 rounds
 @pytest.mark.parametrize("name", ["scaffold", "moon", "feddyn"])
-def test_stateful_methods_under_flower_are_our_loops_bit_for_bit(name, tmp_path, task_identity, one_thread):
-    flower_weights, flower_accuracy = _flower(name, 3)
-    loop_weights, loop_accuracy = _loop(name, 3, tmp_path)
+def test_stateful_methods_under_flower_are_our_loops_bit_for_bit(name, preset, task_identity, one_thread):
+    flower_weights, flower_accuracy = _flower(preset, name, 3)
+    loop_weights, loop_accuracy = _loop(preset, name, 3)
     assert _bit_equal(flower_weights, loop_weights)
     assert flower_accuracy == loop_accuracy
 
 
 @pytest.mark.slow
-def test_a_client_that_forgets_its_state_is_not_scaffold(tmp_path, task_identity, one_thread):
+def test_a_client_that_forgets_its_state_is_not_scaffold(preset, task_identity, one_thread):
     """The equality above rests on the client's state: SCAFFOLD whose clients keep nothing between
     rounds (c_i = 0 every round, a fresh node context per message) ends elsewhere."""
-    forgetful, _ = _flower("scaffold", 2, forget=True)
-    kept, _ = _flower("scaffold", 2)
-    loop_weights, _ = _loop("scaffold", 2, tmp_path)
+    forgetful, _ = _flower(preset, "scaffold", 2, forget=True)
+    kept, _ = _flower(preset, "scaffold", 2)
+    loop_weights, _ = _loop(preset, "scaffold", 2)
     assert _bit_equal(kept, loop_weights) and not _bit_equal(forgetful, loop_weights)
