@@ -114,7 +114,14 @@ def new_model(run: FlowerRun, method: MethodConfig) -> torch.nn.Module:
     return prepare_model(model, method, seed=run.seed)
 
 
-def _records(kept: RecordDict, name: str) -> dict[str, torch.Tensor] | None:
+def kept_record(method: str, record: str) -> str:
+    """The name in a node's ``Context.state`` of what its client keeps for ``method`` (``METHOD_STATE``
+    or ``LOCAL_PARTS``): one per method, as the node's context lives through every method of the run."""
+    return f"{method}/{record}"
+
+
+def _kept(kept: RecordDict, method: str, record: str) -> dict[str, torch.Tensor] | None:
+    name = kept_record(method, record)
     return kept[name].to_torch_state_dict() if name in kept.array_records else None
 
 
@@ -133,11 +140,11 @@ def local_training(run: FlowerRun, client: int, content: RecordDict, kept: Recor
     x, y = train.x[idx], train.y[idx]
     model = new_model(run, method)
     down = content["arrays"].to_torch_state_dict()
-    model.load_state_dict({**model.state_dict(), **(_records(kept, LOCAL_PARTS) or {}), **down})
+    model.load_state_dict({**model.state_dict(), **(_kept(kept, name, LOCAL_PARTS) or {}), **down})
     model.train()
     lr = cosine_lr(hp.lr, hp.lr_min, t, run.rounds)
     trainer = client_trainer(model, down, hp, method, round=t, lr=lr, received=extras_of(content, algo.extra_downloads(t)),
-                             state=_records(kept, METHOD_STATE),
+                             state=_kept(kept, name, METHOD_STATE),
                              draws=torch.Generator().manual_seed(derived_seed(run.seed, t, client, DRAWS_STREAM)))
 
     def make_step(m: torch.nn.Module):  # the real model's trainer; on the meter's meta copy, one like it
@@ -163,7 +170,7 @@ def local_training(run: FlowerRun, client: int, content: RecordDict, kept: Recor
     local = {k: v.detach().clone() for k, v in state.items() if k not in sent}
     for record, tensors in ((METHOD_STATE, own), (LOCAL_PARTS, local)):
         if tensors:  # as the loop keeps them: only what a client has
-            kept[record] = ArrayRecord(dict(tensors))
+            kept[kept_record(name, record)] = ArrayRecord(dict(tensors))
     up = algo.payload(model, {k: state[k].detach().clone() for k in shared}, trainer.ctx)
     return RecordDict({"arrays": ArrayRecord(up), **{extra_record(g): ArrayRecord(v) for g, v in sorted(uploads.items())},
                        "metrics": MetricRecord({"num-examples": len(y), "train_loss": loss, STEPS_KEY: len(losses)})})
