@@ -34,7 +34,7 @@ from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 from tests.flower_grid import InProcessGrid  # noqa: E402
 from workloads.flower import app as flower_app  # noqa: E402
 from workloads.flower.fleet import client_nodes  # noqa: E402
-from workloads.fl.methods import parse_method  # noqa: E402
+from workloads.fl.methods import ALGORITHMS, parse_method  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CLIENTS = 3
@@ -119,6 +119,19 @@ def test_stateful_methods_under_flower_are_our_loops_bit_for_bit(preset, task_id
         loop_weights, loop_accuracy = _loop(preset, name, 3)
         assert _bit_equal(flower[name][0], loop_weights), name
         assert flower[name][1] == loop_accuracy, name
+
+
+@pytest.mark.slow  # ~5 s a method
+@pytest.mark.parametrize("name", [n for n in ALGORITHMS if n not in ("scaffold", "moon", "feddyn")]
+                         + ["fedprox+spherefed"])
+def test_every_other_method_under_flower_is_our_loops_bit_for_bit(name, preset, task_identity, one_thread):
+    """The rest of the registry, 2 rounds each: server momentum (FedOpt, FedAvgM), w_{t-1} and d_t
+    (FedCos), the local steps (FedNova), a frozen head (FedBABU, SphereFed), local parts (double
+    head), width-scaled methods at full width (HeteroFL, FjORD), FedBuff's synchronous rounds."""
+    flower_weights, flower_accuracy = _flower(preset, (name,), 2)[name]
+    loop_weights, loop_accuracy = _loop(preset, name, 2)
+    assert _bit_equal(flower_weights, loop_weights)
+    assert flower_accuracy == loop_accuracy
 
 
 @pytest.mark.slow
