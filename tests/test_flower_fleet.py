@@ -134,17 +134,17 @@ def _small_preset_at_4_clients(tmp_path: Path) -> Path:
     return tmp_path / "preset.toml"
 
 
-def _bench_fl_inputs(fleet_file: Path, tmp_path: Path):
-    """bench.fl's run of the same setting (the small preset at 4 clients) on ``fleet_file``:
-    (its inputs, FedAvg's hyper-parameters, FedAvg's participation plan)."""
+def _bench_fl_inputs(fleet_file: Path, tmp_path: Path, method: str = "fedavg"):
+    """bench.fl's run of ``method`` in the same setting (the small preset at 4 clients) on
+    ``fleet_file``: (its inputs, the method's hyper-parameters, its participation plan)."""
     from bench.lib.fl import jobs, pipeline
     from bench.lib.spec import RunSpec
 
-    run = pipeline.resolve(RunSpec(preset=str(_small_preset_at_4_clients(tmp_path)), methods=("fedavg",), rounds=2,
+    run = pipeline.resolve(RunSpec(preset=str(_small_preset_at_4_clients(tmp_path)), methods=(method,), rounds=2,
                                    fleet_path=str(fleet_file)))
     inputs = pipeline.load(run).inputs
-    hp = run.hparams["fedavg"]
-    return inputs, hp, jobs.participation_plan(inputs, FEDAVG, hp, RunPricer(inputs.run_spec()))
+    hp = run.hparams[method]
+    return inputs, hp, jobs.participation_plan(inputs, parse_method(method), hp, RunPricer(inputs.run_spec()))
 
 
 def _read_csv(path: Path) -> list[dict]:
@@ -209,6 +209,38 @@ def test_the_flower_app_on_a_fleet_trains_the_plans_arrivals_and_equals_bench_fl
 
     assert equal(states[-1], loop.weights) and not equal(states[-1], every_client.weights)
     assert [float(r["accuracy"]) for r in rows] == [h["accuracy"] for h in loop.history]
+
+
+@pytest.mark.slow  # 15-30 s: the buffered plan, Flower's run and our loop's
+def test_fedbuff_under_flower_on_a_fleet_starts_stale_clients_from_their_version(tmp_path, task_identity):
+    """FedBuff on the fleet: round 2 takes client 1 fresh and client 2, which started from the model
+    of round 1 (staleness 1: its download, 24.6 s at 1e5 B/s, outlasts a server step). Flower's
+    strategy sends client 2 that version (``server_view``) and aggregates with its staleness: the
+    global weights and accuracies of our loop on the same plan, bit for bit."""
+    from bench.flower.fleet import fleet_run
+    from workloads.fl.loop import run_method
+
+    (tmp_path / "f.toml").write_text(FLEET)
+    run = flower_app.FlowerRun("small", "convnet", ("fedbuff",), num_clients=4, rounds=2, seed=0)
+    planned = fleet_run(run, load_fleet(tmp_path / "f.toml"))
+    plan = planned.plans["fedbuff"]
+    inputs, hp, loop_plan = _bench_fl_inputs(tmp_path / "f.toml", tmp_path, "fedbuff")
+    assert plan == loop_plan
+    assert [list(a) for a in plan.arrivals] == [[0, 1], [1, 2]] and [list(s) for s in plan.staleness] == [[0, 0], [0, 1]]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        grid = InProcessGrid(flower_app.client_app(run, None), NODES)
+        result = flower_app.train_method(grid, run, "fedbuff", client_nodes(grid, 4), fleet=planned)
+        loop = run_method(parse_method("fedbuff"), model_fn=lambda: inputs.build(False), train=inputs.train,
+                          test=inputs.test, parts=inputs.parts, cfg=inputs.fl, hp=hp, arrivals=plan.arrivals,
+                          staleness=plan.staleness)
+    finally:
+        torch.set_num_threads(threads)
+    weights = result.arrays.to_torch_state_dict()
+    assert weights.keys() == loop.weights.keys() and all(torch.equal(weights[k], v) for k, v in loop.weights.items())
+    assert [float(result.evaluate_metrics_serverapp[t]["accuracy"]) for t in (1, 2)] == \
+        [h["accuracy"] for h in loop.history]
 
 
 # ---- bad input: one line, exit 2, nothing written, no simulation ---------------------------------------------
