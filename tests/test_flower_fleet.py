@@ -266,6 +266,7 @@ def test_bad_fleet_input_stops_before_ray_in_one_line(tmp_path, monkeypatch, cap
         (4, ["--fleet", "missing.toml"], ("missing.toml",)),
         (4, ["--fleet", "binary.toml"], ("binary.toml",)),
         (3, ["--fleet", "f.toml"], ("--fleet f.toml", "4 client(s)", "the run has 3")),
+        (4, ["--fleet", "f.toml", "--methods", "fedavg", "heterofl"], ("heterofl", "without --fleet")),
     ]
     for clients, flags, names in cases:
         assert_fails_clean(command.main, [*base, "--clients", str(clients), *flags], capsys, ws, names)

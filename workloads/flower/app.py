@@ -166,8 +166,8 @@ def local_training(run: FlowerRun, client: int, content: RecordDict, kept: Recor
                          f"{sorted(algo.extra_uploads(t))} (extra_uploads)")
     state = model.state_dict()
     shared = algo.shared_keys(model, t, hp)
-    sent = set(shared) | frozen_keys(model)
-    local = {k: v.detach().clone() for k, v in state.items() if k not in sent}
+    elsewhere = set(shared) | frozen_keys(model)  # sent, or rebuilt from the seed
+    local = {k: v.detach().clone() for k, v in state.items() if k not in elsewhere}
     for record, tensors in ((METHOD_STATE, own), (LOCAL_PARTS, local)):
         if tensors:  # as the loop keeps them: only what a client has
             kept[kept_record(name, record)] = ArrayRecord(dict(tensors))
