@@ -128,7 +128,7 @@ def resolve(run_spec: spec.RunSpec, clients: int):
     loaded = load_spec(run_spec, preset)
     from workloads.flower import app  # Flower itself: after every check that needs none of it
 
-    app.check_methods(methods)
+    app.check_methods(methods, fleet=run_spec.fleet_path is not None)
     hw = str(run_spec.hw_path or DEFAULT_HW)
     load_hardware_config(hw)  # fail here, not inside a Ray actor
     run = app.FlowerRun(run_spec.preset, preset.fl.model, methods, clients, preset.fl.rounds, preset.fl.seed)
