@@ -35,7 +35,6 @@ from flwr.serverapp.strategy import FedAvg  # noqa: E402
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
 from tests.failfast import assert_fails_clean, workspace  # noqa: E402
-from workloads.cost.fleet import load_fleet  # noqa: E402
 from workloads.cost.rounds import RunPricer  # noqa: E402
 from workloads.cost.system import ROUNDS_COLUMNS  # noqa: E402
 from workloads.flower import app as flower_app  # noqa: E402
@@ -164,13 +163,14 @@ def _bench_fl_inputs(fleet_file: Path, tmp_path: Path):
     """bench.fl's run of the same setting (the small preset at 4 clients) on ``fleet_file``:
     (its inputs, FedAvg's hyper-parameters, FedAvg's participation plan)."""
     from bench.lib.fl import jobs, pipeline
+    from bench.lib.resolve import resolve
     from bench.lib.spec import RunSpec
 
-    run = pipeline.resolve(RunSpec(preset=str(_small_preset_at_4_clients(tmp_path)), methods=("fedavg",), rounds=2,
+    run = resolve(RunSpec(preset=str(_small_preset_at_4_clients(tmp_path)), methods=("fedavg",), rounds=2,
                                    fleet_path=str(fleet_file)))
     inputs = pipeline.load(run).inputs
     hp = run.hparams["fedavg"]
-    return inputs, hp, jobs.participation_plan(inputs, FEDAVG, hp, RunPricer(inputs.run_spec()))
+    return inputs, hp, jobs.participation_plan(inputs, FEDAVG, hp, RunPricer(inputs.priced_model()))
 
 
 def _read_csv(path: Path) -> list[dict]:
@@ -181,12 +181,17 @@ def _read_csv(path: Path) -> list[dict]:
 @pytest.mark.slow  # 12-26 s: two plans (their step captures), Flower's run and two of our loop's
 def test_the_flower_app_on_a_fleet_trains_the_plans_arrivals_and_equals_bench_fl(tmp_path, task_identity,
                                                                                   monkeypatch):
+    from bench.flower.__main__ import flower_run
     from bench.flower.fleet import fleet_run
+    from bench.lib.spec import RunSpec
     from workloads.fl.loop import run_method
     from workloads.flower.app import shared_state
 
     (tmp_path / "f.toml").write_text(FLEET)
-    planned = fleet_run(RUN, load_fleet(tmp_path / "f.toml"))
+    flower, _, resolved = flower_run(RunSpec(preset="small", models=("convnet",), methods=("fedavg",), rounds=2,
+                                             seed=0, fleet_path=str(tmp_path / "f.toml")), clients=4)
+    assert flower == RUN
+    planned = fleet_run(resolved)
     inputs, hp, loop_plan = _bench_fl_inputs(tmp_path / "f.toml", tmp_path)
     assert planned.plans["fedavg"] == loop_plan  # the same plan as bench.fl's, round for round
     assert [list(a) for a in loop_plan.arrivals] == ARRIVED

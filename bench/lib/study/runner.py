@@ -16,7 +16,7 @@ read from a folder (CIFAR-10 / CIFAR-100 / TinyImageNet; absent for digits and m
 A point is a ``Cell``: the ``bench.fl`` run (``bench.lib.spec.RunSpec``) its settings are, parsed
 as a grid point's flags, on the preset its ``fl`` and ``hparams`` tables are; ``Cell.point()`` gives
 the point back key for key (its id unchanged), and the cell is resolved as every run is
-(``bench.lib.resolve``, ``bench.lib.fl.pipeline.assemble``).
+(``bench.lib.resolve.resolve`` on the cell's preset).
 
 The run is ``bench.fl``'s (``pipeline.load`` then ``jobs.run_job``): the data, the validation
 hold-out and the partition from the seed, the model built under the seed. It writes into its
@@ -41,12 +41,12 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from bench.lib.grid.runners import grid_runner
-from bench.lib.spec import FL, RunSpec, from_point, spec_flags
+from bench.lib.spec import FL, RunSpec, from_point, is_resource, spec_flags
 from iokit import checks
 from iokit.cli import is_default
 from iokit.files import atomic_write_text
 from workloads.cost.system import CUMULATIVE_COLUMNS, DROPPED_COLUMNS
-from workloads.fl.execution import RESOURCE_SETTINGS, SETTINGS, Execution, kernel_environment
+from workloads.fl.execution import SETTINGS, Execution, kernel_environment
 from workloads.fl.hparams import FLConfig, Hparams, hparams_from_table
 from workloads.fl.methods import MethodConfig, parse_method
 from workloads.fl.presets import Preset
@@ -73,7 +73,7 @@ class Cell:
     """A point as what it is: the ``bench.fl`` run ``spec`` (model, method, seed, files, device and
     execution options: every setting a flag names) on the preset its ``fl`` and ``hparams`` tables
     are (``preset``), with its ``execution`` resolved (no fleet's per-class formats: those come
-    with the fleet, ``bench.lib.fl.pipeline.fl_run``)."""
+    with the fleet, ``bench.lib.resolve.resolve``)."""
 
     spec: RunSpec
     preset: Preset
@@ -115,10 +115,10 @@ def optional_keys() -> dict[str, str]:
     """RunSpec field -> point key of every ``bench.fl`` flag a point carries beside its tables, a key
     only where given: today ``data_dir`` (a folder dataset's), ``classifier``, ``fleet`` and its
     ``deadline_s`` (``"inf"``: none) and ``overcommit`` (docs/fleets.md); a run option added to
-    ``RunSpec`` is one more, so a point without it keeps its id. A resource (``client_threads``:
-    ``workloads.fl.execution.RESOURCE_SETTINGS``) is none: it does not decide a run's result."""
+    ``RunSpec`` is one more, so a point without it keeps its id. A field declared a resource
+    (``bench.lib.spec.flag(resource=True)``: ``client_threads``) is none: it does not decide a run's result."""
     return {name: flag.names[0].removeprefix("--").replace("-", "_") for name, flag in spec_flags(FL)
-            if name not in TABLE_FIELDS and name not in RESOURCE_SETTINGS}
+            if name not in TABLE_FIELDS and not is_resource(name)}
 
 
 def parse_point(point: Mapping[str, Any]) -> Cell:
@@ -173,7 +173,8 @@ def make_point(model: str, method: str, seed: int, fl: FLConfig, hp: Hparams, ex
     checks.unknown_keys(given, optional_keys().values(), where="make_point")
     point = {"model": model, "method": parse_method(method).name, "seed": seed,
              "fl": {k: v for k, v in asdict(fl).items() if k not in ("model", "seed")}, "hparams": hp.as_dict(),
-             "execution": execution.settings(), "hw": hw, "system": system}
+             "execution": {k: v for k, v in execution.settings().items() if k != "run_options"},  # optional keys
+             "hw": hw, "system": system}
     for key, value in given.items():
         if value is not None:
             point[key] = "inf" if value == math.inf else str(value) if isinstance(value, Path) else value
@@ -277,17 +278,17 @@ def check_point(point: Mapping[str, Any]) -> Cell:
 
 
 def prepare(point: Mapping[str, Any]):
-    """Everything one run does before it trains: the point resolved as ``bench.fl`` resolves a run
-    (``bench.lib.fl.pipeline.assemble``: the hardware, system and fleet files read), the data loaded,
+    """Everything one run does before it trains: the point resolved as every run is
+    (``bench.lib.resolve.resolve`` on the cell's preset: the hardware, system and fleet files read), the data loaded,
     the hold-out split, the partition made and the model built (``bench.lib.fl.pipeline.load``);
     (the ``Cell``, ``FLData``), ValueError naming what cannot be used. The study command calls it on
     one point per model and data setting before any run (a malformed file, a hold-out that leaves no
     data, a factory that is not a model: refused up front, not as every trial failing)."""
     from bench.lib.fl import pipeline
+    from bench.lib.resolve import resolve
 
     cell = parse_point(point)
-    run = pipeline.assemble(cell.spec, cell.preset, (cell.method,), {cell.method.name: cell.hp})
-    return cell, pipeline.load(run)
+    return cell, pipeline.load(resolve(cell.spec, preset=cell.preset))
 
 
 def projected_local_training_s(points: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str, str], tuple[int, float]]:
