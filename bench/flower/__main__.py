@@ -139,6 +139,17 @@ def flower_run(run_spec: spec.RunSpec, clients: int):
     return run, hw, resolved
 
 
+def config_of(run, hw: str, resolved, planned=None) -> dict:
+    """What ``bench.flower`` hashes into its folder's manifest: the Flower run, its files, a fleet's
+    record, and every run option set beyond them (``Execution.run_options``, only where set: a
+    folder without one keeps its hash)."""
+    options = dict(resolved.execution.run_options)
+    return {"model": run.model, "methods": run.methods, "clients": run.num_clients, "rounds": run.rounds,
+            "preset": run.preset, "seed": run.seed, "hw": hw, "system": str(resolved.spec.system_path),
+            **({} if planned is None else {"fleet": fleet_record(resolved.fleet, planned.classes)}),
+            **({"run_options": options} if options else {})}
+
+
 @cli.command("interrupted; the simulation was stopped, nothing written")
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
@@ -164,10 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             planned = fleet_run(resolved)
         for name, plan in planned.plans.items():
             print(f"{name:28s} {summary_line(plan.summary(fleet))}", file=sys.stderr)
-    config = {"model": run.model, "methods": run.methods, "clients": run.num_clients, "rounds": run.rounds,
-              "preset": run.preset, "seed": run.seed, "hw": hw, "system": str(run_spec.system_path),
-              **({} if planned is None else {"fleet": fleet_record(fleet, planned.classes)}),
-              **({"run_options": dict(resolved.execution.run_options)} if resolved.execution.run_options else {})}
+    config = config_of(run, hw, resolved, planned)
     rows: list[list[str]] = []
 
     def build(tmp: Path) -> None:
