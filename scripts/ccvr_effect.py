@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(1)
     run = resolve(RunSpec(preset=args.preset, methods=(METHOD.name,), models=(args.model,), seed=args.seed,
                           rounds=args.rounds, device="cpu"))
-    inputs, hp, cfg = pipeline.load(run).inputs, run.hparams[METHOD.name], run.fl
+    inputs, hp, cfg = pipeline.load(run), run.hparams[METHOD.name], run.fl
     model_fn = functools.partial(inputs.build, False)
     trained = run_method(parse_method("fedavg"), model_fn=model_fn, train=inputs.train, test=inputs.test,
                          parts=inputs.parts, cfg=cfg, hp=hp, execution=inputs.execution, val=inputs.val)

@@ -50,7 +50,7 @@ def record(args: argparse.Namespace) -> None:
 
     run = resolve(RunSpec(preset=args.preset, methods=(args.method,), models=(args.model,), device="cpu",
                           channels_last=args.channels_last))
-    method, inputs = run.methods[0], pipeline.load(run).inputs
+    method, inputs = run.methods[0], pipeline.load(run)
     hp = run.hparams[method.name]
     model = build_on_device(method, functools.partial(inputs.build, method.spherefed), inputs.fl.seed,
                             inputs.execution).train()

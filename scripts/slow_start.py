@@ -67,7 +67,7 @@ def body_gradient_norm(model: torch.nn.Module) -> float:
 def setup(args: argparse.Namespace):
     run = resolve(RunSpec(preset=args.preset, methods=("fedavg", "spherefed"), models=(args.model,),
                           seed=args.seed, device="cpu", channels_last=False))
-    return run, pipeline.load(run).inputs
+    return run, pipeline.load(run)
 
 
 def variant_model(inputs, kind: str) -> torch.nn.Module:

@@ -168,7 +168,7 @@ def _bench_fl_inputs(fleet_file: Path, tmp_path: Path):
 
     run = resolve(RunSpec(preset=str(_small_preset_at_4_clients(tmp_path)), methods=("fedavg",), rounds=2,
                                    fleet_path=str(fleet_file)))
-    inputs = pipeline.load(run).inputs
+    inputs = pipeline.load(run)
     hp = run.hparams["fedavg"]
     return inputs, hp, jobs.participation_plan(inputs, FEDAVG, hp, RunPricer(inputs.priced_model()))
 

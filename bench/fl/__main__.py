@@ -88,14 +88,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             torch.set_num_threads(args.threads)
         if args.resume:
             pipeline.check_checkpoints(run, out / CHECKPOINTS)
-        data = pipeline.load(run)
+        inputs = pipeline.load(run)
     with outputs.claim(out):
         start_run_folder(out, config_sha, earlier, run)
         with cli.run_failure(), settled(out):
-            trained = pipeline.train(run, data, progress=args.progress or sys.stderr.isatty(),
+            trained = pipeline.train(run, inputs, progress=args.progress or sys.stderr.isatty(),
                                      checkpoints=out / CHECKPOINTS, resume=args.resume)
-            doc = pipeline.results_doc(run, data, trained, shlex.join(["python", "-m", "bench.fl", *argv]))
-            outputs.write_results_dir(out, lambda tmp: pipeline.write(tmp, run, data, trained, doc),
+            doc = pipeline.results_doc(run, inputs, trained, shlex.join(["python", "-m", "bench.fl", *argv]))
+            outputs.write_results_dir(out, lambda tmp: pipeline.write(tmp, run, inputs, trained, doc),
                                       command=pipeline.COMMAND, config_sha256=config_sha, version=FORMAT_VERSION,
                                       replace=True)
     print(f"wrote {out}/{', '.join(pipeline.written_files(run))}", file=sys.stderr)

@@ -20,7 +20,7 @@ def fleet_run(resolved: ResolvedRun) -> FleetRun:
     preset, model, clients, rounds, seed and fleet, in the FP32 arithmetic the Flower app trains
     with): client k's class and every method's ``ParticipationPlan``, those of ``python -m
     bench.fl`` on the same run."""
-    inputs = load(resolved).inputs
+    inputs = load(resolved)
     pricer = RunPricer(inputs.priced_model())
     return FleetRun(resolved.fleet, resolved.classes,
                     {m.name: participation_plan(inputs, m, resolved.hparams[m.name], pricer) for m in resolved.methods})

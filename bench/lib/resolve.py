@@ -54,7 +54,8 @@ class ResolvedRun:
     hparams: Mapping[str, Hparams]  # per method name, at the rate ``rates`` says
     rates: Mapping[str, Mapping]  # per method name: its lr and where it comes from (``--lr-from``)
     hw: HardwareConfig  # the server's accelerator: --hw in the run's number format, its weights in FP32
-    client_hw: HardwareConfig  # --hw as a client computes on it: the format, an FP32 master copy unless --low-precision-weights
+    client_hw: HardwareConfig  # --hw as a client computes on it: the format, its FP32 master copy unless
+    # --low-precision-weights (bench.run's paper-shape step; ``devices`` are built alike)
     system: SystemModel  # on a fleet, its classes' links (``fleet_system``)
     devices: tuple[Device, ...]  # client k's accelerator and speed
     execution: Execution  # on a fleet, with its per-class formats (``client_formats``)

@@ -7,7 +7,7 @@ Four named steps, each a function the command (``bench/fl/__main__.py``) and oth
    and system files, the execution options, checked (``ResolvedRun``; nothing loaded, nothing
    written), as every command resolves a run;
 2. ``load``: the data (subsets, the validation hold-out), the partition, every model built once
-   (``FLData``);
+   (``bench.lib.fl.jobs.RunInputs``);
 3. ``train``: every method trained and priced (``bench.lib.fl.jobs.run_job``), checkpointed per round
    when given a folder for it;
 4. ``write``: the results files into a folder (``results.json``, ``accuracy.csv``,
@@ -22,7 +22,7 @@ import io
 import json
 import sys
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,10 +35,9 @@ from workloads.cost.fleet import ParticipationPlan, summary_line
 from workloads.cost.rounds import RunPricer
 from workloads.cost.system import CUMULATIVE_COLUMNS, ROUNDS_COLUMNS
 from workloads.fl.comm import closed_form_bytes, closed_form_sizes, ledger_totals
-from workloads.fl.data import Dataset
 from workloads.fl.execution import kernel_environment
 from workloads.fl.local import prepare_model
-from workloads.fl.loop import duration_text, forecast, sample_clients
+from workloads.fl.loop import clients_per_round, duration_text, forecast
 from workloads.fl.methods import MethodConfig
 from workloads.fl.presets import load_data
 from workloads.fl.width import submodel
@@ -58,27 +57,13 @@ def written_files(run: ResolvedRun) -> tuple[str, ...]:
 COMMAND = "bench.fl"
 
 
-@dataclass(frozen=True)
-class FLData:
-    """The data, partition and model builder of a run (step 2)."""
-
-    inputs: RunInputs  # what every method's job shares
-    clients_per_round: int
-
-    @property
-    def train(self) -> Dataset:
-        return self.inputs.train
-
-
-def load(run: ResolvedRun) -> FLData:
-    """Step 2: the dataset (subsets, hold-out), the partition, and every model the methods need,
-    built once so a bad model fails before any training."""
-    cfg = run.fl
-    inputs = run_inputs(run, load_data(cfg, data_dir=run.spec.data_dir))
+def load(run: ResolvedRun) -> RunInputs:
+    """Step 2: the dataset (subsets, hold-out), the partition (``bench.lib.fl.jobs.run_inputs``), and
+    every model the methods need, built once so a bad model fails before any training."""
+    inputs = run_inputs(run, load_data(run.fl, data_dir=run.spec.data_dir))
     for spherefed in sorted({m.spherefed for m in run.methods}):
         inputs.build(spherefed)
-    clients_per_round = len(sample_clients(cfg.num_clients, cfg.participation, seed=cfg.seed, round=1))
-    return FLData(inputs, clients_per_round)
+    return inputs
 
 
 def checkpoint_path(checkpoints: Path, method: MethodConfig) -> Path:
@@ -99,12 +84,11 @@ def check_checkpoints(run: ResolvedRun, checkpoints: Path) -> None:
                                  "it to start that method over")
 
 
-def train(run: ResolvedRun, data: FLData, *, progress: bool = False, checkpoints: Path | None = None,
+def train(run: ResolvedRun, inputs: RunInputs, *, progress: bool = False, checkpoints: Path | None = None,
           resume: bool = False) -> dict[str, JobResult]:
     """Step 3: a projection of every method's local training first (a few timed steps each; on a
     fleet, of the clients its participation plan lets arrive), then every method trained and
     priced, one after another, sharing one ``RunPricer``."""
-    inputs = data.inputs
     print(f"data: {inputs.train.note}", file=sys.stderr)  # which dataset, which split: in every run's output
     print(f"device: {run.execution.device} ({run.execution.describe()['device_name']})", file=sys.stderr)
     for name, rate in run.rates.items():
@@ -150,12 +134,13 @@ def train(run: ResolvedRun, data: FLData, *, progress: bool = False, checkpoints
     return {"forecasts": forecasts, "outcomes": outcomes}
 
 
-def closed_form_for(method: MethodConfig, data: FLData, run: ResolvedRun, plan: ParticipationPlan | None = None) -> dict:
+def closed_form_for(method: MethodConfig, inputs: RunInputs, run: ResolvedRun, plan: ParticipationPlan | None = None) -> dict:
     """The closed-form communication totals (``workloads.fl.comm.closed_form_bytes``) for this run
     (with a fleet's ``plan``: over each round's arrivals, the calibration's too; a width-scaled
     method's plan: each arrival at its submodel's sizes, summed over the widths)."""
-    model = prepare_model(data.inputs.build(method.spherefed), method, seed=run.fl.seed)
-    clients = {"clients_per_round": data.clients_per_round} if plan is None else plan.closed_form_counts()
+    model = prepare_model(inputs.build(method.spherefed), method, seed=run.fl.seed)
+    clients = ({"clients_per_round": clients_per_round(run.fl.num_clients, run.fl.participation)} if plan is None
+               else plan.closed_form_counts())
     if plan is None or not plan.widths:
         return closed_form_bytes(method, run.hparams[method.name], rounds=run.fl.rounds,
                                  **clients, num_clients=run.fl.num_clients,
@@ -170,13 +155,13 @@ def closed_form_for(method: MethodConfig, data: FLData, run: ResolvedRun, plan: 
     return totals
 
 
-def results_doc(run: ResolvedRun, data: FLData, trained: dict, command: str) -> dict:
+def results_doc(run: ResolvedRun, inputs: RunInputs, trained: dict, command: str) -> dict:
     """results.json: every method's accuracy, history, communication and modeled cost, the resolved
     config, the command and the git commit."""
     import torch
 
     outcomes, forecasts = trained["outcomes"], trained["forecasts"]
-    inputs, cfg = data.inputs, run.fl
+    cfg = run.fl
     methods = {}
     for method in run.methods:
         o = outcomes[method.name]
@@ -190,7 +175,7 @@ def results_doc(run: ResolvedRun, data: FLData, trained: dict, command: str) -> 
             "resumed_after_round": r.resumed_after_round, "samples_trained": r.samples_trained,
             "modeled": {key: rows[-1][key] for key in CUMULATIVE_COLUMNS},
             **({} if o.plan is None else {"fleet": o.plan.summary(run.fleet)}),
-            "comm": ledger_totals(r.transfers), "comm_closed_form": closed_form_for(method, data, run, o.plan),
+            "comm": ledger_totals(r.transfers), "comm_closed_form": closed_form_for(method, inputs, run, o.plan),
             "history": list(r.history)}
     val = inputs.val
     return {"format": FORMAT_NAME, "version": FORMAT_VERSION, "preset": run.preset.name, "command": command,
@@ -212,11 +197,11 @@ def _csv(rows: list[list[Any]]) -> str:
     return buf.getvalue()
 
 
-def write(folder: Path, run: ResolvedRun, data: FLData, trained: dict, doc: dict) -> None:
+def write(folder: Path, run: ResolvedRun, inputs: RunInputs, trained: dict, doc: dict) -> None:
     """Step 4: every results file into ``folder`` (a temporary folder renamed by the caller)."""
     from workloads.fl.partition import save_partition_summary
 
-    inputs, outcomes = data.inputs, trained["outcomes"]
+    outcomes = trained["outcomes"]
     text = json.dumps(doc, indent=1, allow_nan=False) + "\n"  # every figure finite, or an error before writing
     ledger = [["method", "round", "client", "direction", "group", "bytes"]]
     for name, o in outcomes.items():

@@ -279,11 +279,12 @@ def check_point(point: Mapping[str, Any]) -> Cell:
 
 def prepare(point: Mapping[str, Any]):
     """Everything one run does before it trains: the point resolved as every run is
-    (``bench.lib.resolve.resolve`` on the cell's preset: the hardware, system and fleet files read), the data loaded,
-    the hold-out split, the partition made and the model built (``bench.lib.fl.pipeline.load``);
-    (the ``Cell``, ``FLData``), ValueError naming what cannot be used. The study command calls it on
-    one point per model and data setting before any run (a malformed file, a hold-out that leaves no
-    data, a factory that is not a model: refused up front, not as every trial failing)."""
+    (``bench.lib.resolve.resolve`` on the cell's preset: the hardware, system and fleet files read),
+    the data loaded, the hold-out split, the partition made and the model built
+    (``bench.lib.fl.pipeline.load``); (the ``Cell``, its ``bench.lib.fl.jobs.RunInputs``), ValueError
+    naming what cannot be used. The study command calls it on one point per model and data setting
+    before any run (a malformed file, a hold-out that leaves no data, a factory that is not a model:
+    refused up front, not as every trial failing)."""
     from bench.lib.fl import pipeline
     from bench.lib.resolve import resolve
 
@@ -308,10 +309,10 @@ def projected_local_training_s(points: Sequence[Mapping[str, Any]]) -> dict[tupl
         key = (point["model"], point["method"],
                execution.get("precision_schedule") or execution.get("number_format", "fp32"))
         if key not in first:
-            p, data = prepare(point)
-            f = forecast(p.method, model_fn=functools.partial(data.inputs.build, p.method.spherefed),
-                         train=data.inputs.train, parts=data.inputs.parts, cfg=p.fl, hp=p.hp, execution=p.execution)
-            first[key] = (data.inputs.parts, f.samples_per_s)
+            p, inputs = prepare(point)
+            f = forecast(p.method, model_fn=functools.partial(inputs.build, p.method.spherefed),
+                         train=inputs.train, parts=inputs.parts, cfg=p.fl, hp=p.hp, execution=p.execution)
+            first[key] = (inputs.parts, f.samples_per_s)
         parts, rate = first[key]
         spec = parse_point(point)
         n, s = out.get(key, (0, 0.0))
@@ -403,14 +404,14 @@ def run_point(point: Mapping[str, Any], out_dir: Path) -> dict[str, float]:
     """One run of an accuracy study (module doc)."""
     from bench.lib.fl.jobs import Job, run_job
 
-    p, data = prepare(point)
-    outcome = run_job(Job(p.method.name, p.hp), data.inputs)
+    p, inputs = prepare(point)
+    outcome = run_job(Job(p.method.name, p.hp), inputs)
     result = outcome.result
     curve = curve_rows(p.method, result.history, outcome.rows, result.val_accuracy if p.method.calibration else None)
     info = {"wall_s": outcome.wall_s, "pricing_wall_s": outcome.pricing_wall_s, "machine": machine_info(),
-            "execution": p.execution.describe(), "train_samples": len(data.inputs.train),
-            "val_samples": 0 if data.inputs.val is None else len(data.inputs.val),
-            "test_samples": len(data.inputs.test), "partition_sizes": [len(x) for x in data.inputs.parts],
+            "execution": p.execution.describe(), "train_samples": len(inputs.train),
+            "val_samples": 0 if inputs.val is None else len(inputs.val),
+            "test_samples": len(inputs.test), "partition_sizes": [len(x) for x in inputs.parts],
             "local_accuracy": result.local_accuracy,
             "local_accuracy_before_calibration": result.local_accuracy_before_calibration}
     if p.fleet is not None:  # who took part in each training round (docs/fleets.md); a run without a fleet: all sampled
@@ -498,7 +499,7 @@ def price_again(folder: Path, commit: str) -> Repriced:
         raise RepriceError(f"{folder}: a run on a fleet whose files changed since it trained ({', '.join(stale)}): "
                            "who arrives in each round follows them, so it cannot be re-priced without training; "
                            "rerun the study without --reprice to train it with today's files")
-    p, data = prepare(record["config"])
+    p, inputs = prepare(record["config"])
     history = _recorded_history(old, labels_of(p.method)[0])
     if [h["round"] for h in history] != list(range(1, p.fl.rounds + 1)):
         raise RepriceError(f"{folder}: its curve has training rounds {[h['round'] for h in history]}, not 1.."
@@ -509,7 +510,7 @@ def price_again(folder: Path, commit: str) -> Repriced:
                            "a calibration row")
     accuracy, val_after = ((_number(calibration[0]["accuracy"]), _number(calibration[0]["val_accuracy"]))
                            if calibration else (history[-1]["accuracy"], None))
-    rows = reprice_job(Job(p.method.name, p.hp), data.inputs, history, accuracy)
+    rows = reprice_job(Job(p.method.name, p.hp), inputs, history, accuracy)
     new_text = curve_text(curve_rows(p.method, history, rows, val_after))
     new = tuple(csv.DictReader(io.StringIO(new_text)))
     kept = [c for c in CURVE_COLUMNS if c not in CUMULATIVE_COLUMNS]
