@@ -157,6 +157,19 @@ def test_a_grid_point_is_the_command_line_it_stands_for():
         point_config({"model": "convnet", "seed": "3"})
 
 
+def test_todays_fields_keep_todays_identities():
+    """Every field of today's RunSpec reaches a run's identity through what it resolves to, or is a
+    resource: none is carried as a run option, so no run's hash, fingerprint or study point id
+    changes (the shipped ones: tests/test_run_spec_everywhere.py)."""
+    names = {f.name for f in dataclasses.fields(spec.RunSpec)}
+    assert set(spec.RESOLVED_FIELDS) <= names  # each a field (a misspelt one would be carried)
+    assert spec.identity_fields() == ()
+    assert {n for n in names if spec.is_resource(n)} == {"workers", "client_threads"}
+    every = spec.RunSpec(seed=3, preset="small", methods=("fedprox",), alpha=0.1, rounds=4, number_format="bf16",
+                         client_threads=2, workers=2, lr_from="study", device="cpu")
+    assert every.run_options() == () and every.execution(load_preset("small")).run_options == ()
+
+
 def tiny_preset(root) -> str:
     """Digits at 16x16, 2 clients, 1 round of 1 local epoch: the smallest bench.fl run."""
     path = root / "tiny.toml"

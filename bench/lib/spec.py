@@ -223,7 +223,7 @@ class RunSpec:
         a run option added as one field reaches the trainer (``Execution.run_options``) and every
         identity (``bench.fl``'s folder hash, the checkpoint's fingerprint, ``results.json``) by it;
         a field at its default is left out, so every run without it keeps its identity."""
-        return tuple((f.name, getattr(self, f.name)) for f in fields(self)
+        return tuple((f.name, _frozen(getattr(self, f.name))) for f in fields(self)
                      if f.name in identity_fields(type(self)) and getattr(self, f.name) != _field_default(f))
 
     def model_spec(self, model: str, input_shape: tuple[int, ...] | None = None) -> ModelSpec:
@@ -253,6 +253,11 @@ def identity_fields(cls: type = None) -> tuple[str, ...]:
 def is_resource(name: str, cls: type = None) -> bool:
     """Whether field ``name`` is declared a resource (``flag(resource=True)``)."""
     return next(f for f in fields(cls or RunSpec) if f.name == name).metadata.get("resource", False)
+
+
+def _frozen(value: Any) -> Any:
+    """A list (a flag of several values) as a tuple: an ``Execution`` stays hashable."""
+    return tuple(value) if isinstance(value, list) else value
 
 
 def _field_default(f) -> Any:
