@@ -36,7 +36,6 @@ from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
 from tests.failfast import assert_fails_clean, workspace  # noqa: E402
 from tests.flower_grid import InProcessGrid  # noqa: E402
-from workloads.cost.fleet import load_fleet  # noqa: E402
 from workloads.cost.rounds import RunPricer  # noqa: E402
 from workloads.cost.system import ROUNDS_COLUMNS  # noqa: E402
 from workloads.flower import app as flower_app  # noqa: E402
@@ -138,13 +137,14 @@ def _bench_fl_inputs(fleet_file: Path, tmp_path: Path, method: str = "fedavg"):
     """bench.fl's run of ``method`` in the same setting (the small preset at 4 clients) on
     ``fleet_file``: (its inputs, the method's hyper-parameters, its participation plan)."""
     from bench.lib.fl import jobs, pipeline
+    from bench.lib.resolve import resolve
     from bench.lib.spec import RunSpec
 
-    run = pipeline.resolve(RunSpec(preset=str(_small_preset_at_4_clients(tmp_path)), methods=(method,), rounds=2,
-                                   fleet_path=str(fleet_file)))
-    inputs = pipeline.load(run).inputs
+    run = resolve(RunSpec(preset=str(_small_preset_at_4_clients(tmp_path)), methods=(method,), rounds=2,
+                          fleet_path=str(fleet_file)))
+    inputs = pipeline.load(run)
     hp = run.hparams[method]
-    return inputs, hp, jobs.participation_plan(inputs, parse_method(method), hp, RunPricer(inputs.run_spec()))
+    return inputs, hp, jobs.participation_plan(inputs, parse_method(method), hp, RunPricer(inputs.priced_model()))
 
 
 def _read_csv(path: Path) -> list[dict]:
@@ -155,11 +155,16 @@ def _read_csv(path: Path) -> list[dict]:
 @pytest.mark.slow  # 12-26 s: two plans (their step captures), Flower's run and two of our loop's
 def test_the_flower_app_on_a_fleet_trains_the_plans_arrivals_and_equals_bench_fl(tmp_path, task_identity,
                                                                                   monkeypatch):
+    from bench.flower.__main__ import flower_run
     from bench.flower.fleet import fleet_run
+    from bench.lib.spec import RunSpec
     from workloads.fl.loop import run_method
 
     (tmp_path / "f.toml").write_text(FLEET)
-    planned = fleet_run(RUN, load_fleet(tmp_path / "f.toml"))
+    flower, _, resolved = flower_run(RunSpec(preset="small", models=("convnet",), methods=("fedavg",), rounds=2,
+                                             seed=0, fleet_path=str(tmp_path / "f.toml")), clients=4)
+    assert flower == RUN
+    planned = fleet_run(resolved)
     inputs, hp, loop_plan = _bench_fl_inputs(tmp_path / "f.toml", tmp_path)
     assert planned.plans["fedavg"] == loop_plan  # the same plan as bench.fl's, round for round
     assert [list(a) for a in loop_plan.arrivals] == ARRIVED
@@ -217,12 +222,15 @@ def test_fedbuff_under_flower_on_a_fleet_starts_stale_clients_from_their_version
     of round 1 (staleness 1: its download, 24.6 s at 1e5 B/s, outlasts a server step). Flower's
     strategy sends client 2 that version (``server_view``) and aggregates with its staleness: the
     global weights and accuracies of our loop on the same plan, bit for bit."""
+    from bench.flower.__main__ import flower_run
     from bench.flower.fleet import fleet_run
+    from bench.lib.spec import RunSpec
     from workloads.fl.loop import run_method
 
     (tmp_path / "f.toml").write_text(FLEET)
-    run = flower_app.FlowerRun("small", "convnet", ("fedbuff",), num_clients=4, rounds=2, seed=0)
-    planned = fleet_run(run, load_fleet(tmp_path / "f.toml"))
+    run, _, resolved = flower_run(RunSpec(preset="small", models=("convnet",), methods=("fedbuff",), rounds=2,
+                                          seed=0, fleet_path=str(tmp_path / "f.toml")), clients=4)
+    planned = fleet_run(resolved)
     plan = planned.plans["fedbuff"]
     inputs, hp, loop_plan = _bench_fl_inputs(tmp_path / "f.toml", tmp_path, "fedbuff")
     assert plan == loop_plan

@@ -87,11 +87,12 @@ def _flower(preset: str, names: tuple[str, ...], rounds: int, *, forget: bool = 
 def _loop(preset: str, name: str, rounds: int):
     """The same of ``name`` in our loop, on bench.fl's resolution of the same preset."""
     from bench.lib.fl import pipeline
+    from bench.lib.resolve import resolve
     from bench.lib.spec import RunSpec
     from workloads.fl.loop import run_method
 
-    run = pipeline.resolve(RunSpec(preset=preset, methods=(name,), rounds=rounds))
-    inputs, method = pipeline.load(run).inputs, parse_method(name)
+    run = resolve(RunSpec(preset=preset, methods=(name,), rounds=rounds))
+    inputs, method = pipeline.load(run), parse_method(name)
     result = run_method(method, model_fn=lambda: inputs.build(method.spherefed), train=inputs.train, test=inputs.test,
                         parts=inputs.parts, cfg=inputs.fl, hp=run.hparams[name])
     return result.weights, [h["accuracy"] for h in result.history]

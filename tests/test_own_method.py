@@ -229,6 +229,7 @@ def test_the_flower_app_runs_an_own_stateful_method_as_the_loop_does(own, monkey
     from flwr.supercore.task_identity import TaskIdentity
 
     from bench.lib.fl import pipeline
+    from bench.lib.resolve import resolve
     from bench.lib.spec import RunSpec
     from tests.flower_grid import InProcessGrid
     from workloads.fl.loop import run_method
@@ -244,8 +245,8 @@ def test_the_flower_app_runs_an_own_stateful_method_as_the_loop_does(own, monkey
         app.check_methods(("heterofl",), fleet=True)
     run = app.FlowerRun(str(own / "preset.toml"), "convnet", (STATEFUL,), num_clients=3, rounds=2, seed=0)
     grid = InProcessGrid(app.client_app(run, None), {5: 0, 6: 1, 7: 2})
-    resolved = pipeline.resolve(RunSpec(preset=str(own / "preset.toml"), methods=(STATEFUL,), rounds=2))
-    inputs = pipeline.load(resolved).inputs
+    resolved = resolve(RunSpec(preset=str(own / "preset.toml"), methods=(STATEFUL,), rounds=2))
+    inputs = pipeline.load(resolved)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # two threads stall on the shared 2-core machine
     try:
