@@ -5,7 +5,7 @@ numba's import and compilation are not paid by runs that round nothing). Every o
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, types
+from numba import carray, njit, types
 from numba.extending import intrinsic
 
 EXPONENT_MASK = np.int32(0x7F800000)
@@ -38,6 +38,22 @@ def _float(typingctx, bits):
     def codegen(context, builder, signature, args):
         return builder.bitcast(args[0], context.get_value_type(types.float32))
     return types.float32(types.int32), codegen
+
+
+@intrinsic
+def _float_pointer(typingctx, address):
+    """A memory address (an integer, ``torch.Tensor.data_ptr``) as a pointer to float32 values."""
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], context.get_value_type(types.CPointer(types.float32)))
+    return types.CPointer(types.float32)(address), codegen
+
+
+@intrinsic
+def _int_pointer(typingctx, address):
+    """A memory address as a pointer to int32 values (the same memory's float32 bit patterns)."""
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], context.get_value_type(types.CPointer(types.int32)))
+    return types.CPointer(types.int32)(address), codegen
 
 
 @njit(inline="always", error_model="numpy")
@@ -313,6 +329,23 @@ def round_blocks(xf, xi, out, nest, floats, ints):
                             _stochastic_run((xf, out), row + lo, factors, at, n, draws, grid, kind == BFP)
                         else:
                             _nearest_run(xf, out, row + lo, factors, at, n, grid, kind == BFP)
+
+
+@njit(cache=True, nogil=True, boundscheck=False, error_model="numpy")
+def round_at(x_address, out_address, n, nests, floats, ints):
+    """``round_blocks`` along each loop nest (a row of ``nests``) over the ``n`` float32 values at
+    ``x_address`` into those at ``out_address`` (two dense tensors' memory, their ``data_ptr``, alive
+    while this runs). Addresses instead of numpy arrays: a call from Python then costs ~1 us instead
+    of ~8 us of converting and checking three arrays (a MobileNetV2 step rounds 346 operands)."""
+    xf, xi, out = carray(_float_pointer(x_address), n), carray(_int_pointer(x_address), n), carray(_float_pointer(out_address), n)
+    for k in range(nests.shape[0]):
+        round_blocks(xf, xi, out, nests[k], floats, ints)
+
+
+@njit(cache=True, nogil=True, boundscheck=False, error_model="numpy")
+def largest_bits_at(x_address, n):
+    """``largest_bits`` of the ``n`` float32 values at ``x_address``."""
+    return largest_bits(carray(_int_pointer(x_address), n))
 
 
 @njit(cache=True, nogil=True, boundscheck=False, error_model="numpy")
