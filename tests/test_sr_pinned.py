@@ -61,6 +61,7 @@ def test_stochastic_rounding_gives_the_pinned_bits(name, kernel, monkeypatch):
         assert digest(out.numpy().tobytes()) == PINNED[name][i], (name, shape, channels_last, dim)
 
 
+@pytest.mark.slow  # ~5 s each on the 2-core machine
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_a_stochastic_training_step_gives_the_pinned_weights(channels_last):
     torch.manual_seed(0)
