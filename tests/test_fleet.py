@@ -357,7 +357,8 @@ def test_a_fleet_runs_participation_is_recorded_and_reported():
     # is not a training round. Per round: clients (2 + 1) / 2 = 1.5, sampled (3 + 3) / 2 = 3.0;
     # drops over the run: deadline 1, unavailable 1, memory 1, surplus 0.
     from bench.lib.study.runner import participation
-    from bench.study.report import _participation, participation_columns
+    from bench.study.report import participation_columns
+    from bench.study.table import _participation
 
     def row(stage, clients, sampled, **dropped):
         return {"stage": stage, "clients": clients, "sampled": sampled, "collect_s": 1.5,

@@ -512,7 +512,7 @@ def test_the_local_test_mode_is_compared_with_the_base_paired():
     import pandas as pd
 
     from bench.lib.study.spec import load_study
-    from bench.study.report import cells
+    from bench.study.cells import cells
 
     study = load_study("configs/studies/digits-systems.toml")
     local = {"fedavg": [98.0, 97.0, 96.0], "doublehead": [90.0, 92.0, 91.0], "fedprox": [None] * 3}
