@@ -378,7 +378,7 @@ def test_a_study_sweeps_the_deadline_and_keeps_the_fleet_files_own_runs():
     import math
     import tomllib
 
-    from bench.lib.grid.engine import run_id
+    from bench.lib.grid.point import run_id
     from bench.lib.study.runner import make_point, parse_point, prepare
     from bench.lib.study.spec import StudyError, parse_study
 

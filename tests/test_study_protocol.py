@@ -405,7 +405,7 @@ def test_the_reproduce_command_resolves_to_the_shipped_runs_point(study, model, 
     point is the shipped row's own (the same run id: the same settings, hashed) and its point.json's."""
     import pandas as pd
 
-    from bench.lib.grid.engine import run_id
+    from bench.lib.grid.point import run_id
     from bench.study.reproduce import reference_point
 
     folder = ROOT / "results" / "reference" / study

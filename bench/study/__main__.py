@@ -33,8 +33,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from bench.lib import resolve, spec
-from bench.lib.grid.engine import (add_backend_flags, check_backend, check_device, check_ray_address, parse_resources,
-                                   validate_points)
+from bench.lib.grid.engine import validate_points
+from bench.lib.grid.backends import add_backend_flags, check_backend, check_device, check_ray_address, parse_resources
 from bench.lib.results import FORMAT_VERSION
 from bench.study import phases, report
 from bench.study.reprice import reprice_study

@@ -17,7 +17,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from bench.lib.grid.engine import GridSpec, PointResult, Resources, of_files, read_record, run_grid, run_id
+from bench.lib.grid.engine import GridSpec, run_grid
+from bench.lib.grid.backends import Resources
+from bench.lib.grid.point import PointResult, of_files, read_record, run_id
 from bench.lib.grid.runners import resolve_runner
 from bench.lib.study.runner import CURVE_CSV, RUN_JSON, make_point, read_curve
 from bench.lib.study import registration

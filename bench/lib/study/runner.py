@@ -1,7 +1,7 @@
 """The grid runner ``bench.study``: one federated training run of an accuracy study, every round
 priced, its curves written (docs/study.md).
 
-A point is self-contained, so that its id (``bench.lib.grid.engine.run_id``: a hash of the runner and
+A point is self-contained, so that its id (``bench.lib.grid.point.run_id``: a hash of the runner and
 the point) changes exactly when something that decides the result changes, and a tuning run and
 an evaluation run with the same settings are one run::
 
