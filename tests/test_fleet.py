@@ -333,7 +333,8 @@ def test_a_fleet_is_a_grid_key_and_a_study_axis():
 
     from bench.lib.run.config import resolve
     from bench.lib.run.study import point_config
-    from bench.lib.study.spec import StudyError, load_study, parse_study
+    from bench.lib.study.spec import StudyError
+    from bench.lib.study.study_file import load_study, parse_study
 
     cfg = point_config({"model": "convnet", "preset": "smoke", "fleet": "mixed"})
     assert cfg.fleet_path == "mixed" and resolve(cfg).fleet.name == "mixed"
@@ -380,7 +381,8 @@ def test_a_study_sweeps_the_deadline_and_keeps_the_fleet_files_own_runs():
 
     from bench.lib.grid.point import run_id
     from bench.lib.study.runner import make_point, parse_point, prepare
-    from bench.lib.study.spec import StudyError, parse_study
+    from bench.lib.study.spec import StudyError
+    from bench.lib.study.study_file import parse_study
 
     with open("configs/studies/digits-fleets.toml", "rb") as f:
         doc = tomllib.load(f)
@@ -429,7 +431,7 @@ def test_the_fleet_answer_chooses_the_fastest_deadline_every_seed_reached():
 
     import pandas as pd
 
-    from bench.lib.study.spec import parse_study
+    from bench.lib.study.study_file import parse_study
     from bench.study.fleets import DECLARED, fleet_answers, fleet_markdown
 
     with open("configs/studies/digits-fleets.toml", "rb") as f:

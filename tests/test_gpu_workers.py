@@ -21,7 +21,7 @@ import torch
 import bench.grid.__main__ as grid_cli
 from bench.lib.grid.backends import Resources, check_backend, check_device
 from bench.lib.grid.point import GridError
-from bench.lib.study.spec import parse_study
+from bench.lib.study.study_file import parse_study
 from bench.study import phases
 from bench.study.__main__ import main as study_main, wall_time_text
 from tests.failfast import assert_fails_clean

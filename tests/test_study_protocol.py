@@ -16,7 +16,8 @@ import pytest
 from bench.study import phases, report
 from bench.lib.study import verdicts
 from bench.lib.study.curves import high_rate_rounds, judge, plateau
-from bench.lib.study.spec import StudyError, parse_study
+from bench.lib.study.spec import StudyError
+from bench.lib.study.study_file import parse_study
 from bench.lib.study.stats import (benjamini_hochberg, difference_p, estimate, holm, minimum_detectable_difference,
                                    paired_difference, prediction_interval, resolution_pts, seeds_for_equivalence,
                                    tost)
@@ -511,7 +512,7 @@ def test_the_local_test_mode_is_compared_with_the_base_paired():
     # = 4.303: [-10.30, -1.70], excludes 0. A method whose runs lack the record gets no comparison.
     import pandas as pd
 
-    from bench.lib.study.spec import load_study
+    from bench.lib.study.study_file import load_study
     from bench.study.cells import cells
 
     study = load_study("configs/studies/digits-systems.toml")

@@ -39,7 +39,7 @@ from bench.lib.results import FORMAT_VERSION
 from bench.study import phases, report
 from bench.study.reprice import reprice_study
 from bench.lib.study import registration
-from bench.lib.study.spec import load_study
+from bench.lib.study.study_file import load_study
 from iokit import checks, cli, outputs
 from iokit.provenance import git_commit
 
