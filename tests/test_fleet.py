@@ -17,8 +17,8 @@ from accel_sim.hardware import HardwareConfig, load_hardware_config
 from bench.lib.fl.jobs import Job, RunInputs, run_job
 from tests.failfast import assert_fails_clean, workspace
 from workloads.cost import fleet as fleet_mod
-from workloads.cost.fleet import (ClientOffer, FleetError, assign_classes, class_counts, fleet_from_dict, load_fleet,
-                                  online, plan_round, sampled_count)
+from workloads.cost.fleet import FleetError, assign_classes, class_counts, fleet_from_dict, load_fleet
+from workloads.cost.participation import ClientOffer, online, plan_round, sampled_count
 from workloads.cost.rounds import RunPricer, client_devices, fleet_devices, fleet_system
 from workloads.cost.system import DEFAULT_SYSTEM_PATH, SystemModel, load_system_model
 from workloads.fl.comm import closed_form_sizes, ledger_totals
