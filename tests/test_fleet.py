@@ -357,7 +357,7 @@ def test_a_fleet_runs_participation_is_recorded_and_reported():
     # deadline), round 2 aggregated 1 of 3 (one unavailable, one over memory); the calibration row
     # is not a training round. Per round: clients (2 + 1) / 2 = 1.5, sampled (3 + 3) / 2 = 3.0;
     # drops over the run: deadline 1, unavailable 1, memory 1, surplus 0.
-    from bench.lib.study.runner import participation
+    from bench.lib.study.run_files import participation
     from bench.study.report import participation_columns
     from bench.study.table import _participation
 

@@ -269,7 +269,7 @@ def test_a_finished_studys_curve_cut_before_its_last_round_is_run_again(tmp_path
 
 @pytest.mark.parametrize("cut", ["a calibration row", "its last training round", "a round twice"])
 def test_a_calibrated_runs_curve_without_its_whole_rounds_is_incomplete(cut):
-    from bench.lib.study.runner import missing_rounds
+    from bench.lib.study.run_files import missing_rounds
 
     point = {"method": "fedavg+ccvr", "fl": {"rounds": 2}}
     curve = [{"method": m, "round": t, "stage": "train"} for m in ("fedavg", "fedavg+ccvr") for t in (1, 2)]
@@ -556,7 +556,7 @@ def test_reprice_interrupted_while_the_runs_are_replaced_replaces_them_all_first
     some runs re-priced and others not."""
     import signal
 
-    from bench.lib.study.runner import PRICED_KEY, Repriced
+    from bench.lib.study.reprice import PRICED_KEY, Repriced
 
     faster_clock(study)
     real = Repriced.write

@@ -21,7 +21,8 @@ from bench.lib.grid.engine import GridSpec, run_grid
 from bench.lib.grid.backends import Resources
 from bench.lib.grid.point import PointResult, of_files, read_record, run_id
 from bench.lib.grid.runners import resolve_runner
-from bench.lib.study.runner import CURVE_CSV, RUN_JSON, make_point, read_curve
+from bench.lib.study.runner import make_point
+from bench.lib.study.run_files import CURVE_CSV, RUN_JSON, read_curve
 from bench.lib.study import registration
 from bench.lib.study.power import SettingPlan, final_val_pct, plan_setting, with_power
 from bench.lib.study.spec import Setting, Study

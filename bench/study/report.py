@@ -28,7 +28,8 @@ from bench.lib.results import FORMAT_NAME, FORMAT_VERSION, write_json
 from bench.lib.study.curves import Convergence, base_validation_target, end_slope_pts, first_reaching, judge
 from bench.study.fleets import fleet_answers
 from bench.study.phases import Outcome, StudyRun
-from bench.lib.study.runner import PRICED_KEY, machine_info
+from bench.lib.study.runner import machine_info
+from bench.lib.study.reprice import PRICED_KEY
 from bench.lib.study.spec import Setting, Study
 from bench.lib.study import registration
 from bench.lib.study.tuning import score
