@@ -19,7 +19,8 @@ import json
 import sys
 from typing import Sequence
 
-from accel_sim.hardware import FIELD_BOUNDS, HardwareConfig, HardwareConfigError, load_hardware_config
+from accel_sim.hardware import HardwareConfig, HardwareConfigError, load_hardware_config
+from accel_sim.hardware_fields import FIELD_BOUNDS
 from accel_sim.pricing import GemmTooLargeError, price_gemm
 from accel_sim.report import CostReport
 from accel_sim.simulate import check_trace_fits, simulate

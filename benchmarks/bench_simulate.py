@@ -29,7 +29,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from accel_sim.hardware import MEMORY_MODELS, HardwareConfig  # noqa: E402
+from accel_sim.hardware import HardwareConfig
+from accel_sim.hardware_fields import MEMORY_MODELS
 from accel_sim.memory_scalesim import gemm_memory_scalesim  # noqa: E402
 from accel_sim.simulate import simulate  # noqa: E402
 from accel_sim.systolic import gemm_cycles  # noqa: E402
