@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.study import phases, report
+from bench.study import choices, phases, report
 from bench.lib.study import verdicts
 from bench.lib.study.curves import high_rate_rounds, judge, plateau
 from bench.lib.study.spec import StudyError
@@ -275,7 +275,7 @@ def test_the_bound_is_said_when_hit(tmp_path):
     c = run.choices[("convnet", "alpha=0.5", "fedavg")]
     assert c.trial == {"lr": pytest.approx(0.4)} and c.at_edge == ("lr",)
     assert c.extension[0]["status"] == "bound" and c.extension[0]["added"] == [pytest.approx(0.4)]
-    assert "bound hit (1 value(s) added above the grid; bound 1)" in phases.edge_text(c.extension[0])
+    assert "bound hit (1 value(s) added above the grid; bound 1)" in choices.edge_text(c.extension[0])
 
 
 def test_a_diverged_next_value_stops_the_extension(tmp_path):

@@ -9,7 +9,7 @@ import math
 from typing import Any, Mapping, Sequence
 
 from bench.study.fleets import fleet_markdown
-from bench.study.phases import edge_text
+from bench.study.choices import edge_text
 from bench.lib.study.spec import Setting, Study
 from bench.lib.study import compare, verdicts
 
