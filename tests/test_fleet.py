@@ -22,7 +22,8 @@ from workloads.cost.participation import ClientOffer, online, plan_round, sample
 from workloads.cost.rounds import RunPricer, client_devices, fleet_devices, fleet_system
 from workloads.cost.system import DEFAULT_SYSTEM_PATH, SystemModel, load_system_model
 from workloads.fl.comm import closed_form_sizes, ledger_totals
-from workloads.fl.data import load_dataset, subset
+from workloads.fl.data import load_dataset
+from workloads.fl.dataset import subset
 from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.loop import forecast, planned_samples
 from workloads.fl.presets import make_partition
