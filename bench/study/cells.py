@@ -48,22 +48,7 @@ def cells(study: Study, runs_df: pd.DataFrame, tta_df: pd.DataFrame) -> list[dic
                 floor = resolution_pts(samples)
                 final = dict(zip(mine["seed"], mine["final_accuracy_pct"]))
                 cell = {"model": model, "setting": setting.label, "method": method, "n": len(mine),
-                        "seeds": sorted(int(s) for s in mine["seed"]), "test_samples": samples,
-                        "final_accuracy_pct": _estimate(estimate(list(final.values()), floor=floor)),
-                        "best_accuracy_pct": _estimate(estimate(list(mine["best_accuracy_pct"]), floor=floor)),
-                        **({"local_accuracy_pct": _estimate(estimate(list(mine["final_local_accuracy_pct"]),
-                                                                     floor=floor))}
-                           if mine["final_local_accuracy_pct"].notna().all() else {}),
-                        **({"participation": {c: float(mine[c].mean()) for c in mine.columns
-                                              if c in ("clients_per_round", "sampled_per_round") or c.startswith("dropped_")}}
-                           if "clients_per_round" in mine and mine["clients_per_round"].notna().all() else {}),
-                        "converged": int(mine["converged"].sum()),
-                        "end_slope_pts_per_round": _estimate(estimate(list(mine["end_slope_pts_per_round"])))
-                        if "end_slope_pts_per_round" in mine and mine["end_slope_pts_per_round"].notna().all() else None,
-                        "rising_at_high_rate": int((mine["high_rate_verdict"] == "rising").sum()),
-                        "bytes": float(mine["bytes"].mean()),
-                        "bytes_vs_base": float(mine["bytes"].mean()) / base_bytes if base_bytes else None,
-                        "verdicts": {str(k): int(v) for k, v in mine["verdict"].value_counts().items()}}
+                        **_statistics(mine, final, floor, samples, base_bytes)}
                 local = by_seed(mine, "final_local_accuracy_pct")
                 base_local = by_seed(base, "final_local_accuracy_pct") if len(base) else {}
                 mine_key, base_key = (setting.label, method), (setting.label, study.base)
@@ -81,6 +66,27 @@ def cells(study: Study, runs_df: pd.DataFrame, tta_df: pd.DataFrame) -> list[dic
                 cell["time_to_accuracy"] = _tta_cell(tta_df, model, setting.label, method)
                 out.append(cell)
     return decide(study, out)
+
+
+def _statistics(mine: pd.DataFrame, final: dict, floor: float, samples: int, base_bytes: float | None) -> dict[str, Any]:
+    """One cell's statistics over its evaluation runs ``mine`` (``runs.csv`` rows), each spread floored
+    at ``floor`` (one test sample of ``samples``); ``base_bytes``: the base method's mean bytes."""
+    return {"seeds": sorted(int(s) for s in mine["seed"]), "test_samples": samples,
+            "final_accuracy_pct": _estimate(estimate(list(final.values()), floor=floor)),
+            "best_accuracy_pct": _estimate(estimate(list(mine["best_accuracy_pct"]), floor=floor)),
+            **({"local_accuracy_pct": _estimate(estimate(list(mine["final_local_accuracy_pct"]),
+                                                         floor=floor))}
+               if mine["final_local_accuracy_pct"].notna().all() else {}),
+            **({"participation": {c: float(mine[c].mean()) for c in mine.columns
+                                  if c in ("clients_per_round", "sampled_per_round") or c.startswith("dropped_")}}
+               if "clients_per_round" in mine and mine["clients_per_round"].notna().all() else {}),
+            "converged": int(mine["converged"].sum()),
+            "end_slope_pts_per_round": _estimate(estimate(list(mine["end_slope_pts_per_round"])))
+            if "end_slope_pts_per_round" in mine and mine["end_slope_pts_per_round"].notna().all() else None,
+            "rising_at_high_rate": int((mine["high_rate_verdict"] == "rising").sum()),
+            "bytes": float(mine["bytes"].mean()),
+            "bytes_vs_base": float(mine["bytes"].mean()) / base_bytes if base_bytes else None,
+            "verdicts": {str(k): int(v) for k, v in mine["verdict"].value_counts().items()}}
 
 
 FAMILIES = {"base": "paired_difference_vs_base_pct", "fp32": "paired_difference_vs_fp32_pct",
