@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass
 from hashlib import sha256
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from bench.lib.grid.runners import resolve_runner
 from bench.lib.results import FORMAT_VERSION
@@ -78,17 +78,7 @@ def execute_point(runner_spec: str, config: dict[str, Any], out_root: str, cpus:
     try:
         if whole(True):  # finished by another grid while we waited
             return PointResult(rid, "skipped", config)
-        stale = of_files(final / "point.json", files, quiet=True)[1]
-        if stale:
-            print(f"warning: runs/{rid} was run with other content of {', '.join(stale)}; running it again",
-                  file=sys.stderr, flush=True)
-        elif _finished(final, files, quiet=True):  # its record is there, its files are not whole
-            print(f"warning: runs/{rid} is incomplete ({runner_of.incomplete(config, final)}); running it again",
-                  file=sys.stderr, flush=True)
-        for leftover in (root / "runs").glob(f".tmp-{rid}-*"):
-            shutil.rmtree(leftover, ignore_errors=True)  # from an interrupted attempt
-        if final.exists():  # a run folder without a readable point.json, or of other files: redone
-            shutil.rmtree(final, ignore_errors=True)
+        _clear_for_rerun(root, rid, files, lambda: runner_of.incomplete(config, final))
         tmp.mkdir(parents=True)
         previous_threads = _set_threads(cpus)
         try:
@@ -96,11 +86,7 @@ def execute_point(runner_spec: str, config: dict[str, Any], out_root: str, cpus:
             start_unix_s, start = time.time(), time.perf_counter()  # first run does not count it
             metrics = runner(dict(config), tmp)
         except (Exception, SystemExit) as e:  # noqa: BLE001 - one failing run (even one that exits) must not stop the grid
-            failed.parent.mkdir(parents=True, exist_ok=True)
-            record = {"run_id": rid, "config": config, "files": files, "error": f"{type(e).__name__}: {e}",
-                      "traceback": traceback.format_exc()}
-            _write_json(failed, record)
-            return PointResult(rid, "failed", config, error=record["error"])
+            return _record_failure(failed, rid, config, files, e)
         finally:
             if previous_threads is not None:
                 _set_threads(previous_threads)
@@ -116,6 +102,34 @@ def execute_point(runner_spec: str, config: dict[str, Any], out_root: str, cpus:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         locks.release(lock)
+
+
+def _clear_for_rerun(root: Path, rid: str, files: Mapping[str, Mapping[str, str]],
+                     incomplete: Callable[[], str]) -> None:
+    """Before point ``rid`` runs (again): say why a folder of it is redone (other files' content, or
+    ``incomplete()``: the runner's reason its files are not whole), and remove it and the temporary
+    folders of interrupted attempts."""
+    final = root / "runs" / rid
+    stale = of_files(final / "point.json", files, quiet=True)[1]
+    if stale:
+        print(f"warning: runs/{rid} was run with other content of {', '.join(stale)}; running it again",
+              file=sys.stderr, flush=True)
+    elif _finished(final, files, quiet=True):  # its record is there, its files are not whole
+        print(f"warning: runs/{rid} is incomplete ({incomplete()}); running it again", file=sys.stderr, flush=True)
+    for leftover in (root / "runs").glob(f".tmp-{rid}-*"):
+        shutil.rmtree(leftover, ignore_errors=True)  # from an interrupted attempt
+    if final.exists():  # a run folder without a readable point.json, or of other files: redone
+        shutil.rmtree(final, ignore_errors=True)
+
+
+def _record_failure(failed: Path, rid: str, config: dict[str, Any], files: Mapping[str, Mapping[str, str]],
+                    error: BaseException) -> PointResult:
+    """``failed/<run_id>.json``: the error and traceback of a point whose runner raised (or exited)."""
+    failed.parent.mkdir(parents=True, exist_ok=True)
+    record = {"run_id": rid, "config": config, "files": files, "error": f"{type(error).__name__}: {error}",
+              "traceback": traceback.format_exc()}
+    _write_json(failed, record)
+    return PointResult(rid, "failed", config, error=record["error"])
 
 
 def read_record(path: Path, *, quiet: bool = False) -> dict[str, Any] | None:
