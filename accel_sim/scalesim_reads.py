@@ -218,23 +218,29 @@ def demand_runs(image: OperandImage, operand: str, m: int, n: int, k: int, rows:
                 yield _RowsFold(top, width, stride, used, first_line)
 
 
+def set_window(image: OperandImage, buffer_words: int) -> tuple[int, int, int, int]:
+    """(words per set, sets of the image, window ``A``, step ``P``): the image's valid words grouped
+    in sets of ``ceil(buffer / 100)`` (``prepare_hashed_buffer``), the active half a window of ``A``
+    sets, each prefetch moving it ``P`` sets (the prefetch half; 0: no prefetch half)."""
+    active, prefetch = halves(buffer_words)
+    set_words = math.ceil(buffer_words / SCALESIM_SETS_PER_BUFFER)
+    sets = image.valid_words // set_words + 1
+    window = min(math.ceil(active / set_words), sets)
+    return set_words, sets, window, min(math.ceil(prefetch / set_words), sets - window) if prefetch else 0
+
+
 def read_misses(image: OperandImage, runs, buffer_words: int) -> list[tuple[int, int]]:
     """The prefetches SCALE-Sim's read buffer (``memory/read_buffer.py``) makes after its first
     fill, as ``(demand line, count)`` in line order.
 
-    The image's valid words are grouped in sets of ``ceil(buffer / 100)`` (``prepare_hashed_buffer``);
-    the active half holds a window of ``A`` consecutive sets (circularly), and a demand outside it
-    moves the window forward by ``P`` sets (the prefetch half), as often as needed
+    The active half holds a window of ``A`` consecutive sets (circularly, ``set_window``), and a
+    demand outside it moves the window forward by ``P`` sets (the prefetch half), as often as needed
     (``new_prefetch``), never back: a demand behind the window costs a lap of the image. A run
     walked forward from set ``a`` to set ``b`` needs the window first at ``a`` and then, moving on
     from there, at ``b`` (every set between is then passed in order). The line of a prefetch inside
     a streamed fold is the first line of its skewed walk that asks for a word of the set past the
     window (``OperandImage.skewed_line_reaching``)."""
-    active, prefetch = halves(buffer_words)
-    set_words = math.ceil(buffer_words / SCALESIM_SETS_PER_BUFFER)
-    sets = image.valid_words // set_words + 1
-    window = min(math.ceil(active / set_words), sets)
-    step = min(math.ceil(prefetch / set_words), sets - window) if prefetch else 0
+    set_words, sets, window, step = set_window(image, buffer_words)
     misses: list[tuple[int, int]] = []
     if step == 0 or sets <= window:
         return misses

@@ -72,16 +72,8 @@ def _parse_study(doc: Mapping[str, Any], source: str) -> Study:
     settings = data_settings(doc, where)
     rounds = checks.integer_in(doc["rounds"], 1, checks.ROUNDS_MAX, name="rounds", error=StudyError)
     settings = crossed_settings(doc, where, settings, rounds)
-    local_epochs = doc.get("local_epochs")
-    if local_epochs is not None:
-        checks.integer_in(local_epochs, 1, 10_000, name="local_epochs", error=StudyError)
-    holdout = doc.get("holdout_fraction", DEFAULT_HOLDOUT_FRACTION)
-    checks.number_in(holdout, 0.0, 0.95, name="holdout_fraction", error=StudyError, low_open=True)
-    seeds = key_list(doc, "seeds", where, int, low=0, high=checks.SEED_MAX)
-    if len(seeds) < 2:
-        raise StudyError(f"{where}: seeds = {seeds}: give at least 2 evaluation seeds (3 or more for a "
-                         "confidence interval worth the name)")
-    tuning_seeds = key_list(doc, "tuning_seeds", where, int, low=0, high=checks.SEED_MAX)
+    local_epochs, holdout = _local_epochs_and_holdout(doc)
+    seeds, tuning_seeds = _seeds(doc, where)
     search = _search(doc["search"], methods, where)
     tuning = key_table(doc, "tuning", ("last_rounds", "extend_steps", "near_tie"), where)
     near_tie = tuning.get("near_tie", "best")
@@ -97,18 +89,13 @@ def _parse_study(doc: Mapping[str, Any], source: str) -> Study:
     plateau = _plateau(doc, where)
     margin = checks.number_in(doc.get("equivalence_margin_pts", DEFAULT_EQUIVALENCE_MARGIN_PTS), 0.0, 100.0,
                               name="equivalence_margin_pts", error=StudyError, low_open=True)
-    dataset = doc.get("dataset")
-    if dataset is not None and dataset not in DATASETS:
-        raise StudyError(f"{where}: dataset = {dataset!r} is not a dataset bench.fl reads; give one of "
-                         f"{', '.join(sorted(DATASETS))} (or leave it out for the preset's)")
+    dataset = _dataset(doc, where)
     if 2 * plateau.last_rounds > rounds:
         raise StudyError(f"{where}: [convergence] last_rounds = {plateau.last_rounds} needs at least "
                          f"{2 * plateau.last_rounds} rounds (two windows); rounds = {rounds}")
     targets = _targets(key_table(doc, "targets", ("accuracy_pct", "base_validation_fraction"), where), where)
     device = _device(doc, where)
-    for key in ("hw", "system"):
-        if key in doc and (not isinstance(doc[key], str) or not Path(doc[key]).is_file()):
-            raise StudyError(f"{where}: {key} = {doc[key]!r} is not a TOML file; give its path or leave {key} out")
+    _check_files(doc, where)
     compare = _compare(doc.get("compare", []), methods, base, where)
     study = Study(name, preset, tuple(models), tuple(methods), base, tuple(settings), rounds, local_epochs,
                   float(holdout), tuple(seeds), tuple(tuning_seeds), search, tuning_last, plateau, targets, device,
@@ -119,6 +106,39 @@ def _parse_study(doc: Mapping[str, Any], source: str) -> Study:
                   deviations=_deviations(doc.get("deviations", []), where))
     _check_trials(study, where)
     return study
+
+
+def _local_epochs_and_holdout(doc: Mapping[str, Any]) -> tuple[int | None, float]:
+    local_epochs = doc.get("local_epochs")
+    if local_epochs is not None:
+        checks.integer_in(local_epochs, 1, 10_000, name="local_epochs", error=StudyError)
+    holdout = doc.get("holdout_fraction", DEFAULT_HOLDOUT_FRACTION)
+    checks.number_in(holdout, 0.0, 0.95, name="holdout_fraction", error=StudyError, low_open=True)
+    return local_epochs, holdout
+
+
+def _seeds(doc: Mapping[str, Any], where: str) -> tuple[list[int], list[int]]:
+    """The evaluation seeds (at least 2) and the tuning seeds."""
+    seeds = key_list(doc, "seeds", where, int, low=0, high=checks.SEED_MAX)
+    if len(seeds) < 2:
+        raise StudyError(f"{where}: seeds = {seeds}: give at least 2 evaluation seeds (3 or more for a "
+                         "confidence interval worth the name)")
+    return seeds, key_list(doc, "tuning_seeds", where, int, low=0, high=checks.SEED_MAX)
+
+
+def _dataset(doc: Mapping[str, Any], where: str) -> str | None:
+    dataset = doc.get("dataset")
+    if dataset is not None and dataset not in DATASETS:
+        raise StudyError(f"{where}: dataset = {dataset!r} is not a dataset bench.fl reads; give one of "
+                         f"{', '.join(sorted(DATASETS))} (or leave it out for the preset's)")
+    return dataset
+
+
+def _check_files(doc: Mapping[str, Any], where: str) -> None:
+    """``hw`` and ``system``: TOML files that exist, where given."""
+    for key in ("hw", "system"):
+        if key in doc and (not isinstance(doc[key], str) or not Path(doc[key]).is_file()):
+            raise StudyError(f"{where}: {key} = {doc[key]!r} is not a TOML file; give its path or leave {key} out")
 
 
 def _preset(doc: Mapping[str, Any], where: str) -> Preset:
