@@ -308,21 +308,31 @@ def run_study(study: Study, out: str | Path, *, backend: str = "local", workers:
             say(f"extend {line}" + ("" if execute else " (not run: the report reads the folder only)"))
         tuned += run_phase(more, "tune")
         choices = choices_from(study, tuned)
+    _say_choices(study, choices, say)
+    plans = bind(study, Path(out), seed_plans(study, tuned, choices), commit, execute)
+    _say_seed_plans(study, plans, say)
+    evaluated = run_phase(evaluation_plan(study, ex, choices, plans), "eval")
+    return StudyRun(tuned, choices, evaluated, plans)
+
+
+def _say_choices(study: Study, choices: Mapping[tuple[str, str, str], Choice], say: Progress) -> None:
+    """One line per cell: its tuned (or given) hyper-parameters and its edge status."""
     for (model, setting, training), c in choices.items():
         chosen = "every trial failed" if c.trial is None else \
             ", ".join(f"{k}={v}" for k, v in c.trial.items()) + f" (validation {c.score_pct:.2f} %)"
         one_value = len(study.trials(training)) == 1  # nothing to choose between: given, not tuned
         say(f"{'given (one value searched, not tuned)' if one_value else 'tuned'} {model} {setting} {training}: "
             f"{chosen}" + ("" if one_value else "".join(f"; {e['key']} {edge_text(e)}" for e in c.extension)))
-    plans = bind(study, Path(out), seed_plans(study, tuned, choices), commit, execute)
+
+
+def _say_seed_plans(study: Study, plans: Sequence[SettingPlan], say: Progress) -> None:
+    """One line per model and setting: its evaluation seeds and the pilot they come from."""
     for p in plans:
         say(f"seed plan {p.model} {p.setting}: {p.seeds} evaluation seeds ("
             + "; ".join(f"{c.method}: mean {c.mean_pts:+.2f}, sd {c.sd_pts:.2f} (bound {c.sd_upper_pts:.2f}) over "
                         f"{c.tuning_seeds} tuning seeds needs {c.seeds_needed}"
                         for c in p.comparisons)
             + f"; bounds {study.seed_plan.min_seeds}-{study.seed_plan.max_seeds})")
-    evaluated = run_phase(evaluation_plan(study, ex, choices, plans), "eval")
-    return StudyRun(tuned, choices, evaluated, plans)
 
 
 def bind(study: Study, out: Path, plans: tuple[SettingPlan, ...], commit: str, execute: bool) -> tuple[SettingPlan, ...]:
