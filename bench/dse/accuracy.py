@@ -145,6 +145,17 @@ def load_study(folder: str | Path, dse: Dse, target_pct: float | None, setting: 
     return StudyCurves(folder, model, setting, hw, float(target_pct), mean, int(curves["seed"].nunique()), formats)
 
 
+def _stage_parts(records: list[dict], tta) -> list[tuple[str, float, float]]:
+    """(stage, device seconds, joules) up to the target on the study's hardware: the training rounds
+    up to the target round, and the calibration where the target was reached by it (after the last round)."""
+    train = [r for r in records if r["stage"] == "train" and r["round"] <= tta.round]
+    train_s, train_j = train[-1]["cum_device_s"], train[-1]["cum_energy_j"]
+    parts = [("train", train_s, train_j)]
+    if tta.device_s > train_s:  # reached by the calibration, after the last round
+        parts.append(("calibration", tta.device_s - train_s, tta.energy_j - train_j))
+    return parts
+
+
 def reprice(study: StudyCurves, dse: Dse, works: dict[tuple[str, str], TraceWork],
             points: pd.DataFrame) -> pd.DataFrame:
     """Per method of the study and point of ``points`` (points.csv's ``point``, ``model``, ``method``,
@@ -176,11 +187,7 @@ def reprice(study: StudyCurves, dse: Dse, works: dict[tuple[str, str], TraceWork
             at = formats == fmt
             if not tta.reached:
                 continue
-            train = [r for r in records if r["stage"] == "train" and r["round"] <= tta.round]
-            train_s, train_j = train[-1]["cum_device_s"], train[-1]["cum_energy_j"]
-            parts = [("train", train_s, train_j)]
-            if tta.device_s > train_s:  # reached by the calibration, after the last round
-                parts.append(("calibration", tta.device_s - train_s, tta.energy_j - train_j))
+            parts = _stage_parts(records, tta)
             d = np.zeros(at.sum())
             e = np.zeros(at.sum())
             for stage, stage_s, stage_j in parts:
