@@ -17,7 +17,7 @@ code_size = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(code_size)
 
 MAX_LONG_FILES = 5  # `python scripts/code_size.py`: 5 (today's main before the splits: 18)
-MAX_LONG_FUNCTIONS = 22  # the same command (today's main: 27)
+MAX_LONG_FUNCTIONS = 11  # the same command (today's main: 27); all but one in the other branches' modules
 OTHER_BRANCHES = ("workloads/fl/loop.py", "workloads/fl/execution.py", "workloads/cost/rounds.py",
                   "workloads/models.py", "workloads/numerics/")
 """Where issue 52's other branches split the code; every long file left in the package lies there."""
