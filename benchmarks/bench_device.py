@@ -52,7 +52,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from workloads.fl.data import NORMALIZATION, Dataset, load_dataset
+from workloads.fl.data import Dataset, load_dataset
+from workloads.fl.dataset import NORMALIZATION
 from workloads.fl.execution import (DeviceData, Execution, device_name, exact_uint8, kernel_environment,
                                     resolve_device, synchronize)
 from workloads.fl.hparams import FLConfig, Hparams
