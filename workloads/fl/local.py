@@ -1,7 +1,11 @@
 """The local training step and calibration as objects the trace capture can call.
 
-The federated loop (``loop.py``) trains every client through ``ClientTrainer.step``; bench captures
-the very same call on ``meta``-device copies of the model and a batch::
+The local step is defined once: the mini-batch loss (``Objective.batch_loss``: the method's
+``head_outputs``, ``batch_loss`` and ``penalty``) and the SGD update (``sgd_update``,
+``torch.optim.SGD``'s arithmetic). Every way of training calls both: one client after another and
+on threads through ``ClientTrainer.step`` (its optimizer ``LocalSGD`` applies ``sgd_update``), the
+batched clients (``workloads.fl.together``) and the recorded step (``workloads.fl.capture``)
+directly. bench captures ``ClientTrainer.step`` on ``meta``-device copies of the model and a batch::
 
     model = prepare_model(build_model(...), method, seed=0)        # SphereFed / FedBABU / double head
     trainer = client_trainer(model, global_state, hp, method, round=2, received={"fedcos_direction": d})
@@ -329,19 +333,21 @@ def example_received(model: nn.Module, method: MethodConfig, hp: Hparams, round:
     return {group: {n: torch.zeros_like(p).detach() for n, p in like.items()} for group in method.algo.extra_downloads(round)}
 
 
+CONTEXT_KEYWORDS = ("round", "lr", "received", "state", "width", "draws")
+"""What ``client_trainer`` takes of the client's ``RoundContext`` as keywords (its anchors it makes itself)."""
+
+
 def client_trainer(model: nn.Module, global_state: Mapping[str, torch.Tensor], hp: Hparams,
-                   method: MethodConfig, *, round: int = 1, lr: float | None = None,
-                   received: Mapping[str, Mapping[str, torch.Tensor]] | None = None,
-                   state: Mapping[str, torch.Tensor] | None = None,
-                   autocast_dtype: torch.dtype | None = None, arithmetic: Arithmetic | None = None,
-                   low_precision_weights: bool = False, width: float = 1.0,
-                   draws: torch.Generator | None = None) -> ClientTrainer:
+                   method: MethodConfig, *, arithmetic: Arithmetic | None = None,
+                   autocast_dtype: torch.dtype | None = None, low_precision_weights: bool = False,
+                   **context) -> ClientTrainer:
     """A trainer for ``model``, which must already hold the client's starting weights.
 
     ``global_state`` is what the client downloaded (w_t): an ``anchored`` method (FedProx, FedCos,
     SCAFFOLD, FedDyn, MOON) reads it during or after training, so for it the download is cloned
-    (the optimizer updates ``model`` in place).
-    ``received``: the method's ``extra_downloads`` of this round by group (FedCos's d_t from round 2,
+    (the optimizer updates ``model`` in place). ``context``: the rest of its ``RoundContext``, by
+    name (``CONTEXT_KEYWORDS``): ``round`` (default 1), ``lr``, ``received``, ``state``, ``width``,
+    ``draws``. ``received``: the method's ``extra_downloads`` of this round by group (FedCos's d_t from round 2,
     SCAFFOLD's c); ``state``: what the client kept from its last round (None: the method's
     ``initial_client_state``, from ``model``). ``lr`` defaults to ``hp.lr``. ``arithmetic``
     (``workloads.numerics.emulate.Arithmetic``, None for FP32) rounds the step's GEMM operands;
@@ -350,18 +356,23 @@ def client_trainer(model: nn.Module, global_state: Mapping[str, torch.Tensor], h
     submodel width (a width-scaled method's, ``workloads.fl.width``); ``draws``: its own generator
     of the round (FjORD's per-step widths).
     """
+    unknown = sorted(set(context) - set(CONTEXT_KEYWORDS))
+    if unknown:
+        raise TypeError(f"client_trainer() got unexpected keyword argument(s) {unknown}; a client's context is "
+                        f"{list(CONTEXT_KEYWORDS)}")
+    state, received = context.get("state"), context.get("received")
     keep_freed_memory()  # the next step's tensors reuse this one's memory (workloads.allocator)
     anchors = {}
     if method.algo.anchored:
         anchors = {name: t.detach().clone() for name, t in global_state.items()}
     hp = hp.with_knobs(method.knobs)  # a method that declares its knobs when it runs: their defaults where ``hp`` lacks them
-    lr = hp.lr if lr is None else lr
+    lr = hp.lr if context.get("lr") is None else context["lr"]
     if state is None:
         state = method.algo.initial_client_state(model, hp)
         if not isinstance(state, Mapping):
             cls = type(method.algo)
             raise UserCodeError(f"{cls.__module__}:{cls.__qualname__}.initial_client_state returned a "
                                 f"{type(state).__name__}; it must return a dict of tensors ({{}} for none; docs/methods.md)")
-    ctx = RoundContext(round=round, global_params=anchors, received=dict(received or {}), state=dict(state), lr=lr,
-                       width=width, draws=draws)
+    ctx = RoundContext(round=context.get("round", 1), global_params=anchors, received=dict(received or {}),
+                       state=dict(state), lr=lr, width=context.get("width", 1.0), draws=context.get("draws"))
     return ClientTrainer(model, method, hp, ctx, lr, autocast_dtype, arithmetic, low_precision_weights)
