@@ -78,7 +78,7 @@ class ClientRun:
     start: TensorDict  # the client model's state_dict at the start of local training
     ctx: RoundContext  # what it knows (anchors, received, its own state, lr)
     idx: torch.Tensor  # its samples: indices into the training split, on the device
-    batches: tuple[int, ...]  # start of each mini-batch of an epoch (``loop.batch_starts``)
+    batches: tuple[int, ...]  # start of each mini-batch of an epoch (``schedule.batch_starts``)
     shuffle: torch.Generator  # its CPU shuffling generator, seeded as the sequential loop seeds it
     augment: torch.Generator | None  # its augmentation generator (None: no augmentation)
     where: str  # "round t, client k (method)" for errors
@@ -132,7 +132,7 @@ def train_together(model: nn.Module, method: MethodConfig, hp: Hparams, clients:
     ``ctx.lr``) as one batched computation per step and batch size (module doc); ``model`` is the
     client model (its structure; its weights are not read or changed). ``hp``: with the method's
     knobs (``ClientTrainer.hp``). NaN/inf -> ``NonFiniteLossError`` at the end of the epoch it
-    happened in, as ``loop.train_client``."""
+    happened in, as ``clients.train_client``."""
     stacked = _Stacked(model, clients)
     lr = clients[0].ctx.lr
     loss_fn = _LocalLoss(model, method, hp, clients[0].ctx)
