@@ -108,14 +108,15 @@ def prepare_model(model: nn.Module, method: MethodConfig, *, seed: int) -> nn.Mo
 
 @dataclass(frozen=True)
 class BatchLoss:
-    """One mini-batch's loss as local training minimizes it (``batch_loss`` + ``penalty``) and the
-    forward's outputs it came from (``head_outputs``). A step holds it until its SGD update is done,
-    as a training loop holds its outputs through the step: the captured step's peak memory
-    (``workloads.cost.step``) counts the outputs as alive to that point, by this reference, not by
-    how long some local variable happens to live."""
+    """One mini-batch's loss as local training minimizes it (``batch_loss`` + ``penalty``), the
+    forward's outputs it came from (``head_outputs``) and the penalty term. A step holds it until
+    its SGD update is done, as a training loop holds its outputs and terms through the step: the
+    captured step's peak memory (``workloads.cost.step``) counts them as alive to that point, by
+    this reference, not by how long some local variable happens to live."""
 
     loss: torch.Tensor  # 0-dim, with a gradient
     outputs: Sequence[torch.Tensor]  # the forward's outputs, the logits first (empty: the method's own forward)
+    penalty: torch.Tensor | float | None = None  # the method's penalty term (None: none)
 
 
 @dataclass(frozen=True)
@@ -143,7 +144,7 @@ class Objective:
                 raise UserCodeError(f"{cls.__module__}:{cls.__qualname__}.batch_loss returned a loss without a "
                                     "gradient (detached?): compute it from the outputs it is given (docs/methods.md)")
         penalty = scalar_from(algorithm, "penalty", algorithm.penalty(model, ctx, self.hp))
-        return BatchLoss(loss if penalty is None else loss + penalty, outputs)
+        return BatchLoss(loss if penalty is None else loss + penalty, outputs, penalty)
 
 
 def autocast(x: torch.Tensor, dtype: torch.dtype | None):
