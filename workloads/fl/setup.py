@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from workloads.fl.capture import StepRecorder
+from workloads.fl.data import Dataset
 from workloads.fl.execution import DeviceData, Execution
 from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.local import prepare_model
@@ -35,8 +36,8 @@ class RunPlan:
 
     method: MethodConfig
     model_fn: Callable[[], nn.Module]  # builds the unprepared model
-    train: object  # a ``workloads.fl.data.Dataset``
-    test: object
+    train: Dataset
+    test: Dataset
     parts: Sequence[np.ndarray]  # one index array into ``train`` per client
     cfg: FLConfig
     hp: Hparams
@@ -45,7 +46,7 @@ class RunPlan:
     checkpoint: str | Path | None = None
     resume: bool = False
     after_round: Callable[[int], None] | None = None
-    val: object = None
+    val: Dataset | None = None  # a hold-out of ``train``, made before partitioning
     arrivals: Sequence[Sequence[int]] | None = None
     staleness: Sequence[Sequence[int]] = ()
 
