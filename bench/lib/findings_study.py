@@ -210,22 +210,29 @@ def deviation_lines(summary: Mapping[str, Any]) -> list[str]:
 
 
 def _tta_lines(summary: Mapping[str, Any]) -> list[str]:
-    """Time and energy to the first declared target, per cell: median [range] over the seeds that reached it."""
+    """Time, energy and bytes to the first declared target, per cell: median [range] over the seeds
+    that reached it (bytes in MB, 10^6 B; "—" where a summary predates the bytes)."""
     rows = []
     for c in summary["cells"]:
         declared = [t for t in c.get("time_to_accuracy", []) if t["source"] == "declared in the study file"]
         if not declared:
             continue
         t = declared[0]
-        span = lambda k, spec: ("—" if t[k]["median"] is None else  # noqa: E731
-                                f"{t[k]['median']:{spec}} [{t[k]['min']:{spec}}–{t[k]['max']:{spec}}]")
+
+        def span(key: str, spec: str, unit: float = 1.0) -> str:
+            s = t.get(key)
+            if not s or s["median"] is None:
+                return "—"
+            return f"{s['median'] / unit:{spec}} [{s['min'] / unit:{spec}}–{s['max'] / unit:{spec}}]"
+
         rows.append(f"| {c['model']} | {c['setting']} | {c['method']} | {t['target_pct']:g} | {t['reached']}/{t['of']} | "
-                    f"{span('round', '.0f')} | {span('wall_s', '.3g')} | {span('energy_j', '.3g')} |")
+                    f"{span('round', '.0f')} | {span('wall_s', '.3g')} | {span('energy_j', '.3g')} | "
+                    f"{span('bytes', '.3g', 1e6)} |")
     if not rows:
         return []
-    return ["", "Time and energy to the first declared target (modeled; median [range] over the seeds that reached it):",
-            "", "| model | setting | method | target (%) | reached | round | wall time (s) | energy (J) |",
-            "|---|---|---|---|---|---|---|---|", *rows]
+    return ["", "Time, energy and bytes to the first declared target (modeled; median [range] over the seeds that "
+            "reached it):", "", "| model | setting | method | target (%) | reached | round | wall time (s) | energy (J) "
+            "| MB sent and received |", "|---|---|---|---|---|---|---|---|---|", *rows]
 
 
 def _fleet_lines(answers: Sequence[Mapping[str, Any]]) -> list[str]:

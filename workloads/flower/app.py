@@ -40,7 +40,9 @@ from workloads.flower.mod import AccelMod, accel_train_metrics, client_index, fl
 from workloads.flower.strategy import STEPS_KEY, MethodStrategy, extra_record, extras_of
 from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.local import client_trainer, example_received, prepare_model
-from workloads.fl.loop import DRAWS_STREAM, batch_starts, cosine_lr, derived_seed, evaluate
+from workloads.fl.evaluation import evaluate
+from workloads.fl.schedule import batch_starts, cosine_lr
+from workloads.fl.streams import DRAWS_STREAM, derived_seed
 from workloads.fl.methods import MethodConfig, parse_method
 from workloads.fl.methods.base import frozen_keys
 from workloads.fl.presets import client_data, load_data, load_preset
