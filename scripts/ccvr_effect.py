@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> None:
     run = pipeline.resolve(args.preset, methods=[METHOD.name], model=args.model, seed=args.seed, rounds=args.rounds,
                            device="cpu")
     inputs, hp, cfg = pipeline.load(run).inputs, run.hparams[METHOD.name], run.cfg
-    model_fn = functools.partial(inputs.build, False)
+    model_fn = functools.partial(inputs.build, METHOD.head)
     trained = run_method(parse_method("fedavg"), model_fn=model_fn, train=inputs.train, test=inputs.test,
                          parts=inputs.parts, cfg=cfg, hp=hp, execution=inputs.execution, val=inputs.val)
     model = build_on_device(METHOD, model_fn, cfg.seed, inputs.execution)

@@ -204,7 +204,7 @@ def test_the_flower_app_on_a_fleet_trains_the_plans_arrivals_and_equals_bench_fl
         grid = InProcessGrid(flower_app.client_app(RUN, AccelMod(devices=planned.devices())), NODES)
         server = flower_app.server_app(RUN, planned.system(), tmp_path, planned)
         server(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config={}))
-        loop, every_client = (run_method(FEDAVG, model_fn=lambda: inputs.build(False), train=inputs.train,
+        loop, every_client = (run_method(FEDAVG, model_fn=lambda: inputs.build(FEDAVG.head), train=inputs.train,
                                          test=inputs.test, parts=inputs.parts, cfg=inputs.fl, hp=hp, arrivals=arrivals)
                               for arrivals in (loop_plan.arrivals, None))
     finally:

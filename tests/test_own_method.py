@@ -107,7 +107,7 @@ def own(tmp_path, monkeypatch):
 
 def test_an_own_method_declares_its_knob_and_composes(own):
     method = parse_method(f"{METHOD}+spherefed+ffc")
-    assert (method.algorithm, method.spherefed, method.calibration) == (METHOD, True, "ffc")
+    assert (method.algorithm, method.modifier, method.calibration) == (METHOD, "spherefed", "ffc")
     assert method.name == f"{METHOD}+spherefed+ffc"  # spelt as given, case kept
     hp = load_preset(str(own / "preset.toml")).hparams(parse_method(METHOD))
     assert (hp.plus_mu, hp.lr) == (0.25, 0.05)  # the preset's override over the knob's default 0.5

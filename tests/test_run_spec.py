@@ -28,12 +28,12 @@ QUICK_TOML = (PRESET_DIR / "quick.toml").read_text()
 # means (hand-written: a calibration alone is it after its trained_with, CCVR after FedAvg, FFC after
 # SphereFed, SphereFed Fig. 5 d)
 MEANING = {
-    "fedavg": MethodConfig("fedavg"), "spherefed": MethodConfig("fedavg", True),
-    "fedavg+spherefed": MethodConfig("fedavg", True), "fedprox": MethodConfig("fedprox"),
-    "ccvr": MethodConfig("fedavg", False, "ccvr"), "fedavg+ccvr": MethodConfig("fedavg", False, "ccvr"),
-    "ffc": MethodConfig("fedavg", True, "ffc"), "spherefed+ffc": MethodConfig("fedavg", True, "ffc"),
-    "fedavg+spherefed+ffc": MethodConfig("fedavg", True, "ffc"), "fedavg+ffc": MethodConfig("fedavg", False, "ffc"),
-    "fedprox+spherefed+ffc": MethodConfig("fedprox", True, "ffc"), "fedprox+ccvr": MethodConfig("fedprox", False, "ccvr"),
+    "fedavg": MethodConfig("fedavg"), "spherefed": MethodConfig("fedavg", "spherefed"),
+    "fedavg+spherefed": MethodConfig("fedavg", "spherefed"), "fedprox": MethodConfig("fedprox"),
+    "ccvr": MethodConfig("fedavg", None, "ccvr"), "fedavg+ccvr": MethodConfig("fedavg", None, "ccvr"),
+    "ffc": MethodConfig("fedavg", "spherefed", "ffc"), "spherefed+ffc": MethodConfig("fedavg", "spherefed", "ffc"),
+    "fedavg+spherefed+ffc": MethodConfig("fedavg", "spherefed", "ffc"), "fedavg+ffc": MethodConfig("fedavg", None, "ffc"),
+    "fedprox+spherefed+ffc": MethodConfig("fedprox", "spherefed", "ffc"), "fedprox+ccvr": MethodConfig("fedprox", None, "ccvr"),
 }
 
 

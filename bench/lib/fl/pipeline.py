@@ -187,8 +187,8 @@ def load(run: FLRun) -> FLData:
     spec = model_spec.ModelSpec(cfg.model, tuple(train.x.shape[1:]), run.classifier)
     inputs = RunInputs(spec, cfg, train, test, tuple(parts), run.hw, run.system, run.devices, cfg.seed, run.execution, val,
                        run.fleet, run.classes, run.by_round)
-    for spherefed in sorted({m.spherefed for m in run.methods}):
-        inputs.build(spherefed)
+    for head in dict.fromkeys(m.head for m in run.methods):
+        inputs.build(head)
     clients_per_round = len(sample_clients(cfg.num_clients, cfg.participation, seed=cfg.seed, round=1))
     return FLData(inputs, clients_per_round)
 
@@ -235,7 +235,7 @@ def train(run: FLRun, data: FLData, *, progress: bool = False, checkpoints: Path
     forecasts = {}
     for method in run.methods:
         plan = plans[method.name]
-        forecasts[method.name] = forecast(method, model_fn=functools.partial(inputs.build, method.spherefed),
+        forecasts[method.name] = forecast(method, model_fn=functools.partial(inputs.build, method.head),
                                           train=inputs.train, parts=inputs.parts, cfg=run.cfg,
                                           hp=run.hparams[method.name], execution=run.execution,
                                           arrivals=None if plan is None else plan.arrivals)
@@ -266,7 +266,7 @@ def closed_form_for(method: MethodConfig, data: FLData, run: FLRun, plan: Partic
     """The closed-form communication totals (``workloads.fl.comm.closed_form_bytes``) for this run
     (with a fleet's ``plan``: over each round's arrivals, the calibration's too; a width-scaled
     method's plan: each arrival at its submodel's sizes, summed over the widths)."""
-    model = prepare_model(data.inputs.build(method.spherefed), method, seed=run.cfg.seed)
+    model = prepare_model(data.inputs.build(method.head), method, seed=run.cfg.seed)
     clients = {"clients_per_round": data.clients_per_round} if plan is None else plan.closed_form_counts()
     if plan is None or not plan.widths:
         return closed_form_bytes(method, run.hparams[method.name], rounds=run.cfg.rounds,

@@ -182,7 +182,7 @@ def make_point(model: str, method: str, seed: int, fl: FLConfig, hp: Hparams, ex
 
 def labels_of(method: MethodConfig) -> tuple[str, ...]:
     """The method labels a run of ``method`` gives: its training method, and itself when it calibrates."""
-    training = MethodConfig(method.algorithm, method.spherefed).name
+    training = method.training.name
     return (training, method.name) if method.calibration else (training,)
 
 
@@ -308,7 +308,7 @@ def projected_local_training_s(points: Sequence[Mapping[str, Any]]) -> dict[tupl
                execution.get("precision_schedule") or execution.get("number_format", "fp32"))
         if key not in first:
             p, data = prepare(point)
-            f = forecast(p.method, model_fn=functools.partial(data.inputs.build, p.method.spherefed),
+            f = forecast(p.method, model_fn=functools.partial(data.inputs.build, p.method.head),
                          train=data.inputs.train, parts=data.inputs.parts, cfg=p.fl, hp=p.hp, execution=p.execution)
             first[key] = (data.inputs.parts, f.samples_per_s)
         parts, rate = first[key]
