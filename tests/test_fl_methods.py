@@ -154,7 +154,7 @@ def test_method_names():
     assert parse_method("spherefed+ffc").name == "fedavg+spherefed+ffc"
     assert parse_method("ccvr") == MethodConfig("fedavg", None, "ccvr")
     assert {"fedavg", "fedprox", "fednova", "fedopt", "fedavgm", "fedcos", "fedbabu", "doublehead",
-            "scaffold", "moon", "feddyn", "heterofl", "fjord", "fedbuff", "spherefed", "ffc", "ccvr"} == set(NAME_PARTS)
+            "scaffold", "moon", "feddyn", "heterofl", "fjord", "fedbuff", "spherefed", "etf", "ffc", "ccvr"} == set(NAME_PARTS)
     for bad in ("fedsgd", "fedavg+fedprox", "ffc+ccvr", "fedbabu+spherefed", ""):
         with pytest.raises(ValueError):
             parse_method(bad)

@@ -10,11 +10,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from fl_standins import TinyNet
+from fl_standins import TinyNet, blobs
+from workloads.cost.step import method_step_trace
+from workloads.fl.comm import closed_form_sizes
+from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.local import loss_function, per_sample_loss, prepare_model
+from workloads.fl.loop import run_method
 from workloads.fl.methods import MODIFIERS, NO_MODIFIER, MethodConfig, parse_method
 from workloads.fl.methods.base import trainable_keys
+from workloads.fl.methods.etf import TEMPERATURE, simplex_etf
 from workloads.fl.methods.spherefed import SphereFed, mse_onehot_loss, orthonormal_classifier
+from workloads.fl.partition import dirichlet_partition
 from workloads.models import Head, build_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -149,3 +155,49 @@ def test_the_modifier_refuses_a_model_without_its_head():
     with pytest.raises(ValueError, match="SphereFed needs a model built with its head"):
         prepare_model(TinyNet(), parse_method("spherefed"), seed=0)
 
+
+# ---------------------------------------------------------------- a second modifier, one file: FedETF's fixed head
+
+def test_the_simplex_etf_has_unit_rows_at_equal_angles():
+    """C = 4 unit vectors, pairwise cosine -1/(C-1) = -1/3 (FedETF Sec. 3): M^T M = (4/3) I - (1/3) 1 1^T,
+    and they sum to zero (the centering I - (1/C) 1 1^T)."""
+    w = simplex_etf(4, 12, seed=3).double()
+    torch.testing.assert_close(w @ w.T, (4 / 3) * torch.eye(4, dtype=torch.float64) - 1 / 3, atol=1e-6, rtol=0)
+    torch.testing.assert_close(w.sum(0), torch.zeros(12, dtype=torch.float64), atol=1e-6, rtol=0)
+    assert not torch.equal(w, simplex_etf(4, 12, seed=4).double())  # seeded, as SphereFed's W
+
+
+@pytest.mark.parametrize("classes,features", [(1, 12), (13, 12)])
+def test_the_simplex_etf_refuses_sizes_it_cannot_fit(classes, features):
+    assert "2 <= classes <= features" in MODIFIERS["etf"].unfit(classes, features)
+    with pytest.raises(ValueError, match="2 <= classes <= features"):
+        simplex_etf(classes, features, seed=0)
+
+
+def test_etf_composes_with_any_base_and_trains_its_body_only():
+    """fedprox+etf: two rounds on the blobs; the classifier stays beta * M^T of the run's seed, is never
+    sent (the closed form's sizes equal SphereFed's: TinyNet's layers [824, 624] B, no head bytes,
+    1344 trainable B; docs in tests/test_fl_comm.py), and the loss is cross entropy."""
+    method = parse_method("fedprox+etf")
+    assert method.name == "fedprox+etf" and method.head == Head(True, True)
+    assert loss_function(method) is torch.nn.functional.cross_entropy
+    train = blobs(80)
+    cfg = FLConfig(dataset="blobs", num_clients=2, rounds=2, seed=5)
+    result = run_method(method, model_fn=lambda: TinyNet(head=method.head), train=train, test=blobs(40, seed=1),
+                        parts=dirichlet_partition(train.y.numpy(), 2, 1.0, min_size=5, seed=0), cfg=cfg,
+                        hp=Hparams(lr=0.05, local_epochs=1, batch_size=16).with_knobs(method.knobs))
+    assert torch.equal(result.weights["classifier.weight"], TEMPERATURE * simplex_etf(4, 12, seed=5))
+    assert result.weights["body.1.weight"].abs().sum() > 0
+    sizes = closed_form_sizes(prepare_model(TinyNet(head=method.head), method, seed=0), method)
+    assert (sizes["layer_bytes"], sizes["head_bytes"], sizes["trainable_bytes"]) == ([824, 624], 0, 1344)
+
+
+def test_etf_drops_the_classifier_weight_gradient_as_spherefed_does():
+    """The frozen head's saving is the fixed head's, not SphereFed's: a ConvNet step at batch 8
+    (l = 256, C = 10) has FedAvg's GEMMs less the classifier's dW, m n k = 10 x 256 x 8."""
+    def gemm_macs(name, role):
+        trace = method_step_trace("convnet", name, batch_size=8, num_classes=10, image_size=16)
+        return sum(op.work.m * op.work.n * op.work.k for op in trace.ops if op.work.kind == "gemm" and op.work.role == role)
+    assert gemm_macs("fedavg", "dw") - gemm_macs("etf", "dw") == 10 * 256 * 8
+    assert gemm_macs("etf", "dw") == gemm_macs("spherefed", "dw")
+    assert gemm_macs("etf", "fwd") == gemm_macs("fedavg", "fwd")

@@ -27,6 +27,7 @@ from workloads.fl.methods.base import FedAvg
 from workloads.fl.methods.calibration import Calibration
 from workloads.fl.methods.ccvr import CCVR
 from workloads.fl.methods.doublehead import DoubleHead
+from workloads.fl.methods.etf import SimplexETF
 from workloads.fl.methods.fedbabu import FedBABU
 from workloads.fl.methods.fedbuff import FedBuff
 from workloads.fl.methods.fedcos import FedCos
@@ -60,7 +61,7 @@ ALGORITHMS = {
     "fedbuff": FedBuff(),
 }  # in the order their knobs are listed (Hparams, results files)
 CALIBRATIONS = {"ffc": FFC(), "ccvr": CCVR()}
-MODIFIERS = {"spherefed": SphereFed()}
+MODIFIERS = {"spherefed": SphereFed(), "etf": SimplexETF()}
 NO_MODIFIER = Modifier()
 NAME_PARTS = {**{name: "algorithm" for name in ALGORITHMS}, **{name: "modifier" for name in MODIFIERS},
               **{name: "calibration" for name in CALIBRATIONS}}
