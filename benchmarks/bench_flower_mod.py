@@ -17,11 +17,12 @@ import time
 from pathlib import Path
 
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, Metadata, RecordDict
+from flwr.app import ConfigRecord, Context, Message, MessageType, Metadata, RecordDict
 
 from workloads.flower import meter
-from workloads.flower.app import FlowerRun, client_app, new_model, shared_state
+from workloads.flower.app import FlowerRun, client_app, new_model
 from workloads.flower.mod import AccelMod
+from workloads.flower.strategy import MethodStrategy
 
 HW = Path(__file__).resolve().parents[1] / "configs" / "hw" / "paper_default.toml"
 METHOD = "fedavg+spherefed"
@@ -29,11 +30,10 @@ METHOD = "fedavg+spherefed"
 
 def train_message(run: FlowerRun) -> Message:
     method, hp = run.method(METHOD)
-    arrays = ArrayRecord(shared_state(new_model(run, method), method, hp, 1))
+    content = MethodStrategy(method, hp, new_model(run, method), {0: 1}).train_content(1, 0, ConfigRecord({"method": METHOD}))
     metadata = Metadata(run_id=1, message_id="m1", src_node_id=0, dst_node_id=1, reply_to_message_id="",
                         group_id="1", created_at=time.time(), ttl=3600.0, message_type=MessageType.TRAIN)
-    return Message(RecordDict({"arrays": arrays, "config": ConfigRecord({"method": METHOD, "server-round": 1})}),
-                   metadata=metadata)
+    return Message(content, metadata=metadata)
 
 
 def timed(app, msg: Message, ctx: Context) -> float:

@@ -31,6 +31,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.lib.fl import pipeline  # noqa: E402
+from bench.lib.resolve import resolve  # noqa: E402
+from bench.lib.spec import RunSpec  # noqa: E402
 from workloads.fl.execution import DeviceData  # noqa: E402
 from workloads.fl.local import per_sample_loss  # noqa: E402
 from workloads.fl.loop import build_on_device, derived_seed, run_method  # noqa: E402
@@ -82,9 +84,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ccvr-lr", type=float, nargs="+", default=[1e-5, 0.05])
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    run = pipeline.resolve(args.preset, methods=[METHOD.name], model=args.model, seed=args.seed, rounds=args.rounds,
-                           device="cpu")
-    inputs, hp, cfg = pipeline.load(run).inputs, run.hparams[METHOD.name], run.cfg
+    run = resolve(RunSpec(preset=args.preset, methods=(METHOD.name,), models=(args.model,), seed=args.seed,
+                          rounds=args.rounds, device="cpu"))
+    inputs, hp, cfg = pipeline.load(run), run.hparams[METHOD.name], run.fl
     model_fn = functools.partial(inputs.build, METHOD.head)
     trained = run_method(parse_method("fedavg"), model_fn=model_fn, train=inputs.train, test=inputs.test,
                          parts=inputs.parts, cfg=cfg, hp=hp, execution=inputs.execution, val=inputs.val)

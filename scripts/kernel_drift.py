@@ -42,14 +42,15 @@ def record(args: argparse.Namespace) -> None:
     if args.deterministic:
         torch.use_deterministic_algorithms(True)
     from bench.lib.fl import pipeline
+    from bench.lib.resolve import resolve
     from bench.lib.spec import RunSpec
     from workloads.fl.execution import DeviceData, kernel_environment
     from workloads.fl.local import client_trainer
     from workloads.fl.loop import _memory_format, batch_starts, build_on_device, derived_seed
 
-    run = pipeline.resolve(RunSpec(preset=args.preset, methods=(args.method,), models=(args.model,), device="cpu",
-                                   channels_last=args.channels_last))
-    method, inputs = run.methods[0], pipeline.load(run).inputs
+    run = resolve(RunSpec(preset=args.preset, methods=(args.method,), models=(args.model,), device="cpu",
+                          channels_last=args.channels_last))
+    method, inputs = run.methods[0], pipeline.load(run)
     hp = run.hparams[method.name]
     model = build_on_device(method, functools.partial(inputs.build, method.head), inputs.fl.seed,
                             inputs.execution).train()

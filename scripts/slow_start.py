@@ -40,6 +40,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.lib.fl import pipeline  # noqa: E402
+from bench.lib.resolve import resolve  # noqa: E402
 from bench.lib.spec import RunSpec  # noqa: E402
 from workloads.fl.execution import DeviceData  # noqa: E402
 from workloads.fl.loop import batch_starts, build_on_device, derived_seed, run_method  # noqa: E402
@@ -64,9 +65,9 @@ def body_gradient_norm(model: torch.nn.Module) -> float:
 
 
 def setup(args: argparse.Namespace):
-    run = pipeline.resolve(RunSpec(preset=args.preset, methods=("fedavg", "spherefed"), models=(args.model,),
-                                   seed=args.seed, device="cpu", channels_last=False))
-    return run, pipeline.load(run).inputs
+    run = resolve(RunSpec(preset=args.preset, methods=("fedavg", "spherefed"), models=(args.model,),
+                          seed=args.seed, device="cpu", channels_last=False))
+    return run, pipeline.load(run)
 
 
 def variant_model(inputs, kind: str) -> torch.nn.Module:
@@ -191,7 +192,7 @@ def parse_lrs(items: list[str]) -> list[tuple[str, float]]:
 def curves(args: argparse.Namespace) -> None:
     runs = parse_lrs(args.lr)
     run, inputs = setup(args)
-    cfg = dataclasses.replace(run.cfg, rounds=args.rounds)
+    cfg = dataclasses.replace(run.fl, rounds=args.rounds)
     print(f"model {cfg.model}, {cfg.rounds} rounds, preset {args.preset}, seed {cfg.seed}; per round: means over "
           "the local steps of every client (z before FeatureNorm, per-sample gradient norms)")
     print(f"{'method':10s} {'lr':>6s} {'round':>5s} {'round lr':>8s} {'loss':>7s} {'|z|':>6s} {'|dL/dz|':>8s} "

@@ -126,7 +126,7 @@ def test_fedbuffs_plan_with_the_whole_round_as_its_buffer_is_synchronous_fedavg(
     # and its run equals synchronous FedAvg's on the same fleet bit for bit, rounds priced alike
     from workloads.cost.asynchronous import FleetRun, plan_buffered
     from workloads.cost.fleet import assign_classes, fleet_from_dict
-    from workloads.cost.rounds import RunPricer, RunSpec, fleet_devices, fleet_system, plan_run
+    from workloads.cost.rounds import PricedModel, RunPricer, fleet_devices, fleet_system, plan_run
 
     fleet = fleet_from_dict({"classes": {"a": {"hw": "paper_default", "memory_bytes": math.inf, "share": 1.0,
                                                "downlink_bytes_per_s": math.inf, "uplink_bytes_per_s": math.inf,
@@ -134,7 +134,7 @@ def test_fedbuffs_plan_with_the_whole_round_as_its_buffer_is_synchronous_fedavg(
     classes = assign_classes(fleet, 4, seed=0)
     devices, system = fleet_devices(fleet, classes), fleet_system(fleet, classes)
     labels = tuple(TRAIN.y.numpy()[p] for p in PARTS)
-    pricer = RunPricer(RunSpec(lambda head: TinyNet(), "tinynet", (3, 2, 2), 4, 0))
+    pricer = RunPricer(PricedModel(lambda head: TinyNet(), "tinynet", (3, 2, 2), 4, 0))
     hp = HP.with_knobs(FedBuff.knobs).replace(fedbuff_buffer=4, fedbuff_concurrency=4)
     buffered = plan_buffered(FleetRun(fleet, classes, devices, system, labels, 3, 1.0, 3), parse_method("fedbuff"),
                              hp, pricer)

@@ -51,7 +51,7 @@ def digits():
 @pytest.fixture(scope="module")
 def pricer(digits):
     """One pricer for the module's runs (same model, shapes and seed): each capture taken once."""
-    return RunPricer(run_inputs(digits).run_spec())
+    return RunPricer(run_inputs(digits).priced_model())
 
 
 def run_inputs(digits, *, fleet=None, participation=1.0, rounds=2, seed=0, parts=None):
@@ -283,7 +283,7 @@ def test_an_unconstrained_fleet_is_todays_synchronous_round(digits, pricer, name
                                 "uplink_bytes_per_s": link.uplink_bytes_per_s, "latency_s": link.latency_s}})
     job = Job(name, HP)
     today = run_job(job, run_inputs(digits), pricer=pricer)
-    fleet_run = run_job(job, run_inputs(digits, fleet=fleet), pricer=RunPricer(run_inputs(digits).run_spec()))
+    fleet_run = run_job(job, run_inputs(digits, fleet=fleet), pricer=RunPricer(run_inputs(digits).priced_model()))
     assert fleet_run.result.accuracy == today.result.accuracy  # bitwise
     assert fleet_run.result.history == today.result.history
     assert fleet_run.result.transfers == today.result.transfers
@@ -311,7 +311,7 @@ def test_same_seed_same_arrivals_and_accuracy(digits, pricer):
                       "b": {**SLOW, "share": 0.5, "uplink_bytes_per_s": 1e9, "downlink_bytes_per_s": 1e9}},
                      deadline_s=5.0)
     runs = [run_job(Job("fedavg+ccvr", HP), run_inputs(digits, fleet=fleet), pricer=p)
-            for p in (pricer, RunPricer(run_inputs(digits).run_spec()))]  # the second prices afresh
+            for p in (pricer, RunPricer(run_inputs(digits).priced_model()))]  # the second prices afresh
     assert runs[0].plan == runs[1].plan
     assert runs[0].result.accuracy == runs[1].result.accuracy
     assert runs[0].rows == runs[1].rows
@@ -332,14 +332,14 @@ def test_a_round_nobody_arrives_in_keeps_the_model(digits, pricer):
 def test_a_fleet_is_a_grid_key_and_a_study_axis():
     import tomllib
 
-    from bench.lib.run.config import resolve
+    from bench.lib.run.config import resolved_runs
     from bench.lib.run.study import point_config
     from bench.lib.study.spec import StudyError, load_study, parse_study
 
     cfg = point_config({"model": "convnet", "preset": "smoke", "fleet": "mixed"})
-    assert cfg.fleet_path == "mixed" and resolve(cfg).fleet.name == "mixed"
+    assert cfg.fleet_path == "mixed" and resolved_runs(cfg)[0].fleet.name == "mixed"
     with pytest.raises(ValueError, match="--fleet mixed and --system"):
-        resolve(dataclasses.replace(cfg, system_path="configs/system/ideal.toml"))
+        resolved_runs(dataclasses.replace(cfg, system_path="configs/system/ideal.toml"))
     study = load_study("configs/studies/digits-fleets.toml")
     assert [s.label for s in study.settings] == ["alpha=0.5", "alpha=0.5 fleet=mixed deadline=1s",
                                                  "alpha=0.5 fleet=mixed deadline=6s", "alpha=0.5 fleet=mixed"]

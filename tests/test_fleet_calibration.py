@@ -132,7 +132,7 @@ def test_same_seed_same_calibration_arrivals(digits):
     fleet = fleet_of({"a": {**FAST, "share": 0.5, "availability": {"probability": 0.5}}, "b": {**FAST, "share": 0.5}})
     inputs = run_inputs(digits, fleet=fleet)
     method = Job("spherefed+ffc", HP).method
-    plans = [plan_run(fleet, inputs.classes, method, HP, pricer=RunPricer(inputs.run_spec()),
+    plans = [plan_run(fleet, inputs.classes, method, HP, pricer=RunPricer(inputs.priced_model()),
                       client_labels=labels_of(inputs), devices=inputs.devices, system=inputs.system, rounds=2,
                       participation=1.0, seed=0) for _ in range(2)]  # each priced afresh
     assert plans[0] == plans[1]

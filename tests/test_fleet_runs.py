@@ -154,19 +154,19 @@ def test_an_override_without_a_fleet_stops_bench_fl_and_bench_run_in_one_line(tm
 
 
 def test_grid_keys_deadline_s_and_overcommit():
-    from bench.lib.run.config import resolve
+    from bench.lib.run.config import resolved_runs
     from bench.lib.run.study import config_record, point_config
 
     cfg = point_config({"model": "convnet", "preset": "quick", "fleet": "mixed", "deadline_s": math.inf,
                         "overcommit": 1})
-    fleet = resolve(cfg).fleet
+    fleet = resolved_runs(cfg)[0].fleet
     assert (fleet.deadline_s, fleet.overcommit) == (math.inf, 1.0)
     assert config_record(cfg)["deadline_s"] == "inf"  # summary.json holds no infinity
-    assert resolve(point_config({"model": "convnet", "fleet": "mixed", "deadline_s": 6})).fleet.deadline_s == 6.0
+    assert resolved_runs(point_config({"model": "convnet", "fleet": "mixed", "deadline_s": 6}))[0].fleet.deadline_s == 6.0
     with pytest.raises(ValueError, match="deadline_s = 'soon'"):
         point_config({"model": "convnet", "fleet": "mixed", "deadline_s": "soon"})
     with pytest.raises(ValueError, match="--deadline-s 6"):
-        resolve(point_config({"model": "convnet", "deadline_s": 6}))
+        resolved_runs(point_config({"model": "convnet", "deadline_s": 6}))
     assert config_record(dataclasses.replace(cfg, deadline_s=None))["deadline_s"] is None
 
 

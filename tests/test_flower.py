@@ -29,10 +29,11 @@ from accel_sim.hardware import load_hardware_config  # noqa: E402
 from workloads.cost.system import ROUNDS_COLUMNS, SystemModel, load_system_model  # noqa: E402
 from tests.failfast import as_in_a_terminal  # noqa: E402
 from workloads.flower import meter as meter_module  # noqa: E402
-from workloads.flower.app import FlowerRun, client_app, new_model, shared_state  # noqa: E402
+from workloads.flower.app import FlowerRun, client_app, new_model  # noqa: E402
 from workloads.flower.ledger import CLIENT_KEYS, client_metrics  # noqa: E402
 from workloads.flower.meter import TrainCost  # noqa: E402
 from workloads.flower.mod import AccelMod, accel_train_metrics, payload_bytes  # noqa: E402
+from workloads.flower.strategy import MethodStrategy  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 HW = ROOT / "configs" / "hw" / "paper_default.toml"
@@ -60,9 +61,10 @@ def _context() -> Context:
 
 
 def _train_message(name: str) -> Message:
+    """Round 1's train message to ``CLIENT``, as the server's strategy builds it."""
     method, hp = RUN.method(name)
-    arrays = ArrayRecord(shared_state(new_model(RUN, method), method, hp, 1))
-    return _message(RecordDict({"arrays": arrays, "config": ConfigRecord({"method": name, "server-round": 1})}))
+    strategy = MethodStrategy(method, hp, new_model(RUN, method), {CLIENT: 7})
+    return _message(strategy.train_content(1, CLIENT, ConfigRecord({"method": name})))
 
 
 @pytest.fixture(scope="module", params=["fedavg", "fedavg+spherefed", "fedprox"])
@@ -182,8 +184,9 @@ def test_example_runs_in_flowers_simulation_and_writes_rounds_csv(tmp_path):
     assert all(0.0 <= float(r["accuracy"]) <= 1.0 for r in rows)
     # bytes: every client downloads and uploads the shared state (SphereFed's classifier stays home)
     method, hp = RUN.method(name)
-    shared = shared_state(new_model(RUN, method), method, hp, 1)
-    state_bytes = sum(t.numel() * t.element_size() for t in shared.values())
+    model = new_model(RUN, method)
+    state_bytes = sum(model.state_dict()[k].numel() * model.state_dict()[k].element_size()
+                      for k in method.algo.shared_keys(model, 1, hp))
     assert all(int(r["round_bytes"]) == 2 * clients * state_bytes for r in rows)
     with (tmp_path / "flower" / "clients.csv").open(newline="") as f:
         per_client = list(csv.DictReader(f))

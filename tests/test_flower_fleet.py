@@ -35,7 +35,8 @@ from flwr.serverapp.strategy import FedAvg  # noqa: E402
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
 from tests.failfast import assert_fails_clean, workspace  # noqa: E402
-from workloads.cost.fleet import load_fleet  # noqa: E402
+from tests.flower_grid import InProcessGrid  # noqa: E402
+from workloads.models import Head
 from workloads.cost.rounds import RunPricer  # noqa: E402
 from workloads.cost.system import ROUNDS_COLUMNS  # noqa: E402
 from workloads.flower import app as flower_app  # noqa: E402
@@ -96,33 +97,6 @@ def task_identity(monkeypatch):
         monkeypatch.setattr(TaskIdentity, name, 1)
 
 
-class InProcessGrid:
-    """A Flower grid without Ray: each message goes straight to ``client_app`` with the context of
-    its node (``NODES``); ``sent`` lists every send's (message type, client index) pairs."""
-
-    def __init__(self, client_app: ClientApp, nodes: dict[int, int]) -> None:
-        self.client_app, self.nodes, self.sent = client_app, nodes, []
-
-    def get_node_ids(self) -> list[int]:
-        return list(self.nodes)
-
-    def send_and_receive(self, messages, *, timeout=None) -> list[Message]:
-        messages = list(messages)
-        self.sent.append([(m.metadata.message_type, self.nodes[m.metadata.dst_node_id]) for m in messages])
-        replies = []
-        for i, msg in enumerate(messages):
-            msg.metadata.__dict__["_message_id"] = f"{len(self.sent)}.{i}"  # the SuperLink sets it
-            node = msg.metadata.dst_node_id
-            context = Context(run_id=1, node_id=node, node_config={"partition-id": self.nodes[node]},
-                              state=RecordDict(), run_config={})
-            replies.append(self.client_app(msg, context))
-        return replies
-
-    def trained(self) -> list[list[int]]:
-        """Per send that carried train messages, the clients it trained."""
-        return [sorted(k for kind, k in sent) for sent in self.sent if any(kind == "train" for kind, _ in sent)]
-
-
 # ---- the strategy, on a toy client -----------------------------------------------------------------------
 
 def test_planned_strategy_trains_only_the_arrivals_and_an_empty_round_keeps_the_model(task_identity):
@@ -160,17 +134,18 @@ def _small_preset_at_4_clients(tmp_path: Path) -> Path:
     return tmp_path / "preset.toml"
 
 
-def _bench_fl_inputs(fleet_file: Path, tmp_path: Path):
-    """bench.fl's run of the same setting (the small preset at 4 clients) on ``fleet_file``:
-    (its inputs, FedAvg's hyper-parameters, FedAvg's participation plan)."""
+def _bench_fl_inputs(fleet_file: Path, tmp_path: Path, method: str = "fedavg"):
+    """bench.fl's run of ``method`` in the same setting (the small preset at 4 clients) on
+    ``fleet_file``: (its inputs, the method's hyper-parameters, its participation plan)."""
     from bench.lib.fl import jobs, pipeline
+    from bench.lib.resolve import resolve
     from bench.lib.spec import RunSpec
 
-    run = pipeline.resolve(RunSpec(preset=str(_small_preset_at_4_clients(tmp_path)), methods=("fedavg",), rounds=2,
-                                   fleet_path=str(fleet_file)))
-    inputs = pipeline.load(run).inputs
-    hp = run.hparams["fedavg"]
-    return inputs, hp, jobs.participation_plan(inputs, FEDAVG, hp, RunPricer(inputs.run_spec()))
+    run = resolve(RunSpec(preset=str(_small_preset_at_4_clients(tmp_path)), methods=(method,), rounds=2,
+                          fleet_path=str(fleet_file)))
+    inputs = pipeline.load(run)
+    hp = run.hparams[method]
+    return inputs, hp, jobs.participation_plan(inputs, parse_method(method), hp, RunPricer(inputs.priced_model()))
 
 
 def _read_csv(path: Path) -> list[dict]:
@@ -181,12 +156,16 @@ def _read_csv(path: Path) -> list[dict]:
 @pytest.mark.slow  # 12-26 s: two plans (their step captures), Flower's run and two of our loop's
 def test_the_flower_app_on_a_fleet_trains_the_plans_arrivals_and_equals_bench_fl(tmp_path, task_identity,
                                                                                   monkeypatch):
+    from bench.flower.__main__ import flower_run
     from bench.flower.fleet import fleet_run
+    from bench.lib.spec import RunSpec
     from workloads.fl.loop import run_method
-    from workloads.flower.app import shared_state
 
     (tmp_path / "f.toml").write_text(FLEET)
-    planned = fleet_run(RUN, load_fleet(tmp_path / "f.toml"))
+    flower, _, resolved = flower_run(RunSpec(preset="small", models=("convnet",), methods=("fedavg",), rounds=2,
+                                             seed=0, fleet_path=str(tmp_path / "f.toml")), clients=4)
+    assert flower == RUN
+    planned = fleet_run(resolved)
     inputs, hp, loop_plan = _bench_fl_inputs(tmp_path / "f.toml", tmp_path)
     assert planned.plans["fedavg"] == loop_plan  # the same plan as bench.fl's, round for round
     assert [list(a) for a in loop_plan.arrivals] == ARRIVED
@@ -214,8 +193,9 @@ def test_the_flower_app_on_a_fleet_trains_the_plans_arrivals_and_equals_bench_fl
     assert grid.trained() == ARRIVED == [h["clients"] for h in loop.history]
     rows = _read_csv(tmp_path / "rounds.csv")
     assert [tuple(float(r[c]) for c in COUNT_COLUMNS) for r in rows] == COUNTS
-    shared = shared_state(flower_app.new_model(RUN, FEDAVG), FEDAVG, hp, 1)
-    state = sum(t.numel() * t.element_size() for t in shared.values())
+    model = flower_app.new_model(RUN, FEDAVG)
+    state = sum(v.numel() * v.element_size() for k, v in model.state_dict().items()
+                if k in FEDAVG.algo.shared_keys(model, 1, hp))
     # round 1: clients 0, 1 and 2 download the state, 0 and 1 upload it with the 8-byte sample count
     assert [int(r["round_bytes"]) for r in rows] == [3 * state + 2 * (state + 8), 2 * state + (state + 8)]
     clients = _read_csv(tmp_path / "clients.csv")
@@ -227,13 +207,49 @@ def test_the_flower_app_on_a_fleet_trains_the_plans_arrivals_and_equals_bench_fl
         assert sum(mine) == pytest.approx(float(r["round_device_s"]), rel=1e-12)
 
     # (b) FedAvg in Flower on the fleet is our loop's FedAvg on the same arrivals: the same weights
-    # (to float32 rounding: Flower averages in NumPy) and the same accuracy after every round
-    # (every client trained instead, the weights are far apart: the arrivals drive the aggregation)
-    def close(a: dict, b: dict) -> bool:
-        return all(torch.allclose(a[k], v, rtol=1e-5, atol=1e-6) for k, v in b.items() if v.is_floating_point())
+    # bit for bit (the strategy calls the method's own aggregate on the replies in client order) and
+    # the same accuracy after every round (every client trained instead, the weights are far apart:
+    # the arrivals drive the aggregation)
+    def equal(a: dict, b: dict) -> bool:
+        return a.keys() == b.keys() and all(torch.equal(a[k], v) for k, v in b.items())
 
-    assert close(states[-1], loop.weights) and not close(states[-1], every_client.weights)
-    assert [float(r["accuracy"]) for r in rows] == pytest.approx([h["accuracy"] for h in loop.history], abs=1e-12)
+    assert equal(states[-1], loop.weights) and not equal(states[-1], every_client.weights)
+    assert [float(r["accuracy"]) for r in rows] == [h["accuracy"] for h in loop.history]
+
+
+@pytest.mark.slow  # 15-30 s: the buffered plan, Flower's run and our loop's
+def test_fedbuff_under_flower_on_a_fleet_starts_stale_clients_from_their_version(tmp_path, task_identity):
+    """FedBuff on the fleet: round 2 takes client 1 fresh and client 2, which started from the model
+    of round 1 (staleness 1: its download, 24.6 s at 1e5 B/s, outlasts a server step). Flower's
+    strategy sends client 2 that version (``server_view``) and aggregates with its staleness: the
+    global weights and accuracies of our loop on the same plan, bit for bit."""
+    from bench.flower.__main__ import flower_run
+    from bench.flower.fleet import fleet_run
+    from bench.lib.spec import RunSpec
+    from workloads.fl.loop import run_method
+
+    (tmp_path / "f.toml").write_text(FLEET)
+    run, _, resolved = flower_run(RunSpec(preset="small", models=("convnet",), methods=("fedbuff",), rounds=2,
+                                          seed=0, fleet_path=str(tmp_path / "f.toml")), clients=4)
+    planned = fleet_run(resolved)
+    plan = planned.plans["fedbuff"]
+    inputs, hp, loop_plan = _bench_fl_inputs(tmp_path / "f.toml", tmp_path, "fedbuff")
+    assert plan == loop_plan
+    assert [list(a) for a in plan.arrivals] == [[0, 1], [1, 2]] and [list(s) for s in plan.staleness] == [[0, 0], [0, 1]]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        grid = InProcessGrid(flower_app.client_app(run, None), NODES)
+        result = flower_app.train_method(grid, run, "fedbuff", client_nodes(grid, 4), fleet=planned)
+        loop = run_method(parse_method("fedbuff"), model_fn=lambda: inputs.build(Head()), train=inputs.train,
+                          test=inputs.test, parts=inputs.parts, cfg=inputs.fl, hp=hp, arrivals=plan.arrivals,
+                          staleness=plan.staleness)
+    finally:
+        torch.set_num_threads(threads)
+    weights = result.arrays.to_torch_state_dict()
+    assert weights.keys() == loop.weights.keys() and all(torch.equal(weights[k], v) for k, v in loop.weights.items())
+    assert [float(result.evaluate_metrics_serverapp[t]["accuracy"]) for t in (1, 2)] == \
+        [h["accuracy"] for h in loop.history]
 
 
 # ---- bad input: one line, exit 2, nothing written, no simulation ---------------------------------------------
@@ -259,6 +275,7 @@ def test_bad_fleet_input_stops_before_ray_in_one_line(tmp_path, monkeypatch, cap
         (4, ["--fleet", "missing.toml"], ("missing.toml",)),
         (4, ["--fleet", "binary.toml"], ("binary.toml",)),
         (3, ["--fleet", "f.toml"], ("--fleet f.toml", "4 client(s)", "the run has 3")),
+        (4, ["--fleet", "f.toml", "--methods", "fedavg", "heterofl"], ("heterofl", "without --fleet")),
     ]
     for clients, flags, names in cases:
         assert_fails_clean(command.main, [*base, "--clients", str(clients), *flags], capsys, ws, names)
@@ -289,7 +306,8 @@ def test_bench_flower_on_a_fleet_in_flowers_simulation(tmp_path):
     assert doc["methods"]["fedavg"]["fleet"]["dropped"] == {"unavailable": 1, "memory": 2, "deadline": 2, "surplus": 0}
 
     # bench.fl on the same setting and fleet: the same participation, round for round, and the same
-    # accuracy within 0.02 (under Ray the replies arrive, and Flower sums, in completion order)
+    # accuracy (under Ray the replies arrive in completion order; the strategy aggregates them in
+    # client order, with the method's own aggregate)
     loop = subprocess.run([sys.executable, "-m", "bench.fl", "--preset", str(_small_preset_at_4_clients(tmp_path)),
                            "--methods", "fedavg", "--rounds", "2", "--threads", "1",
                            "--fleet", str(tmp_path / "f.toml"), "--out", str(tmp_path / "loop")],
@@ -303,4 +321,4 @@ def test_bench_flower_on_a_fleet_in_flowers_simulation(tmp_path):
             assert flower_row[col] == loop_row[col], col
         assert float(flower_row["round_wall_s"]) + float(loop_row["server_s"]) == pytest.approx(
             float(loop_row["round_wall_s"]), rel=1e-12)  # Flower's aggregation is not priced
-        assert abs(float(flower_row["accuracy"]) - float(loop_row["accuracy"])) <= 0.02
+        assert flower_row["accuracy"] == loop_row["accuracy"]

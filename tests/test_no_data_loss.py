@@ -235,7 +235,7 @@ KINDS = {
 
 def fl_hash(root: Path) -> str:
     """The config hash ``bench.fl --preset <tiny>`` gives its folder (``bench.fl``'s own resolve)."""
-    return outputs.config_hash(fl_cli.resolve(fl_cli.parser().parse_args(["--preset", tiny_preset(root)])).config())
+    return outputs.config_hash(fl_cli.run_of(fl_cli.parser().parse_args(["--preset", tiny_preset(root)])).identity())
 
 
 def make_folder(root: Path, kind: Kind) -> Path:

@@ -265,13 +265,13 @@ def test_a_run_names_its_format_once_and_refuses_bad_ones():
 
 
 def test_a_grid_point_takes_a_number_format():
-    from bench.lib.run.config import resolve
+    from bench.lib.run.config import resolved_runs
     from bench.lib.run.study import point_config
 
     cfg = point_config({"model": "convnet", "number_format": "bfp_m4_g16", "preset": "smoke", "device": "cpu"})
-    resolved = resolve(cfg)
+    resolved = resolved_runs(cfg)[0]
     assert resolved.execution.number_format == "bfp_m4_g16"
     # priced on the hardware computing in the format: 1-byte words, BFP's MAC energy
     assert resolved.hw.word_bytes == 1 and resolved.hw.energy.mac_pj < 0.2
     with pytest.raises(ValueError, match="number format 'int8'"):
-        resolve(point_config({"model": "convnet", "number_format": "int8", "preset": "smoke", "device": "cpu"}))
+        resolved_runs(point_config({"model": "convnet", "number_format": "int8", "preset": "smoke", "device": "cpu"}))

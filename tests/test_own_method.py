@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 
 import bench.fl.__main__ as fl_cli
 from bench.lib.results import load_summary
+from workloads.models import Head
 from workloads.fl.hparams import Hparams
 from workloads.fl import methods
 from workloads.fl.methods import MethodError, parse_method
@@ -46,7 +48,6 @@ SOURCE = textwrap.dedent('''
         """Each client keeps its last local drift w_t - y and pulls against it: <mu d, w>."""
         knobs = (non_negative("drift_mu", 0.1, "test: the weight of the drift term"),)
         anchored = True  # after_training reads w_t
-        flower_strategy = None  # its clients keep state
 
         def initial_client_state(self, model, hp):
             return {n: torch.zeros_like(p).detach() for n, p in model.named_parameters() if p.requires_grad}
@@ -220,16 +221,43 @@ def test_an_own_method_in_a_study_file_and_its_run_points(own):
     assert check_method(METHOD, "space.toml") == METHOD
 
 
-def test_the_flower_app_asks_the_method(own):
+@pytest.mark.slow  # 15 s at load 10: Flower, the data and the loop, first in a process
+def test_the_flower_app_runs_an_own_stateful_method_as_the_loop_does(own, monkeypatch):
+    """Under Flower (the example's ClientApp and strategy on an in-process grid, no Ray) the
+    stateful method of yours keeps its state from round 1 to round 2 and ends with our loop's
+    weights bit for bit (tests/test_flower_methods.py does the same for the built-in ones)."""
     pytest.importorskip("flwr", reason="the Flower example is an optional extra: pip install -e '.[flower]'")
-    from workloads.flower.app import check_methods
+    from flwr.supercore.task_identity import TaskIdentity
 
-    check_methods(("fedavg", "fedprox+spherefed"))  # their declared strategy: Flower's FedAvg
-    for name, message in ((METHOD, r"sends more than the model \(plus_norm, plus_steps\)"),
-                          ("fednova", "server rule is a Flower strategy"),  # it declares none
-                          ("spherefed+ffc", "with no calibration")):
-        with pytest.raises(ValueError, match=message):
-            check_methods((name,))
+    from bench.lib.fl import pipeline
+    from bench.lib.resolve import resolve
+    from bench.lib.spec import RunSpec
+    from tests.flower_grid import InProcessGrid
+    from workloads.fl.loop import run_method
+    from workloads.flower import app
+    from workloads.flower.fleet import client_nodes
+
+    for name in ("_run_id", "_node_id", "_task_id"):  # what Flower's server runtime sets
+        monkeypatch.setattr(TaskIdentity, name, 1)
+    app.check_methods(("fedavg", METHOD, STATEFUL, "fednova"))  # each runs through its own hooks
+    with pytest.raises(ValueError, match="calibration"):
+        app.check_methods(("spherefed+ffc",))
+    with pytest.raises(ValueError, match="fleet"):
+        app.check_methods(("heterofl",), fleet=True)
+    run = app.FlowerRun(str(own / "preset.toml"), "convnet", (STATEFUL,), num_clients=3, rounds=2, seed=0)
+    grid = InProcessGrid(app.client_app(run, None), {5: 0, 6: 1, 7: 2})
+    resolved = resolve(RunSpec(preset=str(own / "preset.toml"), methods=(STATEFUL,), rounds=2))
+    inputs = pipeline.load(resolved)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # two threads stall on the shared 2-core machine
+    try:
+        weights = app.train_method(grid, run, STATEFUL, client_nodes(grid, 3)).arrays.to_torch_state_dict()
+        assert sorted((own / "state_seen.txt").read_text().split()) == ["1:False"] * 3 + ["2:True"] * 3
+        loop = run_method(parse_method(STATEFUL), model_fn=lambda: inputs.build(Head()), train=inputs.train,
+                          test=inputs.test, parts=inputs.parts, cfg=inputs.fl, hp=resolved.hparams[STATEFUL])
+    finally:
+        torch.set_num_threads(threads)
+    assert weights.keys() == loop.weights.keys() and all(torch.equal(weights[k], v) for k, v in loop.weights.items())
 
 
 @pytest.mark.slow

@@ -8,10 +8,10 @@ import torch
 
 from accel_sim.hardware import HardwareConfig
 from bench.lib import spec
-from bench.lib.fl import pipeline
+from bench.lib.resolve import resolve
 from bench.lib.run.study import point_config
 from fl_standins import TinyNet, blobs
-from workloads.cost.rounds import RunPricer, RunSpec, client_devices, devices_by_round, price_run
+from workloads.cost.rounds import PricedModel, RunPricer, client_devices, devices_by_round, price_run
 from workloads.cost.system import SystemModel
 from workloads.fl.execution import Execution, execution_of, preset_options
 from workloads.fl.hparams import FLConfig, Hparams
@@ -85,7 +85,7 @@ def test_each_round_is_priced_in_its_own_format():
     result = run_method(parse_method("fedavg"), model_fn=lambda: TinyNet(), train=TRAIN, test=TEST, parts=PARTS,
                         cfg=CFG, hp=HP, execution=Execution(precision_schedule=SCHEDULE))
     method, hw, system = parse_method("fedavg"), HardwareConfig(), SystemModel()
-    pricer = RunPricer(RunSpec(lambda head: TinyNet(head=head), "tinynet", (3, 2, 2), 4, 0))
+    pricer = RunPricer(PricedModel(lambda head: TinyNet(head=head), "tinynet", (3, 2, 2), 4, 0))
     labels = [TRAIN.y.numpy()[p] for p in PARTS]
 
     def in_format(fmt):
@@ -138,7 +138,7 @@ def test_a_schedule_beside_another_format_source_is_refused_before_training():
         preset_options({"precision_schedule": "1:nope"}, where="p.toml")
     # a step after the preset's last round, from the command line, before any data is loaded
     with pytest.raises(ValueError, match="after the run's last round"):
-        pipeline.resolve(spec.RunSpec(preset="quick", precision_schedule="1:bf16,100000:fp32", device="cpu"))
+        resolve(spec.RunSpec(preset="quick", precision_schedule="1:bf16,100000:fp32", device="cpu"))
 
 
 def test_a_study_setting_may_name_a_schedule_laid_out_over_the_studys_rounds():

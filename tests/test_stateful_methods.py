@@ -250,7 +250,7 @@ def test_a_fleets_memory_limit_sees_moons_extra_models():
 
     train, test = load_dataset("digits", image_size=16)
     digits = subset(train, 120, 0, "train"), subset(test, 40, 1, "test")
-    pricer = RunPricer(run_inputs(digits).run_spec())
+    pricer = RunPricer(run_inputs(digits).priced_model())
     n = max(len(p) for p in run_inputs(digits).parts)
     peak = {name: pricer.peak_memory_bytes(parse_method(name), FLEET_HP, n, 1, HardwareConfig())
             for name in ("fedavg", "moon")}

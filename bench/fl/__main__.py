@@ -43,6 +43,7 @@ from typing import Iterator, Sequence
 
 from bench.lib import spec
 from bench.lib.fl import pipeline
+from bench.lib.resolve import ResolvedRun, resolve
 from bench.lib.results import FORMAT_VERSION
 from iokit import checks, cli, outputs
 
@@ -71,9 +72,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser().parse_args(argv)
     with cli.bad_input():
-        run = resolve(args)
-        out = outputs.out_folder(args.out, f"results/fl/{run.preset.name}-seed{run.cfg.seed}")
-        config_sha = outputs.config_hash(run.config())
+        run = run_of(args)
+        out = outputs.out_folder(args.out, f"results/fl/{run.preset.name}-seed{run.fl.seed}")
+        config_sha = outputs.config_hash(run.identity())
         earlier = outputs.check_out(out, command=pipeline.COMMAND, overwrite=args.overwrite,
                                     resume_hash=config_sha if args.resume else None,
                                     resume_files=checkpoint_files(run))
@@ -87,31 +88,32 @@ def main(argv: Sequence[str] | None = None) -> int:
             torch.set_num_threads(args.threads)
         if args.resume:
             pipeline.check_checkpoints(run, out / CHECKPOINTS)
-        data = pipeline.load(run)
+        inputs = pipeline.load(run)
     with outputs.claim(out):
         start_run_folder(out, config_sha, earlier, run)
         with cli.run_failure(), settled(out):
-            trained = pipeline.train(run, data, progress=args.progress or sys.stderr.isatty(),
+            trained = pipeline.train(run, inputs, progress=args.progress or sys.stderr.isatty(),
                                      checkpoints=out / CHECKPOINTS, resume=args.resume)
-            doc = pipeline.results_doc(run, data, trained, shlex.join(["python", "-m", "bench.fl", *argv]))
-            outputs.write_results_dir(out, lambda tmp: pipeline.write(tmp, run, data, trained, doc),
+            doc = pipeline.results_doc(run, inputs, trained, shlex.join(["python", "-m", "bench.fl", *argv]))
+            outputs.write_results_dir(out, lambda tmp: pipeline.write(tmp, run, inputs, trained, doc),
                                       command=pipeline.COMMAND, config_sha256=config_sha, version=FORMAT_VERSION,
                                       replace=True)
     print(f"wrote {out}/{', '.join(pipeline.written_files(run))}", file=sys.stderr)
     return 0
 
 
-def resolve(args) -> pipeline.FLRun:
-    """The run the parsed command line ``args`` describes (its config hash identifies its folder)."""
-    return pipeline.resolve(spec.from_args(args, spec.FL))
+def run_of(args) -> ResolvedRun:
+    """The run the parsed command line ``args`` describes (``bench.lib.resolve.resolve``; the hash of
+    its ``identity`` identifies its folder)."""
+    return resolve(spec.from_args(args, spec.FL))
 
 
-def checkpoint_files(run: pipeline.FLRun) -> tuple[str, ...]:
+def checkpoint_files(run: ResolvedRun) -> tuple[str, ...]:
     """Every method's checkpoint file, relative to ``--out``."""
     return tuple(pipeline.checkpoint_path(Path(CHECKPOINTS), m).as_posix() for m in run.methods)
 
 
-def start_run_folder(out: Path, config_sha: str, earlier: outputs.Manifest | None, run: pipeline.FLRun) -> None:
+def start_run_folder(out: Path, config_sha: str, earlier: outputs.Manifest | None, run: ResolvedRun) -> None:
     """``out`` as the running run's folder: its manifest says a run of this config is in progress
     and lists every method's checkpoint file, file by file (the files an earlier folder of
     ``bench.fl`` listed stay listed, so that ``--overwrite`` or ``--resume`` can still replace them at

@@ -31,8 +31,7 @@ from typing import Sequence
 
 from bench.flower.simulation import LOG, simulate
 from bench.lib import spec
-from bench.lib.fl.pipeline import fleet_record, method_list
-from bench.lib.resolve import load_spec, preset_of
+from bench.lib.resolve import fleet_record, preset_of, resolve
 from bench.lib.results import FORMAT_VERSION
 from iokit import cli, outputs
 from iokit.files import atomic_write_text
@@ -112,30 +111,43 @@ def check_rounds(folder: Path, expected: int) -> list[list[str]]:
     return rows
 
 
-def resolve(run_spec: spec.RunSpec, clients: int):
+def flower_run(run_spec: spec.RunSpec, clients: int):
     """``bench.flower``'s run: ``run_spec`` on its preset with ``clients`` clients, resolved as every
-    run is (``bench.lib.resolve``: the hardware, system and fleet files, each checked), its methods
-    those the Flower example runs and its model built on the run's data, before Ray starts;
-    (``FlowerRun``, the hardware file, the fleet or None). ValueError naming the flag."""
+    run is (``bench.lib.resolve.resolve``: the hardware, system and fleet files, each checked), its
+    methods those the Flower example runs and its model built on the run's data, before Ray starts;
+    (``FlowerRun``, the hardware file, the ``ResolvedRun``). ValueError naming the flag."""
     from accel_sim.hardware import load_hardware_config
 
-    method_list(run_spec.methods)  # each a method, each once, separated by spaces
-    methods = tuple(run_spec.methods)
     if run_spec.fleet_path is not None and run_spec.hw_path is not None:
         raise ValueError(f"--fleet {run_spec.fleet_path} and --hw {run_spec.hw_path}: a fleet gives every client's "
                          "accelerator (and Flower's aggregation is not priced); leave --hw out")
-    preset = preset_of(run_spec, model=run_spec.models[0], num_clients=clients)
-    loaded = load_spec(run_spec, preset)
+    resolved = resolve(run_spec, command=COMMAND,
+                       preset=preset_of(run_spec, model=run_spec.models[0], num_clients=clients))
+    if resolved.execution.rounds_arithmetic or resolved.execution.comm_format != "fp32":
+        raise ValueError(f"preset {resolved.preset.name}'s [execution] sets a number format: the Flower example "
+                         "trains and sends in FP32; train it with python -m bench.fl")
     from workloads.flower import app  # Flower itself: after every check that needs none of it
 
-    app.check_methods(methods)
+    methods = tuple(run_spec.methods)  # as given: the Flower app names each method so
+    app.check_methods(methods, fleet=run_spec.fleet_path is not None)
     hw = str(run_spec.hw_path or DEFAULT_HW)
     load_hardware_config(hw)  # fail here, not inside a Ray actor
-    run = app.FlowerRun(run_spec.preset, preset.fl.model, methods, clients, preset.fl.rounds, preset.fl.seed)
+    run = app.FlowerRun(run_spec.preset, resolved.fl.model, methods, clients, resolved.fl.rounds, resolved.fl.seed)
     run.setting()
     for name in methods:  # the model on the run's data: a paper model or package.module:factory (docs/byom.md)
         app.new_model(run, run.method(name)[0])
-    return run, hw, loaded.fleet
+    return run, hw, resolved
+
+
+def config_of(run, hw: str, resolved, planned=None) -> dict:
+    """What ``bench.flower`` hashes into its folder's manifest: the Flower run, its files, a fleet's
+    record, and every run option set beyond them (``Execution.run_options``, only where set: a
+    folder without one keeps its hash)."""
+    options = dict(resolved.execution.run_options)
+    return {"model": run.model, "methods": run.methods, "clients": run.num_clients, "rounds": run.rounds,
+            "preset": run.preset, "seed": run.seed, "hw": hw, "system": str(resolved.spec.system_path),
+            **({} if planned is None else {"fleet": fleet_record(resolved.fleet, planned.classes)}),
+            **({"run_options": options} if options else {})}
 
 
 @cli.command("interrupted; the simulation was stopped, nothing written")
@@ -154,17 +166,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     with cli.bad_input():
         run_spec = spec.from_args(args, COMMAND)
         out = outputs.out_folder(args.out, ROOT / "results" / "flower" / f"{run_spec.models[0]}-seed{run_spec.seed}")
-        run, hw, fleet = resolve(run_spec, args.clients)
+        run, hw, resolved = flower_run(run_spec, args.clients)
+        fleet = resolved.fleet
         outputs.check_out(out, command=COMMAND, overwrite=args.overwrite)
     planned = None
     if fleet is not None:
         with cli.run_failure():  # who arrives in each round, from deterministic prices, before Ray starts
-            planned = fleet_run(run, fleet)
+            planned = fleet_run(resolved)
         for name, plan in planned.plans.items():
             print(f"{name:28s} {summary_line(plan.summary(fleet))}", file=sys.stderr)
-    config = {"model": run.model, "methods": run.methods, "clients": run.num_clients, "rounds": run.rounds,
-              "preset": run.preset, "seed": run.seed, "hw": hw, "system": str(run_spec.system_path),
-              **({} if planned is None else {"fleet": fleet_record(fleet, planned.classes)})}
+    config = config_of(run, hw, resolved, planned)
     rows: list[list[str]] = []
 
     def build(tmp: Path) -> None:

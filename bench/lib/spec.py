@@ -58,9 +58,13 @@ class Flag:
 
 
 def flag(*names: str, help: str, default: Any = None, commands: tuple[str, ...] = (RUN, FL),
-         to_field: Callable[[Any], Any] | None = None, unset: str | None = None, **settings: Any) -> Any:
-    """A ``RunSpec`` field (default ``default``) whose flag is ``names`` (module doc)."""
-    return field(default=default, metadata={"flag": Flag(names, help, settings, commands, to_field, unset)})
+         to_field: Callable[[Any], Any] | None = None, unset: str | None = None, resource: bool = False,
+         **settings: Any) -> Any:
+    """A ``RunSpec`` field (default ``default``) whose flag is ``names`` (module doc); ``resource``:
+    how much of the machine a run uses, not what it computes, so never part of a run's identity
+    (``identity_fields``)."""
+    return field(default=default, metadata={"flag": Flag(names, help, settings, commands, to_field, unset),
+                                            "resource": resource})
 
 
 def _tuple(value: Any) -> Any:
@@ -120,7 +124,7 @@ class RunSpec:
                         help=f"classes of the priced figures (at most {checks.CLASSES_MAX:,})")
     compare_hw: tuple[str, ...] = ()  # every --hw when several are given (bench.run); the first is hw_path
     workers: int | None = flag(
-        "--workers", type=cli.int_in(1, checks.WORKERS_MAX), metavar="N", commands=(RUN,),
+        "--workers", type=cli.int_in(1, checks.WORKERS_MAX), metavar="N", commands=(RUN,), resource=True,
         help="work side by side in N processes: bench.run, bench.study and bench.grid their runs (bench.run gives "
              "each cores/N torch threads, a study's or grid's run its --resources-per-run cpus; on a GPU the N share "
              "it), bench.dse chunks of the design space; 1: one after another in this process")
@@ -149,7 +153,7 @@ class RunSpec:
              "sequential loop's results, bit for bit on the CPU, where it gains nothing); a run it cannot record "
              "says so and trains as before (docs/fl.md, \"A recorded step\"; default: the preset's, else off)")
     client_threads: int = flag(
-        "--client-threads", type=cli.int_in(1, checks.THREADS_MAX), default=1, metavar="N",
+        "--client-threads", type=cli.int_in(1, checks.THREADS_MAX), default=1, metavar="N", resource=True,
         help="train N of each round's clients at once, each on its own thread (and CUDA stream on a GPU); the "
              "sequential loop's code per client, equal to one after another bit for bit on the CPU; with --threads 1 "
              "on a CPU of N cores (docs/fl.md, \"Clients at once\"); 1: one after another")
@@ -209,13 +213,55 @@ class RunSpec:
 
     def execution(self, preset) -> Execution:
         """Where and how the runs train: ``device``, and each option from its flag or the preset's
-        ``[execution]`` table (``workloads.fl.execution.execution_of``)."""
+        ``[execution]`` table (``workloads.fl.execution.execution_of``), and every run option set
+        beyond them (``run_options``), which the trainer reads by name (``Execution.run_option``)."""
         return replace(execution_of(self.device, self.execution_flags, preset.execution, rounds=preset.fl.rounds),
-                       client_threads=self.client_threads)
+                       client_threads=self.client_threads, run_options=self.run_options())
+
+    def run_options(self) -> tuple[tuple[str, Any], ...]:
+        """(name, value) of every field of ``identity_fields`` set to another value than its default:
+        a run option added as one field reaches the trainer (``Execution.run_options``) and every
+        identity (``bench.fl``'s folder hash, the checkpoint's fingerprint, ``results.json``) by it;
+        a field at its default is left out, so every run without it keeps its identity."""
+        return tuple((f.name, _frozen(getattr(self, f.name))) for f in fields(self)
+                     if f.name in identity_fields(type(self)) and getattr(self, f.name) != _field_default(f))
 
     def model_spec(self, model: str, input_shape: tuple[int, ...] | None = None) -> ModelSpec:
         """``model`` at ``input_shape`` (default: ``input_shape``, else 3x32x32) with ``classifier``."""
         return ModelSpec(model, input_shape or self.input_shape or DEFAULT_INPUT_SHAPE, self.classifier)
+
+
+RESOLVED_FIELDS = ("models", "methods", "batch_size", "seed", "preset", "data_dir", "hw_path", "alpha",
+                   "target_accuracy_pct", "system_path", "input_shape", "classifier", "classes", "compare_hw", "device",
+                   *SETTINGS, "fleet_path", "deadline_s", "overcommit", "rounds", "holdout", "lr_from")
+"""The fields that reach a run's identity through what they resolve to, as they did before identities
+came from the fields (so their runs keep their ids): the preset's ``FLConfig`` (preset, seed, rounds,
+hold-out, alpha, model), the methods and their hyper-parameters (``lr_from``), the hardware, the
+system, the fleet and its round rule, the execution options (``workloads.fl.execution.SETTINGS``),
+``bench.run``'s priced shapes (its summary records every field), and where the data is read
+(``data_dir``: a location, the dataset is the preset's)."""
+
+
+def identity_fields(cls: type = None) -> tuple[str, ...]:
+    """The fields of ``cls`` (default ``RunSpec``) whose own value is part of a run's identity: every
+    field but ``RESOLVED_FIELDS`` and those declared ``resource`` (``flag(resource=True)``: threads,
+    workers, client threads), so a field added to ``RunSpec`` is one by default."""
+    return tuple(f.name for f in fields(cls or RunSpec)
+                 if f.name not in RESOLVED_FIELDS and not f.metadata.get("resource", False))
+
+
+def is_resource(name: str, cls: type = None) -> bool:
+    """Whether field ``name`` is declared a resource (``flag(resource=True)``)."""
+    return next(f for f in fields(cls or RunSpec) if f.name == name).metadata.get("resource", False)
+
+
+def _frozen(value: Any) -> Any:
+    """A list (a flag of several values) as a tuple: an ``Execution`` stays hashable."""
+    return tuple(value) if isinstance(value, list) else value
+
+
+def _field_default(f) -> Any:
+    return None if f.default is MISSING else f.default
 
 
 COMMAND_DEFAULTS = {RUN: {"methods": ("fedavg", "spherefed", "ccvr", "ffc"), "lr_from": "study"}}

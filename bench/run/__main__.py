@@ -32,7 +32,7 @@ from pathlib import Path
 from bench.lib import spec
 from bench.lib.results import FORMAT_VERSION
 from bench.lib.run import compare_hw, formats
-from bench.lib.run.config import load_accuracy_data, resolve
+from bench.lib.run.config import load_accuracy_data, resolved_runs
 from bench.lib.run.figures import ledger_mismatches
 from bench.lib.run.study import run_study, write_files
 from bench.run.table import format_rates, format_references, format_table
@@ -72,12 +72,12 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(out_text)
     with cli.bad_input():
         outputs.check_out(out, command=COMMAND, overwrite=overwrite)
-        resolved = resolve(cfg)
-        data = load_accuracy_data(resolved)
+        runs = resolved_runs(cfg)
+        data = load_accuracy_data(runs)
     with outputs.claim(out):
         progress = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
         with cli.run_failure():
-            study = run_study(resolved, data, progress, shlex.join(["python", "-m", "bench.run", *argv]))
+            study = run_study(runs, data, progress, shlex.join(["python", "-m", "bench.run", *argv]))
             outputs.write_results_dir(out, lambda tmp: write_files(tmp, study), command=COMMAND,
                                       config_sha256=outputs.config_hash(study.summary["config"]),
                                       version=FORMAT_VERSION, replace=overwrite)

@@ -85,7 +85,7 @@ def epoch_batch_sizes(n: int, batch_size: int) -> list[int]:
 
 
 @dataclass(frozen=True)
-class RunSpec:
+class PricedModel:
     """What the priced work looks like: the run's model factory (``model_fn(head)``, the method's ``workloads.models.Head``, unprepared),
     its input shape and classes, and the seed the loop builds models with."""
 
@@ -111,7 +111,7 @@ class RunPricer:
     """Prices of one run's distinct pieces of work, each captured once and shared by all the
     methods of the run (a cache of prices, not of results)."""
 
-    def __init__(self, spec: RunSpec) -> None:
+    def __init__(self, spec: PricedModel) -> None:
         self.spec = spec
         self._models: dict[tuple, nn.Module] = {}
         self._traces: dict[tuple, object] = {}

@@ -63,7 +63,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
-from typing import Mapping
+from typing import Any, Mapping
 
 import torch
 
@@ -96,6 +96,7 @@ class Execution:
     clients_together: bool = False  # a round's clients trained as one batched computation (workloads.fl.together)
     client_threads: int = 1  # a round's clients trained this many at once, each on its own thread (workloads.fl.threads)
     capture_step: bool = False  # the local step recorded once a round and replayed, a CUDA graph on a GPU (workloads.fl.capture)
+    run_options: tuple[tuple[str, Any], ...] = ()  # (name, value) of every run option set beyond these (run_option)
 
     def __post_init__(self) -> None:
         fmt = NumberFormat.parse(self.number_format)  # NumberFormatError (a ValueError) names a bad one
@@ -171,9 +172,16 @@ class Execution:
         """The options as a dict, for identities (checkpoint fingerprints, study points) and results
         files: ``number_format`` and ``comm_format`` only where they are not ``fp32``, so that runs
         from before number formats keep their identity."""
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()
+        return {k: dict(v) if k == "run_options" else list(v) if isinstance(v, tuple) else v
+                for k, v in asdict(self).items()
                 if not (k in FORMAT_SETTINGS and v == "fp32") and not (k in RECIPE_SETTINGS and not v)
                 and k not in RESOURCE_SETTINGS}
+
+    def run_option(self, name: str, default: Any = None) -> Any:
+        """The value of a run option that no field here holds (``run_options``: a field added to
+        ``bench.lib.spec.RunSpec``, carried here by its declaration alone), else ``default``; what
+        the code acting on a new option reads (docs/cli.md, "Adding a run option")."""
+        return dict(self.run_options).get(name, default)
 
     @property
     def torch_device(self) -> torch.device:
@@ -193,7 +201,8 @@ class Execution:
                 "capture_step": self.capture_step,
                 **({"precision_schedule": self.precision_schedule} if self.precision_schedule else {}),
                 **({"client_formats": list(self.client_formats)} if self.client_formats else {}),
-                **({"client_widths": list(self.client_widths)} if self.client_widths else {})}
+                **({"client_widths": list(self.client_widths)} if self.client_widths else {}),
+                **({"run_options": dict(self.run_options)} if self.run_options else {})}
 
 
 KERNEL_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_CBWR", "OMP_NUM_THREADS")
@@ -329,7 +338,7 @@ def random_crop_flip(x: torch.Tensor, generator: torch.Generator, padding: int =
 OPTIONS = ("augment", "channels_last", "bf16", "compile", "low_precision_weights",
            "clients_together", "capture_step")  # a preset's [execution] switches
 RECIPE_SETTINGS = ("client_formats", "client_widths", "low_precision_weights", "server_average", "precision_schedule", "clients_together",
-                   "capture_step")
+                   "capture_step", "run_options")
 """Recorded in a run's identity only where set, so that runs from before them keep theirs."""
 FORMAT_SETTINGS = ("number_format", "comm_format")
 RESOURCE_SETTINGS = ("client_threads",)

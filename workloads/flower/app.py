@@ -1,15 +1,18 @@
-"""The example Flower app: FedAvg / SphereFed on the offline digits, priced on the accelerator.
+"""The example Flower app: every built-in method on the offline digits, priced on the accelerator.
 
 A ``ClientApp`` and a ``ServerApp`` written as a Flower user writes them (Message API, Flower
 1.41), with the accelerator's cost added by the few lines ``workloads.flower.mod`` describes.
-What they train is ours: the model (``workloads.models.build_model``), the method's preparation
-and step (``workloads.fl.local``: SphereFed's frozen orthonormal classifier, FeatureNorm and MSE
-loss; FedProx's proximal term), the data and its split (the ``small`` preset: scikit-learn digits
-at 16x16, Dirichlet partition), the per-method hyper-parameters and cosine learning rate. The
-server runs Flower's own ``FedAvg`` strategy, one method after the other in one simulation, with
-every client sampled each round (on a fleet: the participation plan's arrivals, through
-``workloads.flower.fleet.PlannedStrategy``) and a centralized evaluation on the global test set
-after each round (``evaluate_fn``); the clients run no evaluation.
+What they train is ours: the model (``workloads.models.build_model``), the method's preparation,
+step and hooks (``workloads.fl.local``, ``workloads.fl.methods``), the data and its split (the
+``small`` preset: scikit-learn digits at 16x16, Dirichlet partition), the per-method
+hyper-parameters and cosine learning rate. The server runs each method in turn, in one simulation,
+on ``workloads.flower.strategy.MethodStrategy``: Flower's ``FedAvg`` sampling with the method's own
+server rule, extras and state; each client keeps its method state (SCAFFOLD's c_i, FedDyn's
+gradient term, MOON's previous model) and local parts (a double head's) in its node's
+``Context.state``. Every client is sampled each round (on a fleet: the participation plan's
+arrivals, through ``workloads.flower.fleet.PlannedStrategy``), and the global model is evaluated on
+the global test set after each round (``evaluate_fn``); the clients run no evaluation. Not here:
+calibrations (their round after the last) and width-scaled methods on a fleet (``check_methods``).
 """
 
 from __future__ import annotations
@@ -18,13 +21,13 @@ import functools
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
-from flwr.serverapp.strategy import FedAvg
+from flwr.serverapp.strategy import Result
 
 from workloads.cost.step import held_step
 from workloads.cost.system import SystemModel
@@ -34,17 +37,18 @@ from workloads.flower.fleet import (FleetRun, PlannedStrategy, client_index_repl
 from workloads.flower.ledger import write_clients_csv, write_rounds_csv
 from workloads.flower.meter import metered_step
 from workloads.flower.mod import AccelMod, accel_train_metrics, client_index, flower_client_rows, flower_ledger_rows
+from workloads.flower.strategy import STEPS_KEY, MethodStrategy, extra_record, extras_of
 from workloads.fl.hparams import FLConfig, Hparams
-from workloads.fl.local import client_trainer, prepare_model
-from workloads.fl.loop import batch_starts, cosine_lr, derived_seed, evaluate
+from workloads.fl.local import client_trainer, example_received, prepare_model
+from workloads.fl.loop import DRAWS_STREAM, batch_starts, cosine_lr, derived_seed, evaluate
 from workloads.fl.methods import MethodConfig, parse_method
+from workloads.fl.methods.base import frozen_keys
 from workloads.fl.presets import client_data, load_data, load_preset
 from workloads.model_spec import ModelSpec, build
 
-STRATEGIES = {"FedAvg": FedAvg}
-"""The Flower strategies the example runs a method on, by the name a method declares as its
-``flower_strategy`` (the strategy whose server rule is its ``aggregate``: FedAvg's sample-weighted
-average for FedAvg and FedProx, which differs on the client only)."""
+METHOD_STATE = "method-state"  # Context.state record: the method's client state (``after_training``'s)
+LOCAL_PARTS = "local-parts"  # Context.state record: the client's never-sent parts (a double head's local head)
+MetricsAggregation = Callable[[list[RecordDict], str], MetricRecord]
 
 
 @dataclass(frozen=True)
@@ -63,22 +67,22 @@ class FlowerRun:
         return _setting(self)
 
     def method(self, name: str) -> tuple[MethodConfig, Hparams]:
-        return parse_method(name), self.setting()[1][name]
+        """The method and its hyper-parameters, its knobs declared (as ``run_method`` declares them)."""
+        method = parse_method(name)
+        return method, self.setting()[1][name].with_knobs(method.knobs)
 
 
-def check_methods(names: tuple[str, ...]) -> None:
-    """Only methods that declare a Flower strategy the example has, and need no calibration round."""
+def check_methods(names: tuple[str, ...], *, fleet: bool = False) -> None:
+    """Every method runs but those that need what the example does not run: a calibration round
+    after the last, or (on a fleet) submodels sized to each client's class. ValueError naming it."""
     for name in names:
         m = parse_method(name)
-        if m.algo.flower_strategy not in STRATEGIES or m.calibration:
-            raise ValueError(f"method {name!r}: the Flower example runs methods whose server rule is a Flower "
-                             f"strategy ({', '.join(STRATEGIES)}: fedavg, fedprox, optionally +spherefed), with no "
-                             "calibration")
-        extras = (*m.algo.upload_extras, *m.algo.extra_downloads(2), *m.algo.extra_uploads(2))
-        if extras:  # a Flower message here carries the model only
-            sent = ", ".join(extras)
-            raise ValueError(f"method {name!r} sends more than the model ({sent}), which the Flower example does "
-                             "not carry; run it with bench.fl")
+        if m.calibration:
+            raise ValueError(f"method {name!r}: its calibration ({m.calibration}) runs a round after the last, which "
+                             "the Flower example does not; run it with bench.fl")
+        if fleet and m.algo.sized_to_device:
+            raise ValueError(f"method {name!r} trains submodels sized to each fleet class, which the Flower example "
+                             "does not send; run it without --fleet, or with bench.fl")
 
 
 @functools.cache
@@ -110,34 +114,66 @@ def new_model(run: FlowerRun, method: MethodConfig) -> torch.nn.Module:
     return prepare_model(model, method, seed=run.seed)
 
 
-def shared_state(model: torch.nn.Module, method: MethodConfig, hp: Hparams, round: int) -> dict[str, torch.Tensor]:
-    """What the client and the server exchange: the method's shared keys (SphereFed's fixed
-    classifier is rebuilt from the seed, never sent)."""
-    state = model.state_dict()
-    return {k: state[k].detach().clone() for k in method.algo.shared_keys(model, round, hp)}
+def kept_record(method: str, record: str) -> str:
+    """The name in a node's ``Context.state`` of what its client keeps for ``method`` (``METHOD_STATE``
+    or ``LOCAL_PARTS``): one per method, as the node's context lives through every method of the run."""
+    return f"{method}/{record}"
 
 
-def local_training(run: FlowerRun, name: str, client: int, round: int, arrays: ArrayRecord) -> tuple[dict, int, float]:
-    """One client's local epochs from the downloaded ``arrays``: (shared state, samples, mean loss)."""
+def _kept(kept: RecordDict, method: str, record: str) -> dict[str, torch.Tensor] | None:
+    name = kept_record(method, record)
+    return kept[name].to_torch_state_dict() if name in kept.array_records else None
+
+
+def local_training(run: FlowerRun, client: int, content: RecordDict, kept: RecordDict) -> RecordDict:
+    """Client ``client``'s round from its train message's ``content``: its local epochs as our loop
+    trains them (the method's trainer with what it received and what it kept), then the method's
+    ``after_training``; returns the reply's content (the shared state, the extra uploads, the
+    metrics) and keeps the client's method state and local parts in ``kept`` (its node's
+    ``Context.state``)."""
+    config = content["config"]
+    name, t = str(config["method"]), int(config["server-round"])
     method, hp = run.method(name)
+    algo = method.algo
     train, _, parts = _data(run)
     idx = torch.as_tensor(parts[client], dtype=torch.long)
     x, y = train.x[idx], train.y[idx]
     model = new_model(run, method)
-    model.load_state_dict({**model.state_dict(), **arrays.to_torch_state_dict()})
+    down = content["arrays"].to_torch_state_dict()
+    model.load_state_dict({**model.state_dict(), **(_kept(kept, name, LOCAL_PARTS) or {}), **down})
     model.train()
-    lr = cosine_lr(hp.lr, hp.lr_min, round, run.rounds)
-    step = metered_step(lambda m: held_step(client_trainer(m, m.state_dict(), hp, method, round=round, lr=lr)), model,
-                        key=method.name)
-    gen = torch.Generator().manual_seed(derived_seed(run.seed, round, client))
+    lr = cosine_lr(hp.lr, hp.lr_min, t, run.rounds)
+    trainer = client_trainer(model, down, hp, method, round=t, lr=lr, received=extras_of(content, algo.extra_downloads(t)),
+                             state=_kept(kept, name, METHOD_STATE),
+                             draws=torch.Generator().manual_seed(derived_seed(run.seed, t, client, DRAWS_STREAM)))
+
+    def make_step(m: torch.nn.Module):  # the real model's trainer; on the meter's meta copy, one like it
+        return held_step(trainer if m is model else client_trainer(
+            m, m.state_dict(), hp, method, round=t, lr=lr, received=example_received(m, method, hp, t)))
+
+    step = metered_step(make_step, model, key=method.name)
+    gen = torch.Generator().manual_seed(derived_seed(run.seed, t, client))
     starts, losses = batch_starts(len(y), hp.batch_size), []
     for _ in range(hp.local_epochs):
         order = torch.randperm(len(y), generator=gen)
         losses += [step(x[order[s:s + hp.batch_size]], y[order[s:s + hp.batch_size]]) for s in starts]
     loss = float(torch.stack(losses).mean())
     if not math.isfinite(loss):
-        raise FloatingPointError(f"non-finite loss: client {client}, round {round}, {name} (lr={lr:g})")
-    return shared_state(model, method, hp, round), len(y), loss
+        raise FloatingPointError(f"non-finite loss: client {client}, round {t}, {name} (lr={lr:g})")
+    own, uploads = algo.after_training(model, trainer.ctx, len(losses), hp)
+    if sorted(uploads) != sorted(algo.extra_uploads(t)):
+        raise ValueError(f"method {name!r}: after_training in round {t} gave groups {sorted(uploads)}, but it declares "
+                         f"{sorted(algo.extra_uploads(t))} (extra_uploads)")
+    state = model.state_dict()
+    shared = algo.shared_keys(model, t, hp)
+    elsewhere = set(shared) | frozen_keys(model)  # sent, or rebuilt from the seed
+    local = {k: v.detach().clone() for k, v in state.items() if k not in elsewhere}
+    for record, tensors in ((METHOD_STATE, own), (LOCAL_PARTS, local)):
+        if tensors:  # as the loop keeps them: only what a client has
+            kept[kept_record(name, record)] = ArrayRecord(dict(tensors))
+    up = algo.payload(model, {k: state[k].detach().clone() for k in shared}, trainer.ctx)
+    return RecordDict({"arrays": ArrayRecord(up), **{extra_record(g): ArrayRecord(v) for g, v in sorted(uploads.items())},
+                       "metrics": MetricRecord({"num-examples": len(y), "train_loss": loss, STEPS_KEY: len(losses)})})
 
 
 def check_losses(name: str, train_metrics: Mapping[int, Mapping[str, Any]]) -> None:
@@ -152,49 +188,57 @@ def check_losses(name: str, train_metrics: Mapping[int, Mapping[str, Any]]) -> N
 
 def client_app(run: FlowerRun, accel: AccelMod | None) -> ClientApp:
     """The example ``ClientApp``; ``accel`` (None: unpriced) is its accelerator mod. Its query
-    function names the client's index (a fleet run's server asks it: ``fleet.client_nodes``)."""
+    function names the client's index (the server asks every node once: ``fleet.client_nodes``)."""
     app = ClientApp(mods=[accel] if accel is not None else [])
     app.query()(client_index_reply)
 
     @app.train()
     def train(msg: Message, context: Context) -> Message:
-        config = msg.content["config"]
-        state, n, loss = local_training(run, str(config["method"]), client_index(context),
-                                        int(config["server-round"]), msg.content["arrays"])
-        return Message(RecordDict({"arrays": ArrayRecord(state),
-                                   "metrics": MetricRecord({"num-examples": n, "train_loss": loss})}), reply_to=msg)
+        return Message(local_training(run, client_index(context), msg.content, context.state), reply_to=msg)
 
     return app
 
 
+def train_method(grid: Grid, run: FlowerRun, name: str, nodes: Mapping[int, int], *,
+                 metrics: MetricsAggregation | None = None, fleet: FleetRun | None = None) -> Result:
+    """Method ``name``'s rounds on ``MethodStrategy`` (``nodes``: client index -> node id), every
+    client sampled each round (with a ``fleet``: its plan's arrivals, at their staleness), the
+    global model evaluated after each; ``metrics``: the strategy's ``train_metrics_aggr_fn``
+    (None: Flower's weighted average)."""
+    method, hp = run.method(name)
+    model = new_model(run, method)
+    _, test, _ = _data(run)
+    plan = None if fleet is None else fleet.plans[name]
+
+    def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
+        model.load_state_dict({**model.state_dict(), **arrays.to_torch_state_dict()})
+        return MetricRecord({"accuracy": evaluate(model, test.x, test.y)})
+
+    strategy = MethodStrategy(method, hp, model, nodes, fraction_train=1.0, fraction_evaluate=0.0,
+                              min_train_nodes=run.num_clients, min_available_nodes=run.num_clients,
+                              staleness=() if plan is None else [dict(zip(a, s)) for a, s in zip(plan.arrivals,
+                                                                                                  plan.staleness)],
+                              train_metrics_aggr_fn=metrics)
+    start = strategy.initial_arrays()
+    if plan is not None:
+        strategy = PlannedStrategy(strategy, plan.arrivals, nodes)
+    return strategy.start(grid=grid, initial_arrays=start, num_rounds=run.rounds,
+                          train_config=ConfigRecord({"method": name}), evaluate_fn=evaluate_fn)
+
+
 def server_app(run: FlowerRun, system: SystemModel, out: Path, fleet: FleetRun | None = None) -> ServerApp:
-    """The example ``ServerApp``: each method in turn on Flower's FedAvg; writes ``out/rounds.csv``
-and ``out/clients.csv``. With a ``fleet``, each round trains exactly its participation plan's
-arrivals (``workloads.flower.fleet``)."""
+    """The example ``ServerApp``: each method in turn (``train_method``); writes ``out/rounds.csv``
+    and ``out/clients.csv``. With a ``fleet``, each round trains exactly its participation plan's
+    arrivals (``workloads.flower.fleet``)."""
     app = ServerApp()
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
-        _, test, _ = _data(run)
-        nodes = None if fleet is None else client_nodes(grid, run.num_clients)
+        nodes = client_nodes(grid, run.num_clients)
         rows, client_rows = [], []
         for name in run.methods:
-            method, hp = run.method(name)
-            model = new_model(run, method)
-
-            def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
-                model.load_state_dict({**model.state_dict(), **arrays.to_torch_state_dict()})
-                return MetricRecord({"accuracy": evaluate(model, test.x, test.y)})
-
-            strategy = STRATEGIES[method.algo.flower_strategy](fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=run.num_clients,
-                              min_available_nodes=run.num_clients,
-                              train_metrics_aggr_fn=accel_train_metrics(system, num_clients=run.num_clients,
-                                                                        seed=run.seed))
-            if fleet is not None:
-                strategy = PlannedStrategy(strategy, fleet.plans[name].arrivals, nodes)
-            result = strategy.start(grid=grid, initial_arrays=ArrayRecord(shared_state(model, method, hp, 1)),
-                                    num_rounds=run.rounds, train_config=ConfigRecord({"method": name}),
-                                    evaluate_fn=evaluate_fn)
+            result = train_method(grid, run, name, nodes, fleet=fleet,
+                                  metrics=accel_train_metrics(system, num_clients=run.num_clients, seed=run.seed))
             check_losses(name, result.train_metrics_clientapp)
             if fleet is None:
                 rows += flower_ledger_rows(name, result)

@@ -70,6 +70,7 @@ class Rule:
         return np.array([*grid, 2.0 ** -element_emax(spec) if spec else 0.0, 1 / self.scale,
                          2.0 ** (p - 24), 2.0 ** (1 - p)], dtype=np.float32)
 
+    @functools.lru_cache(maxsize=64)
     def ints(self, stream_key: tuple[int, int] | None) -> np.ndarray:
         """The integer constants the kernel reads: kind, BFP's carry ``2^(24 - m) - 1``
         (``quantize.bfp_unit``), the scale rule, the Philox stream and key, and the uniform numbers'
@@ -99,14 +100,16 @@ fallback_reason: str | None = None
 
 
 def kernel():
-    """The compiled kernel, or None (said once, in one line) where numba is missing or fails."""
+    """The compiled kernel (``_fused_kernel.round_at``), or None (said once, in one line) where numba
+    is missing or fails."""
     global _kernel, fallback_reason
     if _kernel is None and fallback_reason is None:
         try:
             from workloads.numerics import _fused_kernel
-            _fused_kernel.round_blocks(*_TRY)  # compiles (or loads the cached builds): a failure here falls back too
-            _fused_kernel.largest_bits(_TRY[1])
-            _kernel = _fused_kernel.round_blocks
+            x, out = torch.ones(2), torch.empty(2)  # a group of two values: compiles (or loads the cached builds)
+            _fused_kernel.round_at(x.data_ptr(), out.data_ptr(), 2, _TRY_NEST, Rule(BFP, 4).floats(), Rule(BFP, 4).ints(None))
+            _fused_kernel.largest_bits_at(x.data_ptr(), 2)  # a failure here falls back too
+            _kernel = _fused_kernel.round_at
         except Exception as e:  # noqa: BLE001 - any failure to import or compile: torch rounds instead
             fallback_reason = f"{type(e).__name__}: {e}".splitlines()[0]
             print(f"number formats: the fused quantizer is not available ({fallback_reason}); rounding with "
@@ -114,15 +117,8 @@ def kernel():
     return _kernel
 
 
-_TRY = (np.ones(2, np.float32), np.ones(2, np.float32).view(np.int32), np.empty(2, np.float32),
-        np.array([0, 0, 1, 1, 1, 2, 1, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0], np.uint64),
-        Rule(BFP, 4).floats(), Rule(BFP, 4).ints(None))
-"""A group of two values rounded when the kernel is first asked for."""
-
-
-def _flat(t: torch.Tensor) -> torch.Tensor:
-    """The memory of a dense tensor ``t`` as one contiguous row (its first element first)."""
-    return torch.as_strided(t, (t.numel(),), (1,), t.storage_offset())
+_TRY_NEST = np.array([[0, 0, 1, 1, 1, 2, 1, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0]], np.uint64)
+"""The loop nest of a group of two values (``geometry``), rounded when the kernel is first asked for."""
 
 
 def geometry(piece: torch.Tensor, axis: int | None, base: torch.Tensor,
@@ -163,11 +159,11 @@ def largest_magnitude(x: torch.Tensor) -> torch.Tensor | None:
     if not _kernel_enabled or x.device.type != "cpu" or x.dtype != torch.float32 or kernel() is None \
             or torch.empty_like(x).stride() != x.stride():
         return None
-    from workloads.numerics._fused_kernel import largest_bits
-    return torch.tensor(int(largest_bits(_flat(x).view(torch.int32).numpy())), dtype=torch.int32).view(torch.float32)
+    from workloads.numerics._fused_kernel import largest_bits_at
+    return torch.tensor(int(largest_bits_at(x.data_ptr(), x.numel())), dtype=torch.int32).view(torch.float32)
 
 
-_plans: dict[tuple, list[np.ndarray]] = {}
+_plans: dict[tuple, np.ndarray] = {}
 """The loop nests of layouts rounded before, by ``plan_key``: a step rounds operands of the same
 shapes and strides every time, and working out their groups costs more than small ones' rounding."""
 MAX_PLANS = 4096
@@ -224,9 +220,10 @@ def round_pieces(rule: Rule, src: torch.Tensor, dst: torch.Tensor, pieces, count
     rounds with torch."""
     if not _kernel_enabled or src.device.type != "cpu" or src.numel() >= 1 << 31 or kernel() is None:
         return False
-    nests = [geometry(p, axis, src, c) for (p, axis), c in zip(pieces, counters or [None] * len(pieces))]
-    if any(n is None for n in nests):
+    rows = [geometry(p, axis, src, c) for (p, axis), c in zip(pieces, counters or [None] * len(pieces))]
+    if any(n is None for n in rows):
         return False
+    nests = np.stack(rows)
     _run(rule, src, dst, nests, stream_key)
     if remember is not None:
         if len(_plans) >= MAX_PLANS:
@@ -235,10 +232,7 @@ def round_pieces(rule: Rule, src: torch.Tensor, dst: torch.Tensor, pieces, count
     return True
 
 
-def _run(rule: Rule, src: torch.Tensor, dst: torch.Tensor, nests: list[np.ndarray],
+def _run(rule: Rule, src: torch.Tensor, dst: torch.Tensor, nests: np.ndarray,
          stream_key: tuple[int, int] | None) -> None:
-    x, out = _flat(src), _flat(dst)
-    xf, xi, o = x.numpy(), x.view(torch.int32).numpy(), out.numpy()
-    floats, ints = rule.floats(), rule.ints(stream_key)
-    for nest in nests:
-        _kernel(xf, xi, o, nest, floats, ints)
+    """Round the dense ``src`` into ``dst`` (its strides) along the loop ``nests`` (a row each)."""
+    _kernel(src.data_ptr(), dst.data_ptr(), src.numel(), nests, rule.floats(), rule.ints(stream_key))

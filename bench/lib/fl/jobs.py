@@ -24,7 +24,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -33,7 +33,7 @@ from accel_sim.hardware import HardwareConfig
 from workloads import model_spec
 from workloads.cost.fleet import Fleet, ParticipationPlan
 from workloads.cost.asynchronous import FleetRun, plan_buffered
-from workloads.cost.rounds import Device, RunPricer, RunSpec, plan_run, price_run
+from workloads.cost.rounds import Device, PricedModel, RunPricer, plan_run, price_run
 from workloads.cost.system import SystemModel
 from workloads.fl.data import Dataset
 from workloads.fl.execution import Execution
@@ -43,6 +43,9 @@ from workloads.fl.loop import RunResult, forecast, run_method, sample_clients
 from workloads.fl.methods import MethodConfig, parse_method
 from workloads.model_spec import ModelSpec
 from workloads.models import Head
+
+if TYPE_CHECKING:
+    from bench.lib.resolve import ResolvedRun
 
 
 @dataclass(frozen=True)
@@ -67,8 +70,22 @@ class RunInputs:
     def build(self, head: Head):
         return model_spec.build(self.spec, num_classes=self.train.num_classes, norm=self.fl.norm, head=head)
 
-    def run_spec(self) -> RunSpec:
-        return RunSpec(self.build, self.spec.name, tuple(self.train.x.shape[1:]), self.train.num_classes, self.seed)
+    def priced_model(self) -> PricedModel:
+        return PricedModel(self.build, self.spec.name, tuple(self.train.x.shape[1:]), self.train.num_classes, self.seed)
+
+
+def run_inputs(run: "ResolvedRun", data: tuple[Dataset, Dataset]) -> RunInputs:
+    """What the jobs of the resolved ``run`` (``bench.lib.resolve.resolve``) share, on its loaded
+    ``data`` (train, test): the validation hold-out and the partition drawn from the run's seed
+    (``workloads.fl.presets.client_data``, as every command draws them), the model at the data's
+    input shape, and the run's accelerators, devices, links and formats as resolved."""
+    from workloads.fl.presets import client_data
+
+    train, test = data
+    train, val, parts = client_data(train, run.fl)
+    return RunInputs(ModelSpec(run.fl.model, tuple(train.x.shape[1:]), run.spec.classifier), run.fl, train, test,
+                     tuple(parts), run.hw, run.system, run.devices, run.fl.seed, run.execution, val, run.fleet,
+                     run.classes, run.by_round)
 
 
 @dataclass(frozen=True)
@@ -134,7 +151,7 @@ def run_job(job: Job, inputs: RunInputs, *, pricer: RunPricer | None = None, bar
     start = time.perf_counter()
     method = job.method
     model_fn = functools.partial(inputs.build, method.head)
-    pricer = pricer or RunPricer(inputs.run_spec())
+    pricer = pricer or RunPricer(inputs.priced_model())
     planning_s = time.perf_counter()
     plan = plan or participation_plan(inputs, method, job.hp, pricer)
     planning_s = time.perf_counter() - planning_s
@@ -227,7 +244,7 @@ def reprice_job(job: Job, inputs: RunInputs, history: Sequence[Mapping], accurac
     ``RunPricer`` captures and ``priced_rounds`` as ``run_job``. On a fleet the arrivals are today's
     participation plan's (``participation_plan``), which follows the prices: the caller must check
     that they are the ones the run trained with."""
-    pricer = RunPricer(inputs.run_spec())
+    pricer = RunPricer(inputs.priced_model())
     plan = participation_plan(inputs, job.method, job.hp, pricer)
     return priced_rounds(recorded_result(job, inputs, history, accuracy, plan, pricer), job, inputs, pricer=pricer,
                          plan=plan)
@@ -266,7 +283,7 @@ def started(jobs: Sequence[Job], inputs: RunInputs, *, workers: int, progress: C
     finished run); leaving the block early (an error, an interrupt) stops them."""
     if workers <= 1:
         def one_after_another() -> list[JobResult]:
-            pricer = RunPricer(inputs.run_spec())
+            pricer = RunPricer(inputs.priced_model())
             results = []
             for job in jobs:
                 progress(f"{inputs.spec.name}: federated run {job.name} on {inputs.fl.dataset} ({inputs.fl.rounds} "

@@ -1,46 +1,29 @@
-"""``bench.run``'s resolved configuration: what to price and train, checked before any work.
+"""``bench.run``'s runs: what to price and train, checked before any work.
 
 A ``bench.lib.spec.RunSpec`` is the study's whole input (the command line's, or a grid point's);
-``resolve`` checks it, fills what the preset decides (the seed) and loads what is cheap (the
-hardware and system files, the preset); ``load_accuracy_data`` loads the accuracy run's data
+``resolved_runs`` checks what only ``bench.run`` takes (its method labels, ``--target``,
+``--input-shape``, ``--hw`` several, the models at the priced shapes) and resolves one run per
+model as every command does (``bench.lib.resolve.resolve``: the preset, the seed, the rates, the
+files, the devices); ``load_accuracy_data`` loads the accuracy run's data
 (``workloads.fl.presets.load_data``) and builds every model once on it, so a bad model fails
 before any work starts.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from typing import Sequence
 
-from accel_sim.hardware import HardwareConfig
-from accel_sim.mac_energy import hardware_in_format
 from bench.lib.paper import PAPER
-from bench.lib.resolve import check_classifier, load_spec, preset_of
+from bench.lib.resolve import ResolvedRun, check_classifier, resolve
 from bench.lib.run import compare_hw
 from bench.lib.spec import COMMAND_DEFAULTS, RUN, RunSpec
 from iokit import checks
 from workloads import model_spec
-from workloads.cost.rounds import client_devices
-from workloads.cost.fleet import Fleet
-from workloads.cost.system import SystemModel
 from workloads.fl.data import Dataset
-from workloads.fl.execution import Execution
 from workloads.fl.methods import calibration_named, distinct_methods, is_calibration, parse_method
 from workloads.fl.presets import Preset, load_data
 
 DEFAULT_METHODS = COMMAND_DEFAULTS[RUN]["methods"]
-
-
-@dataclass(frozen=True)
-class Resolved:
-    """A checked ``RunSpec`` with what it names loaded (nothing heavy)."""
-
-    cfg: RunSpec  # its seed resolved (the preset's where not given)
-    hw: HardwareConfig
-    preset: Preset  # with --seed, --alpha and evaluation after every round
-    system: SystemModel
-    execution: Execution
-    fleet: Fleet | None = None  # --fleet, loaded (its hardware files checked)
 
 
 def run_label(name: str) -> str:
@@ -76,9 +59,32 @@ def split_methods(methods: Sequence[str]) -> tuple[list[str], list[str]]:
     return training, calibrations
 
 
-def resolve(cfg: RunSpec) -> Resolved:
-    """Every check that needs no heavy work (ValueError naming the input); the preset with
-    ``--alpha`` applied and evaluation after every round (the time-to-accuracy curve)."""
+def run_pairs(names: Sequence[str]) -> list[tuple[str, str | None]]:
+    """The federated runs that give ``names``' accuracies: each training method with the calibration
+    that reuses its run (CCVR on FedAvg, FFC on SphereFed), and a calibration's base run where its
+    base is not asked for."""
+    training = [n for n in names if not is_calibration(n)]
+    base = {c: calibration_named(c).trained_with for c in names if is_calibration(c)}
+    pairs = [(t, next((c for c in base if base[c] == t), None)) for t in training]
+    return pairs + [(base[c], c) for c in base if base[c] not in training]
+
+
+def job_name(base: str, calibration: str | None) -> str:
+    """The name of the federated run of ``run_pairs``' pair (``spherefed+ffc``)."""
+    return f"{base}+{calibration}" if calibration else base
+
+
+def trained_names(methods: Sequence[str]) -> list[str]:
+    """The federated runs ``bench.run`` trains for its method labels ``methods`` (``run_pairs``)."""
+    training, calibrations = split_methods(methods)
+    return [job_name(base, calibration) for base, calibration in run_pairs(training + calibrations)]
+
+
+def resolved_runs(cfg: RunSpec) -> tuple[ResolvedRun, ...]:
+    """``bench.run``'s runs, one per model, every check that needs no heavy work first (ValueError
+    naming the input); each model's run resolved as every run is (``bench.lib.resolve.resolve``:
+    the preset with ``--alpha`` applied and evaluation after every round, the time-to-accuracy
+    curve; the seed, the preset's where not given)."""
     checks.distinct(list(cfg.models), name="--models")
     split_methods(cfg.methods)
     if cfg.target_accuracy_pct is not None and not 0 < cfg.target_accuracy_pct <= 100:
@@ -87,16 +93,11 @@ def resolve(cfg: RunSpec) -> Resolved:
         raise ValueError(f"--input-shape {','.join(map(str, cfg.input_shape))}: the accuracy run feeds 3-channel "
                          "square images (3,S,S); price other shapes with python -m bench.capture or bench.price "
                          "(docs/byom.md)")
-    preset = preset_of(cfg, eval_every=1)
-    preset.check_knobs([parse_method(m) for m in cfg.methods])  # the knobs [hparams] sets: of the run's methods
-    cfg = replace(cfg, seed=preset.fl.seed)
-    loaded = load_spec(cfg, preset)
-    # every figure is priced on the hardware computing in the run's number format (FP32: as given)
-    hw = hardware_in_format(loaded.hw, loaded.execution.number_format)
+    runs = tuple(resolve(cfg, command=RUN, model=model) for model in cfg.models)
+    cfg = runs[0].spec
     compare_hw.load_hardware_set(cfg.compare_hw)
-    client_devices(loaded.system, hw, preset.fl.num_clients, seed=cfg.seed)  # loads every per-client hardware file
     check_models(cfg, classes=cfg.classes, input_shape=cfg.model_spec("").input_shape)
-    return Resolved(cfg, hw, preset, loaded.system, loaded.execution, loaded.fleet)
+    return runs
 
 
 def check_models(cfg: RunSpec, *, classes: int, input_shape: tuple[int, ...]) -> None:
@@ -113,12 +114,12 @@ def check_models(cfg: RunSpec, *, classes: int, input_shape: tuple[int, ...]) ->
             raise ValueError(f"model {model}: {unfit} (--classes, or the accuracy run's dataset)")
 
 
-def load_accuracy_data(resolved: Resolved) -> tuple[Dataset, Dataset]:
+def load_accuracy_data(runs: Sequence[ResolvedRun]) -> tuple[Dataset, Dataset]:
     """The preset's data, at --input-shape's size when given (else the preset's); every model is
     checked on it before any work."""
-    cfg, fl = resolved.cfg, resolved.preset.fl
+    cfg, fl = runs[0].spec, runs[0].fl
     image_size = cfg.input_shape[-1] if cfg.input_shape else fl.image_size
-    train, test = load_data(replace(fl, seed=cfg.seed), data_dir=cfg.data_dir, image_size=image_size)
+    train, test = load_data(fl, data_dir=cfg.data_dir, image_size=image_size)
     try:
         check_models(cfg, classes=train.num_classes, input_shape=tuple(train.x.shape[1:]))
     except model_spec.ModelSpecError as exc:

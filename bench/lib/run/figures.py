@@ -4,7 +4,6 @@ beside ours (SphereFed, Dong et al., ECCV 2022, Sec. 5.4, Fig. 5, Table 1)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Callable, Sequence
 
 import torch
@@ -12,23 +11,21 @@ import torch
 from accel_sim.formats import NumberFormat
 from accel_sim.hardware import HardwareConfig
 from bench.lib import formulas
-from bench.lib.fl.jobs import Job, JobResult, RunInputs
+from bench.lib.fl.jobs import Job, JobResult, RunInputs, run_inputs
 from bench.lib.paper import PAPER, PAPER_CLAIMS, saving_pct
+from bench.lib.resolve import ResolvedRun
 from bench.lib.run.breakdown import energy_by_kind
+from bench.lib.run.config import job_name, run_pairs
 from bench.lib.spec import RunSpec
 from workloads import model_spec
 from workloads.cost.calibration import calibration_cost
-from workloads.cost.fleet import Fleet, assign_classes, client_formats
-from workloads.cost.rounds import client_devices, devices_by_round, fleet_devices, fleet_system
 from workloads.cost.step import method_step_trace, simulate_complete
-from workloads.cost.system import SystemModel, time_to_accuracy
+from workloads.cost.system import time_to_accuracy
 from workloads.fl.comm import closed_form_bytes, closed_form_sizes, ledger_totals
-from workloads.fl.execution import Execution
 from workloads.fl.hparams import Hparams
 from workloads.fl.local import prepare_model
 from workloads.fl.loop import clients_per_round
 from workloads.fl.methods import MethodConfig, calibration_named, is_calibration, parse_method
-from workloads.fl.presets import Preset, client_data
 from workloads.model_spec import ModelSpec, as_spec
 
 Progress = Callable[[str], None]
@@ -124,47 +121,15 @@ def communication_figures(model: str, names: Sequence[str], cfg: RunSpec, comm_f
     return out
 
 
-def run_pairs(names: Sequence[str]) -> list[tuple[str, str | None]]:
-    """The federated runs that give ``names``' accuracies: each training method with the calibration
-    that reuses its run (CCVR on FedAvg, FFC on SphereFed), and a calibration's base run where its
-    base is not asked for."""
-    training = [n for n in names if not is_calibration(n)]
-    base = {c: calibration_named(c).trained_with for c in names if is_calibration(c)}
-    pairs = [(t, next((c for c in base if base[c] == t), None)) for t in training]
-    return pairs + [(base[c], c) for c in base if base[c] not in training]
-
-
-def accuracy_runs(model: str, names: Sequence[str], preset: Preset, data, cfg: RunSpec, hw: HardwareConfig,
-                  system: SystemModel, execution: Execution, fleet: Fleet | None = None
-                  ) -> tuple[RunInputs, list[Job], list[tuple], dict]:
-    """The federated runs that give ``names``' accuracies, what they share, each job's (base name,
-    calibration) pair, and where each job's learning rate comes from (``reference.rates``: the
-    preset's, or with ``lr_from = "study"`` a covering reference study's); with a ``fleet``,
-    rounds with its deadline on its devices."""
-    from bench.lib.run import reference
-
-    train, test = data
-    fl = replace(preset.fl, model=model, seed=cfg.seed)
-    train, val, parts = client_data(train, fl)  # as bench.fl and bench.study hold out and partition
-    master = not execution.low_precision_weights
-    devices = client_devices(system, hw, fl.num_clients, seed=cfg.seed, number_format=execution.number_format,
-                             master_weights=master)
-    by_round = devices_by_round(execution, fl.rounds, lambda fmt: client_devices(
-        system, hw, fl.num_clients, seed=cfg.seed, number_format=fmt, master_weights=master), fleet)
-    classes = ()
-    if fleet is not None:  # each client's device, link and format are its class's (docs/fleets.md)
-        classes = assign_classes(fleet, fl.num_clients, seed=cfg.seed)
-        system = fleet_system(fleet, classes)
-        devices = fleet_devices(fleet, classes, number_format=execution.number_format, master_weights=master)
-        execution = replace(execution, client_formats=client_formats(fleet, classes, execution.number_format))
-    inputs = RunInputs(cfg.model_spec(model, tuple(train.x.shape[1:])), fl, train, test,
-                       tuple(parts), hw, system, devices, cfg.seed, execution, val,
-                       fleet, classes, by_round)
+def accuracy_runs(run: ResolvedRun, names: Sequence[str], data) -> tuple[RunInputs, list[Job], list[tuple], dict]:
+    """The federated runs of ``run`` (one model of bench.run, ``bench.lib.resolve.resolve``) that
+    give ``names``' accuracies, what they share (``run_inputs``: the data held out and partitioned
+    as bench.fl and bench.study do), each job's (base name, calibration) pair, and where each job's
+    learning rate comes from (resolved: the preset's, or with ``lr_from = "study"`` a covering
+    reference study's); with a fleet, rounds with its deadline on its devices."""
     pairs = run_pairs(names)
-    jobs = [Job(f"{base}+{calib}" if calib else base, preset.hparams(parse_method(f"{base}+{calib}" if calib else base)))
-            for base, calib in pairs]
-    jobs, rates = reference.rates(jobs, model, fl, preset, cfg.lr_from)
-    return inputs, jobs, pairs, rates
+    jobs = [Job(job_name(base, calib), run.hparams[parse_method(job_name(base, calib)).name]) for base, calib in pairs]
+    return run_inputs(run, data), jobs, pairs, {job.name: run.rates[job.method.name] for job in jobs}
 
 
 def accuracy_figures(names: Sequence[str], inputs: RunInputs, jobs: list[Job], pairs: list[tuple],

@@ -15,7 +15,7 @@ import shlex
 import sys
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import pandas as pd
 import torch
@@ -29,7 +29,8 @@ from bench.lib.results import (BREAKDOWN_CSV, COST_COLUMNS, FORMAT_NAME, FORMAT_
 from bench.lib.run import compare_hw, figures, formats, reference
 from bench.lib.run.breakdown import breakdown
 from bench.lib.spec import RUN, RunSpec, from_point
-from bench.lib.run.config import Resolved, accuracy_note, load_accuracy_data, resolve, split_methods
+from bench.lib.resolve import ResolvedRun
+from bench.lib.run.config import accuracy_note, load_accuracy_data, resolved_runs, split_methods
 from iokit.provenance import git_commit
 from workloads.fl.execution import kernel_environment
 
@@ -52,23 +53,25 @@ def hardware_comparison(cfg: RunSpec, training, calibrations, progress) -> dict:
         for m in cfg.models}, hws)
 
 
-def run_study(resolved: Resolved, data, progress: Callable[[str], None] | None, command: str) -> Study:
-    """Every figure for every model of ``resolved``. ``progress`` takes one message per step (and the
-    federated runs show progress bars where stderr is a terminal, never into a pipe or a log file);
-    None runs silently (grid points). Raises ValueError /
-    FloatingPointError on a failed accuracy run."""
-    cfg, hw, preset, system, execution = resolved.cfg, resolved.hw, resolved.preset, resolved.system, resolved.execution
+def run_study(runs: Sequence[ResolvedRun], data, progress: Callable[[str], None] | None, command: str) -> Study:
+    """Every figure for every model of ``runs`` (``bench.lib.run.config.resolved_runs``: one resolved
+    run per model). ``progress`` takes one message per step (and the federated runs show progress
+    bars where stderr is a terminal, never into a pipe or a log file); None runs silently (grid
+    points). Raises ValueError / FloatingPointError on a failed accuracy run."""
+    first = runs[0]
+    cfg, hw, preset, system, execution = first.spec, first.hw, first.preset, first.system, first.execution
     bars = progress is not None and sys.stderr.isatty()
     progress = progress or (lambda msg: None)
     training, calibrations = split_methods(cfg.methods)
     workers = resolve_workers(cfg.workers, len(figures.run_pairs(training + calibrations)), execution.device)
     models, all_ops, ledgers, all_rounds = {}, [], {}, []
-    for model in cfg.models:
-        inputs, jobs, pairs, rates = figures.accuracy_runs(model, training + calibrations, preset, data, cfg, hw, system,
-                                                    execution, resolved.fleet)
+    for run in runs:
+        model = run.fl.model
+        inputs, jobs, pairs, rates = figures.accuracy_runs(run, training + calibrations, data)
         with started(jobs, inputs, workers=workers, progress=progress, bars=bars) as results:
             # with workers, the federated runs train in their processes while this one prices
-            train_figs, op_rows = figures.training_figures(model, training, cfg, hw, progress)
+            # the paper-shape step is a client's: on the client's accelerator (--low-precision-weights: no FP32 master)
+            train_figs, op_rows = figures.training_figures(model, training, cfg, run.client_hw, progress)
             calibration = figures.calibration_figures(model, calibrations, hw, progress, spec=cfg.model_spec(model),
                                                       num_classes=cfg.classes)
             outcomes = results()
@@ -76,7 +79,7 @@ def run_study(resolved: Resolved, data, progress: Callable[[str], None] | None, 
                                                                             pairs, outcomes)
         # a reference study's runs trained every sampled client: beside a fleet's run they are another
         # experiment, not the same settings (its learning rates still apply: figures.accuracy_runs)
-        references = None if resolved.fleet is not None else reference.reference_figures(
+        references = None if run.fleet is not None else reference.reference_figures(
             model, training + calibrations, jobs, accuracy, inputs.fl, reference.studies(), inputs.execution)
         target_pct, target_rule = reference.target(cfg.target_accuracy_pct, preset.accuracy_targets_pct, references)
         all_ops += op_rows
@@ -91,7 +94,7 @@ def run_study(resolved: Resolved, data, progress: Callable[[str], None] | None, 
             "learning_rates": rates,
             "time_to_accuracy": figures.time_to_accuracy_figures(round_rows, target_pct, target_rule),
             "reference": references,
-            **({} if resolved.fleet is None else {"fleet": figures.fleet_figures(inputs, jobs, outcomes)}),
+            **({} if run.fleet is None else {"fleet": figures.fleet_figures(inputs, jobs, outcomes)}),
         }
     comparison = {"hardware_comparison": hardware_comparison(cfg, training, calibrations, progress)} \
         if cfg.compare_hw else {}
@@ -161,12 +164,12 @@ def point_config(point: Mapping[str, Any]) -> RunSpec:
     return from_point({"workers": 1, **point}, RUN, where=f"bench.run grid point {dict(point)}")
 
 
-@grid_runner("bench.run", validate=lambda point: resolve(point_config(point)))
+@grid_runner("bench.run", validate=lambda point: resolved_runs(point_config(point)))
 def run_point(point: Mapping[str, Any], out_dir: Path) -> dict[str, float]:
     """One grid point: the same study and files as the command, for one model, written straight
     into ``out_dir`` (the grid's temporary folder). Keys: ``bench.run``'s flags (``point_config``)."""
-    resolved = resolve(point_config(point))
-    study = run_study(resolved, load_accuracy_data(resolved), None,
+    runs = resolved_runs(point_config(point))
+    study = run_study(runs, load_accuracy_data(runs), None,
                       shlex.join(["bench.grid point", *(f"{k}={v}" for k, v in point.items())]))
     mismatched = figures.ledger_mismatches(study.summary)
     if mismatched:

@@ -16,7 +16,7 @@ read from a folder (CIFAR-10 / CIFAR-100 / TinyImageNet; absent for digits and m
 A point is a ``Cell``: the ``bench.fl`` run (``bench.lib.spec.RunSpec``) its settings are, parsed
 as a grid point's flags, on the preset its ``fl`` and ``hparams`` tables are; ``Cell.point()`` gives
 the point back key for key (its id unchanged), and the cell is resolved as every run is
-(``bench.lib.resolve``, ``bench.lib.fl.pipeline.assemble``).
+(``bench.lib.resolve.resolve`` on the cell's preset).
 
 The run is ``bench.fl``'s (``pipeline.load`` then ``jobs.run_job``): the data, the validation
 hold-out and the partition from the seed, the model built under the seed. It writes into its
@@ -41,12 +41,12 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from bench.lib.grid.runners import grid_runner
-from bench.lib.spec import FL, RunSpec, from_point, spec_flags
+from bench.lib.spec import FL, RunSpec, from_point, is_resource, spec_flags
 from iokit import checks
 from iokit.cli import is_default
 from iokit.files import atomic_write_text
 from workloads.cost.system import CUMULATIVE_COLUMNS, DROPPED_COLUMNS
-from workloads.fl.execution import RESOURCE_SETTINGS, SETTINGS, Execution, kernel_environment
+from workloads.fl.execution import SETTINGS, Execution, kernel_environment
 from workloads.fl.hparams import FLConfig, Hparams, hparams_from_table
 from workloads.fl.methods import MethodConfig, parse_method
 from workloads.fl.presets import Preset
@@ -73,7 +73,7 @@ class Cell:
     """A point as what it is: the ``bench.fl`` run ``spec`` (model, method, seed, files, device and
     execution options: every setting a flag names) on the preset its ``fl`` and ``hparams`` tables
     are (``preset``), with its ``execution`` resolved (no fleet's per-class formats: those come
-    with the fleet, ``bench.lib.fl.pipeline.fl_run``)."""
+    with the fleet, ``bench.lib.resolve.resolve``)."""
 
     spec: RunSpec
     preset: Preset
@@ -115,10 +115,10 @@ def optional_keys() -> dict[str, str]:
     """RunSpec field -> point key of every ``bench.fl`` flag a point carries beside its tables, a key
     only where given: today ``data_dir`` (a folder dataset's), ``classifier``, ``fleet`` and its
     ``deadline_s`` (``"inf"``: none) and ``overcommit`` (docs/fleets.md); a run option added to
-    ``RunSpec`` is one more, so a point without it keeps its id. A resource (``client_threads``:
-    ``workloads.fl.execution.RESOURCE_SETTINGS``) is none: it does not decide a run's result."""
+    ``RunSpec`` is one more, so a point without it keeps its id. A field declared a resource
+    (``bench.lib.spec.flag(resource=True)``: ``client_threads``) is none: it does not decide a run's result."""
     return {name: flag.names[0].removeprefix("--").replace("-", "_") for name, flag in spec_flags(FL)
-            if name not in TABLE_FIELDS and name not in RESOURCE_SETTINGS}
+            if name not in TABLE_FIELDS and not is_resource(name)}
 
 
 def parse_point(point: Mapping[str, Any]) -> Cell:
@@ -173,7 +173,8 @@ def make_point(model: str, method: str, seed: int, fl: FLConfig, hp: Hparams, ex
     checks.unknown_keys(given, optional_keys().values(), where="make_point")
     point = {"model": model, "method": parse_method(method).name, "seed": seed,
              "fl": {k: v for k, v in asdict(fl).items() if k not in ("model", "seed")}, "hparams": hp.as_dict(),
-             "execution": execution.settings(), "hw": hw, "system": system}
+             "execution": {k: v for k, v in execution.settings().items() if k != "run_options"},  # optional keys
+             "hw": hw, "system": system}
     for key, value in given.items():
         if value is not None:
             point[key] = "inf" if value == math.inf else str(value) if isinstance(value, Path) else value
@@ -277,17 +278,18 @@ def check_point(point: Mapping[str, Any]) -> Cell:
 
 
 def prepare(point: Mapping[str, Any]):
-    """Everything one run does before it trains: the point resolved as ``bench.fl`` resolves a run
-    (``bench.lib.fl.pipeline.assemble``: the hardware, system and fleet files read), the data loaded,
-    the hold-out split, the partition made and the model built (``bench.lib.fl.pipeline.load``);
-    (the ``Cell``, ``FLData``), ValueError naming what cannot be used. The study command calls it on
-    one point per model and data setting before any run (a malformed file, a hold-out that leaves no
-    data, a factory that is not a model: refused up front, not as every trial failing)."""
+    """Everything one run does before it trains: the point resolved as every run is
+    (``bench.lib.resolve.resolve`` on the cell's preset: the hardware, system and fleet files read),
+    the data loaded, the hold-out split, the partition made and the model built
+    (``bench.lib.fl.pipeline.load``); (the ``Cell``, its ``bench.lib.fl.jobs.RunInputs``), ValueError
+    naming what cannot be used. The study command calls it on one point per model and data setting
+    before any run (a malformed file, a hold-out that leaves no data, a factory that is not a model:
+    refused up front, not as every trial failing)."""
     from bench.lib.fl import pipeline
+    from bench.lib.resolve import resolve
 
     cell = parse_point(point)
-    run = pipeline.assemble(cell.spec, cell.preset, (cell.method,), {cell.method.name: cell.hp})
-    return cell, pipeline.load(run)
+    return cell, pipeline.load(resolve(cell.spec, preset=cell.preset))
 
 
 def projected_local_training_s(points: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str, str], tuple[int, float]]:
@@ -307,10 +309,10 @@ def projected_local_training_s(points: Sequence[Mapping[str, Any]]) -> dict[tupl
         key = (point["model"], point["method"],
                execution.get("precision_schedule") or execution.get("number_format", "fp32"))
         if key not in first:
-            p, data = prepare(point)
-            f = forecast(p.method, model_fn=functools.partial(data.inputs.build, p.method.head),
-                         train=data.inputs.train, parts=data.inputs.parts, cfg=p.fl, hp=p.hp, execution=p.execution)
-            first[key] = (data.inputs.parts, f.samples_per_s)
+            p, inputs = prepare(point)
+            f = forecast(p.method, model_fn=functools.partial(inputs.build, p.method.head),
+                         train=inputs.train, parts=inputs.parts, cfg=p.fl, hp=p.hp, execution=p.execution)
+            first[key] = (inputs.parts, f.samples_per_s)
         parts, rate = first[key]
         spec = parse_point(point)
         n, s = out.get(key, (0, 0.0))
@@ -402,14 +404,14 @@ def run_point(point: Mapping[str, Any], out_dir: Path) -> dict[str, float]:
     """One run of an accuracy study (module doc)."""
     from bench.lib.fl.jobs import Job, run_job
 
-    p, data = prepare(point)
-    outcome = run_job(Job(p.method.name, p.hp), data.inputs)
+    p, inputs = prepare(point)
+    outcome = run_job(Job(p.method.name, p.hp), inputs)
     result = outcome.result
     curve = curve_rows(p.method, result.history, outcome.rows, result.val_accuracy if p.method.calibration else None)
     info = {"wall_s": outcome.wall_s, "pricing_wall_s": outcome.pricing_wall_s, "machine": machine_info(),
-            "execution": p.execution.describe(), "train_samples": len(data.inputs.train),
-            "val_samples": 0 if data.inputs.val is None else len(data.inputs.val),
-            "test_samples": len(data.inputs.test), "partition_sizes": [len(x) for x in data.inputs.parts],
+            "execution": p.execution.describe(), "train_samples": len(inputs.train),
+            "val_samples": 0 if inputs.val is None else len(inputs.val),
+            "test_samples": len(inputs.test), "partition_sizes": [len(x) for x in inputs.parts],
             "local_accuracy": result.local_accuracy,
             "local_accuracy_before_calibration": result.local_accuracy_before_calibration}
     if p.fleet is not None:  # who took part in each training round (docs/fleets.md); a run without a fleet: all sampled
@@ -497,7 +499,7 @@ def price_again(folder: Path, commit: str) -> Repriced:
         raise RepriceError(f"{folder}: a run on a fleet whose files changed since it trained ({', '.join(stale)}): "
                            "who arrives in each round follows them, so it cannot be re-priced without training; "
                            "rerun the study without --reprice to train it with today's files")
-    p, data = prepare(record["config"])
+    p, inputs = prepare(record["config"])
     history = _recorded_history(old, labels_of(p.method)[0])
     if [h["round"] for h in history] != list(range(1, p.fl.rounds + 1)):
         raise RepriceError(f"{folder}: its curve has training rounds {[h['round'] for h in history]}, not 1.."
@@ -508,7 +510,7 @@ def price_again(folder: Path, commit: str) -> Repriced:
                            "a calibration row")
     accuracy, val_after = ((_number(calibration[0]["accuracy"]), _number(calibration[0]["val_accuracy"]))
                            if calibration else (history[-1]["accuracy"], None))
-    rows = reprice_job(Job(p.method.name, p.hp), data.inputs, history, accuracy)
+    rows = reprice_job(Job(p.method.name, p.hp), inputs, history, accuracy)
     new_text = curve_text(curve_rows(p.method, history, rows, val_after))
     new = tuple(csv.DictReader(io.StringIO(new_text)))
     kept = [c for c in CURVE_COLUMNS if c not in CUMULATIVE_COLUMNS]

@@ -16,8 +16,6 @@ declares:
 * ``own_head``: it builds its own head, so it does not compose with SphereFed's fixed one;
   ``calibratable``: a calibration may replace its global head after training;
 * ``local_modules``: top-level modules each client keeps and never sends (double head's local head);
-* ``flower_strategy``: the Flower strategy whose server rule is its ``aggregate`` (None: it does
-  not run under Flower: a different server rule, extras or state the Flower app does not carry);
 * ``clients_together``: its step hooks (``STEP_HOOKS``) batch over a round's clients under
   ``torch.func.vmap`` (``workloads.fl.together``); a class that overrides one of them without
   declaring it again is trained one client after another (``trains_together``).
@@ -153,7 +151,7 @@ def model_layers(model: nn.Module, exclude: Sequence[str] = ()) -> list[list[str
 
 
 NOT_IN_STEP = frozenset({
-    "knobs", "upload_extras", "own_head", "calibratable", "flower_strategy",  # parsing, ledger, Flower
+    "knobs", "upload_extras", "own_head", "calibratable",  # parsing, ledger
     "clients_together", "recordable",  # how the loop schedules the step, not the step
     "sharing_layers", "shared_layer_count", "shared_keys", "extra_uploads",  # what is sent, not computed
     "server_extras", "aggregate", "_advance", "local_test_accuracy",  # the server; evaluation
@@ -206,7 +204,6 @@ class FedAvg:
     own_head = False
     calibratable = True
     local_modules: tuple[str, ...] = ()
-    flower_strategy: str | None = "FedAvg"
     clients_together = True  # its step hooks are tensor ops that vmap batches over clients
     recordable = True  # its step may be recorded once as a CUDA graph and replayed (--capture-step, workloads.fl.capture)
     sized_to_device = False  # trains a width-scaled submodel sized to each client's device (HeteroFL, FjORD)

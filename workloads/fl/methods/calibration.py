@@ -55,7 +55,6 @@ class Calibration:
     knobs: tuple[Knob, ...] = ()
     trained_with = "fedavg"
     single_class_batches = False
-    flower_strategy = None  # the Flower example has no calibration round
 
     def statistics(self, *, feature_dim: int, num_classes: int, hp: Hparams) -> Shapes:
         raise NotImplementedError

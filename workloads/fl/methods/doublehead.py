@@ -78,7 +78,6 @@ class DoubleHead(FedAvg):
     own_head = True  # two heads of its own
     calibratable = False  # calibrating the global head of double head is not supported
     local_modules = (LOCAL_HEAD,)
-    flower_strategy = None  # its clients keep local parts between rounds; the Flower example's do not
     clients_together = True  # its step hooks batch over clients (tests/test_clients_together.py)
 
     def local_test_accuracy(self, model, weights, local_states, client_labels, test_x_of, test_y):

@@ -13,7 +13,6 @@ from workloads.fl.methods.base import FedAvg
 
 class FedBABU(FedAvg):
     own_head = True  # its random frozen head: not SphereFed's
-    flower_strategy = None  # not wired into the Flower example
 
     def prepare_model(self, model: nn.Module, *, seed: int) -> nn.Module:
         model.classifier.weight.requires_grad_(False)

@@ -59,7 +59,6 @@ class FedBuff(FedAvg):
     knobs = (non_negative("fedbuff_buffer", 0, "K, Alg. 1; 0: half the run's clients per round, rounded up (ours)"),
              non_negative("fedbuff_concurrency", 0,
                           "clients training at once, Alg. 1; 0: the fleet's sampled clients per round (ours)"))
-    flower_strategy = None  # an asynchronous server: Flower has none
     clients_together = False  # clients of one step start from different versions
     buffered = True
     calibratable = False  # a calibration round on the asynchronous clock: not modeled

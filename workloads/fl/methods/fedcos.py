@@ -48,7 +48,6 @@ DIRECTION = "fedcos_direction"  # the ledger group of d_t
 class FedCos(FedAvg):
     knobs = (non_negative("fedcos_mu", 0.02, "FedCos mu: the FedCos paper's best setting, its Tab. (FedCos(0.02))"),)
     anchored = True
-    flower_strategy = None  # the server also sends d_t: no Flower strategy does
     clients_together = True  # its step hooks batch over clients (tests/test_clients_together.py)
 
     def extra_downloads(self, round: int) -> tuple[str, ...]:

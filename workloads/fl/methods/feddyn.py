@@ -50,7 +50,6 @@ class FedDyn(FedAvg):
     knobs = (positive("feddyn_alpha", 0.01, "FedDyn alpha (Alg. 1): alpha_coef of the authors' code for "
                                             "CIFAR-10/100"),)
     anchored = True  # the regularizer reads theta^{t-1}
-    flower_strategy = None  # its server rule is not Flower's FedAvg
     clients_together = True  # its step hooks batch over clients (tests/test_clients_together.py)
 
     def initial_client_state(self, model: nn.Module, hp: Hparams) -> TensorDict:

@@ -17,7 +17,6 @@ if TYPE_CHECKING:
 
 class FedNova(FedAvg):
     upload_extras = {"fednova_a": 8}  # a_i, one float64
-    flower_strategy = None  # its server rule is not Flower's FedAvg
 
     def aggregate(self, server: ServerState, updates: Sequence[ClientUpdate], hp: Hparams,
                   keys: Sequence[str]) -> ServerState:

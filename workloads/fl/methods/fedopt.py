@@ -19,7 +19,6 @@ if TYPE_CHECKING:
 class FedOpt(FedAvg):
     knobs = (positive("server_lr", 1.0, "FedOpt on-server SGD learning rate, Tab. 16"),
              fraction("server_momentum", 0.3, "FedOpt on-server momentum, Tab. 16"))
-    flower_strategy = None  # the Flower example runs Flower's FedAvg only
 
     def server_momentum(self, hp: Hparams) -> float:
         return hp.server_momentum

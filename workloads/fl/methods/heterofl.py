@@ -46,7 +46,6 @@ HETEROFL_RATES = (1.0, 0.5, 0.25, 0.125, 0.0625)
 
 
 class HeteroFL(FedAvg):
-    flower_strategy = None  # each client's payload is its own submodel
     clients_together = False  # clients of different widths run different submodels
     sized_to_device = True
     calibratable = False  # a calibration's statistics of a submodel: not defined here

@@ -73,7 +73,6 @@ class MOON(FedAvg):
     knobs = (non_negative("moon_mu", 5.0, "MOON mu, Sec. 4.1 (best of 0.1, 1, 5, 10 on CIFAR-10)"),
              positive("moon_tau", 0.5, "MOON temperature tau, Sec. 4.1"))
     anchored = True  # the global model w^t runs beside the trained one
-    flower_strategy = None  # the client keeps its previous model between rounds
     clients_together = True  # its step hooks batch over clients (tests/test_clients_together.py)
 
     def initial_client_state(self, model: nn.Module, hp: Hparams) -> TensorDict:

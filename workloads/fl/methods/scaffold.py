@@ -54,7 +54,6 @@ def option_two(c: TensorDict, c_i: TensorDict, x: TensorDict, y: TensorDict, ste
 
 class Scaffold(FedAvg):
     anchored = True  # option II reads x after training
-    flower_strategy = None  # c travels beside the model and the server keeps it
     clients_together = True  # its step hooks batch over clients (tests/test_clients_together.py)
 
     def extra_downloads(self, round: int) -> tuple[str, ...]:

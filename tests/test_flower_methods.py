@@ -1,0 +1,173 @@
+"""Every method under Flower through its own aggregate (workloads/flower/strategy.py, docs/flower.md;
+needs the 'flower' extra): SCAFFOLD, MOON and FedDyn, the methods with server state, extras or
+client state, run by the example app's ``ServerApp`` logic (``train_method``: ``MethodStrategy``)
+over an in-process grid (no Ray) equal our loop's ``run_method`` on the same setting bit for bit:
+the same global weights after the last round and the same accuracy after every round.
+
+Why bit for bit and not to a tolerance: Flower's ``ArrayRecord`` carries a tensor as a NumPy array
+of its dtype and bytes (float32 round-trips exactly), the strategy orders the replies by client
+index before calling the method's own ``aggregate`` (the float sums of the loop, in its order), and
+the client trains through the loop's trainer, generators and hooks. Flower's own ``FedAvg``
+averaged in NumPy in arrival order, which is why the FedAvg fleet test (tests/test_flower_fleet.py)
+compares weights to 1e-5.
+
+The setting: the small preset (digits at 16x16, ConvNet) at 3 clients, all sampled, seed 0, cut
+to 300 training and 200 test samples and one local epoch so that the fast check stays fast.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("flwr")
+
+from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
+
+from tests.flower_grid import InProcessGrid  # noqa: E402
+from workloads.flower import app as flower_app  # noqa: E402
+from workloads.flower.fleet import client_nodes  # noqa: E402
+from workloads.fl.methods import ALGORITHMS, parse_method  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+CLIENTS = 3
+NODES = {11: 2, 22: 0, 33: 1}  # node id -> client index, as a simulation might number them
+
+
+@pytest.fixture(scope="module")
+def preset(tmp_path_factory) -> str:
+    """The small preset at ``CLIENTS`` clients, 300 training and 200 test samples, one local epoch."""
+    text = (ROOT / "configs/presets/small.toml").read_text()
+    text = re.sub(r"(?m)^num_clients = \d+", f"num_clients = {CLIENTS}\nmax_train_samples = 300\nmax_test_samples = 200",
+                  text)
+    text = re.sub(r"(?m)^local_epochs = \d+", "local_epochs = 1", text)
+    path = tmp_path_factory.mktemp("preset") / "tiny.toml"
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.fixture
+def task_identity(monkeypatch):
+    """What Flower's server runtime sets before a ServerApp creates messages."""
+    for name in ("_run_id", "_node_id", "_task_id"):
+        monkeypatch.setattr(TaskIdentity, name, 1)
+
+
+@pytest.fixture
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _flower(preset: str, names: tuple[str, ...], rounds: int, *, forget: bool = False) -> dict:
+    """Method -> (the global state after the last round, the accuracy after each round) of
+    ``names`` under Flower, one after the other on one in-process grid as ``server_app`` runs them
+    (each node's context lives through every method): the example's ClientApp (unpriced) and
+    ``train_method``; ``forget``: every message gets a fresh node context (clients keep nothing)."""
+    run = flower_app.FlowerRun(preset, "convnet", names, num_clients=CLIENTS, rounds=rounds, seed=0)
+    grid = InProcessGrid(flower_app.client_app(run, None), NODES, forget=forget)
+    nodes, out = client_nodes(grid, CLIENTS), {}
+    for name in names:
+        result = flower_app.train_method(grid, run, name, nodes)
+        out[name] = (result.arrays.to_torch_state_dict(),
+                     [float(result.evaluate_metrics_serverapp[t]["accuracy"]) for t in range(1, rounds + 1)])
+    assert grid.trained() == [[0, 1, 2]] * rounds * len(names)
+    return out
+
+
+def _loop(preset: str, name: str, rounds: int):
+    """The same of ``name`` in our loop, on bench.fl's resolution of the same preset."""
+    from bench.lib.fl import pipeline
+    from bench.lib.resolve import resolve
+    from bench.lib.spec import RunSpec
+    from workloads.fl.loop import run_method
+
+    run = resolve(RunSpec(preset=preset, methods=(name,), rounds=rounds))
+    inputs, method = pipeline.load(run), parse_method(name)
+    result = run_method(method, model_fn=lambda: inputs.build(method.spherefed), train=inputs.train, test=inputs.test,
+                        parts=inputs.parts, cfg=inputs.fl, hp=run.hparams[name])
+    return result.weights, [h["accuracy"] for h in result.history]
+
+
+def _bit_equal(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]) for k in a)
+
+
+def test_feddyn_under_flower_is_our_loops_feddyn_bit_for_bit(preset, task_identity, one_thread):
+    """The fast check: FedDyn (server state h, client state grad L_k) over 2 rounds."""
+    flower_weights, flower_accuracy = _flower(preset, ("feddyn",), 2)["feddyn"]
+    loop_weights, loop_accuracy = _loop(preset, "feddyn", 2)
+    assert _bit_equal(flower_weights, loop_weights)
+    assert flower_accuracy == loop_accuracy
+
+
+@pytest.mark.slow  # 15-25 s: three methods in Flower and in three loop runs, 3 rounds each
+def test_stateful_methods_under_flower_are_our_loops_bit_for_bit(preset, task_identity, one_thread):
+    """One after the other in one Flower run, as ``bench.flower --methods scaffold moon feddyn``
+    runs them: each method's clients keep their own state, not the last method's."""
+    names = ("scaffold", "moon", "feddyn")
+    flower = _flower(preset, names, 3)
+    for name in names:
+        loop_weights, loop_accuracy = _loop(preset, name, 3)
+        assert _bit_equal(flower[name][0], loop_weights), name
+        assert flower[name][1] == loop_accuracy, name
+
+
+@pytest.mark.slow  # ~5 s a method
+@pytest.mark.parametrize("name", [n for n in ALGORITHMS if n not in ("scaffold", "moon", "feddyn")]
+                         + ["fedprox+spherefed"])
+def test_every_other_method_under_flower_is_our_loops_bit_for_bit(name, preset, task_identity, one_thread):
+    """The rest of the registry, 2 rounds each: server momentum (FedOpt, FedAvgM), w_{t-1} and d_t
+    (FedCos), the local steps (FedNova), a frozen head (FedBABU, SphereFed), local parts (double
+    head), width-scaled methods at full width (HeteroFL, FjORD), FedBuff's synchronous rounds."""
+    flower_weights, flower_accuracy = _flower(preset, (name,), 2)[name]
+    loop_weights, loop_accuracy = _loop(preset, name, 2)
+    assert _bit_equal(flower_weights, loop_weights)
+    assert flower_accuracy == loop_accuracy
+
+
+@pytest.mark.slow
+def test_a_client_that_forgets_its_state_is_not_scaffold(preset, task_identity, one_thread):
+    """The equality above rests on the client's state: SCAFFOLD whose clients keep nothing between
+    rounds (c_i = 0 every round, a fresh node context per message) ends elsewhere."""
+    forgetful, _ = _flower(preset, ("scaffold",), 2, forget=True)["scaffold"]
+    kept, _ = _flower(preset, ("scaffold",), 2)["scaffold"]
+    loop_weights, _ = _loop(preset, "scaffold", 2)
+    assert _bit_equal(kept, loop_weights) and not _bit_equal(forgetful, loop_weights)
+
+
+@pytest.mark.slow  # Ray's start and three methods' simulation: ~1-2 min on the shared machine
+def test_bench_flower_runs_the_stateful_methods_in_flowers_simulation(preset, tmp_path, task_identity, one_thread):
+    """``python -m bench.flower --methods scaffold moon feddyn`` in Flower's simulation engine (Ray):
+    every round of each, the bytes of what each method sends (SCAFFOLD: the state and c down, the
+    state and Delta c up), and the accuracy of every round that of the in-process run above (so
+    equal to our loop's): under Ray too, each node keeps its client's state from round to round."""
+    names, rounds = ("scaffold", "moon", "feddyn"), 2
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "bench.flower", "--preset", preset, "--methods", *names,
+                           "--clients", str(CLIENTS), "--rounds", str(rounds), "--out", str(tmp_path / "out")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with (tmp_path / "out" / "rounds.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["method"], int(r["round"]), int(r["clients"])) for r in rows] == \
+        [(name, t, CLIENTS) for name in names for t in range(1, rounds + 1)]
+    model = flower_app.new_model(flower_app.FlowerRun(preset, "convnet", names, CLIENTS, rounds, 0),
+                                 parse_method("scaffold"))
+    state_bytes = sum(v.numel() * v.element_size() for v in model.state_dict().values())
+    trainable_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    in_process = _flower(preset, names, rounds)
+    expected = {"scaffold": 2 * state_bytes + 2 * trainable_bytes, "moon": 2 * state_bytes, "feddyn": 2 * state_bytes}
+    for name in names:
+        mine = [r for r in rows if r["method"] == name]
+        assert all(int(r["round_bytes"]) == CLIENTS * expected[name] for r in mine), name
+        assert [float(r["accuracy"]) for r in mine] == in_process[name][1], name
