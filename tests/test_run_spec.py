@@ -288,7 +288,7 @@ def test_the_server_keeps_fp32_weights_and_a_clients_step_is_priced_as_its_weigh
     assert kept.hw == kept.client_hw and {d.hw.weight_master for d in kept.devices} == {"fp32"}
     # the priced difference: convnet at 3x16x16, 10 classes; its conv and linear weights are what GEMMs read
     model_spec = ModelSpec("convnet", (3, 16, 16), None)
-    gemm_weights = sum(m.weight.numel() for m in build(model_spec, num_classes=10, spherefed=False).modules()
+    gemm_weights = sum(m.weight.numel() for m in build(model_spec, num_classes=10).modules()
                        if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)))
     trace = method_step_trace(model_spec, "fedavg", batch_size=8, num_classes=10, image_size=16, seed=0)
     held = {w: simulate_complete(trace, hw, "step").peak.by_kind_bytes["weight"]
