@@ -299,6 +299,15 @@ class _EnergyColumns:
             setattr(self, name, points[f"energy.{name}"])
 
 
+def _storings(points: HardwarePoints) -> list[Storing]:
+    """Each point's ``Storing``: how its words are stored (word and element bits, operand copies,
+    scale bits, FP32 weight masters), which decides the vector work's bytes and the peak memory."""
+    return [Storing(int(w), c == "per_role", float(b), m == "fp32", int(e)) for w, c, b, m, e in
+            zip(points["word_bytes"].tolist(), points["operand_copies"].tolist(),
+                points["scale_bits_per_value"].tolist(), points["weight_master"].tolist(),
+                points["element_bits"].tolist())]
+
+
 def _assemble(work: TraceWork, points: HardwarePoints, gemm: dict[str, np.ndarray]) -> PointCosts:
     """Vector and linear-algebra work priced per word size, added to the GEMMs' sums; the energy of
     the summed counts (``Totals``)."""
@@ -308,10 +317,7 @@ def _assemble(work: TraceWork, points: HardwarePoints, gemm: dict[str, np.ndarra
     bytes_per_cycle = dram_bytes_per_cycle(points["dram_peak_bytes_per_s"], points["clock_hz"], points["dram_efficiency"])
     latency = points["dram_latency_cycles"]
     rounded = np.zeros(n, dtype=np.int64)
-    storings = [Storing(int(w), c == "per_role", float(b), m == "fp32", int(e)) for w, c, b, m, e in
-                zip(points["word_bytes"].tolist(), points["operand_copies"].tolist(),
-                    points["scale_bits_per_value"].tolist(), points["weight_master"].tolist(),
-                    points["element_bits"].tolist())]
+    storings = _storings(points)
     for storing in dict.fromkeys(storings):
         at = np.flatnonzero([s == storing for s in storings])
         w = work.at_word(storing)

@@ -19,13 +19,15 @@ import json
 import sys
 from typing import Sequence
 
-from accel_sim.hardware import FIELD_BOUNDS, HardwareConfig, HardwareConfigError, load_hardware_config
+from accel_sim.hardware import HardwareConfig, HardwareConfigError, load_hardware_config
+from accel_sim.hardware_fields import FIELD_BOUNDS
 from accel_sim.pricing import GemmTooLargeError, price_gemm
 from accel_sim.report import CostReport
 from accel_sim.simulate import check_trace_fits, simulate
 from accel_sim.dataflows import DATAFLOWS
 from accel_sim.systolic import gemm_summary
-from accel_sim.trace_schema import MAX_DIM, GemmWork, TraceFormatError, load_trace
+from accel_sim.trace_schema import MAX_DIM, GemmWork, TraceFormatError
+from accel_sim.trace_io import load_trace
 from iokit.cli import EXIT_USAGE, Parser, UsageError, int_in
 
 EXIT_BAD_INPUT = EXIT_USAGE

@@ -170,6 +170,52 @@ def gemm_folds_batch(flow: Dataflow, m, n, k, groups, hw) -> np.ndarray:
     return np.where(empty, 0, full * grid_folds(p) + np.where(rest > 0, grid_folds(np.maximum(rest, 1)), 0))
 
 
+def _overlapped(part, classes, ends: tuple, units_per_cycle, sums: tuple) -> tuple:
+    """``sums`` (transfer units, compute-bound cycles) with every fold transition of ``part`` added:
+    each (row class, column class, previous, next) combination's folds, the next fold's load and the
+    previous fold's store overlapped with a fold's compute, counted where the transfer bounds it.
+    ``ends``: the part's copies and the folds before its first and after its last (``_copies``)."""
+    transfer, compute_bound = sums
+
+    def traffic(fold) -> FoldTraffic:  # a (row class, column class) of this part, or a fold's traffic
+        return fold if isinstance(fold, FoldTraffic) else classes[fold]
+
+    for row, col, prev, nxt in COMBINATIONS:
+        count = row[3](part.row_folds) * col[3](part.col_folds)
+        if not np.any(count):
+            continue
+        for prev_fold, next_fold, copies in _copies(prev, nxt, *ends):
+            folds = copies * count
+            if not np.any(folds):
+                continue
+            overlapped = traffic(next_fold).load + traffic(prev_fold).store
+            bound = transfer_bound(overlapped, units_per_cycle, part.fold_cycles)
+            transfer = transfer + np.where(bound, overlapped * folds, 0)
+            compute_bound = compute_bound + np.where(bound, 0, part.fold_cycles * folds)
+    return transfer, compute_bound
+
+
+def _beyond_int64(m, n, k, p, scale, hw) -> bool:
+    """Whether a GEMM's traffic sums could pass int64 on some instance (``per_fold_units_bound`` times
+    the most folds an op may have): then they are summed in Python integers."""
+    longest = np.maximum(np.maximum(m, n * p), k * p).astype(np.float64)  # the streamed length is one of them
+    bits = word_bits(hw.word_bytes, hw.element_bits)
+    return bool(np.any(per_fold_units_bound(hw.rows, hw.cols, longest, bits, scale)
+                       * float(MAX_FOLDS_PER_OP) >= INT64_SAFE))
+
+
+def _part_ends(grid, resident, rest_grid, rest_resident, full, has_rest) -> tuple[tuple, tuple]:
+    """Per part (the packed grid's ``full`` copies, then the rest's one copy where there is a rest):
+    (copies, the fold before its first, the fold after its last, its first fold, its last fold)."""
+    first, last = first_fold(grid, resident), last_fold(grid, resident)
+    rest_first, rest_last = first_fold(rest_grid, rest_resident), last_fold(rest_grid, rest_resident)
+    zero = np.zeros_like(first.load)
+    nothing = FoldTraffic(zero, zero)  # before the first fold, after the last
+    after_grid = FoldTraffic(np.where(has_rest, rest_first.load, zero), zero)  # after the grid's last copy
+    return ((full, nothing, after_grid, first, last),
+            (has_rest.astype(np.int64), last, nothing, rest_first, rest_last))
+
+
 def gemm_costs_batch(flow: Dataflow, m, n, k, groups, hw) -> GemmCosts:
     """The GEMMs ``m x n x k`` (``groups`` of them) of each instance under ``flow`` (one dataflow
     for all) and the ``on_chip_accumulation`` memory model, on the instance's hardware ``hw``
@@ -183,10 +229,7 @@ def gemm_costs_batch(flow: Dataflow, m, n, k, groups, hw) -> GemmCosts:
     has_rest = rest > 0
     rest_groups = np.where(has_rest, rest, 1)
     scale = traffic_scale(np.lcm(p, rest_groups), hw)
-    longest = np.maximum(np.maximum(m, n * p), k * p).astype(np.float64)  # the streamed length is one of them
-    bits = word_bits(hw.word_bytes, hw.element_bits)
-    python_ints = bool(np.any(per_fold_units_bound(hw.rows, hw.cols, longest, bits, scale)
-                              * float(MAX_FOLDS_PER_OP) >= INT64_SAFE))
+    python_ints = _beyond_int64(m, n, k, p, scale, hw)
     if python_ints:  # beyond int64 (far outside real hardware): the same sums in Python integers
         m, n, k, p, full, rest_groups, scale = (np.asarray(x).astype(object)
                                                 for x in (m, n, k, p, full, rest_groups, scale))
@@ -197,37 +240,16 @@ def gemm_costs_batch(flow: Dataflow, m, n, k, groups, hw) -> GemmCosts:
     resident, rest_resident = Residency.of(grid, hw), Residency.of(rest_grid, hw)
     units_per_cycle = scale * dram_bytes_per_cycle(hw.dram_peak_bytes_per_s, hw.clock_hz, hw.dram_efficiency)
 
-    first, last = first_fold(grid, resident), last_fold(grid, resident)
-    rest_first, rest_last = first_fold(rest_grid, rest_resident), last_fold(rest_grid, rest_resident)
-    zero = np.zeros_like(first.load)
-    nothing = FoldTraffic(zero, zero)  # before the first fold, after the last
-    after_grid = FoldTraffic(np.where(has_rest, rest_first.load, zero), zero)  # after the grid's last copy
+    ends = _part_ends(grid, resident, rest_grid, rest_resident, full, has_rest)
+    (_, _, _, first, last), (_, _, _, _, rest_last) = ends
     transfer = compute_bound = 0
     sums = []
-    for part, part_resident, times, before, after, part_first, part_last in (
-            (grid, resident, full, nothing, after_grid, first, last),
-            (rest_grid, rest_resident, has_rest.astype(np.int64), last, nothing, rest_first, rest_last)):
+    for part, part_resident, part_ends in zip((grid, rest_grid), (resident, rest_resident), ends):
         counts = class_counts(part)
         classes = class_traffic(part, part_resident, counts)
         sums.append(traffic_sums(classes, counts))
+        transfer, compute_bound = _overlapped(part, classes, part_ends, units_per_cycle, (transfer, compute_bound))
 
-        def traffic(fold) -> FoldTraffic:  # a (row class, column class) of this part, or a fold's traffic
-            return fold if isinstance(fold, FoldTraffic) else classes[fold]
-
-        for row, col, prev, nxt in COMBINATIONS:
-            count = row[3](part.row_folds) * col[3](part.col_folds)
-            if not np.any(count):
-                continue
-            for prev_fold, next_fold, copies in _copies(prev, nxt, times, before, after, part_first, part_last):
-                folds = copies * count
-                if not np.any(folds):
-                    continue
-                overlapped = traffic(next_fold).load + traffic(prev_fold).store
-                bound = transfer_bound(overlapped, units_per_cycle, part.fold_cycles)
-                transfer = transfer + np.where(bound, overlapped * folds, 0)
-                compute_bound = compute_bound + np.where(bound, 0, part.fold_cycles * folds)
-
-    (loads, stores, sram_reads, sram_writes), (rest_loads, rest_stores, rest_sram_reads, rest_sram_writes) = sums
     grid_folds, rest_folds = grid.row_folds * grid.col_folds, rest_grid.row_folds * rest_grid.col_folds
     compute = full * grid_folds * grid.fold_cycles + has_rest * rest_folds * rest_grid.fold_cycles
     transfer = transfer + first.load + np.where(has_rest, rest_last.store, last.store)
@@ -235,10 +257,8 @@ def gemm_costs_batch(flow: Dataflow, m, n, k, groups, hw) -> GemmCosts:
                                           compute_bound_cycles=compute_bound, transfer_units=transfer,
                                           units_per_cycle=units_per_cycle)
 
-    figures = (compute, total_cycles, units_to_bytes(full * loads + has_rest * rest_loads, scale),
-               units_to_bytes(full * stores + has_rest * rest_stores, scale),
-               units_to_bytes(full * sram_reads + has_rest * rest_sram_reads, scale),
-               units_to_bytes(full * sram_writes + has_rest * rest_sram_writes, scale),
+    figures = (compute, total_cycles,
+               *(units_to_bytes(full * grid_sum + has_rest * rest_sum, scale) for grid_sum, rest_sum in zip(*sums)),
                full * grid_folds + has_rest * rest_folds)
     shape = np.broadcast_shapes(*(np.shape(x) for x in figures))
     return GemmCosts(*(np.broadcast_to(np.where(empty, 0, x), shape) for x in figures))

@@ -19,8 +19,8 @@ import numpy as np
 
 from accel_sim.cost_tables import COST_TABLES
 from accel_sim.dataflows import DATAFLOWS
-from accel_sim.hardware import (GROUPED_MAPPINGS, MEMORY_MODELS, OPERAND_COPIES, WEIGHT_MASTERS, EnergyCosts,
-                                HardwareConfig, HardwareConfigError, SpecialUnit)
+from accel_sim.hardware import EnergyCosts, HardwareConfig, HardwareConfigError, SpecialUnit
+from accel_sim.hardware_fields import GROUPED_MAPPINGS, MEMORY_MODELS, OPERAND_COPIES, WEIGHT_MASTERS
 
 SUB_TABLES = {"special_unit": SpecialUnit, "energy": EnergyCosts}
 

@@ -38,10 +38,8 @@ constraints are counted over every point of that product, so it may hold at most
 
 from __future__ import annotations
 
-import ast
 import difflib
 import math
-import operator
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -49,12 +47,11 @@ import numpy as np
 
 from accel_sim.hardware import HardwareConfig, HardwareConfigError
 from accel_sim.mac_energy import format_mac_pj, hardware_in_format
-from accel_sim.points import FIELD_PATHS, HardwarePoints, field_kind, field_value, python_value, with_field
+from accel_sim.points import HardwarePoints, field_kind, field_value, python_value, with_field
 from accel_sim.formats import NumberFormat
 from accel_sim.resources import ResourceModelError
+from accel_sim.space_constraints import AXIS_NAMES, NUMBER_FORMAT, Constraint, SpaceError, compile_constraint
 
-NUMBER_FORMAT = "number_format"
-AXIS_NAMES = (*FIELD_PATHS, NUMBER_FORMAT)
 DEFAULT_MAX_POINTS = 1_000_000
 """The most points a space may hold unless the caller streams it (``stream=True``): a million
 points' results fit in memory (~100 columns x 8 bytes x 1e6 ~ 1 GB at most)."""
@@ -65,10 +62,6 @@ points before the constraints (the constraints are evaluated at every one of the
 MAX_GRID_POINTS = 2**28
 """The most points the product of the axes may hold even when streamed (~2.7e8: counting the
 constraints over 2**32 took 119 s on the development machine; 4e19 would never end)."""
-EXACT_BELOW = 2**53
-"""Integers of magnitude below this are exact in float64 too: a constraint whose every value stays
-below it (interval bounds, ``Constraint.evaluate``) is evaluated on numpy's int64 / float64
-columns, which then give Python's results exactly; otherwise on Python numbers."""
 CHUNK_POINTS = 16_384
 FORMAT_OF_WORD = {4: "fp32", 2: "bf16"}
 """The number format of a point without a ``number_format`` axis, by its word size."""
@@ -111,10 +104,6 @@ def mac_pj_column(formats: np.ndarray, fp32_mac_pj, cost_tables) -> np.ndarray:
             for table in np.unique(tables[formats == name]).tolist():
                 column[(formats == name) & (tables == table)] = format_mac_pj(name, table)
     return column
-
-
-class SpaceError(ValueError):
-    """A design space that cannot be explored; the one-line message names the axis and the fix."""
 
 
 @dataclass(frozen=True)
@@ -193,199 +182,7 @@ def _range_values(where: str, spec: Mapping) -> tuple:
     return tuple(values)
 
 
-# ----------------------------------------------------------------------------- constraints
 
-_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
-_COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
-            ast.Gt: operator.gt, ast.GtE: operator.ge}
-LANGUAGE = "field names, numbers, quoted names, + - * / // %, comparisons, and, or, not, parentheses"
-
-
-_PYTHON = {op: np.frompyfunc(fn, 2, 1) for op, fn in {**_BINARY, **_COMPARE}.items()}  # elementwise, Python's
-_NOT, _NEG = np.frompyfunc(operator.not_, 1, 1), np.frompyfunc(operator.neg, 1, 1)
-_CONDITIONS = (ast.Compare, ast.BoolOp)
-
-
-@dataclass(frozen=True, eq=False)
-class Constraint:
-    """A condition over field paths (module docstring), parsed once."""
-
-    text: str
-    tree: ast.Expression
-    names: frozenset
-
-    def evaluate(self, columns: Mapping[str, np.ndarray], size: int) -> np.ndarray:
-        """Which of ``size`` points satisfy it, from their ``columns`` (each name it uses), with
-        Python's arithmetic exactly: on the numpy columns when interval bounds show every value of
-        the expression below ``EXACT_BELOW`` in magnitude and no divisor's range holds 0 (int64 and
-        float64 then agree with Python), else on Python numbers (object arrays). A division by zero,
-        a name combined with a number, or a float overflow is a ``SpaceError`` naming the constraint."""
-        if size == 0:
-            return np.zeros(0, dtype=bool)
-        try:
-            try:
-                _bounds(self.tree.body, {n: _column_bounds(columns[n]) for n in self.names})
-                result = _evaluate(self.tree.body, columns)
-            except _Inexact:
-                exact = {n: np.array(columns[n].tolist() + [None], dtype=object)[:-1] for n in self.names}
-                result = _evaluate(self.tree.body, exact, python=True)
-        except ZeroDivisionError:
-            raise SpaceError(f"space constraint {self.text!r} divides by zero at a point of the space: keep the "
-                             f"divisor's axis away from 0 or multiply instead (e.g. rows <= 4 * cols)") from None
-        except TypeError as e:
-            raise SpaceError(f"space constraint {self.text!r} combines a name with a number ({e}); compare a name "
-                             "only with == or != to a quoted name, e.g. dataflow_dw == 'ws'") from None
-        except (OverflowError, RecursionError) as e:
-            raise SpaceError(f"space constraint {self.text!r} cannot be evaluated ({type(e).__name__}: {e}); "
-                             "use smaller numbers or a shorter expression") from None
-        return np.broadcast_to(np.asarray(result).astype(bool), (size,))
-
-
-class _Inexact(Exception):
-    """numpy's fixed-width arithmetic might differ from Python's for this expression and these columns."""
-
-
-def _column_bounds(column: np.ndarray) -> tuple | None:
-    """(min, max) of a numeric column as Python numbers; None for names (strings)."""
-    if column.dtype.kind in "iuf":
-        return column.min().item(), column.max().item()
-    return None
-
-
-def _within(low, high) -> tuple:
-    if not (-EXACT_BELOW < low and high < EXACT_BELOW):  # NaN fails too
-        raise _Inexact
-    return low, high
-
-
-def _bounds(node: ast.AST, ranges: Mapping[str, tuple | None]) -> tuple | None:
-    """(low, high) of ``node``'s values over the columns' ranges (None: a name, not a number);
-    ``_Inexact`` where numpy's arithmetic might not be Python's: a bound at or beyond
-    ``EXACT_BELOW``, a divisor whose range holds 0, a name in arithmetic or compared with a number."""
-    path = _path(node)
-    if path is not None:
-        return None if ranges[path] is None else _within(*ranges[path])
-    if isinstance(node, ast.Constant):
-        return None if isinstance(node.value, str) else _within(node.value, node.value)
-    if isinstance(node, ast.UnaryOp):
-        inner = _bounds(node.operand, ranges)
-        if inner is None:
-            raise _Inexact
-        return (0, 1) if isinstance(node.op, ast.Not) else (-inner[1], -inner[0]) if isinstance(node.op, ast.USub) \
-            else inner
-    if isinstance(node, ast.BinOp):
-        (a, b), (c, d) = (_bounds(node.left, ranges) or _raise()), (_bounds(node.right, ranges) or _raise())
-        op = type(node.op)
-        if op in (ast.Div, ast.FloorDiv, ast.Mod) and c <= 0 <= d:
-            raise _Inexact  # a zero divisor is possible: Python's evaluation raises where it happens
-        if op is ast.Mod:
-            top = max(abs(c), abs(d))
-            return _within(-top, top)
-        corners = [_BINARY[op](x, y) for x in (a, b) for y in (c, d)] if op in (ast.Mult, ast.Div, ast.FloorDiv) \
-            else [a + c, b + d] if op is ast.Add else [a - d, b - c]
-        return _within(min(corners), max(corners))
-    if isinstance(node, ast.BoolOp):
-        if any(_bounds(v, ranges) is None for v in node.values):
-            raise _Inexact
-        return 0, 1
-    kinds = {_bounds(v, ranges) is None for v in (node.left, *node.comparators)}
-    if len(kinds) > 1:
-        raise _Inexact  # a name compared with a number
-    return 0, 1
-
-
-def _raise():
-    raise _Inexact
-
-
-def _path(node: ast.AST) -> str | None:
-    """``special_unit.norm`` from the attribute chain it parses to; None for another node."""
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        inner = _path(node.value)
-        return f"{inner}.{node.attr}" if inner is not None else None
-    return None
-
-
-def compile_constraint(text: str) -> Constraint:
-    """Parse and check a constraint; ``SpaceError`` naming it for bad syntax, a construct outside
-    the language, an unknown field, or an expression that is not a condition."""
-    if not isinstance(text, str) or not text.strip():
-        raise SpaceError(f"space constraint {text!r}: give a condition such as 'rows * cols <= 4096'")
-    short = text if len(text) <= 80 else f"{text[:60]}... ({len(text):,} characters)"
-    try:
-        tree = ast.parse(text.strip(), mode="eval")
-    except SyntaxError as e:
-        raise SpaceError(f"space constraint {short!r} is not an expression ({e.msg}); use {LANGUAGE}") from None
-    except (RecursionError, MemoryError):
-        raise SpaceError(f"space constraint {short!r} is nested too deeply to parse: split it into "
-                         "several constraints (each must hold)") from None
-    names = set()
-
-    def check(node: ast.AST) -> None:
-        path = _path(node)
-        if path is not None:
-            if path not in AXIS_NAMES:
-                close = difflib.get_close_matches(path, AXIS_NAMES, n=1)
-                raise SpaceError(f"space constraint {short!r}: unknown field '{path}'"
-                                 + (f" (did you mean '{close[0]}'?)" if close else ""))
-            names.add(path)
-            return
-        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, str)) and not isinstance(node.value, bool):
-            if isinstance(node.value, float) and not math.isfinite(node.value):
-                raise SpaceError(f"space constraint {short!r}: {node.value!r} is not a finite number")
-            return
-        allowed = (isinstance(node, ast.BinOp) and type(node.op) in _BINARY
-                   or isinstance(node, ast.Compare) and all(type(op) in _COMPARE for op in node.ops)
-                   or isinstance(node, ast.BoolOp)
-                   or isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.Not, ast.USub, ast.UAdd)))
-        if not allowed:
-            raise SpaceError(f"space constraint {short!r}: '{ast.unparse(node)[:60]}' is not allowed; use {LANGUAGE}")
-        for child in ast.iter_child_nodes(node):
-            if not isinstance(child, (ast.operator, ast.cmpop, ast.boolop, ast.unaryop)):
-                check(child)
-
-    try:
-        check(tree.body)
-    except RecursionError:
-        raise SpaceError(f"space constraint {short!r} is nested too deeply: split it into "
-                         "several constraints (each must hold)") from None
-    body = tree.body
-    if not (isinstance(body, _CONDITIONS) or isinstance(body, ast.UnaryOp) and isinstance(body.op, ast.Not)):
-        raise SpaceError(f"space constraint {short!r} is not a condition: compare it (e.g. rows * cols <= 4096)")
-    return Constraint(text, tree, frozenset(names))
-
-
-def _evaluate(node: ast.AST, columns: Mapping[str, np.ndarray], python: bool = False):
-    """``node`` over ``columns``: numpy's operators, or with ``python`` Python's own, element by
-    element (object arrays of Python numbers: exact integers, ZeroDivisionError, TypeError)."""
-    path = _path(node)
-    if path is not None:
-        return columns[path]
-    if isinstance(node, ast.Constant):
-        return node.value
-    if isinstance(node, ast.BinOp):
-        left, right = _evaluate(node.left, columns, python), _evaluate(node.right, columns, python)
-        return (_PYTHON if python else _BINARY)[type(node.op)](left, right)
-    if isinstance(node, ast.UnaryOp):
-        value = _evaluate(node.operand, columns, python)
-        if isinstance(node.op, ast.Not):
-            return _NOT(value) if python else np.logical_not(value)
-        return (_NEG(value) if python else -value) if isinstance(node.op, ast.USub) else value
-    if isinstance(node, ast.BoolOp):
-        values = [np.asarray(_evaluate(v, columns, python)).astype(bool) for v in node.values]
-        return (np.logical_and if isinstance(node.op, ast.And) else np.logical_or).reduce(values)
-    left, result = _evaluate(node.left, columns, python), True
-    for op, right_node in zip(node.ops, node.comparators):
-        right = _evaluate(right_node, columns, python)
-        result = np.logical_and(result, np.asarray((_PYTHON if python else _COMPARE)[type(op)](left, right)).astype(bool))
-        left = right
-    return np.asarray(result)
-
-
-# ----------------------------------------------------------------------------- the space
 
 
 @dataclass(frozen=True, eq=False)
@@ -482,9 +279,36 @@ def space_from_dict(data: Mapping[str, Any], base: HardwareConfig | None = None,
     unknown_keys = sorted(set(data) - {"axes", "constraints"})
     if unknown_keys:
         raise SpaceError(f"space: unknown key(s) {', '.join(unknown_keys)}; a space has axes and constraints")
-    raw = _flatten(data.get("axes", {}))
+    axes = _axes(data, base)
+    texts = data.get("constraints", [])
+    if isinstance(texts, str) or not isinstance(texts, Sequence):
+        raise SpaceError(f"space constraints: give a list of conditions, got {texts!r}")
+    constraints = tuple(compile_constraint(t) for t in texts)
+    space = Space(base, tuple(axes), constraints, 0)
+    walk_limit = MAX_GRID_POINTS if stream else min(MAX_GRID_POINTS, GRID_FACTOR * max_points)
+    if space.grid_size > walk_limit:  # the product of the lengths, before a single point is enumerated
+        raise SpaceError(f"space axes give {space.grid_size:,} points ({' x '.join(f'{len(a.values):,}' for a in axes)}) "
+                         f"before the constraints, more than the {walk_limit:,} that can be walked"
+                         + ("" if stream else f" ({GRID_FACTOR} x the limit of {max_points:,} points; --stream walks up "
+                                              f"to {MAX_GRID_POINTS:,})") + ": narrow an axis")
+    size = space.grid_size if not constraints else sum(
+        int(space._keep(np.arange(s, min(s + 4 * CHUNK_POINTS, space.grid_size), dtype=np.int64)).sum())
+        for s in range(0, space.grid_size, 4 * CHUNK_POINTS))  # the constraints counted chunk by chunk
+    if size == 0:
+        raise SpaceError(f"space constraints {'; '.join(c.text for c in constraints)} keep none of the "
+                         f"{space.grid_size:,} points: loosen them")
+    if size > max_points and not stream:
+        raise SpaceError(f"space has {size:,} points, over the limit of {max_points:,}: narrow an axis, or stream the "
+                         f"points in chunks to disk (--stream)")
+    return Space(base, tuple(axes), constraints, size)
+
+
+def _axes(data: Mapping[str, Any], base: HardwareConfig) -> list[Axis]:
+    """The declared axes, each a known field with checked values, and checked together: one axis
+    sets the word size, a number format's fields are not axes beside it, an ``energy.mac_pj`` axis
+    only beside FP32 points."""
     axes = []
-    for path, spec in raw.items():
+    for path, spec in _flatten(data.get("axes", {})).items():
         if path not in AXIS_NAMES:
             close = difflib.get_close_matches(path, AXIS_NAMES, n=1)
             raise SpaceError(f"space axis '{path}': unknown field" + (f" (did you mean '{close[0]}'?)" if close else
@@ -513,27 +337,7 @@ def space_from_dict(data: Mapping[str, Any], base: HardwareConfig | None = None,
         raise SpaceError(f"space axis '{MAC_PJ}': a point in {narrow[0]} costs its format's MAC figure "
                          f"(accel_sim.mac_energy), so the axis would vary the fp32 points only: drop it, or price "
                          f"fp32 points only")
-    texts = data.get("constraints", [])
-    if isinstance(texts, str) or not isinstance(texts, Sequence):
-        raise SpaceError(f"space constraints: give a list of conditions, got {texts!r}")
-    constraints = tuple(compile_constraint(t) for t in texts)
-    space = Space(base, tuple(axes), constraints, 0)
-    walk_limit = MAX_GRID_POINTS if stream else min(MAX_GRID_POINTS, GRID_FACTOR * max_points)
-    if space.grid_size > walk_limit:  # the product of the lengths, before a single point is enumerated
-        raise SpaceError(f"space axes give {space.grid_size:,} points ({' x '.join(f'{len(a.values):,}' for a in axes)}) "
-                         f"before the constraints, more than the {walk_limit:,} that can be walked"
-                         + ("" if stream else f" ({GRID_FACTOR} x the limit of {max_points:,} points; --stream walks up "
-                                              f"to {MAX_GRID_POINTS:,})") + ": narrow an axis")
-    size = space.grid_size if not constraints else sum(
-        int(space._keep(np.arange(s, min(s + 4 * CHUNK_POINTS, space.grid_size), dtype=np.int64)).sum())
-        for s in range(0, space.grid_size, 4 * CHUNK_POINTS))
-    if size == 0:
-        raise SpaceError(f"space constraints {'; '.join(c.text for c in constraints)} keep none of the "
-                         f"{space.grid_size:,} points: loosen them")
-    if size > max_points and not stream:
-        raise SpaceError(f"space has {size:,} points, over the limit of {max_points:,}: narrow an axis, or stream the "
-                         f"points in chunks to disk (--stream)")
-    return Space(base, tuple(axes), constraints, size)
+    return axes
 
 
 def _flatten(axes: Any, prefix: str = "") -> dict[str, Any]:

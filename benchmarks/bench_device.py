@@ -52,11 +52,13 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from workloads.fl.data import NORMALIZATION, Dataset, load_dataset
+from workloads.fl.data import Dataset, load_dataset
+from workloads.fl.dataset import NORMALIZATION
 from workloads.fl.execution import (DeviceData, Execution, device_name, exact_uint8, kernel_environment,
                                     resolve_device, synchronize)
 from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.loop import forecast, run_method, step_rate, together_rate
+from workloads.fl.timing import Timed
 from workloads.fl.methods import parse_method
 from workloads.fl.partition import dirichlet_partition
 from workloads.models import build_model
@@ -108,10 +110,10 @@ def option_rate(option: str, device: torch.device, steps: int, data: DeviceData,
     if ex.compile:
         model.compile()
     method, hp, idx = parse_method("fedavg"), Hparams(lr=0.01, batch_size=BATCH), torch.arange(BATCH, device=device)
+    timed = Timed(model, method, hp, data, idx, ex)
     if option == "together":
-        return together_rate(model, method, hp, data, idx, ex, clients, steps)
-    return step_rate(model, method, hp, data, idx, ex, steps, clients=client_threads if option == "threads" else 1,
-                     recorded=option == "capture")
+        return together_rate(timed, clients, steps)
+    return step_rate(timed, steps, clients=client_threads if option == "threads" else 1, recorded=option == "capture")
 
 
 def data_rates(device: torch.device, batches: int = 100, repeats: int = 5) -> dict[str, float]:

@@ -29,11 +29,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from accel_sim.hardware import MEMORY_MODELS, HardwareConfig  # noqa: E402
+from accel_sim.hardware import HardwareConfig
+from accel_sim.hardware_fields import MEMORY_MODELS
 from accel_sim.memory_scalesim import gemm_memory_scalesim  # noqa: E402
 from accel_sim.simulate import simulate  # noqa: E402
 from accel_sim.systolic import gemm_cycles  # noqa: E402
-from accel_sim.trace_schema import load_trace  # noqa: E402
+from accel_sim.trace_io import load_trace
 
 
 def captured_mobilenetv2_step(batch: int = 64, classes: int = 100):

@@ -46,7 +46,8 @@ def record(args: argparse.Namespace) -> None:
     from bench.lib.spec import RunSpec
     from workloads.fl.execution import DeviceData, kernel_environment
     from workloads.fl.local import client_trainer
-    from workloads.fl.loop import _memory_format, batch_starts, build_on_device, derived_seed
+    from workloads.fl.evaluation import memory_format
+    from workloads.fl.loop import batch_starts, build_on_device, derived_seed
 
     run = resolve(RunSpec(preset=args.preset, methods=(args.method,), models=(args.model,), device="cpu",
                           channels_last=args.channels_last))
@@ -74,7 +75,7 @@ def record(args: argparse.Namespace) -> None:
     for step in range(1, args.steps + 1):
         start = starts[(step - 1) % len(starts)]
         batch = order[start:start + hp.batch_size]
-        x = _memory_format(train.take(batch), inputs.execution.channels_last)
+        x = memory_format(train.take(batch), inputs.execution.channels_last)
         losses.append(float(trainer.step(x, train.y[batch])))
         if step == 1:
             for h in handles:

@@ -14,7 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.lib.grid.runners import grid_runner
-from bench.lib.study.runner import CURVE_CSV, files_read, labels_of, missing_rounds, read_curve, write_run
+from bench.lib.study.runner import files_read
+from bench.lib.study.run_files import CURVE_CSV, labels_of, missing_rounds, read_curve, write_run
 from workloads.fl.methods import parse_method
 
 
@@ -32,7 +33,7 @@ def opposite_accuracy(lr: float, seed: int, t: int, rounds: int) -> tuple[float,
 def whole_rounds(point: dict, folder: Path) -> str:
     """The study runner's ``complete`` check on its rounds (``missing_rounds``) alone: the stand-ins'
     accuracies are formulas that leave [0, 1] at high rates, which no real run writes
-    (``bench.lib.study.runner.out_of_range`` reads them as damaged)."""
+    (``bench.lib.study.run_files.out_of_range`` reads them as damaged)."""
     try:
         return missing_rounds(point, read_curve(Path(folder) / CURVE_CSV))
     except (OSError, ValueError, KeyError, TypeError) as err:

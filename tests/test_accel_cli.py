@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from accel_sim.cli import build_parser, main
-from accel_sim.trace_schema import dump_trace
+from accel_sim.trace_io import dump_trace
 from tests.accel_traces import small_trace
 
 ROOT = Path(__file__).resolve().parents[1]

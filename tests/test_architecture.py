@@ -150,7 +150,7 @@ def test_one_lock_implementation():
                 if isinstance(node, ast.FunctionDef) and "pid_alive" in node.name:
                     pid_checks.add(module_name(path))
     assert exclusive == pid_checks == {"iokit.locks"}, (exclusive, pid_checks)
-    assert all("iokit.locks" in SOURCES[m] for m in ("iokit.outputs", "bench.lib.grid.engine"))
+    assert all("iokit.locks" in SOURCES[m] for m in ("iokit.outputs", "bench.lib.grid.point"))
     assert "iokit.locks.pid_alive" in SOURCES["iokit.files"]
 
 

@@ -18,7 +18,7 @@ import bench.fl.__main__ as fl_run
 from bench.lib import results
 import workloads.capture as wtrace
 import bench.capture.__main__ as capture
-from accel_sim.trace_schema import load_trace
+from accel_sim.trace_io import load_trace
 from workloads.model_spec import ModelSpec, build
 from workloads.models import MODELS
 from workloads.fl.methods.spherefed import SphereFed

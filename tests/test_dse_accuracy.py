@@ -18,7 +18,7 @@ from bench.dse.__main__ import main
 from bench.dse.spec import DseError
 from bench.lib.results import FORMAT_VERSION
 from bench.study import phases, report
-from bench.lib.study.spec import parse_study
+from bench.lib.study.study_file import parse_study
 from iokit import outputs
 from tests.test_study import OPPOSITE, study_doc
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import bench.grid.__main__ as grid
-from bench.lib.grid import engine
+from bench.lib.grid import backends
 from bench.lib.grid.engine import parse_grid, run_grid
 from tests.failfast import as_in_a_terminal, assert_fails_clean
 
@@ -57,7 +57,7 @@ CASES = [
 def test_bad_input_fails_before_any_point(ws, capsys, case, argv, names):
     start = time.perf_counter()
     assert_fails_clean(grid.main, argv, capsys, ws, names)
-    assert time.perf_counter() - start < engine.RAY_CONNECT_TIMEOUT_S  # a refused port answers at once
+    assert time.perf_counter() - start < backends.RAY_CONNECT_TIMEOUT_S  # a refused port answers at once
 
 
 def test_a_bad_point_fails_alone_and_is_recorded(tmp_path):

@@ -83,7 +83,7 @@ def test_a_readme_without_the_markers_is_refused(fixture_root):
 
 
 def test_each_claim_is_answered_by_its_own_test_with_the_p_that_carries_it():
-    from bench.lib.findings import claim_test, claim_word
+    from bench.lib.findings_study import claim_test, claim_word
 
     def e(mean, verdict, p_diff, p_eq, p_ni, p_sup):
         return {"mean": mean, "verdict": verdict, "n": 16, "margin_pts": 1.0, "p_difference_adjusted": p_diff,

@@ -7,7 +7,8 @@ import pytest
 import torch
 from PIL import Image
 
-from workloads.fl.data import DATASETS, NORMALIZATION, DataError, Dataset, load_dataset
+from workloads.fl.data import DATASETS, DataError, Dataset, load_dataset
+from workloads.fl.dataset import NORMALIZATION
 
 
 def _normalized(images_nchw_uint8: np.ndarray, name: str) -> np.ndarray:

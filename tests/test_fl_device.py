@@ -10,7 +10,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from fl_standins import TinyNet, blobs
-from workloads.fl.data import NORMALIZATION, Dataset
+from workloads.fl.data import Dataset
+from workloads.fl.dataset import NORMALIZATION
 from workloads.fl.execution import DeviceData, Execution, random_crop_flip, resolve_device
 from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.loop import forecast, planned_samples, run_method
@@ -97,7 +98,7 @@ def test_resolve_device():
 
 def cifar_like(n, seed):
     """A 'cifar10' split whose float32 pixels are exact decodings of uint8 images, as
-    workloads.fl.data._to_tensor makes them."""
+    workloads.fl.dataset.to_tensor makes them."""
     g = torch.Generator().manual_seed(seed)
     u = torch.randint(0, 256, (n, 3, 4, 4), generator=g, dtype=torch.uint8)
     norm = NORMALIZATION["cifar10"]

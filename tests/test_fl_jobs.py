@@ -9,7 +9,8 @@ from accel_sim.hardware import HardwareConfig
 from workloads.cost.system import SystemModel
 from bench.lib.fl.jobs import (Job, RunInputs, available_cpus, resolve_workers, run_job, started,
                                  threads_per_worker)
-from workloads.fl.data import load_dataset, subset
+from workloads.fl.data import load_dataset
+from workloads.fl.dataset import subset
 from workloads.fl.hparams import FLConfig, Hparams
 from workloads.cost.rounds import client_devices
 from workloads.fl.presets import make_partition

@@ -253,7 +253,8 @@ def test_preset_targets_are_a_list_as_in_a_study_file(tmp_path):
     ("[0.0]", "is out of range; give a number in (0, 100]"),
 ])
 def test_bad_preset_targets_are_one_line_and_spelt_as_a_studys(tmp_path, capsys, value, message):
-    from bench.lib.study.spec import StudyError, parse_study
+    from bench.lib.study.spec import StudyError
+    from bench.lib.study.study_file import parse_study
     from tests.test_study import study_doc
 
     preset = tmp_path / "p.toml"

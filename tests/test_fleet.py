@@ -17,12 +17,13 @@ from accel_sim.hardware import HardwareConfig, load_hardware_config
 from bench.lib.fl.jobs import Job, RunInputs, run_job
 from tests.failfast import assert_fails_clean, workspace
 from workloads.cost import fleet as fleet_mod
-from workloads.cost.fleet import (ClientOffer, FleetError, assign_classes, class_counts, fleet_from_dict, load_fleet,
-                                  online, plan_round, sampled_count)
+from workloads.cost.fleet import FleetError, assign_classes, class_counts, fleet_from_dict, load_fleet
+from workloads.cost.participation import ClientOffer, online, plan_round, sampled_count
 from workloads.cost.rounds import RunPricer, client_devices, fleet_devices, fleet_system
 from workloads.cost.system import DEFAULT_SYSTEM_PATH, SystemModel, load_system_model
 from workloads.fl.comm import closed_form_sizes, ledger_totals
-from workloads.fl.data import load_dataset, subset
+from workloads.fl.data import load_dataset
+from workloads.fl.dataset import subset
 from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.loop import forecast, planned_samples
 from workloads.fl.presets import make_partition
@@ -334,7 +335,8 @@ def test_a_fleet_is_a_grid_key_and_a_study_axis():
 
     from bench.lib.run.config import resolved_runs
     from bench.lib.run.study import point_config
-    from bench.lib.study.spec import StudyError, load_study, parse_study
+    from bench.lib.study.spec import StudyError
+    from bench.lib.study.study_file import load_study, parse_study
 
     cfg = point_config({"model": "convnet", "preset": "smoke", "fleet": "mixed"})
     assert cfg.fleet_path == "mixed" and resolved_runs(cfg)[0].fleet.name == "mixed"
@@ -357,8 +359,9 @@ def test_a_fleet_runs_participation_is_recorded_and_reported():
     # deadline), round 2 aggregated 1 of 3 (one unavailable, one over memory); the calibration row
     # is not a training round. Per round: clients (2 + 1) / 2 = 1.5, sampled (3 + 3) / 2 = 3.0;
     # drops over the run: deadline 1, unavailable 1, memory 1, surplus 0.
-    from bench.lib.study.runner import participation
-    from bench.study.report import _participation, participation_columns
+    from bench.lib.study.run_files import participation
+    from bench.study.report import participation_columns
+    from bench.study.table import _participation
 
     def row(stage, clients, sampled, **dropped):
         return {"stage": stage, "clients": clients, "sampled": sampled, "collect_s": 1.5,
@@ -378,9 +381,10 @@ def test_a_study_sweeps_the_deadline_and_keeps_the_fleet_files_own_runs():
     import math
     import tomllib
 
-    from bench.lib.grid.engine import run_id
+    from bench.lib.grid.point import run_id
     from bench.lib.study.runner import make_point, parse_point, prepare
-    from bench.lib.study.spec import StudyError, parse_study
+    from bench.lib.study.spec import StudyError
+    from bench.lib.study.study_file import parse_study
 
     with open("configs/studies/digits-fleets.toml", "rb") as f:
         doc = tomllib.load(f)
@@ -429,7 +433,7 @@ def test_the_fleet_answer_chooses_the_fastest_deadline_every_seed_reached():
 
     import pandas as pd
 
-    from bench.lib.study.spec import parse_study
+    from bench.lib.study.study_file import parse_study
     from bench.study.fleets import DECLARED, fleet_answers, fleet_markdown
 
     with open("configs/studies/digits-fleets.toml", "rb") as f:

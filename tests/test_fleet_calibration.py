@@ -12,7 +12,7 @@ import torch
 
 from bench.lib.fl.jobs import Job, run_job
 from tests.test_fleet import FAST, HP, digits, fleet_of, pricer, run_inputs  # noqa: F401 (fixtures)
-from workloads.cost.fleet import summary_line
+from workloads.cost.participation import summary_line
 from workloads.cost.rounds import RunPricer, class_counts_of, plan_run
 from workloads.fl.comm import closed_form_bytes, closed_form_sizes, ledger_totals
 from workloads.fl.loop import run_method

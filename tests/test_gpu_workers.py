@@ -19,8 +19,9 @@ import pytest
 import torch
 
 import bench.grid.__main__ as grid_cli
-from bench.lib.grid.engine import GridError, Resources, check_backend, check_device
-from bench.lib.study.spec import parse_study
+from bench.lib.grid.backends import Resources, check_backend, check_device
+from bench.lib.grid.point import GridError
+from bench.lib.study.study_file import parse_study
 from bench.study import phases
 from bench.study.__main__ import main as study_main, wall_time_text
 from tests.failfast import assert_fails_clean
@@ -67,7 +68,7 @@ def test_two_workers_on_one_gpu_each_open_it_afresh_and_record_it(tmp_path, monk
 
 
 class FakeRay:
-    """Ray's API as ``bench.lib.grid.engine.run_ray`` calls it, each task run at once in this process:
+    """Ray's API as ``bench.lib.grid.backends.run_ray`` calls it, each task run at once in this process:
     what matters here is what each run asks Ray for."""
 
     def __init__(self):

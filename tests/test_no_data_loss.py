@@ -34,7 +34,7 @@ import bench.study.__main__ as study_cli
 import bench.sweep.__main__ as sweep_cli
 from bench.lib.grid.engine import grid_hash, load_grid
 from bench.study import phases
-from bench.lib.study.spec import load_study
+from bench.lib.study.study_file import load_study
 from iokit import locks, outputs
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -2,7 +2,7 @@
 nothing behind.
 
 Ctrl-C goes to the whole process group (the terminal sends it to every process of the command):
-the study's workers are born ignoring it (``bench.lib.grid.engine.run_local``), so none prints a
+the study's workers are born ignoring it (``bench.lib.grid.backends.run_local``), so none prints a
 traceback while it starts; the main process stops them, reaps them and removes their point locks
 and temporary run folders; the command exits 130 with its one line. Interrupted while the workers
 start and while they run (case 10), and by SIGTERM to the group (no case names it: exit 143). The

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 import bench.fl.__main__ as fl_cli
-from bench.lib.study.spec import StudyError, parse_study
+from bench.lib.study.spec import StudyError
+from bench.lib.study.study_file import parse_study
 from tests.test_no_data_loss_identity import study_text
 from iokit.toml import read_toml
 

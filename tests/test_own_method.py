@@ -201,7 +201,8 @@ def test_an_own_method_in_a_study_file_and_its_run_points(own):
     reads back to the same hyper-parameters; an exploration (bench.dse) file accepts it."""
     from bench.dse.spec import check_method
     from bench.lib.study.runner import make_point, parse_point
-    from bench.lib.study.spec import StudyError, parse_study
+    from bench.lib.study.spec import StudyError
+    from bench.lib.study.study_file import parse_study
     from tests.test_study import study_doc
     from workloads.fl.execution import Execution
 

@@ -142,7 +142,8 @@ def test_a_schedule_beside_another_format_source_is_refused_before_training():
 
 
 def test_a_study_setting_may_name_a_schedule_laid_out_over_the_studys_rounds():
-    from bench.lib.study.spec import StudyError, parse_study
+    from bench.lib.study.spec import StudyError
+    from bench.lib.study.study_file import parse_study
     from bench.lib.study.tuning import Choice
     from bench.study import phases
     from test_study import study_doc

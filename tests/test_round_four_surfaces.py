@@ -269,7 +269,7 @@ def test_a_finished_studys_curve_cut_before_its_last_round_is_run_again(tmp_path
 
 @pytest.mark.parametrize("cut", ["a calibration row", "its last training round", "a round twice"])
 def test_a_calibrated_runs_curve_without_its_whole_rounds_is_incomplete(cut):
-    from bench.lib.study.runner import missing_rounds
+    from bench.lib.study.run_files import missing_rounds
 
     point = {"method": "fedavg+ccvr", "fl": {"rounds": 2}}
     curve = [{"method": m, "round": t, "stage": "train"} for m in ("fedavg", "fedavg+ccvr") for t in (1, 2)]
@@ -290,7 +290,7 @@ def test_number_formats_crossed_with_a_fleet_that_sets_every_format_is_one_setti
     """number_formats = ["fp32", "bfp_m2_g16"] x fleets = ["none", "mixed-formats"]: every class of
     mixed-formats sets its own format, so "bfp_m2_g16 on the fleet" trains exactly "fp32 on the
     fleet"; the study keeps it once (its FP32 setting), and the report compares nothing with itself."""
-    from bench.lib.study.spec import load_study
+    from bench.lib.study.study_file import load_study
 
     monkeypatch.chdir(tmp_path)
     text = STUDY.replace('hw = "hw.toml"\n', 'number_formats = ["fp32", "bfp_m2_g16"]\nfleets = ["none", "mixed-formats"]\n')
@@ -308,7 +308,7 @@ def test_number_formats_crossed_with_a_fleet_that_sets_every_format_is_one_setti
 def test_a_fleet_that_leaves_a_class_in_the_runs_format_keeps_every_format(tmp_path):
     """The collapse applies only where no client computes in the run's format: mixed.toml's classes
     set none, so bfp_m2_g16 on it is a setting of its own."""
-    from bench.lib.study.spec import load_study
+    from bench.lib.study.study_file import load_study
 
     (tmp_path / "s.toml").write_text(STUDY.replace('hw = "hw.toml"\n', 'number_formats = ["fp32", "bfp_m2_g16"]\n'
                                                                       'fleets = ["none", "mixed"]\n'))
@@ -335,7 +335,7 @@ def test_number_formats_that_train_the_same_rounds_are_refused_naming_both(tmp_p
 
 def test_fast_and_its_steps_over_other_rounds_are_two_settings(tmp_path):
     """Over 4 rounds ``fast`` switches at round 3: "1:bfp_m2_g16_sr,2:bfp_m4_g16_sr" is another schedule."""
-    from bench.lib.study.spec import load_study
+    from bench.lib.study.study_file import load_study
 
     text = STUDY.replace("rounds = 2", "rounds = 4").replace(
         'hw = "hw.toml"\n', 'number_formats = ["fp32", "fast", "1:bfp_m2_g16_sr,2:bfp_m4_g16_sr"]\n')
@@ -556,7 +556,7 @@ def test_reprice_interrupted_while_the_runs_are_replaced_replaces_them_all_first
     some runs re-priced and others not."""
     import signal
 
-    from bench.lib.study.runner import PRICED_KEY, Repriced
+    from bench.lib.study.reprice import PRICED_KEY, Repriced
 
     faster_clock(study)
     real = Repriced.write

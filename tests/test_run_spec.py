@@ -19,7 +19,7 @@ from bench.lib.run import figures
 from bench.lib.run.config import load_accuracy_data, resolved_runs, run_label
 from bench.lib.run.study import config_record, point_config
 from bench.lib.study.runner import make_point, parse_point
-from bench.lib.study.spec import parse_study
+from bench.lib.study.study_file import parse_study
 from workloads.fl.execution import Execution
 from workloads.fl.methods import MethodConfig, parse_method
 from workloads.fl.presets import PRESET_DIR, load_preset

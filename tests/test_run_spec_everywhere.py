@@ -15,7 +15,7 @@ import bench.flower.__main__ as flower_cli
 import bench.run.__main__ as run_cli
 from bench.lib import spec
 
-from bench.lib.grid.engine import run_id
+from bench.lib.grid.point import run_id
 from bench.lib.resolve import resolve
 from bench.lib.run.config import resolved_runs as run_resolve
 from bench.lib.study.runner import parse_point, prepare

@@ -27,7 +27,9 @@ import pytest
 
 from accel_sim.hardware import HardwareConfig
 from accel_sim.memory import gemm_fold_schedule, pipelined_cycles
-from accel_sim.memory_scalesim import OperandImage, _skew_line_of, gemm_memory_scalesim, prefetch_image_words
+from accel_sim.memory_scalesim import gemm_memory_scalesim
+from accel_sim.scalesim_stalls import skew_line_of
+from accel_sim.scalesim_reads import OperandImage, prefetch_image_words
 from accel_sim.systolic import fold_counts, map_gemm
 
 DATA = Path(__file__).parent / "data" / "scalesim"
@@ -222,7 +224,7 @@ def test_closed_form_walks_agree_with_counting():
     for height in range(1, 9):
         for width in range(1, 9):
             line_of_word = sorted(r + c for r in range(height) for c in range(width))
-            assert [_skew_line_of(x, height, width) for x in range(1, height * width + 1)] == line_of_word
+            assert [skew_line_of(x, height, width) for x in range(1, height * width + 1)] == line_of_word
 
 
 def test_the_issues_table_reproduced():

@@ -14,7 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from accel_sim.space import SpaceError, compile_constraint, space_from_dict
+from accel_sim.space import SpaceError, space_from_dict
+from accel_sim.space_constraints import compile_constraint
 
 NAMES = ("rows", "cols", "a_buffer_bytes")
 INT64 = 2**63 - 1

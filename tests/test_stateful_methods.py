@@ -246,7 +246,8 @@ def test_a_fleets_memory_limit_sees_moons_extra_models():
     from bench.lib.fl.jobs import Job, run_job
     from tests.test_fleet import FAST, HP as FLEET_HP, fleet_of, run_inputs
     from workloads.cost.rounds import RunPricer
-    from workloads.fl.data import load_dataset, subset
+    from workloads.fl.data import load_dataset
+    from workloads.fl.dataset import subset
 
     train, test = load_dataset("digits", image_size=16)
     digits = subset(train, 120, 0, "train"), subset(test, 40, 1, "test")

@@ -18,7 +18,8 @@ import torch
 from bench.study import phases, report
 from bench.lib.study.curves import base_validation_target, first_reaching, plateau
 from bench.lib.study.runner import make_point, parse_point
-from bench.lib.study.spec import Setting, StudyError, parse_study
+from bench.lib.study.spec import Setting, StudyError
+from bench.lib.study.study_file import parse_study
 from bench.lib.study.stats import estimate, paired_difference, spread, t_quantile
 from bench.lib.study.tuning import TrialScore, choose, score
 

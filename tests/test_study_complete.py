@@ -81,7 +81,8 @@ def test_study_values_are_distinct_by_value_and_typed(tmp_path, monkeypatch, cap
 
 
 def test_grid_axis_values_are_distinct_by_value():
-    from bench.lib.grid.engine import GridError, parse_grid
+    from bench.lib.grid.engine import parse_grid
+    from bench.lib.grid.point import GridError
 
     with pytest.raises(GridError, match=r"axis 'lr' lists 1.0 \(= 1\) twice"):
         parse_grid({"name": "g", "runner": "tests.grid_runners:train_tiny", "axes": {"lr": [1, 1.0]}})

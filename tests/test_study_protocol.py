@@ -13,10 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.study import phases, report
+from bench.study import choices, phases, report
 from bench.lib.study import verdicts
 from bench.lib.study.curves import high_rate_rounds, judge, plateau
-from bench.lib.study.spec import StudyError, parse_study
+from bench.lib.study.spec import StudyError
+from bench.lib.study.study_file import parse_study
 from bench.lib.study.stats import (benjamini_hochberg, difference_p, estimate, holm, minimum_detectable_difference,
                                    paired_difference, prediction_interval, resolution_pts, seeds_for_equivalence,
                                    tost)
@@ -274,7 +275,7 @@ def test_the_bound_is_said_when_hit(tmp_path):
     c = run.choices[("convnet", "alpha=0.5", "fedavg")]
     assert c.trial == {"lr": pytest.approx(0.4)} and c.at_edge == ("lr",)
     assert c.extension[0]["status"] == "bound" and c.extension[0]["added"] == [pytest.approx(0.4)]
-    assert "bound hit (1 value(s) added above the grid; bound 1)" in phases.edge_text(c.extension[0])
+    assert "bound hit (1 value(s) added above the grid; bound 1)" in choices.edge_text(c.extension[0])
 
 
 def test_a_diverged_next_value_stops_the_extension(tmp_path):
@@ -405,7 +406,7 @@ def test_the_reproduce_command_resolves_to_the_shipped_runs_point(study, model, 
     point is the shipped row's own (the same run id: the same settings, hashed) and its point.json's."""
     import pandas as pd
 
-    from bench.lib.grid.engine import run_id
+    from bench.lib.grid.point import run_id
     from bench.study.reproduce import reference_point
 
     folder = ROOT / "results" / "reference" / study
@@ -511,8 +512,8 @@ def test_the_local_test_mode_is_compared_with_the_base_paired():
     # = 4.303: [-10.30, -1.70], excludes 0. A method whose runs lack the record gets no comparison.
     import pandas as pd
 
-    from bench.lib.study.spec import load_study
-    from bench.study.report import cells
+    from bench.lib.study.study_file import load_study
+    from bench.study.cells import cells
 
     study = load_study("configs/studies/digits-systems.toml")
     local = {"fedavg": [98.0, 97.0, 96.0], "doublehead": [90.0, 92.0, 91.0], "fedprox": [None] * 3}

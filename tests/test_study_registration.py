@@ -12,7 +12,8 @@ import pytest
 
 import bench.study.__main__ as study_cli
 from bench.lib.study import registration
-from bench.lib.study.spec import StudyError, parse_study
+from bench.lib.study.spec import StudyError
+from bench.lib.study.study_file import parse_study
 from bench.study import phases
 from iokit import outputs
 from tests.tiny_study import TINY_STUDY

@@ -1,5 +1,5 @@
 """Re-pricing a finished study run without training (``python -m bench.study ... --reprice``,
-``bench.lib.study.runner.reprice_run``): a run trained by today's code re-prices to its own cost
+``bench.lib.study.reprice.reprice_run``): a run trained by today's code re-prices to its own cost
 columns byte for byte (the training path and the re-price path agree), a run whose cost columns
 are stale gets today's back with every other column byte-identical, a run that stopped early or a
 folder that is not a study's is refused in one line."""
@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench.lib.study.runner import (CURVE_COLUMNS, CURVE_CSV, PRICED_KEY, RUN_JSON, RepriceError,
-                                    make_point, reprice_run, run_point)
+from bench.lib.study.runner import make_point, run_point
+from bench.lib.study.reprice import PRICED_KEY, RepriceError, reprice_run
+from bench.lib.study.run_files import CURVE_COLUMNS, CURVE_CSV, RUN_JSON
 from test_study_complete import STUDY  # a small study file (its runs never start here)
 from workloads.cost.system import CUMULATIVE_COLUMNS
 from workloads.fl.execution import Execution

@@ -11,7 +11,8 @@ from torch._C._profiler import _EventType
 from torch.distributed._tools.mem_tracker import MemTracker
 from torch.profiler import ProfilerActivity, profile
 
-from accel_sim.trace_schema import GemmWork, VectorWork, dump_trace, load_trace
+from accel_sim.trace_schema import GemmWork, VectorWork
+from accel_sim.trace_io import dump_trace, load_trace
 from accel_sim.lifetimes import live_bytes_per_op, peak_memory
 from workloads.cost.step import method_setup
 from workloads.capture.step import optimizer_like

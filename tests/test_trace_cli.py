@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from accel_sim.trace_schema import load_trace
+from accel_sim.trace_io import load_trace
 from bench.capture.__main__ import main
 from workloads.capture import macs
 

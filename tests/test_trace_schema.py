@@ -9,21 +9,9 @@ from hypothesis import strategies as st
 from accel_sim.hardware import HardwareConfig
 from accel_sim.pricing import gemm_folds
 from accel_sim.simulate import simulate
-from accel_sim.trace_schema import (
-    GemmWork,
-    OpRecord,
-    StorageInfo,
-    TensorInfo,
-    Trace,
-    TraceFormatError,
-    TraceHeader,
-    VectorWork,
-    dump_trace,
-    header_to_dict,
-    load_trace,
-    op_to_dict,
-    parse_trace_lines,
-)
+from accel_sim.trace_schema import (GemmWork, OpRecord, StorageInfo, TensorInfo, Trace, TraceFormatError,
+    TraceHeader, VectorWork)
+from accel_sim.trace_io import dump_trace, header_to_dict, load_trace, op_to_dict, parse_trace_lines
 from tests.accel_traces import small_trace
 
 

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
-from accel_sim.trace_schema import FORMAT_NAME, dump_trace
+from accel_sim.trace_schema import FORMAT_NAME
+from accel_sim.trace_io import dump_trace
 from iokit import checks, cli, outputs
 from iokit.files import atomic_write
 from workloads.capture import summary

@@ -19,7 +19,9 @@ from __future__ import annotations
 import shlex
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from accel_sim.batch import TraceWork
 from accel_sim.hardware import hardware_config_toml
@@ -102,72 +104,101 @@ def main(argv: list[str] | None = None) -> int:
     config = dse.config()
     with outputs.claim(out), cli.run_failure():
         started = time.perf_counter()
-        works = {}
-        for model in dse.models:
-            for method in dse.methods:
-                say(f"{model}: capturing one {method} {'calibration batch' if method in ('ccvr', 'ffc') else 'step'} "
-                    f"(batch {dse.batch_size})")
-                works[(model, method)] = TraceWork.of(method_trace(model, method, batch_size=dse.batch_size,
-                                                                   num_classes=dse.classes, image_size=dse.image_size))
-        capture_s = time.perf_counter() - started
+        works = _capture(dse, say)
+        job = _Job(dse, works, run, study, args.workers, tuple(argv), config, time.perf_counter() - started)
         say(f"{dse.name}: {dse.space.size:,} points of {dse.space.grid_size:,} in the grid, "
             f"{len(works)} model-method pair(s)")
-        state = {}
-
-        def build(tmp: Path) -> None:
-            with open(tmp / "points.csv", "w", newline="", encoding="utf-8") as f:
-                found = explore(dse, works, points_csv=f, progress=say, workers=args.workers)
-            presets = price_presets(dse, works)
-            best = report.best_points(dse, found)
-            compared = report.same_best(best)
-            report.pareto_table(dse, found).to_csv(tmp / "pareto.csv", index=False)
-            from bench.lib.plots.dse import plot_pareto
-
-            for model in dse.models:
-                fronts = {(method, "|".join(pair)): found.front(model, method, pair)
-                          for method in dse.methods for pair in OBJECTIVE_PAIRS}
-                samples = {method: _concat(found.samples.get((model, method), [])) for method in dse.methods}
-                mine = presets[presets["model"] == model] if not presets.empty else presets
-                name = "pareto.png" if len(dse.models) == 1 else f"pareto_{model}.png"
-                save(plot_pareto(model, list(dse.methods), OBJECTIVE_PAIRS, samples, fronts, mine,
-                                 f"{dse.name}: {found.fitting:,} of {found.points:,} points fit {dse.device.name}"),
-                     tmp / name)
-            state["lines"] = report.printout(dse, found, best, compared)
-            if run is not None:  # points.csv's price columns read back (6 of ~30)
-                tta = pd.DataFrame() if not found.points else rerun.reprice(run, works, pd.read_csv(
-                    tmp / "points.csv", usecols=["point", "model", "method", "step_latency_s", "step_energy_j", "fits"]))
-                tta.to_csv(tmp / "tta.csv", index=False)
-                state["lines"] += rerun.printout(run, tta, lambda index: report.design_of_point(dse, index))
-            if study is not None:  # points.csv's price, format and resource columns read back
-                tta = pd.DataFrame() if not found.points else accuracy.reprice(study, dse, works, pd.read_csv(
-                    tmp / "points.csv", usecols=["point", "model", "method", "number_format", "step_latency_s",
-                                                 "step_energy_j", "fits", "asic_area_mm2", "dsp_slices"]))
-                tta.to_csv(tmp / "tta_study.csv", index=False)
-                accuracy.fronts(tta).to_csv(tmp / "fronts_study.csv", index=False)
-                state["study_best"] = accuracy.best_records(tta, lambda index: report.design_of_point(dse, index))
-                state["lines"] += accuracy.printout(study, tta, lambda index: report.design_of_point(dse, index))
-            write_json(tmp / "summary.json", {
-                "format": "fl-accel-bench-results", "version": FORMAT_VERSION, "command": shlex.join(
-                    ["python", "-m", "bench.dse", *argv]), "git_commit": git_commit(), "config": config,
-                "counts": {"points": found.points, "fitting": found.fitting,
-                           "beyond_fold_model": found.beyond_fold_model},
-                "timing_s": {"capture": capture_s, "pricing": found.pricing_s}, "workers": args.workers,
-                "run": None if run is None else {"folder": str(run.folder), "model": run.model,
-                                                 "target_accuracy_pct": run.target_pct},
-                "study": None if study is None else {"folder": str(study.folder), "model": study.model,
-                                                     "setting": study.setting, "formats": list(study.formats),
-                                                     "seeds": study.seeds, "target_accuracy_pct": study.target_pct,
-                                                     "best": state.get("study_best", {})},
-                "best": best, "best_compared": compared,
-                "presets": [] if presets.empty else presets[
-                    ["model", "method", "preset", "step_latency_s", "step_energy_j", "asic_area_mm2", "fits"]
-                ].to_dict("records")})
-
-        outputs.write_results_dir(out, build, command=COMMAND, config_sha256=outputs.config_hash(config),
-                                  version=FORMAT_VERSION, replace=args.overwrite)
+        state: dict = {}
+        outputs.write_results_dir(out, lambda tmp: _build(job, state, say, tmp), command=COMMAND,
+                                  config_sha256=outputs.config_hash(config), version=FORMAT_VERSION,
+                                  replace=args.overwrite)
     print("\n".join(state["lines"]))
     print(f"wrote {out}")
     return 0
+
+
+@dataclass(frozen=True)
+class _Job:
+    """What one exploration writes from: the space, its captured work, the accuracy curve it re-prices
+    (a run's or a study's, or none), the command and the capture's time."""
+
+    dse: Any
+    works: dict
+    run: Any
+    study: Any
+    workers: int
+    argv: tuple[str, ...]
+    config: dict
+    capture_s: float
+
+
+def _capture(dse, say) -> dict:
+    """Every model and method's step (or calibration batch) captured once, as ``TraceWork``."""
+    works = {}
+    for model in dse.models:
+        for method in dse.methods:
+            say(f"{model}: capturing one {method} {'calibration batch' if method in ('ccvr', 'ffc') else 'step'} "
+                f"(batch {dse.batch_size})")
+            works[(model, method)] = TraceWork.of(method_trace(model, method, batch_size=dse.batch_size,
+                                                               num_classes=dse.classes, image_size=dse.image_size))
+    return works
+
+
+def _plots(dse, found, presets, tmp: Path) -> None:
+    """The Pareto figure of each model: every method's fronts, a sample of its points and the presets."""
+    from bench.lib.plots.dse import plot_pareto
+
+    for model in dse.models:
+        fronts = {(method, "|".join(pair)): found.front(model, method, pair)
+                  for method in dse.methods for pair in OBJECTIVE_PAIRS}
+        samples = {method: _concat(found.samples.get((model, method), [])) for method in dse.methods}
+        mine = presets[presets["model"] == model] if not presets.empty else presets
+        name = "pareto.png" if len(dse.models) == 1 else f"pareto_{model}.png"
+        save(plot_pareto(model, list(dse.methods), OBJECTIVE_PAIRS, samples, fronts, mine,
+                         f"{dse.name}: {found.fitting:,} of {found.points:,} points fit {dse.device.name}"),
+             tmp / name)
+
+
+def _build(job: _Job, state: dict, say, tmp: Path) -> None:
+    """The results folder's files into ``tmp``; ``state["lines"]``: what the command prints after."""
+    dse, works, run, study = job.dse, job.works, job.run, job.study
+    with open(tmp / "points.csv", "w", newline="", encoding="utf-8") as f:
+        found = explore(dse, works, points_csv=f, progress=say, workers=job.workers)
+    presets = price_presets(dse, works)
+    best = report.best_points(dse, found)
+    compared = report.same_best(best)
+    report.pareto_table(dse, found).to_csv(tmp / "pareto.csv", index=False)
+    _plots(dse, found, presets, tmp)
+    state["lines"] = report.printout(dse, found, best, compared)
+    if run is not None:  # points.csv's price columns read back (6 of ~30)
+        tta = pd.DataFrame() if not found.points else rerun.reprice(run, works, pd.read_csv(
+            tmp / "points.csv", usecols=["point", "model", "method", "step_latency_s", "step_energy_j", "fits"]))
+        tta.to_csv(tmp / "tta.csv", index=False)
+        state["lines"] += rerun.printout(run, tta, lambda index: report.design_of_point(dse, index))
+    if study is not None:  # points.csv's price, format and resource columns read back
+        tta = pd.DataFrame() if not found.points else accuracy.reprice(study, dse, works, pd.read_csv(
+            tmp / "points.csv", usecols=["point", "model", "method", "number_format", "step_latency_s",
+                                         "step_energy_j", "fits", "asic_area_mm2", "dsp_slices"]))
+        tta.to_csv(tmp / "tta_study.csv", index=False)
+        accuracy.fronts(tta).to_csv(tmp / "fronts_study.csv", index=False)
+        state["study_best"] = accuracy.best_records(tta, lambda index: report.design_of_point(dse, index))
+        state["lines"] += accuracy.printout(study, tta, lambda index: report.design_of_point(dse, index))
+    write_json(tmp / "summary.json", {
+        "format": "fl-accel-bench-results", "version": FORMAT_VERSION, "command": shlex.join(
+            ["python", "-m", "bench.dse", *job.argv]), "git_commit": git_commit(), "config": job.config,
+        "counts": {"points": found.points, "fitting": found.fitting,
+                   "beyond_fold_model": found.beyond_fold_model},
+        "timing_s": {"capture": job.capture_s, "pricing": found.pricing_s}, "workers": job.workers,
+        "run": None if run is None else {"folder": str(run.folder), "model": run.model,
+                                         "target_accuracy_pct": run.target_pct},
+        "study": None if study is None else {"folder": str(study.folder), "model": study.model,
+                                             "setting": study.setting, "formats": list(study.formats),
+                                             "seeds": study.seeds, "target_accuracy_pct": study.target_pct,
+                                             "best": state.get("study_best", {})},
+        "best": best, "best_compared": compared,
+        "presets": [] if presets.empty else presets[
+            ["model", "method", "preset", "step_latency_s", "step_energy_j", "asic_area_mm2", "fits"]
+        ].to_dict("records")})
 
 
 def _concat(frames):

@@ -26,7 +26,7 @@ import json
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -76,6 +76,40 @@ def dse_names(dse: Dse) -> dict[str, str]:
     return {name if is_calibration(name) else parse_method(name).name: name for name in dse.methods}
 
 
+def _check_shape(folder: Path, point: Mapping[str, Any], dse: Dse) -> None:
+    """The study's batch size and image size (of its chosen ``point``) are the space's."""
+    batch, image = point["hparams"]["batch_size"], point["fl"]["image_size"]
+    if image is None:
+        raise DseError(f"--study {folder}: the study kept its dataset's own image size (its preset sets no "
+                       "image_size), which the study does not record; re-price a study whose preset sets image_size")
+    if batch != dse.batch_size or image != dse.image_size:
+        raise DseError(f"--study {folder}: the study trained at batch {batch}, {image}x{image} inputs; the space "
+                       f"prices batch {dse.batch_size}, {dse.image_size}x{dse.image_size}: set [dse] batch_size = "
+                       f"{batch}, image_size = {image}")
+
+
+def _chosen_setting(folder: Path, settings: list[str], setting: str | None) -> str:
+    """``--setting``, one of the study's data settings; by default its only one."""
+    if setting is None:
+        if len(settings) > 1:
+            raise DseError(f"--study {folder}: the study has data settings {', '.join(settings)}; choose one with "
+                           f"--setting")
+        return settings[0]
+    if setting not in settings:
+        raise DseError(f"--setting {setting}: the study has {', '.join(settings)}")
+    return setting
+
+
+def _target_pct(folder: Path, study: Mapping[str, Any], target_pct: float | None) -> float:
+    """``--target``, else the study's first declared target accuracy, in (0, 100]."""
+    if target_pct is None:
+        declared = study.get("targets", {}).get("accuracy_pct") or []
+        target_pct = declared[0] if declared else None
+    if target_pct is None or not 0 < target_pct <= 100:
+        raise DseError(f"--study {folder}: the study declares no target accuracy; give --target PCT (in (0, 100])")
+    return target_pct
+
+
 def load_study(folder: str | Path, dse: Dse, target_pct: float | None, setting: str | None) -> StudyCurves:
     """The study in ``folder``, checked against the space file before any capture (DseError naming it)."""
     folder = Path(folder)
@@ -108,24 +142,10 @@ def load_study(folder: str | Path, dse: Dse, target_pct: float | None, setting: 
     if model is None:
         raise DseError(f"--study {folder}: the study's model(s) {', '.join(map(str, dict.fromkeys(curves['model'])))} "
                        f"not in the space's [dse] models; add it there")
-    batch, image = points[0]["hparams"]["batch_size"], points[0]["fl"]["image_size"]
-    if image is None:
-        raise DseError(f"--study {folder}: the study kept its dataset's own image size (its preset sets no "
-                       "image_size), which the study does not record; re-price a study whose preset sets image_size")
-    if batch != dse.batch_size or image != dse.image_size:
-        raise DseError(f"--study {folder}: the study trained at batch {batch}, {image}x{image} inputs; the space "
-                       f"prices batch {dse.batch_size}, {dse.image_size}x{dse.image_size}: set [dse] batch_size = "
-                       f"{batch}, image_size = {image}")
+    _check_shape(folder, points[0], dse)
     curves = curves[curves["model"] == model]
     data = curves["setting"].str.split(" ").str[0]
-    settings = list(dict.fromkeys(data))
-    if setting is None:
-        if len(settings) > 1:
-            raise DseError(f"--study {folder}: the study has data settings {', '.join(settings)}; choose one with "
-                           f"--setting")
-        setting = settings[0]
-    elif setting not in settings:
-        raise DseError(f"--setting {setting}: the study has {', '.join(settings)}")
+    setting = _chosen_setting(folder, list(dict.fromkeys(data)), setting)
     curves = curves[data == setting]
     every_seed({f"{fmt} {method}": g["seed"] for (fmt, method), g in curves.groupby(["number_format", "method"])},
                study.get("seeds", []), where=f"--study {folder}", error=DseError)
@@ -134,15 +154,22 @@ def load_study(folder: str | Path, dse: Dse, target_pct: float | None, setting: 
         for stage in _stage_names(method).values():
             if stage not in names:
                 raise DseError(f"--study {folder}: the study's {method} needs {stage} priced; add it to [dse] methods")
-    if target_pct is None:
-        declared = study.get("targets", {}).get("accuracy_pct") or []
-        target_pct = declared[0] if declared else None
-    if target_pct is None or not 0 < target_pct <= 100:
-        raise DseError(f"--study {folder}: the study declares no target accuracy; give --target PCT (in (0, 100])")
+    target_pct = _target_pct(folder, study, target_pct)
     mean = (curves.groupby(["number_format", "method", "round", "stage"], sort=False)
             [["accuracy_pct", *CUMULATIVE_COLUMNS]].mean().reset_index())
     formats = tuple(NumberFormat.parse(f).name for f in dict.fromkeys(mean["number_format"]))
     return StudyCurves(folder, model, setting, hw, float(target_pct), mean, int(curves["seed"].nunique()), formats)
+
+
+def _stage_parts(records: list[dict], tta) -> list[tuple[str, float, float]]:
+    """(stage, device seconds, joules) up to the target on the study's hardware: the training rounds
+    up to the target round, and the calibration where the target was reached by it (after the last round)."""
+    train = [r for r in records if r["stage"] == "train" and r["round"] <= tta.round]
+    train_s, train_j = train[-1]["cum_device_s"], train[-1]["cum_energy_j"]
+    parts = [("train", train_s, train_j)]
+    if tta.device_s > train_s:  # reached by the calibration, after the last round
+        parts.append(("calibration", tta.device_s - train_s, tta.energy_j - train_j))
+    return parts
 
 
 def reprice(study: StudyCurves, dse: Dse, works: dict[tuple[str, str], TraceWork],
@@ -176,11 +203,7 @@ def reprice(study: StudyCurves, dse: Dse, works: dict[tuple[str, str], TraceWork
             at = formats == fmt
             if not tta.reached:
                 continue
-            train = [r for r in records if r["stage"] == "train" and r["round"] <= tta.round]
-            train_s, train_j = train[-1]["cum_device_s"], train[-1]["cum_energy_j"]
-            parts = [("train", train_s, train_j)]
-            if tta.device_s > train_s:  # reached by the calibration, after the last round
-                parts.append(("calibration", tta.device_s - train_s, tta.energy_j - train_j))
+            parts = _stage_parts(records, tta)
             d = np.zeros(at.sum())
             e = np.zeros(at.sum())
             for stage, stage_s, stage_j in parts:

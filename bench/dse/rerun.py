@@ -25,7 +25,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -57,6 +57,61 @@ def stage_methods(method: str) -> dict[str, str]:
             "calibration": method}
 
 
+def _read_run(folder: Path, meta: Path, bad: Callable[[str], DseError]) -> tuple[dict, pd.DataFrame]:
+    """The run's ``summary.json`` (an object) and ``rounds.csv``, each readable."""
+    try:
+        doc = json.loads(meta.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as err:
+        raise bad(f"{meta} cannot be read ({type(err).__name__})") from None
+    try:
+        rounds = pd.read_csv(folder / "rounds.csv")
+    except (OSError, ValueError) as err:  # pandas' parser errors are ValueErrors
+        raise bad(f"{folder / 'rounds.csv'} cannot be read ({type(err).__name__}: {str(err)[:80]})") from None
+    if not isinstance(doc, dict):
+        raise bad(f"{meta} holds a JSON {type(doc).__name__}, not a summary")
+    return doc, rounds
+
+
+def _check_rounds(folder: Path, rounds: pd.DataFrame, bad: Callable[[str], DseError]) -> None:
+    """``rounds.csv`` has every column of ``ROUNDS_COLUMNS``, numbers where numbers belong."""
+    missing = sorted(set(ROUNDS_COLUMNS) - set(rounds.columns))
+    if missing:
+        raise DseError(f"--run {folder}: rounds.csv lacks {', '.join(missing)}; give a folder a run wrote")
+    for column in (c for c in ROUNDS_COLUMNS if c not in ("method", "stage")):
+        if not pd.api.types.is_numeric_dtype(rounds[column]):
+            raise bad(f"{folder / 'rounds.csv'} column {column} holds a value that is not a number")
+
+
+def _batch_and_image(folder: Path, meta: Path, setting: Any, bad: Callable[[str], DseError]) -> tuple[int, int]:
+    """The run's batch size and image size, from its summary's ``accuracy_setting``, both integers."""
+    hparams, fl = (setting.get(k) if isinstance(setting, dict) else None for k in ("hparams", "fl"))
+    if not isinstance(hparams, dict) or not isinstance(fl, dict):
+        raise bad(f"{meta}: accuracy_setting lacks its hparams or fl table")
+    batch, image = hparams.get("batch_size"), fl.get("image_size")
+    if isinstance(batch, bool) or not isinstance(batch, int):
+        raise bad(f"{meta}: accuracy_setting.hparams.batch_size = {batch!r} is not an integer")
+    if image is None:
+        raise DseError(f"--run {folder}: the run kept its dataset's own image size (its preset sets no image_size), "
+                       "which the run does not record; re-price a run whose preset sets image_size")
+    if isinstance(image, bool) or not isinstance(image, int):
+        raise bad(f"{meta}: accuracy_setting.fl.image_size = {image!r} is not an integer")
+    return batch, image
+
+
+def _run_target(folder: Path, doc: Mapping[str, Any], model: str, target_pct: float | None) -> float:
+    """``--target``, else the run's own time-to-accuracy target, in (0, 100]."""
+    if target_pct is None:
+        figures = doc.get("models")
+        figures = figures.get(model) if isinstance(figures, dict) else None
+        tta = figures.get("time_to_accuracy") if isinstance(figures, dict) else None
+        target_pct = tta.get("target_accuracy_pct") if isinstance(tta, dict) else None
+    if target_pct is None or isinstance(target_pct, bool) or not isinstance(target_pct, (int, float)) \
+            or not 0 < target_pct <= 100:
+        raise DseError(f"--run {folder}: no target accuracy in the run (models.{model}.time_to_accuracy."
+                       f"target_accuracy_pct = {target_pct!r}); give --target PCT (in (0, 100])")
+    return target_pct
+
+
 def load_run(folder: str | Path, dse: Dse, target_pct: float | None) -> Run:
     """The run in ``folder``, checked against the space file before any capture: every value read
     from its ``summary.json`` and ``rounds.csv`` is checked for its type, one line naming the file
@@ -72,41 +127,17 @@ def load_run(folder: str | Path, dse: Dse, target_pct: float | None) -> Run:
     def bad(what: str) -> DseError:
         return DseError(f"--run {folder}: {what}; give a folder python -m bench.run wrote")
 
-    try:
-        doc = json.loads(meta.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as err:
-        raise bad(f"{meta} cannot be read ({type(err).__name__})") from None
-    try:
-        rounds = pd.read_csv(folder / "rounds.csv")
-    except (OSError, ValueError) as err:  # pandas' parser errors are ValueErrors
-        raise bad(f"{folder / 'rounds.csv'} cannot be read ({type(err).__name__}: {str(err)[:80]})") from None
-    if not isinstance(doc, dict):
-        raise bad(f"{meta} holds a JSON {type(doc).__name__}, not a summary")
+    doc, rounds = _read_run(folder, meta, bad)
     try:
         hw = hardware_config_from_dict(doc.get("hardware"), f"{meta}: hardware")
     except (HardwareConfigError, TypeError, ValueError) as err:
         raise bad(str(err)) from None
-    missing = sorted(set(ROUNDS_COLUMNS) - set(rounds.columns))
-    if missing:
-        raise DseError(f"--run {folder}: rounds.csv lacks {', '.join(missing)}; give a folder a run wrote")
-    for column in (c for c in ROUNDS_COLUMNS if c not in ("method", "stage")):
-        if not pd.api.types.is_numeric_dtype(rounds[column]):
-            raise bad(f"{folder / 'rounds.csv'} column {column} holds a value that is not a number")
+    _check_rounds(folder, rounds, bad)
     setting = doc.get("accuracy_setting") or {}
     if "model" not in rounds or not setting:
         raise DseError(f"--run {folder}: not a bench.run results folder (bench.fl's method labels are not re-priced "
                        f"yet); give a folder python -m bench.run wrote")
-    hparams, fl = (setting.get(k) if isinstance(setting, dict) else None for k in ("hparams", "fl"))
-    if not isinstance(hparams, dict) or not isinstance(fl, dict):
-        raise bad(f"{meta}: accuracy_setting lacks its hparams or fl table")
-    batch, image = hparams.get("batch_size"), fl.get("image_size")
-    if isinstance(batch, bool) or not isinstance(batch, int):
-        raise bad(f"{meta}: accuracy_setting.hparams.batch_size = {batch!r} is not an integer")
-    if image is None:
-        raise DseError(f"--run {folder}: the run kept its dataset's own image size (its preset sets no image_size), "
-                       "which the run does not record; re-price a run whose preset sets image_size")
-    if isinstance(image, bool) or not isinstance(image, int):
-        raise bad(f"{meta}: accuracy_setting.fl.image_size = {image!r} is not an integer")
+    batch, image = _batch_and_image(folder, meta, setting, bad)
     models = sorted(set(map(str, rounds["model"])))
     model = next((m for m in models if m in dse.models), None)
     if model is None:
@@ -122,15 +153,7 @@ def load_run(folder: str | Path, dse: Dse, target_pct: float | None) -> Run:
             if stage_method not in dse.methods:
                 raise DseError(f"--run {folder}: the run's {method} needs {stage_method} priced; add \"{stage_method}\" "
                                f"to [dse] methods")
-    if target_pct is None:
-        figures = doc.get("models")
-        figures = figures.get(model) if isinstance(figures, dict) else None
-        tta = figures.get("time_to_accuracy") if isinstance(figures, dict) else None
-        target_pct = tta.get("target_accuracy_pct") if isinstance(tta, dict) else None
-    if target_pct is None or isinstance(target_pct, bool) or not isinstance(target_pct, (int, float)) \
-            or not 0 < target_pct <= 100:
-        raise DseError(f"--run {folder}: no target accuracy in the run (models.{model}.time_to_accuracy."
-                       f"target_accuracy_pct = {target_pct!r}); give --target PCT (in (0, 100])")
+    target_pct = _run_target(folder, doc, model, target_pct)
     return Run(folder, model, int(batch), hw, float(target_pct), rounds.reset_index(drop=True))
 
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 import sys
 
 from bench.lib import spec as run_spec
-from bench.lib.grid.engine import (GridError, PointResult, add_backend_flags, check_backend, load_grid,
-                                   parse_resources, run_grid)
+from bench.lib.grid.engine import load_grid, run_grid
+from bench.lib.grid.backends import add_backend_flags, check_backend, parse_resources
+from bench.lib.grid.point import GridError, PointResult
 from bench.lib.results import ResultsError
 from iokit import cli, outputs
 

@@ -37,7 +37,7 @@ from bench.lib.run.figures import ledger_mismatches
 from bench.lib.run.study import run_study, write_files
 from bench.run.table import format_rates, format_references, format_table
 from iokit import cli, outputs
-from workloads.cost.fleet import summary_line
+from workloads.cost.participation import summary_line
 
 COMMAND = "bench.run"
 

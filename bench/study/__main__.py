@@ -25,6 +25,7 @@ Bad input: one line, exit 2, nothing written. Exit 1 when an evaluation run fail
 
 from __future__ import annotations
 
+import argparse
 import json
 import shlex
 import sys
@@ -33,14 +34,14 @@ from dataclasses import replace
 from pathlib import Path
 
 from bench.lib import resolve, spec
-from bench.lib.grid.engine import (add_backend_flags, check_backend, check_device, check_ray_address, parse_resources,
-                                   validate_points)
+from bench.lib.grid.engine import validate_points
+from bench.lib.grid.backends import add_backend_flags, check_backend, check_device, check_ray_address, parse_resources
 from bench.lib.results import FORMAT_VERSION
 from bench.study import phases, report
 from bench.study.reprice import reprice_study
 from bench.lib.study import registration
-from bench.lib.study.spec import load_study
-from iokit import checks, cli, outputs
+from bench.lib.study.study_file import load_study
+from iokit import cli, outputs
 from iokit.provenance import git_commit
 
 
@@ -119,35 +120,43 @@ def wall_time_text(summed_s: float, workers: int, device: str) -> str:
             f"room for all {workers} at once to one run filling it: unmeasured, docs/study.md \"Several runs on one GPU\")")
 
 
+def _checked(args: argparse.Namespace):
+    """Everything checked before any work, in this order (one line and exit code 2 on bad input, under
+    the caller's ``cli.bad_input``): the study and its data, the backend, the folder, the registered
+    plan, the runs themselves; returns (study, resources, out, registered plan, the code's commit)."""
+    study = replace(load_study(args.study), data_dir=args.data_dir)
+    check_data_dir(study, args.data_dir)
+    resources = parse_resources(args.resources_per_run)
+    check_backend(args.backend, address=args.address, workers=args.workers, resources=resources)
+    if not (args.report_only or args.reprice):
+        check_device(phases.execution(study).device, args.backend, resources)
+    out = outputs.out_folder(args.out, f"results/study-{study.name}")
+    if args.reprice:
+        check_reprice(args, study, out)
+    planned = phases.tuning_plan(study, phases.execution(study))
+    validate_points(phases.grid_spec(study, planned))
+    phases.check_study_out(study, out)
+    registered = check_plan(study, out)
+    commit = git_commit()  # before this command writes anything (its lock, under --out): the code's state
+    if not (args.report_only or args.reprice):
+        check_committed(out, commit)
+    check_runs(study, planned + phases.plan(study, phases.execution(study), "eval", study.seeds[:1],
+                                            lambda m, s, t: study.trials(t)[:1]))  # every setting: its fleet
+    # and deadline too (after the cheap checks: it loads the data and builds the models)
+    if args.address:
+        check_ray_address(args.address)
+    if not (args.report_only or args.reprice):
+        for line in projection_lines(study, phases.execution(study), out, args.workers):
+            print(line, file=sys.stderr, flush=True)
+    return study, resources, out, registered, commit
+
+
 @cli.command("interrupted; finished runs are kept under --out: rerun the same command to resume")
 def main(argv: list[str] | None = None) -> int:
     argv = list(argv if argv is not None else sys.argv[1:])
     args = parser().parse_args(argv)
     with cli.bad_input():
-        study = replace(load_study(args.study), data_dir=args.data_dir)
-        check_data_dir(study, args.data_dir)
-        resources = parse_resources(args.resources_per_run)
-        check_backend(args.backend, address=args.address, workers=args.workers, resources=resources)
-        if not (args.report_only or args.reprice):
-            check_device(phases.execution(study).device, args.backend, resources)
-        out = outputs.out_folder(args.out, f"results/study-{study.name}")
-        if args.reprice:
-            check_reprice(args, study, out)
-        planned = phases.tuning_plan(study, phases.execution(study))
-        validate_points(phases.grid_spec(study, planned))
-        phases.check_study_out(study, out)
-        registered = check_plan(study, out)
-        commit = git_commit()  # before this command writes anything (its lock, under --out): the code's state
-        if not (args.report_only or args.reprice):
-            check_committed(out, commit)
-        check_runs(study, planned + phases.plan(study, phases.execution(study), "eval", study.seeds[:1],
-                                                lambda m, s, t: study.trials(t)[:1]))  # every setting: its fleet
-        # and deadline too (after the cheap checks: it loads the data and builds the models)
-        if args.address:
-            check_ray_address(args.address)
-        if not (args.report_only or args.reprice):
-            for line in projection_lines(study, phases.execution(study), out, args.workers):
-                print(line, file=sys.stderr, flush=True)
+        study, resources, out, registered, commit = _checked(args)
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     with outputs.claim(out):
         started = time.time()

@@ -17,14 +17,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from bench.lib.grid.engine import GridSpec, PointResult, Resources, of_files, read_record, run_grid, run_id
+from bench.lib.grid.engine import GridSpec, run_grid
+from bench.lib.grid.backends import Resources
+from bench.lib.grid.point import PointResult, of_files, read_record, run_id
 from bench.lib.grid.runners import resolve_runner
-from bench.lib.study.runner import CURVE_CSV, RUN_JSON, make_point, read_curve
+from bench.lib.study.runner import make_point
+from bench.lib.study.run_files import CURVE_CSV, RUN_JSON, read_curve
 from bench.lib.study import registration
 from bench.lib.study.power import SettingPlan, final_val_pct, plan_setting, with_power
 from bench.lib.study.spec import Setting, Study
-from bench.lib.study.stats import resolution_pts
-from bench.lib.study.tuning import Choice, choose, edge_status, extension_value, score, trial_score
+from bench.lib.study.tuning import Choice, extension_value
+from bench.study.choices import accepts_trial, choices_from, edge_text, trial_key
 from iokit.provenance import git_commit
 from workloads.fl.execution import Execution, clients_computing, execution_of
 
@@ -107,16 +110,6 @@ def plan(study: Study, ex: Execution, phase: str, seeds: Sequence[int] | Callabl
                                             deadline_s=setting.deadline_s)
                         out.append(Planned(phase, model, setting, training, dict(trial), seed, config))
     return out
-
-
-def edge_text(e: Mapping[str, Any]) -> str:
-    """One key's edge status in words (``bench.lib.study.tuning.edge_status``)."""
-    added = f"{e['steps']} value(s) added {'above' if e['side'] == 'high' else 'below'} the grid"
-    return {"interior": f"interior after {added}",
-            "bound": f"at the {e['side']} edge: bound hit ({added}; bound {e['bound_steps']})",
-            "diverged": f"at the {e['side']} edge: the next value failed (diverged or rejected; {added})",
-            "fixed": f"at the {e['side']} edge: not a geometric grid, not extended",
-            "not run": f"at the {e['side']} edge: extension not run ({added})"}[e["status"]]
 
 
 def tuning_plan(study: Study, ex: Execution) -> list[Planned]:
@@ -246,62 +239,11 @@ def diverged_curve(curve: Sequence[Mapping[str, Any]]) -> str:
     return ""
 
 
-def _key(trial: Mapping[str, Any]) -> str:
-    return json.dumps(dict(trial), sort_keys=True)
-
-
-def choices_from(study: Study, tuned: Sequence[Outcome]) -> dict[tuple[str, str, str], Choice]:
-    """Every cell's choice from its tuning runs' validation curves (``bench.lib.study.tuning``), over
-    every trial tried (the study file's and the edge extension's), with its edge status."""
-    by_cell: dict[tuple[str, str, str], dict[str, dict[int, float | None]]] = {}
-    trials: dict[tuple[str, str, str], dict[str, Mapping[str, Any]]] = {}
-    status: dict[tuple[str, str, str], dict[str, set]] = {}
-    for o in tuned:
-        p = o.planned
-        cell = (p.model, p.setting.label, p.training)
-        key = _key(p.trial)
-        trials.setdefault(cell, {})[key] = p.trial
-        status.setdefault(cell, {}).setdefault(key, set()).add(o.status)
-        value = score(o.label_curve(p.training), study.tuning_last_rounds) if o.status == "done" else None
-        by_cell.setdefault(cell, {}).setdefault(key, {})[p.seed] = value
-    val_samples = {(o.planned.model, o.planned.setting.label, o.planned.training): int(o.info["val_samples"])
-                   for o in tuned if o.status == "done" and o.info.get("val_samples")}
-    out = {}
-    for cell, by_trial in by_cell.items():
-        initial = study.search[cell[2]]
-        scores = [trial_score(trials[cell][k], seeds) for k, seeds in by_trial.items()]
-        # the values that ran on every tuning seed: a failed (or missing) value beyond an edge leaves it an edge
-        ran = [s.trial for s in scores if s.score_pct is not None] or [s.trial for s in scores]
-        tried = {k: tuple(dict.fromkeys(t[k] for t in ran)) for k in initial}
-        sample = resolution_pts(val_samples[cell]) if cell in val_samples else None
-        choice = choose(scores, tried, sample, study.near_tie)
-        failed_next = {}
-        for k in choice.at_edge:
-            state, value = extension_value(initial[k], tried[k], choice.trial[k], study.extend_steps)
-            nxt = {**choice.trial, k: value}
-            if state == "extend" and not _valid(study, cell[2], nxt):
-                failed_next[k] = True  # the hyper-parameters reject the next value: no further on that side
-            elif state == "extend" and _key(nxt) in status[cell]:
-                failed_next[k] = "failed" in status[cell][_key(nxt)]
-        out[cell] = replace(choice, extension=edge_status(choice, initial, tried, failed_next, study.extend_steps))
-    return out
-
-
-def _valid(study: Study, training: str, trial: Mapping[str, Any]) -> bool:
-    """Whether every method of ``training``'s run accepts ``trial`` (an extension may leave the range)."""
-    try:
-        for m in study.labels(training):
-            study.hparams(m, trial)
-    except ValueError:
-        return False
-    return True
-
-
 def extension_plan(study: Study, ex: Execution, choices: Mapping[tuple[str, str, str], Choice],
                    tuned: Sequence[Outcome]) -> list[Planned]:
     """The next trial of every cell whose choice is at a grid edge (``bench.lib.study.tuning``), on every
     tuning seed; none that was tried already."""
-    tried = {(o.planned.model, o.planned.setting.label, o.planned.training, _key(o.planned.trial)) for o in tuned}
+    tried = {(o.planned.model, o.planned.setting.label, o.planned.training, trial_key(o.planned.trial)) for o in tuned}
     settings = {s.label: s for s in study.settings}
     out = []
     for (model, label, training), c in choices.items():
@@ -310,8 +252,8 @@ def extension_plan(study: Study, ex: Execution, choices: Mapping[tuple[str, str,
                       if (o.planned.model, o.planned.setting.label, o.planned.training) == (model, label, training)]
             state, value = extension_value(study.search[training][k], values, c.trial[k], study.extend_steps)
             trial = {**c.trial, k: value}
-            if state != "extend" or (model, label, training, _key(trial)) in tried \
-                    or not _valid(study, training, trial):
+            if state != "extend" or (model, label, training, trial_key(trial)) in tried \
+                    or not accepts_trial(study, training, trial):
                 continue
             hp = study.hparams(study.job(training), trial)
             for seed in study.tuning_seeds:
@@ -366,21 +308,31 @@ def run_study(study: Study, out: str | Path, *, backend: str = "local", workers:
             say(f"extend {line}" + ("" if execute else " (not run: the report reads the folder only)"))
         tuned += run_phase(more, "tune")
         choices = choices_from(study, tuned)
+    _say_choices(study, choices, say)
+    plans = bind(study, Path(out), seed_plans(study, tuned, choices), commit, execute)
+    _say_seed_plans(study, plans, say)
+    evaluated = run_phase(evaluation_plan(study, ex, choices, plans), "eval")
+    return StudyRun(tuned, choices, evaluated, plans)
+
+
+def _say_choices(study: Study, choices: Mapping[tuple[str, str, str], Choice], say: Progress) -> None:
+    """One line per cell: its tuned (or given) hyper-parameters and its edge status."""
     for (model, setting, training), c in choices.items():
         chosen = "every trial failed" if c.trial is None else \
             ", ".join(f"{k}={v}" for k, v in c.trial.items()) + f" (validation {c.score_pct:.2f} %)"
         one_value = len(study.trials(training)) == 1  # nothing to choose between: given, not tuned
         say(f"{'given (one value searched, not tuned)' if one_value else 'tuned'} {model} {setting} {training}: "
             f"{chosen}" + ("" if one_value else "".join(f"; {e['key']} {edge_text(e)}" for e in c.extension)))
-    plans = bind(study, Path(out), seed_plans(study, tuned, choices), commit, execute)
+
+
+def _say_seed_plans(study: Study, plans: Sequence[SettingPlan], say: Progress) -> None:
+    """One line per model and setting: its evaluation seeds and the pilot they come from."""
     for p in plans:
         say(f"seed plan {p.model} {p.setting}: {p.seeds} evaluation seeds ("
             + "; ".join(f"{c.method}: mean {c.mean_pts:+.2f}, sd {c.sd_pts:.2f} (bound {c.sd_upper_pts:.2f}) over "
                         f"{c.tuning_seeds} tuning seeds needs {c.seeds_needed}"
                         for c in p.comparisons)
             + f"; bounds {study.seed_plan.min_seeds}-{study.seed_plan.max_seeds})")
-    evaluated = run_phase(evaluation_plan(study, ex, choices, plans), "eval")
-    return StudyRun(tuned, choices, evaluated, plans)
 
 
 def bind(study: Study, out: Path, plans: tuple[SettingPlan, ...], commit: str, execute: bool) -> tuple[SettingPlan, ...]:

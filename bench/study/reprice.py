@@ -5,7 +5,7 @@ study").
 Every run of the study that left a curve (``phases.run_study`` with ``execute=False`` and
 ``accept_changed``: the tuning runs, the edge extension's, the evaluation runs, including those
 whose hardware or system file changed since they trained) is priced again
-(``bench.lib.study.runner.price_again``): its cost columns become what today's pricing makes of the
+(``bench.lib.study.reprice.price_again``): its cost columns become what today's pricing makes of the
 same point, its accuracy, loss and learning-rate columns stay byte for byte as recorded, its
 ``run.json`` records the commit that priced it, and its ``point.json`` the files it was priced with.
 
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from bench.lib.study.runner import RepriceError, Repriced, price_again
+from bench.lib.study.reprice import RepriceError, Repriced, price_again
 from bench.study.phases import GRID_FOLDER, StudyRun
 
 

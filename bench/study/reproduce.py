@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.lib.grid.engine import run_id
+from bench.lib.grid.point import run_id
 from bench.study.phases import RUNNER
 from iokit import cli
 

@@ -31,7 +31,8 @@ from typing import Callable
 
 import pandas as pd
 
-from accel_sim.hardware import MEMORY_MODELS, EnergyCosts, HardwareConfig, SpecialUnit
+from accel_sim.hardware import EnergyCosts, HardwareConfig, SpecialUnit
+from accel_sim.hardware_fields import MEMORY_MODELS
 from bench.lib.paper import saving_pct
 from workloads.cost.step import method_step_trace, simulate_complete
 

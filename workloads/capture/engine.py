@@ -47,18 +47,15 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from accel_sim.lifetimes import peak_memory
 from accel_sim.trace_schema import (
     PHASES,
-    GemmWork,
-    LinalgWork,
     OpRecord,
     StorageInfo,
     TensorInfo,
     Trace,
     TraceHeader,
-    VectorWork,
 )
+from workloads.capture.autograd_calls import backward_calls_recorded
 from workloads.capture.lowering import OpCall, lower
 
 _ACCUMULATE_GRAD = "AccumulateGrad"
@@ -352,33 +349,6 @@ class _Recorder(TorchDispatchMode):
         return Trace(header, ops)
 
 
-@contextlib.contextmanager
-def _backward_calls_recorded(recorder: _Recorder) -> Iterator[None]:
-    """Treat all of ``torch.autograd.backward`` / ``grad`` as the backward phase (the seed
-    gradient is created there before the engine runs any node). ``Tensor.backward`` calls
-    ``torch.autograd.backward`` through the module attribute, so it is covered too."""
-    originals = {"backward": torch.autograd.backward, "grad": torch.autograd.grad}
-
-    def wrap(fn: Callable) -> Callable:
-        @functools.wraps(fn)
-        def call(roots, *args, **kwargs):
-            recorder.enter_backward(roots)
-            try:
-                return fn(roots, *args, **kwargs)
-            finally:
-                recorder.exit_backward()
-
-        return call
-
-    for name, fn in originals.items():
-        setattr(torch.autograd, name, wrap(fn))
-    try:
-        yield
-    finally:
-        for name, fn in originals.items():
-            setattr(torch.autograd, name, fn)
-
-
 def capture(
     fn: Callable,
     *args,
@@ -418,53 +388,10 @@ def capture(
                 stack.enter_context(mod.register_forward_hook(recorder.exit_module, always_call=True))
         stack.enter_context(register_optimizer_step_pre_hook(recorder.optimizer_pre_step))
         stack.enter_context(register_optimizer_step_post_hook(recorder.optimizer_post_step))
-        stack.enter_context(_backward_calls_recorded(recorder))
+        stack.enter_context(backward_calls_recorded(recorder))
         _ACTIVE.append(recorder)
         stack.callback(_ACTIVE.pop)
         with recorder:
             result = fn(*args, **kwargs)
     trace = recorder.finish(model_name, method, batch_size, {"torch_version": torch.__version__, **(meta or {})})
     return Captured(trace, result)
-
-
-# ----------------------------------------------------------------------------- queries
-
-
-def macs(trace: Trace, *, phase: str | None = None, role: str | None = None, layer: str | None = None) -> int:
-    """Multiply-accumulates of GEMM and linear-algebra work, optionally of one phase, GEMM role
-    or layer. (Print FLOPs, if at all, as 2 x this.)"""
-    total = 0
-    for op in trace.ops:
-        if (phase and op.phase != phase) or (layer is not None and op.layer != layer):
-            continue
-        if isinstance(op.work, GemmWork) and (role is None or op.work.role == role):
-            total += op.work.macs
-        elif isinstance(op.work, LinalgWork) and role is None:
-            total += op.work.macs
-    return total
-
-
-def vector_elements(trace: Trace, *, phase: str | None = None) -> int:
-    """Element operations of vector work (special unit), optionally of one phase."""
-    return sum(o.work.elements for o in trace.ops if isinstance(o.work, VectorWork) and (phase is None or o.phase == phase))
-
-
-def summary(trace: Trace) -> str:
-    """A few lines for people: op count, MACs per phase, unsupported ops, peak memory (as
-    ``accel_sim.lifetimes.peak_memory`` accounts it)."""
-    h = trace.header
-    lines = [
-        f"{h.model or '?'} / {h.method or '?'}, batch {h.batch_size}: {len(trace.ops)} ops, "
-        f"{len(h.tensors)} tensors, {len(h.storages)} storages",
-        "MACs: " + ", ".join(f"{p} {macs(trace, phase=p):,}" for p in PHASES if any(o.phase == p for o in trace.ops)),
-    ]
-    lines.append(
-        "vector elements: "
-        + ", ".join(f"{p} {vector_elements(trace, phase=p):,}" for p in PHASES if any(o.phase == p for o in trace.ops))
-    )
-    unsupported = trace.unsupported_ops()
-    lines.append(
-        "unsupported ops: " + (", ".join(f"{k} x{v}" for k, v in sorted(unsupported.items())) if unsupported else "none")
-    )
-    lines.append(f"peak memory bytes: {peak_memory(h.storages, trace.ops).peak_memory_bytes:,}")
-    return "\n".join(lines)

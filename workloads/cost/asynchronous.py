@@ -11,7 +11,8 @@ import numpy as np
 
 from accel_sim.mac_energy import hardware_in_format
 from workloads.cost.buffered import BufferRule, ServerStep, buffered_steps
-from workloads.cost.fleet import Fleet, ParticipationPlan, RoundPlan, online, sampled_count
+from workloads.cost.fleet import Fleet
+from workloads.cost.participation import ParticipationPlan, RoundPlan, online, sampled_count
 from workloads.cost.rounds import Device, RunPricer
 from workloads.cost.system import SystemModel
 from workloads.fl.comm import client_round_bytes, closed_form_sizes

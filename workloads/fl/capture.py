@@ -13,10 +13,10 @@ written over tensors that stay where they are for the whole round (``StaticStep`
   number and learning rate are the round's, which is why the graph is recorded again each round;
 * the batch: the full batches are copied into one input and one label tensor before each replay.
 
-The step itself is ``ClientTrainer.step``'s arithmetic without an optimizer object: the method's
-hooks (``head_outputs``, ``batch_loss``, ``penalty``: tensor ops only, as their contract already
-requires), ``torch.autograd.grad`` of the loss with respect to the trainable parameters, and
-``torch.optim.SGD``'s update (``together.sgd_update``: momentum, weight decay) in place. A client's
+The step itself is ``ClientTrainer.step``'s without an optimizer object: the one mini-batch loss
+(``local.Objective.batch_loss``: the method's hooks ``head_outputs``, ``batch_loss``, ``penalty``,
+tensor ops only, as their contract already requires), ``torch.autograd.grad`` of it with respect to
+the trainable parameters, and the one SGD update (``local.sgd_update``: momentum, weight decay) in place. A client's
 first step runs eagerly with the optimizer's first-step rule (the momentum buffer is the gradient
 itself), and so does a partial last batch (another shape): every client trains on the samples and
 steps it trains on one after another, so the sample counts that price the run do not change.
@@ -38,9 +38,8 @@ import torch
 from torch import nn
 
 from workloads.fl.hparams import Hparams
-from workloads.fl.local import ClientTrainer, minibatch_loss
+from workloads.fl.local import ClientTrainer, sgd_update
 from workloads.fl.methods.base import RoundContext
-from workloads.fl.together import sgd_update
 
 WARMUP_STEPS = 3  # eager steps on a side stream before recording (PyTorch's recipe: "a few")
 
@@ -76,7 +75,7 @@ class StaticStep:
     """One client model's local step for one round, over tensors that stay put (module doc)."""
 
     def __init__(self, trainer: ClientTrainer) -> None:
-        self.model, self.algorithm, self.loss_fn = trainer.model, trainer.algorithm, trainer.loss_fn
+        self.model, self.objective = trainer.model, trainer.objective
         self.hp: Hparams = trainer.hp
         ctx = trainer.ctx
         self.lr = ctx.lr
@@ -102,15 +101,15 @@ class StaticStep:
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor, first: bool = False) -> torch.Tensor:
         """One SGD step on (x, y); ``first``: the client's first, whose momentum is the gradient."""
-        loss = minibatch_loss(self.algorithm, self.model, x, y, self.loss_fn, self.ctx, self.hp)
-        grads = torch.autograd.grad(loss, self.params)
+        held = self.objective.batch_loss(self.model, x, y, self.ctx)  # held to the update's end, as ClientTrainer.step
+        grads = torch.autograd.grad(held.loss, self.params)
         with torch.no_grad():
             for p, g, buf in zip(self.params, grads, self.momentum):
                 new = sgd_update(p, g, None if first else buf, lr=self.lr, momentum=self.hp.momentum,
                                  weight_decay=self.hp.weight_decay)
                 if first and new is not None:
                     buf.copy_(new)
-        return loss.detach()
+        return held.loss.detach()
 
     def record(self, x: torch.Tensor, y: torch.Tensor) -> None:
         """Record the step on a batch shaped as (x, y) as a CUDA graph (PyTorch's recipe: warm-up
@@ -161,7 +160,7 @@ class StepRecorder:
         step = self.step
         if first or len(y) != self.batch_size or self.device.type != "cuda" or self.failed:
             return step(x, y, first=first)
-        if not step.algorithm.recordable:  # FjORD: a width drawn per step, which a recorded graph would fix
+        if not step.objective.algorithm.recordable:  # FjORD: a width drawn per step, which a recorded graph would fix
             self.failed = True
             print(fallback_line(self.method_name, "its step draws a width per step"), file=sys.stderr)
             return step(x, y)

@@ -139,11 +139,21 @@ def calibration_client_bytes(method: MethodConfig, hp: Hparams, *, layer_bytes: 
             method.calib.upload_bytes(feature_dim=feature_dim, num_classes=num_classes, hp=hp))
 
 
+@dataclass(frozen=True)
+class ModelSizes:
+    """The sizes of a prepared model the closed form takes (``closed_form_sizes`` reads them)."""
+
+    layer_bytes: Sequence[int]
+    head_bytes: int
+    trainable_bytes: int
+    feature_dim: int
+    num_classes: int
+
+
 def closed_form_bytes(method: MethodConfig, hp: Hparams, *, rounds: int, clients_per_round: int | Sequence[int],
-                      num_clients: int, layer_bytes: Sequence[int], head_bytes: int,
-                      trainable_bytes: int, feature_dim: int, num_classes: int,
-                      calibration_clients: int | None = None) -> dict[str, int]:
-    """Total bytes down and up over a run, from sizes only.
+                      num_clients: int, calibration_clients: int | None = None, **sizes) -> dict[str, int]:
+    """Total bytes down and up over a run, from sizes only (``sizes``: ``ModelSizes``' fields, as
+    ``closed_form_sizes`` gives them).
 
     ``layer_bytes``: bytes of the shared state of each sharing layer, shallow to deep, the global
     head last if it is shared (for plain methods any split of the shared state works: only the
@@ -162,16 +172,18 @@ def closed_form_bytes(method: MethodConfig, hp: Hparams, *, rounds: int, clients
     every client (or the ``calibration_clients`` that arrive) downloads the feature extractor and
     uploads what the calibration says it sends once (``calibration_client_bytes``).
     """
+    model = ModelSizes(**sizes)
     hp = hp.with_knobs(method.knobs)  # a method of yours: its knobs' defaults where ``hp`` lacks them
     down = up = 0
     for t in range(1, rounds + 1):
-        down_t, up_t = client_round_bytes(method, hp, t, layer_bytes=layer_bytes, trainable_bytes=trainable_bytes)
+        down_t, up_t = client_round_bytes(method, hp, t, layer_bytes=model.layer_bytes,
+                                          trainable_bytes=model.trainable_bytes)
         clients = clients_per_round if isinstance(clients_per_round, int) else clients_per_round[t - 1]
         down += clients * down_t
         up += clients * up_t
     if method.calibration:
-        down_c, up_c = calibration_client_bytes(method, hp, layer_bytes=layer_bytes, head_bytes=head_bytes,
-                                                feature_dim=feature_dim, num_classes=num_classes)
+        down_c, up_c = calibration_client_bytes(method, hp, layer_bytes=model.layer_bytes, head_bytes=model.head_bytes,
+                                                feature_dim=model.feature_dim, num_classes=model.num_classes)
         calibrated = num_clients if calibration_clients is None else calibration_clients
         down += calibrated * down_c
         up += calibrated * up_c

@@ -1,7 +1,11 @@
 """The local training step and calibration as objects the trace capture can call.
 
-The federated loop (``loop.py``) trains every client through ``ClientTrainer.step``; bench captures
-the very same call on ``meta``-device copies of the model and a batch::
+The local step is defined once: the mini-batch loss (``Objective.batch_loss``: the method's
+``head_outputs``, ``batch_loss`` and ``penalty``) and the SGD update (``sgd_update``,
+``torch.optim.SGD``'s arithmetic). Every way of training calls both: one client after another and
+on threads through ``ClientTrainer.step`` (its optimizer ``LocalSGD`` applies ``sgd_update``), the
+batched clients (``workloads.fl.together``) and the recorded step (``workloads.fl.capture``)
+directly. bench captures ``ClientTrainer.step`` on ``meta``-device copies of the model and a batch::
 
     model = prepare_model(build_model(...), method, seed=0)        # SphereFed / FedBABU / double head
     trainer = client_trainer(model, global_state, hp, method, round=2, received={"fedcos_direction": d})
@@ -17,7 +21,8 @@ hp=hp)``.
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Callable, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -97,17 +102,92 @@ def prepare_model(model: nn.Module, method: MethodConfig, *, seed: int) -> nn.Mo
     return method.algo.prepare_model(method.mod.prepare_model(model, seed=seed), seed=seed)
 
 
-def minibatch_loss(algorithm, model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn, ctx: RoundContext,
-                   hp: Hparams) -> torch.Tensor:
-    """One mini-batch's loss as local training minimizes it: the method's ``batch_loss`` of its
-    ``head_outputs``, plus its ``penalty`` (``ClientTrainer.step``'s hooks, in its order; that step
-    writes them out itself, as it runs the forward under autocast and holds its outputs to the end
-    of the step, which its priced trace sees). For the batched and the recorded steps
-    (``workloads.fl.together``, ``workloads.fl.capture``)."""
-    outputs = outputs_from(algorithm, algorithm.head_outputs(model, x))
-    loss = scalar_from(algorithm, "batch_loss", algorithm.batch_loss(model, x, y, outputs, loss_fn, ctx, hp))
-    penalty = scalar_from(algorithm, "penalty", algorithm.penalty(model, ctx, hp))
-    return loss if penalty is None else loss + penalty
+@dataclass(frozen=True)
+class BatchLoss:
+    """One mini-batch's loss as local training minimizes it (``batch_loss`` + ``penalty``), the
+    forward's outputs it came from (``head_outputs``) and the penalty term. A step holds it until
+    its SGD update is done, as a training loop holds its outputs and terms through the step: the
+    captured step's peak memory (``workloads.cost.step``) counts them as alive to that point, by
+    this reference, not by how long some local variable happens to live."""
+
+    loss: torch.Tensor  # 0-dim, with a gradient
+    outputs: Sequence[torch.Tensor]  # the forward's outputs, the logits first (empty: the method's own forward)
+    penalty: torch.Tensor | float | None = None  # the method's penalty term (None: none)
+
+
+@dataclass(frozen=True)
+class Objective:
+    """What a client's local step minimizes: its method's step hooks (``head_outputs``,
+    ``batch_loss``, ``penalty``), the loss (``loss_function``), the hyper-parameters with the
+    method's knobs; ``autocast_dtype``: the forward and ``batch_loss`` under ``torch.autocast``
+    (bfloat16; None: none), the penalty outside it."""
+
+    algorithm: FedAvg
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    hp: Hparams
+    autocast_dtype: torch.dtype | None = None
+
+    def batch_loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, ctx: RoundContext) -> BatchLoss:
+        """The mini-batch loss of ``model`` on ``(x, y)`` with what the client knows (``ctx``): the
+        one definition every way of training computes (``ClientTrainer.step``, the batched clients
+        of ``workloads.fl.together``, the recorded step of ``workloads.fl.capture``)."""
+        algorithm = self.algorithm
+        with autocast(x, self.autocast_dtype):
+            outputs = outputs_from(algorithm, algorithm.head_outputs(model, x))
+            loss = scalar_from(algorithm, "batch_loss", algorithm.batch_loss(model, x, y, outputs, self.loss_fn, ctx, self.hp))
+            if not loss.requires_grad:  # detached (.item(), .detach(), torch.tensor(...)): nothing would train
+                cls = type(algorithm)
+                raise UserCodeError(f"{cls.__module__}:{cls.__qualname__}.batch_loss returned a loss without a "
+                                    "gradient (detached?): compute it from the outputs it is given (docs/methods.md)")
+        penalty = scalar_from(algorithm, "penalty", algorithm.penalty(model, ctx, self.hp))
+        return BatchLoss(loss if penalty is None else loss + penalty, outputs, penalty)
+
+
+def autocast(x: torch.Tensor, dtype: torch.dtype | None):
+    """``torch.autocast`` to ``dtype`` on ``x``'s device (None: no autocast)."""
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=x.device.type, dtype=dtype)
+
+
+def sgd_update(param: torch.Tensor, grad: torch.Tensor, buf: torch.Tensor | None, *, lr: float, momentum: float,
+               weight_decay: float) -> torch.Tensor | None:
+    """One step of SGD with momentum and weight decay on ``param`` in place, ``torch.optim.SGD``'s
+    arithmetic (dampening 0, no Nesterov; its ``_single_tensor_sgd``); returns the momentum buffer
+    (``buf`` None: the first step, where torch clones the gradient). The one SGD update every way of
+    training applies (``LocalSGD``, the batched and the recorded steps)."""
+    if weight_decay != 0:
+        grad = grad.add(param, alpha=weight_decay)
+    if momentum != 0:
+        if buf is None:
+            buf = grad.detach().clone()
+        else:
+            buf.mul_(momentum).add_(grad, alpha=1)
+        grad = buf
+    param.add_(grad, alpha=-lr)
+    return buf
+
+
+class LocalSGD(torch.optim.Optimizer):
+    """A client's optimizer: ``sgd_update`` on every parameter with a gradient, its momentum buffer
+    in ``state[p]["momentum_buffer"]`` (where ``torch.optim.SGD`` keeps it, and where the trace
+    capture finds the optimizer's state; its global step hooks run around ``step`` as around any
+    ``torch.optim.Optimizer``'s)."""
+
+    def __init__(self, params, *, lr: float, momentum: float, weight_decay: float) -> None:
+        super().__init__(params, {"lr": lr, "momentum": momentum, "weight_decay": weight_decay})
+
+    @torch.no_grad()
+    def step(self, closure=None) -> None:  # noqa: ARG002 - torch's signature; no closure is used
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                buf = sgd_update(p, p.grad, state.get("momentum_buffer"), lr=group["lr"], momentum=group["momentum"],
+                                 weight_decay=group["weight_decay"])
+                if group["momentum"] != 0:
+                    state["momentum_buffer"] = buf
 
 
 def _described(value) -> str:
@@ -151,16 +231,28 @@ class ClientTrainer:
                  lr: float, autocast_dtype: torch.dtype | None = None, arithmetic: Arithmetic | None = None,
                  low_precision_weights: bool = False) -> None:
         self.model = model
-        self.autocast_dtype = autocast_dtype  # bfloat16: forward and loss under torch.autocast
+        self.objective = Objective(method.algo, loss_function(method), hp, autocast_dtype)
         self.arithmetic = arithmetic  # a number format: forward and backward GEMMs rounded to it
         self.low_precision_weights = low_precision_weights and arithmetic is not None
-        self.algorithm = method.algo
-        self.loss_fn = loss_function(method)
-        self.hp = hp
         self.ctx = ctx
         params = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.SGD(params, lr=lr, momentum=hp.momentum,
-                                         weight_decay=hp.weight_decay, foreach=False)
+        self.optimizer = LocalSGD(params, lr=lr, momentum=hp.momentum, weight_decay=hp.weight_decay)
+
+    @property
+    def algorithm(self):
+        return self.objective.algorithm
+
+    @property
+    def hp(self) -> Hparams:
+        return self.objective.hp
+
+    @property
+    def loss_fn(self) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+        return self.objective.loss_fn
+
+    @loss_fn.setter
+    def loss_fn(self, fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> None:
+        self.objective = replace(self.objective, loss_fn=fn)
 
     @torch.no_grad()
     def non_finite_cause(self, x: torch.Tensor, y: torch.Tensor) -> tuple[str, str] | None:
@@ -179,7 +271,7 @@ class ClientTrainer:
         if key is not None:
             return "after_training", f"the state the client kept from its last round holds NaN or inf ({key!r})"
         with self.arithmetic or contextlib.nullcontext():
-            with self._autocast(x):
+            with autocast(x, self.objective.autocast_dtype):
                 outputs = outputs_from(self.algorithm, self.algorithm.head_outputs(self.model, x))
                 if not all(_finite(o) for o in outputs):
                     largest = max(float(p.detach().abs().max()) for p in self.model.parameters() if p.numel())
@@ -203,25 +295,17 @@ class ClientTrainer:
         return tuple(t for group in groups for t in group.values() if isinstance(t, torch.Tensor))
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """zero_grad, forward, loss (+ penalty), backward, optimizer step; returns the loss."""
+        """zero_grad, forward, loss (+ penalty: ``Objective.batch_loss``), backward, SGD update
+        (``LocalSGD``); returns the loss. The batch's loss and outputs (``BatchLoss``) are held
+        until the update is done, then dropped."""
         self.optimizer.zero_grad(set_to_none=True)
         with self.arithmetic or contextlib.nullcontext():
-            with self._autocast(x):
-                outputs = outputs_from(self.algorithm, self.algorithm.head_outputs(self.model, x))  # held to the step's end, as a loop holds them
-                loss = scalar_from(self.algorithm, "batch_loss",
-                                   self.algorithm.batch_loss(self.model, x, y, outputs, self.loss_fn, self.ctx, self.hp))
-                if not loss.requires_grad:  # detached (.item(), .detach(), torch.tensor(...)): nothing would train
-                    cls = type(self.algorithm)
-                    raise UserCodeError(f"{cls.__module__}:{cls.__qualname__}.batch_loss returned a loss without a "
-                                        "gradient (detached?): compute it from the outputs it is given (docs/methods.md)")
-            penalty = scalar_from(self.algorithm, "penalty", self.algorithm.penalty(self.model, self.ctx, self.hp))
-            if penalty is not None:
-                loss = loss + penalty
-            loss.backward()
+            held = self.objective.batch_loss(self.model, x, y, self.ctx)
+            held.loss.backward()
         self.optimizer.step()  # FP32: master weights and momentum are the optimizer's, not the array's
         if self.low_precision_weights:
             self._store_weights_in_format()
-        return loss.detach()
+        return held.loss.detach()
 
     @torch.no_grad()
     def _store_weights_in_format(self) -> None:
@@ -237,11 +321,6 @@ class ClientTrainer:
                 if p.dim() >= 2 and p.dtype == torch.float32:
                     p.copy_(round_to_format(p, fmt, dim=1, generator=generator))
 
-    def _autocast(self, x: torch.Tensor):
-        if self.autocast_dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(device_type=x.device.type, dtype=self.autocast_dtype)
-
 
 def example_received(model: nn.Module, method: MethodConfig, hp: Hparams, round: int) -> dict[str, dict[str, torch.Tensor]]:
     """Zeros shaped as ``method``'s ``extra_downloads`` of round ``round`` (the trainable shared
@@ -251,19 +330,21 @@ def example_received(model: nn.Module, method: MethodConfig, hp: Hparams, round:
     return {group: {n: torch.zeros_like(p).detach() for n, p in like.items()} for group in method.algo.extra_downloads(round)}
 
 
+CONTEXT_KEYWORDS = ("round", "lr", "received", "state", "width", "draws")
+"""What ``client_trainer`` takes of the client's ``RoundContext`` as keywords (its anchors it makes itself)."""
+
+
 def client_trainer(model: nn.Module, global_state: Mapping[str, torch.Tensor], hp: Hparams,
-                   method: MethodConfig, *, round: int = 1, lr: float | None = None,
-                   received: Mapping[str, Mapping[str, torch.Tensor]] | None = None,
-                   state: Mapping[str, torch.Tensor] | None = None,
-                   autocast_dtype: torch.dtype | None = None, arithmetic: Arithmetic | None = None,
-                   low_precision_weights: bool = False, width: float = 1.0,
-                   draws: torch.Generator | None = None) -> ClientTrainer:
+                   method: MethodConfig, *, arithmetic: Arithmetic | None = None,
+                   autocast_dtype: torch.dtype | None = None, low_precision_weights: bool = False,
+                   **context) -> ClientTrainer:
     """A trainer for ``model``, which must already hold the client's starting weights.
 
     ``global_state`` is what the client downloaded (w_t): an ``anchored`` method (FedProx, FedCos,
     SCAFFOLD, FedDyn, MOON) reads it during or after training, so for it the download is cloned
-    (the optimizer updates ``model`` in place).
-    ``received``: the method's ``extra_downloads`` of this round by group (FedCos's d_t from round 2,
+    (the optimizer updates ``model`` in place). ``context``: the rest of its ``RoundContext``, by
+    name (``CONTEXT_KEYWORDS``): ``round`` (default 1), ``lr``, ``received``, ``state``, ``width``,
+    ``draws``. ``received``: the method's ``extra_downloads`` of this round by group (FedCos's d_t from round 2,
     SCAFFOLD's c); ``state``: what the client kept from its last round (None: the method's
     ``initial_client_state``, from ``model``). ``lr`` defaults to ``hp.lr``. ``arithmetic``
     (``workloads.numerics.emulate.Arithmetic``, None for FP32) rounds the step's GEMM operands;
@@ -272,18 +353,23 @@ def client_trainer(model: nn.Module, global_state: Mapping[str, torch.Tensor], h
     submodel width (a width-scaled method's, ``workloads.fl.width``); ``draws``: its own generator
     of the round (FjORD's per-step widths).
     """
+    unknown = sorted(set(context) - set(CONTEXT_KEYWORDS))
+    if unknown:
+        raise TypeError(f"client_trainer() got unexpected keyword argument(s) {unknown}; a client's context is "
+                        f"{list(CONTEXT_KEYWORDS)}")
+    state, received = context.get("state"), context.get("received")
     keep_freed_memory()  # the next step's tensors reuse this one's memory (workloads.allocator)
     anchors = {}
     if method.algo.anchored:
         anchors = {name: t.detach().clone() for name, t in global_state.items()}
     hp = hp.with_knobs(method.knobs)  # a method that declares its knobs when it runs: their defaults where ``hp`` lacks them
-    lr = hp.lr if lr is None else lr
+    lr = hp.lr if context.get("lr") is None else context["lr"]
     if state is None:
         state = method.algo.initial_client_state(model, hp)
         if not isinstance(state, Mapping):
             cls = type(method.algo)
             raise UserCodeError(f"{cls.__module__}:{cls.__qualname__}.initial_client_state returned a "
                                 f"{type(state).__name__}; it must return a dict of tensors ({{}} for none; docs/methods.md)")
-    ctx = RoundContext(round=round, global_params=anchors, received=dict(received or {}), state=dict(state), lr=lr,
-                       width=width, draws=draws)
+    ctx = RoundContext(round=context.get("round", 1), global_params=anchors, received=dict(received or {}),
+                       state=dict(state), lr=lr, width=context.get("width", 1.0), draws=context.get("draws"))
     return ClientTrainer(model, method, hp, ctx, lr, autocast_dtype, arithmetic, low_precision_weights)

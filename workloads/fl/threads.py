@@ -1,7 +1,7 @@
 """A round's clients trained at once, each on its own thread (issue 44, ``Execution.client_threads``,
 ``--client-threads N``).
 
-Every client still runs the sequential loop's own code (``loop._client_update``: the download, its
+Every client still runs the sequential loop's own code (``clients.client_update``: the download, its
 ``ClientTrainer`` steps, its upload), only N of them at a time, each on a copy of the client model
 (a ``Slot``) and, on a GPU, its own CUDA stream. PyTorch releases Python's global interpreter lock
 inside its operators, so on a CPU N clients' kernels run on N cores at once, and on a GPU N

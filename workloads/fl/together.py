@@ -8,8 +8,8 @@ dimension), and each local step runs the method's own step hooks (``head_outputs
 each client's weights, and ``torch.func.grad`` of each client's loss with respect to its trainable
 weights (PyTorch's ``torch.func``, "Model ensembling" in its documentation; inside, a trainable
 weight reads ``requires_grad`` True and a frozen one False, as the hooks expect). SGD with momentum and weight decay is then applied to the stacked tensors with
-``torch.optim.SGD``'s single-tensor arithmetic (``sgd_update``), element for element what each
-client's own optimizer does.
+the one SGD update (``local.sgd_update``, ``torch.optim.SGD``'s single-tensor arithmetic), element
+for element what each client's own optimizer (``local.LocalSGD``) does.
 
 What keeps its meaning, client by client:
 
@@ -45,7 +45,7 @@ from torch import nn
 
 from workloads.fl.execution import DeviceData, Execution
 from workloads.fl.hparams import Hparams
-from workloads.fl.local import NonFiniteLossError, epoch_order, loss_function, minibatch_loss
+from workloads.fl.local import NonFiniteLossError, Objective, epoch_order, loss_function, sgd_update
 from workloads.fl.methods import MethodConfig
 from workloads.fl.methods.base import RoundContext, trains_together
 
@@ -66,9 +66,9 @@ def fallback_reason(method: MethodConfig, execution: Execution) -> str | None:
     return None
 
 
-def fallback_line(method: MethodConfig, reason: str) -> str:
+def fallback_line(method_name: str, reason: str) -> str:
     """The one line a run that cannot train its clients together prints."""
-    return f"--clients-together: {method.name} trains its clients one after another ({reason})"
+    return f"--clients-together: {method_name} trains its clients one after another ({reason})"
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ class ClientRun:
     start: TensorDict  # the client model's state_dict at the start of local training
     ctx: RoundContext  # what it knows (anchors, received, its own state, lr)
     idx: torch.Tensor  # its samples: indices into the training split, on the device
-    batches: tuple[int, ...]  # start of each mini-batch of an epoch (``loop.batch_starts``)
+    batches: tuple[int, ...]  # start of each mini-batch of an epoch (``schedule.batch_starts``)
     shuffle: torch.Generator  # its CPU shuffling generator, seeded as the sequential loop seeds it
     augment: torch.Generator | None  # its augmentation generator (None: no augmentation)
     where: str  # "round t, client k (method)" for errors
@@ -91,23 +91,6 @@ class ClientResult:
     state: TensorDict  # the client model's state_dict after local training
 
 
-def sgd_update(param: torch.Tensor, grad: torch.Tensor, buf: torch.Tensor | None, *, lr: float, momentum: float,
-               weight_decay: float) -> torch.Tensor | None:
-    """One step of ``torch.optim.SGD`` (dampening 0, no Nesterov; ``_single_tensor_sgd``'s
-    arithmetic) on ``param`` in place; returns the momentum buffer (``buf`` None: the first step,
-    where torch clones the gradient)."""
-    if weight_decay != 0:
-        grad = grad.add(param, alpha=weight_decay)
-    if momentum != 0:
-        if buf is None:
-            buf = grad.detach().clone()
-        else:
-            buf.mul_(momentum).add_(grad, alpha=1)
-        grad = buf
-    param.add_(grad, alpha=-lr)
-    return buf
-
-
 class _LocalLoss(nn.Module):
     """One client's loss of one mini-batch, as ``ClientTrainer.step`` computes it, as a module's
     forward so that ``functional_call`` can run it with the client's weights."""
@@ -115,11 +98,11 @@ class _LocalLoss(nn.Module):
     def __init__(self, model: nn.Module, method: MethodConfig, hp: Hparams, ctx: RoundContext) -> None:
         super().__init__()
         self.model = model
-        self.algorithm, self.loss_fn, self.hp, self.ctx = method.algo, loss_function(method), hp, ctx
+        self.objective, self.ctx = Objective(method.algo, loss_function(method), hp), ctx
 
     def forward(self, x: torch.Tensor, y: torch.Tensor, state: TensorDict) -> torch.Tensor:
         ctx = RoundContext(self.ctx.round, self.ctx.global_params, self.ctx.received, state, self.ctx.lr)
-        return minibatch_loss(self.algorithm, self.model, x, y, self.loss_fn, ctx, self.hp)
+        return self.objective.batch_loss(self.model, x, y, ctx).loss
 
 
 class _Stacked:
@@ -149,7 +132,7 @@ def train_together(model: nn.Module, method: MethodConfig, hp: Hparams, clients:
     ``ctx.lr``) as one batched computation per step and batch size (module doc); ``model`` is the
     client model (its structure; its weights are not read or changed). ``hp``: with the method's
     knobs (``ClientTrainer.hp``). NaN/inf -> ``NonFiniteLossError`` at the end of the epoch it
-    happened in, as ``loop.train_client``."""
+    happened in, as ``clients.train_client``."""
     stacked = _Stacked(model, clients)
     lr = clients[0].ctx.lr
     loss_fn = _LocalLoss(model, method, hp, clients[0].ctx)

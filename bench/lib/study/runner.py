@@ -1,7 +1,7 @@
 """The grid runner ``bench.study``: one federated training run of an accuracy study, every round
 priced, its curves written (docs/study.md).
 
-A point is self-contained, so that its id (``bench.lib.grid.engine.run_id``: a hash of the runner and
+A point is self-contained, so that its id (``bench.lib.grid.point.run_id``: a hash of the runner and
 the point) changes exactly when something that decides the result changes, and a tuning run and
 an evaluation run with the same settings are one run::
 
@@ -29,23 +29,21 @@ calibration) and itself.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
 import os
 import platform
 import socket
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from bench.lib.grid.runners import grid_runner
+from bench.lib.study.run_files import (CURVE_CSV, RUN_JSON, curve_rows, missing_rounds, out_of_range,
+                                       participation, read_curve, write_run)
 from bench.lib.spec import FL, RunSpec, from_point, is_resource, spec_flags
 from iokit import checks
 from iokit.cli import is_default
-from iokit.files import atomic_write_text
-from workloads.cost.system import CUMULATIVE_COLUMNS, DROPPED_COLUMNS
 from workloads.fl.execution import SETTINGS, Execution, kernel_environment
 from workloads.fl.hparams import FLConfig, Hparams, hparams_from_table
 from workloads.fl.methods import MethodConfig, parse_method
@@ -57,12 +55,6 @@ TABLE_FIELDS = ("models", "methods", "seed", "preset", "alpha", "rounds", "holdo
 """The ``RunSpec`` fields a point holds in ``POINT_KEYS`` and its tables (``fl``, ``hparams``,
 ``execution``). Every other ``bench.fl`` flag is an optional key of a point (``optional_keys``)."""
 FL_KEYS = tuple(f.name for f in fields(FLConfig) if f.name not in ("model", "seed"))
-CURVE_CSV = "curve.csv"
-RUN_JSON = "run.json"
-CURVE_COLUMNS = ("method", "round", "stage", "lr", "mean_loss", "accuracy", "val_accuracy", *CUMULATIVE_COLUMNS)
-"""``curve.csv``: accuracies in [0, 1] (empty where not evaluated); ``cum_*`` the modeled cost up
-to and including the round (``workloads.cost.system.ROUNDS_COLUMNS``); ``lr`` and ``mean_loss``
-empty on the calibration row."""
 
 
 POINT_PRESET = "study"  # a cell's RunSpec.preset: the preset is the point's own fl and hparams tables
@@ -181,12 +173,6 @@ def make_point(model: str, method: str, seed: int, fl: FLConfig, hp: Hparams, ex
     return point
 
 
-def labels_of(method: MethodConfig) -> tuple[str, ...]:
-    """The method labels a run of ``method`` gives: its training method, and itself when it calibrates."""
-    training = method.training.name
-    return (training, method.name) if method.calibration else (training,)
-
-
 def machine_info() -> dict[str, Any]:
     """Where a run ran: host, CPU model, cores, torch version and threads."""
     import torch
@@ -202,61 +188,6 @@ def machine_info() -> dict[str, Any]:
     return {"host": socket.gethostname(), "cpu": cpu, "cpu_count": os.cpu_count(), "torch": torch.__version__,
             "torch_threads": torch.get_num_threads(), "python": platform.python_version(),
             "kernels": kernel_environment()}
-
-
-def curve_rows(method: MethodConfig, history: Sequence[Mapping], rows: Sequence[Mapping],
-               val_after_calibration: float | None) -> list[dict[str, Any]]:
-    """``curve.csv`` rows of one run: the loop's history (lr, loss, test and validation accuracy per
-    round) joined with its priced rounds (``rounds.csv`` rows), for every label of the run."""
-    by_round = {h["round"]: h for h in history}
-    out = []
-    for label in labels_of(method):
-        for row in rows:
-            if row["stage"] == "calibration" and label != method.name:
-                continue  # the training method's curve ends before the calibration
-            h = by_round.get(row["round"], {})
-            calibration = row["stage"] == "calibration"
-            out.append({"method": label, "round": row["round"], "stage": row["stage"],
-                        "lr": None if calibration else h.get("lr"), "mean_loss": None if calibration else h.get("mean_loss"),
-                        "accuracy": row["accuracy"],
-                        "val_accuracy": val_after_calibration if calibration else h.get("val_accuracy"),
-                        **{k: row[k] for k in CUMULATIVE_COLUMNS}})
-    return out
-
-
-def participation(rows: Sequence[Mapping[str, Any]]) -> dict[str, list]:
-    """Per training round of a run's ``rounds.csv`` rows: the clients aggregated, those sampled and
-    those dropped by reason (``workloads.cost.system.DROP_REASONS``), and the collection time."""
-    train = [r for r in rows if r["stage"] == "train"]
-    return {"clients": [int(r["clients"]) for r in train], "sampled": [int(r["sampled"]) for r in train],
-            **{column: [int(r[column]) for r in train] for column in DROPPED_COLUMNS},
-            "collect_s": [float(r["collect_s"]) for r in train]}
-
-
-def curve_text(curve: Sequence[Mapping[str, Any]]) -> str:
-    """``curve.csv``'s text of ``curve_rows`` (None as an empty cell, numbers as Python writes them)."""
-    lines = [list(CURVE_COLUMNS)] + [["" if row[c] is None else row[c] for c in CURVE_COLUMNS] for row in curve]
-    buf = io.StringIO()
-    csv.writer(buf, lineterminator="\n").writerows(lines)
-    return buf.getvalue()
-
-
-def run_json_text(info: Mapping[str, Any]) -> str:
-    return json.dumps(dict(info), indent=1, sort_keys=True, default=str) + "\n"
-
-
-def write_run(out_dir: Path, curve: Sequence[Mapping[str, Any]], info: Mapping[str, Any]) -> dict[str, float]:
-    """``curve.csv`` and ``run.json`` into ``out_dir``; returns the point's metrics (the last
-    evaluated test and validation accuracy of every label). Also what a test's stand-in runner calls."""
-    atomic_write_text(Path(out_dir) / CURVE_CSV, curve_text(curve))
-    atomic_write_text(Path(out_dir) / RUN_JSON, run_json_text(info))
-    metrics: dict[str, float] = {}
-    for row in curve:
-        if row["accuracy"] is not None:
-            metrics[f"{row['method']}.accuracy"] = float(row["accuracy"])
-        if row["val_accuracy"] is not None:
-            metrics[f"{row['method']}.val_accuracy"] = float(row["val_accuracy"])
-    return metrics
 
 
 def check_point(point: Mapping[str, Any]) -> Cell:
@@ -343,49 +274,6 @@ def files_read(point: Mapping[str, Any]) -> dict[str, Any]:
     return files
 
 
-def missing_rounds(point: Mapping[str, Any], curve: Sequence[Mapping[str, Any]]) -> str:
-    """Why ``curve`` (``curve.csv``'s rows, typed or as text) is not the whole run of ``point`` ("" when
-    it is): every label of its method (``labels_of``) has its training rounds 1..R of the point's
-    ``fl.rounds``, each once, and a calibrated method's label its calibration round R + 1. A run
-    that diverged never left a curve (it failed); a curve with fewer rounds was cut after the run
-    finished (a copy or an edit that stopped early), and is not that run."""
-    method = parse_method(point["method"])
-    rounds = int(point["fl"]["rounds"])
-    for label in labels_of(method):
-        train = [int(r["round"]) for r in curve if r["method"] == label and r["stage"] == "train"]
-        if train != list(range(1, rounds + 1)):
-            shown = f"{train[0]}..{train[-1]}" if train and train == list(range(train[0], train[-1] + 1)) else train
-            return f"curve.csv has {label}'s training rounds {shown or 'none'}, not 1..{rounds}"
-        calibration = [int(r["round"]) for r in curve if r["method"] == label and r["stage"] == "calibration"]
-        wanted = [rounds + 1] if label == method.name and method.calibration else []
-        if calibration != wanted:
-            return f"curve.csv has {label}'s calibration rounds {calibration or 'none'}, not {wanted or 'none'}"
-    return ""
-
-
-def read_curve(path: Path) -> tuple[dict, ...]:
-    """``curve.csv`` rows with numbers as numbers and empty cells as None."""
-    with open(path, newline="", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
-    typed = []
-    for row in rows:
-        typed.append({k: (v if k in ("method", "stage") else None if v == "" else
-                          int(v) if k == "round" else float(v)) for k, v in row.items()})
-    return tuple(typed)
-
-
-def out_of_range(curve: Sequence[Mapping[str, Any]]) -> str:
-    """The first accuracy of ``curve`` (``read_curve``'s rows) that no run writes ("" when none): one
-    outside [0, 1] or not a number (a run writes a fraction of its samples, or nothing where it did
-    not evaluate): a file edited or damaged after the run finished, read as not whole."""
-    for row in curve:
-        for column in ("accuracy", "val_accuracy"):
-            value = row.get(column)
-            if value is not None and not 0.0 <= value <= 1.0:  # NaN fails both comparisons
-                return f"curve.csv has {column} = {value!r} in {row['method']}'s round {row['round']}"
-    return ""
-
-
 def incomplete_run(point: Mapping[str, Any], folder: Path) -> str:
     """The grid's ``complete`` check of a finished study run (``bench.lib.grid.runners``): why
     ``folder`` does not hold the whole run of ``point`` ("" when it does): ``run.json`` readable,
@@ -420,109 +308,3 @@ def run_point(point: Mapping[str, Any], out_dir: Path) -> dict[str, float]:
     if result.local_accuracy is not None:  # the local test mode (docs/study.md)
         metrics[f"{p.method.name}.local_accuracy"] = result.local_accuracy
     return metrics
-
-
-PRICED_KEY = "priced"  # run.json: {"git_commit": ...} of the code that re-priced the run (docs/study.md)
-
-
-class RepriceError(ValueError):
-    """A finished run that cannot be re-priced without training: the message names its folder and why."""
-
-
-@dataclass(frozen=True)
-class Repriced:
-    """What re-pricing one finished run makes of it (``price_again``), before anything is written:
-    ``texts``, file name -> its new text, are what ``write`` puts in ``folder``."""
-
-    run_id: str
-    changed: bool  # today's cost columns differ from the recorded ones
-    written: bool  # curve.csv is (to be) rewritten when changed (False: left as recorded)
-    old: tuple[dict[str, str], ...] = ()  # the recorded curve.csv rows (text)
-    new: tuple[dict[str, str], ...] = ()  # today's (text; equal to ``old`` but in ``CUMULATIVE_COLUMNS``)
-    note: str = ""
-    folder: Path | None = None
-    texts: Mapping[str, str] = field(default_factory=dict)  # in the order written: point.json last
-
-    def write(self) -> None:
-        """``texts`` into ``folder``, each file replaced atomically, ``point.json`` (the record of the
-        files the run was priced with) last."""
-        for name, text in self.texts.items():
-            atomic_write_text(self.folder / name, text)
-
-
-def _recorded_history(rows: Sequence[Mapping[str, str]], label: str) -> list[dict[str, Any]]:
-    """The loop's history as a run's ``curve.csv`` recorded it: ``label``'s training rows, typed."""
-    return [{"round": int(r["round"]), **{k: _number(r[k]) for k in ("lr", "mean_loss", "accuracy", "val_accuracy")}}
-            for r in rows if r["method"] == label and r["stage"] == "train"]
-
-
-def _number(text: str) -> float | None:
-    return None if text == "" else float(text)
-
-
-def reprice_run(folder: Path, commit: str) -> Repriced:
-    """``price_again`` and write what it gives (``Repriced.write``)."""
-    repriced = price_again(folder, commit)
-    repriced.write()
-    return repriced
-
-
-def price_again(folder: Path, commit: str) -> Repriced:
-    """A finished run of this runner in ``folder`` (``runs/<id>``) priced again by today's code and
-    today's files, without training and without writing: the point prepared as ``run_point``
-    prepares it (the data and partition from the seed, the model, the format, the hardware and
-    system files as they are now, the fleet), the run's record rebuilt from its ``curve.csv``
-    (``bench.lib.fl.jobs.reprice_job``), and ``curve.csv`` made again by ``curve_rows`` from it. Every
-    column but the priced ``CUMULATIVE_COLUMNS`` must come out as recorded, byte for byte
-    (RepriceError otherwise). What to write (``Repriced.texts``): ``curve.csv`` when the cost
-    columns changed, ``run.json`` with ``PRICED_KEY``: ``commit``, and ``point.json`` with the files
-    it was priced with (``files_read``) where their content changed since it trained (a hardware or
-    system file: the run's accuracy does not read them). A run on a fleet whose prices changed is
-    left as recorded: its arrivals follow the prices, so who trained may change; retrain it. A run
-    on a fleet whose files changed is refused (RepriceError): it is no longer the study's run."""
-    from bench.lib.fl.jobs import Job, reprice_job
-    from iokit.identity import changed as files_changed, contents
-
-    folder = Path(folder)
-    try:
-        record = json.loads((folder / "point.json").read_text(encoding="utf-8"))
-        info = json.loads((folder / RUN_JSON).read_text(encoding="utf-8"))
-        old_text = (folder / CURVE_CSV).read_text(encoding="utf-8")
-    except (OSError, ValueError) as err:
-        raise RepriceError(f"{folder}: not a finished run ({type(err).__name__}: {str(err)[:80]})") from None
-    old = tuple(csv.DictReader(io.StringIO(old_text)))
-    if not old or tuple(old[0]) != CURVE_COLUMNS:
-        raise RepriceError(f"{folder / CURVE_CSV}: not a curve.csv of columns {', '.join(CURVE_COLUMNS)}")
-    today = contents(files_read(record["config"]))
-    stale = files_changed(record.get("files"), today)
-    if stale and record["config"].get("fleet") is not None:
-        raise RepriceError(f"{folder}: a run on a fleet whose files changed since it trained ({', '.join(stale)}): "
-                           "who arrives in each round follows them, so it cannot be re-priced without training; "
-                           "rerun the study without --reprice to train it with today's files")
-    p, inputs = prepare(record["config"])
-    history = _recorded_history(old, labels_of(p.method)[0])
-    if [h["round"] for h in history] != list(range(1, p.fl.rounds + 1)):
-        raise RepriceError(f"{folder}: its curve has training rounds {[h['round'] for h in history]}, not 1.."
-                           f"{p.fl.rounds}: a run that stopped early cannot be re-priced without training")
-    calibration = [r for r in old if r["method"] == p.method.name and r["stage"] == "calibration"]
-    if bool(calibration) != bool(p.method.calibration):
-        raise RepriceError(f"{folder}: {p.method.name}'s curve {'lacks' if p.method.calibration else 'has'} "
-                           "a calibration row")
-    accuracy, val_after = ((_number(calibration[0]["accuracy"]), _number(calibration[0]["val_accuracy"]))
-                           if calibration else (history[-1]["accuracy"], None))
-    rows = reprice_job(Job(p.method.name, p.hp), inputs, history, accuracy)
-    new_text = curve_text(curve_rows(p.method, history, rows, val_after))
-    new = tuple(csv.DictReader(io.StringIO(new_text)))
-    kept = [c for c in CURVE_COLUMNS if c not in CUMULATIVE_COLUMNS]
-    if len(new) != len(old) or any([a[c] for c in kept] != [b[c] for c in kept] for a, b in zip(old, new)):
-        raise RepriceError(f"{folder}: re-priced, its curve's rows or accuracy columns would change; left as "
-                           "recorded (retrain it)")
-    rid = str(record.get("run_id", folder.name))
-    changed = new_text != old_text
-    if changed and p.fleet is not None:
-        return Repriced(rid, True, False, old, new, "a fleet's arrivals follow its prices: retrain it", folder)
-    texts = {CURVE_CSV: new_text} if changed else {}
-    texts[RUN_JSON] = run_json_text({**info, PRICED_KEY: {"git_commit": commit}})
-    if stale:
-        texts["point.json"] = json.dumps({**record, "files": today}, indent=2, sort_keys=True, default=str)
-    return Repriced(rid, changed, True, old, new, folder=folder, texts=texts)
