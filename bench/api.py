@@ -87,7 +87,7 @@ def price(model: nn.Module, example_input: torch.Tensor, target: torch.Tensor | 
         raise ModelSpecError(f"model is a {type(model).__name__}, not an nn.Module")
     name = type(model).__name__
     num_classes = find_classifier(model, classifier, name)[1].out_features
-    wrapped = wrap_module(copy.deepcopy(model), num_classes=num_classes, spherefed=cfg.spherefed,
+    wrapped = wrap_module(copy.deepcopy(model), num_classes=num_classes, head=cfg.head,
                           input_shape=shape, classifier=classifier, model_name=name)
     trace = local_step_trace(lambda: wrapped, cfg, hp or Hparams(), batch_size=batch, input_shape=shape, seed=seed,
                              model_name=name, meta={"classes": num_classes})

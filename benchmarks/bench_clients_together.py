@@ -42,7 +42,7 @@ def main() -> None:
     torch.set_num_threads(1)
     method = parse_method(args.method)
     torch.manual_seed(0)
-    model = prepare_model(build_model(args.model, num_classes=10, image_size=16, spherefed=method.spherefed),
+    model = prepare_model(build_model(args.model, num_classes=10, image_size=16, head=method.head),
                           method, seed=0)
     n = args.clients * args.steps * BATCH
     data = DeviceData(torch.randn(n, 3, 16, 16), torch.randint(0, 10, (n,)))

@@ -46,7 +46,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     sizes = [int(n) for n in rng.integers(20, 300, a.clients)]
     spec = model_spec.ModelSpec(a.model, (3, 16, 16), None)
-    pricer = RunPricer(PricedModel(lambda sf: model_spec.build(spec, num_classes=10, spherefed=sf), a.model, (3, 16, 16),
+    pricer = RunPricer(PricedModel(lambda head: model_spec.build(spec, num_classes=10, head=head), a.model, (3, 16, 16),
                                10, 0))
     method, hp = parse_method(a.method), Hparams(local_epochs=2, batch_size=32)
     labels = [rng.integers(0, 10, n) for n in sizes]

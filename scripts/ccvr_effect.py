@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> None:
     run = resolve(RunSpec(preset=args.preset, methods=(METHOD.name,), models=(args.model,), seed=args.seed,
                           rounds=args.rounds, device="cpu"))
     inputs, hp, cfg = pipeline.load(run), run.hparams[METHOD.name], run.fl
-    model_fn = functools.partial(inputs.build, False)
+    model_fn = functools.partial(inputs.build, METHOD.head)
     trained = run_method(parse_method("fedavg"), model_fn=model_fn, train=inputs.train, test=inputs.test,
                          parts=inputs.parts, cfg=cfg, hp=hp, execution=inputs.execution, val=inputs.val)
     model = build_on_device(METHOD, model_fn, cfg.seed, inputs.execution)

@@ -61,7 +61,7 @@ def main() -> None:
         cells = []
         for fmt in args.formats:
             torch.manual_seed(0)
-            model = prepare_model(build_model(args.model, num_classes=10, image_size=16, spherefed=method.spherefed),
+            model = prepare_model(build_model(args.model, num_classes=10, image_size=16, head=method.head),
                                   method, seed=0)
             counting = Counting(fmt)
             client_trainer(model, model.state_dict(), Hparams(lr=0.05), method, arithmetic=counting).step(x, y)

@@ -53,7 +53,7 @@ def record(args: argparse.Namespace) -> None:
                           channels_last=args.channels_last))
     method, inputs = run.methods[0], pipeline.load(run)
     hp = run.hparams[method.name]
-    model = build_on_device(method, functools.partial(inputs.build, method.spherefed), inputs.fl.seed,
+    model = build_on_device(method, functools.partial(inputs.build, method.head), inputs.fl.seed,
                             inputs.execution).train()
     trainer = client_trainer(model, {k: v.detach().clone() for k, v in model.state_dict().items()}, hp, method,
                              round=1, lr=hp.lr)

@@ -28,7 +28,7 @@ def main() -> None:
     hp = Hparams(lr=0.05, local_epochs=2, batch_size=16)
     for name in METHODS:
         m = parse_method(name)
-        r = run_method(m, model_fn=lambda: TinyNet(spherefed=m.spherefed), train=train, test=test, parts=parts,
+        r = run_method(m, model_fn=lambda: TinyNet(head=m.head), train=train, test=test, parts=parts,
                        cfg=cfg, hp=hp)
         h = hashlib.sha256()
         for key, value in r.weights.items():

@@ -73,7 +73,7 @@ def setup(args: argparse.Namespace):
 def variant_model(inputs, kind: str) -> torch.nn.Module:
     method_name, feature_norm, _, _ = VARIANTS[kind]
     method = parse_method(method_name)
-    model = build_on_device(method, functools.partial(inputs.build, method.spherefed), inputs.fl.seed,
+    model = build_on_device(method, functools.partial(inputs.build, method.head), inputs.fl.seed,
                             inputs.execution)
     if not feature_norm:
         model.feature_norm = torch.nn.Identity()
@@ -202,7 +202,7 @@ def curves(args: argparse.Namespace) -> None:
         recorder = StepRecorder()
         per_round = []
         hook = register_optimizer_step_pre_hook(recorder.before_optimizer_step)
-        result = run_method(method, model_fn=lambda m=method: recorder.attach(inputs.build(m.spherefed)),
+        result = run_method(method, model_fn=lambda m=method: recorder.attach(inputs.build(m.head)),
                             train=inputs.train, test=inputs.test, parts=inputs.parts, cfg=cfg,
                             hp=run.hparams[method.name].replace(lr=lr), execution=inputs.execution,
                             after_round=lambda t: per_round.append(recorder.close_round()))

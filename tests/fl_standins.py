@@ -7,18 +7,19 @@ import torch
 from torch import nn
 
 from workloads.fl.data import Dataset
-from workloads.models import FeatureNorm
+from workloads.models import FeatureNorm, Head
 
 
 class TinyNet(nn.Module):
-    """FLNet contract: body -> [B, l], feature_norm, classifier Linear(l, C, bias=False)."""
+    """FLNet contract: body -> [B, l], feature_norm, classifier Linear(l, C, bias=False), as ``head`` asks."""
 
-    def __init__(self, feature_dim=12, num_classes=4, spherefed=False):
+    def __init__(self, feature_dim=12, num_classes=4, head=Head()):
         super().__init__()
         self.body = nn.Sequential(nn.Flatten(), nn.Linear(12, feature_dim), nn.BatchNorm1d(feature_dim),
                                   nn.ReLU(), nn.Linear(feature_dim, feature_dim), nn.ReLU())
-        self.feature_norm = FeatureNorm() if spherefed else nn.Identity()
+        self.feature_norm = FeatureNorm() if head.feature_norm else nn.Identity()
         self.classifier = nn.Linear(feature_dim, num_classes, bias=False)
+        self.classifier.weight.requires_grad_(not head.fixed_head)
         self.feature_dim = feature_dim
 
     def features(self, x):

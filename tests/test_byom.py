@@ -21,6 +21,7 @@ import bench.capture.__main__ as capture
 from accel_sim.trace_io import load_trace
 from workloads.model_spec import ModelSpec, build
 from workloads.models import MODELS
+from workloads.fl.methods.spherefed import SphereFed
 
 REPO = Path(__file__).resolve().parents[1]
 USER_NETS = textwrap.dedent('''
@@ -165,7 +166,7 @@ def test_fl_run_trains_a_user_model(user_dir):
 
 
 def test_spherefed_acts_on_the_named_classifier(user_dir):
-    model = build(ModelSpec(f"{MODULE}:net", (3, 8, 8), classifier="4"), num_classes=C, spherefed=True)
+    model = build(ModelSpec(f"{MODULE}:net", (3, 8, 8), classifier="4"), num_classes=C, head=SphereFed.head)
     assert isinstance(model.body[4], torch.nn.Identity)  # the user's FC left the body
     assert (model.feature_dim, model.classifier.out_features, model.classifier.bias) == (16, C, None)
     assert type(model.feature_norm).__name__ == "FeatureNorm"  # in front of the classifier
@@ -222,7 +223,7 @@ def test_torchvision_resnet18_forward_macs_equal_fvcore():
     from workloads.model_spec import load_factory
     from workloads.capture import capture, macs
 
-    model = build(ModelSpec("torchvision:resnet18"), num_classes=10, spherefed=False).eval()
+    model = build(ModelSpec("torchvision:resnet18"), num_classes=10).eval()
     x = torch.zeros(2, 3, 32, 32)
     ours = macs(capture(model, x.to("meta"), model=model.to("meta")).trace, phase="fwd")
     factory, _ = load_factory("torchvision:resnet18")

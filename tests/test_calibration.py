@@ -14,6 +14,7 @@ from workloads.cost.step import method_setup, simulate_complete
 from workloads.fl.methods import calibration_named
 from workloads.models import build_model
 from workloads.capture import capture
+from workloads.fl.methods.spherefed import SphereFed
 
 HW = HardwareConfig()
 
@@ -30,7 +31,7 @@ def test_extrapolate_hand_case():
 
 
 def test_client_statistics_extrapolation_is_exact():
-    model = build_model("convnet", num_classes=10, spherefed=True).to("meta").eval()
+    model = build_model("convnet", num_classes=10, head=SphereFed.head).to("meta").eval()
     hp = Hparams(batch_size=4)
     x = torch.empty(4, 3, 32, 32, device="meta")
     y = torch.zeros(4, dtype=torch.long, device="meta")

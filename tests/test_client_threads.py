@@ -16,7 +16,7 @@ from test_clients_together import PARTS, SUPPORTED, nan_messages, run_in
 from workloads.fl.execution import Execution
 from workloads.fl.hparams import Hparams
 from workloads.fl.threads import draws_global_generator, run_on_slots, slots
-from workloads.models import FLNet
+from workloads.models import FLNet, Head
 
 HP = Hparams(lr=0.05, local_epochs=2, batch_size=16)  # two epochs: each client's shuffling drawn twice
 
@@ -67,9 +67,9 @@ def test_nan_loss_names_the_client_that_one_after_another_names():
     assert one == threaded
 
 
-def dropout_net(spherefed=False, num_classes=4):
+def dropout_net(head=Head(), num_classes=4):
     body = nn.Sequential(nn.Conv2d(3, 6, 3, padding=1), nn.ReLU(), nn.Dropout(0.5), nn.Flatten())
-    return FLNet(body, 6 * 2 * 2, num_classes, spherefed)
+    return FLNet(body, 6 * 2 * 2, num_classes, head)
 
 
 def test_a_model_drawing_from_the_global_generator_falls_back_with_one_line(capsys):

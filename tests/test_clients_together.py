@@ -26,7 +26,7 @@ from workloads.fl.methods.base import FedAvg, trains_together
 from workloads.fl.methods.fedprox import FedProx
 from workloads.fl.together import ClientRun, fallback_reason, sgd_update, train_together
 from workloads.fl.execution import DeviceData
-from workloads.models import FLNet
+from workloads.models import FLNet, Head
 
 ONE_STEP_RTOL, ONE_STEP_ATOL = 1e-5, 1e-6
 ROUNDS_ATOL = 1e-5
@@ -37,10 +37,10 @@ PARTS = [list(range(0, 7)), list(range(7, 24)), list(range(24, 54)), list(range(
 HP = Hparams(lr=0.05, local_epochs=1, batch_size=16)
 
 
-def conv_net(spherefed=False, num_classes=4):
+def conv_net(head=Head(), num_classes=4):
     """A tiny FLNet with a convolution and BatchNorm2d (what vmap turns into grouped kernels)."""
     body = nn.Sequential(nn.Conv2d(3, 6, 3, padding=1, bias=False), nn.BatchNorm2d(6), nn.ReLU(), nn.Flatten())
-    return FLNet(body, 6 * 2 * 2, num_classes, spherefed)
+    return FLNet(body, 6 * 2 * 2, num_classes, head)
 
 
 def run_in(mode: dict, name, rounds=2, model=conv_net, train=TRAIN, hp=HP, execution=None, **kw):
@@ -48,7 +48,7 @@ def run_in(mode: dict, name, rounds=2, model=conv_net, train=TRAIN, hp=HP, execu
     options ``mode`` (how the clients train) and ``execution`` (the others)."""
     method = parse_method(name)
     cfg = FLConfig(dataset="blobs", num_clients=len(PARTS), rounds=rounds, seed=3)
-    return run_method(method, model_fn=lambda: model(spherefed=method.spherefed), train=train, test=TEST,
+    return run_method(method, model_fn=lambda: model(head=method.head), train=train, test=TEST,
                       parts=[torch.tensor(p).numpy() for p in PARTS], cfg=cfg, hp=hp,
                       execution=Execution(**mode, **(execution or {})), **kw)
 

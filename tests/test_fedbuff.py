@@ -134,7 +134,7 @@ def test_fedbuffs_plan_with_the_whole_round_as_its_buffer_is_synchronous_fedavg(
     classes = assign_classes(fleet, 4, seed=0)
     devices, system = fleet_devices(fleet, classes), fleet_system(fleet, classes)
     labels = tuple(TRAIN.y.numpy()[p] for p in PARTS)
-    pricer = RunPricer(PricedModel(lambda spherefed: TinyNet(), "tinynet", (3, 2, 2), 4, 0))
+    pricer = RunPricer(PricedModel(lambda head: TinyNet(), "tinynet", (3, 2, 2), 4, 0))
     hp = HP.with_knobs(FedBuff.knobs).replace(fedbuff_buffer=4, fedbuff_concurrency=4)
     buffered = plan_buffered(FleetRun(fleet, classes, devices, system, labels, 3, 1.0, 3), parse_method("fedbuff"),
                              hp, pricer)

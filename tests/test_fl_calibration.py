@@ -14,15 +14,16 @@ from workloads.fl.methods.ccvr import (ccvr_client_statistics, class_batches, po
                                        sample_virtual_features)
 from workloads.fl.methods.ffc import ffc_client_statistics, ffc_solve
 from workloads.fl.presets import load_preset
+from workloads.fl.methods.spherefed import SphereFed
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = blobs(120, num_classes=4)
 torch.manual_seed(0)
-MODEL = TinyNet(spherefed=True).eval()
+MODEL = TinyNet(head=SphereFed.head).eval()
 # Exactness checks need features that do not depend on how the data is split into batches
 # (float32 GEMMs round differently per batch size, and FFC's unregularized solve amplifies that by
 # cond(Z)^2): the body is a flatten, z = x / ||x||, computed row by row.
-RAW = TinyNet(spherefed=True).eval()
+RAW = TinyNet(head=SphereFed.head).eval()
 RAW.body = torch.nn.Flatten()
 RAW_FEATURES = RAW.features(DATA.x).to(torch.float64)  # normalized, [120, 12]
 assert torch.linalg.matrix_rank(RAW_FEATURES) == 12  # so Z^T Z is invertible and lambda = 0 is defined

@@ -9,6 +9,7 @@ from workloads.fl.local import prepare_model
 from workloads.fl.loop import run_method
 from workloads.fl.methods import CALIBRATIONS, parse_method
 from workloads.fl.partition import dirichlet_partition
+from workloads.fl.methods.spherefed import SphereFed
 
 TRAIN, TEST = blobs(160), blobs(40, seed=1)
 PARTS = dirichlet_partition(TRAIN.y.numpy(), 5, 1.0, min_size=5, seed=0)
@@ -20,7 +21,7 @@ HP = Hparams(lr=0.05, local_epochs=1, batch_size=32, share_every_rounds=2, ccvr_
 def sizes(method):
     """Sizes for the closed form, from the prepared model: ``closed_form_sizes``, the one builder
     ``workloads.fl.presets`` and ``bench.run`` use."""
-    return closed_form_sizes(prepare_model(TinyNet(spherefed=method.spherefed), method, seed=0), method)
+    return closed_form_sizes(prepare_model(TinyNet(head=method.head), method, seed=0), method)
 
 
 def test_closed_form_sizes_by_hand():
@@ -35,7 +36,7 @@ def test_closed_form_sizes_by_hand():
                                         "feature_dim": 12, "num_classes": 4}
     # SphereFed: the frozen classifier is rebuilt from the seed, never sent
     spherefed = parse_method("spherefed")
-    sphere = closed_form_sizes(prepare_model(TinyNet(spherefed=True), spherefed, seed=0), spherefed)
+    sphere = closed_form_sizes(prepare_model(TinyNet(head=SphereFed.head), spherefed, seed=0), spherefed)
     assert (sphere["layer_bytes"], sphere["head_bytes"], sphere["trainable_bytes"]) == ([824, 624], 0, 1344)
 
 
@@ -44,7 +45,7 @@ def test_closed_form_sizes_by_hand():
                                   "scaffold", "moon", "feddyn", "scaffold+spherefed+ffc"])
 def test_ledger_equals_closed_form(name):
     method = parse_method(name)
-    result = run_method(method, model_fn=lambda: TinyNet(spherefed=method.spherefed), train=TRAIN,
+    result = run_method(method, model_fn=lambda: TinyNet(head=method.head), train=TRAIN,
                         test=TEST, parts=PARTS, cfg=CFG, hp=HP)
     totals = ledger_totals(result.transfers)
     expected = closed_form_bytes(method, HP, rounds=4, clients_per_round=3, num_clients=5, **sizes(method))
@@ -90,16 +91,15 @@ def test_bench_closed_form_equals_the_ledger_for_double_head():
     cfg = FLConfig(dataset="noise", num_clients=2, rounds=2, participation=1.0, model="convnet")
     hp = Hparams(lr=0.01, local_epochs=1, batch_size=8, share_every_rounds=1)
     method = parse_method("doublehead")
-    result = run_method(method, model_fn=lambda: model_spec.build(model_spec.as_spec("convnet", 16), num_classes=10,
-                                                                  spherefed=False),
+    result = run_method(method, model_fn=lambda: model_spec.build(model_spec.as_spec("convnet", 16), num_classes=10),
                         train=train, test=test, parts=[np.arange(0, 8), np.arange(8, 16)], cfg=cfg, hp=hp)
     closed = model_closed_form_bytes("convnet", method, hp, num_classes=10, image_size=16, rounds=2, num_clients=2,
                                      seed=cfg.seed)
     ledger = ledger_totals(result.transfers)
     assert {k: ledger[k] for k in closed} == closed
     # 2 clients download layer 1 in round 1 and layers 1, 2 in round 2; not the whole model twice
-    layers = closed_form_sizes(prepare_model(model_spec.build(model_spec.as_spec("convnet", 16), num_classes=10,
-                                                              spherefed=False), method, seed=0), method)["layer_bytes"]
+    layers = closed_form_sizes(prepare_model(model_spec.build(model_spec.as_spec("convnet", 16), num_classes=10),
+                                             method, seed=0), method)["layer_bytes"]
     assert len(layers) == 8 and closed["down_bytes"] == 2 * (2 * layers[0] + layers[1]) < 2 * 2 * sum(layers) / 10
 
 
@@ -121,10 +121,10 @@ def test_ledger_equals_closed_form_in_a_communication_format(name):
     from workloads.numerics import NumberFormat
 
     method, fmt = parse_method(name), NumberFormat.parse("bfp_m4_g16_sr")
-    result = run_method(method, model_fn=lambda: TinyNet(spherefed=method.spherefed), train=TRAIN,
+    result = run_method(method, model_fn=lambda: TinyNet(head=method.head), train=TRAIN,
                         test=TEST, parts=PARTS, cfg=CFG, hp=HP, execution=Execution(comm_format=fmt.name))
     totals = ledger_totals(result.transfers)
-    sizes_in = closed_form_sizes(prepare_model(TinyNet(spherefed=method.spherefed), method, seed=0), method, fmt)
+    sizes_in = closed_form_sizes(prepare_model(TinyNet(head=method.head), method, seed=0), method, fmt)
     expected = closed_form_bytes(method, HP, rounds=4, clients_per_round=3, num_clients=5, **sizes_in)
     assert {k: totals[k] for k in expected} == expected
     fp32 = closed_form_bytes(method, HP, rounds=4, clients_per_round=3, num_clients=5, **sizes(method))

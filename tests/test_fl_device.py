@@ -17,6 +17,7 @@ from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.loop import forecast, planned_samples, run_method
 from workloads.fl.methods import parse_method
 from workloads.fl.partition import dirichlet_partition
+from workloads.models import Head
 
 TRAIN, TEST = blobs(120), blobs(40, seed=1)
 PARTS = dirichlet_partition(TRAIN.y.numpy(), 3, 0.5, min_size=5, seed=0)
@@ -29,7 +30,7 @@ EVERY_PATH = ["fedavg", "fedprox", "fednova", "fedopt", "fedavgm", "fedcos", "fe
 
 def run(name, *, train=TRAIN, test=TEST, cfg=CFG, hp=HP, model_fn=None, **kw):
     m = parse_method(name)
-    return run_method(m, model_fn=model_fn or (lambda: TinyNet(spherefed=m.spherefed)), train=train, test=test,
+    return run_method(m, model_fn=model_fn or (lambda: TinyNet(head=m.head)), train=train, test=test,
                       parts=PARTS, cfg=cfg, hp=hp, **kw)
 
 
@@ -107,8 +108,8 @@ def cifar_like(n, seed):
 
 
 class PixelNet(TinyNet):
-    def __init__(self, spherefed=False):
-        super().__init__(spherefed=spherefed)
+    def __init__(self, head=Head()):
+        super().__init__(head=head)
         self.body[1] = torch.nn.Linear(48, self.feature_dim)
 
 
@@ -121,9 +122,10 @@ def test_uint8_storage_is_exact_and_gives_the_float_paths_results(monkeypatch):
     assert torch.equal(held.take(torch.arange(120)), train.x)  # decoding reproduces the loader's floats
     as_float = lambda d: Dataset("other", d.x, d.y, d.num_classes, d.note)  # no NORMALIZATION: float32
     assert not DeviceData.from_dataset(as_float(train), "cpu").uint8
-    for name, sf in (("fedavg", False), ("spherefed+ffc", True)):
-        same(run(name, train=train, test=test, model_fn=lambda: PixelNet(sf)),
-             run(name, train=as_float(train), test=as_float(test), model_fn=lambda: PixelNet(sf)))
+    for name in ("fedavg", "spherefed+ffc"):
+        head = parse_method(name).head
+        same(run(name, train=train, test=test, model_fn=lambda: PixelNet(head)),
+             run(name, train=as_float(train), test=as_float(test), model_fn=lambda: PixelNet(head)))
 
 
 def test_a_resized_split_is_kept_as_float(monkeypatch):
@@ -191,7 +193,7 @@ def test_resume_after_an_interrupted_round_gives_identical_results(tmp_path, nam
 def test_forecast_counts_the_runs_samples_and_changes_nothing(name):
     before = run(name)
     m = parse_method(name)
-    f = forecast(m, model_fn=lambda: TinyNet(spherefed=m.spherefed), train=TRAIN, parts=PARTS, cfg=CFG, hp=HP)
+    f = forecast(m, model_fn=lambda: TinyNet(head=m.head), train=TRAIN, parts=PARTS, cfg=CFG, hp=HP)
     after = run(name)
     same(before, after)
     assert f.samples == after.samples_trained == planned_samples(PARTS, CFG, HP)

@@ -9,6 +9,7 @@ from workloads.fl.loop import run_method
 from workloads.fl.methods import parse_method
 from workloads.fl.partition import dirichlet_partition
 from workloads.models import build_model
+from workloads.fl.methods.spherefed import SphereFed
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +27,7 @@ def test_short_digits_run_beats_chance(digits, name, lr):
     train, test, parts = digits
     method = parse_method(name)
     result = run_method(
-        method, model_fn=lambda: build_model("convnet", num_classes=10, image_size=16, spherefed=method.spherefed),
+        method, model_fn=lambda: build_model("convnet", num_classes=10, image_size=16, head=method.head),
         train=train, test=test, parts=parts, cfg=FLConfig(dataset="digits", num_clients=4, rounds=3),
         hp=Hparams(lr=lr, local_epochs=1, batch_size=32))
     # chance is 10 % (10 balanced classes); a short run must clearly beat it
@@ -35,4 +36,4 @@ def test_short_digits_run_beats_chance(digits, name, lr):
     if method.calibration:  # FFC replaced the fixed classifier by the least-squares one
         assert result.accuracy_before_calibration > 0.5
         assert not torch.equal(result.weights["classifier.weight"],
-                               build_model("convnet", num_classes=10, image_size=16, spherefed=True).classifier.weight)
+                               build_model("convnet", num_classes=10, image_size=16, head=SphereFed.head).classifier.weight)

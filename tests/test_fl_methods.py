@@ -21,7 +21,7 @@ HP = Hparams(lr=0.05, local_epochs=2, batch_size=16)
 
 def run(name, hp=HP, cfg=CFG, train=TRAIN):
     m = parse_method(name)
-    return run_method(m, model_fn=lambda: TinyNet(spherefed=m.spherefed), train=train, test=TEST,
+    return run_method(m, model_fn=lambda: TinyNet(head=m.head), train=train, test=TEST,
                       parts=PARTS, cfg=cfg, hp=hp)
 
 
@@ -83,7 +83,7 @@ def test_fedbabu_head_bitwise_unchanged():
 def test_frozen_head_has_no_gradient_and_no_optimizer_slot():
     for name in ("spherefed", "fedbabu"):
         method = parse_method(name)
-        model = prepare_model(TinyNet(spherefed=method.spherefed), method, seed=0)
+        model = prepare_model(TinyNet(head=method.head), method, seed=0)
         trainer = client_trainer(model, model.state_dict(), HP, method)
         trainer.step(TRAIN.x[:8], TRAIN.y[:8])
         assert model.classifier.weight.grad is None
@@ -150,11 +150,11 @@ def test_nan_loss_names_round_and_client():
 
 
 def test_method_names():
-    assert parse_method("fedopt+spherefed+ffc") == MethodConfig("fedopt", True, "ffc")
+    assert parse_method("fedopt+spherefed+ffc") == MethodConfig("fedopt", "spherefed", "ffc")
     assert parse_method("spherefed+ffc").name == "fedavg+spherefed+ffc"
-    assert parse_method("ccvr") == MethodConfig("fedavg", False, "ccvr")
+    assert parse_method("ccvr") == MethodConfig("fedavg", None, "ccvr")
     assert {"fedavg", "fedprox", "fednova", "fedopt", "fedavgm", "fedcos", "fedbabu", "doublehead",
-            "scaffold", "moon", "feddyn", "heterofl", "fjord", "fedbuff", "spherefed", "ffc", "ccvr"} == set(NAME_PARTS)
+            "scaffold", "moon", "feddyn", "heterofl", "fjord", "fedbuff", "spherefed", "etf", "ffc", "ccvr"} == set(NAME_PARTS)
     for bad in ("fedsgd", "fedavg+fedprox", "ffc+ccvr", "fedbabu+spherefed", ""):
         with pytest.raises(ValueError):
             parse_method(bad)

@@ -16,7 +16,7 @@ HP = Hparams(lr=0.1, batch_size=8)
 
 def meta_step_trace(name):
     method = parse_method(name)
-    model = prepare_model(build_model("convnet", num_classes=10, image_size=16, spherefed=method.spherefed),
+    model = prepare_model(build_model("convnet", num_classes=10, image_size=16, head=method.head),
                           method, seed=0).to("meta")
     state = model.state_dict()
     received = example_received(model, method, HP, 2)  # FedCos's d_t, SCAFFOLD's c
@@ -57,7 +57,7 @@ def calibration_traces(name):
     """(client statistics trace, server calibration trace) of ``name`` on a meta ConvNet."""
     method = parse_method(name)
     hp = Hparams(batch_size=8, ccvr_virtual_per_class=4, ccvr_epochs=1)
-    model = prepare_model(build_model("convnet", num_classes=10, image_size=16, spherefed=method.spherefed),
+    model = prepare_model(build_model("convnet", num_classes=10, image_size=16, head=method.head),
                           method, seed=0).to("meta").eval()
     calib = CALIBRATIONS[method.calibration]
     x = torch.empty(8, 3, 16, 16, device="meta")

@@ -28,6 +28,7 @@ from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.loop import forecast, planned_samples
 from workloads.fl.presets import make_partition
 from workloads.model_spec import ModelSpec
+from workloads.models import Head
 
 FAST = {"hw": "paper_default", "memory_bytes": math.inf, "downlink_bytes_per_s": math.inf,
         "uplink_bytes_per_s": math.inf, "latency_s": 0.0}
@@ -251,7 +252,7 @@ def test_hand_worked_fleet_run(digits, pricer):
     # the projection printed before the run counts the arrivals' samples, what the loop then trains
     # (clients 0 and 1, 2 rounds), not the 3 sampled clients'
     ahead = forecast(Job("fedavg", HP).method,
-                     model_fn=functools.partial(inputs.build, False), train=inputs.train, parts=inputs.parts,
+                     model_fn=functools.partial(inputs.build, Head()), train=inputs.train, parts=inputs.parts,
                      cfg=inputs.fl, hp=HP, execution=inputs.execution, arrivals=out.plan.arrivals)
     assert ahead.samples == out.result.samples_trained == planned_samples(inputs.parts, inputs.fl, HP, [[0, 1], [0, 1]])
     assert planned_samples(inputs.parts, inputs.fl, HP) > ahead.samples

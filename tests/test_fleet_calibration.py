@@ -156,7 +156,7 @@ def test_a_calibration_nobody_arrives_in_leaves_the_model_uncalibrated(digits, p
 
 def loop_run(inputs, name, parts, arrivals=None):
     method = Job(name, HP).method
-    return run_method(method, model_fn=functools.partial(inputs.build, method.spherefed), train=inputs.train,
+    return run_method(method, model_fn=functools.partial(inputs.build, method.head), train=inputs.train,
                       test=inputs.test, parts=parts, cfg=inputs.fl, hp=HP, arrivals=arrivals)
 
 

@@ -36,6 +36,7 @@ from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
 from tests.failfast import assert_fails_clean, workspace  # noqa: E402
 from tests.flower_grid import InProcessGrid  # noqa: E402
+from workloads.models import Head
 from workloads.cost.rounds import RunPricer  # noqa: E402
 from workloads.cost.system import ROUNDS_COLUMNS  # noqa: E402
 from workloads.flower import app as flower_app  # noqa: E402
@@ -182,7 +183,7 @@ def test_the_flower_app_on_a_fleet_trains_the_plans_arrivals_and_equals_bench_fl
         grid = InProcessGrid(flower_app.client_app(RUN, AccelMod(devices=planned.devices())), NODES)
         server = flower_app.server_app(RUN, planned.system(), tmp_path, planned)
         server(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config={}))
-        loop, every_client = (run_method(FEDAVG, model_fn=lambda: inputs.build(False), train=inputs.train,
+        loop, every_client = (run_method(FEDAVG, model_fn=lambda: inputs.build(FEDAVG.head), train=inputs.train,
                                          test=inputs.test, parts=inputs.parts, cfg=inputs.fl, hp=hp, arrivals=arrivals)
                               for arrivals in (loop_plan.arrivals, None))
     finally:
@@ -240,7 +241,7 @@ def test_fedbuff_under_flower_on_a_fleet_starts_stale_clients_from_their_version
     try:
         grid = InProcessGrid(flower_app.client_app(run, None), NODES)
         result = flower_app.train_method(grid, run, "fedbuff", client_nodes(grid, 4), fleet=planned)
-        loop = run_method(parse_method("fedbuff"), model_fn=lambda: inputs.build(False), train=inputs.train,
+        loop = run_method(parse_method("fedbuff"), model_fn=lambda: inputs.build(Head()), train=inputs.train,
                           test=inputs.test, parts=inputs.parts, cfg=inputs.fl, hp=hp, arrivals=plan.arrivals,
                           staleness=plan.staleness)
     finally:

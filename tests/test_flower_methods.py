@@ -93,7 +93,7 @@ def _loop(preset: str, name: str, rounds: int):
 
     run = resolve(RunSpec(preset=preset, methods=(name,), rounds=rounds))
     inputs, method = pipeline.load(run), parse_method(name)
-    result = run_method(method, model_fn=lambda: inputs.build(method.spherefed), train=inputs.train, test=inputs.test,
+    result = run_method(method, model_fn=lambda: inputs.build(method.head), train=inputs.train, test=inputs.test,
                         parts=inputs.parts, cfg=inputs.fl, hp=run.hparams[name])
     return result.weights, [h["accuracy"] for h in result.history]
 

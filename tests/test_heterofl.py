@@ -307,7 +307,7 @@ def test_the_plan_gives_each_client_the_widest_width_that_fits():
     from workloads.cost.fleet import assign_classes
     from workloads.cost.rounds import PricedModel, RunPricer, fleet_devices, fleet_system, plan_run
 
-    pricer = RunPricer(PricedModel(lambda spherefed: TinyNet(), "tinynet", (3, 2, 2), 4, 0))
+    pricer = RunPricer(PricedModel(lambda head: TinyNet(), "tinynet", (3, 2, 2), 4, 0))
     heterofl, fedavg = parse_method("heterofl"), parse_method("fedavg")
     hp = Hparams(lr=0.05, local_epochs=1, batch_size=8)
     paper = load_hardware_config("configs/hw/paper_default.toml")

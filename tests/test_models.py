@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from workloads.models import MODELS, FeatureNorm, FLNet, build_model
+from workloads.fl.methods.spherefed import SphereFed
 
 # ---------------------------------------------------------------- the tables as data
 
@@ -146,7 +147,7 @@ def test_feature_dim_at_32(name, norm):
 def test_output_shape(name, image_size, num_classes):
     # Shapes on the meta device (same shapes, no arithmetic, keeps the suite fast); real CPU
     # forwards run at 16x16 in test_classifier_and_feature_norm.
-    model = build_model(name, num_classes=num_classes, image_size=image_size, norm="gn", spherefed=True).to("meta")
+    model = build_model(name, num_classes=num_classes, image_size=image_size, norm="gn", head=SphereFed.head).to("meta")
     x = torch.empty(2, 3, image_size, image_size, device="meta")
     assert model.body(x).shape == (2, model.feature_dim)
     assert model(x).shape == (2, num_classes)
@@ -243,8 +244,8 @@ def test_feature_norm_zero_row_stays_zero():
 
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_classifier_and_feature_norm(name):
-    sphere = build_model(name, num_classes=10, image_size=16, spherefed=True).eval()
-    plain = build_model(name, num_classes=10, image_size=16, spherefed=False)
+    sphere = build_model(name, num_classes=10, image_size=16, head=SphereFed.head).eval()
+    plain = build_model(name, num_classes=10, image_size=16)
     for model in (sphere, plain):
         assert isinstance(model, FLNet)
         assert model.classifier.bias is None
@@ -276,7 +277,7 @@ def test_same_seed_same_model():
     ({"name": "vgg13", "norm": "ln"}, r"unknown norm 'ln'; choose one of \['bn', 'gn'\]"),
     ({"name": "vgg13", "image_size": 28}, r"unsupported image_size 28; choose one of \[16, 32, 64\]"),
     ({"name": "vgg13", "num_classes": 0}, r"num_classes must be a positive integer"),
-    ({"name": "vgg13", "spherefed": "yes"}, r"spherefed must be True or False"),
+    ({"name": "vgg13", "head": "yes"}, r"head must be a workloads.models.Head"),
     ({"name": "vgg13", "se_reduction": 16},
      r"does not take option\(s\) \['se_reduction'\]; its options are \['gn_groups'\]"),
     ({"name": "senet18", "se_reduction": 0}, r"se_reduction must be an integer in 1..64"),

@@ -84,7 +84,7 @@ def user_methods(tmp_path, monkeypatch):
 
 def run(name: str, rounds: int = 1, hp: Hparams = HP):
     m = parse_method(name)
-    return run_method(m, model_fn=lambda: TinyNet(spherefed=m.spherefed), train=TRAIN, test=TEST, parts=PARTS,
+    return run_method(m, model_fn=lambda: TinyNet(head=m.head), train=TRAIN, test=TEST, parts=PARTS,
                       cfg=FLConfig(dataset="blobs", num_clients=4, rounds=rounds), hp=hp)
 
 

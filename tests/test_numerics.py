@@ -190,7 +190,7 @@ def test_the_emulation_reaches_every_gemm_of_a_captured_step(model_name, method_
     method = parse_method(method_name)
     torch.manual_seed(0)
     net = Mixer() if model_name == "mixer" else build_model(model_name, num_classes=10, image_size=16,
-                                                            spherefed=method.spherefed)
+                                                            head=method.head)
     model = prepare_model(net, method, seed=0)
     hp = Hparams(lr=0.01)
     x, y = torch.randn(4, 3, 16, 16), torch.arange(4)

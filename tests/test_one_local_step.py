@@ -43,7 +43,7 @@ def plain_step(trainer):
 def traces(name):
     method = parse_method(name)
     hp = HP.with_knobs(method.knobs)
-    model = prepare_model(build_model("convnet", num_classes=10, image_size=16, spherefed=method.spherefed),
+    model = prepare_model(build_model("convnet", num_classes=10, image_size=16, head=method.head),
                           method, seed=0)
 
     def make(shared: bool):

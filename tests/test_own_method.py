@@ -13,6 +13,7 @@ import torch
 
 import bench.fl.__main__ as fl_cli
 from bench.lib.results import load_summary
+from workloads.models import Head
 from workloads.fl.hparams import Hparams
 from workloads.fl import methods
 from workloads.fl.methods import MethodError, parse_method
@@ -107,7 +108,7 @@ def own(tmp_path, monkeypatch):
 
 def test_an_own_method_declares_its_knob_and_composes(own):
     method = parse_method(f"{METHOD}+spherefed+ffc")
-    assert (method.algorithm, method.spherefed, method.calibration) == (METHOD, True, "ffc")
+    assert (method.algorithm, method.modifier, method.calibration) == (METHOD, "spherefed", "ffc")
     assert method.name == f"{METHOD}+spherefed+ffc"  # spelt as given, case kept
     hp = load_preset(str(own / "preset.toml")).hparams(parse_method(METHOD))
     assert (hp.plus_mu, hp.lr) == (0.25, 0.05)  # the preset's override over the knob's default 0.5
@@ -253,7 +254,7 @@ def test_the_flower_app_runs_an_own_stateful_method_as_the_loop_does(own, monkey
     try:
         weights = app.train_method(grid, run, STATEFUL, client_nodes(grid, 3)).arrays.to_torch_state_dict()
         assert sorted((own / "state_seen.txt").read_text().split()) == ["1:False"] * 3 + ["2:True"] * 3
-        loop = run_method(parse_method(STATEFUL), model_fn=lambda: inputs.build(False), train=inputs.train,
+        loop = run_method(parse_method(STATEFUL), model_fn=lambda: inputs.build(Head()), train=inputs.train,
                           test=inputs.test, parts=inputs.parts, cfg=inputs.fl, hp=resolved.hparams[STATEFUL])
     finally:
         torch.set_num_threads(threads)

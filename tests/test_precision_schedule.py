@@ -85,7 +85,7 @@ def test_each_round_is_priced_in_its_own_format():
     result = run_method(parse_method("fedavg"), model_fn=lambda: TinyNet(), train=TRAIN, test=TEST, parts=PARTS,
                         cfg=CFG, hp=HP, execution=Execution(precision_schedule=SCHEDULE))
     method, hw, system = parse_method("fedavg"), HardwareConfig(), SystemModel()
-    pricer = RunPricer(PricedModel(lambda spherefed: TinyNet(spherefed=spherefed), "tinynet", (3, 2, 2), 4, 0))
+    pricer = RunPricer(PricedModel(lambda head: TinyNet(head=head), "tinynet", (3, 2, 2), 4, 0))
     labels = [TRAIN.y.numpy()[p] for p in PARTS]
 
     def in_format(fmt):

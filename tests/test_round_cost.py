@@ -21,15 +21,15 @@ from workloads.fl.loop import run_method
 from workloads.fl.methods import parse_method
 from workloads.cost.rounds import Device, PricedModel, RunPricer, client_devices, epoch_batch_sizes, price_run
 from workloads.cost.step import local_step_trace
-from workloads.models import build_model
+from workloads.models import Head, build_model
 from workloads.capture import capture
 
 HW = HardwareConfig()
 IDEAL = SystemModel(downlink_bytes_per_s=float("inf"), uplink_bytes_per_s=float("inf"), latency_s=0.0)
 
 
-def _build(spherefed: bool):
-    return build_model("convnet", num_classes=10, image_size=16, spherefed=spherefed)
+def _build(head: Head = Head()):
+    return build_model("convnet", num_classes=10, image_size=16, head=head)
 
 
 SPEC = PricedModel(_build, "convnet", (3, 16, 16), 10, 0)
@@ -47,12 +47,12 @@ def test_steady_state_step_equals_a_captured_step_after_a_warm_up():
     # same price, same peak memory as the warm-up route
     method, hp = parse_method("fedprox"), replace(Hparams(), batch_size=6)
     torch.manual_seed(0)
-    model = prepare_model(_build(False), method, seed=0).to("meta").train()
+    model = prepare_model(_build(), method, seed=0).to("meta").train()
     trainer = client_trainer(model, model.state_dict(), hp, method)
     x, y = torch.zeros(6, 3, 16, 16, device="meta"), torch.zeros(6, dtype=torch.long, device="meta")
     trainer.step(x, y)
     warm = capture(trainer.step, x, y, model=model, held=trainer.held()).trace  # what the step holds (w_t), as local_step_trace holds it
-    steady = local_step_trace(lambda: _build(False), method, hp, batch_size=6, input_shape=(3, 16, 16))
+    steady = local_step_trace(lambda: _build(), method, hp, batch_size=6, input_shape=(3, 16, 16))
     key = lambda t: [(o.aten, o.phase, o.layer, o.work) for o in t.ops]  # noqa: E731
     assert key(warm) == key(steady)
     a, b = simulate(warm, HW), simulate(steady, HW)
@@ -94,7 +94,7 @@ def tiny_run():
     hp = Hparams(lr=0.05, local_epochs=1, batch_size=32)
     method = parse_method("fedavg+ccvr")
     hp = replace(hp, ccvr_virtual_per_class=5, ccvr_epochs=1)
-    result = run_method(method, model_fn=lambda: _build(False), train=train, test=test, parts=parts, cfg=cfg, hp=hp)
+    result = run_method(method, model_fn=lambda: _build(), train=train, test=test, parts=parts, cfg=cfg, hp=hp)
     return result, method, hp, [train.y[p].numpy() for p in parts]
 
 

@@ -233,7 +233,7 @@ def _half_participation_run(method_name: str):
     inputs = RunInputs(spec, fl, train, train, parts, None, SystemModel(), (), 0)
     job = Job(method_name, Hparams(local_epochs=1, batch_size=16))
     method = parse_method(method_name)
-    result = run_method(method, model_fn=lambda: model_spec.build(spec, num_classes=10, spherefed=method.spherefed),
+    result = run_method(method, model_fn=lambda: model_spec.build(spec, num_classes=10, head=method.head),
                         train=train, test=train, parts=parts, cfg=fl, hp=job.hp)
     return inputs, job, JobResult(result, [], 0.0, 0.0)
 
@@ -276,8 +276,7 @@ def _two_layers():
     128 B): 512 B of weights, no buffers."""
     from workloads.models import FLNet
 
-    return FLNet(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 8, bias=False), torch.nn.ReLU()), 8, 4,
-                 False)
+    return FLNet(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 8, bias=False), torch.nn.ReLU()), 8, 4)
 
 
 def _scaffold_step_peak(hold_the_copy: bool):
@@ -452,7 +451,7 @@ def _run_standins(name: str, rounds: int = 2, lr: float = 0.05):
     train = blobs(160)
     parts = dirichlet_partition(train.y.numpy(), 4, 0.5, min_size=5, seed=0)
     m = parse_method(name)
-    return run_method(m, model_fn=lambda: TinyNet(spherefed=m.spherefed), train=train, test=blobs(40, seed=1),
+    return run_method(m, model_fn=lambda: TinyNet(head=m.head), train=train, test=blobs(40, seed=1),
                       parts=parts, cfg=FLConfig(dataset="blobs", num_clients=4, rounds=rounds),
                       hp=Hparams(lr=lr, local_epochs=1, batch_size=16))
 

@@ -31,12 +31,12 @@ QUICK_TOML = (PRESET_DIR / "quick.toml").read_text()
 # means (hand-written: a calibration alone is it after its trained_with, CCVR after FedAvg, FFC after
 # SphereFed, SphereFed Fig. 5 d)
 MEANING = {
-    "fedavg": MethodConfig("fedavg"), "spherefed": MethodConfig("fedavg", True),
-    "fedavg+spherefed": MethodConfig("fedavg", True), "fedprox": MethodConfig("fedprox"),
-    "ccvr": MethodConfig("fedavg", False, "ccvr"), "fedavg+ccvr": MethodConfig("fedavg", False, "ccvr"),
-    "ffc": MethodConfig("fedavg", True, "ffc"), "spherefed+ffc": MethodConfig("fedavg", True, "ffc"),
-    "fedavg+spherefed+ffc": MethodConfig("fedavg", True, "ffc"), "fedavg+ffc": MethodConfig("fedavg", False, "ffc"),
-    "fedprox+spherefed+ffc": MethodConfig("fedprox", True, "ffc"), "fedprox+ccvr": MethodConfig("fedprox", False, "ccvr"),
+    "fedavg": MethodConfig("fedavg"), "spherefed": MethodConfig("fedavg", "spherefed"),
+    "fedavg+spherefed": MethodConfig("fedavg", "spherefed"), "fedprox": MethodConfig("fedprox"),
+    "ccvr": MethodConfig("fedavg", None, "ccvr"), "fedavg+ccvr": MethodConfig("fedavg", None, "ccvr"),
+    "ffc": MethodConfig("fedavg", "spherefed", "ffc"), "spherefed+ffc": MethodConfig("fedavg", "spherefed", "ffc"),
+    "fedavg+spherefed+ffc": MethodConfig("fedavg", "spherefed", "ffc"), "fedavg+ffc": MethodConfig("fedavg", None, "ffc"),
+    "fedprox+spherefed+ffc": MethodConfig("fedprox", "spherefed", "ffc"), "fedprox+ccvr": MethodConfig("fedprox", None, "ccvr"),
 }
 
 
@@ -288,7 +288,7 @@ def test_the_server_keeps_fp32_weights_and_a_clients_step_is_priced_as_its_weigh
     assert kept.hw == kept.client_hw and {d.hw.weight_master for d in kept.devices} == {"fp32"}
     # the priced difference: convnet at 3x16x16, 10 classes; its conv and linear weights are what GEMMs read
     model_spec = ModelSpec("convnet", (3, 16, 16), None)
-    gemm_weights = sum(m.weight.numel() for m in build(model_spec, num_classes=10, spherefed=False).modules()
+    gemm_weights = sum(m.weight.numel() for m in build(model_spec, num_classes=10).modules()
                        if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)))
     trace = method_step_trace(model_spec, "fedavg", batch_size=8, num_classes=10, image_size=16, seed=0)
     held = {w: simulate_complete(trace, hw, "step").peak.by_kind_bytes["weight"]

@@ -102,7 +102,7 @@ def test_the_average_is_priced_on_the_server_from_round_2_and_nowhere_else():
     method, hw, system = parse_method("fedavg"), HardwareConfig(), SystemModel()
     result = run_method(method, model_fn=lambda: TinyNet(), train=TRAIN, test=TEST, parts=PARTS, cfg=CFG, hp=HP,
                         execution=Execution(server_average=DECAY))
-    pricer = RunPricer(PricedModel(lambda spherefed: TinyNet(spherefed=spherefed), "tinynet", (3, 2, 2), 4, 0))
+    pricer = RunPricer(PricedModel(lambda head: TinyNet(head=head), "tinynet", (3, 2, 2), 4, 0))
     labels = [TRAIN.y.numpy()[p] for p in PARTS]
     devices = client_devices(system, hw, 3, seed=0)
     plain, averaged = (price_run(result, method, HP, pricer=pricer, client_labels=labels, hw=hw, system=system,

@@ -32,7 +32,7 @@ HP = Hparams(lr=0.05, local_epochs=1, batch_size=16)
 def run(name, rounds=2, hp=HP, participation=1.0, **kw):
     method = parse_method(name)
     cfg = FLConfig(dataset="blobs", num_clients=4, rounds=rounds, participation=participation, seed=3)
-    return run_method(method, model_fn=lambda: TinyNet(spherefed=method.spherefed), train=TRAIN, test=TEST,
+    return run_method(method, model_fn=lambda: TinyNet(head=method.head), train=TRAIN, test=TEST,
                       parts=PARTS, cfg=cfg, hp=hp, **kw)
 
 
@@ -190,7 +190,7 @@ def _tiny():
     var: 8 floats; num_batches_tracked: int64), classifier 3 x 4 (12 floats)."""
     body = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
                          nn.Flatten())
-    return FLNet(body, 4, 3, False)
+    return FLNet(body, 4, 3)
 
 
 def _peak(name):

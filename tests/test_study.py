@@ -296,7 +296,7 @@ def test_seed_gives_every_method_the_same_partition_and_initial_body_weights():
         p = parse_point(make_point("convnet", method, seed, study.fl("convnet", study.settings[0], seed),
                                    study.hparams(method, {"lr": 0.1}), Execution()))
         spec = model_spec.ModelSpec("convnet", (3, 16, 16), None)
-        build = functools.partial(model_spec.build, spec, num_classes=10, spherefed=p.method.spherefed)
+        build = functools.partial(model_spec.build, spec, num_classes=10, head=p.method.head)
         weights = build_on_device(p.method, build, p.fl.seed, p.execution).state_dict()
         return make_partition(labels, p.fl), weights
 

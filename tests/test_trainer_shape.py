@@ -73,12 +73,12 @@ def test_the_run_and_its_forecast_choose_the_same_way(case, monkeypatch, capsys)
     method = parse_method("fedavg")
     parts = [torch.tensor(p).numpy() for p in PARTS]
     execution = Execution(**options)
-    run_way = set_up(RunPlan(method, model_fn=lambda: model(spherefed=False), train=TRAIN, test=TEST, parts=parts,
+    run_way = set_up(RunPlan(method, model_fn=lambda: model(), train=TRAIN, test=TEST, parts=parts,
                              cfg=CFG, hp=HP, execution=execution)).way
     chosen = []
     real = forecast_module.choose
     monkeypatch.setattr(forecast_module, "choose", lambda probe: chosen.append(real(probe)) or chosen[-1])
-    ahead = forecast(method, model_fn=lambda: model(spherefed=False), train=TRAIN, parts=parts, cfg=CFG, hp=HP,
+    ahead = forecast(method, model_fn=lambda: model(), train=TRAIN, parts=parts, cfg=CFG, hp=HP,
                      execution=execution)
     assert run_way == chosen[0].way.name == expected
     assert ahead.samples_per_s > 0

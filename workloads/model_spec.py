@@ -18,7 +18,8 @@ a user's module is wrapped as ``FLNet(body=module, feature_dim=l, num_classes=C)
    output *is* the model's output, and that its input is ``[B, l]``; otherwise the classifier is
    not the last operation and the methods could not act on it (a clear error says so);
 3. the classifier is replaced by ``nn.Identity()`` inside the module, which becomes FLNet's body;
-   FLNet adds FeatureNorm (SphereFed) and its own ``Linear(l, C, bias=False)``.
+   FLNet adds the method's head (``workloads.models.Head``: FeatureNorm for SphereFed) and its own
+   ``Linear(l, C, bias=False)``.
 
 The user's classifier is thus replaced, bias included, by the bias-free ``FC(l, C)`` of the
 paper's models (Dong et al., "SphereFed: Hyperspherical Federated Learning", ECCV 2022, appendix
@@ -42,7 +43,7 @@ import torch
 from torch import nn
 
 from iokit.dotted import first_line, import_attribute, is_dotted
-from workloads.models import MODELS, SUPPORTED_IMAGE_SIZES, FLNet, build_model
+from workloads.models import MODELS, SUPPORTED_IMAGE_SIZES, FLNet, Head, build_model
 
 DEFAULT_INPUT_SHAPE: tuple[int, int, int] = (3, 32, 32)
 LIBRARIES: tuple[str, ...] = ("torchvision", "timm")
@@ -208,7 +209,7 @@ def _cpu_error(module: nn.Module, input_shape) -> Exception | None:
     return None
 
 
-def wrap_module(module: nn.Module, *, num_classes: int, spherefed: bool, input_shape=DEFAULT_INPUT_SHAPE,
+def wrap_module(module: nn.Module, *, num_classes: int, head: Head = Head(), input_shape=DEFAULT_INPUT_SHAPE,
                 classifier: str | None = None, model_name: str = "model") -> FLNet:
     """``module`` (modified in place: its classifier becomes ``nn.Identity``) as FLNet's body."""
     if not isinstance(module, nn.Module):
@@ -216,11 +217,12 @@ def wrap_module(module: nn.Module, *, num_classes: int, spherefed: bool, input_s
     name, linear = find_classifier(module, classifier, model_name)
     _check_classifier_is_output(module, name, tuple(input_shape), model_name)
     module.set_submodule(name, nn.Identity())
-    return FLNet(module, linear.in_features, num_classes, spherefed)
+    return FLNet(module, linear.in_features, num_classes, head)
 
 
-def build(spec: ModelSpec, *, num_classes: int, spherefed: bool, norm: str = "bn") -> FLNet:
-    """The FLNet of ``spec``: a paper model (``norm`` applies) or a wrapped external one."""
+def build(spec: ModelSpec, *, num_classes: int, head: Head = Head(), norm: str = "bn") -> FLNet:
+    """The FLNet of ``spec`` with ``head`` (the method's, ``MethodConfig.head``): a paper model
+    (``norm`` applies) or a wrapped external one."""
     if not is_dotted(spec.name):
         c, h, w = spec.input_shape
         if c != 3 or h != w or h not in SUPPORTED_IMAGE_SIZES:
@@ -230,7 +232,7 @@ def build(spec: ModelSpec, *, num_classes: int, spherefed: bool, norm: str = "bn
         if spec.name not in MODELS:
             raise ModelSpecError(f"unknown model {spec.name!r}; choose from {sorted(MODELS)} or name your own "
                                  "as package.module:factory")
-        return build_model(spec.name, num_classes=num_classes, image_size=h, norm=norm, spherefed=spherefed)
+        return build_model(spec.name, num_classes=num_classes, image_size=h, norm=norm, head=head)
     factory, takes_classes = load_factory(spec.name)
     try:
         module = factory(num_classes=num_classes) if takes_classes else factory()
@@ -238,7 +240,7 @@ def build(spec: ModelSpec, *, num_classes: int, spherefed: bool, norm: str = "bn
         raise ModelSpecError(f"building model {spec.name!r} failed: {type(exc).__name__}: {first_line(exc)}") from None
     if not isinstance(module, nn.Module):
         raise ModelSpecError(f"{spec.name!r} returned a {type(module).__name__}, not an nn.Module")
-    return wrap_module(module, num_classes=num_classes, spherefed=spherefed, input_shape=spec.input_shape,
+    return wrap_module(module, num_classes=num_classes, head=head, input_shape=spec.input_shape,
                        classifier=spec.classifier, model_name=spec.name)
 
 

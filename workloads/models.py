@@ -4,9 +4,12 @@ Source: Dong et al., "SphereFed: Hyperspherical Federated Learning", ECCV 2022, 
 Tabs. 11-15: ConvNet (Tab. 11), VGG13 (Tab. 12),
 SENet18 (Tab. 13), MobileNetV2 (Tab. 14), ResNet18 (Tab. 15). Every model is an :class:`FLNet`:
 a feature extractor ``body`` ending in ``Flatten`` (output ``[B, l]``), an optional
-:class:`FeatureNorm` (SphereFed, Eq. 5: ``z / ||z||_2``) and ``classifier = FC(l, C, bias=False)``.
+:class:`FeatureNorm` (SphereFed, Eq. 5: ``z / ||z||_2``) and ``classifier = FC(l, C, bias=False)``,
+optionally frozen. Which of the two options a model has is its :class:`Head`, chosen by the FL
+method that trains it (``workloads.fl.methods``: SphereFed asks for both).
 
-    >>> net = build_model("mobilenetv2", num_classes=100, image_size=32, norm="bn", spherefed=True)
+    >>> net = build_model("mobilenetv2", num_classes=100, image_size=32, norm="bn",
+    ...                   head=Head(feature_norm=True, fixed_head=True))
     >>> net.feature_dim
     1280
 
@@ -60,13 +63,14 @@ Where the tables are silent or wrong (each choice is explained in ``docs/models.
   count of all five models.
 
 Weights use PyTorch's default initialisation; call ``torch.manual_seed`` first for repeatable
-models. SphereFed's fixed orthonormal classifier weights are set by the FL method, not here.
+models. A fixed head's weights (SphereFed's orthonormal classifier) are set by the FL method, not here.
 """
 
 from __future__ import annotations
 
 import inspect
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -91,14 +95,33 @@ class FeatureNorm(nn.Module):
         return F.normalize(x, p=2.0, dim=1, eps=self.eps)
 
 
-class FLNet(nn.Module):
-    """Feature extractor + (FeatureNorm) + bias-free linear classifier (docs/architecture.md 1)."""
+@dataclass(frozen=True)
+class Head:
+    """What an FL method asks of a model's head: ``feature_norm``, a :class:`FeatureNorm` before
+    the classifier (else ``nn.Identity``); ``fixed_head``, a classifier that never trains
+    (``requires_grad=False`` from construction, so a captured step shows no weight gradient and
+    no update for it; its weights are the method's to set, ``prepare_model``)."""
 
-    def __init__(self, body: nn.Module, feature_dim: int, num_classes: int, spherefed: bool) -> None:
+    feature_norm: bool = False
+    fixed_head: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("feature_norm", "fixed_head"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+
+
+class FLNet(nn.Module):
+    """Feature extractor + (FeatureNorm) + bias-free linear classifier, trained or fixed as
+    ``head`` says (docs/architecture.md 1)."""
+
+    def __init__(self, body: nn.Module, feature_dim: int, num_classes: int, head: Head = Head()) -> None:
         super().__init__()
+        _check_head(head)
         self.body = body
-        self.feature_norm = FeatureNorm() if spherefed else nn.Identity()
+        self.feature_norm = FeatureNorm() if head.feature_norm else nn.Identity()
         self.classifier = nn.Linear(feature_dim, num_classes, bias=False)
+        self.classifier.weight.requires_grad_(not head.fixed_head)
         self.feature_dim = feature_dim
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
@@ -131,7 +154,7 @@ def _norm_factory(norm: str, gn_groups: int) -> NormFactory:
     return group_norm
 
 
-def _check_common(num_classes: int, image_size: int, spherefed: bool) -> None:
+def _check_common(num_classes: int, image_size: int, head: Head) -> None:
     if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
         raise ValueError(f"num_classes must be a positive integer, got {num_classes!r}")
     if image_size not in SUPPORTED_IMAGE_SIZES:
@@ -139,8 +162,12 @@ def _check_common(num_classes: int, image_size: int, spherefed: bool) -> None:
             f"unsupported image_size {image_size!r}; choose one of {list(SUPPORTED_IMAGE_SIZES)} "
             "(32 = CIFAR, 64 = TinyImageNet, 16 = quick runs)"
         )
-    if not isinstance(spherefed, bool):
-        raise ValueError(f"spherefed must be True or False, got {spherefed!r}")
+    _check_head(head)
+
+
+def _check_head(head: Head) -> None:
+    if not isinstance(head, Head):
+        raise ValueError(f"head must be a workloads.models.Head (the method's: MethodConfig.head), got {head!r}")
 
 
 def tin_stride(image_size: int) -> int:
@@ -173,10 +200,10 @@ CONVNET_LAYERS: tuple[tuple[int, int, int], ...] = (
 )
 
 
-def convnet(*, num_classes: int = 100, image_size: int = 32, norm: str = "bn", spherefed: bool = False,
+def convnet(*, num_classes: int = 100, image_size: int = 32, norm: str = "bn", head: Head = Head(),
             gn_groups: int = 2) -> FLNet:
     """Seven-layer ConvNet, SphereFed Tab. 11 (``l = 1024`` at 32x32)."""
-    _check_common(num_classes, image_size, spherefed)
+    _check_common(num_classes, image_size, head)
     make_norm = _norm_factory(norm, gn_groups)
     layers: OrderedDict[str, nn.Module] = OrderedDict()
     size = image_size
@@ -184,7 +211,7 @@ def convnet(*, num_classes: int = 100, image_size: int = 32, norm: str = "bn", s
         layers[f"conv{i}"] = conv_norm_act(c_in, c_out, 3, stride, make_norm)
         size = conv_out_size(size, 3, stride, 1)
     layers["flatten"] = nn.Flatten()
-    return FLNet(nn.Sequential(layers), CONVNET_LAYERS[-1][1] * size * size, num_classes, spherefed)
+    return FLNet(nn.Sequential(layers), CONVNET_LAYERS[-1][1] * size * size, num_classes, head)
 
 
 # ---------------------------------------------------------------- VGG13 (Tab. 12)
@@ -192,10 +219,10 @@ def convnet(*, num_classes: int = 100, image_size: int = 32, norm: str = "bn", s
 VGG13_CONFIG: tuple[int | str, ...] = (64, 64, "M", 128, 128, "M", 256, 256, "M", 512, 512, "M", 512, 512)
 
 
-def vgg13(*, num_classes: int = 100, image_size: int = 32, norm: str = "bn", spherefed: bool = False,
+def vgg13(*, num_classes: int = 100, image_size: int = 32, norm: str = "bn", head: Head = Head(),
           gn_groups: int = 2) -> FLNet:
     """VGG13, SphereFed Tab. 12, with the standard fifth MaxPool(2) (``l = 512``)."""
-    _check_common(num_classes, image_size, spherefed)
+    _check_common(num_classes, image_size, head)
     make_norm = _norm_factory(norm, gn_groups)
     layers: OrderedDict[str, nn.Module] = OrderedDict()
     size, c_in, n_conv, n_pool = image_size, 3, 0, 0
@@ -215,7 +242,7 @@ def vgg13(*, num_classes: int = 100, image_size: int = 32, norm: str = "bn", sph
         layers["pool_tin"] = nn.MaxPool2d(size, size)
         size = 1
     layers["flatten"] = nn.Flatten()
-    return FLNet(nn.Sequential(layers), c_in, num_classes, spherefed)
+    return FLNet(nn.Sequential(layers), c_in, num_classes, head)
 
 
 # ---------------------------------------------------------------- ResNet18 / SENet18 (Tabs. 15, 13)
@@ -267,9 +294,9 @@ class BasicBlock(nn.Module):
 RESNET18_STAGES: tuple[tuple[int, int], ...] = ((64, 1), (128, 2), (256, 2), (512, 2))  # (channels, stride)
 
 
-def _resnet_like(num_classes: int, image_size: int, norm: str, spherefed: bool, gn_groups: int,
+def _resnet_like(num_classes: int, image_size: int, norm: str, head: Head, gn_groups: int,
                  se_reduction: int | None) -> FLNet:
-    _check_common(num_classes, image_size, spherefed)
+    _check_common(num_classes, image_size, head)
     make_norm = _norm_factory(norm, gn_groups)
     layers: OrderedDict[str, nn.Module] = OrderedDict(stem=conv_norm_act(3, 64, 3, 1, make_norm))
     size, c_in = image_size, 64
@@ -282,21 +309,21 @@ def _resnet_like(num_classes: int, image_size: int, norm: str, spherefed: bool, 
         size, c_in = conv_out_size(size, 3, stride, 1), c_out
     layers["pool"] = nn.AvgPool2d(size, size)  # Tabs. 13/15: AvgPool2d(k=4, s=4) = whole 4x4 map
     layers["flatten"] = nn.Flatten()
-    return FLNet(nn.Sequential(layers), c_in, num_classes, spherefed)
+    return FLNet(nn.Sequential(layers), c_in, num_classes, head)
 
 
-def resnet18(*, num_classes: int = 100, image_size: int = 32, norm: str = "bn", spherefed: bool = False,
+def resnet18(*, num_classes: int = 100, image_size: int = 32, norm: str = "bn", head: Head = Head(),
              gn_groups: int = 2) -> FLNet:
     """ResNet18 for CIFAR, SphereFed Tab. 15 (``l = 512``)."""
-    return _resnet_like(num_classes, image_size, norm, spherefed, gn_groups, se_reduction=None)
+    return _resnet_like(num_classes, image_size, norm, head, gn_groups, se_reduction=None)
 
 
-def senet18(*, num_classes: int = 100, image_size: int = 32, norm: str = "bn", spherefed: bool = False,
+def senet18(*, num_classes: int = 100, image_size: int = 32, norm: str = "bn", head: Head = Head(),
             gn_groups: int = 2, se_reduction: int = 16) -> FLNet:
     """SENet18, SphereFed Tab. 13: ResNet18 with an SE module in every block (``l = 512``)."""
     if isinstance(se_reduction, bool) or not isinstance(se_reduction, int) or not 1 <= se_reduction <= 64:
         raise ValueError(f"se_reduction must be an integer in 1..64 (64 = narrowest SE input), got {se_reduction!r}")
-    return _resnet_like(num_classes, image_size, norm, spherefed, gn_groups, se_reduction=se_reduction)
+    return _resnet_like(num_classes, image_size, norm, head, gn_groups, se_reduction=se_reduction)
 
 
 # ---------------------------------------------------------------- MobileNetV2 (Tab. 14)
@@ -330,10 +357,10 @@ MOBILENETV2_STAGES: tuple[tuple[int, int, int, int | str], ...] = (
 )
 
 
-def mobilenetv2(*, num_classes: int = 100, image_size: int = 32, norm: str = "bn", spherefed: bool = False,
+def mobilenetv2(*, num_classes: int = 100, image_size: int = 32, norm: str = "bn", head: Head = Head(),
                 gn_groups: int = 2, linear_bottleneck: bool = False) -> FLNet:
     """MobileNetV2 for CIFAR, SphereFed Tab. 14 (``l = 1280``)."""
-    _check_common(num_classes, image_size, spherefed)
+    _check_common(num_classes, image_size, head)
     if not isinstance(linear_bottleneck, bool):
         raise ValueError(f"linear_bottleneck must be True or False, got {linear_bottleneck!r}")
     make_norm = _norm_factory(norm, gn_groups)
@@ -351,7 +378,7 @@ def mobilenetv2(*, num_classes: int = 100, image_size: int = 32, norm: str = "bn
         pool=nn.AvgPool2d(size, size),  # Tab. 14: AvgPool2d(k=4, s=4) = whole 4x4 map
         flatten=nn.Flatten(),
     )
-    return FLNet(nn.Sequential(layers), 1280, num_classes, spherefed)
+    return FLNet(nn.Sequential(layers), 1280, num_classes, head)
 
 
 # ---------------------------------------------------------------- published FPGA accelerators' networks
@@ -444,7 +471,7 @@ MODELS: dict[str, Callable[..., FLNet]] = {
 
 
 def build_model(name: str, *, num_classes: int = 100, image_size: int = 32, norm: str = "bn",
-                spherefed: bool = False, **options: object) -> FLNet:
+                head: Head = Head(), **options: object) -> FLNet:
     """Build model ``name`` of :data:`MODELS`.
 
     ``options`` are the model's own keywords: ``gn_groups`` (all), ``se_reduction`` (senet18),
@@ -453,8 +480,8 @@ def build_model(name: str, *, num_classes: int = 100, image_size: int = 32, norm
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; choose one of {sorted(MODELS)}")
     builder = MODELS[name]
-    accepted = sorted(set(inspect.signature(builder).parameters) - {"num_classes", "image_size", "norm", "spherefed"})
+    accepted = sorted(set(inspect.signature(builder).parameters) - {"num_classes", "image_size", "norm", "head"})
     unknown = sorted(set(options) - set(accepted))
     if unknown:
         raise ValueError(f"model {name!r} does not take option(s) {unknown}; its options are {accepted}")
-    return builder(num_classes=num_classes, image_size=image_size, norm=norm, spherefed=spherefed, **options)
+    return builder(num_classes=num_classes, image_size=image_size, norm=norm, head=head, **options)

@@ -97,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         side = args.image_size or 32
         shape = parse_input_shape(args.input_shape) if args.input_shape else (3, side, side)
         spec = ModelSpec(args.model, shape, args.classifier)
-        prepare_model(build(spec, num_classes=args.classes, norm=args.norm, spherefed=method.spherefed), method, seed=0)
+        prepare_model(build(spec, num_classes=args.classes, norm=args.norm, head=method.head), method, seed=0)
         hp = Hparams(declared=method.knobs, lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
     trace = method_step_trace(spec, args.method, hp=hp, batch_size=args.batch_size, num_classes=args.classes,
                               norm=args.norm)

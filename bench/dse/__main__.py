@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
                                      f"{', '.join(ignored)}")
             return write_hw(dse, args.write_hw, outputs.out_folder(args.out, f"hw-{dse.name}-{args.write_hw}.toml"))
         for model in dse.models:  # a paper model or package.module:factory, checked before any capture
-            model_spec.build(model_spec.as_spec(model, dse.image_size), num_classes=dse.classes, spherefed=True)
+            model_spec.build(model_spec.as_spec(model, dse.image_size), num_classes=dse.classes)
         if args.target is not None and args.run is None and args.study is None:
             raise cli.UsageError("--target goes with --run or --study; give one or drop --target")
         if args.setting is not None and args.study is None:

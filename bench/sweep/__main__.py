@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         models = cli.distinct(list(spec.models_of(args) or ("mobilenetv2",)), "--models")
         batch_sizes = cli.distinct(args.batch_sizes, "--batch-sizes")
         for model in models:  # a paper model or package.module:factory (docs/byom.md), checked before work
-            model_spec.build(model_spec.ModelSpec(model), num_classes=100, spherefed=True)
+            model_spec.build(model_spec.ModelSpec(model), num_classes=100)
         hw = spec.one_hw(args.hw_path, COMMAND)
         base = load_hardware_config(hw) if hw is not None else HardwareConfig()
         config = {"models": models, "batch_size": args.batch_size, "batch_sizes": batch_sizes,

@@ -46,6 +46,7 @@ from workloads.fl.loop import RunResult, batch_starts, clients_per_round, draw_c
 from workloads.fl.methods import MethodConfig
 from workloads.fl.methods.base import ClientUpdate, FedAvg, ServerState, step_identity, trainable_keys
 from workloads.fl.width import submodel
+from workloads.models import Head
 from workloads.cost.step import StepPrice, local_step_trace, simulate_complete
 from workloads.capture import capture
 from workloads.numerics import NumberFormat
@@ -85,10 +86,10 @@ def epoch_batch_sizes(n: int, batch_size: int) -> list[int]:
 
 @dataclass(frozen=True)
 class PricedModel:
-    """What the priced work looks like: the run's model factory (``model_fn(spherefed)``, unprepared),
+    """What the priced work looks like: the run's model factory (``model_fn(head)``, the method's ``workloads.models.Head``, unprepared),
     its input shape and classes, and the seed the loop builds models with."""
 
-    model_fn: Callable[[bool], nn.Module]
+    model_fn: Callable[[Head], nn.Module]
     model_name: str  # the name ``workloads.models.build_model`` knows (calibration pricing)
     input_shape: tuple[int, ...]  # (C, H, W)
     num_classes: int
@@ -98,11 +99,11 @@ class PricedModel:
 def _local_step_key(method: MethodConfig, hp: Hparams, round: int) -> tuple:
     """What decides the program of a local step in round ``round``: the algorithm's
     ``step_identity`` (every member of its class that can change the step, derived from the class,
-    so no hook is left out by hand), what it receives that round (``extra_downloads``), SphereFed,
+    so no hook is left out by hand), what it receives that round (``extra_downloads``), its modifier (SphereFed),
     and the hyper-parameters (the learning rate and batch size aside: the first changes no op, the
     second is priced separately). Methods with equal keys (FedAvg, FedNova; a method and its
     calibrated variant) share captures; a step may depend on the round only through what it receives."""
-    return (step_identity(method.algo), method.algo.extra_downloads(round), method.spherefed,
+    return (step_identity(method.algo), method.algo.extra_downloads(round), method.modifier,
             hp.replace(lr=1.0, batch_size=1))
 
 
@@ -119,10 +120,10 @@ class RunPricer:
 
     def prepared(self, method: MethodConfig) -> nn.Module:
         """The method's prepared model on ``meta`` (shapes and frozen parts only)."""
-        key = (type(method.algo).prepare_model, method.spherefed)
+        key = (type(method.algo).prepare_model, method.modifier)
         if key not in self._models:
             torch.manual_seed(self.spec.seed)
-            self._models[key] = prepare_model(self.spec.model_fn(method.spherefed), method.training,
+            self._models[key] = prepare_model(self.spec.model_fn(method.head), method.training,
                                               seed=self.spec.seed).to("meta")
         return self._models[key]
 
@@ -137,7 +138,7 @@ class RunPricer:
         if key not in self._steps:
             if program not in self._traces:
                 self._traces[program] = local_step_trace(
-                    lambda: self.spec.model_fn(method.spherefed), method.training, hp, batch_size=batch_size,
+                    lambda: self.spec.model_fn(method.head), method.training, hp, batch_size=batch_size,
                     input_shape=self.spec.input_shape, round=round, seed=self.spec.seed,
                     model_name=self.spec.model_name, width=width)
             report = simulate_complete(self._traces[program], hw, f"{method.name} local step at batch {batch_size}"
@@ -211,7 +212,7 @@ class RunPricer:
         """Server seconds of the calibration over ``num_clients`` clients' statistics on ``hw``
         (``calibration_cost.server_cost``)."""
         server = calibration_cost.server_cost(method.calibration,
-                                              feature_dim=self.spec.model_fn(method.spherefed).feature_dim,
+                                              feature_dim=self.spec.model_fn(method.head).feature_dim,
                                               num_classes=self.spec.num_classes, num_clients=num_clients, hp=hp, hw=hw)
         return server.total_cycles / hw.clock_hz
 

@@ -92,7 +92,7 @@ def method_step_trace(model: str | ModelSpec, method: str | MethodConfig, *, hp:
     method = parse_method(method) if isinstance(method, str) else method
     spec = model_spec.as_spec(model, image_size)
     return local_step_trace(
-        lambda: model_spec.build(spec, num_classes=num_classes, norm=norm, spherefed=method.spherefed),
+        lambda: model_spec.build(spec, num_classes=num_classes, norm=norm, head=method.head),
         method, hp or Hparams(), batch_size=batch_size, input_shape=spec.input_shape, seed=seed,
         model_name=spec.name, meta={"classes": num_classes, "image_size": spec.input_shape[-1], "norm": norm},
         label=label)
@@ -107,7 +107,7 @@ def method_setup(method: str, model: str | ModelSpec, *, num_classes: int, image
     if cfg.calibration:
         raise ValueError(f"{method!r}: a calibration has no training step of its own")
     built = model_spec.build(model_spec.as_spec(model, image_size), num_classes=num_classes, norm=norm,
-                             spherefed=cfg.spherefed)
+                             head=cfg.head)
     return prepare_model(built, cfg, seed=0), loss_function(cfg)
 
 

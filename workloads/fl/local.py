@@ -25,7 +25,6 @@ from dataclasses import dataclass, replace
 from typing import Callable, Mapping, Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from workloads.allocator import keep_freed_memory
@@ -33,7 +32,6 @@ from workloads.fl.guard import UserCodeError
 from workloads.fl.hparams import Hparams
 from workloads.fl.methods import MethodConfig
 from workloads.fl.methods.base import FedAvg, RoundContext
-from workloads.fl.methods.spherefed import apply_spherefed, mse_onehot_loss, one_hot_like
 from workloads.numerics.emulate import Arithmetic
 from workloads.numerics.quantize import round_to_format
 
@@ -88,22 +86,20 @@ def epoch_order(idx: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
 
 
 def loss_function(method: MethodConfig) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    """Batch-mean loss: MSE against one-hot with SphereFed (Eq. 5), cross entropy otherwise."""
-    return mse_onehot_loss if method.spherefed else F.cross_entropy
+    """Batch-mean loss: the method's modifier's (SphereFed: MSE against one-hot, Eq. 5), cross entropy
+    without one (``workloads.fl.methods.modifier``)."""
+    return method.mod.loss
 
 
 def per_sample_loss(method: MethodConfig) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     """The same loss without the batch mean (CCVR weights virtual samples)."""
-    if method.spherefed:
-        return lambda o, y: ((o - one_hot_like(o, y)) ** 2).mean(1)
-    return lambda o, y: F.cross_entropy(o, y, reduction="none")
+    return method.mod.per_sample_loss
 
 
 def prepare_model(model: nn.Module, method: MethodConfig, *, seed: int) -> nn.Module:
-    """Apply the method's changes to a freshly built model (fixed/frozen heads, local head)."""
-    if method.spherefed:
-        apply_spherefed(model, seed=seed)
-    return method.algo.prepare_model(model, seed=seed)
+    """Apply the method's changes to a freshly built model: its modifier's (a fixed head's
+    weights), then its algorithm's (frozen heads, local head)."""
+    return method.algo.prepare_model(method.mod.prepare_model(model, seed=seed), seed=seed)
 
 
 @dataclass(frozen=True)

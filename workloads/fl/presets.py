@@ -198,7 +198,7 @@ def method_hparams(method: MethodConfig, hp: Hparams, overrides: Mapping[str, Ma
     hp = hp.with_knobs(method.knobs)
     own = {k.name for k in method.knobs}
     hp = hp.replace(**{k: v for k, v in (knob_values or {}).items() if k in own})
-    keys = [built_in_name(method.algorithm)] + (["spherefed"] if method.spherefed else [])
+    keys = [built_in_name(method.algorithm)] + ([method.modifier] if method.modifier else [])
     keys += [built_in_name(method.calibration)] if method.calibration else []
     keys.append(method_identity(method.name))
     for key in dict.fromkeys(keys):

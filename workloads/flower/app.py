@@ -112,7 +112,7 @@ def new_model(run: FlowerRun, method: MethodConfig) -> torch.nn.Module:
     train, _, _ = _data(run)
     torch.manual_seed(run.seed)
     model = build(ModelSpec(cfg.model, tuple(train.x.shape[1:])), num_classes=train.num_classes, norm=cfg.norm,
-                  spherefed=method.spherefed)
+                  head=method.head)
     return prepare_model(model, method, seed=run.seed)
 
 

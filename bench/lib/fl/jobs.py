@@ -42,6 +42,7 @@ from workloads.fl.comm import Transfer, calibration_client_bytes, client_round_b
 from workloads.fl.loop import RunResult, forecast, run_method, sample_clients
 from workloads.fl.methods import MethodConfig, parse_method
 from workloads.model_spec import ModelSpec
+from workloads.models import Head
 
 if TYPE_CHECKING:
     from bench.lib.resolve import ResolvedRun
@@ -66,8 +67,8 @@ class RunInputs:
     classes: tuple[int, ...] = ()  # with a fleet: client k's device class (``assign_classes``)
     by_round: tuple[tuple[Device, ...], ...] = ()  # a precision schedule's devices per round (``devices_by_round``)
 
-    def build(self, spherefed: bool):
-        return model_spec.build(self.spec, num_classes=self.train.num_classes, norm=self.fl.norm, spherefed=spherefed)
+    def build(self, head: Head):
+        return model_spec.build(self.spec, num_classes=self.train.num_classes, norm=self.fl.norm, head=head)
 
     def priced_model(self) -> PricedModel:
         return PricedModel(self.build, self.spec.name, tuple(self.train.x.shape[1:]), self.train.num_classes, self.seed)
@@ -149,7 +150,7 @@ def run_job(job: Job, inputs: RunInputs, *, pricer: RunPricer | None = None, bar
         torch.set_num_threads(threads)
     start = time.perf_counter()
     method = job.method
-    model_fn = functools.partial(inputs.build, method.spherefed)
+    model_fn = functools.partial(inputs.build, method.head)
     pricer = pricer or RunPricer(inputs.priced_model())
     planning_s = time.perf_counter()
     plan = plan or participation_plan(inputs, method, job.hp, pricer)

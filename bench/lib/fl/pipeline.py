@@ -61,8 +61,8 @@ def load(run: ResolvedRun) -> RunInputs:
     """Step 2: the dataset (subsets, hold-out), the partition (``bench.lib.fl.jobs.run_inputs``), and
     every model the methods need, built once so a bad model fails before any training."""
     inputs = run_inputs(run, load_data(run.fl, data_dir=run.spec.data_dir))
-    for spherefed in sorted({m.spherefed for m in run.methods}):
-        inputs.build(spherefed)
+    for head in dict.fromkeys(m.head for m in run.methods):
+        inputs.build(head)
     return inputs
 
 
@@ -107,7 +107,7 @@ def train(run: ResolvedRun, inputs: RunInputs, *, progress: bool = False, checkp
     forecasts = {}
     for method in run.methods:
         plan = plans[method.name]
-        forecasts[method.name] = forecast(method, model_fn=functools.partial(inputs.build, method.spherefed),
+        forecasts[method.name] = forecast(method, model_fn=functools.partial(inputs.build, method.head),
                                           train=inputs.train, parts=inputs.parts, cfg=run.fl,
                                           hp=run.hparams[method.name], execution=run.execution,
                                           arrivals=None if plan is None else plan.arrivals)
@@ -138,7 +138,7 @@ def closed_form_for(method: MethodConfig, inputs: RunInputs, run: ResolvedRun, p
     """The closed-form communication totals (``workloads.fl.comm.closed_form_bytes``) for this run
     (with a fleet's ``plan``: over each round's arrivals, the calibration's too; a width-scaled
     method's plan: each arrival at its submodel's sizes, summed over the widths)."""
-    model = prepare_model(inputs.build(method.spherefed), method, seed=run.fl.seed)
+    model = prepare_model(inputs.build(method.head), method, seed=run.fl.seed)
     clients = ({"clients_per_round": clients_per_round(run.fl.num_clients, run.fl.participation)} if plan is None
                else plan.closed_form_counts())
     if plan is None or not plan.widths:

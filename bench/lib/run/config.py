@@ -101,18 +101,17 @@ def resolved_runs(cfg: RunSpec) -> tuple[ResolvedRun, ...]:
 
 
 def check_models(cfg: RunSpec, *, classes: int, input_shape: tuple[int, ...]) -> None:
-    """Build every model once (import, classifier, input shape: docs/byom.md; SphereFed's C <= l);
+    """Build every model once (import, classifier, input shape: docs/byom.md; a modifier's head fits, SphereFed's C <= l);
     ValueError (ModelSpecError) if one cannot be built."""
     training, calibrations = split_methods(cfg.methods)
-    spherefed = any(parse_method(m).spherefed for m in training + [calibration_named(c).trained_with
-                                                                   for c in calibrations])
+    modifiers = dict.fromkeys(parse_method(m).mod for m in training + [calibration_named(c).trained_with
+                                                                        for c in calibrations])
     check_classifier(cfg.classifier, cfg.models)
     for model in cfg.models:
-        feature_dim = model_spec.build(cfg.model_spec(model, input_shape), num_classes=classes,
-                                       spherefed=spherefed).feature_dim
-        if spherefed and classes > feature_dim:
-            raise ValueError(f"SphereFed's orthonormal classifier needs classes <= features: {model} has "
-                             f"{feature_dim} features, {classes} classes (--classes, or the accuracy run's dataset)")
+        feature_dim = model_spec.build(cfg.model_spec(model, input_shape), num_classes=classes).feature_dim
+        unfit = next(filter(None, (m.unfit(classes, feature_dim) for m in modifiers)), None)
+        if unfit:
+            raise ValueError(f"model {model}: {unfit} (--classes, or the accuracy run's dataset)")
 
 
 def load_accuracy_data(runs: Sequence[ResolvedRun]) -> tuple[Dataset, Dataset]:

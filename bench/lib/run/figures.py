@@ -95,7 +95,7 @@ def model_closed_form_bytes(model_name: str | ModelSpec, method: MethodConfig, h
     ``ParticipationPlan.closed_form_counts``)."""
     torch.manual_seed(seed)
     model = prepare_model(model_spec.build(as_spec(model_name, image_size), num_classes=num_classes,
-                                           spherefed=method.spherefed), method, seed=seed)
+                                           head=method.head), method, seed=seed)
     return closed_form_bytes(method, hp, rounds=rounds, num_clients=num_clients,
                              clients_per_round=num_clients if clients_per_round is None else clients_per_round,
                              calibration_clients=calibration_clients,
@@ -105,8 +105,8 @@ def model_closed_form_bytes(model_name: str | ModelSpec, method: MethodConfig, h
 def communication_figures(model: str, names: Sequence[str], cfg: RunSpec, comm_format: str = "fp32") -> dict:
     """Fig. 5 (a) for the paper's run (its tensors sent in ``comm_format``), and the classifier's
     share from Table 1's closed forms (FP32, as the paper counts)."""
-    setup = formulas.Table1Setup(feature_dim=model_spec.build(cfg.model_spec(model), num_classes=cfg.classes,
-                                                              spherefed=False).feature_dim, num_classes=cfg.classes)
+    setup = formulas.Table1Setup(feature_dim=model_spec.build(cfg.model_spec(model), num_classes=cfg.classes).feature_dim,
+                                 num_classes=cfg.classes)
     table1_name = {"fedavg": "fedavg", "ccvr": "ccvr", "spherefed": "spherefed", "ffc": "spherefed"}
     out = {}
     for name in names:

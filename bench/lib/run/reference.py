@@ -82,7 +82,7 @@ def setting_label(fl: FLConfig) -> str:
 
 
 def training_name(method: MethodConfig) -> str:
-    return MethodConfig(method.algorithm, method.spherefed).name
+    return method.training.name
 
 
 def covering_choice(ref: Reference, model: str, fl: FLConfig, method: MethodConfig, hp, *,
@@ -157,7 +157,7 @@ def preset_source(preset, method: MethodConfig, key: str, lr_from: str) -> str:
     """Where the preset's value of ``key`` for ``method`` comes from: the last of its
     ``[methods.<name>]`` tables that sets it (``workloads.fl.presets.method_hparams``' order), else
     ``[hparams]`` (or the default there); with ``lr_from = "study"``, that no study covers the run."""
-    tables = [method.algorithm] + (["spherefed"] if method.spherefed else []) \
+    tables = [method.algorithm] + ([method.modifier] if method.modifier else []) \
         + ([method.calibration] if method.calibration else []) + [method.name]
     table = next((f"[methods.{t}]" for t in reversed(tables) if key in preset.overrides.get(t, {})), "[hparams]")
     why = "--lr-from preset" if lr_from == "preset" else "--lr-from study, but no reference study covers this run"

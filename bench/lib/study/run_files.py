@@ -30,7 +30,7 @@ empty on the calibration row."""
 
 def labels_of(method: MethodConfig) -> tuple[str, ...]:
     """The method labels a run of ``method`` gives: its training method, and itself when it calibrates."""
-    training = MethodConfig(method.algorithm, method.spherefed).name
+    training = method.training.name
     return (training, method.name) if method.calibration else (training,)
 
 

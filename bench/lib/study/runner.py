@@ -241,7 +241,7 @@ def projected_local_training_s(points: Sequence[Mapping[str, Any]]) -> dict[tupl
                execution.get("precision_schedule") or execution.get("number_format", "fp32"))
         if key not in first:
             p, inputs = prepare(point)
-            f = forecast(p.method, model_fn=functools.partial(inputs.build, p.method.spherefed),
+            f = forecast(p.method, model_fn=functools.partial(inputs.build, p.method.head),
                          train=inputs.train, parts=inputs.parts, cfg=p.fl, hp=p.hp, execution=p.execution)
             first[key] = (inputs.parts, f.samples_per_s)
         parts, rate = first[key]

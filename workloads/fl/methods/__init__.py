@@ -1,7 +1,8 @@
 """FL methods by CLI name, and how names compose.
 
-A method name is a base algorithm, optionally followed by modifiers joined with ``+``:
-``fedavg``, ``fedprox+spherefed``, ``fedopt+spherefed+ffc``, ``fedavg+ccvr``. ``spherefed``
+A method name is a base algorithm, optionally followed by a modifier (``MODIFIERS``: how the
+model's head and the loss change, ``workloads.fl.methods.modifier``) and a calibration, joined with
+``+``: ``fedavg``, ``fedprox+spherefed``, ``fedopt+spherefed+ffc``, ``fedavg+ccvr``. A modifier
 alone means FedAvg with it; a calibration alone means it after the training method it is priced on
 (its ``trained_with``, Fig. 5 (d) of SphereFed, Dong et al., ECCV 2022): ``ccvr`` is ``fedavg+ccvr``,
 ``ffc`` is ``spherefed+ffc`` (the paper's "Ours" on FedAvg), in every command and file. ``NAME_PARTS`` maps every built-in name that may appear in such a string to what it is
@@ -26,6 +27,7 @@ from workloads.fl.methods.base import FedAvg
 from workloads.fl.methods.calibration import Calibration
 from workloads.fl.methods.ccvr import CCVR
 from workloads.fl.methods.doublehead import DoubleHead
+from workloads.fl.methods.etf import SimplexETF
 from workloads.fl.methods.fedbabu import FedBABU
 from workloads.fl.methods.fedbuff import FedBuff
 from workloads.fl.methods.fedcos import FedCos
@@ -36,8 +38,11 @@ from workloads.fl.methods.feddyn import FedDyn
 from workloads.fl.methods.ffc import FFC
 from workloads.fl.methods.fjord import FjORD
 from workloads.fl.methods.heterofl import HeteroFL
+from workloads.fl.methods.modifier import Modifier
 from workloads.fl.methods.moon import MOON
 from workloads.fl.methods.scaffold import Scaffold
+from workloads.fl.methods.spherefed import SphereFed
+from workloads.models import Head
 
 ALGORITHMS = {
     "fedavg": FedAvg(),
@@ -56,9 +61,11 @@ ALGORITHMS = {
     "fedbuff": FedBuff(),
 }  # in the order their knobs are listed (Hparams, results files)
 CALIBRATIONS = {"ffc": FFC(), "ccvr": CCVR()}
-NAME_PARTS = {**{name: "algorithm" for name in ALGORITHMS}, "spherefed": "modifier",
+MODIFIERS = {"spherefed": SphereFed(), "etf": SimplexETF()}
+NO_MODIFIER = Modifier()
+NAME_PARTS = {**{name: "algorithm" for name in ALGORITHMS}, **{name: "modifier" for name in MODIFIERS},
               **{name: "calibration" for name in CALIBRATIONS}}
-COMPOSE = "compose as base+spherefed+ffc|ccvr; a method of yours is package.module:Class"
+COMPOSE = f"compose as base+{'|'.join(MODIFIERS)}+ffc|ccvr; a method of yours is package.module:Class"
 
 
 class MethodError(ValueError):
@@ -134,13 +141,23 @@ def is_calibration(name: str) -> bool:
 @dataclass(frozen=True)
 class MethodConfig:
     algorithm: str = "fedavg"  # a key of ALGORITHMS or package.module:Class
-    spherefed: bool = False
+    modifier: str | None = None  # a key of MODIFIERS
     calibration: str | None = None  # a key of CALIBRATIONS or package.module:Class
 
     @property
     def name(self) -> str:
-        parts = [self.algorithm] + (["spherefed"] if self.spherefed else [])
+        parts = [self.algorithm] + ([self.modifier] if self.modifier else [])
         return "+".join(parts + ([self.calibration] if self.calibration else []))
+
+    @property
+    def mod(self) -> Modifier:
+        """Its modifier (``NO_MODIFIER`` for none)."""
+        return MODIFIERS[self.modifier] if self.modifier else NO_MODIFIER
+
+    @property
+    def head(self) -> Head:
+        """What its model's head is built with (``workloads.models.Head``): its modifier's."""
+        return self.mod.head
 
     @property
     def algo(self) -> FedAvg:
@@ -153,12 +170,12 @@ class MethodConfig:
     @property
     def training(self) -> "MethodConfig":
         """The method without its calibration: what its clients run in rounds 1..R."""
-        return MethodConfig(self.algorithm, self.spherefed)
+        return MethodConfig(self.algorithm, self.modifier)
 
     @property
     def knobs(self) -> tuple[Knob, ...]:
-        """The method's own hyper-parameters: its algorithm's and its calibration's."""
-        return (*self.algo.knobs, *(self.calib.knobs if self.calib else ()))
+        """The method's own hyper-parameters: its algorithm's, its modifier's and its calibration's."""
+        return (*self.algo.knobs, *self.mod.knobs, *(self.calib.knobs if self.calib else ()))
 
 
 def built_in_name(part: str) -> str:
@@ -177,7 +194,7 @@ def method_identity(text: str) -> str:
     """What a method name trains, whatever its spelling: its canonical name (``parse_method``) with
     every part that is a built-in method's class by its path written as the built-in (``built_in_name``)."""
     m = parse_method(text)
-    return MethodConfig(built_in_name(m.algorithm), m.spherefed,
+    return MethodConfig(built_in_name(m.algorithm), m.modifier,
                         built_in_name(m.calibration) if m.calibration else None).name
 
 
@@ -196,14 +213,14 @@ def check_file_spelling(name: str, *, where: str) -> None:
     a calibration alone whose meaning that changed is refused there with both spellings (MethodError),
     so an old file never silently trains another method."""
     method = parse_method(name)
-    if method.calibration and "+" not in name and method != MethodConfig("fedavg", False, method.calibration):
+    if method.calibration and "+" not in name and method != MethodConfig("fedavg", None, method.calibration):
         raise MethodError(f"{where}: {name!r} alone means {method.name} in every command (files before issue 45 "
                           f"read it as fedavg+{name}): write \"{method.name}\" or \"fedavg+{name}\"")
 
 
 def parse_method(text: str) -> MethodConfig:
-    """``"fedprox+spherefed+ffc"`` -> MethodConfig("fedprox", True, "ffc"); ``"ffc"`` ->
-    MethodConfig("fedavg", True, "ffc") (module doc); one-line MethodError otherwise."""
+    """``"fedprox+spherefed+ffc"`` -> MethodConfig("fedprox", "spherefed", "ffc"); ``"ffc"`` ->
+    MethodConfig("fedavg", "spherefed", "ffc") (module doc); one-line MethodError otherwise."""
     parts = [p.strip() if is_dotted(p) else p.strip().lower() for p in text.split("+") if p.strip()]
     if not parts:
         raise MethodError(f"unknown method name(s) {[text]} in {text!r}; known: {sorted(NAME_PARTS)} ({COMPOSE})")
@@ -213,14 +230,16 @@ def parse_method(text: str) -> MethodConfig:
     roles = [role_of(p) for p in parts]
     algos = [p for p, r in zip(parts, roles) if r == "algorithm"]
     calibs = [p for p, r in zip(parts, roles) if r == "calibration"]
-    if len(algos) > 1 or len(calibs) > 1 or parts.count("spherefed") > 1:
-        raise MethodError(f"{text!r}: at most one base algorithm, one calibration and one spherefed")
-    if calibs and not algos and "spherefed" not in parts:  # a calibration alone: after its trained_with
+    mods = [p for p, r in zip(parts, roles) if r == "modifier"]
+    if len(algos) > 1 or len(calibs) > 1 or len(mods) > 1:
+        raise MethodError(f"{text!r}: at most one base algorithm, one calibration and one modifier "
+                          f"({', '.join(MODIFIERS)})")
+    if calibs and not algos and not mods:  # a calibration alone: after its trained_with
         base = parse_method(calibration_named(calibs[0]).trained_with)
-        algos, parts = [base.algorithm], parts + (["spherefed"] if base.spherefed else [])
-    cfg = MethodConfig(algos[0] if algos else "fedavg", "spherefed" in parts, calibs[0] if calibs else None)
-    if cfg.algo.own_head and cfg.spherefed:
-        raise MethodError(f"{text!r}: {cfg.algorithm} defines its own head; it does not compose with spherefed")
+        algos, mods = [base.algorithm], [base.modifier] if base.modifier else []
+    cfg = MethodConfig(algos[0] if algos else "fedavg", mods[0] if mods else None, calibs[0] if calibs else None)
+    if cfg.algo.own_head and cfg.modifier:
+        raise MethodError(f"{text!r}: {cfg.algorithm} defines its own head; it does not compose with {cfg.modifier}")
     if cfg.calibration and not cfg.algo.calibratable:
         raise MethodError(f"{text!r}: calibrating the global head of {cfg.algorithm} is not supported")
     return cfg
