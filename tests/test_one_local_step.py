@@ -9,7 +9,7 @@ step holds them by its ``BatchLoss``: dropping the penalty there frees it one op
 import pytest
 import torch
 
-from accel_sim.trace_schema import header_to_dict, op_to_dict
+from accel_sim.trace_io import header_to_dict, op_to_dict
 from workloads.capture import HeldStep, capture_step
 from workloads.fl.hparams import Hparams
 from workloads.fl.local import LocalSGD, client_trainer, example_received, prepare_model

@@ -420,7 +420,7 @@ def test_a_presets_format_beside_a_fleet_that_sets_every_format_names_the_preset
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: the preset's [execution] number_format bf16: every class of fleet"), err
     # FP32, the default, beside the same fleet: every client in its class's format, as always
-    from bench.lib.fl.pipeline import resolve
+    from bench.lib.resolve import resolve
     from bench.lib.spec import RunSpec
 
     run = resolve(RunSpec(preset="smoke", fleet_path="mixed-formats", number_format="fp32"))
@@ -453,7 +453,7 @@ local_epochs = 1
     ("[methods.moon]", "moon_mu", 2.5, "moon+ccvr"),  # a calibrated moon reads its algorithm's table
 ])
 def test_a_presets_method_knob_with_methods_on_the_command_line_is_used(tmp_path, table, knob, value, method):
-    from bench.lib.fl.pipeline import resolve
+    from bench.lib.resolve import resolve
     from bench.lib.spec import RunSpec
 
     preset = tmp_path / "p.toml"
@@ -512,7 +512,7 @@ def test_a_presets_knob_for_a_method_the_study_does_not_train_is_refused(tmp_pat
 def test_a_presets_moon_table_leaves_other_methods_hparams_as_they_were(tmp_path):
     """[methods.moon] is moon's: FedAvg beside it declares and records the knobs it did before (its
     study points, and so their ids, unchanged)."""
-    from bench.lib.fl.pipeline import resolve
+    from bench.lib.resolve import resolve
     from bench.lib.spec import RunSpec
 
     plain = tmp_path / "plain.toml"
@@ -590,7 +590,7 @@ def test_a_study_base_named_by_its_class_path_is_refused_naming_the_methods_spel
 def test_a_presets_moon_table_serves_moon_named_by_its_class_path(tmp_path):
     """Found by the fuzz beside items 11 and 13: --methods workloads.fl.methods.moon:MOON trains MOON,
     and the preset's [methods.moon] table was silently not applied to it (keyed by the path)."""
-    from bench.lib.fl.pipeline import resolve
+    from bench.lib.resolve import resolve
     from bench.lib.spec import RunSpec
 
     preset = tmp_path / "p.toml"

@@ -1,4 +1,4 @@
-"""``bench.run``'s study: every figure for every model, as data (``Study``), and its files.
+"""``bench.run``'s study: every figure for every model, as data (``RunOutputs``), and its files.
 
 ``run_study`` prices the paper-shape steps and calibrations while the accuracy runs train (in
 worker processes when there are several cores, ``bench.lib.fl.jobs``), then joins them; ``write_files``
@@ -36,7 +36,7 @@ from workloads.fl.execution import kernel_environment
 
 
 @dataclass(frozen=True)
-class Study:
+class RunOutputs:
     """Everything a run writes: the summary, one row per priced op, one row per method and round."""
 
     summary: dict
@@ -53,7 +53,7 @@ def hardware_comparison(cfg: RunSpec, training, calibrations, progress) -> dict:
         for m in cfg.models}, hws)
 
 
-def run_study(runs: Sequence[ResolvedRun], data, progress: Callable[[str], None] | None, command: str) -> Study:
+def run_study(runs: Sequence[ResolvedRun], data, progress: Callable[[str], None] | None, command: str) -> RunOutputs:
     """Every figure for every model of ``runs`` (``bench.lib.run.config.resolved_runs``: one resolved
     run per model). ``progress`` takes one message per step (and the federated runs show progress
     bars where stderr is a terminal, never into a pipe or a log file); None runs silently (grid
@@ -117,7 +117,7 @@ def run_study(runs: Sequence[ResolvedRun], data, progress: Callable[[str], None]
         "paper_vs_model_explanation": WHY_DIFFERENT,
         **comparison,
     }
-    return Study(summary, all_ops, all_rounds)
+    return RunOutputs(summary, all_ops, all_rounds)
 
 
 def config_record(cfg: RunSpec) -> dict:
@@ -140,7 +140,7 @@ def layer_rows(op_rows: list[dict]) -> pd.DataFrame:
         list(COST_COLUMNS)].sum()[list(LAYERS_COLUMNS)]
 
 
-def write_files(folder: Path, study: Study) -> None:
+def write_files(folder: Path, study: RunOutputs) -> None:
     """summary.json, the per-op, per-layer, per-block and per-round CSVs and the figures
     (``bench.lib.plots.run.run_figures``), into ``folder``."""
     from bench.lib.plots.run import plot_run
