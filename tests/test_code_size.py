@@ -61,7 +61,7 @@ def _classes_and_functions(root: Path) -> list[tuple[str, str]]:
     import ast
 
     out = []
-    for path in sorted(p for pkg in code_size.PACKAGES for p in (root / pkg).rglob("*.py")):
+    for path in code_size.sources(root):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ClassDef):
                 out.append(("class", node.name))
