@@ -3,7 +3,7 @@
 
 Every command is a package's ``__main__.py`` (``python -m bench.run``, ``bench.fl``, ``bench.study``,
 ``bench.grid``, ``bench.sweep``, ``bench.dse``, ``bench.plots``, ``bench.capture``, ``bench.flower``,
-``bench.formulas``) beside the modules only it uses; what several commands share is ``bench.lib``
+``bench.formulas``, ``bench.anchors``, ``bench.findings``) beside the modules only it uses; what several commands share is ``bench.lib``
 (``bench.lib.paper`` the paper's setting and claims, ``bench.lib.results`` the results format,
 ``bench.lib.plots`` every figure). A command imports ``bench.lib`` and the layers below, never
 another command, and no module imports a ``__main__`` (``tests/test_architecture.py``).

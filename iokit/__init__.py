@@ -12,5 +12,8 @@ the pure federated-learning code can both use it without depending on each other
 * ``iokit.cli``: the one-line argument parser and the ``command`` decorator of every command;
 * ``iokit.identity``: a run is the content of the files it reads; each value once by what it
   resolves to;
-* ``iokit.consumed``: a folder one command reads from another, checked (finished, complete, finite).
+* ``iokit.consumed``: a folder one command reads from another, checked (finished, complete, finite);
+* ``iokit.locks``: lock files (a results folder, a grid point), the one implementation;
+* ``iokit.dotted``: importing what ``package.module:attribute`` names;
+* ``iokit.provenance``: the git commit a result came from.
 """

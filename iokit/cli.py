@@ -1,4 +1,4 @@
-"""What every command of the suite shares to fail fast and clean (docs/architecture.md, "Commands").
+"""What every command of the suite shares to fail fast and clean (docs/cli.md).
 
 The rule: every input is checked before the work starts; a bad one gets one line on stderr that
 names the input and the fix, exit 2, no traceback, and no file or folder left behind. Pieces:

@@ -1,4 +1,4 @@
-"""Tiny stand-ins following the FLNet contract of docs/architecture.md, and a synthetic dataset,
+"""Tiny stand-ins following the FLNet contract of docs/models.md, and a synthetic dataset,
 so the FL method tests run in milliseconds without the model zoo."""
 
 from __future__ import annotations

@@ -13,11 +13,20 @@
 * a command package (``bench/<name>/`` with a ``__main__.py``) is imported only by its own
   modules: no command package imports another, and ``bench.lib`` (the library floor the commands
   share) and ``bench.api`` import none. A planted violation shows the checker failing.
+
+And docs/architecture.md against the code, so that the page cannot drift from it unseen:
+
+* its tree lists every command package and each one's own modules (and docs/commands.md runs each
+  command, the ``bench`` package docstring names each);
+* every name it gives in backticks exists: paths, modules, functions, classes and their members,
+  constants, flags (a planted page shows the check failing on renamed names);
+* its import table's "may not import" column is what ``RULES`` forbids each layer.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -168,3 +177,171 @@ def test_accel_sim_runs_without_torch():
     code = ("import sys; sys.modules['torch'] = None\n" + "".join(f"import {m}\n" for m in modules)
             + "assert not any(k == 'torch' or k.startswith('torch.') for k, v in sys.modules.items() if v)")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
+
+
+# ------------------------------------------------------------------ docs/architecture.md against the code
+DOC = ROOT / "docs" / "architecture.md"
+
+
+def documented_commands(doc_text: str) -> dict[str, set[str]]:
+    """The command packages the page's tree lists (the lines from ``bench/`` to ``lib/``), each with
+    the modules it names in parentheses: ``study/ (phases; choices: the tuning choices; ...)``."""
+    block = doc_text.split("\n bench/", 1)[1].split("\n   lib/", 1)[0].split("\n", 1)[1]
+    block = " ".join(block.split())
+    found, pos = {}, 0
+    for match in re.finditer(r"(\w+)/(?: \(([^)]*)\))?", block):
+        pieces = re.split(r"[;,]", match.group(2) or "")
+        found[match.group(1)] = {p.strip().split(":")[0].split()[0] for p in pieces if p.strip()}
+        pos = match.end()
+    return found
+
+
+def command_modules(root: Path) -> dict[str, set[str]]:
+    """Every command package's name, with its modules but ``__init__`` and ``__main__``."""
+    return {c.removeprefix("bench."): {p.stem for p in (root / "bench" / c.removeprefix("bench.")).glob("*.py")
+                                       if p.stem not in ("__init__", "__main__")}
+            for c in command_packages(root)}
+
+
+def test_the_documented_command_list_is_the_command_packages():
+    # the page's tree names every command package and each one's own modules, and nothing else;
+    # docs/commands.md runs every command once; the package docstring of bench lists them all
+    assert documented_commands(DOC.read_text(encoding="utf-8")) == command_modules(ROOT)
+    commands = {c.removeprefix("bench.") for c in command_packages(ROOT)}
+    run_lines = set(re.findall(r"python -m bench\.(\w+)", (ROOT / "docs" / "commands.md").read_text(encoding="utf-8")))
+    assert commands <= run_lines, sorted(commands - run_lines)
+    listed = set(re.findall(r"bench\.(\w+)``", ast.get_docstring(ast.parse((ROOT / "bench" / "__init__.py").read_text()))))
+    assert commands <= listed, sorted(commands - listed)
+
+
+def test_the_command_list_check_fails_when_the_page_drifts(tmp_path):
+    # a planted tree: a command the page misses, a module the page misses, a module the page invents
+    for name in ("bench/__init__.py", "bench/a/__main__.py", "bench/a/helper.py", "bench/b/__main__.py",
+                 "bench/lib/__init__.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    page = "```\n bench/          the commands\n   a/ (helper: its own; gone)  c/\n   lib/     the floor\n```\n"
+    assert documented_commands(page) == {"a": {"helper", "gone"}, "c": set()}
+    assert command_modules(tmp_path) == {"a": {"helper"}, "b": set()}
+
+
+def defined_names(root: Path = ROOT) -> tuple[dict[str, set[str]], set[str], set[str]]:
+    """(module -> the names it defines at top level, ``Class.member`` included, and for a module with
+    a ``__getattr__`` the names it spells; every name defined anywhere, class members and test
+    functions included; every ``"--flag"`` string of the packages)."""
+    modules, anywhere, flags = {}, set(), set()
+    for path in [p for pkg in (*PACKAGES, "tests") for p in (root / pkg).rglob("*.py")]:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        names = set()
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            if isinstance(node, ast.ClassDef):
+                for member in node.body:
+                    targets = (member.targets if isinstance(member, ast.Assign) else
+                               [member.target] if isinstance(member, ast.AnnAssign) else [])
+                    names |= {f"{node.name}.{t.id}" for t in targets if isinstance(t, ast.Name)}
+                    if isinstance(member, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        names.add(f"{node.name}.{member.name}")
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+            names |= {t.id for t in targets if isinstance(t, ast.Name)}
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                anywhere.add(node.name)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("--") \
+                    and path.parts[len(root.parts)] != "tests":
+                flags.add(node.value.split("=")[0])
+        if "__getattr__" in names:  # attributes made on first use (bench.price)
+            names |= {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                      and n.value.isidentifier()}
+        modules[module_name(path, root)] = names
+        anywhere |= {n.rpartition(".")[2] for n in names}
+    return modules, anywhere, flags
+
+
+def missing_names(doc_text: str, root: Path = ROOT) -> list[str]:
+    """Every backticked name of ``doc_text`` that the code does not have: a path (or a ``*.py`` file
+    of the packages), a dotted name under a package (``module.attr``, ``module.Class.member``), a
+    module's or a class's member (``effects.fold_traffic``, ``Objective.batch_loss``), a constant,
+    class or snake_case name defined nowhere, a flag no module spells."""
+    modules, anywhere, flags = defined_names(root)
+    stems = {}
+    for module in modules:
+        stems.setdefault(module.rpartition(".")[2], []).append(module)
+    classes = {n.partition(".")[0] for names in modules.values() for n in names if "." in n}
+    members = {n.partition(".")[2] for names in modules.values() for n in names if "." in n}
+    py_files = {p.name for pkg in PACKAGES for p in (root / pkg).rglob("*.py")}
+    text = re.sub(r"```.*?```", "", doc_text, flags=re.S)
+    missing = []
+    for token in sorted(set(re.findall(r"`([^`\n]+)`", text))):
+        name = re.split(r"[(\s]", token.lstrip("@"), maxsplit=1)[0]
+        if "<" in token or name.startswith(("python", "__")) or re.fullmatch(r"[\w.-]+\.(csv|json)", name):
+            continue
+        if name in modules:
+            found = True
+        elif "/" in name or name.endswith((".toml", ".md")):
+            found = (root / name).exists()
+        elif name.endswith(".py"):
+            found = name in py_files
+        elif name.startswith("--"):
+            found = name.split("=")[0] in flags
+        elif not re.fullmatch(r"[A-Za-z_][\w.]*", name):
+            continue
+        elif "." in name:
+            head, _, rest = name.partition(".")
+            if head in PACKAGES:
+                parts = name.split(".")
+                found = any(".".join(parts[:i]) in modules and ".".join(parts[i:]) in modules[".".join(parts[:i])] | {""}
+                            for i in range(1, len(parts) + 1))
+            elif head in stems:  # a module's member, or a key of a record it writes (hardware.weight_master)
+                found = any(rest in modules[m] for m in stems[head]) or rest in members
+            elif head in classes:
+                found = any(name in names for names in modules.values())
+            else:
+                continue  # a value's path (hw.out_buffer_bytes, config.system_path): not a code name
+        elif name.isupper() or name[0].isupper() or "_" in name:
+            found = name in anywhere
+        else:
+            continue  # a plain word (fl, meta, none): too common to check
+        if not found:
+            missing.append(token)
+    return missing
+
+
+def test_every_name_the_architecture_page_gives_is_in_the_code():
+    assert missing_names(DOC.read_text(encoding="utf-8")) == []
+
+
+def test_the_name_check_fails_on_a_renamed_name():
+    page = ("`workloads.fl.loop.run_method` `workloads.fl.loop.run_methods` `ways.choose` `ways.chosen` "
+            "`Objective.batch_loss` `Objective.batch_losses` `ALGORITHMS` `ALGORITHMZ` `sgd_update` "
+            "`sgd_updates` `accel_sim/effects.py` `accel_sim/effect.py` `quantize.py` `quantise.py` "
+            "`--number-format` `--number-formats` `hw.anything` `fl`")
+    assert missing_names(page) == ["--number-formats", "ALGORITHMZ", "Objective.batch_losses", "accel_sim/effect.py",
+                                   "quantise.py", "sgd_updates", "ways.chosen", "workloads.fl.loop.run_methods"]
+
+
+def documented_forbidden(doc_text: str) -> dict[str, set[str]]:
+    """The import table's rows: layer -> the packages of its "may not import" column (``anything of
+    the project``: the other packages; a command package and ``__main__`` are their own tests')."""
+    rows = {}
+    for line in doc_text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and re.fullmatch(r"`[\w.]+`.*", cells[0]) and cells[0] != "`layer`":
+            layer = re.match(r"`([\w.]+)`", cells[0]).group(1)
+            names = set(re.findall(r"`([\w.]+)`", cells[2])) - {"__main__"}
+            names |= {w for w in ("torch", "numpy") if re.search(rf"\b{w}\b", cells[2])}
+            if "anything of the project" in cells[2]:
+                names |= set(PACKAGES) - {layer}
+            rows[layer] = names
+    return rows
+
+
+def test_the_import_table_is_the_rules_the_test_holds():
+    # each row's "may not import" is what RULES forbid that layer and the layers it lies in, and
+    # each rule is written in every row it governs
+    rows = documented_forbidden(DOC.read_text(encoding="utf-8"))
+    assert {"iokit", "accel_sim", "workloads.fl", "workloads.numerics", "workloads.capture", "bench.lib"} <= set(rows)
+    for layer, names in rows.items():
+        ruled = {f for rule_layer, forbidden in RULES if under(layer, rule_layer) for f in forbidden}
+        assert names == ruled, (layer, sorted(names ^ ruled))

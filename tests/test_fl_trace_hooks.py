@@ -33,7 +33,7 @@ def classifier_gemms(trace, role):
 
 def test_spherefed_step_has_no_classifier_weight_gradient():
     fedavg, sphere = meta_step_trace("fedavg"), meta_step_trace("spherefed")
-    # FedAvg: dW of the 10 x 256 classifier at batch 8: m = 10, n = 256, k = 8 (docs/architecture.md)
+    # FedAvg: dW of the 10 x 256 classifier at batch 8: m = 10, n = 256, k = 8 (docs/trace.md, "Lowering")
     (dw,) = classifier_gemms(fedavg, "dw")
     assert (dw.work.m * dw.work.n * dw.work.k) == 10 * 256 * 8
     assert classifier_gemms(sphere, "dw") == []

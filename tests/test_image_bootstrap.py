@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from bench.lib.study import compare
 from bench.lib.study.image_bootstrap import bootstrap_means_pts, holds, image_bootstrap
 from bench.lib.study.recheck import recheck
-from iokit.bits import packed_hex, unpacked
+from workloads.fl.bits import packed_hex, unpacked
 
 REPO = Path(__file__).resolve().parents[1]
 RULES = compare.Rules(margin_pts=1.0, correction="holm", power=0.8, primary_test="permutation")

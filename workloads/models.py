@@ -113,7 +113,7 @@ class Head:
 
 class FLNet(nn.Module):
     """Feature extractor + (FeatureNorm) + bias-free linear classifier, trained or fixed as
-    ``head`` says (docs/architecture.md 1)."""
+    ``head`` says (docs/models.md)."""
 
     def __init__(self, body: nn.Module, feature_dim: int, num_classes: int, head: Head = Head()) -> None:
         super().__init__()

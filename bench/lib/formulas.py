@@ -183,7 +183,7 @@ def classifier_gemm_macs(feature_dim: int, num_classes: int, samples: int) -> in
     """One of the classifier's training GEMMs (fwd, dX or dW) over ``samples`` samples: l.C per sample.
 
     Linear Y = X.W^T with X [B, l]: fwd m=B, n=C, k=l; dX m=B, n=l, k=C; dW m=C, n=l, k=B
-    (docs/architecture.md): each is l.C.B MACs per batch.
+    (docs/trace.md, "Lowering"): each is l.C.B MACs per batch.
     """
     return feature_dim * num_classes * samples
 

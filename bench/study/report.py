@@ -35,8 +35,8 @@ from bench.lib.study import registration
 from bench.lib.study.tuning import score
 from bench.study.cells import COST_KEYS, ImagesByCell, cells, pairs
 from bench.study.table import table_markdown
-from iokit.bits import unpacked
 from iokit.files import atomic_write, atomic_write_text
+from workloads.fl.bits import unpacked
 
 FILES = ("runs.csv", "curves.csv", "tuning.csv", "tta.csv", "table.md", "summary.json")
 

@@ -19,7 +19,7 @@ class DataError(ValueError):
 
 @dataclass(frozen=True, eq=False)
 class Dataset:
-    """One split of a dataset, in memory and already normalized (contract: docs/architecture.md §4)."""
+    """One split of a dataset, in memory and already normalized (docs/data.md, "Datasets")."""
 
     name: str  # a key of DATASETS
     x: torch.Tensor  # float32 [N, 3, H, W]

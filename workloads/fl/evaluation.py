@@ -10,7 +10,7 @@ from typing import Mapping
 import torch
 from torch import nn
 
-from iokit.bits import packed_hex
+from workloads.fl.bits import packed_hex
 from workloads.fl.execution import DeviceData
 from workloads.fl.setup import Setup
 
@@ -53,7 +53,7 @@ def correct_on(model: nn.Module, data: DeviceData, *, channels_last: bool = Fals
 
 
 def correct_per_sample(setup: Setup) -> str:
-    """The global model as it is now, right or wrong on each test sample (``iokit.bits.packed_hex``):
+    """The global model as it is now, right or wrong on each test sample (``workloads.fl.bits.packed_hex``):
     what a study's run records so its verdicts can be bootstrapped over test images as well as seeds."""
     return packed_hex(correct_on(setup.global_model, setup.test, channels_last=setup.execution.channels_last).numpy())
 

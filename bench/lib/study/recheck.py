@@ -25,7 +25,7 @@ from typing import Any, Iterator, Mapping
 
 from bench.lib.study import compare
 from bench.lib.study.stats import estimate, resolution_pts
-from iokit.bits import unpacked
+from workloads.fl.bits import unpacked
 
 ESTIMATE_KEYS = ("n", "mean", "std", "ci_low", "ci_high")
 RELATIVE_TOLERANCE = 1e-9
