@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from accel_sim.formats import NumberFormat
+from accel_sim.formats import NumberFormat, NumberFormatError
 from iokit.provenance import git_commit
 from workloads.numerics import fused
 from workloads.numerics.quantize import round_to_format
@@ -97,7 +97,10 @@ def main() -> None:
     p.add_argument("--format", default="bfp_m4_g16_sr", help="a stochastic BFP or MX format (default bfp_m4_g16_sr)")
     p.add_argument("--repeat", type=int, default=25)
     args = p.parse_args()
-    fmt = NumberFormat.parse(args.format)
+    try:
+        fmt = NumberFormat.parse(args.format)
+    except NumberFormatError as e:
+        sys.exit(print(f"bench_sr_kernel: --format {e}", file=sys.stderr) or 2)
     if fmt.rounding != "stochastic" or fmt.kind not in ("bfp", "mx"):
         sys.exit(print(f"bench_sr_kernel: --format {args.format} is not a stochastic BFP or MX format "
                        "(e.g. bfp_m4_g16_sr, mxfp8_e4m3_sr)", file=sys.stderr) or 2)
