@@ -19,15 +19,14 @@ A kernel can compute any draw where it needs it, without a pass that fills a ten
 (``workloads.numerics.fused``).
 
 Why SplitMix64 (issue 55: stochastic rounding's draws took ~25 ms of a ``bfp_m4_g16_sr`` step's
-56-64 ms of rounding): Philox2x32-10 (Salmon, Moraes, Dror and Shaw, "Parallel Random Numbers: As Easy as 1,
-2, 3", SC 2011), the generator before, takes ten 32 x 32-bit multiplies for two words; SplitMix64
-two 64-bit multiplies and three shift-xors for the same two words. In the fused kernel, filling
-2^20 draws of a run of adjacent positions took 0.32 ns a draw with Philox2x32-10 and 0.12 ns with
-SplitMix64 (a store and conversion alone: 0.07 ns), best of 15 on the 2-core AMD EPYC VM under
-load 7 (an ad-hoc timing of the kernel's draw loop; ``docs/numerics.md``, "Stochastic rounding's
-generator"). Philox with fewer rounds (Salmon et al., Table 2, gives the fewest that pass BigCrush)
-would still pay a multiply per round. Each draw is ``24 - p <= 23`` bits, so a 64-bit output cannot
-serve three.
+56-64 ms of rounding): Philox2x32-10 (Salmon, Moraes, Dror and Shaw, "Parallel Random Numbers: As
+Easy as 1, 2, 3", SC 2011), the generator before, takes ten 32 x 32-bit multiplies for two words;
+SplitMix64 two 64-bit multiplies and three shift-xors for the same two words. In the fused kernel,
+on five operands of a MobileNetV2 step's layouts, a draw cost 0.32-0.51 ns with Philox2x32-10 and
+0.13-0.21 ns with SplitMix64 (``benchmarks/bench_sr_kernel.py``, best of 25, the 2-core AMD EPYC VM
+under load 2; ``docs/numerics.md``, "Stochastic rounding in the kernel alone"). Philox with fewer
+rounds (Salmon et al., Table 2, gives the fewest that pass BigCrush) would still pay a multiply per
+round. Each draw is ``24 - p <= 23`` bits, so a 64-bit output cannot serve three.
 
 This module is the torch definition (the fallback where the kernel is not built, a GPU tensor, and
 the tests' reference); ``fused`` computes the same words in its kernel, and
