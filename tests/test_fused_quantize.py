@@ -1,5 +1,5 @@
-"""The fused quantizer (workloads.numerics.fused) and its counter-based draws (workloads.numerics.philox):
-Philox2x32-10 against Random123's known answers, the kernel bit for bit against the torch operations
+"""The fused quantizer (workloads.numerics.fused) and its counter-based draws (workloads.numerics.splitmix):
+SplitMix64 against its published outputs, the kernel bit for bit against the torch operations
 on the layouts a training step rounds, stochastic rounding on the two neighbouring grid points and
 unbiased (tolerances stated), its streams independent across clients and steps, and the fallback
 said in one line. The reference quantizers (tests/test_quantize_reference.py) cover every format
@@ -17,35 +17,57 @@ import torch
 from accel_sim.formats import NumberFormat
 from workloads.fl.execution import Execution
 from workloads.fl.loop import arithmetic_of
-from workloads.numerics import fused, philox
+from workloads.numerics import fused, splitmix
 from workloads.numerics.quantize import round_to_format
 
 needs_kernel = pytest.mark.skipif(fused.kernel() is None, reason=f"the fused kernel is not available: {fused.fallback_reason}")
 
-# Random123 1.14, examples/kat_vectors: "philox2x32 10 <counter 2 words> <key> <output 2 words>"
-KNOWN_ANSWERS = [((0x00000000, 0x00000000), 0x00000000, (0xFF1DAE59, 0x6CD10DF2)),
-                 ((0xFFFFFFFF, 0xFFFFFFFF), 0xFFFFFFFF, (0x2C3F628B, 0xAB4FD7AD)),
-                 ((0x243F6A88, 0x85A308D3), 0x13198A2E, (0xDD7CE038, 0xF62A4C12))]
+# SplitMix64 seeded with 1234567: its first five outputs (Rosetta Code, "Pseudo-random
+# numbers/Splitmix64", from Vigna's splitmix64.c); seeded with 0, its first (0xE220A8397B1DCDAF);
+# seeded with 2^64 - 1 and with 0x243F6A8885A308D3 (a stream in the high word), its first two, from
+# Vigna's splitmix64.c compiled with gcc -O2. Output number c + 1 is splitmix64(counter c) under
+# the seed stream x 2^32 + key.
+SEED_1234567 = [6457827717110365317, 3203168211198807973, 9817491932198370423, 4593380528125082431,
+                16408922859458223821]
+KNOWN_ANSWERS = [(c, 0, 1234567, out) for c, out in enumerate(SEED_1234567)] + [(0, 0, 0, 0xE220A8397B1DCDAF)] + \
+    [(0, 0xFFFFFFFF, 0xFFFFFFFF, 0xE4D971771B652C20), (1, 0xFFFFFFFF, 0xFFFFFFFF, 0xE99FF867DBF682C9),
+     (0, 0x243F6A88, 0x85A308D3, 0x2CB0F69F4ABEA221), (1, 0x243F6A88, 0x85A308D3, 0x9417034723148989)]
 
 
-@pytest.mark.parametrize("counter, key, expected", KNOWN_ANSWERS)
-def test_philox2x32_10_gives_random123s_known_answers(counter, key, expected):
-    left, right = philox.philox2x32(torch.tensor([counter[0]]), counter[1], key)
-    assert (left.item(), right.item()) == expected
+@pytest.mark.parametrize("counter, stream, key, expected", KNOWN_ANSWERS)
+def test_splitmix64_gives_its_published_outputs(counter, stream, key, expected):
+    word = splitmix.splitmix64(torch.tensor([counter]), stream, key).item()
+    assert word & (2 ** 64 - 1) == expected  # the int64 holding the 64-bit pattern
 
 
 @needs_kernel
-@pytest.mark.parametrize("counter, key, expected", KNOWN_ANSWERS)
-def test_the_kernels_philox_gives_random123s_known_answers(counter, key, expected):
-    from workloads.numerics._fused_kernel import _philox_pair
-    assert _philox_pair(np.uint64(counter[0]), np.uint64(counter[1]), np.uint64(key)) == expected
+@pytest.mark.parametrize("counter, stream, key, expected", KNOWN_ANSWERS)
+def test_the_kernels_splitmix64_gives_its_published_outputs(counter, stream, key, expected):
+    from workloads.numerics._fused_kernel import _splitmix64
+    assert _splitmix64(np.uint64(counter), np.uint64((stream << 32) | key)) == expected
 
 
 def test_uniform_of_words_keeps_the_top_bits():
     # 0xFFFFFFFF cut to 20 bits: (2^20 - 1) / 2^20; 0x80000000 cut to 1 bit: 1/2
     words = torch.tensor([0xFFFFFFFF, 0x80000000, 0], dtype=torch.int64)
-    assert philox.uniform_of_words(words, 20).tolist() == [(2 ** 20 - 1) / 2 ** 20, 0.5, 0.0]
-    assert philox.uniform_of_words(words, 1).tolist() == [0.5, 0.5, 0.0]
+    assert splitmix.uniform_of_words(words, 20).tolist() == [(2 ** 20 - 1) / 2 ** 20, 0.5, 0.0]
+    assert splitmix.uniform_of_words(words, 1).tolist() == [0.5, 0.5, 0.0]
+
+
+@pytest.mark.parametrize("stream, key", [(0, 0), (0x243F6A88, 0x85A308D3)])
+def test_the_draws_are_uniform_and_neighbours_uncorrelated(stream, key):
+    # n = 2^20 draws of 8 bits, positions 0 .. n - 1 of one stream: the counts of the 256 values give
+    # a chi-square statistic (255 degrees of freedom) below 377.08, its 10^-6 upper quantile
+    # (scipy.stats.chi2.isf(1e-6, 255)); neighbouring draws, the two words of one output (j even,
+    # j + 1) and two outputs' adjacent words (j odd, j + 1), correlate within 5 standard deviations
+    # of independence, 5 / sqrt(n / 2) = 0.0069
+    n = 1 << 20
+    u = splitmix.counter_uniform((n,), stream, key, 8).double()
+    counts = torch.bincount((u * 256).long(), minlength=256).double()
+    assert counts.numel() == 256
+    assert ((counts - n / 256) ** 2 / (n / 256)).sum().item() < 377.08
+    for a, b in ((u[0::2], u[1::2]), (u[1:-1:2], u[2::2])):
+        assert abs(torch.corrcoef(torch.stack([a, b]))[0, 1].item()) < 5 / math.sqrt(n / 2)
 
 
 # the layouts a MobileNetV2 step rounds (NCHW and channels-last activations along channels and

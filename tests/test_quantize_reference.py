@@ -4,7 +4,7 @@ the implementation they replaced, written plainly (each tensor regrouped by a pe
 short last group padded with zeros, every step a separate tensor operation). Bit for bit: the same
 FP32 bit patterns (signed zeros included; NaN where NaN), and for stochastic rounding the same
 uniform draws from the same generator, in the same order (element formats: torch.rand's; BFP, MX
-and scaled FP8: a Philox stream keyed from the generator, written here with numpy), on random
+and scaled FP8: a SplitMix64 stream keyed from the generator, written here with numpy), on random
 tensors of many shapes and layouts, with FP32 subnormals, zeros of both signs, exact ties,
 infinities and NaN; BFP, MX and scaled FP8 both through the fused kernel and through the torch
 operations it falls back to. And a training step in every format is bitwise that of the reference
@@ -40,27 +40,25 @@ def ref_uniform(like, generator, p):
     return torch.floor(torch.rand(like.shape, generator=generator, device=like.device, dtype=like.dtype) * 2.0 ** bits) / 2.0 ** bits
 
 
-def ref_philox2x32_10(counters, stream, key):
-    """Philox2x32-10's two output words (Salmon et al., SC 2011; Random123's philox2x32), written
-    with numpy's uint64 arithmetic (the package's is torch int64 in 16-bit halves and a numba kernel)."""
-    left = counters.astype(np.uint64)
-    right = np.full_like(left, stream)
-    k = np.uint64(key)
-    for _ in range(10):
-        product = left * np.uint64(0xD256D193)
-        left, right = (product >> np.uint64(32)) ^ k ^ right, product & np.uint64(0xFFFFFFFF)
-        k = (k + np.uint64(0x9E3779B9)) & np.uint64(0xFFFFFFFF)
-    return left, right
+def ref_splitmix64(counters, stream, key):
+    """SplitMix64's outputs number counters + 1 from the seed stream x 2^32 + key (Steele, Lea and
+    Flood, OOPSLA 2014; Vigna's splitmix64.c: state += 0x9E3779B97F4A7C15, then mix64), written
+    with numpy's wrapping uint64 arithmetic (the package's is torch int64 and a numba kernel)."""
+    state = np.uint64((stream << 32) | key) + (counters.astype(np.uint64) + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)
+    z = (state ^ (state >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
 
 
-def ref_philox_uniform(like, generator, p):
+def ref_counter_uniform(like, generator, p):
     """BFP, MX and scaled FP8's draws: a (stream, key) pair from the generator (torch.randint, two
-    32-bit words), then position j's Philox word (word j % 2 of counter j // 2) cut to its top
-    24 - p bits, positions in like's contiguous order."""
+    32-bit words), then position j's word (the low 32 bits of SplitMix64's output j // 2 for an
+    even j, the high 32 for an odd one) cut to its top 24 - p bits, positions in like's contiguous
+    order."""
     stream, key = torch.randint(0, 1 << 32, (2,), generator=generator, dtype=torch.int64).tolist()
     j = np.arange(like.numel())
-    left, right = ref_philox2x32_10(j // 2, stream, key)
-    words = np.where(j % 2 == 0, left, right)
+    outputs = ref_splitmix64(j // 2, stream, key)
+    words = np.where(j % 2 == 0, outputs & np.uint64(0xFFFFFFFF), outputs >> np.uint64(32))
     bits = 24 - p
     return torch.from_numpy((words >> np.uint64(32 - bits)).astype(np.float32) * np.float32(2.0 ** -bits)).view(like.shape)
 
@@ -97,7 +95,7 @@ def ref_bfp(x, m, g, dim, generator):
         unit = torch.clamp_min(ref_binade(top), 2.0 ** -126) * 2.0 ** (1 - m)
         unit = torch.where(top > (2.0 ** m - 1) * unit, unit * 2, unit)
         scaled = groups / unit
-        q = scaled.round_() if generator is None else scaled.add_(ref_philox_uniform(scaled, generator, m)).floor_()
+        q = scaled.round_() if generator is None else scaled.add_(ref_counter_uniform(scaled, generator, m)).floor_()
         return q.mul_(unit)
 
     return ref_in_groups(x, g, dim, round_groups)
@@ -106,7 +104,7 @@ def ref_bfp(x, m, g, dim, generator):
 def ref_grid(v, spec, generator=None):
     ulp = ref_binade(v).clamp_min_(2.0 ** spec.min_normal_exponent).mul_(2.0 ** (1 - spec.significand_bits))
     q = v / ulp
-    q = q.round_() if generator is None else q.add_(ref_philox_uniform(q, generator, spec.significand_bits)).floor_()
+    q = q.round_() if generator is None else q.add_(ref_counter_uniform(q, generator, spec.significand_bits)).floor_()
     return q.mul_(ulp).clamp_(-spec.max_finite, spec.max_finite)
 
 

@@ -15,8 +15,9 @@ SMALLEST_NORMAL = np.float32(2.0 ** -126)
 SCALE_MIN, SCALE_MAX = np.float32(2.0 ** -127), np.float32(2.0 ** 127)
 ZERO, TWO = np.float32(0.0), np.float32(2.0)
 NAN = np.float32(np.nan)
-PHILOX_M = np.uint64(0xD256D193)
-PHILOX_W = np.uint64(0x9E3779B9)
+GAMMA = np.uint64(0x9E3779B97F4A7C15)  # splitmix's constants (workloads.numerics.splitmix)
+MIX_M1, MIX_M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+MIX_S1, MIX_S2, MIX_S3 = np.uint64(30), np.uint64(27), np.uint64(31)
 MASK32 = np.uint64(0xFFFFFFFF)
 THIRTY_TWO = np.uint64(32)
 BFP, MX, SCALED = 0, 1, 2
@@ -57,43 +58,47 @@ def _int_pointer(typingctx, address):
 
 
 @njit(inline="always", error_model="numpy")
-def _philox_pair(counter, stream, key):
-    """Philox2x32-10's two words at counter ``(counter, stream)`` under ``key``
-    (``workloads.numerics.philox.philox2x32``)."""
-    left = counter & MASK32
-    right = stream
-    k = key
-    for _ in range(10):
-        product = left * PHILOX_M
-        left, right = ((product >> THIRTY_TWO) ^ k ^ right), product & MASK32
-        k = (k + PHILOX_W) & MASK32
-    return left, right
+def _splitmix64(counter, seed):
+    """SplitMix64's output number ``counter + 1`` from ``seed``, ``mix64(seed + (counter + 1)
+    GAMMA)`` (``workloads.numerics.splitmix.splitmix64``; uint64 arithmetic wraps mod 2^64)."""
+    z = seed + (counter + U1) * GAMMA
+    z = (z ^ (z >> MIX_S1)) * MIX_M1
+    z = (z ^ (z >> MIX_S2)) * MIX_M2
+    return z ^ (z >> MIX_S3)
+
+
+@njit(inline="always", error_model="numpy")
+def _uniform(word, shift, unit):
+    """A 32-bit word's top ``32 - shift`` bits as a uniform number (``splitmix.uniform_of_words``);
+    through int32, which holds them (``shift >= 1``) and converts to float32 faster than uint64."""
+    return np.float32(np.int32(word >> shift)) * unit
 
 
 @njit(inline="always", error_model="numpy")
 def _fill_draws(draws, at, n, position, step, rng):
     """``draws[at:at + n]``: the uniform numbers of positions ``position, position + step, ...``
-    (``rng``: Philox's stream and key, the shift keeping a word's top bits and their unit): position
-    ``j``'s is word ``j mod 2`` of the pair at counter ``floor(j / 2)`` (``philox.philox_uniform``).
-    Adjacent positions take a pair per call (half the rounds a draw); others compute theirs alone."""
-    stream, key, shift, unit = rng
+    (``rng``: SplitMix64's seed, the shift keeping a word's top bits and their unit): position
+    ``j``'s is word ``j mod 2`` (low, high) of output ``floor(j / 2)`` (``splitmix.counter_uniform``).
+    Adjacent positions take both words of an output (one call for two draws); others compute theirs
+    alone."""
+    seed, shift, unit = rng
     if step == U1:
         j = U0
-        if position & U1 and n > U0:  # an odd first position: the second word of its pair
-            draws[at] = np.float32(_philox_pair(position >> U1, stream, key)[1] >> shift) * unit
+        if position & U1 and n > U0:  # an odd first position: the high word of its output
+            draws[at] = _uniform(_splitmix64(position >> U1, seed) >> THIRTY_TWO, shift, unit)
             j = U1
         first = (position + j) >> U1
         for p in range((n - j) >> U1):
-            left, right = _philox_pair(first + p, stream, key)
-            draws[at + j + TWO_U * p] = np.float32(left >> shift) * unit
-            draws[at + j + TWO_U * p + U1] = np.float32(right >> shift) * unit
-        if (n - j) & U1:  # an even last position: the first word of its pair
-            draws[at + n - U1] = np.float32(_philox_pair((position + n - U1) >> U1, stream, key)[0] >> shift) * unit
+            word = _splitmix64(first + p, seed)
+            draws[at + j + TWO_U * p] = _uniform(word & MASK32, shift, unit)
+            draws[at + j + TWO_U * p + U1] = _uniform(word >> THIRTY_TWO, shift, unit)
+        if (n - j) & U1:  # an even last position: the low word of its output
+            draws[at + n - U1] = _uniform(_splitmix64((position + n - U1) >> U1, seed) & MASK32, shift, unit)
     else:
         for j in range(n):
             c = position + j * step
-            left, right = _philox_pair(c >> U1, stream, key)
-            draws[at + j] = np.float32((right if c & U1 else left) >> shift) * unit
+            word = _splitmix64(c >> U1, seed)
+            draws[at + j] = _uniform(word >> THIRTY_TWO if c & U1 else word & MASK32, shift, unit)
 
 
 @njit(inline="always", error_model="numpy")
@@ -210,12 +215,12 @@ def _round_adjacent_blocks(xf, xi, out, nest, floats, ints):
     the batch's values, then one loop over them all (a loop per group of 16 values, or per 4
     pixels, costs more than the values)."""
     kind, carry, round_up = ints[0], np.int32(ints[1]), ints[2] != 0
-    stream, key, bits = np.uint64(ints[3]), np.uint64(ints[4]), ints[5]
+    seed, bits = (np.uint64(ints[3]) << THIRTY_TWO) | np.uint64(ints[4]), ints[5]  # stream x 2^32 + key
     stochastic = bits > 0
     shift = np.uint64(32 - bits) if stochastic else np.uint64(0)
     grid = (floats[0], floats[1], floats[2], floats[3])
     unit = floats[6]
-    rng = (stream, key, shift, unit)
+    rng = (seed, shift, unit)
     scale_of = (floats[7], floats[2], floats[4])
     offset, coffset = nest[0], nest[1]
     n0, n1, n2, group, m1 = nest[2], nest[3], nest[4], nest[5], nest[7]
@@ -301,12 +306,12 @@ def round_blocks(xf, xi, out, nest, floats, ints):
     (a run of 256 values 0.29 -> 0.44 ns a value; groups of 16 adjacent values, stochastic,
     0.99 -> 1.32 ns)."""
     kind, carry, round_up = ints[0], np.int32(ints[1]), ints[2] != 0
-    stream, key, bits = np.uint64(ints[3]), np.uint64(ints[4]), ints[5]
+    seed, bits = (np.uint64(ints[3]) << THIRTY_TWO) | np.uint64(ints[4]), ints[5]  # stream x 2^32 + key
     stochastic = bits > 0
     shift = np.uint64(32 - bits) if stochastic else np.uint64(0)
     grid = (floats[0], floats[1], floats[2], floats[3])  # scalars: no load in the loops (the arrays might alias)
     unit = floats[6]
-    rng = (stream, key, shift, unit)
+    rng = (seed, shift, unit)
     scale_of = (floats[7], floats[2], floats[4])
     # every index unsigned (``nest`` is uint64): numba then checks no index for a negative value,
     # a check that keeps LLVM from turning the loops into vector instructions

@@ -6,7 +6,7 @@ values for BFP, 11 for MX) and draws stochastic rounding's uniform numbers into 
 own first. The kernel here reads each block of groups once and writes it once: it takes the
 block's largest magnitudes (as FP32 bit patterns: an integer maximum, infinity and NaN above every
 finite value), the group's unit or scale, and rounds every value, computing its uniform number on
-the spot from its position (``workloads.numerics.philox``: a counter-based generator needs no state
+the spot from its position (``workloads.numerics.splitmix``: a counter-based generator needs no state
 and no pass of its own). The arithmetic is ``quantize``'s, operation for operation in float32
 (``tests/test_fused_quantize.py`` and ``tests/test_quantize_reference.py`` compare them bit for bit).
 
@@ -19,7 +19,7 @@ recompiles per operand shape, and its generated code would have to be shown to g
 
 Where numba is missing or fails to compile, on a GPU, and for a layout the kernel does not take,
 ``quantize``'s torch operations round instead, with the same values and the same random bits (the
-draws are a function of position, ``philox``); the first such fallback for a missing kernel says
+draws are a function of position, ``splitmix``); the first such fallback for a missing kernel says
 so in one line (``fallback_reason``).
 """
 
@@ -73,7 +73,7 @@ class Rule:
     @functools.lru_cache(maxsize=64)
     def ints(self, stream_key: tuple[int, int] | None) -> np.ndarray:
         """The integer constants the kernel reads: kind, BFP's carry ``2^(24 - m) - 1``
-        (``quantize.bfp_unit``), the scale rule, the Philox stream and key, and the uniform numbers'
+        (``quantize.bfp_unit``), the scale rule, the generator's stream and key (``splitmix``), and the uniform numbers'
         bits ``24 - p`` (0: round to nearest)."""
         stream, key = stream_key or (0, 0)
         bits = 24 - self.significand_bits if stream_key else 0
@@ -125,7 +125,7 @@ def geometry(piece: torch.Tensor, axis: int | None, base: torch.Tensor,
              counters: torch.Tensor | None = None) -> np.ndarray | None:
     """The kernel's loop nest over ``piece`` (a view of the dense tensor ``base``, its dims in memory
     order, ``axis`` running within a group; ``counters``: a view of the same shape whose element
-    offsets are the values' Philox counters), as ``[offset, counter offset, 6 sizes, 6 strides,
+    offsets are the values' draw positions), as ``[offset, counter offset, 6 sizes, 6 strides,
     6 counter strides]`` (dims outside the group, padded to ``MAX_OUTER``; the group; dims inside,
     padded to ``MAX_INNER``; the padding outermost). ``axis`` None: no groups (scaled FP8), the
     innermost run of merged dims serves as the group. None where the piece needs more dims than that."""
@@ -214,7 +214,7 @@ def round_pieces(rule: Rule, src: torch.Tensor, dst: torch.Tensor, pieces, count
                  stream_key: tuple[int, int] | None, remember: tuple | None = None) -> bool:
     """Round ``pieces`` (``(groups, axis)``: views of the dense ``src``, dims in memory order) into
     the same views of ``dst`` (``src``'s strides) with the kernel, ``counters`` (views of the
-    layout's draw positions, or None for round to nearest) giving each value's Philox counter; the
+    layout's draw positions, or None for round to nearest) giving each value's draw position; the
     loop nests remembered under ``remember`` (``plan_key``) where given. False, with nothing
     written, where the kernel is not available or a piece's layout does not fit it: the caller
     rounds with torch."""

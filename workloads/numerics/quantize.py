@@ -44,7 +44,7 @@
 
 Stochastic rounding draws its uniform numbers from the ``torch.Generator`` given, so a run is
 reproducible from its seed: element formats with ``torch.rand``; BFP, MX and scaled FP8 from a
-counter-based generator keyed once per tensor from it (``workloads.numerics.philox``: the draw of a
+counter-based generator keyed once per tensor from it (``workloads.numerics.splitmix``: the draw of a
 value is a function of its position, the one its ``torch.rand`` draw had), which the fused kernel
 (``workloads.numerics.fused``: one pass per tensor on the CPU) computes in its pass; the torch
 operations here are its fallback, with the same values and draws.
@@ -59,7 +59,7 @@ from typing import Callable
 import torch
 
 from accel_sim.formats import ELEMENT_FORMATS, ElementFormat, NumberFormat, element_emax
-from workloads.numerics import fused, philox
+from workloads.numerics import fused, splitmix
 
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 
@@ -236,7 +236,7 @@ def _in_groups(x: torch.Tensor, group_size: int, dim: int | tuple[int, ...],
     together in their memory order), ``round_groups(groups, out, axis, uniform)`` writing each
     piece's rounded groups into ``out`` (``axis`` runs within a group; a last, shorter group is a
     piece of its own; ``uniform``: stochastic rounding's draws for the piece, from ``generator``:
-    ``philox.philox_uniform`` for a grid of ``significand_bits``, one per position of
+    ``splitmix.counter_uniform`` for a grid of ``significand_bits``, one per position of
     ``_Groups.shape``), the result with ``x``'s shape and strides (``torch.empty_like``). Where the
     fused kernel takes the pieces (``fused.round_pieces``, rounding as ``rule`` says), it writes
     them instead, with the same values and draws.
@@ -249,7 +249,7 @@ def _in_groups(x: torch.Tensor, group_size: int, dim: int | tuple[int, ...],
     if x.numel() == 0:
         return x
     key = None if rule is None else fused.plan_key(x, group_size, dim, generator is not None)
-    stream_key = None if generator is None else philox.stream_key(generator)
+    stream_key = None if generator is None else splitmix.stream_key(generator)
     planned = fused.round_planned(rule, x, key, stream_key)  # a layout the kernel rounded before
     if planned is not None:
         return planned
@@ -273,7 +273,7 @@ def _in_groups(x: torch.Tensor, group_size: int, dim: int | tuple[int, ...],
     if rule is None or not fused.round_pieces(rule, src, dst, pieces, positions, stream_key, remember):
         draws = [None] * len(pieces)
         if stream_key is not None:
-            uniform = philox.philox_uniform(layout.shape, *stream_key, 24 - significand_bits, device=x.device)
+            uniform = splitmix.counter_uniform(layout.shape, *stream_key, 24 - significand_bits, device=x.device)
             draws = [u.permute(order) for u, order in zip(layout.draw_views(uniform), orders)]
         for (groups, axis), (into, _), u, order in zip(pieces, targets, draws, orders):  # torch's kernels run fastest in memory order
             round_groups(groups, into.permute(order), axis, u)
@@ -433,7 +433,7 @@ def round_scaled(x: torch.Tensor, spec: ElementFormat, amax: torch.Tensor,
     (FP32's largest values) rounds to 2^128, which FP32 cannot hold: it saturates at FP32's largest
     value on the format's grid, ``(2 - 2^(1 - p)) 2^127``, so the result is finite wherever ``x``
     is."""
-    stream_key = None if generator is None else philox.stream_key(generator)
+    stream_key = None if generator is None else splitmix.stream_key(generator)
     if x.device.type == "cpu" and amax.device.type == "cpu":  # the kernel, where it runs, takes the scale as a number
         rounded = fused.round_whole(spec, tensor_scale_value(float(amax), spec), x, stream_key)
         if rounded is not None:
@@ -442,6 +442,6 @@ def round_scaled(x: torch.Tensor, spec: ElementFormat, amax: torch.Tensor,
     bits = 24 - spec.significand_bits
     scaled = torch.mul(x, scale).clamp_(-spec.max_finite, spec.max_finite)
     scaled.addcmul_(x, scaled.new_zeros(()))  # + x * 0: NaN where x is infinite, exactly + 0 elsewhere
-    uniform = None if stream_key is None else philox.philox_uniform(x.shape, *stream_key, bits, device=x.device)
+    uniform = None if stream_key is None else splitmix.counter_uniform(x.shape, *stream_key, bits, device=x.device)
     largest = (2 - 2.0 ** (1 - spec.significand_bits)) * 2.0 ** 127
     return _onto_grid_(scaled, spec, uniform).div_(scale).clamp_(-largest, largest)
