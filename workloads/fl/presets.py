@@ -4,7 +4,9 @@
 A preset is a name under ``configs/presets/`` or a path to a ``.toml`` file with the tables
 
 * ``[run]``: ``FLConfig`` fields plus ``methods``, the default method list;
-* ``[hparams]``: ``Hparams`` defaults for every method;
+* ``[hparams]``: the local training's knobs for every method, and knobs of particular methods
+  (FedProx's ``prox_mu``, CCVR's ``ccvr_lr``), used by the methods that have them; a run whose
+  methods have none of them is refused (``Preset.check_knobs``);
 * ``[methods.<name>]``: per-method overrides, applied in this order: the base algorithm,
   ``spherefed`` for any SphereFed variant, the calibration, then the full method name. Each
   ``<name>`` must be one of those (a misspelt table is an error, not silently unused);
@@ -43,7 +45,7 @@ class Preset:
     name: str  # the file's stem
     fl: FLConfig
     methods: tuple[str, ...]  # [run] methods: the default method list
-    hp: Hparams  # defaults for every method
+    hp: Hparams  # the local training's knobs, for every method
     overrides: Mapping[str, Mapping]  # [methods.<name>] tables
     execution: Mapping[str, bool]  # [execution]
     accuracy_targets_pct: tuple[float, ...] = ()  # [targets] accuracy_pct: declared before the run
@@ -56,10 +58,10 @@ class Preset:
         return method_hparams(method, self.hp, self.overrides, self.knob_values)
 
     def check_knobs(self, methods: Sequence[MethodConfig]) -> None:
-        """Every knob ``[hparams]`` sets for particular methods (``knob_values``: MOON's ``moon_mu``,
+        """Every knob ``[hparams]`` sets for particular methods (``knob_values``: FedProx's ``prox_mu``,
         a method of yours' own) belongs to a method the run trains: else one line naming the preset,
         the knob, its methods and the fix (ValueError); a value that no method of the run reads
-        would be recorded as if it were used."""
+        would look as if it were used."""
         trained = {k.name for m in methods for k in m.knobs}
         for name in self.knob_values:
             if name not in trained:
@@ -113,7 +115,7 @@ def load_preset(preset: str) -> Preset:
     distinct_methods(methods, name=f"{path} [run] methods")
     cfg = checks.from_table(FLConfig, run, where=f"{path} [run]")
     common = doc.get("hparams", {})
-    every = Hparams().names()  # the local training's and the methods' every run declares
+    every = Hparams().names()  # the local training's: every run declares them
     method_knobs = {k.name: k for m in (*ALGORITHMS, *CALIBRATIONS, *methods) for k in part_knobs(m)}
     try:
         checks.unknown_keys(common, tuple(dict.fromkeys((*every, *method_knobs))), where=f"{path} [hparams]")
@@ -190,9 +192,9 @@ def check_override_name(name: str, *, where: str) -> None:
 
 def method_hparams(method: MethodConfig, hp: Hparams, overrides: Mapping[str, Mapping],
                    knob_values: Mapping[str, Any] | None = None) -> Hparams:
-    """``hp`` with ``method``'s own knobs (a method of yours, or one not every run declares: their
-    defaults, then ``knob_values``' values of them: a preset's ``[hparams]``) and ``overrides``'
-    tables for ``method`` applied: base algorithm, ``spherefed``, calibration, full name, each by
+    """``hp`` (the local training's knobs) with ``method``'s own knobs (their defaults, then
+    ``knob_values``' values of them: a preset's ``[hparams]``) and ``overrides``' tables for
+    ``method`` applied: base algorithm, ``spherefed``, calibration, full name, each by
     its built-in name where a part is a built-in's class named by its path (``built_in_name``: the
     same method, the same tables)."""
     hp = hp.with_knobs(method.knobs)
