@@ -8,6 +8,7 @@ from accel_sim.hardware import HardwareConfig
 from accel_sim.simulate import simulate
 from workloads.cost import calibration as cal
 from workloads.fl.hparams import Hparams
+from workloads.fl.methods import parse_method
 from workloads.fl.methods.ccvr import retrain_classifier
 from workloads.fl.methods.ffc import ffc_client_statistics
 from workloads.cost.step import method_setup, simulate_complete
@@ -71,7 +72,7 @@ def test_client_peak_memory_is_the_full_loops_peak(counts, batches):
 
 def test_retrain_extrapolation():
     l, c, b = 16, 4, 8
-    hp = Hparams(ccvr_epochs=1, ccvr_batch_size=b)
+    hp = Hparams(declared=parse_method("ccvr").knobs, ccvr_epochs=1, ccvr_batch_size=b)
     loss = lambda o, t: F.cross_entropy(o, t, reduction="none")  # noqa: E731
 
     def report(steps):
@@ -93,7 +94,7 @@ def test_retrain_extrapolation():
 
 def test_ffc_is_cheaper_than_ccvr_on_the_server():
     # CCVR samples C x M_c features and re-trains; FFC sums and solves once
-    hp = Hparams(ccvr_virtual_per_class=20, ccvr_epochs=2)
+    hp = Hparams(declared=parse_method("ccvr").knobs, ccvr_virtual_per_class=20, ccvr_epochs=2)
     kw = dict(feature_dim=64, num_classes=10, num_clients=3, hp=hp, hw=HW)
     ffc, ccvr = cal.server_cost("ffc", **kw), cal.server_cost("ccvr", **kw)
     assert 0 < ffc.total_cycles < ccvr.total_cycles

@@ -22,10 +22,11 @@ from test_study_complete import STUDY  # a small study file (its runs never star
 from workloads.cost.system import CUMULATIVE_COLUMNS
 from workloads.fl.execution import Execution
 from workloads.fl.hparams import FLConfig, Hparams
+from workloads.fl.methods import parse_method
 
 TINY_FL = FLConfig(model="convnet", dataset="digits", num_clients=3, rounds=2, alpha=0.5, max_train_samples=90,
                    max_test_samples=60, holdout_fraction=0.2, seed=0)
-TINY_HP = Hparams(lr=0.05, batch_size=16, local_epochs=1, ccvr_epochs=1, ccvr_virtual_per_class=5)
+TINY_HP = Hparams(declared=parse_method("ccvr").knobs, lr=0.05, batch_size=16, local_epochs=1, ccvr_epochs=1, ccvr_virtual_per_class=5)
 
 
 def _trained(folder: Path, method: str, execution: Execution) -> Path:
