@@ -33,7 +33,7 @@ def test_extrapolate_hand_case():
 
 def test_client_statistics_extrapolation_is_exact():
     model = build_model("convnet", num_classes=10, head=SphereFed.head).to("meta").eval()
-    hp = Hparams(batch_size=4)
+    hp = Hparams(declared=parse_method("ffc").knobs, batch_size=4)
     x = torch.empty(4, 3, 32, 32, device="meta")
     y = torch.zeros(4, dtype=torch.long, device="meta")
     stats = lambda batches: ffc_client_statistics(model, batches, num_classes=10, hp=hp)  # noqa: E731

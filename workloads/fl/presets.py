@@ -134,7 +134,7 @@ def load_preset(preset: str) -> Preset:
         check_override_name(name, where=f"{path} [methods.{name}]")
         if not isinstance(table, dict):
             raise ValueError(f"{path}: methods.{name} must be a table ([methods.{name}]) of hyper-parameters")
-        override(hp.with_knobs(part_knobs(name)), table, where=f"{path} [methods.{name}]")  # validate now, not mid-run
+        check_table(hp.with_knobs(part_knobs(name)), table, where=f"{path} [methods.{name}]")  # now, not mid-run
     execution = preset_options(doc.get("execution", {}), where=str(path))
     targets = doc.get("targets", {})
     checks.unknown_keys(targets, ("accuracy_pct",), where=f"{path} [targets]")
@@ -151,6 +151,18 @@ def part_knobs(name: str) -> tuple[Knob, ...]:
     if part is not None:
         return tuple(part.knobs)
     return () if name in NAME_PARTS else parse_method(name).knobs
+
+
+def check_table(hp: Hparams, table: Mapping[str, Any], *, where: str) -> None:
+    """A ``[methods.<name>]`` table's keys and values, for ``hp`` (the local training's knobs and that
+    method's): a knob of another method is refused naming its methods and where it belongs."""
+    foreign = [k for k in table if k not in hp.names() and knob_owners(k)]
+    if foreign:
+        owners = knob_owners(foreign[0])
+        raise ValueError(f"{where}: {foreign[0]} is a knob of {' and '.join(owners)}, not of this table's method; "
+                         f"set it in [methods.{owners[0]}] (or the table of a method that trains {owners[0]}, "
+                         f'e.g. [methods."{owners[0]}+spherefed"])')
+    override(hp, table, where=where)
 
 
 def knob_owners(name: str) -> list[str]:
