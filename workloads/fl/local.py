@@ -362,7 +362,7 @@ def client_trainer(model: nn.Module, global_state: Mapping[str, torch.Tensor], h
     anchors = {}
     if method.algo.anchored:
         anchors = {name: t.detach().clone() for name, t in global_state.items()}
-    hp = hp.with_knobs(method.knobs)  # a method that declares its knobs when it runs: their defaults where ``hp`` lacks them
+    hp = hp.with_knobs(method.knobs)  # the method's knobs: their defaults where ``hp`` lacks them
     lr = hp.lr if context.get("lr") is None else context["lr"]
     if state is None:
         state = method.algo.initial_client_state(model, hp)
