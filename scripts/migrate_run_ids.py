@@ -67,7 +67,7 @@ class Plan:
     ids: dict[str, str] = field(default_factory=dict)
     writes: dict[Path, str] = field(default_factory=dict)
     renames: list[tuple[Path, Path]] = field(default_factory=list)
-    runs: int = 0  # run folders read
+    runs: int = 0  # run folders read (a bench.fl folder: methods)
 
     def empty(self) -> bool:
         return not (self.writes or self.renames)
@@ -75,8 +75,11 @@ class Plan:
     def describe(self) -> str:
         if self.kind == "bench.dse":
             return f"{self.folder}: a bench.dse folder (no runs): nothing to migrate"
+        what = f"{self.runs} method(s) in results.json" if self.kind == "bench.fl" else f"{self.runs} run(s)"
         if self.empty():
-            return f"{self.folder}: {self.runs} run(s), already migrated: nothing to do"
+            return f"{self.folder}: {what}, already migrated: nothing to do"
+        if self.kind == "bench.fl":
+            return f"{self.folder}: {what}: each method's hparams its own knobs; results.json rewritten"
         files = sorted(str(p.relative_to(self.folder)) for p in self.writes if p.name != "point.json")
         return (f"{self.folder}: {self.runs} run(s), {len(self.ids)} renamed (new id), "
                 f"{sum(p.name == 'point.json' for p in self.writes)} point.json rewritten; files rewritten: "
