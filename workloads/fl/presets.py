@@ -5,8 +5,8 @@ A preset is a name under ``configs/presets/`` or a path to a ``.toml`` file with
 
 * ``[run]``: ``FLConfig`` fields plus ``methods``, the default method list;
 * ``[hparams]``: the local training's knobs for every method, and knobs of particular methods
-  (FedProx's ``prox_mu``, CCVR's ``ccvr_lr``), used by the methods that have them; a run whose
-  methods have none of them is refused (``Preset.check_knobs``);
+  (FedProx's ``prox_mu``, CCVR's ``ccvr_lr``), used by the methods that have them; a run where
+  one of them belongs to no method it trains is refused (``Preset.check_knobs``);
 * ``[methods.<name>]``: per-method overrides, applied in this order: the base algorithm,
   ``spherefed`` for any SphereFed variant, the calibration, then the full method name. Each
   ``<name>`` must be one of those (a misspelt table is an error, not silently unused);
