@@ -8,6 +8,7 @@ from accel_sim.hardware import HardwareConfig
 from accel_sim.simulate import simulate
 from workloads.cost import calibration as cal
 from workloads.fl.hparams import Hparams
+from workloads.fl.methods import parse_method
 from workloads.fl.methods.ccvr import retrain_classifier
 from workloads.fl.methods.ffc import ffc_client_statistics
 from workloads.cost.step import method_setup, simulate_complete
@@ -32,7 +33,7 @@ def test_extrapolate_hand_case():
 
 def test_client_statistics_extrapolation_is_exact():
     model = build_model("convnet", num_classes=10, head=SphereFed.head).to("meta").eval()
-    hp = Hparams(batch_size=4)
+    hp = Hparams(declared=parse_method("ffc").knobs, batch_size=4)
     x = torch.empty(4, 3, 32, 32, device="meta")
     y = torch.zeros(4, dtype=torch.long, device="meta")
     stats = lambda batches: ffc_client_statistics(model, batches, num_classes=10, hp=hp)  # noqa: E731
@@ -71,7 +72,7 @@ def test_client_peak_memory_is_the_full_loops_peak(counts, batches):
 
 def test_retrain_extrapolation():
     l, c, b = 16, 4, 8
-    hp = Hparams(ccvr_epochs=1, ccvr_batch_size=b)
+    hp = Hparams(declared=parse_method("ccvr").knobs, ccvr_epochs=1, ccvr_batch_size=b)
     loss = lambda o, t: F.cross_entropy(o, t, reduction="none")  # noqa: E731
 
     def report(steps):
@@ -93,7 +94,7 @@ def test_retrain_extrapolation():
 
 def test_ffc_is_cheaper_than_ccvr_on_the_server():
     # CCVR samples C x M_c features and re-trains; FFC sums and solves once
-    hp = Hparams(ccvr_virtual_per_class=20, ccvr_epochs=2)
+    hp = Hparams(declared=parse_method("ccvr").knobs, ccvr_virtual_per_class=20, ccvr_epochs=2)
     kw = dict(feature_dim=64, num_classes=10, num_clients=3, hp=hp, hw=HW)
     ffc, ccvr = cal.server_cost("ffc", **kw), cal.server_cost("ccvr", **kw)
     assert 0 < ffc.total_cycles < ccvr.total_cycles

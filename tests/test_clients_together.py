@@ -145,8 +145,8 @@ def test_a_method_trained_together_is_the_sequential_run(name, capsys):
 
 def test_fedprox_penalty_changes_the_batched_run_as_the_sequential_one():
     # the proximal term acts in the batched step: mu = 10 moves the weights away from mu = 0's
-    strong = Hparams(**{**HP.__dict__, "prox_mu": 10.0})
-    plain, prox = run("fedprox", True, hp=Hparams(**{**HP.__dict__, "prox_mu": 0.0})), run("fedprox", True, hp=strong)
+    strong = HP.with_knobs(FedProx().knobs).replace(prox_mu=10.0)
+    plain, prox = run("fedprox", True, hp=HP.with_knobs(FedProx().knobs).replace(prox_mu=0.0)), run("fedprox", True, hp=strong)
     assert_same_run(run("fedprox", False, hp=strong), prox)
     gap = max(float((plain.weights[k] - prox.weights[k]).abs().max()) for k in plain.weights
               if plain.weights[k].dtype.is_floating_point)

@@ -41,7 +41,7 @@ def batches(idx, size=7):
 @settings(max_examples=25, deadline=None)
 @given(st.lists(st.integers(0, 5), min_size=120, max_size=120), st.sampled_from([0.0, 1e-3]))
 def test_ffc_equals_centralized_least_squares(client_of, ridge):
-    hp = Hparams(ffc_ridge=ridge)
+    hp = Hparams(declared=parse_method("ffc").knobs, ffc_ridge=ridge)
     stats = [ffc_client_statistics(RAW, batches(idx), num_classes=4, hp=hp)
              for idx in split_from(client_of, 120) if len(idx)]
     w = CALIBRATIONS["ffc"].server_calibrate(stats, classifier_weight=RAW.classifier.weight.double(), hp=hp)
@@ -97,7 +97,7 @@ def test_ccvr_single_sample_and_absent_classes():
 
 def test_ccvr_retraining_moves_the_classifier_and_is_seeded():
     stats = [ccvr_client_statistics(MODEL, class_batches(DATA.x, DATA.y, 16), num_classes=4)]
-    hp = Hparams(ccvr_lr=0.1, ccvr_epochs=2, ccvr_virtual_per_class=40)
+    hp = Hparams(declared=parse_method("ccvr").knobs, ccvr_lr=0.1, ccvr_epochs=2, ccvr_virtual_per_class=40)
     loss = lambda o, y: torch.nn.functional.cross_entropy(o, y, reduction="none")
     run = lambda: CALIBRATIONS["ccvr"].server_calibrate(
         stats, classifier_weight=MODEL.classifier.weight.detach(), loss_fn=loss, hp=hp,

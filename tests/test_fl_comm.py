@@ -14,7 +14,8 @@ from workloads.fl.methods.spherefed import SphereFed
 TRAIN, TEST = blobs(160), blobs(40, seed=1)
 PARTS = dirichlet_partition(TRAIN.y.numpy(), 5, 1.0, min_size=5, seed=0)
 CFG = FLConfig(dataset="blobs", num_clients=5, rounds=4, participation=0.6)  # 3 clients a round
-HP = Hparams(lr=0.05, local_epochs=1, batch_size=32, share_every_rounds=2, ccvr_virtual_per_class=10,
+HP = Hparams(declared=(*parse_method("doublehead").knobs, *parse_method("ccvr").knobs, *parse_method("ffc").knobs),
+             lr=0.05, local_epochs=1, batch_size=32, share_every_rounds=2, ccvr_virtual_per_class=10,
              ccvr_epochs=1, ffc_ridge=1e-3)
 
 
@@ -67,7 +68,7 @@ def test_calibration_bytes_match_sphere_fed_table1_sizes():
     # SphereFed Tab. 1 (MobileNetV2, CIFAR-100, l = 1280, C = 100, 32-bit): FFC sends
     # l (l + C) = 1,766,400 values = 7.07 MB ("7"); CCVR's Sigma (l x l x C) + mu (l x C) is
     # 163,968,000 values = 655.9 MB, the difference 758 - 102 of the table.
-    hp32 = Hparams(ffc_stats_dtype="float32")
+    hp32 = Hparams(declared=parse_method("ffc").knobs, ffc_stats_dtype="float32")
     assert CALIBRATIONS["ffc"].upload_bytes(feature_dim=1280, num_classes=100, hp=hp32) == 7_065_600
     # we send CCVR statistics in float64, plus the C counts
     assert CALIBRATIONS["ccvr"].upload_bytes(feature_dim=1280, num_classes=100, hp=hp32) == (100 + 163_968_000) * 8
@@ -89,7 +90,7 @@ def test_bench_closed_form_equals_the_ledger_for_double_head():
     train, test = (Dataset("noise", torch.randn(n, 3, 16, 16, generator=g), torch.arange(n) % 10, 10, "noise")
                    for n in (16, 8))
     cfg = FLConfig(dataset="noise", num_clients=2, rounds=2, participation=1.0, model="convnet")
-    hp = Hparams(lr=0.01, local_epochs=1, batch_size=8, share_every_rounds=1)
+    hp = Hparams(declared=parse_method("doublehead").knobs, lr=0.01, local_epochs=1, batch_size=8, share_every_rounds=1)
     method = parse_method("doublehead")
     result = run_method(method, model_fn=lambda: model_spec.build(model_spec.as_spec("convnet", 16), num_classes=10),
                         train=train, test=test, parts=[np.arange(0, 8), np.arange(8, 16)], cfg=cfg, hp=hp)

@@ -22,7 +22,8 @@ from workloads.models import Head
 TRAIN, TEST = blobs(120), blobs(40, seed=1)
 PARTS = dirichlet_partition(TRAIN.y.numpy(), 3, 0.5, min_size=5, seed=0)
 CFG = FLConfig(dataset="blobs", num_clients=3, rounds=2, participation=1.0)
-HP = Hparams(lr=0.05, local_epochs=1, batch_size=16, ffc_ridge=1e-3,  # ridge: dead ReLU features
+HP = Hparams(declared=(*parse_method("ffc").knobs, *parse_method("ccvr").knobs),
+             lr=0.05, local_epochs=1, batch_size=16, ffc_ridge=1e-3,  # ridge: dead ReLU features
              ccvr_virtual_per_class=20, ccvr_epochs=2)
 EVERY_PATH = ["fedavg", "fedprox", "fednova", "fedopt", "fedavgm", "fedcos", "fedbabu", "doublehead",
               "spherefed+ffc", "fedavg+ccvr"]

@@ -12,6 +12,7 @@ from bench.lib.fl.jobs import (Job, RunInputs, available_cpus, resolve_workers, 
 from workloads.fl.data import load_dataset
 from workloads.fl.dataset import subset
 from workloads.fl.hparams import FLConfig, Hparams
+from workloads.fl.methods import parse_method
 from workloads.cost.rounds import client_devices
 from workloads.fl.presets import make_partition
 from workloads.model_spec import ModelSpec
@@ -28,7 +29,8 @@ def inputs():
                      client_devices(system, hw, fl.num_clients, seed=0), 0)
 
 
-HP = Hparams(lr=0.05, local_epochs=1, batch_size=16, ccvr_virtual_per_class=5, ffc_ridge=1e-3)
+HP = Hparams(declared=(*parse_method("ccvr").knobs, *parse_method("ffc").knobs),  # the calibrations' knobs
+             lr=0.05, local_epochs=1, batch_size=16, ccvr_virtual_per_class=5, ffc_ridge=1e-3)
 JOBS = (Job("fedavg+ccvr", HP), Job("spherefed+ffc", HP))
 
 

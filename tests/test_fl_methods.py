@@ -32,25 +32,25 @@ def assert_same_weights(a, b):
 
 
 def test_fedprox_mu0_is_fedavg():
-    assert_same_weights(run("fedprox", Hparams(**{**HP.__dict__, "prox_mu": 0.0})).weights,
+    assert_same_weights(run("fedprox", HP.with_knobs(parse_method("fedprox").knobs).replace(prox_mu=0.0)).weights,
                         run("fedavg").weights)
 
 
 def test_fedcos_mu0_is_fedavg():
     # 3 rounds: rounds 2 and 3 compute the penalty with a non-zero direction d_t
-    assert_same_weights(run("fedcos", Hparams(**{**HP.__dict__, "fedcos_mu": 0.0})).weights,
+    assert_same_weights(run("fedcos", HP.with_knobs(parse_method("fedcos").knobs).replace(fedcos_mu=0.0)).weights,
                         run("fedavg").weights)
 
 
 def test_penalties_change_the_model():
     fedavg = run("fedavg").weights
     for name, hp in [("fedprox", {"prox_mu": 1.0}), ("fedcos", {"fedcos_mu": 1.0})]:
-        w = run(name, Hparams(**{**HP.__dict__, **hp})).weights
+        w = run(name, HP.with_knobs(parse_method(name).knobs).replace(**hp)).weights
         assert not torch.equal(w["body.1.weight"], fedavg["body.1.weight"]), name
 
 
 def test_fedopt_without_server_momentum_matches_fedavg():
-    w = run("fedopt", Hparams(**{**HP.__dict__, "server_momentum": 0.0})).weights
+    w = run("fedopt", HP.with_knobs(parse_method("fedopt").knobs).replace(server_momentum=0.0)).weights
     ref = run("fedavg").weights
     for k in ref:
         torch.testing.assert_close(w[k], ref[k], rtol=0, atol=1e-6)
@@ -113,7 +113,7 @@ def test_fednova_sends_its_normalizer():
 
 
 def test_doublehead_local_head_stays_local_and_layers_are_released():
-    hp = Hparams(**{**HP.__dict__, "share_every_rounds": 1})
+    hp = HP.with_knobs(parse_method("doublehead").knobs).replace(share_every_rounds=1)
     result = run("doublehead", hp)
     doublehead = parse_method("doublehead")
     model = prepare_model(TinyNet(), doublehead, seed=0)

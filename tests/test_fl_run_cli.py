@@ -150,13 +150,15 @@ def test_per_model_paper_presets_follow_table_16(preset, model, base, lr, ours_l
     cfg, methods, hp, overrides = p.fl, p.methods, p.hp, p.overrides
     assert (cfg.dataset, cfg.model, cfg.norm, cfg.num_clients, cfg.rounds) == ("cifar100", model, "gn", 10, 100)
     assert (hp.local_epochs, hp.batch_size, hp.momentum, hp.weight_decay) == (10, 64, 0.9, 1e-5)
-    assert (hp.ccvr_virtual_per_class, hp.ccvr_lr) == (500, 1e-5)
+    ccvr = p.hparams(parse_method(f"{base}+ccvr"))
+    assert (ccvr.ccvr_virtual_per_class, ccvr.ccvr_lr) == (500, 1e-5)
     assert methods == (base, f"{base}+ccvr", f"{base}+spherefed+ffc")
     assert method_hparams(parse_method(base), hp, overrides).lr == lr
     ours = method_hparams(parse_method(f"{base}+spherefed+ffc"), hp, overrides)
     assert ours.lr == ours_lr
     if base == "fedprox":
-        assert (method_hparams(parse_method(base), hp, overrides).prox_mu, ours.prox_mu) == (0.001, 0.0001)
+        assert (p.hparams(parse_method(base)).prox_mu, ours.prox_mu) == (0.001, 0.0001)
+        assert p.hparams(parse_method("fedprox+spherefed")).prox_mu == 0.0001  # [methods."fedprox+spherefed"]
     if base == "fedopt":
         assert (ours.server_lr, ours.server_momentum) == (1.0, 0.3)
 

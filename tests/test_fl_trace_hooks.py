@@ -56,7 +56,7 @@ def test_penalized_and_headed_steps_capture_on_meta(name):
 def calibration_traces(name):
     """(client statistics trace, server calibration trace) of ``name`` on a meta ConvNet."""
     method = parse_method(name)
-    hp = Hparams(batch_size=8, ccvr_virtual_per_class=4, ccvr_epochs=1)
+    hp = Hparams(declared=(*parse_method("ccvr").knobs, *parse_method("ffc").knobs), batch_size=8, ccvr_virtual_per_class=4, ccvr_epochs=1)
     model = prepare_model(build_model("convnet", num_classes=10, image_size=16, head=method.head),
                           method, seed=0).to("meta").eval()
     calib = CALIBRATIONS[method.calibration]

@@ -25,6 +25,7 @@ from workloads.fl.comm import closed_form_sizes, ledger_totals
 from workloads.fl.data import load_dataset
 from workloads.fl.dataset import subset
 from workloads.fl.hparams import FLConfig, Hparams
+from workloads.fl.methods import parse_method
 from workloads.fl.loop import forecast, planned_samples
 from workloads.fl.presets import make_partition
 from workloads.model_spec import ModelSpec
@@ -33,7 +34,8 @@ from workloads.models import Head
 FAST = {"hw": "paper_default", "memory_bytes": math.inf, "downlink_bytes_per_s": math.inf,
         "uplink_bytes_per_s": math.inf, "latency_s": 0.0}
 SLOW = {**FAST, "downlink_bytes_per_s": 1000.0, "uplink_bytes_per_s": 1000.0}
-HP = Hparams(lr=0.05, local_epochs=1, batch_size=16, ccvr_virtual_per_class=5, ffc_ridge=1e-3)
+HP = Hparams(declared=(*parse_method("ccvr").knobs, *parse_method("ffc").knobs),  # the calibrations' knobs
+             lr=0.05, local_epochs=1, batch_size=16, ccvr_virtual_per_class=5, ffc_ridge=1e-3)
 
 
 def fleet_of(classes, *, deadline_s=math.inf, overcommit=1.0, assignment=None, name="test"):

@@ -83,7 +83,11 @@ PRESET = textwrap.dedent(f'''
     lr = 0.05
     local_epochs = 1
     batch_size = 64
+
+    [methods.ccvr]
     ccvr_virtual_per_class = 5
+
+    [methods.ffc]
     ffc_ridge = 1e-3
 
     [methods."{METHOD}"]

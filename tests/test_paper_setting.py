@@ -5,11 +5,12 @@ Sec. 5.1 and appendix Tab. 16)."""
 from bench.lib.formulas import Table1Setup
 from bench.lib.paper import PAPER
 from workloads.fl.hparams import FLConfig, Hparams
+from workloads.fl.methods import parse_method
 from workloads.fl.presets import load_preset
 
 
 def test_fl_defaults_are_the_papers_setting():
-    cfg, hp = FLConfig(), Hparams()
+    cfg, hp = FLConfig(), Hparams(declared=parse_method("ccvr").knobs)
     assert (cfg.dataset, cfg.num_clients, cfg.rounds) == (PAPER.dataset, PAPER.num_clients, PAPER.rounds)
     assert (hp.local_epochs, hp.batch_size, hp.ccvr_virtual_per_class) == (
         PAPER.local_epochs, PAPER.batch_size, PAPER.ccvr_virtual_per_class)

@@ -93,7 +93,7 @@ def tiny_run():
     cfg = FLConfig(dataset="digits", model="convnet", num_clients=3, rounds=2, seed=0, eval_every=1)
     hp = Hparams(lr=0.05, local_epochs=1, batch_size=32)
     method = parse_method("fedavg+ccvr")
-    hp = replace(hp, ccvr_virtual_per_class=5, ccvr_epochs=1)
+    hp = hp.with_knobs(method.knobs).replace(ccvr_virtual_per_class=5, ccvr_epochs=1)
     result = run_method(method, model_fn=lambda: _build(), train=train, test=test, parts=parts, cfg=cfg, hp=hp)
     return result, method, hp, [train.y[p].numpy() for p in parts]
 

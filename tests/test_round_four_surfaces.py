@@ -481,10 +481,12 @@ def test_a_presets_method_knob_trains_moon_with_it(tmp_path, capsys):
     ("[hparams]\nmoon_mu = 2.5\n", ("fedavg",),  # [hparams] sets a knob no method of the run reads
      "[hparams]: moon_mu is a knob of moon, which this run does not train (methods: fedavg); set it in "
      "[methods.moon] (used when moon trains) or train moon"),
-    ("[methods.moon]\nprox_mu = 0.1\nmoon_muu = 2.5\n", ("moon",),
+    ("[methods.moon]\nlr = 0.1\nmoon_muu = 2.5\n", ("moon",),
      "[methods.moon]: unknown key 'moon_muu' (did you mean 'moon_mu'?)"),
+    ("[methods.moon]\nprox_mu = 0.1\n", ("moon",),  # FedProx's knob in moon's table: it belongs to fedprox
+     "[methods.moon]: prox_mu is a knob of fedprox, not of this table's method; set it in [methods.fedprox]"),
     ("[methods.moon]\nfeddyn_alpha = 0.1\n", ("moon",),  # another method's knob in moon's table
-     "[methods.moon]: unknown key 'feddyn_alpha'"),
+     "[methods.moon]: feddyn_alpha is a knob of feddyn, not of this table's method; set it in [methods.feddyn]"),
     ("[methods.moon]\nmoon_mu = -1.0\n", ("moon",), "[methods.moon]: hyper-parameter moon_mu must be >= 0, got -1.0"),
     ("[hparams]\nmoon_mu = -1.0\n", ("moon",), "[hparams]: hyper-parameter moon_mu must be >= 0, got -1.0"),
 ])

@@ -22,16 +22,24 @@ from test_study_complete import STUDY  # a small study file (its runs never star
 from workloads.cost.system import CUMULATIVE_COLUMNS
 from workloads.fl.execution import Execution
 from workloads.fl.hparams import FLConfig, Hparams
+from workloads.fl.methods import parse_method
 
 TINY_FL = FLConfig(model="convnet", dataset="digits", num_clients=3, rounds=2, alpha=0.5, max_train_samples=90,
                    max_test_samples=60, holdout_fraction=0.2, seed=0)
-TINY_HP = Hparams(lr=0.05, batch_size=16, local_epochs=1, ccvr_epochs=1, ccvr_virtual_per_class=5)
+TINY_HP = Hparams(lr=0.05, batch_size=16, local_epochs=1)
+TINY_CCVR = {"ccvr_epochs": 1, "ccvr_virtual_per_class": 5}  # CCVR's knobs, where the run's method has them
+
+
+def tiny_hp(method: str) -> Hparams:
+    """``TINY_HP`` with ``method``'s own knobs (a study point records no other method's)."""
+    hp = TINY_HP.with_knobs(parse_method(method).knobs)
+    return hp.replace(**{k: v for k, v in TINY_CCVR.items() if k in hp.names()})
 
 
 def _trained(folder: Path, method: str, execution: Execution) -> Path:
     """A tiny study run (3 clients, 2 rounds of 1 epoch on 90 digits) trained by ``run_point`` into ``folder``,
     with the point.json the grid engine writes beside it."""
-    point = make_point("convnet", method, 0, TINY_FL, TINY_HP, execution)
+    point = make_point("convnet", method, 0, TINY_FL, tiny_hp(method), execution)
     folder.mkdir(parents=True)
     run_point(point, folder)
     (folder / "point.json").write_text(json.dumps({"run_id": folder.name, "config": point}))

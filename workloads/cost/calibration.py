@@ -223,7 +223,7 @@ def server_cost(calibration: str, *, feature_dim: int, num_classes: int, num_cli
     calibration declares (``Calibration.server_work``), each piece captured on ``meta`` and a loop
     of identical steps extrapolated from two captures (``extrapolate``)."""
     calib = calibration_named(calibration)
-    hp = hp.with_knobs(calib.knobs)  # a calibration of yours: its knobs' defaults where ``hp`` lacks them
+    hp = hp.with_knobs(calib.knobs)  # its knobs' defaults where ``hp`` lacks them
     loss_fn = per_sample_loss(parse_method(calib.trained_with))
     total = ZERO
     for work in calib.server_work(feature_dim=feature_dim, num_classes=num_classes, num_clients=num_clients,

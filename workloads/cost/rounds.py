@@ -183,7 +183,7 @@ class RunPricer:
             return StepPrice(0.0, 0.0, 0)
         key = (hook, _local_step_key(method, hp, round), hw)
         if key not in self._steps:
-            hp = hp.with_knobs(method.knobs)  # a method that declares its knobs when it runs
+            hp = hp.with_knobs(method.knobs)  # the method's knobs: their defaults where ``hp`` lacks them
             model = copy.deepcopy(self.prepared(method)).train()
             received = example_received(model, method.training, hp, round)
             trainer = client_trainer(model, model.state_dict(), hp, method.training, round=round, received=received)
@@ -225,7 +225,7 @@ class RunPricer:
         shared = tuple(method.algo.shared_keys(model, round, hp))
         key = (type(method.algo).aggregate, method.algo.extra_uploads(round), shared, num_updates, hp.replace(lr=1.0), hw)
         if key not in self._aggregations:
-            hp = hp.with_knobs(method.knobs)  # a method that declares its knobs when it runs
+            hp = hp.with_knobs(method.knobs)  # the method's knobs: their defaults where ``hp`` lacks them
             weights = {k: v.detach() for k, v in model.state_dict().items()}
             params = set(trainable_keys(model))
             keys = [k for k in shared if k in params]

@@ -56,7 +56,7 @@ def local_step_trace(model_fn: Callable[[], nn.Module], method: MethodConfig, hp
     and memory)."""
     if method.calibration:
         raise ValueError(f"{method.name!r}: a training step has no calibration; price the calibration on its own")
-    hp = hp.with_knobs(method.knobs).replace(batch_size=batch_size)  # a method of yours: its knobs' defaults
+    hp = hp.with_knobs(method.knobs).replace(batch_size=batch_size)  # the method's knobs' defaults where ``hp`` lacks them
     torch.manual_seed(seed)
     model = prepare_model(model_fn(), method, seed=seed).train()
     if width < 1.0:

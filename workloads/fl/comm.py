@@ -173,7 +173,7 @@ def closed_form_bytes(method: MethodConfig, hp: Hparams, *, rounds: int, clients
     uploads what the calibration says it sends once (``calibration_client_bytes``).
     """
     model = ModelSizes(**sizes)
-    hp = hp.with_knobs(method.knobs)  # a method of yours: its knobs' defaults where ``hp`` lacks them
+    hp = hp.with_knobs(method.knobs)  # the method's knobs: their defaults where ``hp`` lacks them
     down = up = 0
     for t in range(1, rounds + 1):
         down_t, up_t = client_round_bytes(method, hp, t, layer_bytes=model.layer_bytes,

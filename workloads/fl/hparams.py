@@ -15,30 +15,29 @@ from typing import Any, Mapping, Sequence
 from iokit import checks
 from iokit.checks import SEED_MAX
 from workloads.fl.knob import LOCAL_TRAINING, Knob
-from workloads.fl.methods import registered_knobs
 
 
 @dataclass(frozen=True, init=False, repr=False)
 class Hparams:
     """Local training and method hyper-parameters for one method: a value for every declared knob.
 
-    The knobs are the local training's (``LOCAL_TRAINING``), every registered method's (each
-    method's ``knobs``: FedProx its mu, CCVR its re-training, ...) and those passed as ``declared``
-    (a method named by a dotted path brings its own). ``Hparams(lr=0.05, ccvr_epochs=2)`` sets
-    values by name, each checked by its knob; ``hp.prox_mu`` reads one; ``hp.replace(...)`` (or
-    ``dataclasses.replace``) changes some; ``hp.as_dict()`` is the flat name -> value table results
-    files record.
+    The knobs are the local training's (``LOCAL_TRAINING``) and those passed as ``declared``: a
+    run's are its method's own (``MethodConfig.knobs``: FedProx its mu, CCVR its re-training, ...),
+    so a run records no other method's knob. ``Hparams(declared=method.knobs, lr=0.05)`` sets values
+    by name, each checked by its knob; ``hp.prox_mu`` reads one; ``hp.replace(...)`` (or
+    ``dataclasses.replace``) changes some; ``hp.with_knobs(method.knobs)`` adds a method's at their
+    defaults; ``hp.as_dict()`` is the flat name -> value table results files record.
     """
 
     declared: tuple[Knob, ...]  # in declaration order: local training, then the methods'
     values: tuple[Any, ...]  # one per declared knob
 
     def __init__(self, *, declared: Sequence[Knob] = (), values: Sequence[Any] | None = None, **settings: Any) -> None:
-        """``declared``: knobs besides the local training's and the registered methods'; ``values``:
+        """``declared``: knobs besides the local training's (a method's); ``values``:
         one per ``declared`` knob (as ``dataclasses.replace`` and ``Hparams(**hp.__dict__)`` pass
         them back); ``settings``: values by name, over those."""
         known: dict[str, Knob] = {}
-        for knob in (*LOCAL_TRAINING, *registered_knobs(), *declared):
+        for knob in (*LOCAL_TRAINING, *declared):
             if known.setdefault(knob.name, knob) != knob:
                 raise ValueError(f"hyper-parameter {knob.name} is declared twice, differently ({known[knob.name]} "
                                  f"and {knob}); give one of the methods' knobs another name")
@@ -126,8 +125,8 @@ class FLConfig:
 
 def hparams_from_table(values: Mapping[str, Any], *, where: str, knobs: Sequence[Knob] = (),
                        error: type[Exception] = ValueError) -> Hparams:
-    """``Hparams`` of a config table (the defaults, and ``knobs`` besides the registered ones, with
-    ``values`` set); unknown keys and bad values rejected, naming ``where``."""
+    """``Hparams`` of a config table (the local training's knobs and ``knobs``, a method's, at their
+    defaults, with ``values`` set); unknown keys and bad values rejected, naming ``where``."""
     return override(Hparams(declared=knobs), values, where=where, error=error)
 
 

@@ -2,8 +2,9 @@
 
 Every method (``workloads/fl/methods``) lists its own knobs (``knobs = (Knob(...), ...)``) and the
 local training's are ``LOCAL_TRAINING``; ``workloads.fl.hparams.Hparams`` holds values of declared
-knobs only, each checked by its ``Knob`` when it is set. A knob's type is its default's: an ``int``
-knob takes integers, a ``float`` knob any finite number, a ``str`` knob one of its ``choices``.
+knobs only (a run's: the local training's and its own method's), each checked by its ``Knob`` when
+it is set. A knob's type is its default's: an ``int`` knob takes integers, a ``float`` knob any
+finite number, a ``str`` knob one of its ``choices``.
 """
 
 from __future__ import annotations

@@ -325,7 +325,7 @@ class ClientTrainer:
 def example_received(model: nn.Module, method: MethodConfig, hp: Hparams, round: int) -> dict[str, dict[str, torch.Tensor]]:
     """Zeros shaped as ``method``'s ``extra_downloads`` of round ``round`` (the trainable shared
     parameters, once per group): what a priced or timed step receives in their place."""
-    keys = set(method.algo.shared_keys(model, round, hp))
+    keys = set(method.algo.shared_keys(model, round, hp.with_knobs(method.knobs)))
     like = {n: p for n, p in model.named_parameters() if p.requires_grad and n in keys}
     return {group: {n: torch.zeros_like(p).detach() for n, p in like.items()} for group in method.algo.extra_downloads(round)}
 
@@ -362,7 +362,7 @@ def client_trainer(model: nn.Module, global_state: Mapping[str, torch.Tensor], h
     anchors = {}
     if method.algo.anchored:
         anchors = {name: t.detach().clone() for name, t in global_state.items()}
-    hp = hp.with_knobs(method.knobs)  # a method that declares its knobs when it runs: their defaults where ``hp`` lacks them
+    hp = hp.with_knobs(method.knobs)  # the method's knobs: their defaults where ``hp`` lacks them
     lr = hp.lr if context.get("lr") is None else context["lr"]
     if state is None:
         state = method.algo.initial_client_state(model, hp)

@@ -4,7 +4,9 @@
 A preset is a name under ``configs/presets/`` or a path to a ``.toml`` file with the tables
 
 * ``[run]``: ``FLConfig`` fields plus ``methods``, the default method list;
-* ``[hparams]``: ``Hparams`` defaults for every method;
+* ``[hparams]``: the local training's knobs for every method, and knobs of particular methods
+  (FedProx's ``prox_mu``, CCVR's ``ccvr_lr``), used by the methods that have them; a run where
+  one of them belongs to no method it trains is refused (``Preset.check_knobs``);
 * ``[methods.<name>]``: per-method overrides, applied in this order: the base algorithm,
   ``spherefed`` for any SphereFed variant, the calibration, then the full method name. Each
   ``<name>`` must be one of those (a misspelt table is an error, not silently unused);
@@ -43,7 +45,7 @@ class Preset:
     name: str  # the file's stem
     fl: FLConfig
     methods: tuple[str, ...]  # [run] methods: the default method list
-    hp: Hparams  # defaults for every method
+    hp: Hparams  # the local training's knobs, for every method
     overrides: Mapping[str, Mapping]  # [methods.<name>] tables
     execution: Mapping[str, bool]  # [execution]
     accuracy_targets_pct: tuple[float, ...] = ()  # [targets] accuracy_pct: declared before the run
@@ -56,10 +58,10 @@ class Preset:
         return method_hparams(method, self.hp, self.overrides, self.knob_values)
 
     def check_knobs(self, methods: Sequence[MethodConfig]) -> None:
-        """Every knob ``[hparams]`` sets for particular methods (``knob_values``: MOON's ``moon_mu``,
+        """Every knob ``[hparams]`` sets for particular methods (``knob_values``: FedProx's ``prox_mu``,
         a method of yours' own) belongs to a method the run trains: else one line naming the preset,
         the knob, its methods and the fix (ValueError); a value that no method of the run reads
-        would be recorded as if it were used."""
+        would look as if it were used."""
         trained = {k.name for m in methods for k in m.knobs}
         for name in self.knob_values:
             if name not in trained:
@@ -113,7 +115,7 @@ def load_preset(preset: str) -> Preset:
     distinct_methods(methods, name=f"{path} [run] methods")
     cfg = checks.from_table(FLConfig, run, where=f"{path} [run]")
     common = doc.get("hparams", {})
-    every = Hparams().names()  # the local training's and the methods' every run declares
+    every = Hparams().names()  # the local training's: every run declares them
     method_knobs = {k.name: k for m in (*ALGORITHMS, *CALIBRATIONS, *methods) for k in part_knobs(m)}
     try:
         checks.unknown_keys(common, tuple(dict.fromkeys((*every, *method_knobs))), where=f"{path} [hparams]")
@@ -132,7 +134,7 @@ def load_preset(preset: str) -> Preset:
         check_override_name(name, where=f"{path} [methods.{name}]")
         if not isinstance(table, dict):
             raise ValueError(f"{path}: methods.{name} must be a table ([methods.{name}]) of hyper-parameters")
-        override(hp.with_knobs(part_knobs(name)), table, where=f"{path} [methods.{name}]")  # validate now, not mid-run
+        check_table(hp.with_knobs(part_knobs(name)), table, where=f"{path} [methods.{name}]")  # now, not mid-run
     execution = preset_options(doc.get("execution", {}), where=str(path))
     targets = doc.get("targets", {})
     checks.unknown_keys(targets, ("accuracy_pct",), where=f"{path} [targets]")
@@ -149,6 +151,18 @@ def part_knobs(name: str) -> tuple[Knob, ...]:
     if part is not None:
         return tuple(part.knobs)
     return () if name in NAME_PARTS else parse_method(name).knobs
+
+
+def check_table(hp: Hparams, table: Mapping[str, Any], *, where: str) -> None:
+    """A ``[methods.<name>]`` table's keys and values, for ``hp`` (the local training's knobs and that
+    method's): a knob of another method is refused naming its methods and where it belongs."""
+    foreign = [k for k in table if k not in hp.names() and knob_owners(k)]
+    if foreign:
+        owners = knob_owners(foreign[0])
+        raise ValueError(f"{where}: {foreign[0]} is a knob of {' and '.join(owners)}, not of this table's method; "
+                         f"set it in [methods.{owners[0]}] (or the table of a method that trains {owners[0]}, "
+                         f'e.g. [methods."{owners[0]}+spherefed"])')
+    override(hp, table, where=where)
 
 
 def knob_owners(name: str) -> list[str]:
@@ -190,9 +204,9 @@ def check_override_name(name: str, *, where: str) -> None:
 
 def method_hparams(method: MethodConfig, hp: Hparams, overrides: Mapping[str, Mapping],
                    knob_values: Mapping[str, Any] | None = None) -> Hparams:
-    """``hp`` with ``method``'s own knobs (a method of yours, or one not every run declares: their
-    defaults, then ``knob_values``' values of them: a preset's ``[hparams]``) and ``overrides``'
-    tables for ``method`` applied: base algorithm, ``spherefed``, calibration, full name, each by
+    """``hp`` (the local training's knobs) with ``method``'s own knobs (their defaults, then
+    ``knob_values``' values of them: a preset's ``[hparams]``) and ``overrides``' tables for
+    ``method`` applied: base algorithm, ``spherefed``, calibration, full name, each by
     its built-in name where a part is a built-in's class named by its path (``built_in_name``: the
     same method, the same tables)."""
     hp = hp.with_knobs(method.knobs)

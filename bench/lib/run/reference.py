@@ -38,6 +38,7 @@ from bench.lib.study.spec import Setting
 from bench.lib.study.stats import Estimate, paired_difference, prediction_interval, resolution_pts
 from iokit.outputs import CHECKOUT_ROOT
 from workloads.fl.hparams import FLConfig
+from workloads.fl.knob import LOCAL_TRAINING
 from workloads.fl.methods import MethodConfig, calibration_named, is_calibration, parse_method
 
 REFERENCE_DIR = CHECKOUT_ROOT / "results" / "reference"
@@ -89,10 +90,11 @@ def covering_choice(ref: Reference, model: str, fl: FLConfig, method: MethodConf
                     ignore: Sequence[str] = (), calibrated: bool = False) -> Mapping[str, Any] | None:
     """The study's choice for ``model``, ``fl``'s data setting and ``method``'s training method
     whose runs had ``fl`` (but the seed and ``ignore``) and ``hp`` (but the searched values); None
-    if the study has none. The knobs of ``method``'s calibration are compared only when
+    if the study has none. The knobs compared are the local training's and those of ``method``'s
+    training method (a run's point holds its own method's only); its calibration's only when
     ``calibrated`` (the calibrated method's own figures): they do not change the training."""
     ours_fl = {k: v for k, v in asdict(fl).items() if k not in ("model", "seed")}
-    skipped = () if calibrated or method.calib is None else {k.name for k in method.calib.knobs}
+    compared = {k.name for k in (*LOCAL_TRAINING, *(method if calibrated else method.training).knobs)}
     for choice in ref.summary["choices"]:
         point = choice.get("point")
         if (choice["model"], choice["setting"], choice["method"]) != (model, setting_label(fl), training_name(method)) \
@@ -100,8 +102,8 @@ def covering_choice(ref: Reference, model: str, fl: FLConfig, method: MethodConf
             continue
         if any(ours_fl.get(k) != v for k, v in point["fl"].items() if k not in ignore):
             continue
-        ours = {k: v for k, v in hp.replace(**choice["trial"]).as_dict().items() if k not in skipped}
-        if ours != {k: v for k, v in point["hparams"].items() if k not in skipped}:
+        ours = {k: v for k, v in hp.replace(**choice["trial"]).as_dict().items() if k in compared}
+        if ours != {k: v for k, v in point["hparams"].items() if k in compared}:
             continue
         return choice
     return None

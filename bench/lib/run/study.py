@@ -92,6 +92,7 @@ def run_study(runs: Sequence[ResolvedRun], data, progress: Callable[[str], None]
                 model, list(dict.fromkeys(["fedavg", *training, *calibrations])), cfg, execution.comm_format),
             "accuracy": accuracy,
             "learning_rates": rates,
+            "hparams": {job.name: job.hp.as_dict() for job in jobs},  # each run's own knobs, as it trained
             "time_to_accuracy": figures.time_to_accuracy_figures(round_rows, target_pct, target_rule),
             "reference": references,
             **({} if run.fleet is None else {"fleet": figures.fleet_figures(inputs, jobs, outcomes)}),

@@ -6,11 +6,12 @@ the point) changes exactly when something that decides the result changes, and a
 an evaluation run with the same settings are one run::
 
     {"model": "convnet", "method": "fedavg+ccvr", "seed": 0,
-     "fl": {FLConfig fields but model and seed}, "hparams": {every Hparams field},
+     "fl": {FLConfig fields but model and seed}, "hparams": {the run's knobs},
      "execution": {device and options}, "hw": null, "system": null}
 
-and, only where given, the optional keys (``optional_keys``): ``"data_dir": DIR`` for a dataset
-read from a folder (CIFAR-10 / CIFAR-100 / TinyImageNet; absent for digits and mnist5k), a
+with the run's knobs only (the local training's and its own method's, ``MethodConfig.knobs``; no
+other method's), and, only where given, the optional keys (``optional_keys``): ``"data_dir": DIR``
+for a dataset read from a folder (CIFAR-10 / CIFAR-100 / TinyImageNet; absent for digits and mnist5k), a
 ``"fleet"`` and its ``"deadline_s"``, and every other ``bench.fl`` flag a point may carry.
 
 A point is a ``Cell``: the ``bench.fl`` run (``bench.lib.spec.RunSpec``) its settings are, parsed

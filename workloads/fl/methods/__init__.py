@@ -59,7 +59,7 @@ ALGORITHMS = {
     "heterofl": HeteroFL(),
     "fjord": FjORD(),
     "fedbuff": FedBuff(),
-}  # in the order their knobs are listed (Hparams, results files)
+}
 CALIBRATIONS = {"ffc": FFC(), "ccvr": CCVR()}
 MODIFIERS = {"spherefed": SphereFed(), "etf": SimplexETF()}
 NO_MODIFIER = Modifier()
@@ -70,25 +70,6 @@ COMPOSE = f"compose as base+{'|'.join(MODIFIERS)}+ffc|ccvr; a method of yours is
 
 class MethodError(ValueError):
     """A method named so that it cannot be run; the message is one line with the fix."""
-
-
-DECLARED_IN_EVERY_RUN = ("fedavg", "fedprox", "fedcos", "fednova", "fedopt", "fedavgm", "fedbabu", "doublehead",
-                         "ffc", "ccvr")
-"""The methods whose knobs every ``Hparams`` declares, so every results file and every run's point
-(its id, ``bench.lib.study.runner.make_point``) records them: those registered when the reference
-results were shipped. A method registered since (SCAFFOLD, MOON, FedDyn) declares its knobs when
-it runs, as a method of yours does (``Hparams.with_knobs``): adding a method changes no other
-method's run, point or id."""
-
-
-def registered_knobs() -> tuple[Knob, ...]:
-    """The knobs of the ``DECLARED_IN_EVERY_RUN`` methods, in registry order (each name once)."""
-    knobs: dict[str, Knob] = {}
-    registry = {**ALGORITHMS, **CALIBRATIONS}
-    for part in (registry[name] for name in DECLARED_IN_EVERY_RUN):
-        for knob in part.knobs:
-            knobs.setdefault(knob.name, knob)
-    return tuple(knobs.values())
 
 
 @functools.cache
