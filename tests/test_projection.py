@@ -73,3 +73,27 @@ def test_the_studys_projection_is_timed_with_each_runs_threads(monkeypatch, tmp_
     finally:
         torch.set_num_threads(before)
     assert seen == [1] and "still to do" in lines[-1]
+
+
+def test_a_resumed_studys_projection_counts_the_runs_of_its_chosen_trials(monkeypatch, tmp_path):
+    """A study resumed after its tuning: the evaluation runs still to do are those of the trials the
+    tuning chose (here each method's second), not of each method's first trial."""
+    from types import SimpleNamespace
+
+    from bench.lib.study import runner
+    from bench.lib.study.study_file import load_study
+    from bench.study import __main__ as study_cli
+    from bench.study import phases
+
+    study = load_study("configs/studies/digits-quick.toml")
+    (tmp_path / phases.GRID_FOLDER).mkdir()
+    second = {t: study.trials(t)[1] for t in study.training_methods}
+    choices = {(m, s.label, t): phases.Choice(second[t], 90.0, ()) for m in study.models for s in study.settings
+               for t in study.training_methods}
+    monkeypatch.setattr(phases, "run_study", lambda *args, **kw: phases.StudyRun((), choices, ()))
+    done = lambda grid, p, *args: SimpleNamespace(  # noqa: E731 - every tuning run, and the chosen trials' runs
+        status="done" if p.phase == "tune" or dict(p.trial) == dict(second[p.training]) else "missing")
+    monkeypatch.setattr(phases, "outcome", done)
+    monkeypatch.setattr(runner, "projected_local_training_s", lambda points: {("m", "x", "fp32"): (len(points), 1.0)})
+    assert study_cli.projection_lines(study, phases.execution(study), tmp_path, 2) == [
+        "projected: every run is already in --out; nothing to train"]

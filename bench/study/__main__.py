@@ -82,15 +82,20 @@ def check_data_dir(study, data_dir: str | None) -> None:
 
 def projection_lines(study, ex, out: Path, workers: int, cpus: float = 1.0) -> list[str]:
     """The projected local training of the runs still to do (module doc), before the first starts,
-    timed with each run's torch threads (``cpus``, ``--resources-per-run``), as the runs will train."""
+    timed with each run's torch threads (``cpus``, ``--resources-per-run``), as the runs will train;
+    a resumed study's evaluation runs at the trials its finished tuning chose (else each method's
+    first trial) and its registered seed counts."""
     from bench.lib.grid.point import torch_threads
     from bench.lib.study.runner import projected_local_training_s
     from workloads.fl.loop import duration_text
 
+    known = phases.run_study(study, out, execute=False) if (out / phases.GRID_FOLDER).is_dir() else None
     first = {t: study.trials(t)[0] for t in study.training_methods}
+    chosen = {key: c for key, c in (known.choices.items() if known else ()) if c.trial is not None}
     planned = phases.tuning_plan(study, ex) + phases.evaluation_plan(
-        study, ex, {(m, s.label, t): phases.Choice(first[t], None, ()) for m in study.models
-                    for s in study.settings for t in study.training_methods})
+        study, ex, {(m, s.label, t): chosen.get((m, s.label, t), phases.Choice(first[t], None, ()))
+                    for m in study.models for s in study.settings for t in study.training_methods},
+        known.seed_plans if known else ())
     todo = {phases.run_id(phases.RUNNER, p.config): p.config for p in planned
             if phases.outcome(out / phases.GRID_FOLDER, p).status != "done"}
     if not todo:
