@@ -3,6 +3,7 @@ with more than 8 parameters, and one chooser of how a run's clients train, asked
 its forecast alike, so that the two cannot disagree."""
 
 import ast
+import inspect
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from workloads.fl import forecast as forecast_module
 from workloads.fl.execution import Execution
 from workloads.fl.forecast import forecast
 from workloads.fl.hparams import FLConfig
+from workloads.fl.local import ClientContext, client_trainer
 from workloads.fl.loop import set_up
 from workloads.fl.methods import parse_method
 from workloads.fl.setup import RunPlan
@@ -90,3 +92,16 @@ def test_every_way_names_its_train_function_and_fallback_reason():
     assert set(WAYS) == {"together", "threads", "recorded", "one after another"}
     for name, way in WAYS.items():
         assert way.name == name and callable(way.train) and callable(way.fallback_reason) and callable(way.rate)
+
+
+def test_a_client_trainer_takes_its_round_as_one_typed_object():
+    # issue 52: client_trainer took the client's round as a ``**context`` catch-all checked by hand
+    # against a list of names; now a misspelt field is Python's own TypeError, from ClientContext's
+    # constructor or from client_trainer's signature, which has no catch-all
+    kinds = {p.kind for p in inspect.signature(client_trainer).parameters.values()}
+    assert not kinds & {inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL}
+    with pytest.raises(TypeError, match="rounds"):
+        ClientContext(rounds=2)
+    model = conv_net()
+    with pytest.raises(TypeError, match="round"):
+        client_trainer(model, model.state_dict(), HP, parse_method("fedavg"), round=2)
