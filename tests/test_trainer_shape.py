@@ -15,9 +15,10 @@ from workloads.fl import forecast as forecast_module
 from workloads.fl.execution import Execution
 from workloads.fl.forecast import forecast
 from workloads.fl.hparams import FLConfig
-from workloads.fl.local import ClientContext, client_trainer
+from workloads.fl.local import ClientContext, client_trainer, local_batches, shuffling_generator
 from workloads.fl.loop import set_up
 from workloads.fl.methods import parse_method
+from workloads.fl.schedule import batch_starts
 from workloads.fl.setup import RunPlan
 from workloads.fl.ways import WAYS
 
@@ -105,3 +106,15 @@ def test_a_client_trainer_takes_its_round_as_one_typed_object():
     model = conv_net()
     with pytest.raises(TypeError, match="round"):
         client_trainer(model, model.state_dict(), HP, parse_method("fedavg"), round=2)
+
+
+def test_a_clients_batches_are_each_epochs_fresh_order_cut_at_the_batch_starts():
+    # 5 samples in batches of 2: batch_starts(5, 2) = [0, 2] (the trailing single sample, at 4, is
+    # skipped: BatchNorm cannot train on one); two epochs, each a new permutation drawn from the
+    # client's CPU generator seeded 7, so 2 x 2 = 4 batches of 2 samples
+    idx = torch.tensor([10, 11, 12, 13, 14])
+    batches = [b.tolist() for b in local_batches(idx, shuffling_generator(7), batch_starts(5, 2), 2, epochs=2)]
+    same_seed = torch.Generator().manual_seed(7)
+    first, second = (idx[torch.randperm(5, generator=same_seed)].tolist() for _ in range(2))
+    assert batches == [first[0:2], first[2:4], second[0:2], second[2:4]]
+    assert first != second  # each epoch draws its own order
