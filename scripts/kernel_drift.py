@@ -45,7 +45,7 @@ def record(args: argparse.Namespace) -> None:
     from bench.lib.resolve import resolve
     from bench.lib.spec import RunSpec
     from workloads.fl.execution import DeviceData, kernel_environment
-    from workloads.fl.local import client_trainer
+    from workloads.fl.local import ClientContext, client_trainer, epoch_order, shuffling_generator
     from workloads.fl.evaluation import memory_format
     from workloads.fl.loop import batch_starts, build_on_device, derived_seed
 
@@ -56,10 +56,10 @@ def record(args: argparse.Namespace) -> None:
     model = build_on_device(method, functools.partial(inputs.build, method.head), inputs.fl.seed,
                             inputs.execution).train()
     trainer = client_trainer(model, {k: v.detach().clone() for k, v in model.state_dict().items()}, hp, method,
-                             round=1, lr=hp.lr)
+                             ClientContext(round=1, lr=hp.lr))
     train = DeviceData.from_dataset(inputs.train, "cpu")
     idx = torch.as_tensor(inputs.parts[0], dtype=torch.long)  # client 0, its round-1 order (train_client's)
-    order = idx[torch.randperm(len(idx), generator=torch.Generator().manual_seed(derived_seed(inputs.fl.seed, 1, 0)))]
+    order = epoch_order(idx, shuffling_generator(derived_seed(inputs.fl.seed, 1, 0)))
     starts = batch_starts(len(idx), hp.batch_size)
 
     outputs: dict[str, torch.Tensor] = {}

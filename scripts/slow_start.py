@@ -43,6 +43,7 @@ from bench.lib.fl import pipeline  # noqa: E402
 from bench.lib.resolve import resolve  # noqa: E402
 from bench.lib.spec import RunSpec  # noqa: E402
 from workloads.fl.execution import DeviceData  # noqa: E402
+from workloads.fl.local import epoch_order, shuffling_generator  # noqa: E402
 from workloads.fl.loop import batch_starts, build_on_device, derived_seed, run_method  # noqa: E402
 from workloads.fl.methods import parse_method  # noqa: E402
 from workloads.fl.methods.spherefed import mse_onehot_loss, orthonormal_classifier  # noqa: E402
@@ -87,7 +88,7 @@ def gradient_scales(run, inputs, batches: int) -> dict[str, dict[str, float]]:
     train = DeviceData.from_dataset(inputs.train, "cpu")
     idx = torch.as_tensor(inputs.parts[0], dtype=torch.long)
     batch_size = run.hparams["fedavg"].batch_size
-    order = idx[torch.randperm(len(idx), generator=torch.Generator().manual_seed(derived_seed(inputs.fl.seed, 1, 0)))]
+    order = epoch_order(idx, shuffling_generator(derived_seed(inputs.fl.seed, 1, 0)))
     starts = batch_starts(len(idx), batch_size)[:batches]
     table = {}
     for kind, (_, _, loss_fn, tau) in VARIANTS.items():

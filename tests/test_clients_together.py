@@ -19,7 +19,7 @@ from torch import nn
 from fl_standins import TinyNet, blobs
 from workloads.fl.execution import Execution
 from workloads.fl.hparams import FLConfig, Hparams
-from workloads.fl.local import NonFiniteLossError, client_trainer
+from workloads.fl.local import ClientContext, NonFiniteLossError, client_trainer
 from workloads.fl.loop import batch_starts, run_method
 from workloads.fl.methods import parse_method
 from workloads.fl.methods.base import FedAvg, trains_together
@@ -94,7 +94,7 @@ def test_one_step_of_two_clients_is_each_trainers_step():
         torch.manual_seed(k)
         own = conv_net()
         start = {key: v.clone() for key, v in own.state_dict().items()}
-        trainer = client_trainer(own, start, HP, method, lr=0.05)
+        trainer = client_trainer(own, start, HP, method, ClientContext(lr=0.05))
         idx = torch.arange(16 * k, 16 * k + 16)
         gen = torch.Generator().manual_seed(k)
         order = idx[torch.randperm(16, generator=torch.Generator().manual_seed(k))]

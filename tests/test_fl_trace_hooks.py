@@ -6,7 +6,7 @@ import torch
 from accel_sim.simulate import simulate
 
 from workloads.fl.hparams import Hparams
-from workloads.fl.local import client_trainer, example_received, per_sample_loss, prepare_model
+from workloads.fl.local import ClientContext, client_trainer, example_received, per_sample_loss, prepare_model
 from workloads.fl.methods import CALIBRATIONS, NAME_PARTS, parse_method
 from workloads.models import build_model
 from workloads.capture import capture
@@ -20,7 +20,8 @@ def meta_step_trace(name):
                           method, seed=0).to("meta")
     state = model.state_dict()
     received = example_received(model, method, HP, 2)  # FedCos's d_t, SCAFFOLD's c
-    trainer = client_trainer(model, state, HP.with_knobs(method.knobs), method, round=2, received=received)
+    trainer = client_trainer(model, state, HP.with_knobs(method.knobs), method,
+                             ClientContext(round=2, received=received))
     x = torch.empty(8, 3, 16, 16, device="meta")
     y = torch.empty(8, dtype=torch.long, device="meta")
     trainer.step(x, y)  # warm-up: SGD creates its momentum buffers on the first step

@@ -16,7 +16,7 @@ from workloads.cost.widths import chosen_width
 from workloads.fl.comm import ledger_totals
 from workloads.fl.execution import Execution
 from workloads.fl.hparams import FLConfig, Hparams
-from workloads.fl.local import client_trainer
+from workloads.fl.local import ClientContext, client_trainer
 from workloads.fl.loop import run_method
 from workloads.fl.methods import MethodConfig, parse_method
 from workloads.fl.methods.base import ClientUpdate, RoundContext, ServerState
@@ -80,7 +80,7 @@ def test_the_masked_full_model_trains_the_sliced_submodel(rate):
     hp = Hparams(lr=0.1, momentum=0.9, weight_decay=1e-4)
     x, y = torch.randn(8, 3, 32, 32), torch.randint(0, 10, (8,))
     method = MethodConfig("heterofl")
-    trainers = [client_trainer(m, m.state_dict(), hp, method, width=rate) for m in (full, small)]
+    trainers = [client_trainer(m, m.state_dict(), hp, method, ClientContext(width=rate)) for m in (full, small)]
     for _ in range(3):
         losses = [t.step(x, y) for t in trainers]
     assert losses[0].item() == pytest.approx(losses[1].item(), abs=1e-6)
@@ -350,8 +350,8 @@ def test_fjord_is_never_recorded_as_a_graph(capsys):
     model = static_batch_norm(TinyNet()).train()
     hp = HP.with_knobs(FjORD.knobs)
     x, y = TRAIN.x[:16], TRAIN.y[:16]
-    eager = client_trainer(model, model.state_dict(), hp, MethodConfig("fjord"), width=0.6,
-                           draws=torch.Generator().manual_seed(5))
+    eager = client_trainer(model, model.state_dict(), hp, MethodConfig("fjord"),
+                           ClientContext(width=0.6, draws=torch.Generator().manual_seed(5)))
     recorded = StepRecorder("fjord", 16, torch.device("cuda")).trainer(eager)
     for _ in range(3):
         recorded.step(x, y)

@@ -12,7 +12,7 @@ import torch
 from accel_sim.trace_io import header_to_dict, op_to_dict
 from workloads.capture import HeldStep, capture_step
 from workloads.fl.hparams import Hparams
-from workloads.fl.local import LocalSGD, client_trainer, example_received, prepare_model
+from workloads.fl.local import ClientContext, LocalSGD, client_trainer, example_received, prepare_model
 from workloads.fl.methods import parse_method
 from workloads.models import build_model
 
@@ -48,8 +48,8 @@ def traces(name):
 
     def make(shared: bool):
         def make_step(step_model):
-            trainer = client_trainer(step_model, step_model.state_dict(), hp, method, round=2,
-                                     received=example_received(step_model, method, hp, 2))
+            trainer = client_trainer(step_model, step_model.state_dict(), hp, method,
+                                     ClientContext(round=2, received=example_received(step_model, method, hp, 2)))
             return HeldStep(trainer.step if shared else plain_step(trainer), trainer.held())
         return make_step
 

@@ -284,7 +284,7 @@ def _scaffold_step_peak(hold_the_copy: bool):
     from accel_sim.simulate import simulate
     from workloads.capture import HeldStep, capture_step
     from workloads.fl.hparams import Hparams
-    from workloads.fl.local import client_trainer, example_received, prepare_model
+    from workloads.fl.local import ClientContext, client_trainer, example_received, prepare_model
     from workloads.fl.methods import parse_method
 
     method, hp = parse_method("scaffold"), Hparams(batch_size=2, momentum=0.9)
@@ -292,8 +292,8 @@ def _scaffold_step_peak(hold_the_copy: bool):
     model = prepare_model(_two_layers(), method, seed=0).train()
 
     def make_step(step_model):
-        trainer = client_trainer(step_model, step_model.state_dict(), hp, method, round=2,
-                                 received=example_received(step_model, method, hp, 2))
+        trainer = client_trainer(step_model, step_model.state_dict(), hp, method,
+                                 ClientContext(round=2, received=example_received(step_model, method, hp, 2)))
         copy = {id(t) for t in trainer.ctx.global_params.values()}
         held = trainer.held() if hold_the_copy else tuple(t for t in trainer.held() if id(t) not in copy)
         return HeldStep(trainer.step, held)

@@ -14,7 +14,7 @@ from fl_standins import TinyNet, blobs
 from workloads.cost.step import local_step_trace
 from workloads.fl.comm import closed_form_bytes, closed_form_sizes, ledger_totals
 from workloads.fl.hparams import FLConfig, Hparams
-from workloads.fl.local import client_trainer, prepare_model
+from workloads.fl.local import ClientContext, client_trainer, prepare_model
 from workloads.fl.loop import run_method
 from workloads.fl.methods import parse_method
 from workloads.fl.methods.base import ClientUpdate, FedAvg, RoundContext, ServerState, step_identity
@@ -57,7 +57,7 @@ def test_scaffold_corrects_the_gradient_and_updates_its_variates_by_hand():
     hp = Hparams(lr=0.1, momentum=0.0, weight_decay=0.0)
     method = parse_method("scaffold")
     c, c_i = {"weight": torch.tensor([[0.5]])}, {"weight": torch.tensor([[0.25]])}
-    trainer = client_trainer(model, model.state_dict(), hp, method, received={CONTROL: c}, state=c_i)
+    trainer = client_trainer(model, model.state_dict(), hp, method, ClientContext(received={CONTROL: c}, state=c_i))
     trainer.loss_fn = lambda out, y: out.sum()
     trainer.step(torch.ones(1, 1), torch.zeros(1, dtype=torch.long))
     assert model.weight.item() == pytest.approx(1.875)

@@ -3,6 +3,7 @@ with more than 8 parameters, and one chooser of how a run's clients train, asked
 its forecast alike, so that the two cannot disagree."""
 
 import ast
+import inspect
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,10 @@ from workloads.fl import forecast as forecast_module
 from workloads.fl.execution import Execution
 from workloads.fl.forecast import forecast
 from workloads.fl.hparams import FLConfig
+from workloads.fl.local import ClientContext, client_trainer, local_batches, shuffling_generator
 from workloads.fl.loop import set_up
 from workloads.fl.methods import parse_method
+from workloads.fl.schedule import batch_starts
 from workloads.fl.setup import RunPlan
 from workloads.fl.ways import WAYS
 
@@ -90,3 +93,28 @@ def test_every_way_names_its_train_function_and_fallback_reason():
     assert set(WAYS) == {"together", "threads", "recorded", "one after another"}
     for name, way in WAYS.items():
         assert way.name == name and callable(way.train) and callable(way.fallback_reason) and callable(way.rate)
+
+
+def test_a_client_trainer_takes_its_round_as_one_typed_object():
+    # issue 52: client_trainer took the client's round as a ``**context`` catch-all checked by hand
+    # against a list of names; now a misspelt field is Python's own TypeError, from ClientContext's
+    # constructor or from client_trainer's signature, which has no catch-all
+    kinds = {p.kind for p in inspect.signature(client_trainer).parameters.values()}
+    assert not kinds & {inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL}
+    with pytest.raises(TypeError, match="rounds"):
+        ClientContext(rounds=2)
+    model = conv_net()
+    with pytest.raises(TypeError, match="round"):
+        client_trainer(model, model.state_dict(), HP, parse_method("fedavg"), round=2)
+
+
+def test_a_clients_batches_are_each_epochs_fresh_order_cut_at_the_batch_starts():
+    # 5 samples in batches of 2: batch_starts(5, 2) = [0, 2] (the trailing single sample, at 4, is
+    # skipped: BatchNorm cannot train on one); two epochs, each a new permutation drawn from the
+    # client's CPU generator seeded 7, so 2 x 2 = 4 batches of 2 samples
+    idx = torch.tensor([10, 11, 12, 13, 14])
+    batches = [b.tolist() for b in local_batches(idx, shuffling_generator(7), batch_starts(5, 2), 2, epochs=2)]
+    same_seed = torch.Generator().manual_seed(7)
+    first, second = (idx[torch.randperm(5, generator=same_seed)].tolist() for _ in range(2))
+    assert batches == [first[0:2], first[2:4], second[0:2], second[2:4]]
+    assert first != second  # each epoch draws its own order

@@ -41,7 +41,7 @@ from workloads.fl.aggregate import moving_average
 from workloads.fl.comm import calibration_client_bytes, client_round_bytes, closed_form_sizes
 from workloads.cost import calibration as calibration_cost
 from workloads.fl.hparams import Hparams
-from workloads.fl.local import client_trainer, example_received, prepare_model
+from workloads.fl.local import ClientContext, client_trainer, example_received, prepare_model
 from workloads.fl.loop import RunResult, batch_starts, clients_per_round, draw_clients
 from workloads.fl.methods import MethodConfig
 from workloads.fl.methods.base import ClientUpdate, FedAvg, ServerState, step_identity, trainable_keys
@@ -186,7 +186,7 @@ class RunPricer:
             hp = hp.with_knobs(method.knobs)  # the method's knobs: their defaults where ``hp`` lacks them
             model = copy.deepcopy(self.prepared(method)).train()
             received = example_received(model, method.training, hp, round)
-            trainer = client_trainer(model, model.state_dict(), hp, method.training, round=round, received=received)
+            trainer = client_trainer(model, model.state_dict(), hp, method.training, ClientContext(round, received))
             captured = capture(method.algo.after_training, model, trainer.ctx, 1, hp, model=model, default_phase="update")
             self._steps[key] = StepPrice.of(simulate_complete(captured.trace, hw, f"{method.name} after training"))
         return self._steps[key]

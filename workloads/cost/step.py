@@ -24,7 +24,8 @@ from accel_sim.trace_schema import Trace
 from workloads import model_spec
 from workloads.capture import HeldStep, capture_step
 from workloads.fl.hparams import Hparams
-from workloads.fl.local import ClientTrainer, client_trainer, example_received, loss_function, prepare_model
+from workloads.fl.local import (ClientContext, ClientTrainer, client_trainer, example_received, loss_function,
+                                prepare_model)
 from workloads.fl.methods import MethodConfig, parse_method
 from workloads.fl.width import submodel
 from workloads.model_spec import ModelSpec
@@ -64,8 +65,8 @@ def local_step_trace(model_fn: Callable[[], nn.Module], method: MethodConfig, hp
 
     def make_step(step_model: nn.Module) -> HeldStep:
         received = example_received(step_model, method, hp, round)
-        return held_step(client_trainer(step_model, step_model.state_dict(), hp, method, round=round, received=received,
-                                        width=width))
+        return held_step(client_trainer(step_model, step_model.state_dict(), hp, method,
+                                        ClientContext(round=round, received=received, width=width)))
 
     x = torch.zeros(batch_size, *input_shape)
     y = torch.zeros(batch_size, dtype=torch.long)

@@ -26,7 +26,8 @@ from workloads.fl.evaluation import memory_format
 from workloads.fl.execution import DeviceData
 from workloads.fl.guard import UserCodeError
 from workloads.fl.hparams import Hparams
-from workloads.fl.local import ClientTrainer, NonFiniteLossError, client_trainer, epoch_order, shuffling_generator
+from workloads.fl.local import (ClientContext, ClientTrainer, NonFiniteLossError, client_trainer, local_batches,
+                                shuffling_generator)
 from workloads.fl.methods import MethodConfig
 from workloads.fl.methods.base import ClientUpdate, ServerState
 from workloads.fl.schedule import batch_starts
@@ -80,19 +81,14 @@ def train_client(trainer, data: DeviceData, idx: torch.Tensor, hp: Hparams, *, s
                  augment: torch.Generator | None = None, channels_last: bool = False) -> tuple[int, float]:
     """Local epochs of SGD steps over samples ``idx`` of ``data``; returns (steps, mean loss).
     NaN/inf -> NonFiniteLossError. The shuffling order is drawn on the CPU from ``seed``."""
-    gen = shuffling_generator(seed)
-    n, steps = len(idx), 0
-    loss_sum = torch.zeros((), device=idx.device)
-    starts = batch_starts(n, hp.batch_size)
-    for epoch in range(hp.local_epochs):
-        order = epoch_order(idx, gen)
-        for s in starts:
-            batch = order[s:s + hp.batch_size]
-            x = memory_format(data.take(batch, generator=augment), channels_last)
-            loss_sum = loss_sum + trainer.step(x, data.y[batch])
-        steps += len(starts)
-        if not torch.isfinite(loss_sum):
-            raise NonFiniteLossError.in_epoch(where, epoch + 1, trainer.ctx.lr)
+    starts = batch_starts(len(idx), hp.batch_size)
+    loss_sum, steps = torch.zeros((), device=idx.device), 0
+    batches = local_batches(idx, shuffling_generator(seed), starts, hp.batch_size, hp.local_epochs)
+    for steps, batch in enumerate(batches, start=1):
+        x = memory_format(data.take(batch, generator=augment), channels_last)
+        loss_sum = loss_sum + trainer.step(x, data.y[batch])
+        if steps % len(starts) == 0 and not torch.isfinite(loss_sum):  # at the end of each epoch
+            raise NonFiniteLossError.in_epoch(where, steps // len(starts), trainer.ctx.lr)
     return steps, float(loss_sum) / max(steps, 1)
 
 
@@ -105,10 +101,10 @@ def client_start(work: RoundWork, k: int, model: nn.Module) -> ClientStart:
     down = sent(ex, {key: server.weights[key] for key in work.shared}, seed, t, SEND_DOWN_STREAM)
     own = {key: v for key, v in work.memory.get(k, {}).items() if key not in set(work.shared)}
     model.load_state_dict({**server.weights, **own, **down})
-    trainer = client_trainer(model, down, hp, method, round=t, lr=work.lr, received=work.extras, state=work.kept.get(k),
-                             autocast_dtype=ex.autocast_dtype, arithmetic=arithmetic_of(ex, seed, t, k),
-                             low_precision_weights=ex.low_precision_weights, width=ex.width_of_client(k),
-                             draws=draws_generator(seed, t, k))
+    client = ClientContext(round=t, lr=work.lr, received=work.extras, state=work.kept.get(k),
+                           width=ex.width_of_client(k), draws=draws_generator(seed, t, k))
+    trainer = client_trainer(model, down, hp, method, client, autocast_dtype=ex.autocast_dtype,
+                             arithmetic=arithmetic_of(ex, seed, t, k), low_precision_weights=ex.low_precision_weights)
     return ClientStart(trainer, down)
 
 

@@ -8,7 +8,7 @@ batched clients (``workloads.fl.together``) and the recorded step (``workloads.f
 directly. bench captures ``ClientTrainer.step`` on ``meta``-device copies of the model and a batch::
 
     model = prepare_model(build_model(...), method, seed=0)        # SphereFed / FedBABU / double head
-    trainer = client_trainer(model, global_state, hp, method, round=2, received={"fedcos_direction": d})
+    trainer = client_trainer(model, global_state, hp, method, ClientContext(round=2, received={"fedcos_direction": d}))
     loss = trainer.step(x, y)      # zero_grad, forward, loss (+ the method's terms), backward, SGD step
 
 ``step`` uses tensor ops only (no ``.item()``, no branching on data), so it runs on ``meta``; the
@@ -21,8 +21,8 @@ hp=hp)``.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, replace
-from typing import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Callable, Iterator, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -83,6 +83,21 @@ def epoch_order(idx: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """One local epoch's order of a client's samples ``idx``: a permutation drawn from its shuffling
     ``generator``, on ``idx``'s device."""
     return idx[torch.randperm(len(idx), generator=generator, device="cpu").to(idx.device)]
+
+
+def local_batches(idx: torch.Tensor, generator: torch.Generator, starts: Sequence[int], batch_size: int,
+                  epochs: int) -> Iterator[torch.Tensor]:
+    """A client's mini-batches of one round, in training order: ``epochs`` local epochs, each a
+    fresh ``epoch_order`` of its samples ``idx`` drawn from its shuffling ``generator`` when the
+    epoch begins, cut at ``starts`` (``schedule.batch_starts``) into batches of ``batch_size``.
+    Every way of training takes its batches from here, and its loop differs from the others only as
+    the way does: ``clients.train_client`` steps one client (its trainer eager or recorded,
+    ``workloads.fl.capture``), ``together.train_together`` the round's clients in lockstep, and
+    Flower's client (``workloads.flower.app``) one client through its meter."""
+    for _ in range(epochs):
+        order = epoch_order(idx, generator)
+        for start in starts:
+            yield order[start:start + batch_size]
 
 
 def loss_function(method: MethodConfig) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
@@ -330,46 +345,50 @@ def example_received(model: nn.Module, method: MethodConfig, hp: Hparams, round:
     return {group: {n: torch.zeros_like(p).detach() for n, p in like.items()} for group in method.algo.extra_downloads(round)}
 
 
-CONTEXT_KEYWORDS = ("round", "lr", "received", "state", "width", "draws")
-"""What ``client_trainer`` takes of the client's ``RoundContext`` as keywords (its anchors it makes itself)."""
+@dataclass(frozen=True)
+class ClientContext:
+    """What a client brings to its trainer of its round besides its model and download: its
+    ``RoundContext`` but the anchors (``client_trainer`` makes them from the download), in its
+    order, with the defaults of a lone step (round 1, the method's first state, the
+    hyper-parameters' rate)."""
+
+    round: int = 1  # 1-based
+    received: Mapping[str, Mapping[str, torch.Tensor]] = field(default_factory=dict)  # extra_downloads, by group
+    state: Mapping[str, torch.Tensor] | None = None  # kept from its last round (None: ``initial_client_state``)
+    lr: float | None = None  # this round's local learning rate (None: ``hp.lr``)
+    width: float = 1.0  # its largest submodel width (a fleet class's; ``workloads.fl.width``)
+    draws: torch.Generator | None = None  # its own generator of the round (FjORD's per-step widths)
 
 
-def client_trainer(model: nn.Module, global_state: Mapping[str, torch.Tensor], hp: Hparams,
-                   method: MethodConfig, *, arithmetic: Arithmetic | None = None,
-                   autocast_dtype: torch.dtype | None = None, low_precision_weights: bool = False,
-                   **context) -> ClientTrainer:
+def client_trainer(model: nn.Module, global_state: Mapping[str, torch.Tensor], hp: Hparams, method: MethodConfig,
+                   client: ClientContext = ClientContext(), *, arithmetic: Arithmetic | None = None,
+                   autocast_dtype: torch.dtype | None = None, low_precision_weights: bool = False) -> ClientTrainer:
     """A trainer for ``model``, which must already hold the client's starting weights.
 
     ``global_state`` is what the client downloaded (w_t): an ``anchored`` method (FedProx, FedCos,
     SCAFFOLD, FedDyn, MOON) reads it during or after training, so for it the download is cloned
-    (the optimizer updates ``model`` in place). ``context``: the rest of its ``RoundContext``, by
-    name (``CONTEXT_KEYWORDS``): ``round`` (default 1), ``lr``, ``received``, ``state``, ``width``,
-    ``draws``. ``received``: the method's ``extra_downloads`` of this round by group (FedCos's d_t from round 2,
-    SCAFFOLD's c); ``state``: what the client kept from its last round (None: the method's
-    ``initial_client_state``, from ``model``). ``lr`` defaults to ``hp.lr``. ``arithmetic``
-    (``workloads.numerics.emulate.Arithmetic``, None for FP32) rounds the step's GEMM operands;
-    ``low_precision_weights``: the weights are stored in its format after every step, with no FP32
-    master copy (``ClientTrainer._store_weights_in_format``). ``width``: the client's largest
-    submodel width (a width-scaled method's, ``workloads.fl.width``); ``draws``: its own generator
-    of the round (FjORD's per-step widths).
+    (the optimizer updates ``model`` in place). ``client``: the rest of its ``RoundContext``
+    (``ClientContext``): ``received``, the method's ``extra_downloads`` of this round by group
+    (FedCos's d_t from round 2, SCAFFOLD's c); ``state``, what the client kept from its last round;
+    ``width``, its largest submodel width (a width-scaled method's); ``draws``, its own generator
+    of the round (FjORD's per-step widths). ``arithmetic`` (``workloads.numerics.emulate.Arithmetic``,
+    None for FP32) rounds the step's GEMM operands; ``low_precision_weights``: the weights are
+    stored in its format after every step, with no FP32 master copy
+    (``ClientTrainer._store_weights_in_format``).
     """
-    unknown = sorted(set(context) - set(CONTEXT_KEYWORDS))
-    if unknown:
-        raise TypeError(f"client_trainer() got unexpected keyword argument(s) {unknown}; a client's context is "
-                        f"{list(CONTEXT_KEYWORDS)}")
-    state, received = context.get("state"), context.get("received")
     keep_freed_memory()  # the next step's tensors reuse this one's memory (workloads.allocator)
     anchors = {}
     if method.algo.anchored:
         anchors = {name: t.detach().clone() for name, t in global_state.items()}
     hp = hp.with_knobs(method.knobs)  # the method's knobs: their defaults where ``hp`` lacks them
-    lr = hp.lr if context.get("lr") is None else context["lr"]
+    lr = hp.lr if client.lr is None else client.lr
+    state = client.state
     if state is None:
         state = method.algo.initial_client_state(model, hp)
         if not isinstance(state, Mapping):
             cls = type(method.algo)
             raise UserCodeError(f"{cls.__module__}:{cls.__qualname__}.initial_client_state returned a "
                                 f"{type(state).__name__}; it must return a dict of tensors ({{}} for none; docs/methods.md)")
-    ctx = RoundContext(round=context.get("round", 1), global_params=anchors, received=dict(received or {}),
-                       state=dict(state), lr=lr, width=context.get("width", 1.0), draws=context.get("draws"))
+    ctx = RoundContext(round=client.round, global_params=anchors, received=dict(client.received), state=dict(state),
+                       lr=lr, width=client.width, draws=client.draws)
     return ClientTrainer(model, method, hp, ctx, lr, autocast_dtype, arithmetic, low_precision_weights)

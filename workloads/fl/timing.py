@@ -18,7 +18,7 @@ from workloads.fl.capture import StepRecorder
 from workloads.fl.evaluation import memory_format
 from workloads.fl.execution import DeviceData, Execution, synchronize
 from workloads.fl.hparams import Hparams
-from workloads.fl.local import ClientTrainer, client_trainer, example_received, shuffling_generator
+from workloads.fl.local import ClientContext, ClientTrainer, client_trainer, example_received, shuffling_generator
 from workloads.fl.methods import MethodConfig
 from workloads.fl.streams import arithmetic_of
 from workloads.fl.threads import draws_global_generator, run_on_slots, slots
@@ -48,7 +48,8 @@ def timed_trainer(timed: Timed) -> tuple[ClientTrainer, torch.Tensor, torch.Tens
     x = memory_format(timed.data.take(batch), execution.channels_last)
     y = timed.data.y[batch]
     anchor = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    trainer = client_trainer(model, anchor, hp, method, round=2, lr=hp.lr, received=example_received(model, method, hp, 2),
+    trainer = client_trainer(model, anchor, hp, method,
+                             ClientContext(round=2, lr=hp.lr, received=example_received(model, method, hp, 2)),
                              autocast_dtype=execution.autocast_dtype,
                              arithmetic=arithmetic_of(execution, 0, 1, 0),  # the forecast times round 1's emulation too
                              low_precision_weights=execution.low_precision_weights)

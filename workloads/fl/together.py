@@ -45,7 +45,7 @@ from torch import nn
 
 from workloads.fl.execution import DeviceData, Execution
 from workloads.fl.hparams import Hparams
-from workloads.fl.local import NonFiniteLossError, Objective, epoch_order, loss_function, sgd_update
+from workloads.fl.local import NonFiniteLossError, Objective, local_batches, loss_function, sgd_update
 from workloads.fl.methods import MethodConfig
 from workloads.fl.methods.base import RoundContext, trains_together
 
@@ -144,17 +144,13 @@ def train_together(model: nn.Module, method: MethodConfig, hp: Hparams, clients:
     per_client = torch.func.vmap(torch.func.grad_and_value(client_loss))
     steps = [hp.local_epochs * len(c.batches) for c in clients]
     loss_sums = [torch.zeros((), device=c.idx.device) for c in clients]
-    orders: list[torch.Tensor | None] = [None] * len(clients)
+    batches = [local_batches(c.idx, c.shuffle, c.batches, hp.batch_size, hp.local_epochs) for c in clients]
     for s in range(max(steps)):
         groups: dict[int, list[tuple[int, torch.Tensor]]] = {}
-        for k, c in enumerate(clients):
-            if s >= steps[k]:
-                continue
-            b = s % len(c.batches)
-            if b == 0:
-                orders[k] = epoch_order(c.idx, c.shuffle)
-            batch = orders[k][c.batches[b]:c.batches[b] + hp.batch_size]
-            groups.setdefault(len(batch), []).append((k, batch))
+        for k in range(len(clients)):
+            if s < steps[k]:
+                batch = next(batches[k])
+                groups.setdefault(len(batch), []).append((k, batch))
         for members in groups.values():
             ks = [k for k, _ in members]
             rows = None if ks == list(range(len(clients))) else torch.tensor(ks, device=clients[0].idx.device)

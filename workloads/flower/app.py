@@ -39,7 +39,8 @@ from workloads.flower.meter import metered_step
 from workloads.flower.mod import AccelMod, accel_train_metrics, client_index, flower_client_rows, flower_ledger_rows
 from workloads.flower.strategy import STEPS_KEY, MethodStrategy, extra_record, extras_of
 from workloads.fl.hparams import FLConfig, Hparams
-from workloads.fl.local import client_trainer, example_received, prepare_model
+from workloads.fl.local import (ClientContext, client_trainer, example_received, local_batches, prepare_model,
+                                shuffling_generator)
 from workloads.fl.evaluation import evaluate
 from workloads.fl.schedule import batch_starts, cosine_lr
 from workloads.fl.streams import DRAWS_STREAM, derived_seed
@@ -139,26 +140,23 @@ def local_training(run: FlowerRun, client: int, content: RecordDict, kept: Recor
     algo = method.algo
     train, _, parts = _data(run)
     idx = torch.as_tensor(parts[client], dtype=torch.long)
-    x, y = train.x[idx], train.y[idx]
     model = new_model(run, method)
     down = content["arrays"].to_torch_state_dict()
     model.load_state_dict({**model.state_dict(), **(_kept(kept, name, LOCAL_PARTS) or {}), **down})
     model.train()
     lr = cosine_lr(hp.lr, hp.lr_min, t, run.rounds)
-    trainer = client_trainer(model, down, hp, method, round=t, lr=lr, received=extras_of(content, algo.extra_downloads(t)),
-                             state=_kept(kept, name, METHOD_STATE),
-                             draws=torch.Generator().manual_seed(derived_seed(run.seed, t, client, DRAWS_STREAM)))
+    trainer = client_trainer(model, down, hp, method, ClientContext(
+        round=t, lr=lr, received=extras_of(content, algo.extra_downloads(t)), state=_kept(kept, name, METHOD_STATE),
+        draws=torch.Generator().manual_seed(derived_seed(run.seed, t, client, DRAWS_STREAM))))
 
     def make_step(m: torch.nn.Module):  # the real model's trainer; on the meter's meta copy, one like it
         return held_step(trainer if m is model else client_trainer(
-            m, m.state_dict(), hp, method, round=t, lr=lr, received=example_received(m, method, hp, t)))
+            m, m.state_dict(), hp, method, ClientContext(round=t, lr=lr, received=example_received(m, method, hp, t))))
 
     step = metered_step(make_step, model, key=method.name)
-    gen = torch.Generator().manual_seed(derived_seed(run.seed, t, client))
-    starts, losses = batch_starts(len(y), hp.batch_size), []
-    for _ in range(hp.local_epochs):
-        order = torch.randperm(len(y), generator=gen)
-        losses += [step(x[order[s:s + hp.batch_size]], y[order[s:s + hp.batch_size]]) for s in starts]
+    batches = local_batches(idx, shuffling_generator(derived_seed(run.seed, t, client)),
+                            batch_starts(len(idx), hp.batch_size), hp.batch_size, hp.local_epochs)
+    losses = [step(train.x[batch], train.y[batch]) for batch in batches]
     loss = float(torch.stack(losses).mean())
     if not math.isfinite(loss):
         raise FloatingPointError(f"non-finite loss: client {client}, round {t}, {name} (lr={lr:g})")
@@ -175,7 +173,7 @@ def local_training(run: FlowerRun, client: int, content: RecordDict, kept: Recor
             kept[kept_record(name, record)] = ArrayRecord(dict(tensors))
     up = algo.payload(model, {k: state[k].detach().clone() for k in shared}, trainer.ctx)
     return RecordDict({"arrays": ArrayRecord(up), **{extra_record(g): ArrayRecord(v) for g, v in sorted(uploads.items())},
-                       "metrics": MetricRecord({"num-examples": len(y), "train_loss": loss, STEPS_KEY: len(losses)})})
+                       "metrics": MetricRecord({"num-examples": len(idx), "train_loss": loss, STEPS_KEY: len(losses)})})
 
 
 def check_losses(name: str, train_metrics: Mapping[int, Mapping[str, Any]]) -> None:
