@@ -76,8 +76,9 @@ class ExampleRun:
 
 def run_together(commands: dict[str, list[str]], folder: Path) -> dict[str, Finished]:
     """``python -m <argv> --out folder/<name>`` for every name and argv of ``commands``, all at
-    once (a Flower simulation leaves a core idle while Ray starts and stops), from the repository's
-    root; stderr goes to ``folder/<name>.stderr`` (no command can block on a full pipe)."""
+    once (so that the others can use a core a Flower simulation leaves idle while Ray starts and
+    stops; on a busy machine it gains nothing: docs/speed.md), from the repository's root; stderr
+    goes to ``folder/<name>.stderr`` (no command can block on a full pipe)."""
     procs = {}
     for name, argv in commands.items():
         with (folder / f"{name}.stderr").open("w") as err:
