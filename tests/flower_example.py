@@ -1,9 +1,9 @@
 """One run of ``python -m bench.flower`` in Flower's simulation engine (Ray), shared by the end-to-end
 tests that check different properties of it (the ``flower_example`` fixture, tests/conftest.py):
 tests/test_flower.py (the files, the ledger, the priced time and bytes, and our own loop on the same
-setting) and tests/test_flower_methods.py (the stateful methods under Ray). A Ray start, its
-actors and their step captures cost ~20 s on the 2-core machine (docs/speed.md): one run instead
-of one per test.
+setting) and tests/test_flower_methods.py (the stateful methods under Ray). Each run pays a command
+start, Ray's start and stop, two actors' imports and their step captures: ~15 s of a quiet 2-core
+machine before any training (docs/speed.md), so one run instead of one per test.
 
 The setting: the small preset (digits at 16x16, ConvNet) at ``CLIENTS`` clients, all sampled, seed 0,
 cut to 900 training and 200 test samples with its two local epochs (``cut_preset``: enough that
@@ -80,12 +80,18 @@ def run_together(commands: dict[str, list[str]], folder: Path) -> dict[str, Fini
     stops; on a busy machine it gains nothing: docs/speed.md), from the repository's root; stderr
     goes to ``folder/<name>.stderr`` (no command can block on a full pipe)."""
     procs = {}
-    for name, argv in commands.items():
-        with (folder / f"{name}.stderr").open("w") as err:
-            procs[name] = subprocess.Popen([sys.executable, "-m", *argv, "--out", str(folder / name)], cwd=ROOT,
-                                           env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=err)
-    return {name: Finished(proc.wait(timeout=600), (folder / f"{name}.stderr").read_text(), folder / name)
-            for name, proc in procs.items()}
+    try:
+        for name, argv in commands.items():
+            with (folder / f"{name}.stderr").open("w") as err:
+                procs[name] = subprocess.Popen([sys.executable, "-m", *argv, "--out", str(folder / name)], cwd=ROOT,
+                                               env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=err)
+        return {name: Finished(proc.wait(timeout=600), (folder / f"{name}.stderr").read_text(), folder / name)
+                for name, proc in procs.items()}
+    finally:  # a timeout or an interrupt leaves none of them running
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
 
 
 def run_example(folder: Path) -> ExampleRun:
