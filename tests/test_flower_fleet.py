@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -32,7 +35,6 @@ from flwr.serverapp.strategy import FedAvg  # noqa: E402
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
 from tests.failfast import assert_fails_clean, workspace  # noqa: E402
-from tests.flower_example import run_together  # noqa: E402
 from tests.flower_grid import InProcessGrid  # noqa: E402
 from workloads.models import Head
 from workloads.cost.rounds import RunPricer  # noqa: E402
@@ -284,14 +286,13 @@ def test_bad_fleet_input_stops_before_ray_in_one_line(tmp_path, monkeypatch, cap
 @pytest.mark.slow
 def test_bench_flower_on_a_fleet_in_flowers_simulation(tmp_path):
     (tmp_path / "f.toml").write_text(FLEET)
-    fleet = ["--methods", "fedavg", "--rounds", "2", "--fleet", str(tmp_path / "f.toml")]
-    # bench.flower, and bench.fl on the same setting and fleet, at the same time
-    done = run_together({"flower": ["bench.flower", "--model", "convnet", "--clients", "4", *fleet],
-                         "loop": ["bench.fl", "--preset", str(_small_preset_at_4_clients(tmp_path)), "--threads", "1",
-                                  *fleet]}, tmp_path)
-    proc, loop = done["flower"], done["loop"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "bench.flower", "--model", "convnet", "--methods", "fedavg",
+                           "--clients", "4", "--rounds", "2", "--fleet", str(tmp_path / "f.toml"),
+                           "--out", str(tmp_path / "flower")], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    out = proc.out
+    out = tmp_path / "flower"
     assert sorted(p.name for p in out.iterdir()) == ["clients.csv", "fleet.json", "manifest.json", "rounds.csv",
                                                      "simulation.log"]
     assert "fleet: 3 of 8 sampled updates arrived (1 unavailable, 2 memory, 2 deadline)" in proc.stderr
@@ -307,6 +308,10 @@ def test_bench_flower_on_a_fleet_in_flowers_simulation(tmp_path):
     # bench.fl on the same setting and fleet: the same participation, round for round, and the same
     # accuracy (under Ray the replies arrive in completion order; the strategy aggregates them in
     # client order, with the method's own aggregate)
+    loop = subprocess.run([sys.executable, "-m", "bench.fl", "--preset", str(_small_preset_at_4_clients(tmp_path)),
+                           "--methods", "fedavg", "--rounds", "2", "--threads", "1",
+                           "--fleet", str(tmp_path / "f.toml"), "--out", str(tmp_path / "loop")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert loop.returncode == 0, loop.stderr[-3000:]
     ours = _read_csv(tmp_path / "loop" / "rounds.csv")
     history = json.loads((tmp_path / "loop" / "results.json").read_text())["methods"]["fedavg"]["history"]
