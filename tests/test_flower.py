@@ -7,10 +7,8 @@ latency equals bench's); last, one end-to-end run in Flower's simulation engine 
 
 from __future__ import annotations
 
-import csv
 import math
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -28,6 +26,7 @@ from flwr.app import (ArrayRecord, ConfigRecord, Context, Message, MessageType, 
 from accel_sim.hardware import load_hardware_config  # noqa: E402
 from workloads.cost.system import ROUNDS_COLUMNS, SystemModel, load_system_model  # noqa: E402
 from tests.failfast import as_in_a_terminal  # noqa: E402
+from tests.flower_example import CLIENTS, METHODS, ROUNDS, SPHEREFED, read_csv  # noqa: E402
 from workloads.flower import meter as meter_module  # noqa: E402
 from workloads.flower.app import FlowerRun, client_app, new_model  # noqa: E402
 from workloads.flower.ledger import CLIENT_KEYS, client_metrics  # noqa: E402
@@ -164,57 +163,48 @@ def test_cli_rejects_methods_flower_cannot_run(capsys):
 # ---- end to end in Flower's simulation engine ---------------------------------------------------------------
 
 @pytest.mark.slow
-def test_example_runs_in_flowers_simulation_and_writes_rounds_csv(tmp_path):
-    rounds, clients, name = 2, 2, "fedavg+spherefed"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-m", "bench.flower", "--model", "convnet", "--methods", name,
-                           "--clients", str(clients), "--rounds", str(rounds), "--out", str(tmp_path / "flower")],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert sorted(p.name for p in (tmp_path / "flower").iterdir()) == ["clients.csv", "manifest.json", "rounds.csv", "simulation.log"]
-    with (tmp_path / "flower" / "rounds.csv").open(newline="") as f:
-        reader = csv.DictReader(f)
-        assert tuple(reader.fieldnames) == ROUNDS_COLUMNS
-        rows = list(reader)
-    assert [(r["method"], int(r["round"]), r["stage"], int(r["clients"])) for r in rows] == \
-        [(name, t, "train", clients) for t in range(1, rounds + 1)]
-    for col in ("cum_wall_s", "cum_device_s", "cum_energy_j", "cum_bytes"):
-        values = [float(r[col]) for r in rows]
-        assert values == sorted(values) and values[0] > 0
-    assert all(0.0 <= float(r["accuracy"]) <= 1.0 for r in rows)
+def test_example_runs_in_flowers_simulation_and_writes_rounds_csv(flower_example):
+    """The shared run (tests/flower_example.py: METHODS on the small preset cut to 900 samples,
+    CLIENTS clients, ROUNDS rounds): its files and ledger, SphereFed's bytes and wall time, and our
+    own loop on the same setting. tests/test_flower_methods.py checks the stateful methods of it."""
+    sim, name, clients, rounds = flower_example.flower, SPHEREFED, CLIENTS, ROUNDS
+    assert sim.returncode == 0, sim.stderr[-3000:]
+    assert sorted(p.name for p in sim.out.iterdir()) == ["clients.csv", "manifest.json", "rounds.csv", "simulation.log"]
+    header, every_row = read_csv(sim.out / "rounds.csv")
+    assert header == ROUNDS_COLUMNS
+    assert [(r["method"], int(r["round"]), r["stage"], int(r["clients"])) for r in every_row] == \
+        [(m, t, "train", clients) for m in METHODS for t in range(1, rounds + 1)]
+    _, per_client = read_csv(sim.out / "clients.csv")
+    assert sorted((c["method"], int(c["round"]), int(c["client"])) for c in per_client) == \
+        sorted((m, t, k) for m in METHODS for t in range(1, rounds + 1) for k in range(clients))
+    for r in every_row:
+        mine = [c for c in per_client if (c["method"], c["round"]) == (r["method"], r["round"])]
+        assert math.isclose(sum(float(c["compute_s"]) for c in mine), float(r["round_device_s"]), rel_tol=1e-12)
+        assert max(float(c["client_round_s"]) for c in mine) == float(r["round_wall_s"])  # server_s = 0
+        assert 0.0 <= float(r["accuracy"]) <= 1.0
+    for method in METHODS:  # each method's own running totals
+        for col in ("cum_wall_s", "cum_device_s", "cum_energy_j", "cum_bytes"):
+            values = [float(r[col]) for r in every_row if r["method"] == method]
+            assert values == sorted(values) and values[0] > 0
+    rows = [r for r in every_row if r["method"] == name]
     # bytes: every client downloads and uploads the shared state (SphereFed's classifier stays home)
-    method, hp = RUN.method(name)
-    model = new_model(RUN, method)
+    run = FlowerRun(flower_example.preset, "convnet", METHODS, clients, rounds, 0)
+    method, hp = run.method(name)
+    model = new_model(run, method)
     state_bytes = sum(model.state_dict()[k].numel() * model.state_dict()[k].element_size()
                       for k in method.algo.shared_keys(model, 1, hp))
     assert all(int(r["round_bytes"]) == 2 * clients * state_bytes for r in rows)
-    with (tmp_path / "flower" / "clients.csv").open(newline="") as f:
-        per_client = list(csv.DictReader(f))
-    assert sorted((int(c["round"]), int(c["client"])) for c in per_client) == \
-        [(t, k) for t in range(1, rounds + 1) for k in range(clients)]
-    for r in rows:
-        mine = [c for c in per_client if c["round"] == r["round"]]
-        assert math.isclose(sum(float(c["compute_s"]) for c in mine), float(r["round_device_s"]), rel_tol=1e-12)
-        assert max(float(c["client_round_s"]) for c in mine) == float(r["round_wall_s"])  # server_s = 0
     # wall time: the slowest client's download + compute + upload over the default system's links
     link = load_system_model(ROOT / "configs" / "system" / "default.toml").link(0)
     transfer_s = link.download_s(state_bytes) + link.upload_s(state_bytes)
     assert all(transfer_s < float(r["round_wall_s"]) <= transfer_s + float(r["round_device_s"]) for r in rows)
 
-    # our own loop on the same setting (the small preset with as many clients; same hardware and
-    # system model) prices the same steps: equal device time and energy; it adds the priced
-    # aggregation and the 8-byte sample count per upload (bytes and upload time)
-    preset = (ROOT / "configs" / "presets" / "small.toml").read_text()
-    preset, n = re.subn(r"(?m)^num_clients = \d+", f"num_clients = {clients}", preset)
-    assert n == 1
-    (tmp_path / "preset.toml").write_text(preset)
-    loop = subprocess.run([sys.executable, "-m", "bench.fl", "--preset", str(tmp_path / "preset.toml"),
-                           "--methods", name, "--rounds", str(rounds), "--threads", "1", "--hw", str(HW),
-                           "--out", str(tmp_path / "loop")], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=600)
+    # our own loop on the same setting (bench.fl on the same preset; same hardware and system
+    # model) prices the same steps: equal device time and energy; it adds the priced aggregation
+    # and the 8-byte sample count per upload (bytes and upload time)
+    loop = flower_example.loop
     assert loop.returncode == 0, loop.stderr[-3000:]
-    with (tmp_path / "loop" / "rounds.csv").open(newline="") as f:
-        ours = list(csv.DictReader(f))
+    ours = [r for r in read_csv(loop.out / "rounds.csv")[1] if r["method"] == name]
     assert [r["round"] for r in ours] == [r["round"] for r in rows]
     for flower_row, loop_row in zip(rows, ours):
         for col in ("round_device_s", "round_energy_j"):
@@ -223,8 +213,9 @@ def test_example_runs_in_flowers_simulation_and_writes_rounds_csv(tmp_path):
         assert math.isclose(float(flower_row["round_wall_s"]) + metadata_s + float(loop_row["server_s"]),
                             float(loop_row["round_wall_s"]), rel_tol=1e-12)
         assert int(flower_row["round_bytes"]) + 8 * clients == int(loop_row["round_bytes"])
-        # Flower averages in NumPy, in reply order: the accuracies may differ by a few test images
-        assert abs(float(flower_row["accuracy"]) - float(loop_row["accuracy"])) <= 0.02
+        # the strategy aggregates with the method's own aggregate, replies in client order: the
+        # weights are the loop's bit for bit (tests/test_flower_methods.py), so is the accuracy
+        assert flower_row["accuracy"] == loop_row["accuracy"]
 
 
 # ---- the command fails and stops cleanly ------------------------------------------------------------

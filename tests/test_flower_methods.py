@@ -12,17 +12,12 @@ averaged in NumPy in arrival order, which is why the FedAvg fleet test (tests/te
 compares weights to 1e-5.
 
 The setting: the small preset (digits at 16x16, ConvNet) at 3 clients, all sampled, seed 0, cut
-to 300 training and 200 test samples and one local epoch so that the fast check stays fast.
+to 300 training and 200 test samples and one local epoch so that the fast check stays fast; the
+check in Flower's simulation engine is on the run tests/test_flower.py checks too, with 900 training
+samples and two local epochs (tests/flower_example.py).
 """
 
 from __future__ import annotations
-
-import csv
-import os
-import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -31,26 +26,19 @@ pytest.importorskip("flwr")
 
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
+from tests.flower_example import CLIENTS, ROUNDS, STATEFUL, cut_preset, read_csv  # noqa: E402
 from tests.flower_grid import InProcessGrid  # noqa: E402
 from workloads.flower import app as flower_app  # noqa: E402
 from workloads.flower.fleet import client_nodes  # noqa: E402
 from workloads.fl.methods import ALGORITHMS, parse_method  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-CLIENTS = 3
 NODES = {11: 2, 22: 0, 33: 1}  # node id -> client index, as a simulation might number them
 
 
 @pytest.fixture(scope="module")
 def preset(tmp_path_factory) -> str:
     """The small preset at ``CLIENTS`` clients, 300 training and 200 test samples, one local epoch."""
-    text = (ROOT / "configs/presets/small.toml").read_text()
-    text = re.sub(r"(?m)^num_clients = \d+", f"num_clients = {CLIENTS}\nmax_train_samples = 300\nmax_test_samples = 200",
-                  text)
-    text = re.sub(r"(?m)^local_epochs = \d+", "local_epochs = 1", text)
-    path = tmp_path_factory.mktemp("preset") / "tiny.toml"
-    path.write_text(text)
-    return str(path)
+    return cut_preset(tmp_path_factory.mktemp("preset"), 300, 1)
 
 
 @pytest.fixture
@@ -145,29 +133,27 @@ def test_a_client_that_forgets_its_state_is_not_scaffold(preset, task_identity, 
     assert _bit_equal(kept, loop_weights) and not _bit_equal(forgetful, loop_weights)
 
 
-@pytest.mark.slow  # Ray's start and three methods' simulation: ~1-2 min on the shared machine
-def test_bench_flower_runs_the_stateful_methods_in_flowers_simulation(preset, tmp_path, task_identity, one_thread):
-    """``python -m bench.flower --methods scaffold moon feddyn`` in Flower's simulation engine (Ray):
+@pytest.mark.slow  # the shared simulation (tests/flower_example.py, ~20-35 s once for both tests)
+def test_bench_flower_runs_the_stateful_methods_in_flowers_simulation(flower_example):
+    """``python -m bench.flower --methods ... scaffold moon feddyn`` in Flower's simulation engine (Ray):
     every round of each, the bytes of what each method sends (SCAFFOLD: the state and c down, the
-    state and Delta c up), and the accuracy of every round that of the in-process run above (so
-    equal to our loop's): under Ray too, each node keeps its client's state from round to round."""
-    names, rounds = ("scaffold", "moon", "feddyn"), 2
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-m", "bench.flower", "--preset", preset, "--methods", *names,
-                           "--clients", str(CLIENTS), "--rounds", str(rounds), "--out", str(tmp_path / "out")],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    with (tmp_path / "out" / "rounds.csv").open(newline="") as f:
-        rows = list(csv.DictReader(f))
+    state and Delta c up), and the accuracy of every round that of ``bench.fl``'s run of the same
+    methods on the same preset (our loop, which the in-process runs above equal bit for bit):
+    under Ray too, each node keeps its client's state from round to round. The run is the one
+    tests/test_flower.py checks too (a SphereFed method first, then these)."""
+    sim, loop, names, rounds = flower_example.flower, flower_example.loop, STATEFUL, ROUNDS
+    assert sim.returncode == 0, sim.stderr[-3000:]
+    assert loop.returncode == 0, loop.stderr[-3000:]
+    rows = [r for r in read_csv(sim.out / "rounds.csv")[1] if r["method"] in names]
+    ours = [r for r in read_csv(loop.out / "rounds.csv")[1] if r["method"] in names]
     assert [(r["method"], int(r["round"]), int(r["clients"])) for r in rows] == \
         [(name, t, CLIENTS) for name in names for t in range(1, rounds + 1)]
-    model = flower_app.new_model(flower_app.FlowerRun(preset, "convnet", names, CLIENTS, rounds, 0),
+    model = flower_app.new_model(flower_app.FlowerRun(flower_example.preset, "convnet", names, CLIENTS, rounds, 0),
                                  parse_method("scaffold"))
     state_bytes = sum(v.numel() * v.element_size() for v in model.state_dict().values())
     trainable_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    in_process = _flower(preset, names, rounds)
     expected = {"scaffold": 2 * state_bytes + 2 * trainable_bytes, "moon": 2 * state_bytes, "feddyn": 2 * state_bytes}
     for name in names:
         mine = [r for r in rows if r["method"] == name]
         assert all(int(r["round_bytes"]) == CLIENTS * expected[name] for r in mine), name
-        assert [float(r["accuracy"]) for r in mine] == in_process[name][1], name
+        assert [r["accuracy"] for r in mine] == [r["accuracy"] for r in ours if r["method"] == name], name
