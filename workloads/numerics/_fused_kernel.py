@@ -12,6 +12,7 @@ EXPONENT_MASK = np.int32(0x7F800000)
 MAGNITUDE_MASK = np.int32(0x7FFFFFFF)
 SMALLEST_NORMAL_BITS = np.int32(0x00800000)
 SMALLEST_NORMAL = np.float32(2.0 ** -126)
+INVERSE_BITS = np.int32(0x7F000000)  # a normal power of two's bits subtracted from this: its inverse's (254 - E)
 SCALE_MIN, SCALE_MAX = np.float32(2.0 ** -127), np.float32(2.0 ** 127)
 ZERO, TWO = np.float32(0.0), np.float32(2.0)
 NAN = np.float32(np.nan)
@@ -127,14 +128,25 @@ def _block_factor(top_bits, scale_of, kind, carry, round_up):
 
 
 @njit(inline="always", error_model="numpy")
-def _onto_grid(x, factor, grid):
-    """``x / factor`` on the element's grid before rounding: ``(v, ulp)`` with ``v`` the value
-    clamped to the element's largest (+ ``x x 0``: NaN where ``x`` is infinite) and ``ulp`` its unit
-    in the last place, ``max(2^floor(log2 |v|), 2^e_min) x 2^(1 - p)`` (``quantize._onto_grid_``).
-    ``grid``: ``(2^(1 - p), 2^e_min, max_finite, the largest result)`` (``fused.Rule.floats``)."""
-    v = _clamp(x / factor, grid[2]) + x * ZERO
+def _onto_grid(x, grid):
+    """``x / factor`` on the element's grid before rounding (scaled FP8, ``factor = 2^-s``):
+    ``(v, ulp, 1 / ulp)`` with ``v`` the value clamped to the element's largest (+ ``x x 0``: NaN
+    where ``x`` is infinite) and ``ulp`` its unit in the last place, ``max(2^floor(log2 |v|),
+    2^e_min) x 2^(1 - p)`` (``quantize._onto_grid_``). ``grid``: ``(2^(1 - p), 2^e_min, max_finite,
+    the largest result, 2^s, 2^(p - 1))`` (``fused.Rule.floats``).
+
+    No division, the same bits (issue 55): ``x / 2^-s`` is ``x x 2^s`` (``2^s`` a float32, up to
+    ``2^127``: both are the correctly rounded ``x 2^s``, overflow and underflow included, and a NaN
+    ``x`` stays itself), and ``v / ulp`` is ``v x (1 / ulp)``: ``ulp`` is a power of two between
+    ``2^(e_min + 1 - p)`` and the element's ``2^(emax + 1 - p)``, so ``1 / ulp`` is a float32 and
+    the product is the same correctly rounded quotient. ``1 / max(binade, 2^e_min)`` (a normal power
+    of two, exponent field ``E``) is the float with exponent field ``254 - E``: its bit pattern
+    ``0x7F000000 - bits``; where ``v`` is NaN its binade reads as infinity, this gives ``-inf``, and
+    ``v x -inf`` is ``v``'s NaN, as ``v / inf`` was."""
+    v = _clamp(x * grid[4], grid[2]) + x * ZERO
     binade = _float(np.int32(_bits(v) & EXPONENT_MASK))
-    return v, (binade if binade > grid[1] else grid[1]) * grid[0]
+    b = binade if binade > grid[1] else grid[1]
+    return v, b * grid[0], _float(np.int32(INVERSE_BITS - _bits(b))) * grid[5]
 
 
 @njit(inline="always", error_model="numpy")
@@ -181,8 +193,8 @@ def _nearest_run(xf, out, start, factors, at, n, grid, kind):
     else:
         for j in range(n):
             f = factors[at + j]
-            v, ulp = _onto_grid(xf[start + j], f, grid)
-            out[start + j] = _back(np.rint(v / ulp), ulp, f, grid)
+            v, ulp, inverse = _onto_grid(xf[start + j], grid)
+            out[start + j] = _back(np.rint(v * inverse), ulp, f, grid)
 
 
 @njit(inline="always", error_model="numpy")
@@ -202,8 +214,8 @@ def _stochastic_run(arrays, start, factors, at, n, draws, grid, kind):
     else:
         for j in range(n):
             f = factors[at + j]
-            v, ulp = _onto_grid(xf[start + j], f, grid)
-            out[start + j] = _back(np.floor(v / ulp + draws[j]), ulp, f, grid)
+            v, ulp, inverse = _onto_grid(xf[start + j], grid)
+            out[start + j] = _back(np.floor(v * inverse + draws[j]), ulp, f, grid)
 
 
 @njit(nogil=True, boundscheck=False, error_model="numpy")
@@ -309,7 +321,7 @@ def round_blocks(xf, xi, out, nest, floats, ints):
     seed, bits = (np.uint64(ints[3]) << THIRTY_TWO) | np.uint64(ints[4]), ints[5]  # stream x 2^32 + key
     stochastic = bits > 0
     shift = np.uint64(32 - bits) if stochastic else np.uint64(0)
-    grid = (floats[0], floats[1], floats[2], floats[3])  # scalars: no load in the loops (the arrays might alias)
+    grid = (floats[0], floats[1], floats[2], floats[3], floats[8], floats[9])  # scalars: no load in the loops (the arrays might alias)
     unit = floats[6]
     rng = (seed, shift, unit)
     scale_of = (floats[7], floats[2], floats[4])
@@ -326,9 +338,10 @@ def round_blocks(xf, xi, out, nest, floats, ints):
     factor = np.full(m0 * m1, floats[5], np.float32)
     draws = np.zeros(CHUNK, np.float32)  # stochastic rounding's uniform numbers of a chunk of a run
     same = np.empty(CHUNK, np.float32)  # a shared factor for each value of a chunk
+    seen = np.int32(0)  # scaled FP8: the largest magnitude's bit pattern among the values rounded
     if kind != SCALED and m0 == 1 and sg == m1 and s2 == group * m1 and group * m1 <= CHUNK // 4:
         _round_adjacent_blocks(xf, xi, out, nest, floats, ints)  # blocks of adjacent values, one after another
-        return
+        return seen
     for i0 in range(n0):
         for i1 in range(n1):
             for i2 in range(n2):
@@ -365,6 +378,11 @@ def round_blocks(xf, xi, out, nest, floats, ints):
                             _stochastic_run((xf, out), row + lo, factors, at, n, draws, grid, kind)
                         else:
                             _nearest_run(xf, out, row + lo, factors, at, n, grid, kind)
+                        if kind == SCALED:  # the chunk's largest magnitude, its values still in the cache
+                            for j in range(n):
+                                b = np.int32(xi[row + lo + j] & MAGNITUDE_MASK)
+                                seen = b if b > seen else seen
+    return seen
 
 
 @njit(cache=True, nogil=True, boundscheck=False, error_model="numpy")
@@ -372,10 +390,16 @@ def round_at(x_address, out_address, n, nests, floats, ints):
     """``round_blocks`` along each loop nest (a row of ``nests``) over the ``n`` float32 values at
     ``x_address`` into those at ``out_address`` (two dense tensors' memory, their ``data_ptr``, alive
     while this runs). Addresses instead of numpy arrays: a call from Python then costs ~1 us instead
-    of ~8 us of converting and checking three arrays (a MobileNetV2 step rounds 346 operands)."""
+    of ~8 us of converting and checking three arrays (a MobileNetV2 step rounds 346 operands).
+    Returns, for scaled FP8, the largest magnitude's bit pattern among the values the nests round
+    (``largest_bits``: where they cover all ``n`` values, ``round_whole``'s, the tensor's own amax,
+    read in the rounding's pass instead of one of its own); 0 for BFP and MX."""
     xf, xi, out = carray(_float_pointer(x_address), n), carray(_int_pointer(x_address), n), carray(_float_pointer(out_address), n)
+    seen = np.int32(0)
     for k in range(nests.shape[0]):
-        round_blocks(xf, xi, out, nests[k], floats, ints)
+        b = round_blocks(xf, xi, out, nests[k], floats, ints)
+        seen = b if b > seen else seen
+    return seen
 
 
 @njit(cache=True, nogil=True, boundscheck=False, error_model="numpy")
