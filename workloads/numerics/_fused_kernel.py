@@ -230,7 +230,7 @@ def _round_adjacent_blocks(xf, xi, out, nest, floats, ints):
     seed, bits = (np.uint64(ints[3]) << THIRTY_TWO) | np.uint64(ints[4]), ints[5]  # stream x 2^32 + key
     stochastic = bits > 0
     shift = np.uint64(32 - bits) if stochastic else np.uint64(0)
-    grid = (floats[0], floats[1], floats[2], floats[3])
+    grid = (floats[0], floats[1], floats[2], floats[3], floats[8], floats[9])
     unit = floats[6]
     rng = (seed, shift, unit)
     scale_of = (floats[7], floats[2], floats[4])
@@ -255,7 +255,7 @@ def _round_adjacent_blocks(xf, xi, out, nest, floats, ints):
                     if m1 == 1:
                         largest = np.int32(0)
                         for j in range(group):
-                            b = np.int32(xi[start + at + j] & MAGNITUDE_MASK)
+                            b = np.int32(xi[start + q * s2 + j] & MAGNITUDE_MASK)
                             largest = b if b > largest else largest
                         top[0] = largest
                     else:
@@ -276,7 +276,13 @@ def _round_adjacent_blocks(xf, xi, out, nest, floats, ints):
                             _fill_draws(draws, at + g * m1, m1, cbase + q * c2 + g * cg, d1, rng)
                 if stochastic and adjacent_positions:  # the batch's positions follow one another: one loop
                     _fill_draws(draws, U0, nb * block, cbase, U1, rng)
-                if stochastic:
+                if s2 != block:  # blocks apart in memory (a group of adjacent values, m1 = 1): a loop per block
+                    for q in range(nb):
+                        if stochastic:
+                            _stochastic_run((xf, out), start + q * s2, factors, q * block, block, draws[q * block:], grid, kind)
+                        else:
+                            _nearest_run(xf, out, start + q * s2, factors, q * block, block, grid, kind)
+                elif stochastic:
                     n = nb * block
                     if kind == BFP:
                         for j in range(n):
@@ -339,7 +345,7 @@ def round_blocks(xf, xi, out, nest, floats, ints):
     draws = np.zeros(CHUNK, np.float32)  # stochastic rounding's uniform numbers of a chunk of a run
     same = np.empty(CHUNK, np.float32)  # a shared factor for each value of a chunk
     seen = np.int32(0)  # scaled FP8: the largest magnitude's bit pattern among the values rounded
-    if kind != SCALED and m0 == 1 and sg == m1 and s2 == group * m1 and group * m1 <= CHUNK // 4:
+    if kind != SCALED and m0 == 1 and sg == m1 and (s2 == group * m1 or m1 == 1 and s2 > group) and group * m1 <= CHUNK:
         _round_adjacent_blocks(xf, xi, out, nest, floats, ints)  # blocks of adjacent values, one after another
         return seen
     for i0 in range(n0):
