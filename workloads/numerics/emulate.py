@@ -106,6 +106,7 @@ class Arithmetic(TorchDispatchMode):
         self.rounded_operands: Counter = Counter()
         self.amax_history: dict[int, deque] = {}  # delayed scaling: operand -> its last amaxes
         self.scaled_by: dict[int, torch.Tensor] = {}  # delayed scaling: operand -> the amax of its last scale
+        self._history_numbers: dict[int, tuple[deque, list[float]]] = {}  # operand -> its history's values as floats
         self._operand = 0  # the operand's number in the current step
         self._gradients = WeakTensorKeyDictionary() if self.fmt.kind == "fp8_hybrid" else None
         self._same_values_in_every_role = self.fmt.kind not in ("bfp", "mx") and self.fmt.rounding == "nearest"
@@ -168,15 +169,31 @@ class Arithmetic(TorchDispatchMode):
         if not history:
             return None
         if device.type == "cpu":  # the same choice in Python numbers (no small torch operations, ~30 us)
-            values = [float(a) for a in history]
-            window = math.nan if any(math.isnan(v) for v in values) else max(values)
+            values = self._history_values(history)
+            window = math.nan if any(map(math.isnan, values)) else max(values)
             return history[values.index(window)] if 0 < window < math.inf else self.scaled_by[self._operand]
         window = torch.stack(tuple(history)).amax()  # on a GPU: no wait for its numbers
         return torch.where(torch.isfinite(window) & (window > 0), window, self.scaled_by[self._operand])
 
+    def _history_values(self, history: deque) -> list[float]:
+        """The current operand's ``history`` as Python floats, kept between steps (``_remember``
+        extends them) instead of reading its ~16 tensors' numbers at every operand: worked out
+        afresh where the history is another deque or another length than the one they were kept for."""
+        kept = self._history_numbers.get(self._operand)
+        if kept is None or kept[0] is not history or len(kept[1]) != len(history):
+            kept = self._history_numbers[self._operand] = (history, [float(a) for a in history])
+        return kept[1]
+
     def _remember(self, own: torch.Tensor, amax: torch.Tensor) -> torch.Tensor:
         """``own`` into the current operand's history, ``amax`` as the one it was scaled by; ``amax``."""
-        self.amax_history[self._operand].append(own)
+        history = self.amax_history[self._operand]
+        kept = self._history_numbers.pop(self._operand, None)
+        current = kept is not None and kept[0] is history and len(kept[1]) == len(history)
+        history.append(own)
+        if current and own.device.type == "cpu":  # the history's floats, then own's
+            kept[1].append(float(own))
+            del kept[1][:len(kept[1]) - len(history)]  # where the full deque dropped its oldest, the oldest
+            self._history_numbers[self._operand] = kept
         self.scaled_by[self._operand] = amax
         return amax
 
