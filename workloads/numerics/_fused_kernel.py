@@ -185,16 +185,11 @@ def _nearest_run(xf, out, start, factors, at, n, grid, kind):
         for j in range(n):
             f = factors[at + j]
             out[start + j] = np.rint(xf[start + j] / f) * f
-    elif kind == MX:
+    else:  # MX (scaled FP8: _round_scaled)
         for j in range(n):
             f = factors[at + j]
             v, ulp = _onto_mx_grid(xf[start + j], f, grid)
             out[start + j] = _back_mx(np.rint(v / ulp), ulp, f, grid)
-    else:
-        for j in range(n):
-            f = factors[at + j]
-            v, ulp, inverse = _onto_grid(xf[start + j], grid)
-            out[start + j] = _back(np.rint(v * inverse), ulp, f, grid)
 
 
 @njit(inline="always", error_model="numpy")
@@ -206,16 +201,11 @@ def _stochastic_run(arrays, start, factors, at, n, draws, grid, kind):
         for j in range(n):
             f = factors[at + j]
             out[start + j] = np.floor(xf[start + j] / f + draws[j]) * f
-    elif kind == MX:
+    else:  # MX
         for j in range(n):
             f = factors[at + j]
             v, ulp = _onto_mx_grid(xf[start + j], f, grid)
             out[start + j] = _back_mx(np.floor(v / ulp + draws[j]), ulp, f, grid)
-    else:
-        for j in range(n):
-            f = factors[at + j]
-            v, ulp, inverse = _onto_grid(xf[start + j], grid)
-            out[start + j] = _back(np.floor(v * inverse + draws[j]), ulp, f, grid)
 
 
 @njit(nogil=True, boundscheck=False, error_model="numpy")
@@ -223,14 +213,19 @@ def _round_adjacent_blocks(xf, xi, out, nest, floats, ints):
     """``round_blocks`` where a block (a group's values at each of ``m1`` positions inside it) is one
     run of adjacent values and the blocks follow one another: a group of adjacent values (``m1 =
     1``: a channels-last tensor's channels, a matrix along its rows), or an NCHW tensor's channels
-    over a few pixels. A batch of blocks at a time: their factors (and uniform numbers) spread over
-    the batch's values, then one loop over them all (a loop per group of 16 values, or per 4
-    pixels, costs more than the values)."""
+    over a few pixels, or a channels-last tensor's pixels (``m1`` its channels, a block of up to a
+    chunk). A batch of blocks at a time: their factors (and uniform numbers) spread over the
+    batch's values, then one loop over them all (a loop per group of 16 values, or per 4 pixels,
+    costs more than the values). Groups of adjacent values apart in memory (``m1 = 1``, a block
+    stride ``s2`` beyond the group: a channels-last tensor of 24 channels, grouped 16 and 8) take
+    the batch's factors and draws too, then a loop per block. Issue 55's fourth pass sent the last
+    two here (blocks up to 1024 values instead of 256): in the generic loops of ``round_blocks`` a
+    run of 16, 24 or 32 values cost 1-3 ns a value (``benchmarks/bench_step_kernel.py``)."""
     kind, carry, round_up = ints[0], np.int32(ints[1]), ints[2] != 0
     seed, bits = (np.uint64(ints[3]) << THIRTY_TWO) | np.uint64(ints[4]), ints[5]  # stream x 2^32 + key
     stochastic = bits > 0
     shift = np.uint64(32 - bits) if stochastic else np.uint64(0)
-    grid = (floats[0], floats[1], floats[2], floats[3], floats[8], floats[9])
+    grid = (floats[0], floats[1], floats[2], floats[3])
     unit = floats[6]
     rng = (seed, shift, unit)
     scale_of = (floats[7], floats[2], floats[4])
@@ -313,7 +308,9 @@ def round_blocks(xf, xi, out, nest, floats, ints):
     ``round_mx`` (the first clamp changes nothing: rounding is monotone and the largest value is on
     the grid); for BFP the grid's unit is 1 (``2^e_min = 2^23``, ``2^(1 - p) = 2^-23``) and nothing
     is clamped, so it is ``round(x / unit) unit``; for scaled FP8 the factor is ``2^-s``, and
-    dividing by it is multiplying by ``2^s`` (both exact, or the same rounding of the same number).
+    dividing by it is multiplying by ``2^s`` (both exact, or the same rounding of the same number):
+    its loops multiply (``_onto_grid``), and read its values' largest magnitude in the same pass
+    (returned: delayed scaling's own amax, ``quantize.round_measured``).
     For BFP the formula comes to ``rint(x / f) f`` (``floor(x / f + u) f`` stochastically:
     ``_nearest_run``), and BFP's loops compute just that: 3 operations a value instead of ~15 (an
     NCHW step's BFP operands 0.29-0.49 -> 0.18-0.29 ns a value, the same bits); MX's leave out the
@@ -327,7 +324,7 @@ def round_blocks(xf, xi, out, nest, floats, ints):
     seed, bits = (np.uint64(ints[3]) << THIRTY_TWO) | np.uint64(ints[4]), ints[5]  # stream x 2^32 + key
     stochastic = bits > 0
     shift = np.uint64(32 - bits) if stochastic else np.uint64(0)
-    grid = (floats[0], floats[1], floats[2], floats[3], floats[8], floats[9])  # scalars: no load in the loops (the arrays might alias)
+    grid = (floats[0], floats[1], floats[2], floats[3])  # scalars: no load in the loops (the arrays might alias)
     unit = floats[6]
     rng = (seed, shift, unit)
     scale_of = (floats[7], floats[2], floats[4])
@@ -344,10 +341,9 @@ def round_blocks(xf, xi, out, nest, floats, ints):
     factor = np.full(m0 * m1, floats[5], np.float32)
     draws = np.zeros(CHUNK, np.float32)  # stochastic rounding's uniform numbers of a chunk of a run
     same = np.empty(CHUNK, np.float32)  # a shared factor for each value of a chunk
-    seen = np.int32(0)  # scaled FP8: the largest magnitude's bit pattern among the values rounded
     if kind != SCALED and m0 == 1 and sg == m1 and (s2 == group * m1 or m1 == 1 and s2 > group) and group * m1 <= CHUNK:
         _round_adjacent_blocks(xf, xi, out, nest, floats, ints)  # blocks of adjacent values, one after another
-        return seen
+        return
     for i0 in range(n0):
         for i1 in range(n1):
             for i2 in range(n2):
@@ -384,10 +380,50 @@ def round_blocks(xf, xi, out, nest, floats, ints):
                             _stochastic_run((xf, out), row + lo, factors, at, n, draws, grid, kind)
                         else:
                             _nearest_run(xf, out, row + lo, factors, at, n, grid, kind)
-                        if kind == SCALED:  # the chunk's largest magnitude, its values still in the cache
-                            for j in range(n):
-                                b = np.int32(xi[row + lo + j] & MAGNITUDE_MASK)
-                                seen = b if b > seen else seen
+
+
+@njit(nogil=True, boundscheck=False, error_model="numpy")
+def _round_scaled(xf, xi, out, nest, floats, ints):
+    """``round_blocks`` for scaled FP8 (one factor, ``2^-s``, for every value; ``nest``'s group the
+    innermost run, no dims inside it), returning the largest magnitude's bit pattern among the
+    values it rounds (each chunk's read while its values are in the cache): delayed scaling's own
+    amax without a pass of its own (``fused.round_whole``). Its loops multiply where the formula
+    divides (``_onto_grid``). Kept apart from the BFP and MX loops: in one function with them
+    (4b369d1), LLVM compiled those slower (a ``bfp_m4_g16`` channels-last step's operands 0.25 ->
+    0.28 ns a value, ``benchmarks/bench_step_kernel.py``), though this loop ran faster there
+    (0.145 ns a value against 0.215 here; not understood)."""
+    bits = ints[5]
+    stochastic = bits > 0
+    seed = (np.uint64(ints[3]) << THIRTY_TWO) | np.uint64(ints[4])
+    shift = np.uint64(32 - bits) if stochastic else np.uint64(0)
+    rng = (seed, shift, floats[6])
+    grid = (floats[0], floats[1], floats[2], floats[3], floats[8], floats[9])
+    factor = floats[5]
+    offset, coffset = nest[0], nest[1]
+    n0, n1, n2, run = nest[2], nest[3], nest[4], nest[5]
+    s0, s1, s2, c0, c1, c2, cstep = nest[8], nest[9], nest[10], nest[14], nest[15], nest[16], nest[17]
+    draws = np.zeros(CHUNK, np.float32)
+    seen = np.int32(0)
+    for i0 in range(n0):
+        for i1 in range(n1):
+            for i2 in range(n2):
+                row = offset + i0 * s0 + i1 * s1 + i2 * s2
+                crow = coffset + i0 * c0 + i1 * c1 + i2 * c2
+                for lo in range(U0, run, CHUNK):
+                    n = min(CHUNK, run - lo)
+                    start = row + lo
+                    if stochastic:
+                        _fill_draws(draws, U0, n, crow + lo * cstep, cstep, rng)
+                        for j in range(n):
+                            v, ulp, inverse = _onto_grid(xf[start + j], grid)
+                            out[start + j] = _back(np.floor(v * inverse + draws[j]), ulp, factor, grid)
+                    else:
+                        for j in range(n):
+                            v, ulp, inverse = _onto_grid(xf[start + j], grid)
+                            out[start + j] = _back(np.rint(v * inverse), ulp, factor, grid)
+                    for j in range(n):
+                        b = np.int32(xi[start + j] & MAGNITUDE_MASK)
+                        seen = b if b > seen else seen
     return seen
 
 
@@ -403,8 +439,11 @@ def round_at(x_address, out_address, n, nests, floats, ints):
     xf, xi, out = carray(_float_pointer(x_address), n), carray(_int_pointer(x_address), n), carray(_float_pointer(out_address), n)
     seen = np.int32(0)
     for k in range(nests.shape[0]):
-        b = round_blocks(xf, xi, out, nests[k], floats, ints)
-        seen = b if b > seen else seen
+        if ints[0] == SCALED:
+            b = _round_scaled(xf, xi, out, nests[k], floats, ints)
+            seen = b if b > seen else seen
+        else:
+            round_blocks(xf, xi, out, nests[k], floats, ints)
     return seen
 
 
