@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from accel_sim.formats import ELEMENT_FORMATS, MX_ELEMENTS, NumberFormat, NumberFormatError
-from workloads.numerics.emulate import Arithmetic
+from workloads.numerics.emulate import AMAX_HISTORY, Arithmetic
 from workloads.numerics.quantize import round_to_format, round_to_grid
 
 ML_DTYPES = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2, "e3m2": ml_dtypes.float6_e3m2fn,
@@ -198,3 +198,18 @@ def test_e4m3s_grid_rounding_is_torchs_cast_bit_for_bit():
     ours, cast = round_to_format(x, NumberFormat.parse("e4m3")), x.to(torch.float8_e4m3fn).float()
     assert torch.equal(ours.view(torch.int32)[~cast.isnan()], cast.view(torch.int32)[~cast.isnan()])
     assert torch.equal(ours.isnan(), cast.isnan())
+
+
+def test_delayed_scaling_past_its_history_length_takes_the_last_windows_amax():
+    # 24 steps of one operand (more than the AMAX_HISTORY = 16 amaxes a history holds): each step is scaled by the
+    # largest of the previous (up to) 16 steps' amaxes, its own on the first; the kept floats
+    # (Arithmetic._history_values) follow the deque as its oldest amaxes drop out
+    magnitudes = [2.0 ** (k % 7 - 3) * (1 + k % 3 / 4) for k in range(24)]
+    magnitudes[20] = 64.0  # enters the window late: scales the last three steps
+    arithmetic, w = Arithmetic(NumberFormat.parse("e4m3_ds")), torch.ones(1, 1)
+    for step, m in enumerate(magnitudes):
+        with arithmetic:
+            torch.mm(torch.tensor([[m]]), w)
+        window = magnitudes[max(0, step - AMAX_HISTORY):step] or [m]
+        assert float(arithmetic.scaled_by[0]) == max(window), step
+        assert [float(a) for a in arithmetic.amax_history[0]] == magnitudes[max(0, step + 1 - AMAX_HISTORY):step + 1]

@@ -12,6 +12,7 @@ EXPONENT_MASK = np.int32(0x7F800000)
 MAGNITUDE_MASK = np.int32(0x7FFFFFFF)
 SMALLEST_NORMAL_BITS = np.int32(0x00800000)
 SMALLEST_NORMAL = np.float32(2.0 ** -126)
+INVERSE_BITS = np.int32(0x7F000000)  # a normal power of two's bits subtracted from this: its inverse's (254 - E)
 SCALE_MIN, SCALE_MAX = np.float32(2.0 ** -127), np.float32(2.0 ** 127)
 ZERO, TWO = np.float32(0.0), np.float32(2.0)
 NAN = np.float32(np.nan)
@@ -127,14 +128,25 @@ def _block_factor(top_bits, scale_of, kind, carry, round_up):
 
 
 @njit(inline="always", error_model="numpy")
-def _onto_grid(x, factor, grid):
-    """``x / factor`` on the element's grid before rounding: ``(v, ulp)`` with ``v`` the value
-    clamped to the element's largest (+ ``x x 0``: NaN where ``x`` is infinite) and ``ulp`` its unit
-    in the last place, ``max(2^floor(log2 |v|), 2^e_min) x 2^(1 - p)`` (``quantize._onto_grid_``).
-    ``grid``: ``(2^(1 - p), 2^e_min, max_finite, the largest result)`` (``fused.Rule.floats``)."""
-    v = _clamp(x / factor, grid[2]) + x * ZERO
+def _onto_grid(x, grid):
+    """``x / factor`` on the element's grid before rounding (scaled FP8, ``factor = 2^-s``):
+    ``(v, ulp, 1 / ulp)`` with ``v`` the value clamped to the element's largest (+ ``x x 0``: NaN
+    where ``x`` is infinite) and ``ulp`` its unit in the last place, ``max(2^floor(log2 |v|),
+    2^e_min) x 2^(1 - p)`` (``quantize._onto_grid_``). ``grid``: ``(2^(1 - p), 2^e_min, max_finite,
+    the largest result, 2^s, 2^(p - 1))`` (``fused.Rule.floats``).
+
+    No division, the same bits (issue 55): ``x / 2^-s`` is ``x x 2^s`` (``2^s`` a float32, up to
+    ``2^127``: both are the correctly rounded ``x 2^s``, overflow and underflow included, and a NaN
+    ``x`` stays itself), and ``v / ulp`` is ``v x (1 / ulp)``: ``ulp`` is a power of two between
+    ``2^(e_min + 1 - p)`` and the element's ``2^(emax + 1 - p)``, so ``1 / ulp`` is a float32 and
+    the product is the same correctly rounded quotient. ``1 / max(binade, 2^e_min)`` (a normal power
+    of two, exponent field ``E``) is the float with exponent field ``254 - E``: its bit pattern
+    ``0x7F000000 - bits``; where ``v`` is NaN its binade reads as infinity, this gives ``-inf``, and
+    ``v x -inf`` is ``v``'s NaN, as ``v / inf`` was."""
+    v = _clamp(x * grid[4], grid[2]) + x * ZERO
     binade = _float(np.int32(_bits(v) & EXPONENT_MASK))
-    return v, (binade if binade > grid[1] else grid[1]) * grid[0]
+    b = binade if binade > grid[1] else grid[1]
+    return v, b * grid[0], _float(np.int32(INVERSE_BITS - _bits(b))) * grid[5]
 
 
 @njit(inline="always", error_model="numpy")
@@ -173,16 +185,11 @@ def _nearest_run(xf, out, start, factors, at, n, grid, kind):
         for j in range(n):
             f = factors[at + j]
             out[start + j] = np.rint(xf[start + j] / f) * f
-    elif kind == MX:
+    else:  # MX (scaled FP8: _round_scaled)
         for j in range(n):
             f = factors[at + j]
             v, ulp = _onto_mx_grid(xf[start + j], f, grid)
             out[start + j] = _back_mx(np.rint(v / ulp), ulp, f, grid)
-    else:
-        for j in range(n):
-            f = factors[at + j]
-            v, ulp = _onto_grid(xf[start + j], f, grid)
-            out[start + j] = _back(np.rint(v / ulp), ulp, f, grid)
 
 
 @njit(inline="always", error_model="numpy")
@@ -194,16 +201,11 @@ def _stochastic_run(arrays, start, factors, at, n, draws, grid, kind):
         for j in range(n):
             f = factors[at + j]
             out[start + j] = np.floor(xf[start + j] / f + draws[j]) * f
-    elif kind == MX:
+    else:  # MX
         for j in range(n):
             f = factors[at + j]
             v, ulp = _onto_mx_grid(xf[start + j], f, grid)
             out[start + j] = _back_mx(np.floor(v / ulp + draws[j]), ulp, f, grid)
-    else:
-        for j in range(n):
-            f = factors[at + j]
-            v, ulp = _onto_grid(xf[start + j], f, grid)
-            out[start + j] = _back(np.floor(v / ulp + draws[j]), ulp, f, grid)
 
 
 @njit(nogil=True, boundscheck=False, error_model="numpy")
@@ -211,9 +213,14 @@ def _round_adjacent_blocks(xf, xi, out, nest, floats, ints):
     """``round_blocks`` where a block (a group's values at each of ``m1`` positions inside it) is one
     run of adjacent values and the blocks follow one another: a group of adjacent values (``m1 =
     1``: a channels-last tensor's channels, a matrix along its rows), or an NCHW tensor's channels
-    over a few pixels. A batch of blocks at a time: their factors (and uniform numbers) spread over
-    the batch's values, then one loop over them all (a loop per group of 16 values, or per 4
-    pixels, costs more than the values)."""
+    over a few pixels, or a channels-last tensor's pixels (``m1`` its channels, a block of up to a
+    chunk). A batch of blocks at a time: their factors (and uniform numbers) spread over the
+    batch's values, then one loop over them all (a loop per group of 16 values, or per 4 pixels,
+    costs more than the values). Groups of adjacent values apart in memory (``m1 = 1``, a block
+    stride ``s2`` beyond the group: a channels-last tensor of 24 channels, grouped 16 and 8) take
+    the batch's factors and draws too, then a loop per block. Issue 55's fourth pass sent the last
+    two here (blocks up to 1024 values instead of 256): in the generic loops of ``round_blocks`` a
+    run of 16, 24 or 32 values cost 1-3 ns a value (``benchmarks/bench_step_kernel.py``)."""
     kind, carry, round_up = ints[0], np.int32(ints[1]), ints[2] != 0
     seed, bits = (np.uint64(ints[3]) << THIRTY_TWO) | np.uint64(ints[4]), ints[5]  # stream x 2^32 + key
     stochastic = bits > 0
@@ -243,7 +250,7 @@ def _round_adjacent_blocks(xf, xi, out, nest, floats, ints):
                     if m1 == 1:
                         largest = np.int32(0)
                         for j in range(group):
-                            b = np.int32(xi[start + at + j] & MAGNITUDE_MASK)
+                            b = np.int32(xi[start + q * s2 + j] & MAGNITUDE_MASK)
                             largest = b if b > largest else largest
                         top[0] = largest
                     else:
@@ -264,7 +271,13 @@ def _round_adjacent_blocks(xf, xi, out, nest, floats, ints):
                             _fill_draws(draws, at + g * m1, m1, cbase + q * c2 + g * cg, d1, rng)
                 if stochastic and adjacent_positions:  # the batch's positions follow one another: one loop
                     _fill_draws(draws, U0, nb * block, cbase, U1, rng)
-                if stochastic:
+                if s2 != block:  # blocks apart in memory (a group of adjacent values, m1 = 1): a loop per block
+                    for q in range(nb):
+                        if stochastic:
+                            _stochastic_run((xf, out), start + q * s2, factors, q * block, block, draws[q * block:], grid, kind)
+                        else:
+                            _nearest_run(xf, out, start + q * s2, factors, q * block, block, grid, kind)
+                elif stochastic:
                     n = nb * block
                     if kind == BFP:
                         for j in range(n):
@@ -295,7 +308,9 @@ def round_blocks(xf, xi, out, nest, floats, ints):
     ``round_mx`` (the first clamp changes nothing: rounding is monotone and the largest value is on
     the grid); for BFP the grid's unit is 1 (``2^e_min = 2^23``, ``2^(1 - p) = 2^-23``) and nothing
     is clamped, so it is ``round(x / unit) unit``; for scaled FP8 the factor is ``2^-s``, and
-    dividing by it is multiplying by ``2^s`` (both exact, or the same rounding of the same number).
+    dividing by it is multiplying by ``2^s`` (both exact, or the same rounding of the same number):
+    its loops multiply (``_onto_grid``), and read its values' largest magnitude in the same pass
+    (returned: delayed scaling's own amax, ``quantize.round_measured``).
     For BFP the formula comes to ``rint(x / f) f`` (``floor(x / f + u) f`` stochastically:
     ``_nearest_run``), and BFP's loops compute just that: 3 operations a value instead of ~15 (an
     NCHW step's BFP operands 0.29-0.49 -> 0.18-0.29 ns a value, the same bits); MX's leave out the
@@ -326,7 +341,7 @@ def round_blocks(xf, xi, out, nest, floats, ints):
     factor = np.full(m0 * m1, floats[5], np.float32)
     draws = np.zeros(CHUNK, np.float32)  # stochastic rounding's uniform numbers of a chunk of a run
     same = np.empty(CHUNK, np.float32)  # a shared factor for each value of a chunk
-    if kind != SCALED and m0 == 1 and sg == m1 and s2 == group * m1 and group * m1 <= CHUNK // 4:
+    if kind != SCALED and m0 == 1 and sg == m1 and (s2 == group * m1 or m1 == 1 and s2 > group) and group * m1 <= CHUNK:
         _round_adjacent_blocks(xf, xi, out, nest, floats, ints)  # blocks of adjacent values, one after another
         return
     for i0 in range(n0):
@@ -367,15 +382,69 @@ def round_blocks(xf, xi, out, nest, floats, ints):
                             _nearest_run(xf, out, row + lo, factors, at, n, grid, kind)
 
 
+@njit(nogil=True, boundscheck=False, error_model="numpy")
+def _round_scaled(xf, xi, out, nest, floats, ints):
+    """``round_blocks`` for scaled FP8 (one factor, ``2^-s``, for every value; ``nest``'s group the
+    innermost run, no dims inside it), returning the largest magnitude's bit pattern among the
+    values it rounds (each chunk's read while its values are in the cache): delayed scaling's own
+    amax without a pass of its own (``fused.round_whole``). Its loops multiply where the formula
+    divides (``_onto_grid``). Kept apart from the BFP and MX loops: in one function with them
+    (4b369d1), LLVM compiled those slower (a ``bfp_m4_g16`` channels-last step's operands 0.25 ->
+    0.28 ns a value, ``benchmarks/bench_step_kernel.py``), though this loop ran faster there
+    (0.145 ns a value against 0.215 here; not understood)."""
+    bits = ints[5]
+    stochastic = bits > 0
+    seed = (np.uint64(ints[3]) << THIRTY_TWO) | np.uint64(ints[4])
+    shift = np.uint64(32 - bits) if stochastic else np.uint64(0)
+    rng = (seed, shift, floats[6])
+    grid = (floats[0], floats[1], floats[2], floats[3], floats[8], floats[9])
+    factor = floats[5]
+    offset, coffset = nest[0], nest[1]
+    n0, n1, n2, run = nest[2], nest[3], nest[4], nest[5]
+    s0, s1, s2, c0, c1, c2, cstep = nest[8], nest[9], nest[10], nest[14], nest[15], nest[16], nest[17]
+    draws = np.zeros(CHUNK, np.float32)
+    seen = np.int32(0)
+    for i0 in range(n0):
+        for i1 in range(n1):
+            for i2 in range(n2):
+                row = offset + i0 * s0 + i1 * s1 + i2 * s2
+                crow = coffset + i0 * c0 + i1 * c1 + i2 * c2
+                for lo in range(U0, run, CHUNK):
+                    n = min(CHUNK, run - lo)
+                    start = row + lo
+                    if stochastic:
+                        _fill_draws(draws, U0, n, crow + lo * cstep, cstep, rng)
+                        for j in range(n):
+                            v, ulp, inverse = _onto_grid(xf[start + j], grid)
+                            out[start + j] = _back(np.floor(v * inverse + draws[j]), ulp, factor, grid)
+                    else:
+                        for j in range(n):
+                            v, ulp, inverse = _onto_grid(xf[start + j], grid)
+                            out[start + j] = _back(np.rint(v * inverse), ulp, factor, grid)
+                    for j in range(n):
+                        b = np.int32(xi[start + j] & MAGNITUDE_MASK)
+                        seen = b if b > seen else seen
+    return seen
+
+
 @njit(cache=True, nogil=True, boundscheck=False, error_model="numpy")
 def round_at(x_address, out_address, n, nests, floats, ints):
     """``round_blocks`` along each loop nest (a row of ``nests``) over the ``n`` float32 values at
     ``x_address`` into those at ``out_address`` (two dense tensors' memory, their ``data_ptr``, alive
     while this runs). Addresses instead of numpy arrays: a call from Python then costs ~1 us instead
-    of ~8 us of converting and checking three arrays (a MobileNetV2 step rounds 346 operands)."""
+    of ~8 us of converting and checking three arrays (a MobileNetV2 step rounds 346 operands).
+    Returns, for scaled FP8, the largest magnitude's bit pattern among the values the nests round
+    (``largest_bits``: where they cover all ``n`` values, ``round_whole``'s, the tensor's own amax,
+    read in the rounding's pass instead of one of its own); 0 for BFP and MX."""
     xf, xi, out = carray(_float_pointer(x_address), n), carray(_int_pointer(x_address), n), carray(_float_pointer(out_address), n)
+    seen = np.int32(0)
     for k in range(nests.shape[0]):
-        round_blocks(xf, xi, out, nests[k], floats, ints)
+        if ints[0] == SCALED:
+            b = _round_scaled(xf, xi, out, nests[k], floats, ints)
+            seen = b if b > seen else seen
+        else:
+            round_blocks(xf, xi, out, nests[k], floats, ints)
+    return seen
 
 
 @njit(cache=True, nogil=True, boundscheck=False, error_model="numpy")

@@ -73,7 +73,7 @@ from torch.utils._pytree import tree_leaves
 from torch.utils.weak import WeakTensorKeyDictionary
 
 from accel_sim.formats import AMAX_HISTORY, NumberFormat
-from workloads.numerics.quantize import largest_magnitude, round_to_format
+from workloads.numerics.quantize import largest_magnitude, round_measured, round_to_format
 
 aten = torch.ops.aten
 
@@ -106,6 +106,7 @@ class Arithmetic(TorchDispatchMode):
         self.rounded_operands: Counter = Counter()
         self.amax_history: dict[int, deque] = {}  # delayed scaling: operand -> its last amaxes
         self.scaled_by: dict[int, torch.Tensor] = {}  # delayed scaling: operand -> the amax of its last scale
+        self._history_numbers: dict[int, tuple[deque, list[float]]] = {}  # operand -> its history's values as floats
         self._operand = 0  # the operand's number in the current step
         self._gradients = WeakTensorKeyDictionary() if self.fmt.kind == "fp8_hybrid" else None
         self._same_values_in_every_role = self.fmt.kind not in ("bfp", "mx") and self.fmt.rounding == "nearest"
@@ -135,14 +136,22 @@ class Arithmetic(TorchDispatchMode):
         if self.fmt.scaling == "none":
             rounded = previous.rounded if again else round_to_format(x, self.fmt, dim=along, generator=self.generator)
             return _Rounded(x, None, None, rounded)
-        own = previous.own_amax if again else largest_magnitude(x)
+        own = previous.own_amax if again else None
+        gradient = self._gradients is not None and x in self._gradients
+        if self.fmt.scaling == "delayed" and own is None:
+            chosen = self._window_amax(x.device)
+            if chosen is not None:  # past the operand's first step its scale does not depend on x: x's amax
+                rounded, own = round_measured(x, self.fmt, chosen, generator=self.generator, gradient=gradient)
+                self._remember(own, chosen)  # comes from the rounding's own pass over x (fused.round_whole)
+                self._operand += 1
+                return _Rounded(x, own, chosen, rounded)
+        own = largest_magnitude(x) if own is None else own
         amax = own
         if self.fmt.scaling == "delayed":
             amax = self._delayed_amax(own)
         self._operand += 1
         if again and torch.equal(amax, previous.amax):  # the same scale
             return _Rounded(x, own, amax, previous.rounded)
-        gradient = self._gradients is not None and x in self._gradients
         return _Rounded(x, own, amax, round_to_format(x, self.fmt, generator=self.generator, amax=amax, gradient=gradient))
 
     def _delayed_amax(self, own: torch.Tensor) -> torch.Tensor:
@@ -150,16 +159,41 @@ class Arithmetic(TorchDispatchMode):
         of its history's, or, where that is not a positive finite number (a window of all-zero
         operands, or one holding an infinity or NaN), the one its previous step was scaled by; its
         own on its first step. ``own`` then enters the history."""
+        chosen = self._window_amax(own.device)
+        return self._remember(own, own if chosen is None else chosen)
+
+    def _window_amax(self, device: torch.device) -> torch.Tensor | None:
+        """``_delayed_amax``'s choice from the current operand's history (its tensors on ``device``),
+        None where the history is empty (the operand's first step)."""
         history = self.amax_history.setdefault(self._operand, deque(maxlen=AMAX_HISTORY))
-        amax = own
-        if history and own.device.type == "cpu":  # the same choice in Python numbers (no small torch operations, ~30 us)
-            values = [float(a) for a in history]
-            window = math.nan if any(math.isnan(v) for v in values) else max(values)
-            amax = history[values.index(window)] if 0 < window < math.inf else self.scaled_by[self._operand]
-        elif history:  # on a GPU: no wait for its numbers
-            window = torch.stack(tuple(history)).amax()
-            amax = torch.where(torch.isfinite(window) & (window > 0), window, self.scaled_by[self._operand])
+        if not history:
+            return None
+        if device.type == "cpu":  # the same choice in Python numbers (no small torch operations, ~30 us)
+            values = self._history_values(history)
+            window = math.nan if any(map(math.isnan, values)) else max(values)
+            return history[values.index(window)] if 0 < window < math.inf else self.scaled_by[self._operand]
+        window = torch.stack(tuple(history)).amax()  # on a GPU: no wait for its numbers
+        return torch.where(torch.isfinite(window) & (window > 0), window, self.scaled_by[self._operand])
+
+    def _history_values(self, history: deque) -> list[float]:
+        """The current operand's ``history`` as Python floats, kept between steps (``_remember``
+        extends them) instead of reading its ~16 tensors' numbers at every operand: worked out
+        afresh where the history is another deque or another length than the one they were kept for."""
+        kept = self._history_numbers.get(self._operand)
+        if kept is None or kept[0] is not history or len(kept[1]) != len(history):
+            kept = self._history_numbers[self._operand] = (history, [float(a) for a in history])
+        return kept[1]
+
+    def _remember(self, own: torch.Tensor, amax: torch.Tensor) -> torch.Tensor:
+        """``own`` into the current operand's history, ``amax`` as the one it was scaled by; ``amax``."""
+        history = self.amax_history[self._operand]
+        kept = self._history_numbers.pop(self._operand, None)
+        current = kept is not None and kept[0] is history and len(kept[1]) == len(history)
         history.append(own)
+        if current and own.device.type == "cpu":  # the history's floats, then own's
+            kept[1].append(float(own))
+            del kept[1][:len(kept[1]) - len(history)]  # where the full deque dropped its oldest, the oldest
+            self._history_numbers[self._operand] = kept
         self.scaled_by[self._operand] = amax
         return amax
 

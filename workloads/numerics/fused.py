@@ -60,7 +60,9 @@ class Rule:
         """The float32 constants the kernel reads (``_fused_kernel.round_blocks``): the grid's
         ``2^(1 - p)``, ``2^e_min``, largest element and largest result (BFP: a grid of unit 1 and
         nothing clamped), the element's ``2^-emax``, the factor of scaled FP8 (``2^-s``: the kernel
-        divides by it), ``2^-b`` of the uniform numbers' ``b = 24 - p`` bits, and BFP's ``2^(1 - m)``."""
+        divides by it), ``2^-b`` of the uniform numbers' ``b = 24 - p`` bits, BFP's ``2^(1 - m)``, and
+        scaled FP8's ``2^s`` and ``2^(p - 1)`` (the inverses of its factor and of the grid's
+        ``2^(1 - p)``, powers of two: the kernel multiplies by them instead of dividing)."""
         p, spec = self.significand_bits, self.element
         if self.kind == BFP:
             grid = (2.0 ** -23, 2.0 ** 23, math.inf, math.inf)
@@ -68,7 +70,7 @@ class Rule:
             largest = (2 - 2.0 ** (1 - p)) * 2.0 ** 127 if self.kind == SCALED or self.round_up else math.inf
             grid = (2.0 ** (1 - p), 2.0 ** spec.min_normal_exponent, spec.max_finite, largest)
         return np.array([*grid, 2.0 ** -element_emax(spec) if spec else 0.0, 1 / self.scale,
-                         2.0 ** (p - 24), 2.0 ** (1 - p)], dtype=np.float32)
+                         2.0 ** (p - 24), 2.0 ** (1 - p), self.scale, 2.0 ** (p - 1)], dtype=np.float32)
 
     @functools.lru_cache(maxsize=64)
     def ints(self, stream_key: tuple[int, int] | None) -> np.ndarray:
@@ -179,35 +181,46 @@ def plan_key(x: torch.Tensor, group_size: int, dim, stochastic: bool) -> tuple |
 def round_planned(rule: Rule, x: torch.Tensor, key: tuple | None,
                   stream_key: tuple[int, int] | None) -> torch.Tensor | None:
     """``x`` rounded by the kernel along the loop nests remembered for ``key``; None if none are."""
+    planned = _round_planned(rule, x, key, stream_key)
+    return None if planned is None else planned[0]
+
+
+def _round_planned(rule: Rule, x: torch.Tensor, key: tuple | None,
+                   stream_key: tuple[int, int] | None) -> tuple[torch.Tensor, int | None] | None:
+    """``round_planned`` with what the kernel returns (``_fused_kernel.round_at``)."""
     nests = _plans.get(key) if key is not None else None
     if nests is None:
         return None
     out = torch.empty_like(x)
-    _run(rule, x, out, nests, stream_key)
-    return out
+    return out, _run(rule, x, out, nests, stream_key)
 
 
 def round_whole(spec: ElementFormat, scale: float, x: torch.Tensor,
-                stream_key: tuple[int, int] | None) -> torch.Tensor | None:
-    """``x`` rounded to the element ``spec`` under one scaling factor ``scale`` (scaled FP8,
-    ``quantize.round_scaled``), each value's draw at its position in ``x``'s own (contiguous) order;
-    None where the kernel does not run."""
+                stream_key: tuple[int, int] | None) -> tuple[torch.Tensor, int | None] | None:
+    """``x`` rounded to the element ``spec`` under one scaling factor ``scale`` (a power of two:
+    scaled FP8, ``quantize.round_scaled``), each value's draw at its position in ``x``'s own
+    (contiguous) order, and the bit pattern of ``x``'s largest magnitude (``largest_magnitude``'s,
+    NaN's where a NaN is), read in the same pass (None where ``_run`` gave none back: a wrapped
+    one); None where the kernel does not run."""
     if not _kernel_enabled or x.device.type != "cpu":
         return None
     rule = scaled_rule(spec, scale)
     key = plan_key(x, 0, None, stream_key is not None)
-    planned = round_planned(rule, x, key, stream_key)  # a layout rounded before
-    if planned is not None:
-        return planned
-    out = torch.empty_like(x)
-    dense_as_given = out.stride() == x.stride()
-    dense = x if dense_as_given else torch.empty_like(x).copy_(x)  # a slice, an expanded tensor: a dense copy
-    order = sorted(range(x.dim()), key=lambda d: -dense.stride(d))  # memory order
-    positions = None if stream_key is None else [torch.empty(x.shape, device="meta").permute(order)]
-    if round_pieces(rule, dense, out, [(dense.permute(order), None)], positions, stream_key,
-                    key if dense_as_given else None):
-        return out
-    return None
+    planned = _round_planned(rule, x, key, stream_key)  # a layout rounded before
+    if planned is None:
+        out = torch.empty_like(x)
+        dense_as_given = out.stride() == x.stride()
+        dense = x if dense_as_given else torch.empty_like(x).copy_(x)  # a slice, an expanded tensor: a dense copy
+        order = sorted(range(x.dim()), key=lambda d: -dense.stride(d))  # memory order
+        positions = None if stream_key is None else [torch.empty(x.shape, device="meta").permute(order)]
+        rows = [geometry(dense.permute(order), None, dense, positions[0] if positions else None)]
+        if x.numel() >= 1 << 31 or kernel() is None or rows[0] is None:
+            return None
+        nests = np.stack(rows)
+        planned = out, _run(rule, dense, out, nests, stream_key)
+        if dense_as_given:
+            _remember(key, nests)
+    return planned  # the nests cover every value of x (or of its dense copy)
 
 
 def round_pieces(rule: Rule, src: torch.Tensor, dst: torch.Tensor, pieces, counters,
@@ -226,13 +239,19 @@ def round_pieces(rule: Rule, src: torch.Tensor, dst: torch.Tensor, pieces, count
     nests = np.stack(rows)
     _run(rule, src, dst, nests, stream_key)
     if remember is not None:
-        if len(_plans) >= MAX_PLANS:
-            _plans.clear()
-        _plans[remember] = nests
+        _remember(remember, nests)
     return True
 
 
+def _remember(key: tuple, nests: np.ndarray) -> None:
+    """Keep a layout's loop ``nests`` under its ``plan_key``."""
+    if len(_plans) >= MAX_PLANS:
+        _plans.clear()
+    _plans[key] = nests
+
+
 def _run(rule: Rule, src: torch.Tensor, dst: torch.Tensor, nests: np.ndarray,
-         stream_key: tuple[int, int] | None) -> None:
-    """Round the dense ``src`` into ``dst`` (its strides) along the loop ``nests`` (a row each)."""
-    _kernel(src.data_ptr(), dst.data_ptr(), src.numel(), nests, rule.floats(), rule.ints(stream_key))
+         stream_key: tuple[int, int] | None) -> int:
+    """Round the dense ``src`` into ``dst`` (its strides) along the loop ``nests`` (a row each);
+    for scaled FP8, the largest magnitude's bit pattern among the values rounded."""
+    return _kernel(src.data_ptr(), dst.data_ptr(), src.numel(), nests, rule.floats(), rule.ints(stream_key))

@@ -91,8 +91,7 @@ def round_to_format(x: torch.Tensor, fmt: NumberFormat, *, dim: int | tuple[int,
     if fmt.kind == "mx":
         return round_mx(x, fmt, dim=dim, generator=generator if fmt.rounding == "stochastic" else None)
     if fmt.scaling != "none":
-        spec = ELEMENT_FORMATS["e5m2"] if gradient and fmt.kind == "fp8_hybrid" else fmt.element
-        return round_scaled(x, spec, largest_magnitude(x) if amax is None else amax,
+        return round_scaled(x, scaled_element(fmt, gradient), largest_magnitude(x) if amax is None else amax,
                             generator if fmt.rounding == "stochastic" else None)
     if fmt.rounding == "stochastic":
         return round_element_stochastic(x, fmt, generator)
@@ -100,6 +99,27 @@ def round_to_format(x: torch.Tensor, fmt: NumberFormat, *, dim: int | tuple[int,
         spec = fmt.element
         return _onto_grid_(x.clamp(-2 * spec.max_finite, 2 * spec.max_finite), spec)
     return x.to(TORCH_DTYPES[fmt.kind]).to(x.dtype)
+
+
+def scaled_element(fmt: NumberFormat, gradient: bool) -> ElementFormat:
+    """The element a per-tensor scaled FP8 format rounds to: the hybrid's E5M2 for a ``gradient``,
+    its E4M3 otherwise (Micikevicius et al., "FP8 Formats for Deep Learning", 2022, Section 3)."""
+    return ELEMENT_FORMATS["e5m2"] if gradient and fmt.kind == "fp8_hybrid" else fmt.element
+
+
+def round_measured(x: torch.Tensor, fmt: NumberFormat, amax: torch.Tensor, *,
+                   generator: torch.Generator | None = None, gradient: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """``round_to_format(x, fmt, amax=amax, ...)`` of a per-tensor scaled format and
+    ``largest_magnitude(x)``: both from the fused kernel's one pass over ``x`` where it rounds it (a
+    CPU tensor; the largest magnitude is the integer maximum of the same bit patterns, in any order,
+    so the same value), each its own pass elsewhere. Delayed scaling's rounding
+    (``emulate.Arithmetic``): past an operand's first step its scale comes from its history, and its
+    own amax only enters the history after the rounding."""
+    if fmt.scaling == "none" or x.dtype != torch.float32 or x.dim() == 0 or not x.numel() \
+            or (fmt.rounding == "stochastic" and generator is None):
+        return round_to_format(x, fmt, generator=generator, amax=amax, gradient=gradient), largest_magnitude(x)
+    return _round_scaled(x.detach(), scaled_element(fmt, gradient), amax,
+                         generator if fmt.rounding == "stochastic" else None, measure=True)
 
 
 EXPONENT_MASK = 0x7F800000  # an FP32's exponent field: masking the rest leaves 2^floor(log2 |x|)
@@ -433,15 +453,25 @@ def round_scaled(x: torch.Tensor, spec: ElementFormat, amax: torch.Tensor,
     (FP32's largest values) rounds to 2^128, which FP32 cannot hold: it saturates at FP32's largest
     value on the format's grid, ``(2 - 2^(1 - p)) 2^127``, so the result is finite wherever ``x``
     is."""
+    return _round_scaled(x, spec, amax, generator, measure=False)[0]
+
+
+def _round_scaled(x: torch.Tensor, spec: ElementFormat, amax: torch.Tensor, generator: torch.Generator | None,
+                  measure: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``round_scaled`` and, where ``measure``, ``largest_magnitude(x)`` (``round_measured``)."""
     stream_key = None if generator is None else splitmix.stream_key(generator)
     if x.device.type == "cpu" and amax.device.type == "cpu":  # the kernel, where it runs, takes the scale as a number
         rounded = fused.round_whole(spec, tensor_scale_value(float(amax), spec), x, stream_key)
         if rounded is not None:
-            return rounded
+            out, largest_bits = rounded
+            if measure and largest_bits is not None:
+                return out, torch.tensor(int(largest_bits), dtype=torch.int32).view(torch.float32)
+            return out, largest_magnitude(x) if measure else None
+    own = largest_magnitude(x) if measure else None
     scale = tensor_scale(amax, spec)
     bits = 24 - spec.significand_bits
     scaled = torch.mul(x, scale).clamp_(-spec.max_finite, spec.max_finite)
     scaled.addcmul_(x, scaled.new_zeros(()))  # + x * 0: NaN where x is infinite, exactly + 0 elsewhere
     uniform = None if stream_key is None else splitmix.counter_uniform(x.shape, *stream_key, bits, device=x.device)
     largest = (2 - 2.0 ** (1 - spec.significand_bits)) * 2.0 ** 127
-    return _onto_grid_(scaled, spec, uniform).div_(scale).clamp_(-largest, largest)
+    return _onto_grid_(scaled, spec, uniform).div_(scale).clamp_(-largest, largest), own
