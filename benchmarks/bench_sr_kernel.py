@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -91,21 +92,28 @@ def nearest_outputs_agree(x: torch.Tensor, arguments: tuple, before, ints: np.nd
     return torch.equal(a.view(torch.int32), b.view(torch.int32))
 
 
+def kernel_format(prog: str, name: str, timed: Callable[[NumberFormat], bool], wanted: str) -> NumberFormat:
+    """``--format name`` parsed, one the benchmark ``prog`` times (``timed``), with the fused kernel
+    available; else one line saying why (``wanted``: what ``--format`` must name) and exit 2."""
+    try:
+        fmt = NumberFormat.parse(name)
+    except NumberFormatError as e:
+        sys.exit(print(f"{prog}: --format {e}", file=sys.stderr) or 2)
+    if not timed(fmt):
+        sys.exit(print(f"{prog}: --format {name} is not {wanted}", file=sys.stderr) or 2)
+    if fused.kernel() is None:
+        sys.exit(print(f"{prog}: the fused kernel is not available ({fused.fallback_reason})", file=sys.stderr) or 2)
+    return fmt
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--before", default="176f654", help="the commit whose kernel to compare with (default 176f654)")
     p.add_argument("--format", default="bfp_m4_g16_sr", help="a stochastic BFP or MX format (default bfp_m4_g16_sr)")
     p.add_argument("--repeat", type=int, default=25)
     args = p.parse_args()
-    try:
-        fmt = NumberFormat.parse(args.format)
-    except NumberFormatError as e:
-        sys.exit(print(f"bench_sr_kernel: --format {e}", file=sys.stderr) or 2)
-    if fmt.rounding != "stochastic" or fmt.kind not in ("bfp", "mx"):
-        sys.exit(print(f"bench_sr_kernel: --format {args.format} is not a stochastic BFP or MX format "
-                       "(e.g. bfp_m4_g16_sr, mxfp8_e4m3_sr)", file=sys.stderr) or 2)
-    if fused.kernel() is None:
-        sys.exit(print(f"bench_sr_kernel: the fused kernel is not available ({fused.fallback_reason})", file=sys.stderr) or 2)
+    fmt = kernel_format("bench_sr_kernel", args.format, lambda f: f.rounding == "stochastic" and f.kind in ("bfp", "mx"),
+                        "a stochastic BFP or MX format (e.g. bfp_m4_g16_sr, mxfp8_e4m3_sr)")
     torch.set_num_threads(1)
     before = kernel_at(args.before)
     load_before = os.getloadavg()[0]

@@ -17,13 +17,11 @@ own that delayed scaling's amax took before the kernel read it in the rounding's
 
 import argparse
 import os
-import sys
 import time
 
 import torch
 
-from accel_sim.formats import NumberFormat, NumberFormatError
-from benchmarks.bench_sr_kernel import kernel_at
+from benchmarks.bench_sr_kernel import kernel_at, kernel_format
 from iokit.provenance import git_commit
 from workloads.fl.execution import Execution
 from workloads.fl.hparams import Hparams
@@ -75,15 +73,8 @@ def main() -> None:
     p.add_argument("--channels-last", action="store_true")
     p.add_argument("--repeat", type=int, default=15)
     args = p.parse_args()
-    try:
-        fmt = NumberFormat.parse(args.format)
-    except NumberFormatError as e:
-        sys.exit(print(f"bench_step_kernel: --format {e}", file=sys.stderr) or 2)
-    if fmt.kind not in ("bfp", "mx") and fmt.scaling == "none":
-        sys.exit(print(f"bench_step_kernel: --format {args.format} is not rounded by the kernel "
-                       "(a BFP, MX or scaled FP8 format, e.g. fp8_hybrid_ds, bfp_m4_g16_sr)", file=sys.stderr) or 2)
-    if fused.kernel() is None:
-        sys.exit(print(f"bench_step_kernel: the fused kernel is not available ({fused.fallback_reason})", file=sys.stderr) or 2)
+    fmt = kernel_format("bench_step_kernel", args.format, lambda f: f.kind in ("bfp", "mx") or f.scaling != "none",
+                        "rounded by the kernel (a BFP, MX or scaled FP8 format, e.g. fp8_hybrid_ds, bfp_m4_g16_sr)")
     torch.set_num_threads(1)
     before = kernel_at(args.before)
     load_before = os.getloadavg()[0]
