@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -156,10 +156,10 @@ def part_knobs(name: str) -> tuple[Knob, ...]:
 def check_table(hp: Hparams, table: Mapping[str, Any], *, where: str) -> None:
     """A ``[methods.<name>]`` table's keys and values, for ``hp`` (the local training's knobs and that
     method's): a knob of another method is refused naming its methods and where it belongs."""
-    foreign = [k for k in table if k not in hp.names() and knob_owners(k)]
+    foreign = foreign_knob(hp, table)
     if foreign:
-        owners = knob_owners(foreign[0])
-        raise ValueError(f"{where}: {foreign[0]} is a knob of {' and '.join(owners)}, not of this table's method; "
+        knob, owners = foreign
+        raise ValueError(f"{where}: {knob} is a knob of {' and '.join(owners)}, not of this table's method; "
                          f"set it in [methods.{owners[0]}] (or the table of a method that trains {owners[0]}, "
                          f'e.g. [methods."{owners[0]}+spherefed"])')
     override(hp, table, where=where)
@@ -168,6 +168,16 @@ def check_table(hp: Hparams, table: Mapping[str, Any], *, where: str) -> None:
 def knob_owners(name: str) -> list[str]:
     """The built-in methods whose knob ``name`` is."""
     return [m for m, part in {**ALGORITHMS, **CALIBRATIONS}.items() if any(k.name == name for k in part.knobs)]
+
+
+def foreign_knob(hp: Hparams, keys: Iterable[str]) -> tuple[str, list[str]] | None:
+    """The first of ``keys`` that ``hp`` does not declare but another built-in method has as a knob,
+    with the methods that have it (``knob_owners``); None when there is none (an unknown key is
+    ``override``'s to refuse)."""
+    for key in keys:
+        if key not in hp.names() and (owners := knob_owners(key)):
+            return key, owners
+    return None
 
 
 def accuracy_targets_pct(value: object, *, where: str, error: type[Exception] = ValueError) -> tuple[float, ...]:

@@ -53,10 +53,9 @@ def _label_final_pct(curve: Path, label: str) -> float | None:
     return last
 
 
-def _local_pct(folder: Path, method: str) -> float | None:
-    """The local test mode's accuracy of ``method`` in a run's ``run.json`` (percent): the run's own
-    method's, or its training method's (before the calibration)."""
-    info = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+def _local_pct(folder: Path, info: Mapping[str, Any], method: str) -> float | None:
+    """The local test mode's accuracy of ``method`` in a run's ``run.json`` (``info``; percent): the
+    run's own method's, or its training method's (before the calibration)."""
     point = json.loads((folder / "point.json").read_text(encoding="utf-8"))
     v = info.get("local_accuracy" if point.get("config", {}).get("method") == method
                  else "local_accuracy_before_calibration")
@@ -126,27 +125,30 @@ class Runs:
                 self.problems.append(f"{name}: runs.csv {' '.join(map(str, key))}: final_accuracy_pct {stated!r}, "
                                      f"but run {row['run_id']}'s curve.csv says {final!r}")
             self.final[key] = final
-            local = _local_pct(run, key[2]) if row.get("final_local_accuracy_pct") else None
+            info = json.loads((run / "run.json").read_text(encoding="utf-8"))
+            local = _local_pct(run, info, key[2]) if row.get("final_local_accuracy_pct") else None
             if local is not None:
                 self.local[key] = local
             samples = int(float(need(row, "test_samples", where)))
             self.samples[key[:3]] = max(samples, self.samples.get(key[:3], 0))
-            self._read_images(run, key, samples, final)
+            self._read_images(run.name, info, key, samples, final)
 
-    def _read_images(self, run: Path, key: tuple[str, str, str, int], samples: int, final_pct: float) -> None:
-        """The run's right-or-wrong per test image of ``key``'s label, where ``run.json`` records it;
-        a problem when its share is not the curve's final accuracy."""
-        text = json.loads((run / "run.json").read_text(encoding="utf-8")).get("test_correct", {}).get(key[2])
+    def _read_images(self, run: str, info: Mapping[str, Any], key: tuple[str, str, str, int], samples: int,
+                     final_pct: float) -> None:
+        """Run ``run``'s right-or-wrong per test image of ``key``'s label, where its ``run.json``
+        (``info``) records it; a problem when its share is not the curve's final accuracy."""
+        text = info.get("test_correct", {}).get(key[2])
         if text is None:
             return
         try:
             bits = unpacked(text, samples)
         except ValueError as err:
-            self.problems.append(f"run {run.name}: run.json test_correct of {key[2]}: {err}")
+            self.problems.append(f"run {run}: run.json test_correct of {key[2]}: {err}")
             return
-        if not _close(100 * int(bits.sum()) / samples, final_pct):
-            self.problems.append(f"run {run.name}: run.json test_correct of {key[2]} says "
-                                 f"{100 * int(bits.sum()) / samples!r} %, its curve.csv {final_pct!r} %")
+        share_pct = 100 * int(bits.sum()) / samples
+        if not _close(share_pct, final_pct):
+            self.problems.append(f"run {run}: run.json test_correct of {key[2]} says {share_pct!r} %, its curve.csv "
+                                 f"{final_pct!r} %")
             return
         self.images.setdefault(key[:3], {})[key[3]] = bits
 

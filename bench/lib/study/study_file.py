@@ -23,7 +23,7 @@ from workloads.fl.data import DATASETS
 from workloads.fl.execution import resolve_device
 from workloads.fl.hparams import Hparams
 from workloads.fl.methods import distinct_methods, method_identity, parse_method
-from workloads.fl.presets import Preset, accuracy_targets_pct, knob_owners, load_preset
+from workloads.fl.presets import Preset, accuracy_targets_pct, foreign_knob, load_preset
 
 
 STUDY_DIR = CHECKOUT_ROOT / "configs" / "studies"
@@ -307,10 +307,10 @@ def _search(table: Any, methods: list[str], where: str) -> dict[str, dict[str, t
         if not isinstance(space, dict) or "lr" not in space:
             raise StudyError(f"{where}: [search.{key}] must search at least lr, e.g. lr = [0.025, 0.05, 0.1]")
         searchable = Hparams(declared=method.knobs)  # the local training's knobs and the method's own
-        foreign = [k for k in space if k not in searchable.names() and knob_owners(k)]
+        foreign = foreign_knob(searchable, space)
         if foreign:
-            owners = knob_owners(foreign[0])
-            raise StudyError(f"{where}: [search.{key}] {foreign[0]} is a knob of {' and '.join(owners)}, which "
+            knob, owners = foreign
+            raise StudyError(f"{where}: [search.{key}] {knob} is a knob of {' and '.join(owners)}, which "
                              f"{method.name} does not have; search it in [search.{owners[0]}] (a study that trains "
                              f"{owners[0]})")
         checks.unknown_keys(space, searchable.names(), where=f"{where} [search.{key}]", error=StudyError)
