@@ -281,4 +281,6 @@ def test_an_interrupted_simulation_stops_within_10_s_with_nothing_written(tmp_pa
     gone_by = time.time() + 10  # the simulation's Ray is gone too, within 10 s (a loaded machine takes seconds)
     while _raylets() - before and time.time() < gone_by:
         time.sleep(0.2)
-    assert not (_raylets() - before)
+    left = _raylets() - before
+    assert not left, subprocess.run(["ps", "-o", "pid,pgid,stat,etime,args", "-p", ",".join(left)],
+                                    capture_output=True, text=True).stdout  # what survived, and in which state

@@ -26,6 +26,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Sequence
 
@@ -44,6 +45,7 @@ DEFAULT_HW = ROOT / "configs" / "hw" / "paper_default.toml"
 COMMAND = "bench.flower"
 CLIENTS_MAX = 1_000  # each simulated client is a Ray actor's worth of memory on one machine
 STOP_GRACE_S = 5.0  # after SIGTERM to the simulation's process group, SIGKILL
+GONE_WAIT_S = 2.0  # after SIGKILL, how long the command waits for the group's processes to exit
 
 
 def parser() -> cli.Parser:
@@ -73,7 +75,9 @@ def run_in_child(run, hw: str, system_path: str, folder: Path, fleet=None) -> No
 
 
 def stop(child) -> None:
-    """SIGTERM to the child's process group (Ray's workers included), SIGKILL after ``STOP_GRACE_S``."""
+    """SIGTERM to the child's process group (Ray's workers included), SIGKILL after ``STOP_GRACE_S``;
+    returns once the group is gone (or after ``GONE_WAIT_S`` more), so the command's exit means Ray's
+    processes have ended, not only been told to."""
     for sig, wait_s in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, 1.0)):
         try:
             os.killpg(child.pid, sig)
@@ -81,11 +85,18 @@ def stop(child) -> None:
             return
         child.join(wait_s)
         if child.exitcode is not None:
-            try:
-                os.killpg(child.pid, signal.SIGKILL)  # what the child left behind in its group
-            except (ProcessLookupError, PermissionError):
-                pass
+            break
+    try:
+        os.killpg(child.pid, signal.SIGKILL)  # what the child left behind in its group
+    except (ProcessLookupError, PermissionError):
+        return
+    deadline = time.monotonic() + GONE_WAIT_S
+    while time.monotonic() < deadline:  # a killed process can take a moment to exit on a loaded machine
+        try:
+            os.killpg(child.pid, 0)
+        except (ProcessLookupError, PermissionError):
             return
+        time.sleep(0.05)
 
 
 def log_tail(folder: Path, lines: int = 30) -> str:
