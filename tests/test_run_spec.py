@@ -13,13 +13,13 @@ import bench.fl.__main__ as fl_cli
 import bench.flower.__main__ as flower_cli
 import bench.run.__main__ as run_cli
 from bench.lib import spec
-from bench.lib.fl import jobs
 from bench.lib.resolve import method_list, resolve
 from bench.lib.run import figures
 from bench.lib.run.config import load_accuracy_data, resolved_runs, run_label
 from bench.lib.run.study import config_record, point_config
 from bench.lib.study.runner import make_point, parse_point
 from bench.lib.study.study_file import parse_study
+from workloads.fl import loop
 from workloads.fl.execution import Execution
 from workloads.fl.methods import MethodConfig, parse_method
 from workloads.fl.presets import PRESET_DIR, load_preset
@@ -220,8 +220,8 @@ def test_adding_a_run_option_is_one_field(monkeypatch, tmp_path):
     assert outputs.config_hash(fl_cli.run_of(fl_cli.parser().parse_args(argv)).identity()) == without
     monkeypatch.setattr(spec, "RunSpec", extended)
     # ... it reaches the trainer, and results.json and the folder's manifest record it
-    seen, trainer = [], jobs.run_method
-    monkeypatch.setattr(jobs, "run_method", lambda *a, **k: seen.append(k["execution"]) or trainer(*a, **k))
+    seen, trainer = [], loop.train
+    monkeypatch.setattr(loop, "train", lambda plan: seen.append(plan.execution) or trainer(plan))
     out = tmp_path / "fl"
     assert fl_cli.main([*argv, "--warmup-rounds", "2", "--out", str(out)]) == 0
     assert [e.run_option("warmup_rounds") for e in seen] == [2]
