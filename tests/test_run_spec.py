@@ -4,6 +4,7 @@ declared in one place."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 
@@ -179,6 +180,18 @@ def tiny_preset(root) -> str:
 
 
 @pytest.mark.slow  # 10-20 s: one bench.fl run of 2 clients, 1 round; bench.flower's run resolved
+def test_a_commands_default_for_no_flag_is_refused():
+    # issue 52: add_flags(..., **defaults) read each flag's default with defaults.get, so a misspelt
+    # default (wokers=1) was silently ignored and the flag kept the shared default
+    with pytest.raises(TypeError, match="unknown key 'wokers' \\(did you mean 'workers'\\?\\)"):
+        spec.add_flags(argparse.ArgumentParser(), "bench.dse", ["workers"], wokers=1)
+    with pytest.raises(TypeError, match="unknown key 'seed'"):  # a flag of the run, but not one this command takes
+        spec.add_flags(argparse.ArgumentParser(), "bench.dse", ["workers"], workers=1, seed=0)
+    parser = argparse.ArgumentParser()
+    spec.add_flags(parser, spec.FL, model="convnet", rounds=2)
+    assert (parser.get_default("model"), parser.get_default("rounds")) == ("convnet", 2)
+
+
 def test_adding_a_run_option_is_one_field(monkeypatch, tmp_path):
     """The walkthrough of docs/cli.md: one field with its flag, and bench.run's and bench.fl's parsers,
     a grid point, a study cell's point and the results record all have it; bench.flower too when
