@@ -6,7 +6,7 @@ time goes (issue 44; ``workloads.fl.together``).
 
 ``--clients`` clients of ``--model`` (16x16 inputs, 10 classes, the quick preset's shapes) each
 train ``--steps`` full batches of 32 from the same start: ``sequential`` is each client's
-``ClientTrainer.step`` in turn (what ``run_method`` runs), ``together`` is ``train_together`` on
+``ClientTrainer.step`` in turn (what ``loop.train`` runs), ``together`` is ``train_together`` on
 all of them (one batched step per local step). The two alternate ``--repeats`` times, each
 keeping its best time (a shared machine disturbs single passes); the ratio of the best times is
 printed. ``--profile`` adds one pass of each under ``torch.profiler``: the self CPU time of the

@@ -26,7 +26,7 @@ the data path; and the projected against the measured wall time of a small run (
    form a run holds on this device (float32 on the CPU, uint8 on a GPU), the uint8 form, and the
    uint8 form with crop + flip (each form's best of 5 alternating passes of 100 batches).
 3. A small run (FedAvg, ConvNet on digits at 16x16, 5 clients, 3 rounds, E = 1, B = 32): the wall
-   time ``run_method`` projects from a few timed steps before round 1, and the measured wall time
+   time ``forecast`` projects from a few timed steps before round 1, and the measured wall time
    of the run (target: within 2x); then the same run with its clients trained together
    (``clients_together``), on ``--client-threads`` threads (``client_threads``), with its step
    recorded (``capture_step``), and the sequential one again, back to back: the ratio of the
@@ -52,12 +52,14 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from workloads.fl.data import Dataset, load_dataset
+from workloads.fl.data import load_dataset
+from workloads.fl.dataset import Dataset
 from workloads.fl.dataset import NORMALIZATION
 from workloads.fl.execution import (DeviceData, Execution, device_name, exact_uint8, kernel_environment,
                                     resolve_device, synchronize)
 from workloads.fl.hparams import FLConfig, Hparams
-from workloads.fl.loop import forecast, run_method, step_rate, together_rate
+from workloads.fl import loop
+from workloads.fl.loop import RunPlan, forecast, step_rate, together_rate
 from workloads.fl.timing import Timed
 from workloads.fl.methods import parse_method
 from workloads.fl.partition import dirichlet_partition
@@ -155,8 +157,8 @@ def small_run(device: torch.device, client_threads: int) -> dict[str, float]:
 
     def wall_s(execution: Execution) -> float:
         start = time.perf_counter()
-        r = run_method(method, model_fn=model_fn, train=train, test=test, parts=parts, cfg=cfg, hp=hp,
-                       execution=execution)
+        r = loop.train(RunPlan(method, model_fn=model_fn, train=train, test=test, parts=parts, cfg=cfg, hp=hp,
+                               execution=execution))
         assert r.samples_trained == projection.samples
         return time.perf_counter() - start
 

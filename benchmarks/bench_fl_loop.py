@@ -5,7 +5,7 @@
 Both sides run FedAvg on the offline digits dataset (ConvNet at 16x16, 5 clients, Dirichlet 0.5,
 E = 2, B = 32, all clients every round, one evaluation at the end): the same model, data,
 mini-batches and SGD settings. The bare loop is the minimal hand-written version (load the global
-state, fresh SGD, train, weighted average of state_dicts); ``run_method`` adds the method hooks,
+state, fresh SGD, train, weighted average of state_dicts); ``loop.train`` adds the method hooks,
 the ledger, NaN checks and the history. They alternate ``--repeats`` times in one process; the
 median samples/s of each is printed with their ratio. Target (issue 4): overhead <= 10 %.
 """
@@ -22,7 +22,8 @@ import torch.nn.functional as F
 
 from workloads.fl.data import load_dataset
 from workloads.fl.hparams import FLConfig, Hparams
-from workloads.fl.loop import batch_starts, cosine_lr, derived_seed, evaluate, run_method
+from workloads.fl import loop
+from workloads.fl.loop import RunPlan, batch_starts, cosine_lr, derived_seed, evaluate
 from workloads.fl.methods import parse_method
 from workloads.fl.partition import dirichlet_partition
 from workloads.models import build_model
@@ -78,7 +79,7 @@ def main() -> None:
     ours, bare = [], []
     for _ in range(args.repeats):
         start = time.perf_counter()
-        r = run_method(method, model_fn=model_fn, train=train, test=test, parts=parts, cfg=cfg, hp=hp)
+        r = loop.train(RunPlan(method, model_fn=model_fn, train=train, test=test, parts=parts, cfg=cfg, hp=hp))
         ours.append(r.samples_trained / (time.perf_counter() - start))
         start = time.perf_counter()
         samples, acc, _ = bare_fedavg(model_fn, train, test, parts, args.rounds, hp, cfg.seed)

@@ -2,7 +2,7 @@
 
 CCVR (Luo et al., "No Fear of Heterogeneity: Classifier Calibration for Federated Learning with
 Non-IID Data", NeurIPS 2021, Sec. 4) re-trains the classifier on virtual features drawn from the
-pooled per-class Gaussians. This script trains FedAvg with the loop itself (``run_method``), then
+pooled per-class Gaussians. This script trains FedAvg with the loop itself (``loop.train``), then
 calibrates the final model as the loop does (every client's statistics from single-class batches,
 the server's pooling, sampling and SGD, its generator seeded from (seed, R + 1)) once per
 ``--ccvr-lr``, and prints per rate: ||W1 - W0|| / ||W0||, the largest change of a test logit
@@ -35,7 +35,8 @@ from bench.lib.resolve import resolve  # noqa: E402
 from bench.lib.spec import RunSpec  # noqa: E402
 from workloads.fl.execution import DeviceData  # noqa: E402
 from workloads.fl.local import per_sample_loss  # noqa: E402
-from workloads.fl.loop import build_on_device, derived_seed, run_method  # noqa: E402
+from workloads.fl import loop  # noqa: E402
+from workloads.fl.loop import RunPlan, build_on_device, derived_seed  # noqa: E402
 from workloads.fl.methods import parse_method  # noqa: E402
 from workloads.fl.methods.ccvr import pool_class_statistics, sample_virtual_features  # noqa: E402
 
@@ -88,8 +89,8 @@ def main(argv: list[str] | None = None) -> None:
                           rounds=args.rounds, device="cpu"))
     inputs, hp, cfg = pipeline.load(run), run.hparams[METHOD.name], run.fl
     model_fn = functools.partial(inputs.build, METHOD.head)
-    trained = run_method(parse_method("fedavg"), model_fn=model_fn, train=inputs.train, test=inputs.test,
-                         parts=inputs.parts, cfg=cfg, hp=hp, execution=inputs.execution, val=inputs.val)
+    trained = loop.train(RunPlan(parse_method("fedavg"), model_fn=model_fn, train=inputs.train, test=inputs.test,
+                                 parts=inputs.parts, cfg=cfg, hp=hp, execution=inputs.execution, val=inputs.val))
     model = build_on_device(METHOD, model_fn, cfg.seed, inputs.execution)
     model.load_state_dict(trained.weights)
     model.eval()

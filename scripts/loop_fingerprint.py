@@ -6,14 +6,15 @@ a small deterministic run (the stand-ins of tests/fl_standins.py): run it on two
     git stash; OMP_NUM_THREADS=1 PYTHONPATH=.:tests python scripts/loop_fingerprint.py > before.txt; git stash pop
     diff before.txt after.txt
 
-It only calls ``run_method`` with the keyword arguments every version of the loop accepts.
+It only gives the loop's plan (``RunPlan``) the fields every version of it has.
 """
 
 import hashlib
 
 from fl_standins import TinyNet, blobs
 from workloads.fl.hparams import FLConfig, Hparams
-from workloads.fl.loop import run_method
+from workloads.fl import loop
+from workloads.fl.loop import RunPlan
 from workloads.fl.methods import parse_method
 from workloads.fl.partition import dirichlet_partition
 
@@ -28,8 +29,8 @@ def main() -> None:
     hp = Hparams(lr=0.05, local_epochs=2, batch_size=16)
     for name in METHODS:
         m = parse_method(name)
-        r = run_method(m, model_fn=lambda: TinyNet(head=m.head), train=train, test=test, parts=parts,
-                       cfg=cfg, hp=hp)
+        r = loop.train(RunPlan(m, model_fn=lambda: TinyNet(head=m.head), train=train, test=test, parts=parts,
+                               cfg=cfg, hp=hp))
         h = hashlib.sha256()
         for key, value in r.weights.items():
             h.update(key.encode() + value.cpu().numpy().tobytes())

@@ -14,7 +14,7 @@ part). Then how far w_y . z~ can reach when z >= 0 (ReLU before the pooling): ||
     python scripts/slow_start.py init --model mobilenetv2
     python scripts/slow_start.py init --model convnet
 
-``curves``: FedAvg and SphereFed trained by the loop itself (``run_method``), per round: the
+``curves``: FedAvg and SphereFed trained by the loop itself (``loop.train``), per round: the
 learning rate, the mean training loss, the mean ||z|| and ||dL/dz|| per sample and the mean
 ||dL/dtheta_body|| per step over the round's local steps, and the test accuracy.
 
@@ -44,7 +44,8 @@ from bench.lib.resolve import resolve  # noqa: E402
 from bench.lib.spec import RunSpec  # noqa: E402
 from workloads.fl.execution import DeviceData  # noqa: E402
 from workloads.fl.local import epoch_order, shuffling_generator  # noqa: E402
-from workloads.fl.loop import batch_starts, build_on_device, derived_seed, run_method  # noqa: E402
+from workloads.fl import loop  # noqa: E402
+from workloads.fl.loop import RunPlan, batch_starts, build_on_device, derived_seed  # noqa: E402
 from workloads.fl.methods import parse_method  # noqa: E402
 from workloads.fl.methods.spherefed import mse_onehot_loss, orthonormal_classifier  # noqa: E402
 
@@ -203,10 +204,10 @@ def curves(args: argparse.Namespace) -> None:
         recorder = StepRecorder()
         per_round = []
         hook = register_optimizer_step_pre_hook(recorder.before_optimizer_step)
-        result = run_method(method, model_fn=lambda m=method: recorder.attach(inputs.build(m.head)),
-                            train=inputs.train, test=inputs.test, parts=inputs.parts, cfg=cfg,
-                            hp=run.hparams[method.name].replace(lr=lr), execution=inputs.execution,
-                            after_round=lambda t: per_round.append(recorder.close_round()))
+        result = loop.train(RunPlan(method, model_fn=lambda m=method: recorder.attach(inputs.build(m.head)),
+                                    train=inputs.train, test=inputs.test, parts=inputs.parts, cfg=cfg,
+                                    hp=run.hparams[method.name].replace(lr=lr), execution=inputs.execution,
+                                    after_round=lambda t: per_round.append(recorder.close_round())))
         hook.remove()
         for entry, steps in zip(result.history, per_round):
             print(f"{name:10s} {lr:6g} {entry['round']:5d} {entry['lr']:8.4f} {entry['mean_loss']:7.4f} "

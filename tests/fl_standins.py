@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from workloads.fl.data import Dataset
+from workloads.fl.dataset import Dataset
 from workloads.models import FeatureNorm, Head
 
 

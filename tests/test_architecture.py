@@ -313,12 +313,12 @@ def test_every_name_the_architecture_page_gives_is_in_the_code():
 
 
 def test_the_name_check_fails_on_a_renamed_name():
-    page = ("`workloads.fl.loop.run_method` `workloads.fl.loop.run_methods` `ways.choose` `ways.chosen` "
+    page = ("`workloads.fl.loop.train` `workloads.fl.loop.trains` `ways.choose` `ways.chosen` "
             "`Objective.batch_loss` `Objective.batch_losses` `ALGORITHMS` `ALGORITHMZ` `sgd_update` "
             "`sgd_updates` `accel_sim/effects.py` `accel_sim/effect.py` `quantize.py` `quantise.py` "
             "`--number-format` `--number-formats` `hw.anything` `fl`")
     assert missing_names(page) == ["--number-formats", "ALGORITHMZ", "Objective.batch_losses", "accel_sim/effect.py",
-                                   "quantise.py", "sgd_updates", "ways.chosen", "workloads.fl.loop.run_methods"]
+                                   "quantise.py", "sgd_updates", "ways.chosen", "workloads.fl.loop.trains"]
 
 
 def documented_forbidden(doc_text: str) -> dict[str, set[str]]:

@@ -20,7 +20,8 @@ from fl_standins import TinyNet, blobs
 from workloads.fl.execution import Execution
 from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.local import ClientContext, NonFiniteLossError, client_trainer
-from workloads.fl.loop import batch_starts, run_method
+from workloads.fl import loop
+from workloads.fl.loop import RunPlan, batch_starts
 from workloads.fl.methods import parse_method
 from workloads.fl.methods.base import FedAvg, trains_together
 from workloads.fl.methods.fedprox import FedProx
@@ -48,9 +49,9 @@ def run_in(mode: dict, name, rounds=2, model=conv_net, train=TRAIN, hp=HP, execu
     options ``mode`` (how the clients train) and ``execution`` (the others)."""
     method = parse_method(name)
     cfg = FLConfig(dataset="blobs", num_clients=len(PARTS), rounds=rounds, seed=3)
-    return run_method(method, model_fn=lambda: model(head=method.head), train=train, test=TEST,
-                      parts=[torch.tensor(p).numpy() for p in PARTS], cfg=cfg, hp=hp,
-                      execution=Execution(**mode, **(execution or {})), **kw)
+    return loop.train(RunPlan(method, model_fn=lambda: model(head=method.head), train=train, test=TEST,
+                              parts=[torch.tensor(p).numpy() for p in PARTS], cfg=cfg, hp=hp,
+                              execution=Execution(**mode, **(execution or {})), **kw))
 
 
 def run(name, together, **kw):

@@ -10,7 +10,8 @@ import torch
 from fl_standins import TinyNet, blobs
 from workloads.cost.buffered import BufferRule, buffered_steps
 from workloads.fl.hparams import FLConfig, Hparams
-from workloads.fl.loop import run_method
+from workloads.fl import loop
+from workloads.fl.loop import RunPlan
 from workloads.fl.methods import parse_method
 from workloads.fl.methods.base import ClientUpdate, ServerState
 from workloads.fl.methods.fedbuff import VERSION, FedBuff, stale_corrected, staleness_weight
@@ -81,8 +82,8 @@ def test_the_stale_correction_and_the_step_by_hand():
 def run(name, arrivals, staleness=()):
     method = parse_method(name)
     cfg = FLConfig(dataset="blobs", num_clients=4, rounds=len(arrivals), participation=1.0, seed=3)
-    return run_method(method, model_fn=TinyNet, train=TRAIN, test=TEST, parts=PARTS, cfg=cfg, hp=HP,
-                      arrivals=arrivals, staleness=staleness)
+    return loop.train(RunPlan(method, model_fn=TinyNet, train=TRAIN, test=TEST, parts=PARTS, cfg=cfg, hp=HP,
+                              arrivals=arrivals, staleness=staleness))
 
 
 def test_fedbuff_without_staleness_is_synchronous_fedavg_bit_for_bit():

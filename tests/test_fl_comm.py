@@ -1,12 +1,16 @@
 """The communication ledger equals the closed forms, and hand-computed sizes (workloads/fl/comm.py)."""
 
+import dataclasses
+import inspect
+
 import pytest
 
 from fl_standins import TinyNet, blobs
-from workloads.fl.comm import closed_form_bytes, closed_form_sizes, ledger_totals
+from workloads.fl.comm import ModelSizes, closed_form_bytes, closed_form_sizes, ledger_totals
 from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.local import prepare_model
-from workloads.fl.loop import run_method
+from workloads.fl import loop
+from workloads.fl.loop import RunPlan
 from workloads.fl.methods import CALIBRATIONS, parse_method
 from workloads.fl.partition import dirichlet_partition
 from workloads.fl.methods.spherefed import SphereFed
@@ -33,12 +37,12 @@ def test_closed_form_sizes_by_hand():
     # shared state: trainable = 624 + 2 x 48 (BN weight, bias) + 624 + 192 = 1536 B.
     doublehead = parse_method("doublehead")
     model = prepare_model(TinyNet(), doublehead, seed=0)
-    assert closed_form_sizes(model, doublehead) == {"layer_bytes": [824, 624, 192], "head_bytes": 192, "trainable_bytes": 1536,
-                                        "feature_dim": 12, "num_classes": 4}
+    assert closed_form_sizes(model, doublehead) == ModelSizes(layer_bytes=(824, 624, 192), head_bytes=192,
+                                                              trainable_bytes=1536, feature_dim=12, num_classes=4)
     # SphereFed: the frozen classifier is rebuilt from the seed, never sent
     spherefed = parse_method("spherefed")
     sphere = closed_form_sizes(prepare_model(TinyNet(head=SphereFed.head), spherefed, seed=0), spherefed)
-    assert (sphere["layer_bytes"], sphere["head_bytes"], sphere["trainable_bytes"]) == ([824, 624], 0, 1344)
+    assert (sphere.layer_bytes, sphere.head_bytes, sphere.trainable_bytes) == ((824, 624), 0, 1344)
 
 
 @pytest.mark.parametrize("name", ["fedavg", "spherefed+ffc", "fedprox+ccvr", "fednova", "fedcos",
@@ -46,10 +50,10 @@ def test_closed_form_sizes_by_hand():
                                   "scaffold", "moon", "feddyn", "scaffold+spherefed+ffc"])
 def test_ledger_equals_closed_form(name):
     method = parse_method(name)
-    result = run_method(method, model_fn=lambda: TinyNet(head=method.head), train=TRAIN,
-                        test=TEST, parts=PARTS, cfg=CFG, hp=HP)
+    result = loop.train(RunPlan(method, model_fn=lambda: TinyNet(head=method.head), train=TRAIN,
+                                test=TEST, parts=PARTS, cfg=CFG, hp=HP))
     totals = ledger_totals(result.transfers)
-    expected = closed_form_bytes(method, HP, rounds=4, clients_per_round=3, num_clients=5, **sizes(method))
+    expected = closed_form_bytes(method, HP, sizes(method), rounds=4, clients_per_round=3, num_clients=5)
     assert {k: totals[k] for k in expected} == expected
     assert sum(c["up_bytes"] + c["down_bytes"] for c in totals["by_client"].values()) == totals["total_bytes"]
 
@@ -60,7 +64,7 @@ def test_tinynet_fedavg_bytes_by_hand():
     # body.4 Linear 156, classifier 4 x 12 = 48.  Model: (156 + 48 + 156 + 48) * 4 + 8 = 1640 B.
     # 4 rounds x 3 clients: down 12 x 1640 = 19680; up 12 x (1640 + 8 B sample count) = 19776.
     method = parse_method("fedavg")
-    expected = closed_form_bytes(method, HP, rounds=4, clients_per_round=3, num_clients=5, **sizes(method))
+    expected = closed_form_bytes(method, HP, sizes(method), rounds=4, clients_per_round=3, num_clients=5)
     assert expected == {"down_bytes": 19680, "up_bytes": 19776, "total_bytes": 39456}
 
 
@@ -84,7 +88,7 @@ def test_bench_closed_form_equals_the_ledger_for_double_head():
 
     from bench.lib.run.figures import model_closed_form_bytes
     from workloads import model_spec
-    from workloads.fl.data import Dataset
+    from workloads.fl.dataset import Dataset
 
     g = torch.Generator().manual_seed(0)
     train, test = (Dataset("noise", torch.randn(n, 3, 16, 16, generator=g), torch.arange(n) % 10, 10, "noise")
@@ -92,16 +96,30 @@ def test_bench_closed_form_equals_the_ledger_for_double_head():
     cfg = FLConfig(dataset="noise", num_clients=2, rounds=2, participation=1.0, model="convnet")
     hp = Hparams(declared=parse_method("doublehead").knobs, lr=0.01, local_epochs=1, batch_size=8, share_every_rounds=1)
     method = parse_method("doublehead")
-    result = run_method(method, model_fn=lambda: model_spec.build(model_spec.as_spec("convnet", 16), num_classes=10),
-                        train=train, test=test, parts=[np.arange(0, 8), np.arange(8, 16)], cfg=cfg, hp=hp)
+    result = loop.train(RunPlan(method, model_fn=lambda: model_spec.build(model_spec.as_spec("convnet", 16), num_classes=10),
+                                train=train, test=test, parts=[np.arange(0, 8), np.arange(8, 16)], cfg=cfg, hp=hp))
     closed = model_closed_form_bytes("convnet", method, hp, num_classes=10, image_size=16, rounds=2, num_clients=2,
                                      seed=cfg.seed)
     ledger = ledger_totals(result.transfers)
     assert {k: ledger[k] for k in closed} == closed
     # 2 clients download layer 1 in round 1 and layers 1, 2 in round 2; not the whole model twice
     layers = closed_form_sizes(prepare_model(model_spec.build(model_spec.as_spec("convnet", 16), num_classes=10),
-                                             method, seed=0), method)["layer_bytes"]
+                                             method, seed=0), method).layer_bytes
     assert len(layers) == 8 and closed["down_bytes"] == 2 * (2 * layers[0] + layers[1]) < 2 * 2 * sum(layers) / 10
+
+
+def test_the_closed_form_takes_the_sizes_as_one_record():
+    # issue 52: closed_form_bytes took the sizes as a ``**sizes`` catch-all; now one frozen
+    # ModelSizes, so a misspelt size is Python's own TypeError and the old spread is refused
+    method = parse_method("fedavg")
+    kinds = {p.kind for p in inspect.signature(closed_form_bytes).parameters.values()}
+    assert inspect.Parameter.VAR_KEYWORD not in kinds
+    with pytest.raises(TypeError, match="unexpected keyword argument 'num_clases'"):
+        ModelSizes(layer_bytes=(824, 624, 192), head_bytes=192, trainable_bytes=1536, feature_dim=12, num_clases=4)
+    with pytest.raises(TypeError, match="layer_bytes"):
+        closed_form_bytes(method, HP, rounds=4, clients_per_round=3, num_clients=5, **dataclasses.asdict(sizes(method)))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        sizes(method).head_bytes = 0
 
 
 def test_payload_bytes_by_hand():
@@ -122,13 +140,13 @@ def test_ledger_equals_closed_form_in_a_communication_format(name):
     from workloads.numerics import NumberFormat
 
     method, fmt = parse_method(name), NumberFormat.parse("bfp_m4_g16_sr")
-    result = run_method(method, model_fn=lambda: TinyNet(head=method.head), train=TRAIN,
-                        test=TEST, parts=PARTS, cfg=CFG, hp=HP, execution=Execution(comm_format=fmt.name))
+    result = loop.train(RunPlan(method, model_fn=lambda: TinyNet(head=method.head), train=TRAIN,
+                                test=TEST, parts=PARTS, cfg=CFG, hp=HP, execution=Execution(comm_format=fmt.name)))
     totals = ledger_totals(result.transfers)
     sizes_in = closed_form_sizes(prepare_model(TinyNet(head=method.head), method, seed=0), method, fmt)
-    expected = closed_form_bytes(method, HP, rounds=4, clients_per_round=3, num_clients=5, **sizes_in)
+    expected = closed_form_bytes(method, HP, sizes_in, rounds=4, clients_per_round=3, num_clients=5)
     assert {k: totals[k] for k in expected} == expected
-    fp32 = closed_form_bytes(method, HP, rounds=4, clients_per_round=3, num_clients=5, **sizes(method))
+    fp32 = closed_form_bytes(method, HP, sizes(method), rounds=4, clients_per_round=3, num_clients=5)
     assert expected["total_bytes"] < fp32["total_bytes"]
 
 
@@ -146,8 +164,8 @@ def test_what_travels_in_a_format_is_in_the_format():
     parts = [list(range(len(TRAIN.y)))]
     weights = {}
     for f in ("fp32", fmt.name):
-        result = run_method(method, model_fn=lambda: TinyNet(), train=TRAIN, test=TEST, parts=parts, cfg=cfg, hp=HP,
-                            execution=Execution(comm_format=f))
+        result = loop.train(RunPlan(method, model_fn=lambda: TinyNet(), train=TRAIN, test=TEST, parts=parts, cfg=cfg, hp=HP,
+                                    execution=Execution(comm_format=f)))
         weights[f] = result.weights
     rounded = round_tensors(weights[fmt.name], fmt)
     assert all(torch.equal(rounded[k], weights[fmt.name][k]) for k in rounded)

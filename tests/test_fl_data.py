@@ -7,7 +7,8 @@ import pytest
 import torch
 from PIL import Image
 
-from workloads.fl.data import DATASETS, DataError, Dataset, load_dataset
+from workloads.fl.data import DATASETS, load_dataset
+from workloads.fl.dataset import DataError, Dataset
 from workloads.fl.dataset import NORMALIZATION
 
 

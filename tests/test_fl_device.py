@@ -10,11 +10,12 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from fl_standins import TinyNet, blobs
-from workloads.fl.data import Dataset
+from workloads.fl.dataset import Dataset
 from workloads.fl.dataset import NORMALIZATION
 from workloads.fl.execution import DeviceData, Execution, random_crop_flip, resolve_device
 from workloads.fl.hparams import FLConfig, Hparams
-from workloads.fl.loop import forecast, planned_samples, run_method
+from workloads.fl import loop
+from workloads.fl.loop import RunPlan, forecast, planned_samples
 from workloads.fl.methods import parse_method
 from workloads.fl.partition import dirichlet_partition
 from workloads.models import Head
@@ -31,8 +32,8 @@ EVERY_PATH = ["fedavg", "fedprox", "fednova", "fedopt", "fedavgm", "fedcos", "fe
 
 def run(name, *, train=TRAIN, test=TEST, cfg=CFG, hp=HP, model_fn=None, **kw):
     m = parse_method(name)
-    return run_method(m, model_fn=model_fn or (lambda: TinyNet(head=m.head)), train=train, test=test,
-                      parts=PARTS, cfg=cfg, hp=hp, **kw)
+    return loop.train(RunPlan(m, model_fn=model_fn or (lambda: TinyNet(head=m.head)), train=train, test=test,
+                              parts=PARTS, cfg=cfg, hp=hp, **kw))
 
 
 def same(a, b):

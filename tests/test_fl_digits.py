@@ -5,7 +5,8 @@ import torch
 
 from workloads.fl.data import load_dataset
 from workloads.fl.hparams import FLConfig, Hparams
-from workloads.fl.loop import run_method
+from workloads.fl import loop
+from workloads.fl.loop import RunPlan
 from workloads.fl.methods import parse_method
 from workloads.fl.partition import dirichlet_partition
 from workloads.models import build_model
@@ -26,10 +27,10 @@ def digits():
 def test_short_digits_run_beats_chance(digits, name, lr):
     train, test, parts = digits
     method = parse_method(name)
-    result = run_method(
+    result = loop.train(RunPlan(
         method, model_fn=lambda: build_model("convnet", num_classes=10, image_size=16, head=method.head),
         train=train, test=test, parts=parts, cfg=FLConfig(dataset="digits", num_clients=4, rounds=3),
-        hp=Hparams(lr=lr, local_epochs=1, batch_size=32))
+        hp=Hparams(lr=lr, local_epochs=1, batch_size=32)))
     # chance is 10 % (10 balanced classes); a short run must clearly beat it
     assert result.accuracy > 0.5, result
     assert result.history[-1]["mean_loss"] < result.history[0]["mean_loss"]

@@ -6,7 +6,8 @@ import torch
 from fl_standins import TinyNet, blobs
 from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.local import client_trainer, prepare_model
-from workloads.fl.loop import NonFiniteLossError, cosine_lr, run_method, sample_clients
+from workloads.fl import loop
+from workloads.fl.loop import NonFiniteLossError, RunPlan, cosine_lr, sample_clients
 from workloads.fl.methods import NAME_PARTS, MethodConfig, parse_method
 from workloads.fl.methods.doublehead import double_head_predict, sharing_phase
 from workloads.fl.methods.fedcos import cosine_penalty
@@ -21,8 +22,8 @@ HP = Hparams(lr=0.05, local_epochs=2, batch_size=16)
 
 def run(name, hp=HP, cfg=CFG, train=TRAIN):
     m = parse_method(name)
-    return run_method(m, model_fn=lambda: TinyNet(head=m.head), train=train, test=TEST,
-                      parts=PARTS, cfg=cfg, hp=hp)
+    return loop.train(RunPlan(m, model_fn=lambda: TinyNet(head=m.head), train=train, test=TEST,
+                              parts=PARTS, cfg=cfg, hp=hp))
 
 
 def assert_same_weights(a, b):

@@ -180,26 +180,28 @@ def test_cli_resume_without_checkpoints_is_refused(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_cli_resume_after_an_interruption_gives_the_uninterrupted_results(tmp_path, monkeypatch):
-    import bench.lib.fl.jobs as loop  # where the jobs call the loop's run_method
+    from dataclasses import replace
+
+    from workloads.fl import loop  # the jobs call loop.train
 
     preset = tmp_path / "tiny.toml"
     preset.write_text(TINY.replace("rounds = 1", "rounds = 2\nmax_train_samples = 300\nmax_test_samples = 100"))
     args = ["--preset", str(preset), "--methods", "fedavg", "--threads", "1", "--device", "cpu"]
     threads = torch.get_num_threads()
-    real = loop.run_method
+    real = loop.train
 
-    def interrupted(*a, **kw):
+    def interrupted(plan):
         def stop(t):
             if t == 1:
                 raise KeyboardInterrupt
-        return real(*a, **{**kw, "after_round": stop})
+        return real(replace(plan, after_round=stop))
 
     try:
         assert main(args + ["--out", str(tmp_path / "whole")]) == 0
-        monkeypatch.setattr(loop, "run_method", interrupted)
+        monkeypatch.setattr(loop, "train", interrupted)
         assert main(args + ["--out", str(tmp_path / "cut")]) == 130  # Ctrl-C: one line, exit 130 (iokit.cli)
         assert (tmp_path / "cut" / "checkpoints" / "fedavg.pt").is_file()
-        monkeypatch.setattr(loop, "run_method", real)
+        monkeypatch.setattr(loop, "train", real)
         assert main(args + ["--out", str(tmp_path / "cut"), "--resume"]) == 0
     finally:
         torch.set_num_threads(threads)

@@ -240,7 +240,7 @@ def test_hand_worked_fleet_run(digits, pricer):
     inputs = run_inputs(digits, fleet=fleet)
     out = run_job(Job("fedavg", HP), inputs, pricer=pricer)
     sizes = closed_form_sizes(pricer.prepared(Job("fedavg", HP).method), Job("fedavg", HP).method)
-    d = sum(sizes["layer_bytes"])
+    d = sum(sizes.layer_bytes)
     assert d / 1000 > 2000
     c = [pricer.local_training(Job("fedavg", HP).method, HP, len(inputs.parts[k]), 1, inputs.devices[k])[0]
          for k in (0, 1)]

@@ -15,7 +15,8 @@ from tests.test_fleet import FAST, HP, digits, fleet_of, pricer, run_inputs  # n
 from workloads.cost.participation import summary_line
 from workloads.cost.rounds import RunPricer, class_counts_of, plan_run
 from workloads.fl.comm import closed_form_bytes, closed_form_sizes, ledger_totals
-from workloads.fl.loop import run_method
+from workloads.fl import loop
+from workloads.fl.loop import RunPlan
 
 D = 2_448_312  # the ConvNet's feature extractor at 16 x 16 (every shared layer but the classifier), B
 CCVR_UP = 8 * (10 + 10 * 256 + 10 * 256 * 256)  # C + C l + C l^2 float64 (l = 256, C = 10): 5,263,440 B
@@ -58,7 +59,7 @@ def test_hand_worked_calibration_round(digits, pricer):
     for name, up in (("fedavg+ccvr", CCVR_UP), ("spherefed+ffc", FFC_UP)):
         method = Job(name, HP).method
         sizes = closed_form_sizes(pricer.prepared(method), method)
-        assert sum(sizes["layer_bytes"]) - sizes["head_bytes"] == D
+        assert sum(sizes.layer_bytes) - sizes.head_bytes == D
         assert method.calib.upload_bytes(feature_dim=256, num_classes=10, hp=HP.with_knobs(method.knobs)) == up
     c = {name: [calibration_s(pricer, name, inputs, k) for k in range(3)] for name in ("fedavg+ccvr", "spherefed+ffc")}
     assert max(max(v) for v in c.values()) < 0.1
@@ -92,8 +93,8 @@ def test_hand_worked_calibration_round(digits, pricer):
                                       "dropped": {"unavailable": 0, "memory": 0, "deadline": 1, "surplus": 0}}
     assert summary_line(summary).endswith("calibration: 2 of 3 clients' statistics arrived (1 deadline)")
     method = Job("fedavg+ccvr", HP).method
-    closed = closed_form_bytes(method, HP, rounds=1, num_clients=3, **ccvr.plan.closed_form_counts(),
-                               **closed_form_sizes(pricer.prepared(method), method))
+    closed = closed_form_bytes(method, HP, closed_form_sizes(pricer.prepared(method), method), rounds=1, num_clients=3,
+                               **ccvr.plan.closed_form_counts())
     assert closed["total_bytes"] == ledger_totals(ccvr.result.transfers)["total_bytes"]
 
 
@@ -156,8 +157,8 @@ def test_a_calibration_nobody_arrives_in_leaves_the_model_uncalibrated(digits, p
 
 def loop_run(inputs, name, parts, arrivals=None):
     method = Job(name, HP).method
-    return run_method(method, model_fn=functools.partial(inputs.build, method.head), train=inputs.train,
-                      test=inputs.test, parts=parts, cfg=inputs.fl, hp=HP, arrivals=arrivals)
+    return loop.train(RunPlan(method, model_fn=functools.partial(inputs.build, method.head), train=inputs.train,
+                              test=inputs.test, parts=parts, cfg=inputs.fl, hp=HP, arrivals=arrivals))
 
 
 @pytest.mark.parametrize("name", ["fedavg+ccvr", "spherefed+ffc"])

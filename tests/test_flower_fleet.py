@@ -159,7 +159,8 @@ def test_the_flower_app_on_a_fleet_trains_the_plans_arrivals_and_equals_bench_fl
     from bench.flower.__main__ import flower_run
     from bench.flower.fleet import fleet_run
     from bench.lib.spec import RunSpec
-    from workloads.fl.loop import run_method
+    from workloads.fl import loop
+    from workloads.fl.loop import RunPlan
 
     (tmp_path / "f.toml").write_text(FLEET)
     flower, _, resolved = flower_run(RunSpec(preset="small", models=("convnet",), methods=("fedavg",), rounds=2,
@@ -183,14 +184,14 @@ def test_the_flower_app_on_a_fleet_trains_the_plans_arrivals_and_equals_bench_fl
         grid = InProcessGrid(flower_app.client_app(RUN, AccelMod(devices=planned.devices())), NODES)
         server = flower_app.server_app(RUN, planned.system(), tmp_path, planned)
         server(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config={}))
-        loop, every_client = (run_method(FEDAVG, model_fn=lambda: inputs.build(FEDAVG.head), train=inputs.train,
-                                         test=inputs.test, parts=inputs.parts, cfg=inputs.fl, hp=hp, arrivals=arrivals)
-                              for arrivals in (loop_plan.arrivals, None))
+        trained, every_client = (loop.train(RunPlan(FEDAVG, model_fn=lambda: inputs.build(FEDAVG.head), train=inputs.train,
+                                                    test=inputs.test, parts=inputs.parts, cfg=inputs.fl, hp=hp, arrivals=arrivals))
+                                 for arrivals in (loop_plan.arrivals, None))
     finally:
         torch.set_num_threads(threads)
 
     # (a) Flower trained, in each round, exactly the plan's arrivals, as our loop did
-    assert grid.trained() == ARRIVED == [h["clients"] for h in loop.history]
+    assert grid.trained() == ARRIVED == [h["clients"] for h in trained.history]
     rows = _read_csv(tmp_path / "rounds.csv")
     assert [tuple(float(r[c]) for c in COUNT_COLUMNS) for r in rows] == COUNTS
     model = flower_app.new_model(RUN, FEDAVG)
@@ -213,8 +214,8 @@ def test_the_flower_app_on_a_fleet_trains_the_plans_arrivals_and_equals_bench_fl
     def equal(a: dict, b: dict) -> bool:
         return a.keys() == b.keys() and all(torch.equal(a[k], v) for k, v in b.items())
 
-    assert equal(states[-1], loop.weights) and not equal(states[-1], every_client.weights)
-    assert [float(r["accuracy"]) for r in rows] == [h["accuracy"] for h in loop.history]
+    assert equal(states[-1], trained.weights) and not equal(states[-1], every_client.weights)
+    assert [float(r["accuracy"]) for r in rows] == [h["accuracy"] for h in trained.history]
 
 
 @pytest.mark.slow  # 15-30 s: the buffered plan, Flower's run and our loop's
@@ -226,7 +227,8 @@ def test_fedbuff_under_flower_on_a_fleet_starts_stale_clients_from_their_version
     from bench.flower.__main__ import flower_run
     from bench.flower.fleet import fleet_run
     from bench.lib.spec import RunSpec
-    from workloads.fl.loop import run_method
+    from workloads.fl import loop
+    from workloads.fl.loop import RunPlan
 
     (tmp_path / "f.toml").write_text(FLEET)
     run, _, resolved = flower_run(RunSpec(preset="small", models=("convnet",), methods=("fedbuff",), rounds=2,
@@ -241,15 +243,15 @@ def test_fedbuff_under_flower_on_a_fleet_starts_stale_clients_from_their_version
     try:
         grid = InProcessGrid(flower_app.client_app(run, None), NODES)
         result = flower_app.train_method(grid, run, "fedbuff", client_nodes(grid, 4), fleet=planned)
-        loop = run_method(parse_method("fedbuff"), model_fn=lambda: inputs.build(Head()), train=inputs.train,
-                          test=inputs.test, parts=inputs.parts, cfg=inputs.fl, hp=hp, arrivals=plan.arrivals,
-                          staleness=plan.staleness)
+        trained = loop.train(RunPlan(parse_method("fedbuff"), model_fn=lambda: inputs.build(Head()), train=inputs.train,
+                                     test=inputs.test, parts=inputs.parts, cfg=inputs.fl, hp=hp, arrivals=plan.arrivals,
+                                     staleness=plan.staleness))
     finally:
         torch.set_num_threads(threads)
     weights = result.arrays.to_torch_state_dict()
-    assert weights.keys() == loop.weights.keys() and all(torch.equal(weights[k], v) for k, v in loop.weights.items())
+    assert weights.keys() == trained.weights.keys() and all(torch.equal(weights[k], v) for k, v in trained.weights.items())
     assert [float(result.evaluate_metrics_serverapp[t]["accuracy"]) for t in (1, 2)] == \
-        [h["accuracy"] for h in loop.history]
+        [h["accuracy"] for h in trained.history]
 
 
 # ---- bad input: one line, exit 2, nothing written, no simulation ---------------------------------------------

@@ -1,7 +1,7 @@
 """Every method under Flower through its own aggregate (workloads/flower/strategy.py, docs/flower.md;
 needs the 'flower' extra): SCAFFOLD, MOON and FedDyn, the methods with server state, extras or
 client state, run by the example app's ``ServerApp`` logic (``train_method``: ``MethodStrategy``)
-over an in-process grid (no Ray) equal our loop's ``run_method`` on the same setting bit for bit:
+over an in-process grid (no Ray) equal our loop's ``train`` on the same setting bit for bit:
 the same global weights after the last round and the same accuracy after every round.
 
 Why bit for bit and not to a tolerance: Flower's ``ArrayRecord`` carries a tensor as a NumPy array
@@ -77,12 +77,13 @@ def _loop(preset: str, name: str, rounds: int):
     from bench.lib.fl import pipeline
     from bench.lib.resolve import resolve
     from bench.lib.spec import RunSpec
-    from workloads.fl.loop import run_method
+    from workloads.fl import loop
+    from workloads.fl.loop import RunPlan
 
     run = resolve(RunSpec(preset=preset, methods=(name,), rounds=rounds))
     inputs, method = pipeline.load(run), parse_method(name)
-    result = run_method(method, model_fn=lambda: inputs.build(method.head), train=inputs.train, test=inputs.test,
-                        parts=inputs.parts, cfg=inputs.fl, hp=run.hparams[name])
+    result = loop.train(RunPlan(method, model_fn=lambda: inputs.build(method.head), train=inputs.train, test=inputs.test,
+                                parts=inputs.parts, cfg=inputs.fl, hp=run.hparams[name]))
     return result.weights, [h["accuracy"] for h in result.history]
 
 

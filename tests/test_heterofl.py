@@ -17,7 +17,8 @@ from workloads.fl.comm import ledger_totals
 from workloads.fl.execution import Execution
 from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.local import ClientContext, client_trainer
-from workloads.fl.loop import run_method
+from workloads.fl import loop
+from workloads.fl.loop import RunPlan
 from workloads.fl.methods import MethodConfig, parse_method
 from workloads.fl.methods.base import ClientUpdate, RoundContext, ServerState
 from workloads.fl.methods.fjord import FjORD, allowed, fjord_rates
@@ -41,8 +42,8 @@ class TrackedHeteroFL(HeteroFL):
 def run(name, *, execution=Execution(), model_fn=TinyNet, hp=HP, rounds=2):
     method = parse_method(name)
     cfg = FLConfig(dataset="blobs", num_clients=4, rounds=rounds, participation=1.0, seed=3)
-    return run_method(method, model_fn=model_fn, train=TRAIN, test=TEST, parts=PARTS, cfg=cfg, hp=hp,
-                      execution=execution)
+    return loop.train(RunPlan(method, model_fn=model_fn, train=TRAIN, test=TEST, parts=PARTS, cfg=cfg, hp=hp,
+                              execution=execution))
 
 
 def same(a, b):

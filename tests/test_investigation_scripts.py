@@ -13,7 +13,8 @@ import torch
 
 from fl_standins import TinyNet, blobs
 from workloads.fl.hparams import FLConfig, Hparams
-from workloads.fl.loop import batch_starts, run_method
+from workloads.fl import loop
+from workloads.fl.loop import RunPlan, batch_starts
 from workloads.fl.methods import parse_method
 from workloads.fl.partition import dirichlet_partition
 from workloads.fl.methods.spherefed import SphereFed
@@ -66,9 +67,9 @@ def test_the_step_recorder_sees_every_local_step_and_no_evaluation():
     recorder, per_round = slow_start.StepRecorder(), []
     hook = slow_start.register_optimizer_step_pre_hook(recorder.before_optimizer_step)
     try:
-        run_method(parse_method("spherefed"), model_fn=lambda: recorder.attach(TinyNet(head=SphereFed.head)), train=train,
-                   test=test, parts=parts, cfg=cfg, hp=hp,
-                   after_round=lambda t: per_round.append((len(recorder.steps), recorder.close_round())))
+        loop.train(RunPlan(parse_method("spherefed"), model_fn=lambda: recorder.attach(TinyNet(head=SphereFed.head)), train=train,
+                           test=test, parts=parts, cfg=cfg, hp=hp,
+                           after_round=lambda t: per_round.append((len(recorder.steps), recorder.close_round()))))
     finally:
         hook.remove()
     steps_per_round = sum(hp.local_epochs * len(batch_starts(len(p), hp.batch_size)) for p in parts)

@@ -12,7 +12,8 @@ import pytest
 import torch
 from PIL import Image
 
-from workloads.fl.data import PACKAGED_DATASETS, DataError, load_dataset, mnist5k_file
+from workloads.fl.data import PACKAGED_DATASETS, load_dataset, mnist5k_file
+from workloads.fl.dataset import DataError
 
 
 @pytest.fixture(scope="module")

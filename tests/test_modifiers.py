@@ -15,7 +15,8 @@ from workloads.cost.step import method_step_trace
 from workloads.fl.comm import closed_form_sizes
 from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.local import loss_function, per_sample_loss, prepare_model
-from workloads.fl.loop import run_method
+from workloads.fl import loop
+from workloads.fl.loop import RunPlan
 from workloads.fl.methods import MODIFIERS, NO_MODIFIER, MethodConfig, parse_method
 from workloads.fl.methods.base import trainable_keys
 from workloads.fl.methods.etf import TEMPERATURE, simplex_etf
@@ -183,13 +184,13 @@ def test_etf_composes_with_any_base_and_trains_its_body_only():
     assert loss_function(method) is torch.nn.functional.cross_entropy
     train = blobs(80)
     cfg = FLConfig(dataset="blobs", num_clients=2, rounds=2, seed=5)
-    result = run_method(method, model_fn=lambda: TinyNet(head=method.head), train=train, test=blobs(40, seed=1),
-                        parts=dirichlet_partition(train.y.numpy(), 2, 1.0, min_size=5, seed=0), cfg=cfg,
-                        hp=Hparams(lr=0.05, local_epochs=1, batch_size=16).with_knobs(method.knobs))
+    result = loop.train(RunPlan(method, model_fn=lambda: TinyNet(head=method.head), train=train, test=blobs(40, seed=1),
+                                parts=dirichlet_partition(train.y.numpy(), 2, 1.0, min_size=5, seed=0), cfg=cfg,
+                                hp=Hparams(lr=0.05, local_epochs=1, batch_size=16).with_knobs(method.knobs)))
     assert torch.equal(result.weights["classifier.weight"], TEMPERATURE * simplex_etf(4, 12, seed=5))
     assert result.weights["body.1.weight"].abs().sum() > 0
     sizes = closed_form_sizes(prepare_model(TinyNet(head=method.head), method, seed=0), method)
-    assert (sizes["layer_bytes"], sizes["head_bytes"], sizes["trainable_bytes"]) == ([824, 624], 0, 1344)
+    assert (sizes.layer_bytes, sizes.head_bytes, sizes.trainable_bytes) == ((824, 624), 0, 1344)
 
 
 def test_etf_drops_the_classifier_weight_gradient_as_spherefed_does():

@@ -32,7 +32,8 @@ from iokit import outputs
 from workloads.fl import methods
 from workloads.fl.guard import DIVERGENCE_LOSS_FACTOR, DivergedError, UserCodeError, check_divergence
 from workloads.fl.hparams import FLConfig, Hparams
-from workloads.fl.loop import run_method
+from workloads.fl import loop
+from workloads.fl.loop import RunPlan
 from workloads.fl.methods import parse_method
 from workloads.fl.partition import dirichlet_partition
 
@@ -84,8 +85,8 @@ def user_methods(tmp_path, monkeypatch):
 
 def run(name: str, rounds: int = 1, hp: Hparams = HP):
     m = parse_method(name)
-    return run_method(m, model_fn=lambda: TinyNet(head=m.head), train=TRAIN, test=TEST, parts=PARTS,
-                      cfg=FLConfig(dataset="blobs", num_clients=4, rounds=rounds), hp=hp)
+    return loop.train(RunPlan(m, model_fn=lambda: TinyNet(head=m.head), train=TRAIN, test=TEST, parts=PARTS,
+                              cfg=FLConfig(dataset="blobs", num_clients=4, rounds=rounds), hp=hp))
 
 
 USER_CODE = {  # the input -> (method, rounds, the error, what its one line says)

@@ -238,7 +238,8 @@ def test_the_flower_app_runs_an_own_stateful_method_as_the_loop_does(own, monkey
     from bench.lib.resolve import resolve
     from bench.lib.spec import RunSpec
     from tests.flower_grid import InProcessGrid
-    from workloads.fl.loop import run_method
+    from workloads.fl import loop
+    from workloads.fl.loop import RunPlan
     from workloads.flower import app
     from workloads.flower.fleet import client_nodes
 
@@ -258,11 +259,11 @@ def test_the_flower_app_runs_an_own_stateful_method_as_the_loop_does(own, monkey
     try:
         weights = app.train_method(grid, run, STATEFUL, client_nodes(grid, 3)).arrays.to_torch_state_dict()
         assert sorted((own / "state_seen.txt").read_text().split()) == ["1:False"] * 3 + ["2:True"] * 3
-        loop = run_method(parse_method(STATEFUL), model_fn=lambda: inputs.build(Head()), train=inputs.train,
-                          test=inputs.test, parts=inputs.parts, cfg=inputs.fl, hp=resolved.hparams[STATEFUL])
+        trained = loop.train(RunPlan(parse_method(STATEFUL), model_fn=lambda: inputs.build(Head()), train=inputs.train,
+                                     test=inputs.test, parts=inputs.parts, cfg=inputs.fl, hp=resolved.hparams[STATEFUL]))
     finally:
         torch.set_num_threads(threads)
-    assert weights.keys() == loop.weights.keys() and all(torch.equal(weights[k], v) for k, v in loop.weights.items())
+    assert weights.keys() == trained.weights.keys() and all(torch.equal(weights[k], v) for k, v in trained.weights.items())
 
 
 @pytest.mark.slow

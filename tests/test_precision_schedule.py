@@ -15,7 +15,8 @@ from workloads.cost.rounds import PricedModel, RunPricer, client_devices, device
 from workloads.cost.system import SystemModel
 from workloads.fl.execution import Execution, execution_of, preset_options
 from workloads.fl.hparams import FLConfig, Hparams
-from workloads.fl.loop import load_checkpoint_document, run_method
+from workloads.fl import loop
+from workloads.fl.loop import RunPlan, load_checkpoint_document
 from workloads.fl.methods import parse_method
 from workloads.fl.partition import dirichlet_partition
 from workloads.fl.presets import load_preset
@@ -50,8 +51,8 @@ def _run(tmp_path, execution: Execution, name: str, *, resume: bool = False):
         if t == 1:
             after_one.update(load_checkpoint_document(path))
 
-    result = run_method(parse_method("fedavg"), model_fn=lambda: TinyNet(), train=TRAIN, test=TEST, parts=PARTS,
-                        cfg=CFG, hp=HP, execution=execution, checkpoint=path, after_round=keep, resume=resume)
+    result = loop.train(RunPlan(parse_method("fedavg"), model_fn=lambda: TinyNet(), train=TRAIN, test=TEST, parts=PARTS,
+                                cfg=CFG, hp=HP, execution=execution, checkpoint=path, after_round=keep, resume=resume))
     return result, after_one
 
 
@@ -82,8 +83,8 @@ def test_each_round_of_a_schedule_is_bitwise_that_formats_run(tmp_path):
 
 
 def test_each_round_is_priced_in_its_own_format():
-    result = run_method(parse_method("fedavg"), model_fn=lambda: TinyNet(), train=TRAIN, test=TEST, parts=PARTS,
-                        cfg=CFG, hp=HP, execution=Execution(precision_schedule=SCHEDULE))
+    result = loop.train(RunPlan(parse_method("fedavg"), model_fn=lambda: TinyNet(), train=TRAIN, test=TEST, parts=PARTS,
+                                cfg=CFG, hp=HP, execution=Execution(precision_schedule=SCHEDULE)))
     method, hw, system = parse_method("fedavg"), HardwareConfig(), SystemModel()
     pricer = RunPricer(PricedModel(lambda head: TinyNet(head=head), "tinynet", (3, 2, 2), 4, 0))
     labels = [TRAIN.y.numpy()[p] for p in PARTS]

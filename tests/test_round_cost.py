@@ -17,7 +17,8 @@ from workloads.fl.comm import ledger_totals
 from workloads.fl.data import load_dataset
 from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.local import client_trainer, prepare_model
-from workloads.fl.loop import run_method
+from workloads.fl import loop
+from workloads.fl.loop import RunPlan
 from workloads.fl.methods import parse_method
 from workloads.cost.rounds import Device, PricedModel, RunPricer, client_devices, epoch_batch_sizes, price_run
 from workloads.cost.step import local_step_trace
@@ -94,7 +95,7 @@ def tiny_run():
     hp = Hparams(lr=0.05, local_epochs=1, batch_size=32)
     method = parse_method("fedavg+ccvr")
     hp = hp.with_knobs(method.knobs).replace(ccvr_virtual_per_class=5, ccvr_epochs=1)
-    result = run_method(method, model_fn=lambda: _build(), train=train, test=test, parts=parts, cfg=cfg, hp=hp)
+    result = loop.train(RunPlan(method, model_fn=lambda: _build(), train=train, test=test, parts=parts, cfg=cfg, hp=hp))
     return result, method, hp, [train.y[p].numpy() for p in parts]
 
 

@@ -220,9 +220,10 @@ def _half_participation_run(method_name: str):
     from bench.lib.fl.jobs import Job, JobResult, RunInputs
     from workloads import model_spec
     from workloads.cost.system import SystemModel
-    from workloads.fl.data import Dataset
+    from workloads.fl.dataset import Dataset
     from workloads.fl.hparams import FLConfig, Hparams
-    from workloads.fl.loop import run_method
+    from workloads.fl import loop
+    from workloads.fl.loop import RunPlan
     from workloads.fl.methods import parse_method
 
     g = torch.Generator().manual_seed(0)
@@ -233,8 +234,8 @@ def _half_participation_run(method_name: str):
     inputs = RunInputs(spec, fl, train, train, parts, None, SystemModel(), (), 0)
     job = Job(method_name, Hparams(local_epochs=1, batch_size=16))
     method = parse_method(method_name)
-    result = run_method(method, model_fn=lambda: model_spec.build(spec, num_classes=10, head=method.head),
-                        train=train, test=train, parts=parts, cfg=fl, hp=job.hp)
+    result = loop.train(RunPlan(method, model_fn=lambda: model_spec.build(spec, num_classes=10, head=method.head),
+                                train=train, test=train, parts=parts, cfg=fl, hp=job.hp))
     return inputs, job, JobResult(result, [], 0.0, 0.0)
 
 
@@ -444,16 +445,17 @@ def _run_standins(name: str, rounds: int = 2, lr: float = 0.05):
     sys.path.insert(0, str(Path(__file__).parent))
     from fl_standins import TinyNet, blobs
     from workloads.fl.hparams import FLConfig, Hparams
-    from workloads.fl.loop import run_method
+    from workloads.fl import loop
+    from workloads.fl.loop import RunPlan
     from workloads.fl.methods import parse_method
     from workloads.fl.partition import dirichlet_partition
 
     train = blobs(160)
     parts = dirichlet_partition(train.y.numpy(), 4, 0.5, min_size=5, seed=0)
     m = parse_method(name)
-    return run_method(m, model_fn=lambda: TinyNet(head=m.head), train=train, test=blobs(40, seed=1),
-                      parts=parts, cfg=FLConfig(dataset="blobs", num_clients=4, rounds=rounds),
-                      hp=Hparams(lr=lr, local_epochs=1, batch_size=16))
+    return loop.train(RunPlan(m, model_fn=lambda: TinyNet(head=m.head), train=train, test=blobs(40, seed=1),
+                              parts=parts, cfg=FLConfig(dataset="blobs", num_clients=4, rounds=rounds),
+                              hp=Hparams(lr=lr, local_epochs=1, batch_size=16)))
 
 
 BLAMED = {  # the input -> what its one line says (each said "lower the learning rate" before, or was a traceback)

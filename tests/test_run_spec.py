@@ -4,6 +4,7 @@ declared in one place."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 
@@ -13,13 +14,13 @@ import bench.fl.__main__ as fl_cli
 import bench.flower.__main__ as flower_cli
 import bench.run.__main__ as run_cli
 from bench.lib import spec
-from bench.lib.fl import jobs
 from bench.lib.resolve import method_list, resolve
 from bench.lib.run import figures
 from bench.lib.run.config import load_accuracy_data, resolved_runs, run_label
 from bench.lib.run.study import config_record, point_config
 from bench.lib.study.runner import make_point, parse_point
 from bench.lib.study.study_file import parse_study
+from workloads.fl import loop
 from workloads.fl.execution import Execution
 from workloads.fl.methods import MethodConfig, parse_method
 from workloads.fl.presets import PRESET_DIR, load_preset
@@ -179,6 +180,18 @@ def tiny_preset(root) -> str:
 
 
 @pytest.mark.slow  # 10-20 s: one bench.fl run of 2 clients, 1 round; bench.flower's run resolved
+def test_a_commands_default_for_no_flag_is_refused():
+    # issue 52: add_flags(..., **defaults) read each flag's default with defaults.get, so a misspelt
+    # default (wokers=1) was silently ignored and the flag kept the shared default
+    with pytest.raises(TypeError, match="unknown key 'wokers' \\(did you mean 'workers'\\?\\)"):
+        spec.add_flags(argparse.ArgumentParser(), "bench.dse", ["workers"], wokers=1)
+    with pytest.raises(TypeError, match="unknown key 'seed'"):  # a flag of the run, but not one this command takes
+        spec.add_flags(argparse.ArgumentParser(), "bench.dse", ["workers"], workers=1, seed=0)
+    parser = argparse.ArgumentParser()
+    spec.add_flags(parser, spec.FL, model="convnet", rounds=2)
+    assert (parser.get_default("model"), parser.get_default("rounds")) == ("convnet", 2)
+
+
 def test_adding_a_run_option_is_one_field(monkeypatch, tmp_path):
     """The walkthrough of docs/cli.md: one field with its flag, and bench.run's and bench.fl's parsers,
     a grid point, a study cell's point and the results record all have it; bench.flower too when
@@ -220,8 +233,8 @@ def test_adding_a_run_option_is_one_field(monkeypatch, tmp_path):
     assert outputs.config_hash(fl_cli.run_of(fl_cli.parser().parse_args(argv)).identity()) == without
     monkeypatch.setattr(spec, "RunSpec", extended)
     # ... it reaches the trainer, and results.json and the folder's manifest record it
-    seen, trainer = [], jobs.run_method
-    monkeypatch.setattr(jobs, "run_method", lambda *a, **k: seen.append(k["execution"]) or trainer(*a, **k))
+    seen, trainer = [], loop.train
+    monkeypatch.setattr(loop, "train", lambda plan: seen.append(plan.execution) or trainer(plan))
     out = tmp_path / "fl"
     assert fl_cli.main([*argv, "--warmup-rounds", "2", "--out", str(out)]) == 0
     assert [e.run_option("warmup_rounds") for e in seen] == [2]

@@ -14,7 +14,8 @@ from fl_standins import TinyNet, blobs
 from workloads.fl.aggregate import moving_average
 from workloads.fl.execution import Execution, execution_of, preset_options
 from workloads.fl.hparams import FLConfig, Hparams
-from workloads.fl.loop import load_checkpoint_document, run_method
+from workloads.fl import loop
+from workloads.fl.loop import RunPlan, load_checkpoint_document
 from workloads.fl.methods import parse_method
 from workloads.fl.partition import dirichlet_partition
 from workloads.fl.presets import load_preset
@@ -46,8 +47,8 @@ def _run(tmp_path, execution: Execution, name: str):
         if t == 1:
             after_one.update(load_checkpoint_document(path)["server"]["weights"])
 
-    result = run_method(method, model_fn=lambda: TinyNet(), train=TRAIN, test=TEST, parts=PARTS, cfg=CFG, hp=HP,
-                        execution=execution, checkpoint=path, after_round=keep)
+    result = loop.train(RunPlan(method, model_fn=lambda: TinyNet(), train=TRAIN, test=TEST, parts=PARTS, cfg=CFG, hp=HP,
+                                execution=execution, checkpoint=path, after_round=keep))
     return result, after_one
 
 
@@ -100,8 +101,8 @@ def test_the_average_is_priced_on_the_server_from_round_2_and_nowhere_else():
     from workloads.cost.system import SystemModel
 
     method, hw, system = parse_method("fedavg"), HardwareConfig(), SystemModel()
-    result = run_method(method, model_fn=lambda: TinyNet(), train=TRAIN, test=TEST, parts=PARTS, cfg=CFG, hp=HP,
-                        execution=Execution(server_average=DECAY))
+    result = loop.train(RunPlan(method, model_fn=lambda: TinyNet(), train=TRAIN, test=TEST, parts=PARTS, cfg=CFG, hp=HP,
+                                execution=Execution(server_average=DECAY)))
     pricer = RunPricer(PricedModel(lambda head: TinyNet(head=head), "tinynet", (3, 2, 2), 4, 0))
     labels = [TRAIN.y.numpy()[p] for p in PARTS]
     devices = client_devices(system, hw, 3, seed=0)

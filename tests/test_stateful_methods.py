@@ -15,7 +15,8 @@ from workloads.cost.step import local_step_trace
 from workloads.fl.comm import closed_form_bytes, closed_form_sizes, ledger_totals
 from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.local import ClientContext, client_trainer, prepare_model
-from workloads.fl.loop import run_method
+from workloads.fl import loop
+from workloads.fl.loop import RunPlan
 from workloads.fl.methods import parse_method
 from workloads.fl.methods.base import ClientUpdate, FedAvg, RoundContext, ServerState, step_identity
 from workloads.fl.methods.feddyn import FedDyn
@@ -32,8 +33,8 @@ HP = Hparams(lr=0.05, local_epochs=1, batch_size=16)
 def run(name, rounds=2, hp=HP, participation=1.0, **kw):
     method = parse_method(name)
     cfg = FLConfig(dataset="blobs", num_clients=4, rounds=rounds, participation=participation, seed=3)
-    return run_method(method, model_fn=lambda: TinyNet(head=method.head), train=TRAIN, test=TEST,
-                      parts=PARTS, cfg=cfg, hp=hp, **kw)
+    return loop.train(RunPlan(method, model_fn=lambda: TinyNet(head=method.head), train=TRAIN, test=TEST,
+                              parts=PARTS, cfg=cfg, hp=hp, **kw))
 
 
 # --------------------------------------------------------------------------- SCAFFOLD
@@ -95,7 +96,7 @@ def test_scaffold_bytes_by_hand():
     assert totals["by_group"][CONTROL] == {"down_bytes": 8 * 1536, "up_bytes": 8 * 1536}
     method = parse_method("scaffold")
     sizes = closed_form_sizes(prepare_model(TinyNet(), method, seed=0), method)
-    assert closed_form_bytes(method, HP, rounds=2, clients_per_round=4, num_clients=4, **sizes)["total_bytes"] == 50880
+    assert closed_form_bytes(method, HP, sizes, rounds=2, clients_per_round=4, num_clients=4)["total_bytes"] == 50880
 
 
 def test_a_resumed_scaffold_run_keeps_each_clients_variate(tmp_path):

@@ -483,14 +483,15 @@ def test_every_run_reports_its_local_test_accuracy_before_and_after_calibration(
     from fl_standins import TinyNet, blobs
 
     from workloads.fl.hparams import FLConfig, Hparams
-    from workloads.fl.loop import run_method
+    from workloads.fl import loop
+    from workloads.fl.loop import RunPlan
     from workloads.fl.methods import parse_method
     from workloads.fl.partition import dirichlet_partition
 
     train, test = blobs(60), blobs(20, seed=1)
     parts = dirichlet_partition(train.y.numpy(), 3, 0.5, min_size=5, seed=0)
     cfg, hp = FLConfig(dataset="blobs", num_clients=3, rounds=1), Hparams(lr=0.05, local_epochs=1, batch_size=16)
-    results = {m: run_method(parse_method(m), model_fn=TinyNet, train=train, test=test, parts=parts, cfg=cfg, hp=hp)
+    results = {m: loop.train(RunPlan(parse_method(m), model_fn=TinyNet, train=train, test=test, parts=parts, cfg=cfg, hp=hp))
                for m in ("doublehead", "fedavg", "fedavg+ccvr")}
     assert 0.0 <= results["doublehead"].local_accuracy <= 1.0
     # FedAvg: the final global model on each client's own classes, recomputed here from its weights

@@ -12,6 +12,7 @@ import torch
 from test_client_threads import dropout_net
 from test_clients_together import PARTS, TEST, TRAIN, HP, conv_net
 from workloads.fl import forecast as forecast_module
+from workloads.fl import loop
 from workloads.fl.execution import Execution
 from workloads.fl.forecast import forecast
 from workloads.fl.hparams import FLConfig
@@ -106,6 +107,17 @@ def test_a_client_trainer_takes_its_round_as_one_typed_object():
     model = conv_net()
     with pytest.raises(TypeError, match="round"):
         client_trainer(model, model.state_dict(), HP, parse_method("fedavg"), round=2)
+
+
+def test_the_trainer_has_one_entry_which_takes_one_plan():
+    # issue 52: ``run_method(method, **given)`` forwarded a catch-all into ``RunPlan``, a second
+    # entry beside ``train(plan)``; now a caller builds the frozen plan and ``train`` takes it whole
+    assert not hasattr(loop, "run_method") and "run_method" not in loop.__all__
+    assert list(inspect.signature(loop.train).parameters) == ["plan"]
+    fields = dict(model_fn=conv_net, train=TRAIN, test=TEST, parts=PARTS, cfg=CFG, hp=HP)
+    assert RunPlan(parse_method("fedavg"), **fields, checkpoint="c.pt").checkpoint == "c.pt"
+    with pytest.raises(TypeError, match="unexpected keyword argument 'chekpoint'"):  # Python's own, from the dataclass
+        RunPlan(parse_method("fedavg"), **fields, chekpoint="c.pt")
 
 
 def test_a_clients_batches_are_each_epochs_fresh_order_cut_at_the_batch_starts():

@@ -300,9 +300,13 @@ def add_flags(parser, command: str, names: Sequence[str] | None = None, *, sever
     """``command``'s run flags on ``parser`` (``names``: only those fields', for a command that is
     not turned into a ``RunSpec``; ``defaults``: that command's own defaults). ``--model`` (one
     model) comes with ``models``, and ``--models`` too where the command takes several (``bench.run``,
-    ``several_models``); ``models_of`` reads them."""
+    ``several_models``); ``models_of`` reads them. A default for no flag of these is a TypeError
+    (it would be ignored)."""
     chosen = {f.name: f.metadata["flag"] for f in fields(RunSpec) if "flag" in f.metadata} if names else \
         dict(spec_flags(command))
+    given = [name for name in chosen if not names or name in names]
+    checks.unknown_keys(defaults, [*given, *(["model"] if "models" in given else [])], where="add_flags defaults",
+                        error=TypeError)
     for name, spec_flag in chosen.items():
         if names and name not in names:
             continue

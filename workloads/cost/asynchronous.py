@@ -61,8 +61,7 @@ def plan_buffered(run: FleetRun, method: MethodConfig, hp: Hparams, pricer: RunP
     hp_k = hp.with_knobs(method.knobs)
     rule = buffer_rule(run, hp_k)
     sizes = closed_form_sizes(pricer.prepared(method), method, run.comm_format)
-    down, up = client_round_bytes(method, hp_k, 1, layer_bytes=sizes["layer_bytes"],
-                                  trainable_bytes=sizes["trainable_bytes"])
+    down, up = client_round_bytes(method, hp_k, 1, sizes)
     work = {}
     for k, labels in enumerate(run.client_labels):
         compute_s, energy_j = pricer.local_training(method, hp, len(labels), 1, run.devices[k])

@@ -8,7 +8,7 @@ an over-commitment factor. Clients are assigned to classes from the run's seed (
 one), so the same seed gives the same fleet.
 
 The round with a deadline and over-commitment, who takes part in it and what it costs:
-``workloads.cost.participation`` (its names are importable from here too).
+``workloads.cost.participation``.
 
 """
 
@@ -27,8 +27,9 @@ from accel_sim.hardware import HardwareConfig, HardwareConfigError, load_hardwar
 from iokit import checks
 from iokit.cli import is_default
 from iokit.toml import read_toml
-from workloads.cost.participation import (ClientOffer, ParticipationPlan, RoundPlan, online, plan_round,  # noqa: F401
-                                          sampled_count, summary_line)
+# two names still imported from here by workloads/flower/fleet.py and bench/flower/__main__.py (their
+# branch is being rewritten): import them from workloads.cost.participation there, then drop this line
+from workloads.cost.participation import ParticipationPlan, summary_line  # noqa: F401
 from workloads.cost.system import Link, SystemModelError
 
 FLEET_DIR = Path(__file__).resolve().parents[2] / "configs" / "fleets"

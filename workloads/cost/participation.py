@@ -12,7 +12,7 @@ cannot hold the method's training state (the peak memory of its captured step) d
 model's time). The round closes at the ``m``-th arrival if it comes by the deadline (later ones are
 ``surplus``), else at the deadline if some client is still working (``deadline``), else at the last
 arrival. Only the arrivals are aggregated: ``RoundPlan.arrived`` is what the federated loop trains
-(``workloads.fl.loop.run_method(arrivals=...)``).
+(``workloads.fl.setup.RunPlan(arrivals=...)``).
 
 A calibrated method's calibration round R + 1 (CCVR, FFC) follows the same rule
 (``workloads.cost.rounds.calibration_plan``): every client is asked and wanted (both papers gather
@@ -175,7 +175,7 @@ class ParticipationPlan:
     @property
     def arrivals(self) -> tuple[tuple[int, ...], ...]:
         """What the federated loop trains: per round, the clients that arrive; a calibrated method's
-        last entry the clients whose statistics arrive (``run_method(arrivals=...)``)."""
+        last entry the clients whose statistics arrive (``RunPlan(arrivals=...)``)."""
         planned = self.rounds if self.calibration is None else (*self.rounds, self.calibration)
         return tuple(r.arrived for r in planned)
 

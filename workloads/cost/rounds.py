@@ -33,12 +33,13 @@ from torch import nn
 
 from accel_sim.hardware import HardwareConfig, load_hardware_config
 from accel_sim.mac_energy import hardware_in_format
-from workloads.cost.fleet import ClientOffer, Fleet, ParticipationPlan, RoundPlan, online, plan_round, sampled_count
+from workloads.cost.fleet import Fleet
+from workloads.cost.participation import ClientOffer, ParticipationPlan, RoundPlan, online, plan_round, sampled_count
 from workloads.cost.widths import chosen_width
 from workloads.cost.system import ClientRound, RoundCost, SystemModel, ledger_rows, on_device, round_cost
 from workloads.fl.execution import Execution
 from workloads.fl.aggregate import moving_average
-from workloads.fl.comm import calibration_client_bytes, client_round_bytes, closed_form_sizes
+from workloads.fl.comm import ModelSizes, calibration_client_bytes, client_round_bytes, closed_form_sizes
 from workloads.cost import calibration as calibration_cost
 from workloads.fl.hparams import Hparams
 from workloads.fl.local import ClientContext, client_trainer, example_received, prepare_model
@@ -348,9 +349,9 @@ class _SizedWork:
 
     def __init__(self, pricer: RunPricer, method: MethodConfig, hp: Hparams, comm_format: NumberFormat | None) -> None:
         self.pricer, self.method, self.hp, self.comm_format = pricer, method, hp, comm_format
-        self._sizes: dict[float, dict] = {}
+        self._sizes: dict[float, ModelSizes] = {}
 
-    def sizes(self, width: float) -> dict:
+    def sizes(self, width: float) -> ModelSizes:
         if width not in self._sizes:
             prepared = self.pricer.prepared(self.method)
             self._sizes[width] = closed_form_sizes(prepared if width >= 1.0 else submodel(prepared, width),
@@ -359,9 +360,7 @@ class _SizedWork:
 
     def transfer(self, round: int, width: float) -> tuple[int, int]:
         """(down, up) bytes of a client of ``width`` in round ``round`` (``client_round_bytes``)."""
-        sizes = self.sizes(width)
-        return client_round_bytes(self.method, self.hp, round, layer_bytes=sizes["layer_bytes"],
-                                  trainable_bytes=sizes["trainable_bytes"])
+        return client_round_bytes(self.method, self.hp, round, self.sizes(width))
 
 
 def _works(training: tuple[float, float, bool], transfer: tuple[int, int], link, deadline_s: float) -> bool:
@@ -385,7 +384,7 @@ def client_widths(fleet: Fleet, classes: Sequence[int], method: MethodConfig, hp
 
 def calibration_plan(fleet: Fleet, classes: Sequence[int], method: MethodConfig, hp: Hparams, *, pricer: RunPricer,
                      client_labels: Sequence[np.ndarray], devices: Sequence[Device], system: SystemModel, round: int,
-                     seed: int, sizes: dict) -> RoundPlan:
+                     seed: int, sizes: ModelSizes) -> RoundPlan:
     """The calibration round R + 1 on ``fleet``, under the training rounds' rule (``plan_round``).
 
     Every client is asked, as both calibrations gather statistics from all K clients (CCVR: Luo
@@ -399,11 +398,10 @@ def calibration_plan(fleet: Fleet, classes: Sequence[int], method: MethodConfig,
     declare: ``workloads.fl.comm.calibration_client_bytes``), and misses the fleet's deadline if
     that takes longer. ``sizes``: the prepared model's ``closed_form_sizes`` in the run's
     communication format."""
-    down_up = calibration_client_bytes(method, hp, layer_bytes=sizes["layer_bytes"], head_bytes=sizes["head_bytes"],
-                                       feature_dim=sizes["feature_dim"], num_classes=sizes["num_classes"])
+    down_up = calibration_client_bytes(method, hp, sizes)
 
     def statistics(k: int) -> tuple[float, float, bool]:
-        counts = class_counts_of(client_labels[k], sizes["num_classes"])
+        counts = class_counts_of(client_labels[k], sizes.num_classes)
         compute_s, energy_j = pricer.calibration(method, hp, counts, devices[k])
         peak = pricer.calibration_peak_memory_bytes(method, hp, counts, devices[k].hw)
         return compute_s, energy_j, peak <= fleet.classes[classes[k]].memory_bytes

@@ -96,14 +96,32 @@ def ledger_totals(transfers: Iterable[Transfer]) -> dict:
                           for c, dv in sorted(by_client.items())}}
 
 
-def closed_form_sizes(model: nn.Module, method: MethodConfig, fmt: NumberFormat | None = None) -> dict[str, object]:
-    """The sizes ``closed_form_bytes`` takes, read from a *prepared* model (after the method's
+@dataclass(frozen=True)
+class ModelSizes:
+    """The sizes of a prepared model the closed forms take (``closed_form_sizes`` reads them).
+
+    ``layer_bytes``: bytes of the shared state of each sharing layer, shallow to deep, the global
+    head last if it is shared (for plain methods any split of the shared state works: only the
+    sum matters); ``head_bytes``: bytes of the shared classifier (0 when frozen);
+    ``trainable_bytes``: bytes of the trainable shared parameters (the size of each extra group:
+    FedCos's d_t, SCAFFOLD's c); ``feature_dim`` and ``num_classes``: the classifier's in and out
+    features."""
+
+    layer_bytes: tuple[int, ...]
+    head_bytes: int
+    trainable_bytes: int
+    feature_dim: int
+    num_classes: int
+
+
+def closed_form_sizes(model: nn.Module, method: MethodConfig, fmt: NumberFormat | None = None) -> ModelSizes:
+    """The sizes the closed forms take, read from a *prepared* model (after the method's
     ``prepare_model``: a double-head model has its local head, a SphereFed one its frozen
     classifier): ``layer_bytes`` per sharing layer (``method``'s ``sharing_layers``: shallow to deep, its
     local modules left out, frozen state left out, empty layers dropped), ``head_bytes`` of the shared
     classifier, ``trainable_bytes`` of the trainable shared parameters, ``feature_dim`` and
-    ``num_classes``. The one place these are built, for every caller (``workloads.fl.presets``,
-    ``bench.run``), so that the closed form cannot count what the ledger never sends. ``fmt``: the
+    ``num_classes``. The one place these are built, for every caller (``bench.fl``, ``bench.run``,
+    ``workloads.cost``), so that the closed form cannot count what the ledger never sends. ``fmt``: the
     run's communication format (each tensor's bytes as sent in it, ``tensor_bytes``)."""
     frozen, state, layered = frozen_keys(model), model.state_dict(), method.algo.sharing_layers(model)
     layers = [sum(tensor_bytes(state[k], fmt) for k in layer if k not in frozen) for layer in layered]
@@ -111,54 +129,38 @@ def closed_form_sizes(model: nn.Module, method: MethodConfig, fmt: NumberFormat 
     head = sum(tensor_bytes(state[k], fmt) for k in state if k.split(".")[0] == "classifier" and k not in frozen)
     trainable = sum(tensor_bytes(p, fmt) for n, p in model.named_parameters()
                     if p.requires_grad and n in shared)
-    return {"layer_bytes": [b for b in layers if b], "head_bytes": head, "trainable_bytes": trainable,
-            "feature_dim": model.classifier.in_features, "num_classes": model.classifier.out_features}
+    return ModelSizes(layer_bytes=tuple(b for b in layers if b), head_bytes=head, trainable_bytes=trainable,
+                      feature_dim=model.classifier.in_features, num_classes=model.classifier.out_features)
 
 
-def client_round_bytes(method: MethodConfig, hp: Hparams, round: int, *, layer_bytes: Sequence[int],
-                       trainable_bytes: int) -> tuple[int, int]:
+def client_round_bytes(method: MethodConfig, hp: Hparams, round: int, sizes: ModelSizes) -> tuple[int, int]:
     """(down, up) bytes of one sampled client in training round ``round``, from sizes only
     (``closed_form_bytes``): down the layers the method shares that round + one ``trainable_bytes``
     per ``extra_downloads(round)`` group (FedCos's d_t from round 2, SCAFFOLD's c), up the same
     layers + one ``trainable_bytes`` per ``extra_uploads(round)`` group (SCAFFOLD's Delta c_i) +
     ``metadata_bytes`` (the sample count + the method's ``upload_extras``)."""
-    algo = method.algo
+    algo, layer_bytes = method.algo, sizes.layer_bytes
     shared = sum(layer_bytes[:algo.shared_layer_count(round, hp, len(layer_bytes))])
-    down = shared + len(algo.extra_downloads(round)) * trainable_bytes
-    return down, shared + len(algo.extra_uploads(round)) * trainable_bytes + metadata_bytes(algo)
+    down = shared + len(algo.extra_downloads(round)) * sizes.trainable_bytes
+    return down, shared + len(algo.extra_uploads(round)) * sizes.trainable_bytes + metadata_bytes(algo)
 
 
-def calibration_client_bytes(method: MethodConfig, hp: Hparams, *, layer_bytes: Sequence[int], head_bytes: int,
-                             feature_dim: int, num_classes: int) -> tuple[int, int]:
+def calibration_client_bytes(method: MethodConfig, hp: Hparams, sizes: ModelSizes) -> tuple[int, int]:
     """(down, up) bytes of one client in the calibration round R + 1, from sizes only
     (``closed_form_bytes``): down the final feature extractor (every shared layer but the
     classifier), up the statistics the calibration declares (``upload_bytes``, from its
     ``statistics``: CCVR's and FFC's differ)."""
     hp = hp.with_knobs(method.knobs)
-    return (sum(layer_bytes) - head_bytes,
-            method.calib.upload_bytes(feature_dim=feature_dim, num_classes=num_classes, hp=hp))
+    return (sum(sizes.layer_bytes) - sizes.head_bytes,
+            method.calib.upload_bytes(feature_dim=sizes.feature_dim, num_classes=sizes.num_classes, hp=hp))
 
 
-@dataclass(frozen=True)
-class ModelSizes:
-    """The sizes of a prepared model the closed form takes (``closed_form_sizes`` reads them)."""
+def closed_form_bytes(method: MethodConfig, hp: Hparams, sizes: ModelSizes, *, rounds: int,
+                      clients_per_round: int | Sequence[int], num_clients: int,
+                      calibration_clients: int | None = None) -> dict[str, int]:
+    """Total bytes down and up over a run, from sizes only (``sizes``: the prepared model's,
+    ``closed_form_sizes``).
 
-    layer_bytes: Sequence[int]
-    head_bytes: int
-    trainable_bytes: int
-    feature_dim: int
-    num_classes: int
-
-
-def closed_form_bytes(method: MethodConfig, hp: Hparams, *, rounds: int, clients_per_round: int | Sequence[int],
-                      num_clients: int, calibration_clients: int | None = None, **sizes) -> dict[str, int]:
-    """Total bytes down and up over a run, from sizes only (``sizes``: ``ModelSizes``' fields, as
-    ``closed_form_sizes`` gives them).
-
-    ``layer_bytes``: bytes of the shared state of each sharing layer, shallow to deep, the global
-    head last if it is shared (for plain methods any split of the shared state works: only the
-    sum matters); ``head_bytes``: bytes of the shared classifier (0 when frozen);
-    ``trainable_bytes``: bytes of the trainable shared parameters (the size of each extra group: FedCos's d_t, SCAFFOLD's c);
     ``clients_per_round``: the clients that train each round, one number for all rounds or one per
     round (a fleet's arrivals, ``workloads.cost.fleet``); ``calibration_clients``: the clients whose
     statistics the calibration gathers (None: all ``num_clients``; a fleet's calibration arrivals).
@@ -172,18 +174,15 @@ def closed_form_bytes(method: MethodConfig, hp: Hparams, *, rounds: int, clients
     every client (or the ``calibration_clients`` that arrive) downloads the feature extractor and
     uploads what the calibration says it sends once (``calibration_client_bytes``).
     """
-    model = ModelSizes(**sizes)
     hp = hp.with_knobs(method.knobs)  # the method's knobs: their defaults where ``hp`` lacks them
     down = up = 0
     for t in range(1, rounds + 1):
-        down_t, up_t = client_round_bytes(method, hp, t, layer_bytes=model.layer_bytes,
-                                          trainable_bytes=model.trainable_bytes)
+        down_t, up_t = client_round_bytes(method, hp, t, sizes)
         clients = clients_per_round if isinstance(clients_per_round, int) else clients_per_round[t - 1]
         down += clients * down_t
         up += clients * up_t
     if method.calibration:
-        down_c, up_c = calibration_client_bytes(method, hp, layer_bytes=model.layer_bytes, head_bytes=model.head_bytes,
-                                                feature_dim=model.feature_dim, num_classes=model.num_classes)
+        down_c, up_c = calibration_client_bytes(method, hp, sizes)
         calibrated = num_clients if calibration_clients is None else calibration_clients
         down += calibrated * down_c
         up += calibrated * up_c

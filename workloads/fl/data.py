@@ -41,8 +41,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from workloads.fl.dataset import (NORMALIZATION, DataError, Dataset, check_image_size, resize,  # noqa: F401 (re-exported)
-                                  size_note, subset)
+from workloads.fl.dataset import DataError, Dataset, check_image_size, resize, size_note
 from workloads.fl.folder_data import load_cifar, load_tinyimagenet
 
 

@@ -14,7 +14,7 @@ options. None of this changes what a method computes, except the options marked 
   per batch: ``benchmarks/bench_device.py`` measures gathering float32 faster there than
   gathering and decoding uint8). Batches are
   gathered by index on the device and decoded there, ``(u / 255 - mean[c]) / std[c]``, the very
-  float32 operations of ``workloads.fl.data._to_tensor``.
+  float32 operations of ``workloads.fl.dataset.to_tensor``.
 * ``random_crop_flip``: the CIFAR augmentation of He et al. ("Deep Residual Learning for Image
   Recognition", CVPR 2016, Sec. 4.2: 4-pixel zero padding, a random 32x32 crop, random horizontal
   flip), per sample, on the device, from a seeded generator. SphereFed (Dong et al., ECCV 2022)
@@ -67,7 +67,7 @@ from typing import Any, Mapping
 
 import torch
 
-from workloads.fl.data import NORMALIZATION, Dataset
+from workloads.fl.dataset import NORMALIZATION, Dataset
 from workloads.numerics import NumberFormat
 from workloads.numerics.schedule import SCHEDULES, format_at, is_schedule, schedule_text, steps_of
 

@@ -45,9 +45,9 @@ def forecast(method: MethodConfig, *, model_fn: Callable[[], nn.Module], train, 
              cfg: FLConfig, hp: Hparams, execution: Execution = Execution(),
              arrivals: Sequence[Sequence[int]] | None = None) -> Forecast:
     """Time ``FORECAST_STEPS`` local steps (after one warm-up step, where ``compile`` compiles) of
-    the model ``run_method`` would build, on the first client's first batch, and project the local
+    the model ``loop.train`` would build, on the first client's first batch, and project the local
     training of the whole run (``arrivals``: the clients each round trains where a participation
-    plan gives them, as ``run_method`` takes them). Touches no state of a later ``run_method`` (it re-seeds).
+    plan gives them, as ``RunPlan.arrivals`` holds them). Touches no state of a later ``loop.train`` (it re-seeds).
 
     The steps run in the way the run will train (``ways.choose``, the run's chooser, and that
     way's ``rate``): together, G copies of that batch as one batched step, G a round's clients;

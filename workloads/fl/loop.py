@@ -1,6 +1,6 @@
 """The federated loop: one run of one method, from its plan (``RunPlan``) to its result
-(``RunResult``). ``run_method(method, **fields)`` builds the plan from keywords; ``train(plan)``
-runs it: ``set_up`` builds what stays fixed (``workloads.fl.setup``), then each round t = 1..R
+(``RunResult``). ``train(plan)`` runs the frozen plan (``workloads.fl.setup.RunPlan``, its fields
+documented there): ``set_up`` builds what stays fixed (``workloads.fl.setup``), then each round t = 1..R
 (``workloads.fl.round``: sampling from ``workloads.fl.schedule``, the clients in the run's way of
 training from ``workloads.fl.ways`` and ``workloads.fl.clients``, the aggregate, the evaluation
 from ``workloads.fl.evaluation``), the checkpoint after it (``workloads.fl.checkpoint``), and after
@@ -47,7 +47,6 @@ from workloads.fl.execution import DeviceData
 from workloads.fl.forecast import Forecast, duration_text, forecast
 from workloads.fl.guard import check_divergence, check_finite
 from workloads.fl.local import NonFiniteLossError
-from workloads.fl.methods import MethodConfig
 from workloads.fl.methods.base import frozen_keys, trainable_keys
 from workloads.fl.round import LoopState, federated_round, initial_state
 from workloads.fl.schedule import (batch_starts, check_arrivals, check_staleness, clients_per_round, cosine_lr,
@@ -58,7 +57,7 @@ from workloads.fl.timing import Timed, step_draws_global, step_rate, together_ra
 from workloads.fl.ways import Probe, choose
 
 __all__ = [  # the loop's API: its own, and what its callers import from it of the modules it is made of
-    "RunPlan", "RunResult", "run_method", "train", "set_up",
+    "RunPlan", "RunResult", "train", "set_up",
     "CHECKPOINT_FORMAT", "load_checkpoint_document", "Forecast", "duration_text", "forecast", "step_rate",
     "together_rate", "NonFiniteLossError", "evaluate", "batch_starts", "clients_per_round", "cosine_lr", "draw_clients",
     "planned_samples", "sample_clients", "build_on_device", "arithmetic_of", "derived_seed",
@@ -81,37 +80,6 @@ class RunResult:
     local_accuracy_before_calibration: float | None = None
     correct_per_sample: str | None = field(repr=False, default=None)  # per test sample, right or wrong (``evaluation.correct_per_sample``)
     correct_per_sample_before_calibration: str | None = field(repr=False, default=None)
-
-
-def run_method(method: MethodConfig, **given) -> RunResult:
-    """Run ``method`` as ``train`` does, its plan given as keywords (``RunPlan``'s fields):
-    ``model_fn``, ``train``, ``test``, ``parts`` (one index array into ``train`` per client),
-    ``cfg``, ``hp``, and optionally ``execution``, ``progress``, ``checkpoint``, ``resume``,
-    ``after_round``, ``val``, ``arrivals``, ``staleness``.
-
-    ``staleness`` (FedBuff's clock, ``workloads.cost.buffered``: per round, beside ``arrivals``, how
-    many server steps ago each arriving client started) makes each client start from the server as
-    it was then (the method's ``server_view``) and tells the aggregation (``ClientUpdate.staleness``).
-
-    ``arrivals`` (a participation plan, ``workloads.cost.fleet``: per round, the sampled clients
-    whose updates arrive in time; None: every sampled client) are the clients each round trains
-    and aggregates, instead of ``sample_clients``; the loop never learns why the others were left out.
-    A calibrated method's plan has one more entry, round R + 1: the clients whose statistics the
-    calibration uses (instead of all K; none: the model is left uncalibrated).
-
-    ``val`` (a ``Dataset`` held out of ``train`` before partitioning, or None) is scored wherever
-    the test set is: every evaluated round's ``val_accuracy`` and the final model's, so that
-    hyper-parameters can be chosen on validation and never on test.
-
-    ``execution`` chooses how a round's clients train (``workloads.fl.ways``: together, on threads,
-    recorded, one after another); where the method or the options cannot, one line on stderr says
-    so and they train one after another.
-
-    ``model_fn()`` builds the (unprepared) model; it is called on the CPU under
-    ``torch.manual_seed(seed)`` so every method starts from the same initial weights on any device.
-    ``after_round(t)`` is called after round t's checkpoint is written (a test interrupts a run there).
-    """
-    return train(RunPlan(method, **given))
 
 
 def train(plan: RunPlan) -> RunResult:

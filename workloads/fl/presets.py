@@ -248,7 +248,8 @@ def load_data(fl: FLConfig, *, data_dir: str | Path | None = None, image_size: i
     subset (``max_train_samples`` with the run's seed, ``max_test_samples`` with seed + 1): the first
     half of every command's data preparation (``bench.fl``, ``bench.run``, ``bench.study``'s runs,
     the Flower app); ``client_data`` is the second."""
-    from workloads.fl.data import load_dataset, subset
+    from workloads.fl.data import load_dataset
+    from workloads.fl.dataset import subset
 
     train, test = load_dataset(fl.dataset, data_dir=data_dir, image_size=image_size or fl.image_size)
     return (subset(train, fl.max_train_samples, fl.seed, "train"),
@@ -270,7 +271,7 @@ def split_holdout(train, fraction: float, *, seed: int):
         return train, None
     import torch
 
-    from workloads.fl.data import Dataset
+    from workloads.fl.dataset import Dataset
     from workloads.fl.partition import holdout_split
 
     fit, val = holdout_split(np.arange(len(train)), fraction, seed=seed)

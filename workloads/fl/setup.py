@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from workloads.fl.capture import StepRecorder
-from workloads.fl.data import Dataset
+from workloads.fl.dataset import Dataset
 from workloads.fl.execution import DeviceData, Execution
 from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.local import prepare_model
@@ -31,8 +31,36 @@ ONE_AFTER_ANOTHER = "one after another"  # the way every run can train its clien
 
 @dataclass(frozen=True)
 class RunPlan:
-    """Everything one run of one method needs, as ``loop.train`` takes it (``loop.run_method``'s
-    keyword arguments, one field each; their meaning is documented there)."""
+    """Everything one run of one method needs, as ``loop.train`` takes it: ``train(RunPlan(method,
+    model_fn=..., train=..., test=..., parts=..., cfg=..., hp=..., ...))``; a misspelt field is
+    Python's own ``TypeError``.
+
+    ``model_fn()`` builds the (unprepared) model; it is called on the CPU under
+    ``torch.manual_seed(seed)`` so every method starts from the same initial weights on any device.
+    ``parts``: one index array into ``train`` per client.
+
+    ``execution`` chooses how a round's clients train (``workloads.fl.ways``: together, on threads,
+    recorded, one after another); where the method or the options cannot, one line on stderr says
+    so and they train one after another.
+
+    ``checkpoint``: the file the loop's state is written to after every round; ``resume``: start
+    from the last completed round found there. ``after_round(t)`` is called after round t's
+    checkpoint is written (a test interrupts a run there). ``progress``: a progress bar.
+
+    ``val`` (a ``Dataset`` held out of ``train`` before partitioning, or None) is scored wherever
+    the test set is: every evaluated round's ``val_accuracy`` and the final model's, so that
+    hyper-parameters can be chosen on validation and never on test.
+
+    ``arrivals`` (a participation plan, ``workloads.cost.participation``: per round, the sampled
+    clients whose updates arrive in time; None: every sampled client) are the clients each round
+    trains and aggregates, instead of ``sample_clients``; the loop never learns why the others were
+    left out. A calibrated method's plan has one more entry, round R + 1: the clients whose
+    statistics the calibration uses (instead of all K; none: the model is left uncalibrated).
+
+    ``staleness`` (FedBuff's clock, ``workloads.cost.buffered``: per round, beside ``arrivals``, how
+    many server steps ago each arriving client started) makes each client start from the server as
+    it was then (the method's ``server_view``) and tells the aggregation (``ClientUpdate.staleness``).
+    """
 
     method: MethodConfig
     model_fn: Callable[[], nn.Module]  # builds the unprepared model

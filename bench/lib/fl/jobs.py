@@ -31,15 +31,17 @@ import torch
 
 from accel_sim.hardware import HardwareConfig
 from workloads import model_spec
-from workloads.cost.fleet import Fleet, ParticipationPlan
+from workloads.cost.fleet import Fleet
+from workloads.cost.participation import ParticipationPlan
 from workloads.cost.asynchronous import FleetRun, plan_buffered
 from workloads.cost.rounds import Device, PricedModel, RunPricer, plan_run, price_run
 from workloads.cost.system import SystemModel
-from workloads.fl.data import Dataset
+from workloads.fl.dataset import Dataset
 from workloads.fl.execution import Execution
 from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.comm import Transfer, calibration_client_bytes, client_round_bytes, closed_form_sizes
-from workloads.fl.loop import RunResult, forecast, run_method, sample_clients
+from workloads.fl import loop
+from workloads.fl.loop import RunPlan, RunResult, forecast, sample_clients
 from workloads.fl.methods import MethodConfig, parse_method
 from workloads.model_spec import ModelSpec
 from workloads.models import Head
@@ -145,7 +147,7 @@ def run_job(job: Job, inputs: RunInputs, *, pricer: RunPricer | None = None, bar
     """One federated run of ``job`` and its priced rounds (module-level: worker processes call it).
     ``announce``: first print the run's projected local-training time on stderr (``loop.forecast``),
     and, without ``bars``, a line per finished round. ``checkpoint`` / ``resume``: the loop's
-    per-round checkpoint file (``workloads.fl.loop.run_method``)."""
+    per-round checkpoint file (``workloads.fl.setup.RunPlan``)."""
     if threads is not None:
         torch.set_num_threads(threads)
     start = time.perf_counter()
@@ -164,11 +166,11 @@ def run_job(job: Job, inputs: RunInputs, *, pricer: RunPricer | None = None, bar
         print(f"{job.name}: round {t}/{inputs.fl.rounds} done ({time.perf_counter() - start:.0f} s)",
               file=sys.stderr, flush=True)
 
-    result = run_method(method, model_fn=model_fn, train=inputs.train, test=inputs.test, parts=inputs.parts,
-                        cfg=inputs.fl, hp=job.hp, execution=sized_execution(inputs.execution, plan), progress=bars,
-                        after_round=round_done if announce and not bars else None, val=inputs.val,
-                        checkpoint=checkpoint, resume=resume,
-                        arrivals=arrivals, staleness=() if plan is None else plan.staleness)
+    result = loop.train(RunPlan(method, model_fn=model_fn, train=inputs.train, test=inputs.test, parts=inputs.parts,
+                                cfg=inputs.fl, hp=job.hp, execution=sized_execution(inputs.execution, plan), progress=bars,
+                                after_round=round_done if announce and not bars else None, val=inputs.val,
+                                checkpoint=checkpoint, resume=resume,
+                                arrivals=arrivals, staleness=() if plan is None else plan.staleness))
     result = with_plan(result, plan)
     trained = time.perf_counter()
     rows = priced_rounds(result, job, inputs, pricer=pricer, plan=plan)
@@ -223,16 +225,14 @@ def recorded_result(job: Job, inputs: RunInputs, history: Sequence[Mapping], acc
         t = int(row["round"])
         clients = (sample_clients(cfg.num_clients, cfg.participation, seed=cfg.seed, round=t) if plan is None
                    else list(plan.rounds[t - 1].arrived))
-        down, up = client_round_bytes(method, hp, t, layer_bytes=sizes["layer_bytes"],
-                                      trainable_bytes=sizes["trainable_bytes"])
+        down, up = client_round_bytes(method, hp, t, sizes)
         transfers += [Transfer(t, k, direction, "model", nbytes) for k in clients
                       for direction, nbytes in (("down", down), ("up", up))]
         entries.append({**row, "round": t, "clients": clients})
     if method.calib is not None:
         t = len(entries) + 1
         calibrated = range(cfg.num_clients) if plan is None else plan.calibration.arrived
-        down, up = calibration_client_bytes(method, hp, **{k: sizes[k] for k in (
-            "layer_bytes", "head_bytes", "feature_dim", "num_classes")})
+        down, up = calibration_client_bytes(method, hp, sizes)
         transfers += [Transfer(t, k, direction, "calibration", nbytes) for k in calibrated
                       for direction, nbytes in (("down", down), ("up", up))]
     return RunResult(method.name, accuracy, None, tuple(entries), tuple(transfers), 0)

@@ -31,7 +31,7 @@ from bench.lib.resolve import ResolvedRun, fleet_record
 from bench.lib.results import FL_RESULTS, FORMAT_NAME, FORMAT_VERSION
 from iokit.files import atomic_write_text
 from iokit.provenance import git_commit
-from workloads.cost.fleet import ParticipationPlan, summary_line
+from workloads.cost.participation import ParticipationPlan, summary_line
 from workloads.cost.rounds import RunPricer
 from workloads.cost.system import CUMULATIVE_COLUMNS, ROUNDS_COLUMNS
 from workloads.fl.comm import closed_form_bytes, closed_form_sizes, ledger_totals
@@ -141,16 +141,15 @@ def closed_form_for(method: MethodConfig, inputs: RunInputs, run: ResolvedRun, p
     model = prepare_model(inputs.build(method.head), method, seed=run.fl.seed)
     clients = ({"clients_per_round": clients_per_round(run.fl.num_clients, run.fl.participation)} if plan is None
                else plan.closed_form_counts())
+    hp, fmt = run.hparams[method.name], run.execution.communication
     if plan is None or not plan.widths:
-        return closed_form_bytes(method, run.hparams[method.name], rounds=run.fl.rounds,
-                                 **clients, num_clients=run.fl.num_clients,
-                                 **closed_form_sizes(model, method, run.execution.communication))
+        return closed_form_bytes(method, hp, closed_form_sizes(model, method, fmt), rounds=run.fl.rounds,
+                                 **clients, num_clients=run.fl.num_clients)
     totals = {"down_bytes": 0, "up_bytes": 0, "total_bytes": 0}
     for width in sorted(set(plan.widths)):
         per_round = [sum(plan.widths[k] == width for k in r.arrived) for r in plan.rounds]
-        sized = closed_form_bytes(method, run.hparams[method.name], rounds=run.fl.rounds, clients_per_round=per_round,
-                                  num_clients=run.fl.num_clients,
-                                  **closed_form_sizes(submodel(model, width), method, run.execution.communication))
+        sized = closed_form_bytes(method, hp, closed_form_sizes(submodel(model, width), method, fmt),
+                                  rounds=run.fl.rounds, clients_per_round=per_round, num_clients=run.fl.num_clients)
         totals = {key: totals[key] + sized[key] for key in totals}
     return totals
 

@@ -19,7 +19,7 @@ from bench.lib.run import compare_hw
 from bench.lib.spec import COMMAND_DEFAULTS, RUN, RunSpec
 from iokit import checks
 from workloads import model_spec
-from workloads.fl.data import Dataset
+from workloads.fl.dataset import Dataset
 from workloads.fl.methods import calibration_named, distinct_methods, is_calibration, parse_method
 from workloads.fl.presets import Preset, load_data
 

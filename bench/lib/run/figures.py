@@ -96,10 +96,10 @@ def model_closed_form_bytes(model_name: str | ModelSpec, method: MethodConfig, h
     torch.manual_seed(seed)
     model = prepare_model(model_spec.build(as_spec(model_name, image_size), num_classes=num_classes,
                                            head=method.head), method, seed=seed)
-    return closed_form_bytes(method, hp, rounds=rounds, num_clients=num_clients,
+    return closed_form_bytes(method, hp, closed_form_sizes(model, method, NumberFormat.parse(comm_format)),
+                             rounds=rounds, num_clients=num_clients,
                              clients_per_round=num_clients if clients_per_round is None else clients_per_round,
-                             calibration_clients=calibration_clients,
-                             **closed_form_sizes(model, method, NumberFormat.parse(comm_format)))
+                             calibration_clients=calibration_clients)
 
 
 def communication_figures(model: str, names: Sequence[str], cfg: RunSpec, comm_format: str = "fp32") -> dict:
