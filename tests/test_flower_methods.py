@@ -60,20 +60,30 @@ def _flower(preset: str, names: tuple[str, ...], rounds: int, *, forget: bool = 
     """Method -> (the global state after the last round, the accuracy after each round) of
     ``names`` under Flower, one after the other on one in-process grid as ``server_app`` runs them
     (each node's context lives through every method): the example's ClientApp (unpriced) and
-    ``train_method``; ``forget``: every message gets a fresh node context (clients keep nothing)."""
+    ``train_method``, and a calibrated method's ``calibrate_method`` (its state after the
+    calibration, its accuracy after it last); ``forget``: every message gets a fresh node context
+    (clients keep nothing)."""
     run = flower_app.FlowerRun(preset, "convnet", names, num_clients=CLIENTS, rounds=rounds, seed=0)
     grid = InProcessGrid(flower_app.client_app(run, None), NODES, forget=forget)
-    nodes, out = client_nodes(grid, CLIENTS), {}
+    nodes, out, calibrated = client_nodes(grid, CLIENTS), {}, 0
     for name in names:
         result = flower_app.train_method(grid, run, name, nodes)
-        out[name] = (result.arrays.to_torch_state_dict(),
-                     [float(result.evaluate_metrics_serverapp[t]["accuracy"]) for t in range(1, rounds + 1)])
+        weights = result.arrays.to_torch_state_dict()
+        accuracy = [float(result.evaluate_metrics_serverapp[t]["accuracy"]) for t in range(1, rounds + 1)]
+        if parse_method(name).calib is not None:
+            done = flower_app.calibrate_method(grid, run, name, nodes, result, tuple(range(CLIENTS)))
+            assert not _bit_equal(done.weights, weights)  # the calibration replaced the classifier
+            weights, accuracy, calibrated = done.weights, [*accuracy, done.accuracy], calibrated + 1
+        out[name] = (weights, accuracy)
     assert grid.trained() == [[0, 1, 2]] * rounds * len(names)
+    assert [sorted(k for _, k in sent) for sent in grid.sent
+            if {kind for kind, _ in sent} == {flower_app.CALIBRATE_MESSAGE}] == [[0, 1, 2]] * calibrated
     return out
 
 
 def _loop(preset: str, name: str, rounds: int):
-    """The same of ``name`` in our loop, on bench.fl's resolution of the same preset."""
+    """The same of ``name`` in our loop, on bench.fl's resolution of the same preset (a calibrated
+    method's state after its calibration, its accuracy after it last)."""
     from bench.lib.fl import pipeline
     from bench.lib.resolve import resolve
     from bench.lib.spec import RunSpec
@@ -83,7 +93,8 @@ def _loop(preset: str, name: str, rounds: int):
     inputs, method = pipeline.load(run), parse_method(name)
     result = run_method(method, model_fn=lambda: inputs.build(method.head), train=inputs.train, test=inputs.test,
                         parts=inputs.parts, cfg=inputs.fl, hp=run.hparams[name])
-    return result.weights, [h["accuracy"] for h in result.history]
+    calibrated = [result.accuracy] if method.calib is not None else []
+    return result.weights, [h["accuracy"] for h in result.history] + calibrated
 
 
 def _bit_equal(a: dict, b: dict) -> bool:
@@ -121,6 +132,30 @@ def test_every_other_method_under_flower_is_our_loops_bit_for_bit(name, preset, 
     loop_weights, loop_accuracy = _loop(preset, name, 2)
     assert _bit_equal(flower_weights, loop_weights)
     assert flower_accuracy == loop_accuracy
+
+
+@pytest.fixture(scope="module")
+def calibration_preset(tmp_path_factory) -> str:
+    """The small preset at ``CLIENTS`` clients, 900 training samples and its two local epochs (the
+    end-to-end run's, tests/flower_example.py): with 300 samples and one epoch FFC's pooled Z^T Z is
+    singular (``ffc_ridge`` 0, as the paper keeps it) and FedAvg stays at chance."""
+    return cut_preset(tmp_path_factory.mktemp("calibration-preset"), 900, 2)
+
+
+@pytest.mark.slow  # ~10-15 s a method: 2 rounds and the calibration in Flower and in our loop
+@pytest.mark.parametrize("name", ["fedavg+spherefed+ffc", "fedavg+ccvr"])
+def test_a_calibrated_method_under_flower_is_our_loops_bit_for_bit(name, calibration_preset, task_identity,
+                                                                   one_thread):
+    """FFC after SphereFed and CCVR after FedAvg: after their 2 rounds every client gets the final
+    feature extractor in a ``train.calibrate`` message and replies with its statistics; the server
+    calibrates in client order with bench.fl's generator (``derived_seed(seed, R + 1)``: CCVR's
+    virtual features and re-training draw from it). The global state after the calibration (its
+    new classifier) is our loop's bit for bit, and so is the accuracy after each round and after
+    the calibration (the float64 statistics travel exactly in an ``ArrayRecord``)."""
+    flower_weights, flower_accuracy = _flower(calibration_preset, (name,), 2)[name]
+    loop_weights, loop_accuracy = _loop(calibration_preset, name, 2)
+    assert _bit_equal(flower_weights, loop_weights)
+    assert flower_accuracy == loop_accuracy and len(loop_accuracy) == 3
 
 
 @pytest.mark.slow
