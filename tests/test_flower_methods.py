@@ -19,6 +19,8 @@ samples and two local epochs (tests/flower_example.py).
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -26,7 +28,7 @@ pytest.importorskip("flwr")
 
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
-from tests.flower_example import CLIENTS, ROUNDS, STATEFUL, cut_preset, read_csv  # noqa: E402
+from tests.flower_example import CALIBRATED, CLIENTS, ROUNDS, STATEFUL, cut_preset, read_csv, stages  # noqa: E402
 from tests.flower_grid import InProcessGrid  # noqa: E402
 from workloads.flower import app as flower_app  # noqa: E402
 from workloads.flower.fleet import client_nodes  # noqa: E402
@@ -189,6 +191,45 @@ def test_bench_flower_runs_the_stateful_methods_in_flowers_simulation(flower_exa
     trainable_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     expected = {"scaffold": 2 * state_bytes + 2 * trainable_bytes, "moon": 2 * state_bytes, "feddyn": 2 * state_bytes}
     for name in names:
-        mine = [r for r in rows if r["method"] == name]
+        mine, theirs = [r for r in rows if r["method"] == name], [r for r in ours if r["method"] == name]
         assert all(int(r["round_bytes"]) == CLIENTS * expected[name] for r in mine), name
-        assert [r["accuracy"] for r in mine] == [r["accuracy"] for r in ours if r["method"] == name], name
+        assert [r["accuracy"] for r in mine] == [r["accuracy"] for r in theirs], name
+        # the device time and energy of bench.fl's ledger: the local steps and the method's
+        # after_training hook (SCAFFOLD's control-variate update, FedDyn's gradient term, MOON's
+        # copy of its model), each metered at bench.fl's price (after_training_price)
+        for col in ("round_device_s", "round_energy_j"):
+            assert all(math.isclose(float(a[col]), float(b[col]), rel_tol=1e-12) for a, b in zip(mine, theirs)), \
+                (name, col)
+
+
+@pytest.mark.slow  # the shared simulation (tests/flower_example.py)
+def test_bench_flower_runs_the_calibrations_in_flowers_simulation_as_bench_fl(flower_example):
+    """``python -m bench.flower --methods ... fedavg+spherefed+ffc fedavg+ccvr`` under Ray: after each
+    calibrated method's rounds, its calibration round R + 1 (stage ``calibration``) with every
+    client. Every accuracy is ``bench.fl``'s (round R's before the calibration, R + 1's after it),
+    and the calibration row is bench.fl's to the last digit: the same clients, server seconds (the
+    calibration's server work on the same accelerator), device time and energy (each client's
+    statistics as bench.fl's ledger prices them), bytes and wall time. The bytes by hand: each
+    client downloads the feature extractor (the state but the classifier) and uploads what its
+    calibration declares (FFC: V and U, l (l + C) float64; CCVR: C counts, C x l means, C x l x l
+    covariances, float64), nothing more (no sample count in this round)."""
+    sim, loop = flower_example.flower, flower_example.loop
+    assert sim.returncode == 0, sim.stderr[-3000:]
+    assert loop.returncode == 0, loop.stderr[-3000:]
+    rows, ours = read_csv(sim.out / "rounds.csv")[1], read_csv(loop.out / "rounds.csv")[1]
+    run = flower_app.FlowerRun(flower_example.preset, "convnet", CALIBRATED, CLIENTS, ROUNDS, 0)
+    for name in CALIBRATED:
+        mine, theirs = [r for r in rows if r["method"] == name], [r for r in ours if r["method"] == name]
+        assert [(int(r["round"]), r["stage"]) for r in mine] == [(int(r["round"]), r["stage"]) for r in theirs] \
+            == stages(name)
+        assert [r["accuracy"] for r in mine] == [r["accuracy"] for r in theirs], name
+        for col in ("clients", "sampled", "server_s", "round_device_s", "round_energy_j", "round_bytes",
+                    "round_wall_s", "collect_s"):
+            assert mine[-1][col] == theirs[-1][col], (name, col)
+        method, hp = run.method(name)
+        model = flower_app.new_model(run, method)
+        extractor = sum(v.numel() * v.element_size() for k, v in model.state_dict().items()
+                        if not k.startswith("classifier."))
+        statistics = method.calib.upload_bytes(feature_dim=model.feature_dim, num_classes=10, hp=hp)
+        assert int(mine[-1]["round_bytes"]) == CLIENTS * (extractor + statistics), name
+        assert float(mine[-1]["server_s"]) > 0 and int(mine[-1]["clients"]) == CLIENTS

@@ -11,8 +11,14 @@ server rule, extras and state; each client keeps its method state (SCAFFOLD's c_
 gradient term, MOON's previous model) and local parts (a double head's) in its node's
 ``Context.state``. Every client is sampled each round (on a fleet: the participation plan's
 arrivals, through ``workloads.flower.fleet.PlannedStrategy``), and the global model is evaluated on
-the global test set after each round (``evaluate_fn``); the clients run no evaluation. Not here:
-calibrations (their round after the last) and width-scaled methods on a fleet (``check_methods``).
+the global test set after each round (``evaluate_fn``); the clients run no evaluation. A
+calibrated method (FFC, CCVR) then runs its calibration round R + 1 as our loop does
+(``workloads.fl.calibrate``): every client (on a fleet, the plan's calibration arrivals) gets a
+``train.calibrate`` message with the final feature extractor and replies with its statistics; the
+server calibrates the classifier and evaluates (``calibrate_method``), and the round is priced as
+``bench.fl``'s ledger prices it (``calibration_round``). A method's ``after_training`` hook is
+metered at ``bench.fl``'s price (``workloads.flower.meter.metered_work``). Not here: width-scaled
+methods on a fleet (``check_methods``).
 """
 
 from __future__ import annotations

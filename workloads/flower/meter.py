@@ -20,6 +20,10 @@ rounds reuse it. With no meter active, ``metered_step`` returns ``make_step(mode
 The copy, warm-up and capture run on ``meta`` under ``torch.random.fork_rng``: the real model, its
 optimizer and the CPU random stream are untouched, so the trained weights are those of the
 unwrapped app (tested bit for bit).
+
+Work that is no training step (a method's ``after_training`` hook, a calibration's client
+statistics) is charged whole with ``metered_work(price, key=...)``: ``price(hw)`` is asked once per
+process, key and hardware config, and added to the call's cost.
 """
 
 from __future__ import annotations
