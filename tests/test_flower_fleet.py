@@ -269,8 +269,8 @@ def test_a_calibration_on_a_fleet_under_flower_is_bench_fls_calibration_round(tm
     run, _, resolved = flower_run(RunSpec(preset="small", models=("convnet",), methods=("ccvr",), rounds=2, seed=0,
                                           fleet_path=str(tmp_path / "f.toml")), clients=4)
     planned = fleet_run(resolved)
-    plan = planned.plans["ccvr"]
-    inputs, hp, loop_plan = _bench_fl_inputs(tmp_path / "f.toml", tmp_path, "ccvr")
+    plan = planned.plan("ccvr")  # bench.flower keeps the name as given; the plans are keyed "fedavg+ccvr"
+    inputs, hp, loop_plan = _bench_fl_inputs(tmp_path / "f.toml", tmp_path, "fedavg+ccvr")
     assert plan == loop_plan and plan.calibration is not None
     calibration = plan.calibration
     assert calibration.dropped[2] == "deadline" and calibration.dropped[3] == "memory" and 1 in calibration.arrived

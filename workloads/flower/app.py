@@ -244,7 +244,7 @@ def train_method(grid: Grid, run: FlowerRun, name: str, nodes: Mapping[int, int]
     method, hp = run.method(name)
     model = new_model(run, method)
     _, test, _ = _data(run)
-    plan = None if fleet is None else fleet.plans[name]
+    plan = None if fleet is None else fleet.plan(name)
 
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
         model.load_state_dict({**model.state_dict(), **arrays.to_torch_state_dict()})
@@ -312,7 +312,7 @@ def calibration_round(grid: Grid, run: FlowerRun, name: str, nodes: Mapping[int,
     and the server's calibration on ``server_hw`` (``calibration_cost.server_seconds``, as
     ``bench.fl`` prices it)."""
     method, hp = run.method(name)
-    clients = range(run.num_clients) if fleet is None else fleet.plans[name].calibration.arrived
+    clients = range(run.num_clients) if fleet is None else fleet.plan(name).calibration.arrived
     done = calibrate_method(grid, run, name, nodes, result, tuple(clients))
     _, test, _ = _data(run)
     server_s = server_seconds(method.calibration, feature_dim=new_model(run, method).feature_dim,
@@ -347,7 +347,7 @@ def server_app(run: FlowerRun, system: SystemModel, out: Path, fleet: FleetRun |
                 rows += flower_ledger_rows(name, result, calibration=calibration)
                 client_rows += flower_client_rows(name, result, calibration)
             else:
-                rows += planned_ledger_rows(name, fleet.plans[name], result, calibration)
+                rows += planned_ledger_rows(name, fleet.plan(name), result, calibration)
                 client_rows += planned_client_rows(name, fleet, result, calibration)
         write_clients_csv(out / "clients.csv", client_rows)
         write_rounds_csv(out / "rounds.csv", rows)

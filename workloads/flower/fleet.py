@@ -36,6 +36,7 @@ from accel_sim.hardware import HardwareConfig
 from workloads.cost.fleet import Fleet, ParticipationPlan
 from workloads.cost.rounds import fleet_devices, fleet_system
 from workloads.cost.system import SystemModel, ledger_rows
+from workloads.fl.methods import parse_method
 from workloads.flower.ledger import CalibrationRound, client_rows_of
 from workloads.flower.mod import client_index, round_accuracy
 
@@ -59,6 +60,11 @@ class FleetRun:
     def devices(self) -> tuple[HardwareConfig, ...]:
         """Client k's accelerator: its class's (``fleet_devices``)."""
         return tuple(d.hw for d in fleet_devices(self.fleet, self.classes))
+
+    def plan(self, method: str) -> ParticipationPlan:
+        """The plan of ``method`` as the run names it (``plans`` are keyed by canonical names:
+        ``ccvr`` is ``fedavg+ccvr``'s)."""
+        return self.plans[parse_method(method).name]
 
     def class_name(self, client: int) -> str:
         return self.fleet.classes[self.classes[client]].name
@@ -156,7 +162,7 @@ def planned_client_rows(method: str, fleet: FleetRun, result: Result,
     calibration round's alike."""
     trained = [{**row, "device_class": fleet.class_name(row["client"])}
                for row in client_rows_of(method, result.train_metrics_clientapp, calibration)]
-    plan = fleet.plans[method]
+    plan = fleet.plan(method)
     rounds = (*plan.rounds, plan.calibration) if calibration is not None else plan.rounds
     dropped = [{"method": method, "round": r.round, "client": k, "device_class": fleet.class_name(k),
                 "dropped": reason} for r in rounds for k, reason in r.dropped.items()]
