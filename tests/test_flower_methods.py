@@ -2,7 +2,9 @@
 needs the 'flower' extra): SCAFFOLD, MOON and FedDyn, the methods with server state, extras or
 client state, run by the example app's ``ServerApp`` logic (``train_method``: ``MethodStrategy``)
 over an in-process grid (no Ray) equal our loop's ``run_method`` on the same setting bit for bit:
-the same global weights after the last round and the same accuracy after every round.
+the same global weights after the last round and the same accuracy after every round. So do the
+calibrated methods (FFC after SphereFed, CCVR after FedAvg) through their calibration round
+(``calibrate_method``): the same state after the calibration and the same accuracy after it.
 
 Why bit for bit and not to a tolerance: Flower's ``ArrayRecord`` carries a tensor as a NumPy array
 of its dtype and bytes (float32 round-trips exactly), the strategy orders the replies by client

@@ -122,7 +122,7 @@ class StepMeter:
         if self.counts:
             step_s = self.prices[max(self.counts, key=lambda k: (self.batches[k], self.counts[k]))].latency_s
         else:
-            step_s = train_s / max(count, 1)
+            step_s = train_s / count if count else 0.0  # a calibration's batches; an after-training hook alone: none
         return TrainCost(steps=count, train_s=train_s, step_s=step_s,
                          energy_j=math.fsum(n * p.energy_j for n, p in steps), static_w=self.hw.energy.static_w,
                          peak_memory_bytes=max(p.peak_memory_bytes for _, p in steps))
@@ -135,7 +135,7 @@ class TrainCost:
     ``train_s``: the sum over steps of each step's modeled latency, plus the work charged whole
     (``metered_work``); ``step_s``: one step at the largest batch the client ran (its configured
     batch size; a trailing partial batch is smaller), or without a training step (a calibration)
-    ``train_s`` over the steps its work counts as; ``energy_j``: dynamic energy plus ``static_w`` x
+    ``train_s`` over the steps its work counts as (0 where it counts none); ``energy_j``: dynamic energy plus ``static_w`` x
     ``train_s``; ``peak_memory_bytes``: the largest peak memory bytes of a step or a charged work.
     """
 
