@@ -44,7 +44,7 @@ from workloads.fl.guard import check_divergence, check_finite
 from workloads.flower.fleet import (QUERY_TIMEOUT_S, FleetRun, PlannedStrategy, client_index_reply, client_nodes,
                                     planned_client_rows, planned_ledger_rows)
 from workloads.flower.ledger import CalibrationRound, write_clients_csv, write_rounds_csv
-from workloads.flower.meter import metered_step, metered_work
+from workloads.flower.meter import metered_step, metered_work, model_signature
 from workloads.flower.mod import (AccelMod, accel_round_metrics, accel_train_metrics, client_index, flower_client_rows,
                                   flower_ledger_rows)
 from workloads.flower.strategy import STEPS_KEY, MethodStrategy, extra_record, extras_of
@@ -170,7 +170,7 @@ def local_training(run: FlowerRun, client: int, content: RecordDict, kept: Recor
         raise FloatingPointError(f"non-finite loss: client {client}, round {t}, {name} (lr={lr:g})")
     own, uploads = algo.after_training(model, trainer.ctx, len(losses), hp)
     metered_work(lambda hw: after_training_price(method, hp, t, new_model(run, method), hw),
-                 key=(name, "after-training", algo.extra_downloads(t), hp.replace(lr=1.0)))
+                 key=(name, "after-training", model_signature(model), algo.extra_downloads(t), hp.replace(lr=1.0)))
     if sorted(uploads) != sorted(algo.extra_uploads(t)):
         raise ValueError(f"method {name!r}: after_training in round {t} gave groups {sorted(uploads)}, but it declares "
                          f"{sorted(algo.extra_uploads(t))} (extra_uploads)")
@@ -203,7 +203,8 @@ def local_calibration(run: FlowerRun, client: int, content: RecordDict) -> Recor
     counts = tuple(torch.bincount(train.y[idx], minlength=train.num_classes).tolist())
     metered_work(lambda hw: client_price(method.calibration, cfg.model, class_counts=counts,
                                          num_classes=train.num_classes, image_size=train.x.shape[-1], hp=hp, hw=hw),
-                 key=(name, "calibration", counts), steps=client_batch_count(method.calibration, counts, hp.batch_size))
+                 key=(name, "calibration", model_signature(model), hp, counts),
+                 steps=client_batch_count(method.calibration, counts, hp.batch_size))
     stats = client_statistics(method, model, train.x[idx], train.y[idx], hp)
     return RecordDict({"arrays": ArrayRecord(stats), "metrics": MetricRecord({"num-examples": len(idx)})})
 
