@@ -8,8 +8,9 @@ machine before any training (docs/speed.md), so one run instead of one per test.
 The setting: the small preset (digits at 16x16, ConvNet) at ``CLIENTS`` clients, all sampled, seed 0,
 cut to 900 training and 200 test samples with its two local epochs (``cut_preset``: enough that
 every method's accuracy leaves chance by round 2, ~0.3-0.9, so that comparing accuracies means
-something); ``METHODS`` one after the other, ``ROUNDS`` rounds each, priced on the default hardware
-and system.
+something, and FFC's pooled statistics are not singular); ``METHODS`` one after the other,
+``ROUNDS`` rounds each (and a calibrated method's calibration round), priced on the default
+hardware and system.
 """
 
 from __future__ import annotations
@@ -27,7 +28,14 @@ CLIENTS = 3
 ROUNDS = 2
 SPHEREFED = "fedavg+spherefed"  # the example's default pair's method with a classifier that stays home
 STATEFUL = ("scaffold", "moon", "feddyn")  # server state, extras, client state (tests/test_flower_methods.py)
-METHODS = (SPHEREFED, *STATEFUL)
+CALIBRATED = ("fedavg+spherefed+ffc", "fedavg+ccvr")  # a calibration round R + 1 after their rounds
+METHODS = (SPHEREFED, *STATEFUL, *CALIBRATED)
+
+
+def stages(method: str) -> list[tuple[int, str]]:
+    """(round, stage) of each of ``method``'s rows in rounds.csv: its ``ROUNDS`` training rounds,
+    then a calibrated method's calibration round."""
+    return [(t, "train") for t in range(1, ROUNDS + 1)] + [(ROUNDS + 1, "calibration")] * (method in CALIBRATED)
 
 
 def cut_preset(folder: Path, train_samples: int, local_epochs: int) -> str:

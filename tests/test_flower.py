@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,7 @@ from flwr.app import (ArrayRecord, ConfigRecord, Context, Message, MessageType, 
 from accel_sim.hardware import load_hardware_config  # noqa: E402
 from workloads.cost.system import ROUNDS_COLUMNS, SystemModel, load_system_model  # noqa: E402
 from tests.failfast import as_in_a_terminal  # noqa: E402
-from tests.flower_example import CLIENTS, METHODS, ROUNDS, SPHEREFED, read_csv  # noqa: E402
+from tests.flower_example import CLIENTS, METHODS, ROUNDS, SPHEREFED, read_csv, stages  # noqa: E402
 from workloads.flower import meter as meter_module  # noqa: E402
 from workloads.flower.app import FlowerRun, client_app, new_model  # noqa: E402
 from workloads.flower.ledger import CLIENT_KEYS, client_metrics  # noqa: E402
@@ -59,10 +60,10 @@ def _context() -> Context:
                    state=RecordDict(), run_config={})
 
 
-def _train_message(name: str) -> Message:
+def _train_message(name: str, run: FlowerRun = RUN) -> Message:
     """Round 1's train message to ``CLIENT``, as the server's strategy builds it."""
-    method, hp = RUN.method(name)
-    strategy = MethodStrategy(method, hp, new_model(RUN, method), {CLIENT: 7})
+    method, hp = run.method(name)
+    strategy = MethodStrategy(method, hp, new_model(run, method), {CLIENT: 7})
     return _message(strategy.train_content(1, CLIENT, ConfigRecord({"method": name})))
 
 
@@ -151,13 +152,57 @@ def test_train_metrics_aggregation_keeps_app_metrics_and_adds_the_round():
     assert out["accel_round_device_s"] == 3.0 and out["accel_round_down_bytes"] == 16
 
 
-def test_cli_rejects_methods_flower_cannot_run(capsys):
+def test_cli_rejects_a_comma_list_of_methods(capsys):
     from bench.flower.__main__ import main
 
-    assert main(["--methods", "fedavg", "spherefed+ffc"]) == 2
-    assert "spherefed+ffc" in capsys.readouterr().err
     assert main(["--methods", "fedavg,spherefed"]) == 2  # one spelling: methods separated by spaces
     assert "separated by spaces" in capsys.readouterr().err
+
+
+def test_every_method_runs_calibrations_included_and_on_a_fleet_but_width_scaled_ones():
+    from workloads.flower.app import check_methods
+
+    calibrated = ("fedavg+spherefed+ffc", "fedavg+ccvr", "ffc", "spherefed+ffc", "ccvr")
+    check_methods(calibrated)
+    check_methods(calibrated, fleet=True)
+    check_methods(("heterofl", "fjord"))  # at full width without a fleet
+    for name in ("heterofl", "fjord"):
+        with pytest.raises(ValueError, match=f"{name}.*without --fleet"):
+            check_methods((name,), fleet=True)
+
+
+@pytest.mark.slow  # ~5-10 s: SCAFFOLD's steps and its after_training hook captured
+def test_scaffolds_after_training_is_metered_as_bench_fl_prices_it():
+    """A SCAFFOLD client's train reply prices its local steps and its ``after_training`` hook (the
+    control-variate update c_i+ and Delta c_i), as ``bench.fl``'s ledger does
+    (``RunPricer.local_training``: E epochs of its batches plus the hook): the same seconds and
+    energy on the same accelerator (speed factor 1), and the hook's share is the
+    ``after_training_price`` of the method on its prepared model, > 0."""
+    from workloads.cost.rounds import Device, PricedModel, RunPricer
+    from workloads.cost.step import after_training_price
+    from workloads.flower.app import _data
+    from workloads.model_spec import ModelSpec, build
+
+    name, run = "scaffold", replace(RUN, methods=("scaffold",))
+    method, hp = run.method(name)
+    train, _, parts = _data(run)
+    saved, threads = dict(meter_module._PRICES), torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        priced = client_app(run, AccelMod(HW))(_train_message(name, run), _context())
+    finally:
+        meter_module._PRICES.clear()
+        meter_module._PRICES.update(saved)
+        torch.set_num_threads(threads)
+    m = priced.content["metrics"]
+    hw = load_hardware_config(HW)
+    spec = PricedModel(lambda head: build(ModelSpec("convnet", tuple(train.x.shape[1:])), num_classes=10, norm="bn",
+                                          head=head), "convnet", tuple(train.x.shape[1:]), 10, 0)
+    seconds, energy = RunPricer(spec).local_training(method, hp, len(parts[CLIENT]), 1, Device(hw, 1.0))
+    assert m["accel_train_s"] == pytest.approx(seconds, rel=1e-12)
+    assert m["accel_energy_j"] == pytest.approx(energy, rel=1e-12)
+    hook = after_training_price(method, hp, 1, new_model(run, method), hw)
+    assert hook.latency_s > 0 and m["accel_steps"] * m["accel_step_s"] > m["accel_train_s"] - hook.latency_s
 
 
 # ---- end to end in Flower's simulation engine ---------------------------------------------------------------
@@ -173,14 +218,16 @@ def test_example_runs_in_flowers_simulation_and_writes_rounds_csv(flower_example
     header, every_row = read_csv(sim.out / "rounds.csv")
     assert header == ROUNDS_COLUMNS
     assert [(r["method"], int(r["round"]), r["stage"], int(r["clients"])) for r in every_row] == \
-        [(m, t, "train", clients) for m in METHODS for t in range(1, rounds + 1)]
+        [(m, t, stage, clients) for m in METHODS for t, stage in stages(m)]
     _, per_client = read_csv(sim.out / "clients.csv")
     assert sorted((c["method"], int(c["round"]), int(c["client"])) for c in per_client) == \
-        sorted((m, t, k) for m in METHODS for t in range(1, rounds + 1) for k in range(clients))
+        sorted((m, t, k) for m in METHODS for t, _ in stages(m) for k in range(clients))
     for r in every_row:
         mine = [c for c in per_client if (c["method"], c["round"]) == (r["method"], r["round"])]
         assert math.isclose(sum(float(c["compute_s"]) for c in mine), float(r["round_device_s"]), rel_tol=1e-12)
-        assert max(float(c["client_round_s"]) for c in mine) == float(r["round_wall_s"])  # server_s = 0
+        # server_s: 0 in a training round (Flower's aggregation is not priced), the calibration's after it
+        assert (float(r["server_s"]) > 0) == (r["stage"] == "calibration")
+        assert max(float(c["client_round_s"]) for c in mine) + float(r["server_s"]) == float(r["round_wall_s"])
         assert 0.0 <= float(r["accuracy"]) <= 1.0
     for method in METHODS:  # each method's own running totals
         for col in ("cum_wall_s", "cum_device_s", "cum_energy_j", "cum_bytes"):

@@ -254,6 +254,61 @@ def test_fedbuff_under_flower_on_a_fleet_starts_stale_clients_from_their_version
         [h["accuracy"] for h in trained.history]
 
 
+@pytest.mark.slow  # 20-40 s: the plan, Flower's run with its calibration, our loop's and its ledger
+def test_a_calibration_on_a_fleet_under_flower_is_bench_fls_calibration_round(tmp_path, task_identity):
+    """CCVR on the fleet: its calibration round 3 is planned as a training round is (every client
+    asked; ``tiny`` cannot hold the statistics' peak memory, ``slow``'s download of the extractor
+    outlasts the deadline), and Flower calibrates with exactly the plan's arrivals. Its
+    ``rounds.csv`` row is bench.fl's (the plan's cost, the server's calibration seconds, the
+    accuracy after it) and ``clients.csv`` names each dropped client's reason."""
+    from bench.flower.__main__ import flower_run
+    from bench.flower.fleet import fleet_run
+    from bench.lib.spec import RunSpec
+    from workloads.cost.rounds import price_run
+    from workloads.fl import loop as fl_loop
+    from workloads.fl.setup import RunPlan
+
+    (tmp_path / "f.toml").write_text(FLEET)
+    run, _, resolved = flower_run(RunSpec(preset="small", models=("convnet",), methods=("ccvr",), rounds=2, seed=0,
+                                          fleet_path=str(tmp_path / "f.toml")), clients=4)
+    planned = fleet_run(resolved)
+    plan = planned.plan("ccvr")  # bench.flower keeps the name as given; the plans are keyed "fedavg+ccvr"
+    inputs, hp, loop_plan = _bench_fl_inputs(tmp_path / "f.toml", tmp_path, "fedavg+ccvr")
+    assert plan == loop_plan and plan.calibration is not None
+    calibration = plan.calibration
+    assert calibration.dropped[2] == "deadline" and calibration.dropped[3] == "memory" and 1 in calibration.arrived
+    method = parse_method("ccvr")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        grid = InProcessGrid(flower_app.client_app(run, AccelMod(devices=planned.devices())), NODES)
+        server = flower_app.server_app(run, planned.system(), tmp_path, planned)
+        server(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config={}))
+        loop = fl_loop.train(RunPlan(method, model_fn=lambda: inputs.build(method.head), train=inputs.train,
+                                     test=inputs.test, parts=inputs.parts, cfg=inputs.fl, hp=hp, arrivals=plan.arrivals))
+        ours = price_run(loop, method, hp, pricer=RunPricer(inputs.priced_model()),
+                         client_labels=[inputs.train.y.numpy()[p] for p in inputs.parts], hw=inputs.hw,
+                         system=inputs.system, devices=inputs.devices, plan=plan)
+    finally:
+        torch.set_num_threads(threads)
+    calibrated = [sorted(k for _, k in sent) for sent in grid.sent
+                  if {kind for kind, _ in sent} == {flower_app.CALIBRATE_MESSAGE}]
+    assert calibrated == [sorted(calibration.arrived)]
+    rows = _read_csv(tmp_path / "rounds.csv")
+    assert [(int(r["round"]), r["stage"]) for r in rows] == [(1, "train"), (2, "train"), (3, "calibration")]
+    mine, theirs = rows[-1], ours[-1]
+    assert theirs["stage"] == "calibration" and float(mine["accuracy"]) == theirs["accuracy"] == loop.accuracy
+    for col in (*COUNT_COLUMNS, "server_s", "round_device_s", "round_energy_j", "round_bytes", "round_wall_s"):
+        assert float(mine[col]) == float(theirs[col]), col
+    clients = [c for c in _read_csv(tmp_path / "clients.csv") if c["round"] == "3"]
+    assert {int(c["client"]): c["dropped"] for c in clients} == {
+        k: calibration.dropped.get(k, "") for k in range(4)}
+    # nobody was cut while computing (tiny never starts, slow is still downloading at the deadline):
+    # the metered arrivals' statistics are the plan's device time, priced as bench.fl prices them
+    assert sum(float(c["compute_s"]) for c in clients if not c["dropped"]) == pytest.approx(
+        float(mine["round_device_s"]), rel=1e-12)
+
+
 # ---- bad input: one line, exit 2, nothing written, no simulation ---------------------------------------------
 
 def test_bad_fleet_input_stops_before_ray_in_one_line(tmp_path, monkeypatch, capsys):

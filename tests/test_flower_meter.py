@@ -16,7 +16,9 @@ from workloads.cost.system import ROUNDS_COLUMNS, SystemModel
 from workloads.flower import meter as meter_module
 from workloads.flower.ledger import (CLIENT_COLUMNS, CLIENT_KEYS, ROUND_KEYS, client_metrics, client_rows_of,
                                         ledger_rows_of, round_cost_of, round_metrics, to_csv)
-from workloads.flower.meter import StepMeter, TrainCost, metered_step, metering
+from workloads.cost.step import StepPrice
+from workloads.flower.ledger import CalibrationRound
+from workloads.flower.meter import StepMeter, TrainCost, metered_step, metered_work, metering
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -124,6 +126,61 @@ def test_key_separates_programs_one_factory_builds(monkeypatch):
             metered_step(lambda m: _sgd_step(m, penalty), _dropout_net(), key=penalty)(x, y)
     plain, prox = (meter.prices[k].latency_s for k in meter.counts)
     assert len(meter_module._PRICES) == 2 and prox > plain
+
+
+def test_charged_work_adds_to_the_steps_and_is_priced_once_per_key(monkeypatch):
+    monkeypatch.setattr(meter_module, "_PRICES", {})
+    asked = []
+
+    def price(hw):
+        asked.append(hw)
+        torch.rand(3)  # a price that draws: the caller's random stream must not see it
+        return StepPrice(latency_s=0.5, energy_j=2.0, peak_memory_bytes=10**9)
+
+    metered_work(price, key="hook")  # no meter active: nothing is asked
+    assert asked == []
+    meter = StepMeter(HardwareConfig())
+    torch.manual_seed(3)
+    with metering(meter):
+        metered_work(price, key="hook")
+        metered_work(price, key="hook")  # the same key: priced once, charged twice
+        calibration = StepMeter(HardwareConfig())
+        with metering(calibration):
+            metered_work(price, key="statistics", steps=4)
+    assert torch.equal(torch.rand(2), torch.manual_seed(3) and torch.rand(2))
+    assert asked == [HardwareConfig(), HardwareConfig()]
+    # two hooks and no step: 0 steps, 2 x 0.5 s, 2 x 2 J, the hook's peak
+    assert meter.cost() == TrainCost(steps=0, train_s=1.0, step_s=0.0, energy_j=4.0,
+                                     static_w=HardwareConfig().energy.static_w, peak_memory_bytes=10**9)
+    # a calibration: its work counts as its 4 batches, step_s their mean 0.5 / 4
+    assert (calibration.cost().steps, calibration.cost().step_s) == (4, 0.125)
+    # beside metered steps: the steps' cost plus the work's, the larger peak
+    with_steps = StepMeter(HardwareConfig())
+    _train(_dropout_net(), with_steps)
+    steps_only = with_steps.cost()
+    with metering(with_steps):
+        metered_work(price, key="hook")
+    both = with_steps.cost()
+    assert both.steps == steps_only.steps == 3 and both.step_s == steps_only.step_s
+    assert both.train_s == math.fsum([*(n * with_steps.prices[k].latency_s for k, n in with_steps.counts.items()),
+                                      0.5])
+    assert both.peak_memory_bytes == 10**9 > steps_only.peak_memory_bytes
+
+
+def test_a_calibration_round_follows_the_training_rounds_in_the_ledger():
+    system = SystemModel(downlink_bytes_per_s=math.inf, uplink_bytes_per_s=math.inf, latency_s=0.0)
+    train = {1: round_metrics([_client(0, 1.0, 2.0, 0.5, 10, 20), _client(1, 3.0, 1.0, 0.5, 10, 20)], system,
+                              speeds=(1.0, 1.0))}
+    # the calibration: client 1 alone, 0.25 s of statistics, 5 B down, 7 B up, 0.75 s on the server
+    calibration = CalibrationRound(2, round_metrics([_client(1, 0.25, 0.5, 0.5, 5, 7)], system, speeds=(1.0, 1.0),
+                                                    server_s=0.75), accuracy=0.9)
+    rows = ledger_rows_of("ccvr", train, accuracy={1: 0.5}, calibration=calibration)
+    assert [(r["round"], r["stage"], r["clients"], r["accuracy"]) for r in rows] == [
+        (1, "train", 2, 0.5), (2, "calibration", 1, 0.9)]
+    assert (rows[1]["server_s"], rows[1]["round_wall_s"], rows[1]["round_bytes"]) == (0.75, 0.25 + 0.75, 12)
+    assert rows[1]["cum_device_s"] == 1.0 + 3.0 + 0.25 and rows[1]["cum_bytes"] == 60 + 12
+    clients = client_rows_of("ccvr", train, calibration)
+    assert [(c["round"], c["client"]) for c in clients] == [(1, 0), (1, 1), (2, 1)]
 
 
 def test_without_the_extra_the_cli_says_how_to_install(monkeypatch, capsys):

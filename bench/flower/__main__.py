@@ -36,7 +36,7 @@ from bench.lib.resolve import fleet_record, preset_of, resolve
 from bench.lib.results import FORMAT_VERSION
 from iokit import cli, outputs
 from iokit.files import atomic_write_text
-from workloads.cost.fleet import summary_line
+from workloads.cost.participation import summary_line
 
 INSTALL_HINT = ("the Flower integration needs the 'flower' extra: "
                 "python3 -m pip install -c constraints.txt -e '.[flower]'")
@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_HW = ROOT / "configs" / "hw" / "paper_default.toml"
 COMMAND = "bench.flower"
 CLIENTS_MAX = 1_000  # each simulated client is a Ray actor's worth of memory on one machine
-STOP_GRACE_S = 5.0  # after SIGTERM to the simulation's process group, SIGKILL
+STOP_GRACE_S = 2.0  # after SIGTERM to the simulation's process group, SIGKILL (nothing of it is kept)
 GONE_WAIT_S = 2.0  # after SIGKILL, how long the command waits for the group's processes to exit
 
 
@@ -108,8 +108,8 @@ def log_tail(folder: Path, lines: int = 30) -> str:
 
 
 def check_rounds(folder: Path, expected: int) -> list[list[str]]:
-    """rounds.csv's rows; RunFailed unless every method's every round is there (a failed client
-    leaves its round out)."""
+    """rounds.csv's rows; RunFailed unless every method's every round (and a calibrated method's
+    calibration round) is there (a failed client leaves its round out)."""
     path = folder / "rounds.csv"
     if not path.is_file():
         raise cli.RunFailed("the simulation ended without writing rounds.csv; nothing written. The end of its "
@@ -191,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def build(tmp: Path) -> None:
         run_in_child(run, hw, run_spec.system_path, tmp, planned)
-        rows.extend(check_rounds(tmp, len(run.methods) * run.rounds))
+        rows.extend(check_rounds(tmp, sum(run.rounds + (run.method(m)[0].calib is not None) for m in run.methods)))
         if planned is not None:
             atomic_write_text(tmp / FLEET_JSON, json.dumps(fleet_doc(planned), indent=1, allow_nan=False) + "\n")
 

@@ -43,7 +43,7 @@ import torch
 from accel_sim.hardware import HardwareConfig
 from accel_sim.trace_schema import Trace
 from workloads.capture import capture
-from workloads.cost.step import method_setup, simulate_complete
+from workloads.cost.step import StepPrice, method_setup, simulate_complete
 from workloads.fl.hparams import Hparams
 from workloads.fl.local import per_sample_loss
 from workloads.fl.methods import calibration_named, parse_method
@@ -203,6 +203,18 @@ def client_peak_memory_bytes(calibration: str, model_name: str | ModelSpec, *, c
     return (one if n_batches == 1 else two).peak_memory_bytes
 
 
+def client_price(calibration: str, model_name: str | ModelSpec, *, class_counts: Sequence[int], num_classes: int,
+                 image_size: int, hp: Hparams, hw: HardwareConfig) -> StepPrice:
+    """One client's statistics on ``hw`` as one piece of work, as the Flower app's meter charges
+    it: seconds at the accelerator's own speed (``client_cost``'s cycles / clock, as ``bench.fl``'s
+    ledger charges them, ``RunPricer.calibration``), energy and peak memory
+    (``client_peak_memory_bytes``)."""
+    args = dict(class_counts=class_counts, num_classes=num_classes, image_size=image_size, hp=hp, hw=hw)
+    cost = client_cost(calibration, model_name, **args)
+    return StepPrice(cost.total_cycles / hw.clock_hz, cost.energy_j,
+                     client_peak_memory_bytes(calibration, model_name, **args))
+
+
 def average_client_cost(calibration: str, model_name: str | ModelSpec, *, samples: int, num_classes: int, image_size: int,
                         hp: Hparams, hw: HardwareConfig) -> Cost:
     """The average client's statistics over ``samples`` local samples, classes balanced (Fig. 5 d)."""
@@ -232,6 +244,15 @@ def server_cost(calibration: str, *, feature_dim: int, num_classes: int, num_cli
         total += at_steady if work.steps == work.steady else extrapolate(
             at_steady, _captured(work, work.steady + 1, hw), work.steps, a=work.steady)
     return total
+
+
+def server_seconds(calibration: str, *, feature_dim: int, num_classes: int, num_clients: int, hp: Hparams,
+                   hw: HardwareConfig) -> float:
+    """``server_cost`` in seconds on ``hw``: the calibration round's ``server_s`` (``bench.fl``'s
+    ledger, ``RunPricer.calibration_server_s``, and the Flower app's)."""
+    cost = server_cost(calibration, feature_dim=feature_dim, num_classes=num_classes, num_clients=num_clients,
+                       hp=hp, hw=hw)
+    return cost.total_cycles / hw.clock_hz
 
 
 def _captured(work: ServerWork, steps: int, hw: HardwareConfig) -> Cost:

@@ -27,9 +27,6 @@ from accel_sim.hardware import HardwareConfig, HardwareConfigError, load_hardwar
 from iokit import checks
 from iokit.cli import is_default
 from iokit.toml import read_toml
-# two names still imported from here by workloads/flower/fleet.py and bench/flower/__main__.py (their
-# branch is being rewritten): import them from workloads.cost.participation there, then drop this line
-from workloads.cost.participation import ParticipationPlan, summary_line  # noqa: F401
 from workloads.cost.system import Link, SystemModelError
 
 FLEET_DIR = Path(__file__).resolve().parents[2] / "configs" / "fleets"

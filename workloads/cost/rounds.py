@@ -21,7 +21,6 @@ factors, the synchronous max) is ``workloads.cost.system``.
 
 from __future__ import annotations
 
-import copy
 import functools
 from collections import Counter, defaultdict
 from dataclasses import dataclass
@@ -42,13 +41,13 @@ from workloads.fl.aggregate import moving_average
 from workloads.fl.comm import ModelSizes, calibration_client_bytes, client_round_bytes, closed_form_sizes
 from workloads.cost import calibration as calibration_cost
 from workloads.fl.hparams import Hparams
-from workloads.fl.local import ClientContext, client_trainer, example_received, prepare_model
+from workloads.fl.local import prepare_model
 from workloads.fl.loop import RunResult, batch_starts, clients_per_round, draw_clients
 from workloads.fl.methods import MethodConfig
-from workloads.fl.methods.base import ClientUpdate, FedAvg, ServerState, step_identity, trainable_keys
+from workloads.fl.methods.base import ClientUpdate, ServerState, step_identity, trainable_keys
 from workloads.fl.width import submodel
 from workloads.models import Head
-from workloads.cost.step import StepPrice, local_step_trace, simulate_complete
+from workloads.cost.step import StepPrice, after_training_price, local_step_trace, simulate_complete
 from workloads.capture import capture
 from workloads.numerics import NumberFormat
 
@@ -176,20 +175,11 @@ class RunPricer:
         return device.runs(modeled_s, energy_j)
 
     def after_training(self, method: MethodConfig, hp: Hparams, round: int, hw: HardwareConfig) -> StepPrice:
-        """The method's ``after_training`` hook (SCAFFOLD's c_i+ and Delta c_i, FedDyn's gradient
-        term, MOON's copy of its model) on ``hw``, captured once per hook on the prepared model on
-        ``meta``; FedAvg's (nothing) costs nothing."""
-        hook = type(method.algo).after_training
-        if hook is FedAvg.after_training:
-            return StepPrice(0.0, 0.0, 0)
-        key = (hook, _local_step_key(method, hp, round), hw)
+        """The method's ``after_training`` hook (``workloads.cost.step.after_training_price``) on
+        ``hw``, on the prepared model, captured once per hook and step program."""
+        key = (type(method.algo).after_training, _local_step_key(method, hp, round), hw)
         if key not in self._steps:
-            hp = hp.with_knobs(method.knobs)  # the method's knobs: their defaults where ``hp`` lacks them
-            model = copy.deepcopy(self.prepared(method)).train()
-            received = example_received(model, method.training, hp, round)
-            trainer = client_trainer(model, model.state_dict(), hp, method.training, ClientContext(round, received))
-            captured = capture(method.algo.after_training, model, trainer.ctx, 1, hp, model=model, default_phase="update")
-            self._steps[key] = StepPrice.of(simulate_complete(captured.trace, hw, f"{method.name} after training"))
+            self._steps[key] = after_training_price(method, hp, round, self.prepared(method), hw)
         return self._steps[key]
 
     def calibration(self, method: MethodConfig, hp: Hparams, class_counts: Sequence[int],
@@ -211,11 +201,11 @@ class RunPricer:
 
     def calibration_server_s(self, method: MethodConfig, hp: Hparams, num_clients: int, hw: HardwareConfig) -> float:
         """Server seconds of the calibration over ``num_clients`` clients' statistics on ``hw``
-        (``calibration_cost.server_cost``)."""
-        server = calibration_cost.server_cost(method.calibration,
-                                              feature_dim=self.spec.model_fn(method.head).feature_dim,
-                                              num_classes=self.spec.num_classes, num_clients=num_clients, hp=hp, hw=hw)
-        return server.total_cycles / hw.clock_hz
+        (``calibration_cost.server_seconds``)."""
+        return calibration_cost.server_seconds(method.calibration,
+                                               feature_dim=self.spec.model_fn(method.head).feature_dim,
+                                               num_classes=self.spec.num_classes, num_clients=num_clients, hp=hp,
+                                               hw=hw)
 
     def aggregation_s(self, method: MethodConfig, hp: Hparams, round: int, num_updates: int,
                       hw: HardwareConfig) -> float:

@@ -11,6 +11,7 @@ whatever device the run itself uses.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -22,11 +23,12 @@ from accel_sim.report import CostReport
 from accel_sim.simulate import simulate
 from accel_sim.trace_schema import Trace
 from workloads import model_spec
-from workloads.capture import HeldStep, capture_step
+from workloads.capture import HeldStep, capture, capture_step
 from workloads.fl.hparams import Hparams
 from workloads.fl.local import (ClientContext, ClientTrainer, client_trainer, example_received, loss_function,
                                 prepare_model)
 from workloads.fl.methods import MethodConfig, parse_method
+from workloads.fl.methods.base import FedAvg
 from workloads.fl.width import submodel
 from workloads.model_spec import ModelSpec
 
@@ -123,3 +125,20 @@ class StepPrice:
     @staticmethod
     def of(report: CostReport) -> "StepPrice":
         return StepPrice(report.latency_s, report.energy_j, report.peak_memory_bytes)
+
+
+def after_training_price(method: MethodConfig, hp: Hparams, round: int, model: nn.Module,
+                         hw: HardwareConfig) -> StepPrice:
+    """The method's ``after_training`` hook of round ``round`` (SCAFFOLD's c_i+ and Delta c_i,
+    FedDyn's gradient term, MOON's copy of its model) on ``hw``: captured on a ``meta`` copy of
+    ``model`` (the method's prepared model) with what the client receives that round
+    (``example_received``) and the state it keeps; FedAvg's (nothing) costs nothing. The one price
+    of the hook, for ``bench.fl``'s ledger (``RunPricer.after_training``) and the Flower app's meter."""
+    if type(method.algo).after_training is FedAvg.after_training:
+        return StepPrice(0.0, 0.0, 0)
+    hp = hp.with_knobs(method.knobs)  # the method's knobs: their defaults where ``hp`` lacks them
+    model = copy.deepcopy(model).to("meta").train()
+    received = example_received(model, method.training, hp, round)
+    trainer = client_trainer(model, model.state_dict(), hp, method.training, ClientContext(round, received))
+    captured = capture(method.algo.after_training, model, trainer.ctx, 1, hp, model=model, default_phase="update")
+    return StepPrice.of(simulate_complete(captured.trace, hw, f"{method.name} after training"))

@@ -11,8 +11,14 @@ server rule, extras and state; each client keeps its method state (SCAFFOLD's c_
 gradient term, MOON's previous model) and local parts (a double head's) in its node's
 ``Context.state``. Every client is sampled each round (on a fleet: the participation plan's
 arrivals, through ``workloads.flower.fleet.PlannedStrategy``), and the global model is evaluated on
-the global test set after each round (``evaluate_fn``); the clients run no evaluation. Not here:
-calibrations (their round after the last) and width-scaled methods on a fleet (``check_methods``).
+the global test set after each round (``evaluate_fn``); the clients run no evaluation. A
+calibrated method (FFC, CCVR) then runs its calibration round R + 1 as our loop does
+(``workloads.fl.calibrate``): every client (on a fleet, the plan's calibration arrivals) gets a
+``train.calibrate`` message with the final feature extractor and replies with its statistics; the
+server calibrates the classifier and evaluates (``calibrate_method``), and the round is priced as
+``bench.fl``'s ledger prices it (``calibration_round``). A method's ``after_training`` hook is
+metered at ``bench.fl``'s price (``workloads.flower.meter.metered_work``). Not here: width-scaled
+methods on a fleet (``check_methods``).
 """
 
 from __future__ import annotations
@@ -21,22 +27,26 @@ import functools
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import Result
 
-from workloads.cost.step import held_step
+from accel_sim.hardware import HardwareConfig
+from workloads.cost.calibration import client_batches as client_batch_count, client_price, server_seconds
+from workloads.cost.step import after_training_price, held_step
 from workloads.cost.system import SystemModel
-from workloads.fl.guard import check_divergence
-from workloads.flower.fleet import (FleetRun, PlannedStrategy, client_index_reply, client_nodes, planned_client_rows,
-                                    planned_ledger_rows)
-from workloads.flower.ledger import write_clients_csv, write_rounds_csv
-from workloads.flower.meter import metered_step
-from workloads.flower.mod import AccelMod, accel_train_metrics, client_index, flower_client_rows, flower_ledger_rows
+from workloads.fl.calibrate import client_statistics, extractor_state, server_calibrate
+from workloads.fl.guard import check_divergence, check_finite
+from workloads.flower.fleet import (QUERY_TIMEOUT_S, FleetRun, PlannedStrategy, client_index_reply, client_nodes,
+                                    planned_client_rows, planned_ledger_rows)
+from workloads.flower.ledger import CalibrationRound, write_clients_csv, write_rounds_csv
+from workloads.flower.meter import metered_step, metered_work, model_signature
+from workloads.flower.mod import (AccelMod, accel_round_metrics, accel_train_metrics, client_index, flower_client_rows,
+                                  flower_ledger_rows)
 from workloads.flower.strategy import STEPS_KEY, MethodStrategy, extra_record, extras_of
 from workloads.fl.hparams import FLConfig, Hparams
 from workloads.fl.local import (ClientContext, client_trainer, example_received, local_batches, prepare_model,
@@ -50,6 +60,8 @@ from workloads.fl.presets import client_data, load_data, load_preset
 from workloads.model_spec import ModelSpec, build
 
 METHOD_STATE = "method-state"  # Context.state record: the method's client state (``after_training``'s)
+CALIBRATE = "calibrate"  # the ClientApp's train action of a calibration round: message type "train.calibrate"
+CALIBRATE_MESSAGE = f"{MessageType.TRAIN}.{CALIBRATE}"
 LOCAL_PARTS = "local-parts"  # Context.state record: the client's never-sent parts (a double head's local head)
 MetricsAggregation = Callable[[list[RecordDict], str], MetricRecord]
 
@@ -70,20 +82,16 @@ class FlowerRun:
         return _setting(self)
 
     def method(self, name: str) -> tuple[MethodConfig, Hparams]:
-        """The method and its hyper-parameters, its knobs declared (as ``run_method`` declares them)."""
+        """The method and its hyper-parameters, its knobs declared (as the loop's ``RunPlan`` declares them)."""
         method = parse_method(name)
         return method, self.setting()[1][name].with_knobs(method.knobs)
 
 
 def check_methods(names: tuple[str, ...], *, fleet: bool = False) -> None:
-    """Every method runs but those that need what the example does not run: a calibration round
-    after the last, or (on a fleet) submodels sized to each client's class. ValueError naming it."""
+    """Every method runs but, on a fleet, those that train submodels sized to each client's class
+    (the example sends the whole model). ValueError naming it."""
     for name in names:
-        m = parse_method(name)
-        if m.calibration:
-            raise ValueError(f"method {name!r}: its calibration ({m.calibration}) runs a round after the last, which "
-                             "the Flower example does not; run it with bench.fl")
-        if fleet and m.algo.sized_to_device:
+        if fleet and parse_method(name).algo.sized_to_device:
             raise ValueError(f"method {name!r} trains submodels sized to each fleet class, which the Flower example "
                              "does not send; run it without --fleet, or with bench.fl")
 
@@ -161,6 +169,8 @@ def local_training(run: FlowerRun, client: int, content: RecordDict, kept: Recor
     if not math.isfinite(loss):
         raise FloatingPointError(f"non-finite loss: client {client}, round {t}, {name} (lr={lr:g})")
     own, uploads = algo.after_training(model, trainer.ctx, len(losses), hp)
+    metered_work(lambda hw: after_training_price(method, hp, t, new_model(run, method), hw),
+                 key=(name, "after-training", model_signature(model), algo.extra_downloads(t), hp.replace(lr=1.0)))
     if sorted(uploads) != sorted(algo.extra_uploads(t)):
         raise ValueError(f"method {name!r}: after_training in round {t} gave groups {sorted(uploads)}, but it declares "
                          f"{sorted(algo.extra_uploads(t))} (extra_uploads)")
@@ -174,6 +184,29 @@ def local_training(run: FlowerRun, client: int, content: RecordDict, kept: Recor
     up = algo.payload(model, {k: state[k].detach().clone() for k in shared}, trainer.ctx)
     return RecordDict({"arrays": ArrayRecord(up), **{extra_record(g): ArrayRecord(v) for g, v in sorted(uploads.items())},
                        "metrics": MetricRecord({"num-examples": len(idx), "train_loss": loss, STEPS_KEY: len(losses)})})
+
+
+def local_calibration(run: FlowerRun, client: int, content: RecordDict) -> RecordDict:
+    """Client ``client``'s calibration (a ``train.calibrate`` message after the method's last
+    round): its statistics over its samples with the feature extractor it received
+    (``workloads.fl.calibrate.client_statistics``, as ``bench.fl``'s calibration round computes
+    them), charged to the meter as ``bench.fl``'s ledger prices them
+    (``workloads.cost.calibration.client_price``, one step per batch); the reply's content."""
+    name = str(content["config"]["method"])
+    method, hp = run.method(name)
+    cfg, _ = run.setting()
+    train, _, parts = _data(run)
+    idx = torch.as_tensor(parts[client], dtype=torch.long)
+    model = new_model(run, method)
+    model.load_state_dict({**model.state_dict(), **content["arrays"].to_torch_state_dict()})
+    model.eval()
+    counts = tuple(torch.bincount(train.y[idx], minlength=train.num_classes).tolist())
+    metered_work(lambda hw: client_price(method.calibration, cfg.model, class_counts=counts,
+                                         num_classes=train.num_classes, image_size=train.x.shape[-1], hp=hp, hw=hw),
+                 key=(name, "calibration", model_signature(model), hp, counts),
+                 steps=client_batch_count(method.calibration, counts, hp.batch_size))
+    stats = client_statistics(method, model, train.x[idx], train.y[idx], hp)
+    return RecordDict({"arrays": ArrayRecord(stats), "metrics": MetricRecord({"num-examples": len(idx)})})
 
 
 def check_losses(name: str, train_metrics: Mapping[int, Mapping[str, Any]]) -> None:
@@ -196,6 +229,10 @@ def client_app(run: FlowerRun, accel: AccelMod | None) -> ClientApp:
     def train(msg: Message, context: Context) -> Message:
         return Message(local_training(run, client_index(context), msg.content, context.state), reply_to=msg)
 
+    @app.train(CALIBRATE)
+    def calibrate(msg: Message, context: Context) -> Message:
+        return Message(local_calibration(run, client_index(context), msg.content), reply_to=msg)
+
     return app
 
 
@@ -208,7 +245,7 @@ def train_method(grid: Grid, run: FlowerRun, name: str, nodes: Mapping[int, int]
     method, hp = run.method(name)
     model = new_model(run, method)
     _, test, _ = _data(run)
-    plan = None if fleet is None else fleet.plans[name]
+    plan = None if fleet is None else fleet.plan(name)
 
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
         model.load_state_dict({**model.state_dict(), **arrays.to_torch_state_dict()})
@@ -226,10 +263,73 @@ def train_method(grid: Grid, run: FlowerRun, name: str, nodes: Mapping[int, int]
                           train_config=ConfigRecord({"method": name}), evaluate_fn=evaluate_fn)
 
 
-def server_app(run: FlowerRun, system: SystemModel, out: Path, fleet: FleetRun | None = None) -> ServerApp:
-    """The example ``ServerApp``: each method in turn (``train_method``); writes ``out/rounds.csv``
-    and ``out/clients.csv``. With a ``fleet``, each round trains exactly its participation plan's
-    arrivals (``workloads.flower.fleet``)."""
+@dataclass(frozen=True)
+class Calibrated:
+    """What ``calibrate_method`` gives back: the global state after the calibration, its accuracy,
+    and the clients' replies in client order (their statistics and, under ``AccelMod``, their cost)."""
+
+    weights: dict[str, torch.Tensor]
+    accuracy: float
+    replies: tuple[RecordDict, ...]
+
+
+def calibrate_method(grid: Grid, run: FlowerRun, name: str, nodes: Mapping[int, int], result: Result,
+                     clients: Sequence[int]) -> Calibrated:
+    """Calibrated method ``name``'s round R + 1 after its training (``result``), as ``bench.fl``
+    runs it (``workloads.fl.calibrate``): each of ``clients`` (every client; on a fleet its plan's
+    arrivals of round R + 1) gets a ``train.calibrate`` message with the final feature extractor
+    and replies with its statistics; the server calibrates the global classifier on them in client
+    order (``server_calibrate``, its draws from ``derived_seed(seed, R + 1)``) and evaluates the
+    global model. With no ``clients`` the model stays as trained, uncalibrated, as in our loop."""
+    method, hp = run.method(name)
+    _, test, _ = _data(run)
+    model = new_model(run, method)
+    model.load_state_dict({**model.state_dict(), **result.arrays.to_torch_state_dict()})
+    model.eval()
+    if not clients:
+        return Calibrated(model.state_dict(), float(result.evaluate_metrics_serverapp[run.rounds]["accuracy"]), ())
+    t = run.rounds + 1
+    extractor = ArrayRecord(extractor_state(model, method))
+    config = ConfigRecord({"method": name, "server-round": t})
+    replies = list(grid.send_and_receive([Message(RecordDict({"arrays": extractor, "config": config}),
+                                                  message_type=CALIBRATE_MESSAGE, dst_node_id=nodes[k])
+                                          for k in clients], timeout=QUERY_TIMEOUT_S))
+    failed = [r.error.reason for r in replies if r.has_error()]
+    client_of = {node: k for k, node in nodes.items()}
+    replies = sorted((r for r in replies if not r.has_error()), key=lambda r: client_of[r.metadata.src_node_id])
+    if failed or len(replies) != len(clients):
+        raise RuntimeError(f"{name}: {len(replies)} of {len(clients)} client(s) sent calibration statistics"
+                           + (f" (errors {failed})" if failed else ""))
+    server_calibrate(method, model, [r.content["arrays"].to_torch_state_dict() for r in replies], hp,
+                     seed=run.seed, round=t)
+    check_finite(model.state_dict(), f"{name}'s calibration (Flower)")
+    return Calibrated(model.state_dict(), evaluate(model, test.x, test.y), tuple(r.content for r in replies))
+
+
+def calibration_round(grid: Grid, run: FlowerRun, name: str, nodes: Mapping[int, int], result: Result, *,
+                      system: SystemModel, server_hw: HardwareConfig, fleet: FleetRun | None) -> CalibrationRound:
+    """``calibrate_method`` over every client (on a ``fleet``: its plan's calibration arrivals),
+    priced: the clients' metered statistics and transfers over their links (``accel_round_metrics``)
+    and the server's calibration on ``server_hw`` (``calibration_cost.server_seconds``, as
+    ``bench.fl`` prices it)."""
+    method, hp = run.method(name)
+    clients = range(run.num_clients) if fleet is None else fleet.plan(name).calibration.arrived
+    done = calibrate_method(grid, run, name, nodes, result, tuple(clients))
+    _, test, _ = _data(run)
+    server_s = server_seconds(method.calibration, feature_dim=new_model(run, method).feature_dim,
+                              num_classes=test.num_classes, num_clients=len(done.replies), hp=hp,
+                              hw=server_hw) if done.replies else 0.0
+    metrics = accel_round_metrics(list(done.replies), system, num_clients=run.num_clients, seed=run.seed,
+                                  server_s=server_s)
+    return CalibrationRound(run.rounds + 1, metrics, done.accuracy)
+
+
+def server_app(run: FlowerRun, system: SystemModel, out: Path, fleet: FleetRun | None = None,
+               server_hw: HardwareConfig | None = None) -> ServerApp:
+    """The example ``ServerApp``: each method in turn (``train_method``), a calibrated method's
+    calibration round after its last (``calibration_round``, its server priced on ``server_hw``;
+    None: ``HardwareConfig()``); writes ``out/rounds.csv`` and ``out/clients.csv``. With a
+    ``fleet``, each round trains exactly its participation plan's arrivals (``workloads.flower.fleet``)."""
     app = ServerApp()
 
     @app.main()
@@ -240,12 +340,16 @@ def server_app(run: FlowerRun, system: SystemModel, out: Path, fleet: FleetRun |
             result = train_method(grid, run, name, nodes, fleet=fleet,
                                   metrics=accel_train_metrics(system, num_clients=run.num_clients, seed=run.seed))
             check_losses(name, result.train_metrics_clientapp)
+            calibration = None
+            if run.method(name)[0].calib is not None:
+                calibration = calibration_round(grid, run, name, nodes, result, system=system, fleet=fleet,
+                                                server_hw=server_hw or HardwareConfig())
             if fleet is None:
-                rows += flower_ledger_rows(name, result)
-                client_rows += flower_client_rows(name, result)
+                rows += flower_ledger_rows(name, result, calibration=calibration)
+                client_rows += flower_client_rows(name, result, calibration)
             else:
-                rows += planned_ledger_rows(name, fleet.plans[name], result)
-                client_rows += planned_client_rows(name, fleet, result)
+                rows += planned_ledger_rows(name, fleet.plan(name), result, calibration)
+                client_rows += planned_client_rows(name, fleet, result, calibration)
         write_clients_csv(out / "clients.csv", client_rows)
         write_rounds_csv(out / "rounds.csv", rows)
 

@@ -33,10 +33,12 @@ from flwr.serverapp.strategy import Result, Strategy
 from flwr.serverapp.strategy.strategy_utils import sample_nodes
 
 from accel_sim.hardware import HardwareConfig
-from workloads.cost.fleet import Fleet, ParticipationPlan
+from workloads.cost.fleet import Fleet
+from workloads.cost.participation import ParticipationPlan
 from workloads.cost.rounds import fleet_devices, fleet_system
 from workloads.cost.system import SystemModel, ledger_rows
-from workloads.flower.ledger import client_rows_of
+from workloads.fl.methods import parse_method
+from workloads.flower.ledger import CalibrationRound, client_rows_of
 from workloads.flower.mod import client_index, round_accuracy
 
 CLIENT_INDEX_KEY = "client-index"  # the query reply's metric: the node's client index
@@ -59,6 +61,11 @@ class FleetRun:
     def devices(self) -> tuple[HardwareConfig, ...]:
         """Client k's accelerator: its class's (``fleet_devices``)."""
         return tuple(d.hw for d in fleet_devices(self.fleet, self.classes))
+
+    def plan(self, method: str) -> ParticipationPlan:
+        """The plan of ``method`` as the run names it (``plans`` are keyed by canonical names:
+        ``ccvr`` is ``fedavg+ccvr``'s)."""
+        return self.plans[parse_method(method).name]
 
     def class_name(self, client: int) -> str:
         return self.fleet.classes[self.classes[client]].name
@@ -127,26 +134,37 @@ def trained_clients(result: Result) -> dict[int, tuple[int, ...]]:
             for r, m in result.train_metrics_clientapp.items()}
 
 
-def planned_ledger_rows(method: str, plan: ParticipationPlan, result: Result) -> list[dict]:
-    """``rounds.csv`` rows of a fleet run: each round's plan (``server_s`` 0), Flower's accuracy.
-    ``RuntimeError`` where Flower aggregated other clients than the plan's arrivals (a client
-    failed)."""
+def planned_ledger_rows(method: str, plan: ParticipationPlan, result: Result,
+                        calibration: CalibrationRound | None = None) -> list[dict]:
+    """``rounds.csv`` rows of a fleet run: each round's plan (``server_s`` 0), Flower's accuracy;
+    a calibrated method's calibration round is its plan's (``ParticipationPlan.calibration``) with
+    the server's calibration seconds and the accuracy after it. ``RuntimeError`` where Flower
+    aggregated (or calibrated with) other clients than the plan's arrivals (a client failed)."""
     trained = trained_clients(result)
-    for r in plan.rounds:
-        got = trained.get(r.round, ())
+    planned = [(r, trained.get(r.round, ())) for r in plan.rounds]
+    if calibration is not None:
+        planned.append((plan.calibration, calibration.clients()))
+    for r, got in planned:
         if got != r.arrived:
             raise RuntimeError(f"{method}, round {r.round}: Flower aggregated client(s) {list(got)}, the participation "
                                f"plan's arrivals are {list(r.arrived)} (a client failed)")
     accuracy = round_accuracy(result)
-    return ledger_rows(method, [(r.round, "train", len(r.arrived), accuracy.get(r.round), r.cost(server_s=0.0))
-                                for r in plan.rounds])
+    rows = [(r.round, "train", len(r.arrived), accuracy.get(r.round), r.cost(server_s=0.0)) for r in plan.rounds]
+    if calibration is not None:
+        rows.append((calibration.round, "calibration", len(plan.calibration.arrived), calibration.accuracy,
+                     plan.calibration.cost(server_s=float(calibration.metrics["accel_server_s"]))))
+    return ledger_rows(method, rows)
 
 
-def planned_client_rows(method: str, fleet: FleetRun, result: Result) -> list[dict]:
+def planned_client_rows(method: str, fleet: FleetRun, result: Result,
+                        calibration: CalibrationRound | None = None) -> list[dict]:
     """``clients.csv`` rows of a fleet run, by round and client: each arrival's metered round with
-    its class, and each dropped client's class and reason (nothing metered: it did not train)."""
+    its class, and each dropped client's class and reason (nothing metered: it did not train); the
+    calibration round's alike."""
     trained = [{**row, "device_class": fleet.class_name(row["client"])}
-               for row in client_rows_of(method, result.train_metrics_clientapp)]
+               for row in client_rows_of(method, result.train_metrics_clientapp, calibration)]
+    plan = fleet.plan(method)
+    rounds = (*plan.rounds, plan.calibration) if calibration is not None else plan.rounds
     dropped = [{"method": method, "round": r.round, "client": k, "device_class": fleet.class_name(k),
-                "dropped": reason} for r in fleet.plans[method].rounds for k, reason in r.dropped.items()]
+                "dropped": reason} for r in rounds for k, reason in r.dropped.items()]
     return sorted(trained + dropped, key=lambda row: (row["round"], row["client"]))

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import csv
 import io
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from workloads.cost.system import (ROUNDS_COLUMNS, ClientRound, RoundCost, SystemModel, client_round_s, ledger_rows,
                               on_device, round_cost)
@@ -46,6 +47,21 @@ ROUND_KEYS = ("accel_clients", "accel_round_wall_s", "accel_server_s", "accel_ro
               *(f"accel_clients_{c}" for c in METERED_COLUMNS))
 """Metrics of one round, in the strategy's aggregated train ``MetricRecord``: the round's cost and,
 as lists in reply order, each client's ``clients.csv`` values (``accel_clients_<column>``)."""
+
+
+@dataclass(frozen=True)
+class CalibrationRound:
+    """A calibrated method's round R + 1 as the server ran it (``workloads.flower.app.calibrate_method``):
+    ``metrics``, the round's ``ROUND_KEYS`` (``round_metrics`` over the clients' calibrate replies,
+    ``server_s`` the server's calibration), and ``accuracy``, the global model's after it."""
+
+    round: int
+    metrics: Mapping[str, Any]
+    accuracy: float
+
+    def clients(self) -> tuple[int, ...]:
+        """The clients whose statistics the server calibrated with."""
+        return tuple(sorted(int(k) for k in self.metrics["accel_clients_client"]))
 
 
 def client_metrics(client: int, cost: TrainCost, *, down_bytes: int, up_bytes: int) -> dict[str, int | float]:
@@ -99,19 +115,26 @@ def round_cost_of(metrics: Mapping[str, float]) -> RoundCost:
                      collect_s=float(metrics["accel_round_collect_s"]))
 
 
-def ledger_rows_of(method: str, train_metrics: Mapping[int, Mapping[str, float]],
-                   accuracy: Mapping[int, float]) -> list[dict]:
+def ledger_rows_of(method: str, train_metrics: Mapping[int, Mapping[str, float]], accuracy: Mapping[int, float],
+                   calibration: CalibrationRound | None = None) -> list[dict]:
     """``rounds.csv`` rows of one method from each round's aggregated train metrics (round ->
-    ``ROUND_KEYS``) and the accuracy after each evaluated round (round -> [0, 1])."""
-    return ledger_rows(method, [(r, "train", int(m["accel_clients"]), accuracy.get(r), round_cost_of(m))
-                                for r, m in sorted(train_metrics.items())])
+    ``ROUND_KEYS``) and the accuracy after each evaluated round (round -> [0, 1]), then its
+    ``calibration`` round (stage ``calibration``), if any."""
+    rounds = [(r, "train", int(m["accel_clients"]), accuracy.get(r), round_cost_of(m))
+              for r, m in sorted(train_metrics.items())]
+    if calibration is not None:
+        rounds.append((calibration.round, "calibration", int(calibration.metrics["accel_clients"]),
+                       calibration.accuracy, round_cost_of(calibration.metrics)))
+    return ledger_rows(method, rounds)
 
 
-def client_rows_of(method: str, train_metrics: Mapping[int, Mapping[str, object]]) -> list[dict]:
+def client_rows_of(method: str, train_metrics: Mapping[int, Mapping[str, object]],
+                   calibration: CalibrationRound | None = None) -> list[dict]:
     """``clients.csv`` rows of one method (``CLIENT_COLUMNS``), by round and client: the clients
-    that trained (no device class, nothing dropped)."""
+    that trained (no device class, nothing dropped), and those that sent calibration statistics."""
+    by_round = dict(train_metrics) if calibration is None else {**train_metrics, calibration.round: calibration.metrics}
     rows = []
-    for r, m in sorted(train_metrics.items()):
+    for r, m in sorted(by_round.items()):
         lists = {c: list(m[f"accel_clients_{c}"]) for c in METERED_COLUMNS}
         rows += sorted(({"method": method, "round": r, **{c: lists[c][i] for c in lists}, "device_class": "",
                          "dropped": ""} for i in range(len(lists["client"]))), key=lambda row: row["client"])

@@ -20,6 +20,10 @@ rounds reuse it. With no meter active, ``metered_step`` returns ``make_step(mode
 The copy, warm-up and capture run on ``meta`` under ``torch.random.fork_rng``: the real model, its
 optimizer and the CPU random stream are untouched, so the trained weights are those of the
 unwrapped app (tested bit for bit).
+
+Work that is no training step (a method's ``after_training`` hook, a calibration's client
+statistics) is charged whole with ``metered_work(price, key=...)``: ``price(hw)`` is asked once per
+process, key and hardware config, and added to the call's cost.
 """
 
 from __future__ import annotations
@@ -77,10 +81,12 @@ def price_step(make_step: StepFactory, model: nn.Module, args_sig: tuple, hw: Ha
 
 
 class StepMeter:
-    """One train call's steps, counted per step shape, on one hardware config.
+    """One train call's steps, counted per step shape, on one hardware config, and the work it
+    charges whole (``metered_work``).
 
     ``counts[key]`` steps ran with step shape ``key``; ``prices[key]`` is its ``StepPrice`` and
-    ``batches[key]`` its batch size (first dimension of the first argument).
+    ``batches[key]`` its batch size (first dimension of the first argument); ``work`` lists each
+    piece of charged work as (its ``StepPrice``, the steps it counts as).
     """
 
     def __init__(self, hw: HardwareConfig) -> None:
@@ -88,6 +94,7 @@ class StepMeter:
         self.counts: Counter = Counter()
         self.prices: dict[Hashable, StepPrice] = {}
         self.batches: dict[Hashable, int] = {}
+        self.work: list[tuple[StepPrice, int]] = []
 
     def record(self, make_step: StepFactory, model: nn.Module, model_key: Hashable, args: tuple) -> None:
         sig = args_signature(args)
@@ -98,29 +105,38 @@ class StepMeter:
         self.prices[key] = _PRICES[key]
         self.batches[key] = sig[0][0][0] if sig and sig[0][0] else 0
 
+    def charge(self, price: Callable[[HardwareConfig], StepPrice], key: Hashable, steps: int) -> None:
+        full = ("work", key, self.hw)
+        if full not in _PRICES:
+            with torch.random.fork_rng(devices=[]):  # the client's random stream stays untouched
+                _PRICES[full] = price(self.hw)
+        self.work.append((_PRICES[full], steps))
+
     def cost(self) -> TrainCost:
-        """What the counted steps cost on ``hw`` (at the modeled accelerator's own speed)."""
-        if not self.counts:
+        """What the counted steps and the charged work cost on ``hw`` (at the modeled accelerator's own speed)."""
+        steps = [(n, self.prices[k]) for k, n in self.counts.items()] + [(1, p) for p, _ in self.work]
+        if not steps:
             return TrainCost(0, 0.0, 0.0, 0.0, self.hw.energy.static_w, 0)
-        largest = max(self.counts, key=lambda k: (self.batches[k], self.counts[k]))
-        return TrainCost(
-            steps=sum(self.counts.values()),
-            train_s=math.fsum(n * self.prices[k].latency_s for k, n in self.counts.items()),
-            step_s=self.prices[largest].latency_s,
-            energy_j=math.fsum(n * self.prices[k].energy_j for k, n in self.counts.items()),
-            static_w=self.hw.energy.static_w,
-            peak_memory_bytes=max(self.prices[k].peak_memory_bytes for k in self.counts),
-        )
+        count = sum(self.counts.values()) + sum(n for _, n in self.work)
+        train_s = math.fsum(n * p.latency_s for n, p in steps)
+        if self.counts:
+            step_s = self.prices[max(self.counts, key=lambda k: (self.batches[k], self.counts[k]))].latency_s
+        else:
+            step_s = train_s / count if count else 0.0  # a calibration's batches; an after-training hook alone: none
+        return TrainCost(steps=count, train_s=train_s, step_s=step_s,
+                         energy_j=math.fsum(n * p.energy_j for n, p in steps), static_w=self.hw.energy.static_w,
+                         peak_memory_bytes=max(p.peak_memory_bytes for _, p in steps))
 
 
 @dataclass(frozen=True)
 class TrainCost:
-    """One client's local training in one round, modeled on its accelerator.
+    """One client's local training (or calibration) in one round, modeled on its accelerator.
 
-    ``train_s``: the sum over steps of each step's modeled latency; ``step_s``: one step at the
-    largest batch the client ran (its configured batch size; a trailing partial batch is smaller);
-    ``energy_j``: dynamic energy plus ``static_w`` x ``train_s``; ``peak_memory_bytes``: the largest
-    step's peak memory bytes.
+    ``train_s``: the sum over steps of each step's modeled latency, plus the work charged whole
+    (``metered_work``); ``step_s``: one step at the largest batch the client ran (its configured
+    batch size; a trailing partial batch is smaller), or without a training step (a calibration)
+    ``train_s`` over the steps its work counts as (0 where it counts none); ``energy_j``: dynamic energy plus ``static_w`` x
+    ``train_s``; ``peak_memory_bytes``: the largest peak memory bytes of a step or a charged work.
     """
 
     steps: int
@@ -162,3 +178,15 @@ def metered_step(make_step: StepFactory, model: nn.Module, *, key: Hashable = No
         return step(*args)
 
     return counted
+
+
+def metered_work(price: Callable[[HardwareConfig], StepPrice], *, key: Hashable, steps: int = 0) -> None:
+    """Charge the active ``StepMeter`` (if any) work that is no training step, priced whole by
+    ``price(hw)``: a method's ``after_training`` hook (``workloads.cost.step.after_training_price``),
+    a calibration's client statistics (``workloads.cost.calibration.client_price``). ``key``: what
+    decides the price besides the hardware (priced once per process and key, as a step shape);
+    ``steps``: how many steps it counts as in ``TrainCost.steps`` (0: none, an after-training hook;
+    a calibration's batches)."""
+    meter = _ACTIVE.get()
+    if meter is not None:
+        meter.charge(price, key, steps)

@@ -40,7 +40,8 @@ from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords  # th
 
 from accel_sim.hardware import HardwareConfig, load_hardware_config
 from workloads.cost.system import SystemModel
-from workloads.flower.ledger import CLIENT_KEYS, client_metrics, client_rows_of, ledger_rows_of, round_metrics
+from workloads.flower.ledger import (CLIENT_KEYS, CalibrationRound, client_metrics, client_rows_of, ledger_rows_of,
+                                    round_metrics)
 from workloads.flower.meter import StepMeter, metering
 
 MetricsAggregation = Callable[[list[RecordDict], str], MetricRecord]
@@ -93,7 +94,7 @@ class AccelMod:
             reply = call_next(msg, context)
         if reply.has_error():
             return reply
-        if not meter.counts:
+        if not meter.counts and not meter.work:
             logging.getLogger("flwr").warning("AccelMod: the train function ran no metered step; build its training "
                                               "step with workloads.flower.meter.metered_step")
         metrics = client_metrics(client, meter.cost(), down_bytes=payload_bytes(msg.content),
@@ -126,14 +127,21 @@ def accel_train_metrics(system: SystemModel, *, num_clients: int, seed: int = 0,
     ``num_clients``: the federation's size (speed factors are drawn for clients 0..K-1 with
     ``seed``, ``SystemModel.speed_factors``); ``server_s``: the server's time per round (0: the
     aggregation in Flower's strategy is not priced)."""
-    speeds = system.speed_factors(num_clients, seed=seed)
 
     def aggregate(replies: list[RecordDict], weighted_by_key: str) -> MetricRecord:
         out = base([_without_accel(c) for c in replies], weighted_by_key)
-        out.update(round_metrics([_accel_metrics(c) for c in replies], system, speeds, server_s=server_s))
+        out.update(accel_round_metrics(replies, system, num_clients=num_clients, seed=seed, server_s=server_s))
         return out
 
     return aggregate
+
+
+def accel_round_metrics(replies: list[RecordDict], system: SystemModel, *, num_clients: int, seed: int = 0,
+                        server_s: float = 0.0) -> dict[str, int | float]:
+    """The ``ROUND_KEYS`` of one round from its replies' accelerator metrics (``AccelMod``'s): a
+    training round's (``accel_train_metrics``) or a calibration round's."""
+    speeds = system.speed_factors(num_clients, seed=seed)
+    return round_metrics([_accel_metrics(c) for c in replies], system, speeds, server_s=server_s)
 
 
 def round_accuracy(result: Result, accuracy_key: str = "accuracy") -> dict[int, float]:
@@ -145,13 +153,15 @@ def round_accuracy(result: Result, accuracy_key: str = "accuracy") -> dict[int, 
     return accuracy
 
 
-def flower_ledger_rows(method: str, result: Result, *, accuracy_key: str = "accuracy") -> list[dict]:
-    """``rounds.csv`` rows from a strategy's ``Result``. Accuracy per round: ``round_accuracy``,
-    empty where neither evaluation ran."""
-    return ledger_rows_of(method, result.train_metrics_clientapp, round_accuracy(result, accuracy_key))
+def flower_ledger_rows(method: str, result: Result, *, accuracy_key: str = "accuracy",
+                       calibration: CalibrationRound | None = None) -> list[dict]:
+    """``rounds.csv`` rows from a strategy's ``Result``, and a calibrated method's ``calibration``
+    round after them. Accuracy per round: ``round_accuracy``, empty where neither evaluation ran."""
+    return ledger_rows_of(method, result.train_metrics_clientapp, round_accuracy(result, accuracy_key), calibration)
 
 
-def flower_client_rows(method: str, result: Result) -> list[dict]:
-    """``clients.csv`` rows (``ledger.CLIENT_COLUMNS``) from a strategy's ``Result``: each sampled
-    client's steps, modeled latency, energy, peak memory and bytes in each round."""
-    return client_rows_of(method, result.train_metrics_clientapp)
+def flower_client_rows(method: str, result: Result, calibration: CalibrationRound | None = None) -> list[dict]:
+    """``clients.csv`` rows (``ledger.CLIENT_COLUMNS``) from a strategy's ``Result`` (and a
+    ``calibration`` round): each sampled client's steps, modeled latency, energy, peak memory and
+    bytes in each round."""
+    return client_rows_of(method, result.train_metrics_clientapp, calibration)
