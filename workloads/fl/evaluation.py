@@ -39,6 +39,40 @@ def evaluate_on(model: nn.Module, data: DeviceData, *, channels_last: bool = Fal
                         for s in range(0, len(data), batch_size)))
 
 
+@torch.no_grad()
+def correct_on(model: nn.Module, data: DeviceData, *, channels_last: bool = False, batch_size: int = 1024) -> torch.Tensor:
+    """Whether ``model`` (eval mode) classifies each sample of ``data`` right (bool, one per sample,
+    in the split's order): what ``evaluate_on`` counts, kept per sample for a bootstrap over images."""
+    was_training = model.training
+    model.eval()
+    order = torch.arange(len(data), device=data.y.device)
+    hits = [model(memory_format(data.take(order[s:s + batch_size]), channels_last)).argmax(1) == data.y[s:s + batch_size]
+            for s in range(0, len(data), batch_size)]
+    model.train(was_training)
+    return torch.cat(hits).cpu()
+
+
+def packed_hex(bits: torch.Tensor) -> str:
+    """A bool vector as hex text, 8 samples a byte, first sample in the highest bit (``numpy.packbits``);
+    ``unpacked`` reads it back."""
+    import numpy as np
+
+    return np.packbits(bits.numpy().astype(np.uint8)).tobytes().hex()
+
+
+def unpacked(text: str, n: int):
+    """The first ``n`` bools of ``packed_hex``'s text (a numpy bool array)."""
+    import numpy as np
+
+    return np.unpackbits(np.frombuffer(bytes.fromhex(text), dtype=np.uint8))[:n].astype(bool)
+
+
+def correct_per_sample(setup: Setup) -> str:
+    """The global model as it is now, right or wrong on each test sample (``packed_hex``): what a
+    study's run records so its verdicts can be bootstrapped over test images as well as seeds."""
+    return packed_hex(correct_on(setup.global_model, setup.test, channels_last=setup.execution.channels_last))
+
+
 def memory_format(x: torch.Tensor, channels_last: bool) -> torch.Tensor:
     """A batch in the run's memory format (NHWC with ``channels_last``, for 4-d inputs)."""
     return x.contiguous(memory_format=torch.channels_last) if channels_last and x.dim() == 4 else x

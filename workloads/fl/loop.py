@@ -42,7 +42,7 @@ from workloads.fl.calibrate import calibrate
 from workloads.fl.capture import StepRecorder
 from workloads.fl.checkpoint import CHECKPOINT_FORMAT, fingerprint, load_checkpoint, load_checkpoint_document, save_checkpoint
 from workloads.fl.comm import Transfer
-from workloads.fl.evaluation import evaluate, global_state, local_accuracy, scores
+from workloads.fl.evaluation import evaluate, global_state, local_accuracy, scores, correct_per_sample
 from workloads.fl.execution import DeviceData
 from workloads.fl.forecast import Forecast, duration_text, forecast
 from workloads.fl.guard import check_divergence, check_finite
@@ -79,6 +79,8 @@ class RunResult:
     val_accuracy_before_calibration: float | None = None
     local_accuracy: float | None = None  # the local test mode (``local_test_accuracy``), after calibration if any
     local_accuracy_before_calibration: float | None = None
+    correct_per_sample: str | None = field(repr=False, default=None)  # per test sample, right or wrong (``evaluation.correct_per_sample``)
+    correct_per_sample_before_calibration: str | None = field(repr=False, default=None)
 
 
 def run_method(method: MethodConfig, **given) -> RunResult:
@@ -177,9 +179,10 @@ def _finish(setup: Setup, state: LoopState, resumed_after: int) -> RunResult:
     last = state.history[-1]
     accuracy, val, before, val_before = last["accuracy"], last.get("val_accuracy"), None, None
     transfers = list(state.transfers)
-    local_before = None
+    local_before = correct_before = None
     if setup.method.calib is not None:
         before, val_before, local_before = accuracy, val, local_accuracy(setup, state.memory)
+        correct_before = correct_per_sample(setup)
         t = setup.cfg.rounds + 1
         clients = range(len(setup.client_idx)) if setup.arrivals is None else setup.arrivals[t - 1]
         if clients:  # no statistics arrived: the model stays as trained, uncalibrated
@@ -188,4 +191,4 @@ def _finish(setup: Setup, state: LoopState, resumed_after: int) -> RunResult:
             accuracy, val = scores(setup)
     return RunResult(setup.method.name, accuracy, before, state.history, tuple(transfers), state.samples,
                      global_state(setup), resumed_after, val, val_before, local_accuracy(setup, state.memory),
-                     local_before)
+                     local_before, correct_per_sample(setup), correct_before)

@@ -54,6 +54,16 @@ def curve_rows(method: MethodConfig, history: Sequence[Mapping], rows: Sequence[
     return out
 
 
+def correct_by_label(method: MethodConfig, result) -> dict[str, str]:
+    """Label -> the final global model's right-or-wrong per test sample (``workloads.fl.evaluation.
+    correct_per_sample``'s hex) of a run's ``RunResult``: its training method's before the calibration,
+    and its own; ``run.json``'s ``test_correct``, the input of the test-image bootstrap
+    (``bench.lib.study.image_bootstrap``)."""
+    labels = labels_of(method)
+    values = (result.correct_per_sample_before_calibration, result.correct_per_sample) if method.calibration else (result.correct_per_sample,)
+    return {label: value for label, value in zip(labels, values) if value is not None}
+
+
 def participation(rows: Sequence[Mapping[str, Any]]) -> dict[str, list]:
     """Per training round of a run's ``rounds.csv`` rows: the clients aggregated, those sampled and
     those dropped by reason (``workloads.cost.system.DROP_REASONS``), and the collection time."""

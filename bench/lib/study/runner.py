@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from bench.lib.grid.runners import grid_runner
-from bench.lib.study.run_files import (CURVE_CSV, RUN_JSON, curve_rows, missing_rounds, out_of_range,
+from bench.lib.study.run_files import (CURVE_CSV, RUN_JSON, curve_rows, correct_by_label, missing_rounds, out_of_range,
                                        participation, read_curve, write_run)
 from bench.lib.spec import FL, RunSpec, from_point, is_resource, spec_flags
 from iokit import checks
@@ -301,7 +301,8 @@ def run_point(point: Mapping[str, Any], out_dir: Path) -> dict[str, float]:
             "val_samples": 0 if inputs.val is None else len(inputs.val),
             "test_samples": len(inputs.test), "partition_sizes": [len(x) for x in inputs.parts],
             "local_accuracy": result.local_accuracy,
-            "local_accuracy_before_calibration": result.local_accuracy_before_calibration}
+            "local_accuracy_before_calibration": result.local_accuracy_before_calibration,
+            "test_correct": correct_by_label(p.method, result)}
     if p.fleet is not None:  # who took part in each training round (docs/fleets.md); a run without a fleet: all sampled
         info["participation"] = participation(outcome.rows)
     metrics = write_run(out_dir, curve, info)
