@@ -70,9 +70,7 @@ def _rule_line(summary: Mapping[str, Any]) -> str:
                " (no argument for it recorded in the study file)")
             + _margin_scale(summary)
             + f"; t-test spreads floored at one test sample; MDD: the smallest difference the seeds detect with "
-            f"{100 * v.get('power', 0.8):g} % power. Scope: every interval and test is over seeds on one fixed test "
-            f"set; the sampling of the test images is not in them (the runs record no per-image correctness, so no "
-            f"images × seeds bootstrap can be made).")
+            f"{100 * v.get('power', 0.8):g} % power. " + compare.scope_text(summary["cells"], summary.get("pairs", ())))
 
 
 def _margin_scale(summary: Mapping[str, Any]) -> str:

@@ -5,7 +5,9 @@ p-values adjusted together and the verdicts (docs/study.md, "Verdicts").
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
+
+import numpy as np
 
 import pandas as pd
 
@@ -14,6 +16,9 @@ from bench.lib.study.spec import Setting, Study
 from bench.lib.study import compare
 from bench.lib.study.stats import Estimate, estimate, resolution_pts, spread
 
+
+ImagesByCell = Mapping[tuple[str, str, str], Mapping[int, np.ndarray]]
+"""(model, setting, method) -> seed -> right-or-wrong per test image (the runs' ``test_correct``)."""
 
 COST_KEYS = (("wall_s", "cum_wall_s"), ("device_s", "cum_device_s"), ("energy_j", "cum_energy_j"),
              ("bytes", "cum_bytes"))
@@ -27,11 +32,13 @@ def _finals(runs_df: pd.DataFrame, model: str, setting: Setting, method: str) ->
     return dict(zip(mine["seed"], mine["final_accuracy_pct"]))
 
 
-def cells(study: Study, runs_df: pd.DataFrame, tta_df: pd.DataFrame) -> list[dict[str, Any]]:
+def cells(study: Study, runs_df: pd.DataFrame, tta_df: pd.DataFrame, images: ImagesByCell | None = None) -> list[dict[str, Any]]:
     """Every (model, setting, method)'s statistics over its evaluation seeds, each spread floored at
     one test sample (``stats.resolution_pts``); the paired difference against the base method and, in
     a number format other than FP32, against the same method and seeds in FP32, each with its raw
-    p-values; then each family's p-values adjusted and the verdicts (``decide``)."""
+    p-values (and the image bootstrap where ``images`` has both sides' runs); then each family's
+    p-values adjusted and the verdicts (``decide``)."""
+    images = images or {}
     out = []
     for model in study.models:
         for setting in study.settings:
@@ -57,12 +64,15 @@ def cells(study: Study, runs_df: pd.DataFrame, tta_df: pd.DataFrame) -> list[dic
                         local, base_local, floor, rules(study), "local", _operands(model, mine_key, base_key, "local"))
                 if method != study.base and base_final and set(final) & set(base_final):
                     cell["paired_difference_vs_base_pct"] = compare.comparison(
-                        final, base_final, floor, rules(study), "base", _operands(model, mine_key, base_key))
+                        final, base_final, floor, rules(study), "base", _operands(model, mine_key, base_key),
+                        _pair_images(images, model, mine_key, base_key))
                 cell["number_format"] = setting.number_format
                 fp32 = _finals(runs_df, model, setting.in_fp32, method) if setting.number_format != "fp32" else {}
                 if set(final) & set(fp32):
+                    fp32_key = (setting.in_fp32.label, method)
                     cell["paired_difference_vs_fp32_pct"] = compare.comparison(
-                        final, fp32, floor, rules(study), "fp32", _operands(model, mine_key, (setting.in_fp32.label, method)))
+                        final, fp32, floor, rules(study), "fp32", _operands(model, mine_key, fp32_key),
+                        _pair_images(images, model, mine_key, fp32_key))
                 cell["time_to_accuracy"] = _tta_cell(tta_df, model, setting.label, method)
                 out.append(cell)
     return decide(study, out)
@@ -89,14 +99,13 @@ def _statistics(mine: pd.DataFrame, final: dict, floor: float, samples: int, bas
             "verdicts": {str(k): int(v) for k, v in mine["verdict"].value_counts().items()}}
 
 
-FAMILIES = {"base": "paired_difference_vs_base_pct", "fp32": "paired_difference_vs_fp32_pct",
-            "local": "local_difference_vs_base_pct", "compare": "difference_pct"}
+FAMILIES = {**compare.CELL_FAMILIES, "compare": "difference_pct"}
 """The families of comparisons a report corrects together, one per table of paired differences
 (against the base method; against FP32; the local test mode against the base method; the study's
 ``compare`` pairs), and the key each is recorded under."""
 
 
-def pairs(study: Study, runs_df: pd.DataFrame) -> list[dict[str, Any]]:
+def pairs(study: Study, runs_df: pd.DataFrame, images: ImagesByCell | None = None) -> list[dict[str, Any]]:
     """The study's ``compare`` pairs (a - b, paired over their common seeds) per model and setting,
     their spread floored at one test sample; verdicts follow ``decide`` (one family)."""
     out = []
@@ -108,10 +117,18 @@ def pairs(study: Study, runs_df: pd.DataFrame) -> list[dict[str, Any]]:
                     continue
                 here = runs_df[(runs_df["model"] == model) & (runs_df["setting"] == setting.label)]
                 floor = resolution_pts(int(here["test_samples"].max()))
+                ka, kb = (setting.label, a), (setting.label, b)
                 out.append({"model": model, "setting": setting.label, "a": a, "b": b,
                             "difference_pct": compare.comparison(fa, fb, floor, rules(study), "compare",
-                                                                 _operands(model, (setting.label, a), (setting.label, b)))})
+                                                                 _operands(model, ka, kb),
+                                                                 _pair_images(images or {}, model, ka, kb))})
     return decide(study, out)
+
+
+def _pair_images(images: ImagesByCell, model: str, a: tuple[str, str], b: tuple[str, str]) -> compare.Images | None:
+    """a's and b's right-or-wrong per test image by seed, or None when either side recorded none."""
+    ia, ib = images.get((model, *a)), images.get((model, *b))
+    return (ia, ib) if ia and ib else None
 
 
 def rules(study: Study) -> compare.Rules:

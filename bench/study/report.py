@@ -33,8 +33,9 @@ from bench.lib.study.reprice import PRICED_KEY
 from bench.lib.study.spec import Setting, Study
 from bench.lib.study import registration
 from bench.lib.study.tuning import score
-from bench.study.cells import COST_KEYS, cells, pairs
+from bench.study.cells import COST_KEYS, ImagesByCell, cells, pairs
 from bench.study.table import table_markdown
+from iokit.bits import unpacked
 from iokit.files import atomic_write, atomic_write_text
 
 FILES = ("runs.csv", "curves.csv", "tuning.csv", "tta.csv", "table.md", "summary.json")
@@ -94,6 +95,17 @@ def method_runs(study: Study, run: StudyRun) -> list[MethodRun]:
         p = o.planned
         for method in study.labels(p.training):
             out.append(MethodRun(p.model, p.setting, method, p.seed, p.trial, tuple(o.label_curve(method)), o))
+    return out
+
+
+def run_images(runs: Sequence[MethodRun]) -> ImagesByCell:
+    """(model, setting, method) -> seed -> right-or-wrong per test image, of the runs that recorded it
+    (``run.json``'s ``test_correct``; runs from before it was recorded have none)."""
+    out: dict[tuple[str, str, str], dict[int, Any]] = {}
+    for r in runs:
+        text = r.outcome.info.get("test_correct", {}).get(r.method)
+        if text is not None:
+            out.setdefault((r.model, r.setting.label, r.method), {})[r.seed] = unpacked(text, r.test_samples)
     return out
 
 
@@ -293,7 +305,7 @@ def _machines(run: StudyRun) -> list[dict[str, Any]]:
 
 
 def build_summary(study: Study, run: StudyRun, runs_df: pd.DataFrame, tta_df: pd.DataFrame, *, command: str,
-                  started_unix_s: float, commit: str) -> dict[str, Any]:
+                  started_unix_s: float, commit: str, images: ImagesByCell | None = None) -> dict[str, Any]:
     import torch
 
     from bench.study.phases import execution
@@ -317,7 +329,7 @@ def build_summary(study: Study, run: StudyRun, runs_df: pd.DataFrame, tta_df: pd
             "wall": _wall(run, started_unix_s),
             "counts": counts, "failures": failures,
             "choices": choices, "seed_plans": [p.record() for p in run.seed_plans],
-            "cells": cells(study, runs_df, tta_df), "pairs": pairs(study, runs_df) if len(runs_df) else [],
+            "cells": cells(study, runs_df, tta_df, images), "pairs": pairs(study, runs_df, images) if len(runs_df) else [],
             **({"fleets": answers} if (answers := fleet_answers(study, runs_df, tta_df)) else {})}
 
 
@@ -356,7 +368,7 @@ def write_report(out: str | Path, study: Study, run: StudyRun, *, command: str, 
     runs_df, curves_df = runs_table(study, runs), curves_table(runs)
     tta_df = tta_table(study, runs)
     summary = build_summary(study, run, runs_df, tta_df, command=command, started_unix_s=started_unix_s,
-                            commit=commit)
+                            commit=commit, images=run_images(runs))
     _csv(runs_df, out / "runs.csv")
     _csv(curves_df, out / "curves.csv")
     _csv(tuning_table(study, run), out / "tuning.csv")

@@ -96,11 +96,12 @@ def _comparison_lines(study: Study, summary: Mapping[str, Any]) -> list[str]:
     """The paired differences against the base method, the study's ``compare`` pairs, the intervals."""
     cells_ = summary["cells"]
     lines = ["", f"## Paired difference against {study.base} (points): mean [95 % Student-t interval], verdict", "",
-             _verdict_rule(study), ""]
+             _verdict_rule(study, cells_, summary.get("pairs", ())), ""]
     lines += _grid(study, cells_, lambda c: "—" if c.get("method") == study.base or not c.get("n")
                    else _comparison_text(c.get("paired_difference_vs_base_pct")))
     if summary.get("pairs"):
-        lines += ["", "## The study's other comparisons (`compare`), a - b (points)", "", _verdict_rule(study), "",
+        lines += ["", "## The study's other comparisons (`compare`), a - b (points)", "",
+                  _verdict_rule(study, cells_, summary["pairs"]), "",
                   "| model | setting | a - b | difference |", "|---|---|---|---|"]
         lines += [f"| {p['model']} | {p['setting']} | {p['a']} - {p['b']} | {_comparison_text(p['difference_pct'])} |"
                   for p in summary["pairs"]]
@@ -160,7 +161,7 @@ def _cost_and_convergence_lines(study: Study, cells_: Sequence[Mapping[str, Any]
     if formats:
         lines += ["", "## Number formats: paired difference against FP32 (points), mean [95 % Student-t interval]", "",
                   "The same method, seeds and hyper-parameters (tuned in FP32) trained with every GEMM operand rounded "
-                  "to the format (docs/numerics.md). " + _verdict_rule(study), ""]
+                  "to the format (docs/numerics.md). " + _verdict_rule(study, cells_), ""]
         lines += _grid(study, cells_, lambda c: _comparison_text(c.get("paired_difference_vs_fp32_pct")), formats)
     return lines
 
@@ -211,7 +212,7 @@ def _tuning_lines(study: Study, summary: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _verdict_rule(study: Study) -> str:
+def _verdict_rule(study: Study, cells_: Sequence[Mapping[str, Any]], pairs: Sequence[Mapping[str, Any]] = ()) -> str:
     m = f"{study.equivalence_margin_pts:g}"
     correction = {"holm": "Holm's step-down correction (family-wise error)",
                   "bh": "the Benjamini-Hochberg correction (false discovery rate)", "none": "no correction"}
@@ -225,9 +226,7 @@ def _verdict_rule(study: Study) -> str:
             f"other test's word differs, that word and its p. SW: the Shapiro-Wilk p of the paired differences (small: "
             f"not normal, the t-test's assumption fails). MDD: the smallest true difference these seeds detect "
             f"with {100 * study.power:g} % power (t-test); for ± {m}: the seeds an equivalence within ± {m} needs "
-            "at this spread. Scope: the intervals and tests are over seeds on one fixed test set; the test images' "
-            "sampling is not in them, and no images × seeds bootstrap is given because the runs record no per-image "
-            "correctness (docs/study.md, \"Verdicts\").")
+            "at this spread. " + compare.scope_text(cells_, pairs))
 
 
 def _comparison_text(e: Mapping[str, Any] | None, short: bool = False) -> str:

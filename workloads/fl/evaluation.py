@@ -10,6 +10,7 @@ from typing import Mapping
 import torch
 from torch import nn
 
+from iokit.bits import packed_hex
 from workloads.fl.execution import DeviceData
 from workloads.fl.setup import Setup
 
@@ -33,10 +34,9 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int
 
 
 def evaluate_on(model: nn.Module, data: DeviceData, *, channels_last: bool = False, batch_size: int = 1024) -> float:
-    """``evaluate`` over a split held on the device (decoded batch by batch)."""
-    order = torch.arange(len(data), device=data.y.device)
-    return top1(model, ((memory_format(data.take(order[s:s + batch_size]), channels_last), data.y[s:s + batch_size])
-                        for s in range(0, len(data), batch_size)))
+    """``evaluate`` over a split held on the device (decoded batch by batch): the share of ``correct_on``."""
+    hits = correct_on(model, data, channels_last=channels_last, batch_size=batch_size)
+    return int(hits.sum()) / len(hits)
 
 
 @torch.no_grad()
@@ -52,25 +52,10 @@ def correct_on(model: nn.Module, data: DeviceData, *, channels_last: bool = Fals
     return torch.cat(hits).cpu()
 
 
-def packed_hex(bits: torch.Tensor) -> str:
-    """A bool vector as hex text, 8 samples a byte, first sample in the highest bit (``numpy.packbits``);
-    ``unpacked`` reads it back."""
-    import numpy as np
-
-    return np.packbits(bits.numpy().astype(np.uint8)).tobytes().hex()
-
-
-def unpacked(text: str, n: int):
-    """The first ``n`` bools of ``packed_hex``'s text (a numpy bool array)."""
-    import numpy as np
-
-    return np.unpackbits(np.frombuffer(bytes.fromhex(text), dtype=np.uint8))[:n].astype(bool)
-
-
 def correct_per_sample(setup: Setup) -> str:
-    """The global model as it is now, right or wrong on each test sample (``packed_hex``): what a
-    study's run records so its verdicts can be bootstrapped over test images as well as seeds."""
-    return packed_hex(correct_on(setup.global_model, setup.test, channels_last=setup.execution.channels_last))
+    """The global model as it is now, right or wrong on each test sample (``iokit.bits.packed_hex``):
+    what a study's run records so its verdicts can be bootstrapped over test images as well as seeds."""
+    return packed_hex(correct_on(setup.global_model, setup.test, channels_last=setup.execution.channels_last).numpy())
 
 
 def memory_format(x: torch.Tensor, channels_last: bool) -> torch.Tensor:

@@ -10,7 +10,10 @@ Each comparison a − b (paired over the seeds both have) is tested four ways, b
 * the tests (``TESTS``): the paired Student-t tests on the spread floored at one evaluation sample
   (``bench.lib.study.stats``) and the exact sign-flip permutation test (``bench.lib.study.exact``),
   and beside them the Shapiro-Wilk p of the differences (``stats.normality_p``), the t-test's
-  assumption.
+  assumption;
+* where every paired run recorded its right-or-wrong per test image, a bootstrap over test images
+  and seeds (``bench.lib.study.image_bootstrap``): whether the verdict survives another draw of the
+  test set (``image_bootstrap.verdict_holds``), a sensitivity column, not a test.
 
 Every p-value is adjusted within its family by the study's correction, each test's apart; the
 verdict word follows the study's *primary* test (``[verdicts] primary_test``, default
@@ -25,8 +28,11 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+import numpy as np
+
 from bench.lib.study import verdicts
 from bench.lib.study.exact import method_text, sign_flip_p
+from bench.lib.study.image_bootstrap import holds, image_bootstrap
 from bench.lib.study.stats import (adjusted, difference_p, minimum_detectable_difference, normality_p, one_sided_p,
                                    paired_difference, seeds_for_equivalence, tost)
 
@@ -36,6 +42,12 @@ DEFAULT_PRIMARY_TEST = "permutation"
 """The test whose p-values carry the words when a study file declares none (docs/study.md,
 "Which test carries the word"): its error rate holds without the normality the t-test assumes."""
 HYPOTHESES = ("difference", "equivalence", "noninferiority", "superiority")
+CELL_FAMILIES = {"base": "paired_difference_vs_base_pct", "fp32": "paired_difference_vs_fp32_pct",
+                 "local": "local_difference_vs_base_pct"}
+"""The families a study's cells hold, each under its key: against the base method, against FP32, the
+local test mode against the base method (the ``compare`` family is ``pairs[*].difference_pct``)."""
+Images = tuple[Mapping[int, np.ndarray], Mapping[int, np.ndarray]]
+"""a's and b's right-or-wrong per test image (bool arrays), by seed."""
 
 
 @dataclass(frozen=True)
@@ -72,12 +84,13 @@ def permutation_ps(differences: Sequence[float], margin: float) -> dict[str, Any
 
 
 def comparison(a: Mapping[int, float], b: Mapping[int, float], floor: float, rules: Rules, family: str,
-               operands: Mapping[str, Any] | None = None) -> dict[str, Any]:
+               operands: Mapping[str, Any] | None = None, images: Images | None = None) -> dict[str, Any]:
     """The paired difference a − b (its spread floored at ``floor``) with every test's raw p-values
     (module doc), the Shapiro-Wilk p of the differences, the minimum detectable difference at the
     study's power and the seeds a ± margin equivalence would need at this spread; ``operands``: what
-    a and b are (so a check can find their runs). The adjusted p-values and the verdict come with
-    the family (``adjust_family``)."""
+    a and b are (so a check can find their runs); ``images``: a's and b's right-or-wrong per test
+    image by seed, where the runs recorded them (the image bootstrap is made when every paired
+    seed has both). The adjusted p-values and the verdict come with the family (``adjust_family``)."""
     d = paired_difference(a, b, floor=floor)
     seeds = sorted(set(a) & set(b))
     margin = rules.margin_pts
@@ -90,6 +103,9 @@ def comparison(a: Mapping[int, float], b: Mapping[int, float], floor: float, rul
                     "shapiro_wilk_p": normality_p(diffs), "power": rules.power,
                     "minimum_detectable_pts": minimum_detectable_difference(d.spread, d.n, power=rules.power),
                     "seeds_for_margin": seeds_for_equivalence(d.spread, margin, power=rules.power)})
+        if images is not None and all(s in images[0] and s in images[1] for s in seeds):
+            out["image_bootstrap"] = image_bootstrap(
+                np.stack([images[0][s].astype(np.int8) - images[1][s].astype(np.int8) for s in seeds]))
     return out
 
 
@@ -122,6 +138,8 @@ def adjust_family(members: Sequence[dict[str, Any]], rules: Rules) -> None:
                                            rules.margin_pts)
         if "tests" in m:
             m["tests_agree"] = len({m["tests"][t]["verdict"] for t in TESTS}) == 1
+        if "image_bootstrap" in m:
+            m["image_bootstrap"]["verdict_holds"] = holds(m["image_bootstrap"], m["verdict"], m["mean"], rules.margin_pts)
 
 
 def carrying_text(e: Mapping[str, Any]) -> str:
@@ -132,7 +150,34 @@ def carrying_text(e: Mapping[str, Any]) -> str:
     if e.get("p_difference_adjusted") is None and e.get("p_equivalence_adjusted") is None:
         return v
     primary = e.get("primary_test", "t")
-    return f"{v} ({_ps_text(e, primary, v)})" + _other_text(e, primary)
+    return f"{v} ({_ps_text(e, primary, v)})" + _other_text(e, primary) + _images_text(e)
+
+
+def scope_text(cells: Sequence[Mapping[str, Any]], pairs: Sequence[Mapping[str, Any]] = ()) -> str:
+    """What a study's intervals cover, as its table and docs/findings.md say it: seeds on one fixed
+    test set, and where its runs recorded per-image correctness, a bootstrap over test images too."""
+    comparisons = [c[k] for c in cells for k in CELL_FAMILIES.values() if k in c]
+    comparisons += [p["difference_pct"] for p in pairs if "difference_pct" in p]
+    made = sum("image_bootstrap" in c for c in comparisons)
+    seeds = "Scope: every interval and test is over seeds on one fixed test set"
+    if not made:
+        return (f"{seeds}; the sampling of the test images is not in them (the runs record no per-image "
+                "correctness, so no images × seeds bootstrap can be made).")
+    return (f"{seeds}; the sampling of the test images enters through a bootstrap over images × seeds, made for "
+            f"{made} of {len(comparisons)} comparisons (those whose runs all recorded per-image correctness): "
+            "\"over test images too\" or \"not over test images\" beside a verdict says whether it survives, with the "
+            "bootstrap's 95 % interval (90 % for an equivalence), unadjusted for the family (docs/study.md, \"Scope\").")
+
+
+def _images_text(e: Mapping[str, Any]) -> str:
+    """Whether the verdict survives the bootstrap over test images and seeds, where it was made
+    (``bench.lib.study.image_bootstrap``): ``; over test images too (95 % [+0.4, +3.1])``."""
+    boot = e.get("image_bootstrap")
+    if boot is None or boot.get("verdict_holds") is None:
+        return ""
+    level = "90" if e["verdict"].startswith("equivalent") else "95"
+    lo, hi = boot[f"interval_{level}_pts"]
+    return f"; {'over test images too' if boot['verdict_holds'] else 'not over test images'} ({level} % [{lo:+.2f}, {hi:+.2f}])"
 
 
 def _ps_text(e: Mapping[str, Any], test: str, verdict: str) -> str:

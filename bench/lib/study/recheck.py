@@ -2,7 +2,8 @@
 states (``python -m bench.findings --check``; docs/study.md, "Outputs").
 
 Truth is the runs: each evaluation run's ``grid/runs/<run_id>/curve.csv`` (the accuracy of every
-round, as the run wrote it) and ``run.json`` (the local test mode's accuracy). From them, and from
+round, as the run wrote it) and ``run.json`` (the local test mode's accuracy, and where recorded
+the right-or-wrong per test image, whose share must equal the curve's final accuracy). From them, and from
 nothing else but the rules the summary records (margin, correction, power, primary test), every
 cell's final-accuracy estimate and every comparison (each family's p-values adjusted together, the
 verdicts) are computed again with the report's own functions (``bench.lib.study.compare``), and
@@ -24,10 +25,8 @@ from typing import Any, Iterator, Mapping
 
 from bench.lib.study import compare
 from bench.lib.study.stats import estimate, resolution_pts
+from iokit.bits import unpacked
 
-FAMILY_KEYS = {"base": "paired_difference_vs_base_pct", "fp32": "paired_difference_vs_fp32_pct",
-               "local": "local_difference_vs_base_pct"}
-"""The cells' comparison keys, by family; the ``compare`` family is ``pairs[*].difference_pct``."""
 ESTIMATE_KEYS = ("n", "mean", "std", "ci_low", "ci_high")
 RELATIVE_TOLERANCE = 1e-9
 
@@ -102,6 +101,7 @@ class Runs:
         self.final: dict[tuple[str, str, str, int], float] = {}
         self.local: dict[tuple[str, str, str, int], float] = {}
         self.samples: dict[tuple[str, str, str], int] = {}
+        self.images: dict[tuple[str, str, str], dict[int, Any]] = {}
         self.problems: list[str] = []
         path = folder / "runs.csv"
         if not path.is_file():
@@ -131,6 +131,24 @@ class Runs:
                 self.local[key] = local
             samples = int(float(need(row, "test_samples", where)))
             self.samples[key[:3]] = max(samples, self.samples.get(key[:3], 0))
+            self._read_images(run, key, samples, final)
+
+    def _read_images(self, run: Path, key: tuple[str, str, str, int], samples: int, final_pct: float) -> None:
+        """The run's right-or-wrong per test image of ``key``'s label, where ``run.json`` records it;
+        a problem when its share is not the curve's final accuracy."""
+        text = json.loads((run / "run.json").read_text(encoding="utf-8")).get("test_correct", {}).get(key[2])
+        if text is None:
+            return
+        try:
+            bits = unpacked(text, samples)
+        except ValueError as err:
+            self.problems.append(f"run {run.name}: run.json test_correct of {key[2]}: {err}")
+            return
+        if not _close(100 * int(bits.sum()) / samples, final_pct):
+            self.problems.append(f"run {run.name}: run.json test_correct of {key[2]} says "
+                                 f"{100 * int(bits.sum()) / samples!r} %, its curve.csv {final_pct!r} %")
+            return
+        self.images.setdefault(key[:3], {})[key[3]] = bits
 
     def by_seed(self, model: str, setting: str, method: str, accuracy: str = "final") -> dict[int, float]:
         values = self.local if accuracy == "local" else self.final
@@ -153,8 +171,9 @@ def _recompute(runs: Runs, e: Mapping[str, Any], rules: compare.Rules, where: st
     ka = (model, need(a, "setting", where), need(a, "method", where))
     kb = (model, need(b, "setting", where), need(b, "method", where))
     floor = resolution_pts(max(runs.samples.get(ka, 1), runs.samples.get(kb, 1)))
+    images = (runs.images.get(ka), runs.images.get(kb)) if accuracy == "final" else (None, None)
     return compare.comparison(runs.by_seed(*ka, accuracy), runs.by_seed(*kb, accuracy), floor, rules,
-                              need(e, "family", where), ops)
+                              need(e, "family", where), ops, images if all(images) else None)
 
 
 def recheck(folder: Path, name: str, summary: Mapping[str, Any]) -> list[str]:
@@ -180,7 +199,7 @@ def recheck(folder: Path, name: str, summary: Mapping[str, Any]) -> list[str]:
         recorded = need(c, "final_accuracy_pct", f"{where}: cell {cell}")
         out += [f"{name}: cell {cell}: final_accuracy_pct.{line}"
                 for line in differences(recorded, {k: e[k] for k in ESTIMATE_KEYS})][:1]
-        for family, key in FAMILY_KEYS.items():
+        for family, key in compare.CELL_FAMILIES.items():
             if key in c:
                 families.setdefault(family, []).append((f"cell {cell}: {key}", c[key], {}))
     for p in summary.get("pairs", []):
