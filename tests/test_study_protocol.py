@@ -385,6 +385,7 @@ def test_a_study_on_a_generated_dataset_in_cifar10s_on_disk_format(tmp_path, cap
     err = capsys.readouterr().err
     projected = err.index("projected local training of the study's 2 runs still to do on cpu")
     assert projected < err.index("[tune 1/1]")
+    assert "left in this phase at the pace of its 1 run(s)" in err  # eval 1/2 done: one run's pace, one to go
     runs = list(csv.DictReader(open(out / "runs.csv")))
     assert [r["seed"] for r in runs] == ["0", "1"] and all(r["git_commit"] and r["kernels"] for r in runs)
     info = json.loads(next((out / "grid" / "runs").glob("*/run.json")).read_text())

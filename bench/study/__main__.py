@@ -80,8 +80,10 @@ def check_data_dir(study, data_dir: str | None) -> None:
                            fix='or set dataset = "cifar10" in the study file')
 
 
-def projection_lines(study, ex, out: Path, workers: int) -> list[str]:
-    """The projected local training of the runs still to do (module doc), before the first starts."""
+def projection_lines(study, ex, out: Path, workers: int, cpus: float = 1.0) -> list[str]:
+    """The projected local training of the runs still to do (module doc), before the first starts,
+    timed with each run's torch threads (``cpus``, ``--resources-per-run``), as the runs will train."""
+    from bench.lib.grid.point import torch_threads
     from bench.lib.study.runner import projected_local_training_s
     from workloads.fl.loop import duration_text
 
@@ -93,7 +95,8 @@ def projection_lines(study, ex, out: Path, workers: int) -> list[str]:
             if phases.outcome(out / phases.GRID_FOLDER, p).status != "done"}
     if not todo:
         return ["projected: every run is already in --out; nothing to train"]
-    per = projected_local_training_s(list(todo.values()))
+    with torch_threads(cpus):
+        per = projected_local_training_s(list(todo.values()))
     total = sum(s for _, s in per.values())
     lines = [f"projected local training, {n} run(s) of {model} {method}{'' if fmt == 'fp32' else ' in ' + fmt}: "
              f"{duration_text(s)}" for (model, method, fmt), (n, s) in per.items()]
@@ -146,7 +149,7 @@ def _checked(args: argparse.Namespace):
     if args.address:
         check_ray_address(args.address)
     if not (args.report_only or args.reprice):
-        for line in projection_lines(study, phases.execution(study), out, args.workers):
+        for line in projection_lines(study, phases.execution(study), out, args.workers, resources.cpus):
             print(line, file=sys.stderr, flush=True)
     return study, resources, out, registered, commit
 

@@ -13,6 +13,7 @@ whose settings coincide in both phases (a tuning seed that is also an evaluation
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -267,6 +268,19 @@ def extension_plan(study: Study, ex: Execution, choices: Mapping[tuple[str, str,
 Progress = Callable[[str], None]
 
 
+def left_text(ran_s: Sequence[float], left: int, workers: int) -> str:
+    """The phase's remaining wall time at the pace of the runs it has trained so far (``ran_s``, each
+    run's own seconds): ``left`` runs of their mean length, ``workers`` at a time; measured, so it
+    counts what the projection before the first run leaves out (evaluation, pricing, start-up) and
+    the machine's load as it is."""
+    if not ran_s or left <= 0:
+        return ""
+    from workloads.fl.forecast import duration_text
+
+    per_s = sum(ran_s) / len(ran_s)
+    return f"; ~{duration_text(per_s * math.ceil(left / max(1, workers)))} left in this phase at the pace of its {len(ran_s)} run(s)"
+
+
 def run_study(study: Study, out: str | Path, *, backend: str = "local", workers: int = 1, address: str | None = None,
               resources: Resources = Resources(), retry_failed: bool = False, progress: Progress | None = None,
               runner: str = RUNNER, commit: str | None = None, execute: bool = True,
@@ -286,10 +300,14 @@ def run_study(study: Study, out: str | Path, *, backend: str = "local", workers:
     def run_phase(planned: list[Planned], phase: str) -> tuple[Outcome, ...]:
         if planned and execute:
             names = {run_id(runner, p.config): p.describe() for p in planned}
+            ran: list[float] = []
 
             def show(result: PointResult, i: int, total: int) -> None:
                 extra = f" ({result.elapsed_s:.1f} s)" if result.status == "done" else ""
                 extra += f": {result.error}" if result.error else ""
+                if result.status == "done":
+                    ran.append(result.elapsed_s)
+                    extra += left_text(ran, total - i, workers)
                 say(f"[{phase} {i}/{total}] {names.get(result.run_id, result.run_id)}: {result.status}{extra}")
 
             run_grid(grid_spec(study, planned, runner), grid_dir, backend=backend, resources=resources,

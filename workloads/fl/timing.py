@@ -7,6 +7,7 @@ global generator (which the threads and the recorded step cannot keep apart).
 from __future__ import annotations
 
 import copy
+import statistics
 import time
 from dataclasses import dataclass, replace
 
@@ -23,7 +24,7 @@ from workloads.fl.streams import arithmetic_of
 from workloads.fl.threads import draws_global_generator, run_on_slots, slots
 from workloads.fl.together import ClientRun, train_together
 
-FORECAST_STEPS = 3  # timed local steps behind the projected wall time (after one warm-up step)
+FORECAST_STEPS = 5  # timed local steps behind the projected wall time (after one warm-up step; one client: their median)
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ def step_draws_global(timed: Timed) -> bool:
 
 def step_rate(timed: Timed, steps: int = FORECAST_STEPS, clients: int = 1, recorded: bool = False) -> float:
     """Training samples/s of ``steps`` local steps of each of ``clients`` clients after one warm-up
-    step each, ``timed.model`` (changed by them) and ``clients - 1`` copies of it trained at once on
+    step each (one client: from the median step, ``median_step_s``), ``timed.model`` (changed by them) and ``clients - 1`` copies of it trained at once on
     as many threads (``workloads.fl.threads``; 1: this thread); ``recorded``: through the round's
     static step (``workloads.fl.capture``), after its eager first step and, on a GPU, its recording."""
     device, hp = timed.execution.torch_device, timed.hp
@@ -85,14 +86,29 @@ def step_rate(timed: Timed, steps: int = FORECAST_STEPS, clients: int = 1, recor
         for _ in range(steps):
             trainer.step(x, y)
 
+    batch = len(timed.idx[:hp.batch_size])
+    if clients == 1:
+        return batch / median_step_s(trainers[id(timed.model)], steps, device)
     synchronize(device)
     start = time.perf_counter()
-    if clients == 1:
-        train(timed.model, 0)
-    else:
-        run_on_slots(train, range(clients), pool)
+    run_on_slots(train, range(clients), pool)
     synchronize(device)
-    return clients * steps * len(timed.idx[:hp.batch_size]) / (time.perf_counter() - start)
+    return clients * steps * batch / (time.perf_counter() - start)
+
+
+def median_step_s(prepared: tuple[ClientTrainer, torch.Tensor, torch.Tensor], steps: int, device: torch.device) -> float:
+    """The median of ``steps`` local steps' times, each timed alone: a step slowed by another
+    process taking the core (a preemption on a shared machine) moves the median little where it
+    would move a sum of the steps as much as it lasted."""
+    trainer, x, y = prepared
+    times = []
+    for _ in range(steps):
+        synchronize(device)
+        start = time.perf_counter()
+        trainer.step(x, y)
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
 
 
 def together_rate(timed: Timed, clients: int, steps: int = FORECAST_STEPS) -> float:

@@ -5,6 +5,7 @@ under a lock, its record (``point.json``, ``failed/<run_id>.json``); and the err
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import sys
@@ -14,7 +15,7 @@ import uuid
 from dataclasses import dataclass
 from hashlib import sha256
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from bench.lib.grid.runners import resolve_runner
 from bench.lib.results import FORMAT_VERSION
@@ -42,15 +43,21 @@ def run_id(runner: str, config: dict[str, Any]) -> str:
     return sha256(text.encode()).hexdigest()[:12]
 
 
-def _set_threads(cpus: float) -> int | None:
-    """Give torch ``cpus`` threads; returns the previous count (None without torch)."""
+@contextlib.contextmanager
+def torch_threads(cpus: float) -> Iterator[None]:
+    """Torch's thread count set to a run's CPU share (``cpus``, at least 1) inside the block, and back
+    after it (nothing without torch): what each run trains with, and what a projection of it times."""
     try:
         import torch
     except ImportError:
-        return None
+        yield
+        return
     previous = torch.get_num_threads()
     torch.set_num_threads(max(1, int(cpus)))
-    return previous
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
 
 
 def execute_point(runner_spec: str, config: dict[str, Any], out_root: str, cpus: float = 1.0,
@@ -80,16 +87,13 @@ def execute_point(runner_spec: str, config: dict[str, Any], out_root: str, cpus:
             return PointResult(rid, "skipped", config)
         _clear_for_rerun(root, rid, files, lambda: runner_of.incomplete(config, final))
         tmp.mkdir(parents=True)
-        previous_threads = _set_threads(cpus)
         try:
-            runner = resolve_runner(runner_spec).run  # imported before the clock starts: a worker's
-            start_unix_s, start = time.time(), time.perf_counter()  # first run does not count it
-            metrics = runner(dict(config), tmp)
+            with torch_threads(cpus):
+                runner = resolve_runner(runner_spec).run  # imported before the clock starts: a worker's
+                start_unix_s, start = time.time(), time.perf_counter()  # first run does not count it
+                metrics = runner(dict(config), tmp)
         except (Exception, SystemExit) as e:  # noqa: BLE001 - one failing run (even one that exits) must not stop the grid
             return _record_failure(failed, rid, config, files, e)
-        finally:
-            if previous_threads is not None:
-                _set_threads(previous_threads)
         elapsed_s = time.perf_counter() - start
         _write_json(tmp / "point.json", {"version": FORMAT_VERSION, "run_id": rid, "runner": runner_spec,
                                          "git_commit": commit, "config": config, "files": files,
