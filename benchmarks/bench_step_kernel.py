@@ -10,15 +10,19 @@ for bit on every operand (the run stops at the first that differs). Prints the s
 milliseconds (the sum of the operands' best times) and ns a value, before and today, and for a
 scaled format the largest-magnitude pass alone (``_fused_kernel.largest_bits_at``: the pass of its
 own that delayed scaling's amax took before the kernel read it in the rounding's pass), with the
-1-minute load average before and after.
+1-minute load average before and after. ``--nearest`` (a stochastic format) times today's kernel on
+the same calls rounding to nearest too (no random words: the same nests and constants), interleaved
+with the others: stochastic rounding's own share of the step's kernel time is the difference.
 
-    PYTHONPATH=. python benchmarks/bench_step_kernel.py [--before HEAD] [--format fp8_hybrid_ds] [--channels-last] [--repeat 15]
+    PYTHONPATH=. python benchmarks/bench_step_kernel.py [--before HEAD] [--format fp8_hybrid_ds] [--channels-last] [--repeat 15] [--nearest]
 """
 
 import argparse
 import os
+import sys
 import time
 
+import numpy as np
 import torch
 
 from benchmarks.bench_sr_kernel import kernel_at, kernel_format
@@ -72,9 +76,13 @@ def main() -> None:
     p.add_argument("--format", default="fp8_hybrid_ds", help="a BFP, MX or scaled FP8 format (default fp8_hybrid_ds)")
     p.add_argument("--channels-last", action="store_true")
     p.add_argument("--repeat", type=int, default=15)
+    p.add_argument("--nearest", action="store_true", help="time today's kernel rounding to nearest too (a stochastic --format)")
     args = p.parse_args()
     fmt = kernel_format("bench_step_kernel", args.format, lambda f: f.kind in ("bfp", "mx") or f.scaling != "none",
                         "rounded by the kernel (a BFP, MX or scaled FP8 format, e.g. fp8_hybrid_ds, bfp_m4_g16_sr)")
+    if args.nearest and fmt.rounding != "stochastic":
+        sys.exit(print(f"bench_step_kernel: --nearest needs a stochastic --format, not {fmt.name} (e.g. bfp_m4_g16_sr)",
+                       file=sys.stderr) or 2)
     torch.set_num_threads(1)
     before = kernel_at(args.before)
     load_before = os.getloadavg()[0]
@@ -82,14 +90,19 @@ def main() -> None:
     from workloads.numerics._fused_kernel import largest_bits_at
     kernels = {"before": before.round_at, "today": fused.kernel(),
                "amax pass": lambda x_address, out_address, n, *_: largest_bits_at(x_address, n)}
+    if args.nearest:  # the same calls with no random bits (their ints' last entry 0: to nearest)
+        kernels["nearest"] = fused.kernel()
     total = {name: 0.0 for name in kernels}
     for values, n, nests, floats, ints in calls:
         outs = {name: torch.empty(n) for name in kernels}
         best = {name: float("inf") for name in kernels}
+        constants = {name: ints for name in kernels}
+        if args.nearest:
+            constants["nearest"] = np.concatenate([ints[:5], [0]]).astype(ints.dtype)
         for _ in range(args.repeat):
             for name, round_at in kernels.items():
                 start = time.perf_counter()
-                round_at(values.data_ptr(), outs[name].data_ptr(), n, nests, floats, ints)
+                round_at(values.data_ptr(), outs[name].data_ptr(), n, nests, floats, constants[name])
                 best[name] = min(best[name], time.perf_counter() - start)
         if not torch.equal(outs["before"].view(torch.int32), outs["today"].view(torch.int32)) or (
                 int(ints[0]) == fused.SCALED and fused.kernel()(values.data_ptr(), outs["today"].data_ptr(), n, nests, floats, ints)
@@ -104,6 +117,10 @@ def main() -> None:
           f"{1e3 * total['before']:.2f} ms ({1e9 * total['before'] / values:.3f} ns a value), today "
           f"({git_commit()[:12]}) {1e3 * total['today']:.2f} ms ({1e9 * total['today'] / values:.3f} ns a value); "
           f"the largest-magnitude pass alone {1e3 * total['amax pass']:.2f} ms")
+    if args.nearest:
+        print(f"today's kernel rounding to nearest {1e3 * total['nearest']:.2f} ms: stochastic rounding's own "
+              f"{1e3 * (total['today'] - total['nearest']):.2f} ms a step today, "
+              f"{1e3 * (total['before'] - total['nearest']):.2f} ms with {args.before}'s kernel")
     print(f"load average (1 min) before, after: {load_before:.2f}, {os.getloadavg()[0]:.2f}")
 
 

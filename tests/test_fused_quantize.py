@@ -97,6 +97,33 @@ def test_the_kernel_equals_the_torch_operations_on_a_steps_layouts(name, monkeyp
         assert results[0].stride() == x.stride()
 
 
+# Runs of adjacent draw positions that start at an odd position, where the kernel's first random
+# word is the high half of a SplitMix64 output (_fused_kernel._hash_pairs): groups of 11 adjacent
+# values (batches of floor(1024 / 11) = 93 groups, so the second batch starts at position 1023), and
+# a permuted tensor rounded under one scale whose memory rows of 5 values start at positions
+# 5 x (odd) (x[i, j, k] at 20 i + 5 j + k after permute(1, 0, 2) of a (3, 4, 5) tensor)
+ODD_STARTS = [("bfp_m4_g11_sr", (300, 11), None, -1), ("bfp_m2_g11_sr", (300, 11), None, -1),
+              ("e4m3_cs_sr", (3, 4, 5), (1, 0, 2), -1), ("e5m2_cs_sr", (40, 6, 5), (1, 0, 2), -1)]
+
+
+@needs_kernel
+@pytest.mark.parametrize("name, shape, permutation, dim", ODD_STARTS)
+def test_the_kernel_equals_the_torch_operations_where_draws_start_at_an_odd_position(name, shape, permutation, dim,
+                                                                                      monkeypatch):
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(5)) * 3
+    if permutation is not None:
+        x = x.permute(permutation)
+    calls = []
+    real = fused.kernel()
+    monkeypatch.setattr(fused, "_kernel", lambda *args: calls.append(args[2]) or real(*args))
+    results = []
+    for enabled in (True, False):
+        monkeypatch.setattr(fused, "_kernel_enabled", enabled)
+        results.append(round_to_format(x, NumberFormat.parse(name), dim=dim, generator=torch.Generator().manual_seed(7)))
+    assert calls == [x.numel()]  # the kernel rounded every value once, then torch's operations
+    assert torch.equal(results[0].view(torch.int32), results[1].view(torch.int32))
+
+
 def neighbours_of(x: torch.Tensor, unit: float) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.floor(x / unit) * unit, torch.ceil(x / unit) * unit
 

@@ -4,6 +4,8 @@ numba's import and compilation are not paid by runs that round nothing). Every o
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 from numba import carray, njit, types
 from numba.extending import intrinsic
@@ -24,6 +26,7 @@ THIRTY_TWO = np.uint64(32)
 BFP, MX, SCALED = 0, 1, 2
 CHUNK = np.uint64(1024)  # values rounded per inner loop (a run longer than that: in chunks)
 U0, U1, TWO_U = np.uint64(0), np.uint64(1), np.uint64(2)
+HALVES_LOW_FIRST = sys.byteorder == "little"  # a uint64 in memory: its low 32-bit half first
 
 
 @intrinsic
@@ -59,13 +62,18 @@ def _int_pointer(typingctx, address):
 
 
 @njit(inline="always", error_model="numpy")
-def _splitmix64(counter, seed):
-    """SplitMix64's output number ``counter + 1`` from ``seed``, ``mix64(seed + (counter + 1)
-    GAMMA)`` (``workloads.numerics.splitmix.splitmix64``; uint64 arithmetic wraps mod 2^64)."""
-    z = seed + (counter + U1) * GAMMA
+def _mix64(z):
+    """SplitMix64's finaliser (``workloads.numerics.splitmix.mix64``; uint64 arithmetic wraps mod 2^64)."""
     z = (z ^ (z >> MIX_S1)) * MIX_M1
     z = (z ^ (z >> MIX_S2)) * MIX_M2
     return z ^ (z >> MIX_S3)
+
+
+@njit(inline="always", error_model="numpy")
+def _splitmix64(counter, seed):
+    """SplitMix64's output number ``counter + 1`` from ``seed``, ``mix64(seed + (counter + 1)
+    GAMMA)`` (``workloads.numerics.splitmix.splitmix64``)."""
+    return _mix64(seed + (counter + U1) * GAMMA)
 
 
 @njit(inline="always", error_model="numpy")
@@ -76,30 +84,52 @@ def _uniform(word, shift, unit):
 
 
 @njit(inline="always", error_model="numpy")
-def _fill_draws(draws, at, n, position, step, rng):
-    """``draws[at:at + n]``: the uniform numbers of positions ``position, position + step, ...``
-    (``rng``: SplitMix64's seed, the shift keeping a word's top bits and their unit): position
-    ``j``'s is word ``j mod 2`` (low, high) of output ``floor(j / 2)`` (``splitmix.counter_uniform``).
-    Adjacent positions take both words of an output (one call for two draws); others compute theirs
-    alone."""
-    seed, shift, unit = rng
+def _hash_pairs(words, n, position, seed):
+    """The random words of the ``n`` adjacent positions from ``position`` into ``words`` (uint64):
+    SplitMix64's outputs ``floor(position / 2)`` on (position ``j``'s word is word ``j mod 2``, low
+    then high, of output ``floor(j / 2)``: ``splitmix.counter_uniform``), so that ``words``' 32-bit
+    halves in memory order, from half ``position mod 2`` on, are the positions' words in order (a
+    little-endian machine stores a uint64's low half first, ``HALVES_LOW_FIRST``; elsewhere the
+    halves are swapped before the store). Read back as uint32 (``halves``, a view of the same
+    memory) in the rounding's loop, 16 words convert in one vector operation; split from the 64-bit
+    outputs they took two shifts, two narrowings and an interleave more. The counter's ``seed + (c
+    + 1) GAMMA`` advances by an addition (the same sum mod 2^64, one 64-bit multiply less)."""
+    z = seed + ((position >> U1) + U1) * GAMMA
+    for p in range((n + (position & U1) + U1) >> U1):
+        word = _mix64(z)
+        words[p] = word if HALVES_LOW_FIRST else (word << THIRTY_TWO) | (word >> THIRTY_TWO)
+        z += GAMMA
+
+
+@njit(inline="always", error_model="numpy")
+def _fill_words(halves, at, n, position, step, seed):
+    """``halves[at:at + n]`` (uint32): the random words of positions ``position, position + step,
+    ...`` (``_hash_pairs``' words, for positions that are not adjacent values in memory). Adjacent
+    positions take both words of an output (one call for two words); an even ``step`` takes the
+    same word of each output, whose counter then advances by an addition."""
     if step == U1:
         j = U0
         if position & U1 and n > U0:  # an odd first position: the high word of its output
-            draws[at] = _uniform(_splitmix64(position >> U1, seed) >> THIRTY_TWO, shift, unit)
+            halves[at] = np.uint32(_splitmix64(position >> U1, seed) >> THIRTY_TWO)
             j = U1
         first = (position + j) >> U1
         for p in range((n - j) >> U1):
             word = _splitmix64(first + p, seed)
-            draws[at + j + TWO_U * p] = _uniform(word & MASK32, shift, unit)
-            draws[at + j + TWO_U * p + U1] = _uniform(word >> THIRTY_TWO, shift, unit)
+            halves[at + j + TWO_U * p] = np.uint32(word & MASK32)
+            halves[at + j + TWO_U * p + U1] = np.uint32(word >> THIRTY_TWO)
         if (n - j) & U1:  # an even last position: the low word of its output
-            draws[at + n - U1] = _uniform(_splitmix64((position + n - U1) >> U1, seed) & MASK32, shift, unit)
+            halves[at + n - U1] = np.uint32(_splitmix64((position + n - U1) >> U1, seed) & MASK32)
+    elif step & U1 == U0:
+        half = (position & U1) * THIRTY_TWO
+        z = seed + ((position >> U1) + U1) * GAMMA
+        for j in range(n):
+            halves[at + j] = np.uint32((_mix64(z) >> half) & MASK32)
+            z += (step >> U1) * GAMMA
     else:
         for j in range(n):
             c = position + j * step
             word = _splitmix64(c >> U1, seed)
-            draws[at + j] = _uniform(word >> THIRTY_TWO if c & U1 else word & MASK32, shift, unit)
+            halves[at + j] = np.uint32(word >> THIRTY_TWO if c & U1 else word & MASK32)
 
 
 @njit(inline="always", error_model="numpy")
@@ -193,19 +223,21 @@ def _nearest_run(xf, out, start, factors, at, n, grid, kind):
 
 
 @njit(inline="always", error_model="numpy")
-def _stochastic_run(arrays, start, factors, at, n, draws, grid, kind):
+def _stochastic_run(arrays, start, factors, at, n, words, grid, kind):
     """``_nearest_run`` rounding stochastically (``arrays``: the values and the result), value ``j``
-    with the uniform number ``draws[j]``: ``floor(x / f + u) f`` for BFP."""
+    with the uniform number of random word ``halves[j]`` (``words``: ``(halves, shift, unit)``,
+    ``_uniform``): ``floor(x / f + u) f`` for BFP."""
     xf, out = arrays
+    halves, shift, unit = words
     if kind == BFP:
         for j in range(n):
             f = factors[at + j]
-            out[start + j] = np.floor(xf[start + j] / f + draws[j]) * f
+            out[start + j] = np.floor(xf[start + j] / f + _uniform(halves[j], shift, unit)) * f
     else:  # MX
         for j in range(n):
             f = factors[at + j]
             v, ulp = _onto_mx_grid(xf[start + j], f, grid)
-            out[start + j] = _back_mx(np.floor(v / ulp + draws[j]), ulp, f, grid)
+            out[start + j] = _back_mx(np.floor(v / ulp + _uniform(halves[j], shift, unit)), ulp, f, grid)
 
 
 @njit(nogil=True, boundscheck=False, error_model="numpy")
@@ -227,7 +259,6 @@ def _round_adjacent_blocks(xf, xi, out, nest, floats, ints):
     shift = np.uint64(32 - bits) if stochastic else np.uint64(0)
     grid = (floats[0], floats[1], floats[2], floats[3])
     unit = floats[6]
-    rng = (seed, shift, unit)
     scale_of = (floats[7], floats[2], floats[4])
     offset, coffset = nest[0], nest[1]
     n0, n1, n2, group, m1 = nest[2], nest[3], nest[4], nest[5], nest[7]
@@ -237,7 +268,8 @@ def _round_adjacent_blocks(xf, xi, out, nest, floats, ints):
     batch = CHUNK // block
     adjacent_positions = (m1 == 1 or d1 == 1) and (m1 == 1 and cg == 1 or cg == m1) and c2 == block
     factors = np.empty(batch * block, np.float32)
-    draws = np.zeros(batch * block, np.float32)
+    words = np.zeros(CHUNK // TWO_U + U1, np.uint64)  # stochastic rounding's random words (_hash_pairs)
+    halves = words.view(np.uint32)
     top = np.empty(m1, np.int32)
     for i0 in range(n0):
         for i1 in range(n1):
@@ -265,27 +297,32 @@ def _round_adjacent_blocks(xf, xi, out, nest, floats, ints):
                         for g in range(group):
                             factors[at + g * m1 + j] = f
                     if stochastic and not adjacent_positions and m1 == 1:  # one loop over the group
-                        _fill_draws(draws, at, group, cbase + q * c2, cg, rng)
+                        _fill_words(halves, at, group, cbase + q * c2, cg, seed)
                     elif stochastic and not adjacent_positions:
                         for g in range(group):
-                            _fill_draws(draws, at + g * m1, m1, cbase + q * c2 + g * cg, d1, rng)
+                            _fill_words(halves, at + g * m1, m1, cbase + q * c2 + g * cg, d1, seed)
+                first = U0  # the batch's first random word in halves
                 if stochastic and adjacent_positions:  # the batch's positions follow one another: one loop
-                    _fill_draws(draws, U0, nb * block, cbase, U1, rng)
+                    _hash_pairs(words, nb * block, cbase, seed)
+                    first = cbase & U1
                 if s2 != block:  # blocks apart in memory (a group of adjacent values, m1 = 1): a loop per block
                     for q in range(nb):
                         if stochastic:
-                            _stochastic_run((xf, out), start + q * s2, factors, q * block, block, draws[q * block:], grid, kind)
+                            _stochastic_run((xf, out), start + q * s2, factors, q * block, block,
+                                            (halves[first + q * block:], shift, unit), grid, kind)
                         else:
                             _nearest_run(xf, out, start + q * s2, factors, q * block, block, grid, kind)
                 elif stochastic:
                     n = nb * block
                     if kind == BFP:
                         for j in range(n):
-                            out[start + j] = np.floor(xf[start + j] / factors[j] + draws[j]) * factors[j]
+                            u = _uniform(halves[first + j], shift, unit)
+                            out[start + j] = np.floor(xf[start + j] / factors[j] + u) * factors[j]
                     else:  # MX
                         for j in range(n):
                             v, ulp = _onto_mx_grid(xf[start + j], factors[j], grid)
-                            out[start + j] = _back_mx(np.floor(v / ulp + draws[j]), ulp, factors[j], grid)
+                            u = _uniform(halves[first + j], shift, unit)
+                            out[start + j] = _back_mx(np.floor(v / ulp + u), ulp, factors[j], grid)
                 elif kind == BFP:
                     for j in range(nb * block):
                         out[start + j] = np.rint(xf[start + j] / factors[j]) * factors[j]
@@ -326,7 +363,6 @@ def round_blocks(xf, xi, out, nest, floats, ints):
     shift = np.uint64(32 - bits) if stochastic else np.uint64(0)
     grid = (floats[0], floats[1], floats[2], floats[3])  # scalars: no load in the loops (the arrays might alias)
     unit = floats[6]
-    rng = (seed, shift, unit)
     scale_of = (floats[7], floats[2], floats[4])
     # every index unsigned (``nest`` is uint64): numba then checks no index for a negative value,
     # a check that keeps LLVM from turning the loops into vector instructions
@@ -339,7 +375,8 @@ def round_blocks(xf, xi, out, nest, floats, ints):
     run, runs, cstep = (group, np.uint64(1), cg) if shared else (m1, group * m0, d1)
     top = np.empty(m0 * m1, np.int32)
     factor = np.full(m0 * m1, floats[5], np.float32)
-    draws = np.zeros(CHUNK, np.float32)  # stochastic rounding's uniform numbers of a chunk of a run
+    words = np.zeros(CHUNK // TWO_U + U1, np.uint64)  # stochastic rounding's random words of a chunk of a run
+    halves = words.view(np.uint32)
     same = np.empty(CHUNK, np.float32)  # a shared factor for each value of a chunk
     if kind != SCALED and m0 == 1 and sg == m1 and (s2 == group * m1 or m1 == 1 and s2 > group) and group * m1 <= CHUNK:
         _round_adjacent_blocks(xf, xi, out, nest, floats, ints)  # blocks of adjacent values, one after another
@@ -376,8 +413,8 @@ def round_blocks(xf, xi, out, nest, floats, ints):
                         n = min(CHUNK, run - lo)
                         factors, at = (same, U0) if shared else (factor, j0 * m1 + lo)
                         if stochastic:
-                            _fill_draws(draws, U0, n, crow + lo * cstep, cstep, rng)
-                            _stochastic_run((xf, out), row + lo, factors, at, n, draws, grid, kind)
+                            _fill_words(halves, U0, n, crow + lo * cstep, cstep, seed)
+                            _stochastic_run((xf, out), row + lo, factors, at, n, (halves, shift, unit), grid, kind)
                         else:
                             _nearest_run(xf, out, row + lo, factors, at, n, grid, kind)
 
@@ -396,13 +433,14 @@ def _round_scaled(xf, xi, out, nest, floats, ints):
     stochastic = bits > 0
     seed = (np.uint64(ints[3]) << THIRTY_TWO) | np.uint64(ints[4])
     shift = np.uint64(32 - bits) if stochastic else np.uint64(0)
-    rng = (seed, shift, floats[6])
+    unit = floats[6]
     grid = (floats[0], floats[1], floats[2], floats[3], floats[8], floats[9])
     factor = floats[5]
     offset, coffset = nest[0], nest[1]
     n0, n1, n2, run = nest[2], nest[3], nest[4], nest[5]
     s0, s1, s2, c0, c1, c2, cstep = nest[8], nest[9], nest[10], nest[14], nest[15], nest[16], nest[17]
-    draws = np.zeros(CHUNK, np.float32)
+    words = np.zeros(CHUNK // TWO_U + U1, np.uint64)  # stochastic rounding's random words (_hash_pairs)
+    halves = words.view(np.uint32)
     seen = np.int32(0)
     for i0 in range(n0):
         for i1 in range(n1):
@@ -413,10 +451,16 @@ def _round_scaled(xf, xi, out, nest, floats, ints):
                     n = min(CHUNK, run - lo)
                     start = row + lo
                     if stochastic:
-                        _fill_draws(draws, U0, n, crow + lo * cstep, cstep, rng)
+                        first = U0  # the chunk's first random word in halves
+                        if cstep == U1:  # a contiguous tensor's positions: adjacent
+                            _hash_pairs(words, n, crow + lo, seed)
+                            first = (crow + lo) & U1
+                        else:
+                            _fill_words(halves, U0, n, crow + lo * cstep, cstep, seed)
                         for j in range(n):
                             v, ulp, inverse = _onto_grid(xf[start + j], grid)
-                            out[start + j] = _back(np.floor(v * inverse + draws[j]), ulp, factor, grid)
+                            u = _uniform(halves[first + j], shift, unit)
+                            out[start + j] = _back(np.floor(v * inverse + u), ulp, factor, grid)
                     else:
                         for j in range(n):
                             v, ulp, inverse = _onto_grid(xf[start + j], grid)
