@@ -175,3 +175,15 @@ def test_a_study_run_records_each_labels_bits_and_their_share_is_its_accuracy(tm
     assert set(info["test_correct"]) == {"fedavg", "fedavg+ccvr"}  # before and after the calibration
     for label, text in info["test_correct"].items():
         assert unpacked(text, info["test_samples"]).mean() == pytest.approx(metrics[f"{label}.accuracy"], abs=1e-12)
+
+
+def test_the_scope_counts_the_comparisons_the_bootstrap_was_made_for():
+    """Two cells: one against the base method with a bootstrap, one against FP32 without, one in the
+    local test mode (never a per-image record); one compare pair with a bootstrap: 2 of 4 made."""
+    boot = {"image_bootstrap": {}}
+    cells = [{"paired_difference_vs_base_pct": boot, "local_difference_vs_base_pct": {}},
+             {"paired_difference_vs_fp32_pct": {}}]
+    text = compare.scope_text(cells, [{"difference_pct": boot}])
+    assert "made for 2 of 4 comparisons" in text and "the 1 in the local test mode have no per-image record" in text
+    assert "local test mode" not in compare.scope_text(cells[1:], [{"difference_pct": boot}])
+    assert "no images × seeds bootstrap can be made" in compare.scope_text(cells[1:])

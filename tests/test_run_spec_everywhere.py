@@ -22,13 +22,7 @@ from bench.lib.study.runner import parse_point, prepare
 from workloads.fl.execution import Execution
 
 ROOT = Path(__file__).resolve().parents[1]
-PENDING_MIGRATION = ("mnist5k-formats",)
-"""Shipped studies whose run ids are still those before a run carried only its own method's knobs
-(issue 52): mnist5k-formats was being re-trained when the others were migrated; it is migrated by
-``python scripts/migrate_run_ids.py results/reference/mnist5k-formats --write``, and then leaves
-this list (``test_a_pending_study_is_still_to_migrate`` says so)."""
-SHIPPED = sorted(p for p in (ROOT / "results" / "reference").glob("*/grid/runs/*/point.json")
-                 if p.parents[3].name not in PENDING_MIGRATION)
+SHIPPED = sorted((ROOT / "results" / "reference").glob("*/grid/runs/*/point.json"))
 
 
 def kinds(paths):
@@ -59,16 +53,6 @@ def test_shipped_study_points_are_run_specs_and_back_with_their_ids():
     assert any("number_format" in json.loads(p.read_text())["config"]["execution"] for p in chosen)
     for path in chosen:
         round_trip(path)
-
-
-@pytest.mark.parametrize("name", PENDING_MIGRATION)
-def test_a_pending_study_is_still_to_migrate(name):
-    import subprocess
-    import sys
-
-    check = subprocess.run([sys.executable, str(ROOT / "scripts" / "migrate_run_ids.py"),
-                            str(ROOT / "results" / "reference" / name), "--check"], capture_output=True, text=True)
-    assert check.returncode == 1, f"{name} is migrated ({check.stdout.strip()}): remove it from PENDING_MIGRATION"
 
 
 @pytest.mark.slow

@@ -159,12 +159,14 @@ def scope_text(cells: Sequence[Mapping[str, Any]], pairs: Sequence[Mapping[str, 
     comparisons = [c[k] for c in cells for k in CELL_FAMILIES.values() if k in c]
     comparisons += [p["difference_pct"] for p in pairs if "difference_pct" in p]
     made = sum("image_bootstrap" in c for c in comparisons)
+    local = sum(CELL_FAMILIES["local"] in c for c in cells)  # each client's own test samples: no per-image record
     seeds = "Scope: every interval and test is over seeds on one fixed test set"
     if not made:
         return (f"{seeds}; the sampling of the test images is not in them (the runs record no per-image "
                 "correctness, so no images × seeds bootstrap can be made).")
     return (f"{seeds}; the sampling of the test images enters through a bootstrap over images × seeds, made for "
-            f"{made} of {len(comparisons)} comparisons (those whose runs all recorded per-image correctness): "
+            f"{made} of {len(comparisons)} comparisons (those on the global test set whose runs all recorded per-image "
+            f"correctness{f'; the {local} in the local test mode have no per-image record' if local else ''}): "
             "\"over test images too\" or \"not over test images\" beside a verdict says whether it survives, with the "
             "bootstrap's 95 % interval (90 % for an equivalence), unadjusted for the family (docs/study.md, \"Scope\").")
 
