@@ -35,6 +35,7 @@ from flwr.serverapp.strategy import FedAvg  # noqa: E402
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
 from tests.failfast import assert_fails_clean, workspace  # noqa: E402
+from bench.lib.grid.point import torch_threads  # noqa: E402
 from tests.flower_grid import InProcessGrid  # noqa: E402
 from workloads.models import Head
 from workloads.cost.rounds import RunPricer  # noqa: E402
@@ -153,6 +154,15 @@ def _read_csv(path: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
+def _serve_planned(run, planned, folder: Path) -> InProcessGrid:
+    """``server_app`` of ``run`` on the fleet's participation plans over an in-process grid of
+    ``NODES`` (the example's ClientApp priced on the fleet's devices); the grid, after the run."""
+    grid = InProcessGrid(flower_app.client_app(run, AccelMod(devices=planned.devices())), NODES)
+    server = flower_app.server_app(run, planned.system(), folder, planned)
+    server(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config={}))
+    return grid
+
+
 @pytest.mark.slow  # 12-26 s: two plans (their step captures), Flower's run and two of our loop's
 def test_the_flower_app_on_a_fleet_trains_the_plans_arrivals_and_equals_bench_fl(tmp_path, task_identity,
                                                                                   monkeypatch):
@@ -178,17 +188,11 @@ def test_the_flower_app_on_a_fleet_trains_the_plans_arrivals_and_equals_bench_fl
         return evaluate(model, x, y)
 
     monkeypatch.setattr(flower_app, "evaluate", evaluate_and_keep)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        grid = InProcessGrid(flower_app.client_app(RUN, AccelMod(devices=planned.devices())), NODES)
-        server = flower_app.server_app(RUN, planned.system(), tmp_path, planned)
-        server(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config={}))
+    with torch_threads(1):
+        grid = _serve_planned(RUN, planned, tmp_path)
         trained, every_client = (loop.train(RunPlan(FEDAVG, model_fn=lambda: inputs.build(FEDAVG.head), train=inputs.train,
                                                     test=inputs.test, parts=inputs.parts, cfg=inputs.fl, hp=hp, arrivals=arrivals))
                                  for arrivals in (loop_plan.arrivals, None))
-    finally:
-        torch.set_num_threads(threads)
 
     # (a) Flower trained, in each round, exactly the plan's arrivals, as our loop did
     assert grid.trained() == ARRIVED == [h["clients"] for h in trained.history]
@@ -238,16 +242,12 @@ def test_fedbuff_under_flower_on_a_fleet_starts_stale_clients_from_their_version
     inputs, hp, loop_plan = _bench_fl_inputs(tmp_path / "f.toml", tmp_path, "fedbuff")
     assert plan == loop_plan
     assert [list(a) for a in plan.arrivals] == [[0, 1], [1, 2]] and [list(s) for s in plan.staleness] == [[0, 0], [0, 1]]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         grid = InProcessGrid(flower_app.client_app(run, None), NODES)
         result = flower_app.train_method(grid, run, "fedbuff", client_nodes(grid, 4), fleet=planned)
         trained = loop.train(RunPlan(parse_method("fedbuff"), model_fn=lambda: inputs.build(Head()), train=inputs.train,
                                      test=inputs.test, parts=inputs.parts, cfg=inputs.fl, hp=hp, arrivals=plan.arrivals,
                                      staleness=plan.staleness))
-    finally:
-        torch.set_num_threads(threads)
     weights = result.arrays.to_torch_state_dict()
     assert weights.keys() == trained.weights.keys() and all(torch.equal(weights[k], v) for k, v in trained.weights.items())
     assert [float(result.evaluate_metrics_serverapp[t]["accuracy"]) for t in (1, 2)] == \
@@ -265,8 +265,8 @@ def test_a_calibration_on_a_fleet_under_flower_is_bench_fls_calibration_round(tm
     from bench.flower.fleet import fleet_run
     from bench.lib.spec import RunSpec
     from workloads.cost.rounds import price_run
-    from workloads.fl import loop as fl_loop
-    from workloads.fl.setup import RunPlan
+    from workloads.fl import loop
+    from workloads.fl.loop import RunPlan
 
     (tmp_path / "f.toml").write_text(FLEET)
     run, _, resolved = flower_run(RunSpec(preset="small", models=("convnet",), methods=("ccvr",), rounds=2, seed=0,
@@ -278,26 +278,20 @@ def test_a_calibration_on_a_fleet_under_flower_is_bench_fls_calibration_round(tm
     calibration = plan.calibration
     assert calibration.dropped[2] == "deadline" and calibration.dropped[3] == "memory" and 1 in calibration.arrived
     method = parse_method("ccvr")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        grid = InProcessGrid(flower_app.client_app(run, AccelMod(devices=planned.devices())), NODES)
-        server = flower_app.server_app(run, planned.system(), tmp_path, planned)
-        server(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config={}))
-        loop = fl_loop.train(RunPlan(method, model_fn=lambda: inputs.build(method.head), train=inputs.train,
+    with torch_threads(1):
+        grid = _serve_planned(run, planned, tmp_path)
+        trained = loop.train(RunPlan(method, model_fn=lambda: inputs.build(method.head), train=inputs.train,
                                      test=inputs.test, parts=inputs.parts, cfg=inputs.fl, hp=hp, arrivals=plan.arrivals))
-        ours = price_run(loop, method, hp, pricer=RunPricer(inputs.priced_model()),
+        ours = price_run(trained, method, hp, pricer=RunPricer(inputs.priced_model()),
                          client_labels=[inputs.train.y.numpy()[p] for p in inputs.parts], hw=inputs.hw,
                          system=inputs.system, devices=inputs.devices, plan=plan)
-    finally:
-        torch.set_num_threads(threads)
     calibrated = [sorted(k for _, k in sent) for sent in grid.sent
                   if {kind for kind, _ in sent} == {flower_app.CALIBRATE_MESSAGE}]
     assert calibrated == [sorted(calibration.arrived)]
     rows = _read_csv(tmp_path / "rounds.csv")
     assert [(int(r["round"]), r["stage"]) for r in rows] == [(1, "train"), (2, "train"), (3, "calibration")]
     mine, theirs = rows[-1], ours[-1]
-    assert theirs["stage"] == "calibration" and float(mine["accuracy"]) == theirs["accuracy"] == loop.accuracy
+    assert theirs["stage"] == "calibration" and float(mine["accuracy"]) == theirs["accuracy"] == trained.accuracy
     for col in (*COUNT_COLUMNS, "server_s", "round_device_s", "round_energy_j", "round_bytes", "round_wall_s"):
         assert float(mine[col]) == float(theirs[col]), col
     clients = [c for c in _read_csv(tmp_path / "clients.csv") if c["round"] == "3"]
